@@ -1,0 +1,693 @@
+/*
+ * tw_base64 - strict base64 codec with scalar, AVX2 and AVX-512 VBMI paths.
+ * See tw_base64.h for the contract.
+ *
+ * Layout of the decoders: the input is split into a "body" (every quantum
+ * but the last one, which can hold no padding) and the final quantum.  A
+ * SIMD kernel decodes as much of the body as it can without reading or
+ * writing out of bounds, the scalar kernel finishes the body, and the final
+ * quantum (padding) is handled separately.  Kernels only accumulate an error
+ * flag; when it is set, a slow pass (tw__locate_error) finds the offset to
+ * report.  Encoders likewise: a SIMD kernel consumes whole 3-byte groups,
+ * the scalar code does the rest and the padding.
+ *
+ * The SIMD kernels are compiled with GCC/Clang function target attributes,
+ * so the file builds with default flags; the path is chosen at run time.
+ */
+#include "tw_base64.h"
+
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(_M_X64)) && \
+    (defined(__GNUC__) || defined(__clang__)) && !defined(TW_NO_SIMD)
+#if defined(__clang__) ? (__clang_major__ >= 8) : (__GNUC__ >= 8)
+#define TW_X86_SIMD 1
+#endif
+#endif
+
+#ifdef TW_X86_SIMD
+#include <immintrin.h>
+#define TW_TARGET_AVX2 __attribute__((target("avx2")))
+#define TW_TARGET_AVX512 \
+    __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vbmi")))
+#endif
+
+/* TW_LE enables little-endian shortcuts; TW_GENERIC_ENDIAN forces the
+   byte-order independent code (used to test it on x86). */
+#if defined(TW_GENERIC_ENDIAN)
+#elif defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define TW_LE 1
+#endif
+#elif defined(_M_X64) || defined(_M_IX86) || defined(_M_ARM64)
+#define TW_LE 1
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TW_LIKELY(x) __builtin_expect(!!(x), 1)
+#define TW_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define TW_LIKELY(x) (x)
+#define TW_UNLIKELY(x) (x)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Tables (constant, built by the preprocessor)                              */
+/* ------------------------------------------------------------------------ */
+
+#define TW_R4(F, b) F(b), F((b) + 1), F((b) + 2), F((b) + 3)
+#define TW_R16(F, b) \
+    TW_R4(F, b), TW_R4(F, (b) + 4), TW_R4(F, (b) + 8), TW_R4(F, (b) + 12)
+#define TW_R64(F, b)                                                  \
+    TW_R16(F, b), TW_R16(F, (b) + 16), TW_R16(F, (b) + 32),           \
+        TW_R16(F, (b) + 48)
+#define TW_R256(F, b)                                                 \
+    TW_R64(F, b), TW_R64(F, (b) + 64), TW_R64(F, (b) + 128),          \
+        TW_R64(F, (b) + 192)
+#define TW_R4096(F)                                                   \
+    TW_R256(F, 0), TW_R256(F, 256), TW_R256(F, 512), TW_R256(F, 768), \
+        TW_R256(F, 1024), TW_R256(F, 1280), TW_R256(F, 1536),         \
+        TW_R256(F, 1792), TW_R256(F, 2048), TW_R256(F, 2304),         \
+        TW_R256(F, 2560), TW_R256(F, 2816), TW_R256(F, 3072),         \
+        TW_R256(F, 3328), TW_R256(F, 3584), TW_R256(F, 3840)
+
+/* 6-bit value of ASCII character code c, 0xFF if not in the alphabet. */
+#define TW_VAL(c)                                  \
+    (((c) >= 'A' && (c) <= 'Z')   ? (c) - 'A'      \
+     : ((c) >= 'a' && (c) <= 'z') ? (c) - 'a' + 26 \
+     : ((c) >= '0' && (c) <= '9') ? (c) - '0' + 52 \
+     : ((c) == '+')               ? 62             \
+     : ((c) == '/')               ? 63             \
+                                  : 0xFF)
+
+/* Character of 6-bit value v. */
+#define TW_CHR(v)                       \
+    ((v) < 26   ? 'A' + (v)             \
+     : (v) < 52 ? 'a' + ((v) - 26)      \
+     : (v) < 62 ? '0' + ((v) - 52)      \
+     : (v) == 62 ? '+'                  \
+                 : '/')
+
+/*
+ * Scalar decoding tables.  For a quantum c0 c1 c2 c3 the three output bytes,
+ * as a little-endian 24-bit word, are dec0[c0] | dec1[c1] | dec2[c2] |
+ * dec3[c3].  Characters outside the alphabet map to TW_BAD, whose bits lie
+ * above bit 23 only, so an OR of entries has bits 24..31 set iff one of the
+ * characters is invalid.
+ */
+#define TW_BAD 0xFF000000u
+#define TW_D0(c) (TW_VAL(c) == 0xFF ? TW_BAD : (uint32_t)TW_VAL(c) << 2)
+#define TW_D1(c)                                             \
+    (TW_VAL(c) == 0xFF ? TW_BAD                              \
+                       : ((uint32_t)TW_VAL(c) >> 4) |        \
+                             (((uint32_t)TW_VAL(c) & 15u) << 12))
+#define TW_D2(c)                                             \
+    (TW_VAL(c) == 0xFF ? TW_BAD                              \
+                       : (((uint32_t)TW_VAL(c) >> 2) << 8) | \
+                             (((uint32_t)TW_VAL(c) & 3u) << 22))
+#define TW_D3(c) (TW_VAL(c) == 0xFF ? TW_BAD : (uint32_t)TW_VAL(c) << 16)
+
+static const uint32_t tw_dec0[256] = {TW_R256(TW_D0, 0)};
+static const uint32_t tw_dec1[256] = {TW_R256(TW_D1, 0)};
+static const uint32_t tw_dec2[256] = {TW_R256(TW_D2, 0)};
+static const uint32_t tw_dec3[256] = {TW_R256(TW_D3, 0)};
+
+/* 1 for the 64 alphabet characters. */
+#define TW_ISB64(c) (TW_VAL(c) != 0xFF)
+static const uint8_t tw_isb64[256] = {TW_R256(TW_ISB64, 0)};
+
+/* Scalar encoding table: the two characters of each 12-bit value. */
+#define TW_E2(x) {(char)TW_CHR((x) >> 6), (char)TW_CHR((x) & 63)}
+static const char tw_enc2[4096][2] = {TW_R4096(TW_E2)};
+
+static const char tw_alphabet[64] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* ------------------------------------------------------------------------ */
+/* Small memory helpers                                                      */
+/* ------------------------------------------------------------------------ */
+
+static inline void tw_store_le64(uint8_t *p, uint64_t v)
+{
+#ifdef TW_LE
+    memcpy(p, &v, 8);
+#else
+    int k;
+    for (k = 0; k < 8; k++) p[k] = (uint8_t)(v >> (8 * k));
+#endif
+}
+
+static inline uint64_t tw_load_be64(const uint8_t *p)
+{
+#if defined(TW_LE) && (defined(__GNUC__) || defined(__clang__))
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+#else
+    return ((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) |
+           ((uint64_t)p[2] << 40) | ((uint64_t)p[3] << 32) |
+           ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16) |
+           ((uint64_t)p[6] << 8) | (uint64_t)p[7];
+#endif
+}
+
+static inline void tw_put2(char *p, uint32_t x12) { memcpy(p, tw_enc2[x12], 2); }
+
+/* ------------------------------------------------------------------------ */
+/* CPU detection                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* __builtin_cpu_supports reports AVX/AVX-512 features only when the OS has
+   enabled the matching register state (XCR0), so no separate xgetbv check
+   is needed.  __builtin_cpu_init makes it safe even before constructors. */
+static int tw_cpu_avx2(void)
+{
+#ifdef TW_X86_SIMD
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+#else
+    return 0;
+#endif
+}
+
+static int tw_cpu_avx512(void)
+{
+#ifdef TW_X86_SIMD
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vbmi");
+#else
+    return 0;
+#endif
+}
+
+int tw_path_available(int path)
+{
+    switch (path) {
+    case TW_PATH_AUTO:
+    case TW_PATH_SCALAR:
+        return 1;
+    case TW_PATH_AVX2:
+        return tw_cpu_avx2();
+    case TW_PATH_AVX512:
+        return tw_cpu_avx512();
+    default:
+        return 0;
+    }
+}
+
+int tw_path_best(void)
+{
+    if (tw_cpu_avx512()) return TW_PATH_AVX512;
+    if (tw_cpu_avx2()) return TW_PATH_AVX2;
+    return TW_PATH_SCALAR;
+}
+
+const char *tw_path_name(int path)
+{
+    switch (path) {
+    case TW_PATH_AUTO:
+        return "auto";
+    case TW_PATH_SCALAR:
+        return "scalar";
+    case TW_PATH_AVX2:
+        return "avx2";
+    case TW_PATH_AVX512:
+        return "avx512";
+    default:
+        return "unknown";
+    }
+}
+
+#ifdef TW_X86_SIMD
+static int tw_resolve(int path)
+{
+    if (path == TW_PATH_SCALAR) return TW_PATH_SCALAR;
+    if ((path == TW_PATH_AVX2 || path == TW_PATH_AVX512) &&
+        tw_path_available(path))
+        return path;
+    return tw_path_best();
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Sizes and error location                                                  */
+/* ------------------------------------------------------------------------ */
+
+size_t tw_b64_encoded_size(size_t n) { return n / 3 * 4 + (n % 3 ? 4 : 0); }
+
+ptrdiff_t tw_b64_decoded_size(const char *src, size_t len)
+{
+    size_t pads = 0;
+    if (len % 4 != 0) return -1;
+    if (len == 0) return 0;
+    while (pads < len && pads < 3 && src[len - 1 - pads] == '=') pads++;
+    if (pads > 2) return -1;
+    return (ptrdiff_t)(len / 4 * 3 - pads);
+}
+
+/* First byte that cannot stand at its position (see tw_base64.h), or len. */
+static size_t tw_locate_error(const uint8_t *s, size_t len)
+{
+    size_t i;
+    for (i = 0; i < len; i++) {
+        uint8_t c = s[i];
+        if (tw_isb64[c]) continue;
+        if (c == '=' &&
+            (i == len - 1 || (i == len - 2 && s[len - 1] == '=')))
+            continue;
+        return i;
+    }
+    return len;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scalar kernels                                                            */
+/* ------------------------------------------------------------------------ */
+
+#define TW_Q(s) \
+    (tw_dec0[(s)[0]] | tw_dec1[(s)[1]] | tw_dec2[(s)[2]] | tw_dec3[(s)[3]])
+
+/* Decode n (multiple of 4) unpadded characters into 3n/4 bytes.  Returns
+   nonzero if some character is outside the alphabet. */
+static int tw_dec_scalar_body(const uint8_t *s, size_t n, uint8_t *d)
+{
+    uint32_t err = 0;
+    size_t i = 0;
+    /* 8 characters -> 6 bytes with one 8-byte store; the store stays
+       within 3n/4 as long as i + 12 <= n. */
+    for (; i + 36 <= n; i += 32, d += 24) {
+        uint32_t a = TW_Q(s + i), b = TW_Q(s + i + 4);
+        uint32_t c = TW_Q(s + i + 8), e = TW_Q(s + i + 12);
+        uint32_t f = TW_Q(s + i + 16), g = TW_Q(s + i + 20);
+        uint32_t h = TW_Q(s + i + 24), k = TW_Q(s + i + 28);
+        err |= a | b | c | e | f | g | h | k;
+        tw_store_le64(d, a | (uint64_t)b << 24);
+        tw_store_le64(d + 6, c | (uint64_t)e << 24);
+        tw_store_le64(d + 12, f | (uint64_t)g << 24);
+        tw_store_le64(d + 18, h | (uint64_t)k << 24);
+    }
+    for (; i + 12 <= n; i += 8, d += 6) {
+        uint32_t a = TW_Q(s + i), b = TW_Q(s + i + 4);
+        err |= a | b;
+        tw_store_le64(d, a | (uint64_t)b << 24);
+    }
+    for (; i < n; i += 4, d += 3) {
+        uint32_t a = TW_Q(s + i);
+        err |= a;
+        d[0] = (uint8_t)a;
+        d[1] = (uint8_t)(a >> 8);
+        d[2] = (uint8_t)(a >> 16);
+    }
+    return (err >> 24) != 0;
+}
+
+/* Encode whole 3-byte groups of src[0:n] (n % 3 == 0). */
+static void tw_enc_scalar_groups(const uint8_t *s, size_t n, char *d)
+{
+    size_t i = 0;
+    /* 6 bytes -> 8 characters per 8-byte load: needs i + 8 <= n.  Two
+       character stores per lookup keep the integer units free. */
+    for (; i + 14 <= n; i += 12, d += 16) {
+        uint64_t w = tw_load_be64(s + i), u = tw_load_be64(s + i + 6);
+        tw_put2(d, (uint32_t)(w >> 52));
+        tw_put2(d + 2, (uint32_t)(w >> 40) & 0xFFF);
+        tw_put2(d + 4, (uint32_t)(w >> 28) & 0xFFF);
+        tw_put2(d + 6, (uint32_t)(w >> 16) & 0xFFF);
+        tw_put2(d + 8, (uint32_t)(u >> 52));
+        tw_put2(d + 10, (uint32_t)(u >> 40) & 0xFFF);
+        tw_put2(d + 12, (uint32_t)(u >> 28) & 0xFFF);
+        tw_put2(d + 14, (uint32_t)(u >> 16) & 0xFFF);
+    }
+    for (; i + 8 <= n; i += 6, d += 8) {
+        uint64_t w = tw_load_be64(s + i);
+        tw_put2(d, (uint32_t)(w >> 52));
+        tw_put2(d + 2, (uint32_t)(w >> 40) & 0xFFF);
+        tw_put2(d + 4, (uint32_t)(w >> 28) & 0xFFF);
+        tw_put2(d + 6, (uint32_t)(w >> 16) & 0xFFF);
+    }
+    for (; i < n; i += 3, d += 4) {
+        uint32_t x = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
+        tw_put2(d, x >> 12);
+        tw_put2(d + 2, x & 0xFFF);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* AVX2 kernels                                                              */
+/* ------------------------------------------------------------------------ */
+
+#ifdef TW_X86_SIMD
+
+/* Translate and pack 32 characters into 24 bytes (in the low 24 bytes of the
+   result, the rest zero); OR validation bits into *err. */
+TW_TARGET_AVX2 static inline __m256i tw_avx2_dec32(__m256i v, __m256i *err)
+{
+    /* Validation: a character is valid iff lut_hi[hi] & lut_lo[lo] == 0.
+       Class bits: 0x01 high nibble never valid (0,1,8..F); 0x02 high nibble
+       2 (only '+' 0x2B and '/' 0x2F); 0x04 high nibble 3 (digits 0..9);
+       0x08 high nibble 4/6 (low nibble 0 invalid); 0x10 high nibble 5/7
+       (low nibble B..F invalid).  lut_lo[l] has the bit of every class in
+       which l is invalid. */
+    const __m256i lut_lo = _mm256_setr_epi8(
+        0x0B, 0x03, 0x03, 0x03, 0x03, 0x03, 0x03, 0x03, 0x03, 0x03, 0x07,
+        0x15, 0x17, 0x17, 0x17, 0x15, 0x0B, 0x03, 0x03, 0x03, 0x03, 0x03,
+        0x03, 0x03, 0x03, 0x03, 0x07, 0x15, 0x17, 0x17, 0x17, 0x15);
+    const __m256i lut_hi = _mm256_setr_epi8(
+        0x01, 0x01, 0x02, 0x04, 0x08, 0x10, 0x08, 0x10, 0x01, 0x01, 0x01,
+        0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x02, 0x04, 0x08, 0x10,
+        0x08, 0x10, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01);
+    /* Offset added to a character to get its value, indexed by the high
+       nibble, minus one for '/': '/' +16, '+' +19, digits +4, upper -65,
+       lower -71. */
+    const __m256i lut_roll = _mm256_setr_epi8(
+        0, 16, 19, 4, -65, -65, -71, -71, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 19, 4,
+        -65, -65, -71, -71, 0, 0, 0, 0, 0, 0, 0, 0);
+    /* Per dword: value (c0<<18|c1<<12|c2<<6|c3) little-endian, so output
+       bytes are at dword offsets 2, 1, 0. */
+    const __m256i pack = _mm256_setr_epi8(
+        2, 1, 0, 6, 5, 4, 10, 9, 8, 14, 13, 12, -1, -1, -1, -1, 2, 1, 0, 6, 5,
+        4, 10, 9, 8, 14, 13, 12, -1, -1, -1, -1);
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), nib);
+    __m256i lo = _mm256_and_si256(v, nib);
+    __m256i bad = _mm256_and_si256(_mm256_shuffle_epi8(lut_lo, lo),
+                                   _mm256_shuffle_epi8(lut_hi, hi));
+    __m256i slash = _mm256_cmpeq_epi8(v, _mm256_set1_epi8('/'));
+    __m256i roll = _mm256_shuffle_epi8(lut_roll, _mm256_add_epi8(hi, slash));
+    __m256i t = _mm256_add_epi8(v, roll);
+    *err = _mm256_or_si256(*err, bad);
+    t = _mm256_maddubs_epi16(t, _mm256_set1_epi32(0x01400140));
+    t = _mm256_madd_epi16(t, _mm256_set1_epi32(0x00011000));
+    t = _mm256_shuffle_epi8(t, pack);
+    return _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7));
+}
+
+/* Decode a prefix of the n unpadded body characters; returns the number of
+   characters consumed (multiple of 32), sets *bad on an invalid one. */
+TW_TARGET_AVX2 static size_t tw_dec_avx2(const uint8_t *s, size_t n,
+                                         uint8_t *d, int *bad)
+{
+    __m256i err = _mm256_setzero_si256();
+    size_t i = 0;
+    /* Full 32-byte stores while 3i/4 + 32 <= 3n/4, i.e. i + 44 <= n. */
+    for (; i + 76 <= n; i += 64, d += 48) {
+        __m256i a = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i)), &err);
+        __m256i b = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i + 32)), &err);
+        _mm256_storeu_si256((__m256i *)d, a);
+        _mm256_storeu_si256((__m256i *)(d + 24), b);
+    }
+    for (; i + 44 <= n; i += 32, d += 24) {
+        __m256i a = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i)), &err);
+        _mm256_storeu_si256((__m256i *)d, a);
+    }
+    for (; i + 32 <= n; i += 32, d += 24) {
+        __m256i a = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i)), &err);
+        _mm_storeu_si128((__m128i *)d, _mm256_castsi256_si128(a));
+        _mm_storel_epi64((__m128i *)(d + 16), _mm256_extracti128_si256(a, 1));
+    }
+    *bad = !_mm256_testz_si256(err, err);
+    return i;
+}
+
+/* 24 input bytes, laid out as 12 bytes at offset 4 of the low lane and 12
+   at offset 0 of the high lane, to 32 characters. */
+TW_TARGET_AVX2 static inline __m256i tw_avx2_enc24(__m256i v)
+{
+    const __m256i spread = _mm256_setr_epi8(
+        5, 4, 6, 5, 8, 7, 9, 8, 11, 10, 12, 11, 14, 13, 15, 14, 1, 0, 2, 1, 4,
+        3, 5, 4, 7, 6, 8, 7, 10, 9, 11, 10);
+    /* Offset to add to a 6-bit value, by class: 0 -> 26..51 ('a'-26),
+       1..10 -> 52..61 ('0'-52), 11 -> 62, 12 -> 63, 13 -> 0..25 ('A'). */
+    const __m256i shift = _mm256_setr_epi8(
+        71, -4, -4, -4, -4, -4, -4, -4, -4, -4, -4, -19, -16, 65, 0, 0, 71, -4,
+        -4, -4, -4, -4, -4, -4, -4, -4, -4, -19, -16, 65, 0, 0);
+    __m256i t0, t1, idx, cls;
+    /* Each dword gets bytes [b, a, c, b] of a group a b c. */
+    v = _mm256_shuffle_epi8(v, spread);
+    /* Fields: a>>2 and (b&15)<<2|c>>6 via mulhi, the two others via mullo. */
+    t0 = _mm256_and_si256(v, _mm256_set1_epi32(0x0FC0FC00));
+    t0 = _mm256_mulhi_epu16(t0, _mm256_set1_epi32(0x04000040));
+    t1 = _mm256_and_si256(v, _mm256_set1_epi32(0x003F03F0));
+    t1 = _mm256_mullo_epi16(t1, _mm256_set1_epi32(0x01000010));
+    idx = _mm256_or_si256(t0, t1);
+    cls = _mm256_subs_epu8(idx, _mm256_set1_epi8(51));
+    cls = _mm256_or_si256(
+        cls, _mm256_and_si256(_mm256_cmpgt_epi8(_mm256_set1_epi8(26), idx),
+                              _mm256_set1_epi8(13)));
+    return _mm256_add_epi8(idx, _mm256_shuffle_epi8(shift, cls));
+}
+
+/* Encode a prefix of src[0:n] made of whole 24-byte blocks; returns the
+   number of bytes consumed. */
+TW_TARGET_AVX2 static size_t tw_enc_avx2(const uint8_t *s, size_t n, char *d)
+{
+    size_t i = 0;
+    __m256i v;
+    if (n < 32) return 0;
+    /* First block: load s[0:32] and move dwords so that the low lane has
+       s[0:12] at offset 4.  Later blocks load s[i-4:i+28]. */
+    v = _mm256_loadu_si256((const __m256i *)s);
+    v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6));
+    _mm256_storeu_si256((__m256i *)d, tw_avx2_enc24(v));
+    i = 24;
+    d += 32;
+    for (; i + 52 <= n; i += 48, d += 64) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(s + i - 4));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(s + i + 20));
+        _mm256_storeu_si256((__m256i *)d, tw_avx2_enc24(a));
+        _mm256_storeu_si256((__m256i *)(d + 32), tw_avx2_enc24(b));
+    }
+    for (; i + 28 <= n; i += 24, d += 32) {
+        v = _mm256_loadu_si256((const __m256i *)(s + i - 4));
+        _mm256_storeu_si256((__m256i *)d, tw_avx2_enc24(v));
+    }
+    return i;
+}
+
+/* ------------------------------------------------------------------------ */
+/* AVX-512 VBMI kernels                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Translation table for vpermi2b: value of ASCII code c (0..127), 0x80 when
+   invalid.  Bytes >= 0x80 are caught by their own sign bit. */
+#define TW_V7(c) ((char)(TW_VAL(c) == 0xFF ? 0x80 : TW_VAL(c)))
+#define TW_SET64(F, b)                                                      \
+    _mm512_set_epi8(F((b) + 63), F((b) + 62), F((b) + 61), F((b) + 60),     \
+                    F((b) + 59), F((b) + 58), F((b) + 57), F((b) + 56),     \
+                    F((b) + 55), F((b) + 54), F((b) + 53), F((b) + 52),     \
+                    F((b) + 51), F((b) + 50), F((b) + 49), F((b) + 48),     \
+                    F((b) + 47), F((b) + 46), F((b) + 45), F((b) + 44),     \
+                    F((b) + 43), F((b) + 42), F((b) + 41), F((b) + 40),     \
+                    F((b) + 39), F((b) + 38), F((b) + 37), F((b) + 36),     \
+                    F((b) + 35), F((b) + 34), F((b) + 33), F((b) + 32),     \
+                    F((b) + 31), F((b) + 30), F((b) + 29), F((b) + 28),     \
+                    F((b) + 27), F((b) + 26), F((b) + 25), F((b) + 24),     \
+                    F((b) + 23), F((b) + 22), F((b) + 21), F((b) + 20),     \
+                    F((b) + 19), F((b) + 18), F((b) + 17), F((b) + 16),     \
+                    F((b) + 15), F((b) + 14), F((b) + 13), F((b) + 12),     \
+                    F((b) + 11), F((b) + 10), F((b) + 9), F((b) + 8),       \
+                    F((b) + 7), F((b) + 6), F((b) + 5), F((b) + 4),         \
+                    F((b) + 3), F((b) + 2), F((b) + 1), F((b) + 0))
+/* vpermb index compacting 16 dwords (bytes at offsets 2, 1, 0 of each)
+   into 48 bytes; the top 16 bytes are don't-care. */
+#define TW_PK(j) ((char)((j) < 48 ? 4 * ((j) / 3) + 2 - (j) % 3 : 0))
+/* vpermb index spreading 16 groups a b c into dwords [b, a, c, b]. */
+#define TW_SP(j) ((char)(3 * ((j) / 4) + ((j) % 4 == 1 ? 0 : (j) % 4 == 2 ? 2 : 1)))
+#define TW_AL(j) ((char)TW_CHR(j))
+
+/* 64 characters (values in t) to 48 bytes in the low part of the result. */
+TW_TARGET_AVX512 static inline __m512i tw_avx512_pack(__m512i t, __m512i pk)
+{
+    t = _mm512_maddubs_epi16(t, _mm512_set1_epi32(0x01400140));
+    t = _mm512_madd_epi16(t, _mm512_set1_epi32(0x00011000));
+    return _mm512_permutexvar_epi8(pk, t);
+}
+
+TW_TARGET_AVX512 static size_t tw_dec_avx512(const uint8_t *s, size_t n,
+                                             uint8_t *d, int *bad)
+{
+    const __m512i lut0 = TW_SET64(TW_V7, 0);
+    const __m512i lut1 = TW_SET64(TW_V7, 64);
+    const __m512i pk = TW_SET64(TW_PK, 0);
+    const __mmask64 k48 = 0xFFFFFFFFFFFFull;
+    __m512i err = _mm512_setzero_si512();
+    size_t i = 0;
+    /* Full 64-byte stores while 3i/4 + 64 <= 3n/4, i.e. i + 88 <= n. */
+    for (; i + 152 <= n; i += 128, d += 96) {
+        __m512i a = _mm512_loadu_si512((const void *)(s + i));
+        __m512i b = _mm512_loadu_si512((const void *)(s + i + 64));
+        __m512i ta = _mm512_permutex2var_epi8(lut0, a, lut1);
+        __m512i tb = _mm512_permutex2var_epi8(lut0, b, lut1);
+        err = _mm512_ternarylogic_epi64(err, _mm512_or_si512(a, b),
+                                        _mm512_or_si512(ta, tb), 0xFE);
+        _mm512_storeu_si512((void *)d, tw_avx512_pack(ta, pk));
+        _mm512_storeu_si512((void *)(d + 48), tw_avx512_pack(tb, pk));
+    }
+    for (; i + 64 <= n; i += 64, d += 48) {
+        __m512i a = _mm512_loadu_si512((const void *)(s + i));
+        __m512i ta = _mm512_permutex2var_epi8(lut0, a, lut1);
+        err = _mm512_ternarylogic_epi64(err, a, ta, 0xFE);
+        _mm512_mask_storeu_epi8((void *)d, k48, tw_avx512_pack(ta, pk));
+    }
+    if (i < n) {
+        /* Remaining r < 64 characters (multiple of 4): masked load, with
+           'A' in the unused lanes, and masked store of 3r/4 bytes. */
+        size_t r = n - i;
+        __mmask64 kin = ((__mmask64)1 << r) - 1;
+        __mmask64 kout = ((__mmask64)1 << (r / 4 * 3)) - 1;
+        __m512i a = _mm512_mask_loadu_epi8(_mm512_set1_epi8('A'), kin,
+                                           (const void *)(s + i));
+        __m512i ta = _mm512_permutex2var_epi8(lut0, a, lut1);
+        err = _mm512_ternarylogic_epi64(err, a, ta, 0xFE);
+        _mm512_mask_storeu_epi8((void *)d, kout, tw_avx512_pack(ta, pk));
+        i = n;
+    }
+    *bad = _mm512_movepi8_mask(err) != 0;
+    return i;
+}
+
+/* 48 bytes (in the low part of v) to 64 characters. */
+TW_TARGET_AVX512 static inline __m512i tw_avx512_enc48(__m512i v, __m512i sp,
+                                                       __m512i al)
+{
+    /* Each dword [b, a, c, b] = b | a<<8 | c<<16 | b<<24; the four 6-bit
+       fields start at bits 10, 4, 22, 16 (and +32 for the second dword). */
+    const __m512i shifts = _mm512_set1_epi64(0x3036242A1016040Aull);
+    v = _mm512_permutexvar_epi8(sp, v);
+    v = _mm512_multishift_epi64_epi8(shifts, v);
+    return _mm512_permutexvar_epi8(v, al);
+}
+
+/* Encode a prefix of src[0:n] made of whole 3-byte groups, as long as it
+   can; returns the number of bytes consumed. */
+TW_TARGET_AVX512 static size_t tw_enc_avx512(const uint8_t *s, size_t n,
+                                             char *d)
+{
+    const __m512i sp = TW_SET64(TW_SP, 0);
+    const __m512i al = TW_SET64(TW_AL, 0);
+    size_t i = 0, g;
+    for (; i + 112 <= n; i += 96, d += 128) {
+        __m512i a = _mm512_loadu_si512((const void *)(s + i));
+        __m512i b = _mm512_loadu_si512((const void *)(s + i + 48));
+        _mm512_storeu_si512((void *)d, tw_avx512_enc48(a, sp, al));
+        _mm512_storeu_si512((void *)(d + 64), tw_avx512_enc48(b, sp, al));
+    }
+    for (; i + 64 <= n; i += 48, d += 64) {
+        __m512i a = _mm512_loadu_si512((const void *)(s + i));
+        _mm512_storeu_si512((void *)d, tw_avx512_enc48(a, sp, al));
+    }
+    /* Up to 21 groups left: masked loads of whole groups. */
+    while ((g = (n - i) / 3) > 0) {
+        __m512i a;
+        if (g > 16) g = 16;
+        a = _mm512_maskz_loadu_epi8(((__mmask64)1 << (3 * g)) - 1,
+                                    (const void *)(s + i));
+        /* 4g <= 64 output bytes: build the mask without a 64-bit shift. */
+        _mm512_mask_storeu_epi8((void *)d,
+                                ~(__mmask64)0 >> (64 - 4 * g),
+                                tw_avx512_enc48(a, sp, al));
+        i += 3 * g;
+        d += 4 * g;
+    }
+    return i;
+}
+
+#endif /* TW_X86_SIMD */
+
+/* ------------------------------------------------------------------------ */
+/* Public entry points                                                       */
+/* ------------------------------------------------------------------------ */
+
+ptrdiff_t tw_b64_decode(const char *src_, size_t len, uint8_t *dst, int path,
+                        size_t *err_pos)
+{
+    const uint8_t *s = (const uint8_t *)src_;
+    size_t body, i = 0, o;
+    int bad = 0;
+    uint8_t c2, c3;
+    uint32_t q;
+
+    if (len == 0) return 0;
+    if (TW_UNLIKELY(len % 4 != 0)) goto fail;
+    body = len - 4;
+    /* More than two '=' at the end: tw_b64_decoded_size() gives -1, so
+       fail before writing anything. */
+    if (TW_UNLIKELY(s[len - 1] == '=' && s[len - 2] == '=' && s[len - 3] == '='))
+        goto fail;
+#ifdef TW_X86_SIMD
+    if (body >= 32) {
+        int p = tw_resolve(path);
+        if (p == TW_PATH_AVX512)
+            i = tw_dec_avx512(s, body, dst, &bad);
+        else if (p == TW_PATH_AVX2)
+            i = tw_dec_avx2(s, body, dst, &bad);
+    }
+#else
+    (void)path;
+#endif
+    bad |= tw_dec_scalar_body(s + i, body - i, dst + i / 4 * 3);
+    o = body / 4 * 3;
+
+    /* Final quantum: "xxxx", "xxx=" or "xx==". */
+    s += body;
+    c2 = s[2];
+    c3 = s[3];
+    if (c3 != '=') {
+        q = TW_Q(s);
+        dst[o] = (uint8_t)q;
+        dst[o + 1] = (uint8_t)(q >> 8);
+        dst[o + 2] = (uint8_t)(q >> 16);
+        o += 3;
+    } else if (c2 != '=') {
+        q = tw_dec0[s[0]] | tw_dec1[s[1]] | tw_dec2[c2];
+        dst[o] = (uint8_t)q;
+        dst[o + 1] = (uint8_t)(q >> 8);
+        o += 2;
+    } else {
+        q = tw_dec0[s[0]] | tw_dec1[s[1]];
+        dst[o] = (uint8_t)q;
+        o += 1;
+    }
+    if (TW_LIKELY(!bad && (q >> 24) == 0)) return (ptrdiff_t)o;
+    s -= body;
+
+fail:
+    if (err_pos) *err_pos = tw_locate_error(s, len);
+    return -1;
+}
+
+size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
+{
+    size_t i = 0, whole = len - len % 3, out = tw_b64_encoded_size(len);
+    char *d;
+#ifdef TW_X86_SIMD
+    if (len >= 32) {
+        int p = tw_resolve(path);
+        if (p == TW_PATH_AVX512)
+            i = tw_enc_avx512(src, whole, dst);
+        else if (p == TW_PATH_AVX2)
+            i = tw_enc_avx2(src, whole, dst);
+    }
+#else
+    (void)path;
+#endif
+    tw_enc_scalar_groups(src + i, whole - i, dst + i / 3 * 4);
+    d = dst + whole / 3 * 4;
+    if (len - whole == 1) {
+        uint32_t a = src[whole];
+        d[0] = tw_alphabet[a >> 2];
+        d[1] = tw_alphabet[(a & 3) << 4];
+        d[2] = '=';
+        d[3] = '=';
+    } else if (len - whole == 2) {
+        uint32_t a = src[whole], b = src[whole + 1];
+        d[0] = tw_alphabet[a >> 2];
+        d[1] = tw_alphabet[((a & 3) << 4) | (b >> 4)];
+        d[2] = tw_alphabet[(b & 15) << 2];
+        d[3] = '=';
+    }
+    return out;
+}

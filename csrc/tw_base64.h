@@ -1,0 +1,92 @@
+/*
+ * tw_base64 - strict base64 (RFC 4648 standard alphabet, '=' padding)
+ * encoder and decoder with scalar, AVX2 and AVX-512 VBMI code paths.
+ *
+ * Plain C99; no global mutable state, every function is thread-safe.
+ * The code path is chosen per call by the `path` argument.
+ */
+#ifndef TW_BASE64_H
+#define TW_BASE64_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    TW_PATH_AUTO = 0,   /* best path available on this CPU */
+    TW_PATH_SCALAR = 1, /* portable table-driven code */
+    TW_PATH_AVX2 = 2,   /* x86-64 AVX2 */
+    TW_PATH_AVX512 = 3  /* x86-64 AVX-512 F/BW/VL/VBMI */
+};
+
+/* 1 if this CPU (and this build) can run `path`; TW_PATH_AUTO and
+   TW_PATH_SCALAR always give 1, unknown values give 0. */
+int tw_path_available(int path);
+
+/* The path TW_PATH_AUTO resolves to on this CPU (best available). */
+int tw_path_best(void);
+
+/* "auto", "scalar", "avx2", "avx512"; "unknown" for anything else. */
+const char *tw_path_name(int path);
+
+/*
+ * Path arguments of the codec functions below: TW_PATH_AUTO picks
+ * tw_path_best(); a path that is not available on this CPU, or an unknown
+ * value, is replaced by tw_path_best() as well (so a call never executes
+ * instructions the CPU lacks).  All paths give identical results.
+ */
+
+/*
+ * Size that decoding src[0:len] produces if it is valid base64, judged from
+ * the length and the trailing '=' only: 3*len/4 minus the number of
+ * trailing '=' (0 for len == 0).  -1 if len % 4 != 0 or if it ends with
+ * more than two '='.  The characters themselves are not checked.
+ */
+ptrdiff_t tw_b64_decoded_size(const char *src, size_t len);
+
+/*
+ * Strict decode of src[0:len] into dst, whose capacity must be at least
+ * tw_b64_decoded_size(src, len) bytes: nothing is written beyond that many
+ * bytes, and nothing at all when it is -1 (dst may then be NULL, as it may
+ * for len == 0).
+ *
+ * Valid input: len % 4 == 0; every character is in A-Z a-z 0-9 + /,
+ * except that the last quantum may end in "=" or "==" (padding).  The
+ * empty input is valid.  Non-zero unused bits in the last quantum are
+ * accepted ("QR==" gives "A").  This is the canonical form accepted by
+ * CPython's base64.b64decode(s, validate=True); on every input accepted
+ * here the bytes are identical to the stdlib's.
+ *
+ * Returns the number of bytes written (>= 0), or -1 on invalid input.
+ * On -1, if err_pos is not NULL, *err_pos is set as follows:
+ *   - err_pos < len: offset of the first byte that cannot appear at its
+ *     position in a valid string of length len.  That is the first byte
+ *     that is neither an alphabet character nor an allowed '='; a '=' is
+ *     allowed only at offset len-1, or at offset len-2 when the byte at
+ *     len-1 is '=' too.  So a bad character, or the first misplaced '='
+ *     (leading, in the middle, third from the end, or followed by a
+ *     non-'='), is reported where it stands.
+ *   - err_pos == len: every byte is acceptable at its position but
+ *     len % 4 != 0 (bad length / incomplete padding, e.g. "AB=").
+ * Character errors take precedence over the length error.  On error the
+ * content of dst is unspecified (bytes within the capacity may have been
+ * written).
+ */
+ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, int path,
+                        size_t *err_pos);
+
+/* Encoded length for n input bytes: 4*ceil(n/3). */
+size_t tw_b64_encoded_size(size_t n);
+
+/* Standard alphabet with '=' padding; writes exactly
+   tw_b64_encoded_size(len) bytes (no terminating NUL); returns that count. */
+size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TW_BASE64_H */

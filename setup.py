@@ -1,0 +1,94 @@
+"""Build the compiled core (src/tokenwire/_core.pyx over csrc/*.c).
+
+Environment switches, read at build time:
+  TOKENWIRE_NO_EXTENSIONS=1     build nothing; the package runs on its pure-Python reference
+  TOKENWIRE_REQUIRE_EXTENSIONS=1  a failed compile is an error (set automatically under CIBUILDWHEEL=1)
+  TOKENWIRE_SANITIZE=address,undefined  build with those sanitizers (gcc/clang)
+  TOKENWIRE_DEBUG=1             -O0 -g, assertions kept
+"""
+
+import os
+import sys
+from glob import glob
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+NO_EXTENSIONS = _flag("TOKENWIRE_NO_EXTENSIONS")
+REQUIRE_EXTENSIONS = _flag("TOKENWIRE_REQUIRE_EXTENSIONS") or _flag("CIBUILDWHEEL")
+SANITIZE = os.environ.get("TOKENWIRE_SANITIZE", "").strip()
+DEBUG = _flag("TOKENWIRE_DEBUG")
+
+
+class OptionalBuildExt(build_ext):
+    """Fall back to the pure-Python reference when no compiler works, unless told not to."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:
+            self._give_up(exc)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            self._give_up(exc)
+
+    def _give_up(self, exc):
+        if REQUIRE_EXTENSIONS:
+            raise
+        sys.stderr.write(
+            f"\nWARNING: tokenwire's compiled core could not be built ({exc!r});\n"
+            "installing the pure-Python reference implementation only.\n\n"
+        )
+
+
+def extensions():
+    if NO_EXTENSIONS:
+        return []
+    import numpy
+    from Cython.Build import cythonize
+
+    compile_args: list[str] = []
+    link_args: list[str] = []
+    macros = [("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")]
+    if sys.platform == "win32":
+        compile_args += ["/O2"]
+    else:
+        compile_args += ["-std=c11", "-O3" if not DEBUG else "-O0", "-Wall", "-Wno-unused-function"]
+        if DEBUG or SANITIZE:
+            compile_args += ["-g", "-fno-omit-frame-pointer"]
+        if SANITIZE:
+            compile_args += [f"-fsanitize={SANITIZE}", "-fno-sanitize-recover=all"]
+            link_args += [f"-fsanitize={SANITIZE}"]
+    if not DEBUG and not SANITIZE:
+        macros.append(("NDEBUG", "1"))
+    ext = Extension(
+        "tokenwire._core",
+        sources=["src/tokenwire/_core.pyx", *sorted(glob("csrc/*.c"))],
+        include_dirs=["csrc", numpy.get_include()],
+        depends=sorted(glob("csrc/*.h")),
+        define_macros=macros,
+        extra_compile_args=compile_args,
+        extra_link_args=link_args,
+    )
+    return cythonize(
+        [ext],
+        language_level=3,
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "embedsignature": True,
+            "freethreading_compatible": True,
+        },
+    )
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

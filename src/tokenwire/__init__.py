@@ -1,0 +1,71 @@
+"""tokenwire: fast, strict decoding of the per-token evidence LLM inference servers return.
+
+``implementation`` is ``"c"`` when the compiled core is in use and ``"python"`` when the
+pure-Python reference is (no compiled core, a non-CPython interpreter, or
+``TOKENWIRE_NO_EXTENSIONS=1``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import warnings
+
+from ._errors import MalformedResponseError
+from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
+
+__all__ = [
+    "GenerateChoice",
+    "GenerateResponse",
+    "MalformedResponseError",
+    "Ragged",
+    "RoutedExperts",
+    "__version__",
+    "b64decode",
+    "implementation",
+    "parse_generate_response",
+    "simd_path",
+    "simd_paths",
+]
+
+__version__ = "0.1.0"
+
+
+def _wanted(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+if _wanted("TOKENWIRE_NO_EXTENSIONS") or platform.python_implementation() != "CPython":
+    from . import _reference as _impl
+else:
+    try:
+        from . import _core as _impl  # type: ignore[no-redef]
+    except ImportError as exc:
+        if _wanted("TOKENWIRE_REQUIRE_EXTENSIONS"):
+            raise
+        warnings.warn(
+            f"tokenwire's compiled core is not available ({exc}); using the pure-Python "
+            "reference implementation, which is correct but far slower.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        from . import _reference as _impl
+
+implementation: str = "c" if _impl.__name__.endswith("_core") else "python"
+
+parse_generate_response = _impl.parse_generate_response
+b64decode = _impl.b64decode
+
+
+def simd_paths() -> list[str]:
+    """The base64 code paths this CPU and build can run, best last."""
+    if implementation != "c":
+        return []
+    return _impl.simd_paths()
+
+
+def simd_path() -> str | None:
+    """The base64 code path in use (``TOKENWIRE_SIMD`` forces one), or None without the core."""
+    if implementation != "c":
+        return None
+    return _impl.simd_path()

@@ -1,0 +1,578 @@
+"""The pure-Python reference: the readable specification of every rule tokenwire enforces.
+
+It applies renderers' generate-client checks (renderers 0.1.13.dev13, ``renderers/client.py``)
+to the parsed JSON document, with the deliberate differences listed in the README:
+canonical base64 only, every choice validated, every field that is present validated,
+and anything that is not the expected shape raises :class:`MalformedResponseError`.
+The compiled core must make the same decision on every input and return the same values.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import math
+import re
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ._errors import MalformedResponseError
+from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
+
+__all__ = ["b64decode", "parse_generate_response", "select_head"]
+
+# vLLM writes this both for a missing logprob and as the clamp of -inf, so a sampled
+# token at this value carries no evidence; a top-k candidate at it was filtered out.
+VLLM_LOGPROB_SENTINEL = -9999.0
+COMPACT_FORMAT = "u32-f32-le-v1"
+# Compact rows store ids as u32, so no id outside this range can ever be matched.
+MAX_TOKEN_ID = 2**32 - 1
+MAX_MASK_ID = 2**31 - 1  # sampling masks are int32 on the wire
+PACKED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
+ROUTED_DTYPES = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "int32": np.dtype("<i4")}
+NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i4": "int32"}
+
+# Fields of a choice that become attributes; the rest stays in ``GenerateChoice.raw``.
+_CONSUMED = ("index", "token_ids", "finish_reason", "sampling_mask", "kept_tokens", "routed_experts")
+
+_CANONICAL_B64 = re.compile(rb"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _b64(data: Any) -> bytes | None:
+    """Canonical base64 (standard alphabet, padded, nothing else) or None."""
+    if isinstance(data, str):
+        if not data.isascii():
+            return None
+        data = data.encode("ascii")
+    else:
+        try:
+            data = memoryview(data).cast("B").tobytes()
+        except TypeError:
+            return None
+    if _CANONICAL_B64.fullmatch(data) is None:
+        return None
+    return base64.b64decode(data, validate=True)
+
+
+def b64decode(data: Any, out: Any = None) -> np.ndarray:
+    """Strictly decode base64 ``data`` to a uint8 array (into ``out`` when given)."""
+    decoded = _b64(data)
+    if decoded is None:
+        if not isinstance(data, str):
+            try:
+                memoryview(data)
+            except TypeError:
+                raise TypeError(f"expected str or a bytes-like object, not {type(data).__name__}"
+                ) from None
+        raise MalformedResponseError("invalid base64")
+    if out is None:
+        return np.frombuffer(bytearray(decoded), dtype=np.uint8)
+    target = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
+    if len(target) < len(decoded):
+        raise ValueError(f"output buffer holds {len(target)} bytes, {len(decoded)} needed")
+    target[: len(decoded)] = np.frombuffer(decoded, dtype=np.uint8)
+    return target[: len(decoded)]
+
+
+class _Choice:
+    """Raises errors located in one choice."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def fail(self, reason: str, field: str | None = None, token: int | None = None):
+        raise MalformedResponseError(reason, choice=self.index, field=field, token=token)
+
+
+def _int_array(value: Any, high: int, fail, field: str, reason: str) -> np.ndarray:
+    if not isinstance(value, list):
+        fail(f"{reason}: expected a list", field)
+    for i, x in enumerate(value):
+        if not _is_int(x) or not 0 <= x <= high:
+            fail(reason, field, i)
+    return np.array(value, dtype=np.int64)
+
+
+def _shape_is(shape: Any, count: int) -> bool:
+    return isinstance(shape, list) and len(shape) == 1 and _is_int(shape[0]) and shape[0] == count
+
+
+# --- sampled-token logprobs: packed --------------------------------------------------------------
+
+
+def _parse_packed_logprobs(packed: Any, n: int, c: _Choice) -> np.ndarray:
+    field = "completion_logprobs"
+    if not isinstance(packed, dict):
+        c.fail("Engine response choice.completion_logprobs must be an object.", field)
+    dtype = PACKED_DTYPES.get(packed.get("dtype"))  # type: ignore[arg-type]
+    if dtype is None:
+        c.fail("Unsupported packed logprob dtype (float32 or float64)", field + ".dtype")
+    raw = _b64(packed.get("data"))
+    if raw is None:
+        c.fail("Invalid packed logprob base64", field + ".data")
+    if len(raw) % dtype.itemsize:
+        c.fail("Invalid packed logprob buffer length", field + ".data")
+    values = np.frombuffer(bytearray(raw), dtype=dtype)
+    if "shape" in packed and not _shape_is(packed["shape"], len(values)):
+        c.fail(f"Packed logprob shape does not match its {len(values)} values", field + ".shape")
+    problem = (
+        f"Engine response choice.completion_logprobs: {len(values)} values for "
+        f"{n} completion tokens, or a non-finite or missing (-9999) logprob."
+    )
+    if len(values) != n:
+        c.fail(problem, field)
+    bad = np.flatnonzero(~(np.isfinite(values) & (values > VLLM_LOGPROB_SENTINEL)))
+    if len(bad):
+        c.fail(problem, field, int(bad[0]))
+    return values
+
+
+# --- sampled-token logprobs: native JSON ---------------------------------------------------------
+
+
+def _logprob_token_id(entry: dict[str, Any]) -> int | None:
+    """The id a logprob record names: ``token_id`` if present, else a ``"token_id:N"`` token."""
+    if "token_id" in entry:
+        token_id = entry["token_id"]
+        return token_id if _is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID else None
+    token = entry.get("token")
+    if isinstance(token, str) and token.startswith("token_id:"):
+        digits = token[9:]
+        if digits.isascii() and digits.isdigit():
+            token_id = int(digits)
+            return token_id if token_id <= MAX_TOKEN_ID else None
+    return None
+
+
+def _parse_native_logprobs(choice: dict[str, Any], ids: list[int], c: _Choice) -> np.ndarray:
+    field = "logprobs.content"
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        c.fail("Engine response choice.logprobs must be an object.", "logprobs")
+    content = logprobs.get("content")
+    if not isinstance(content, list):
+        c.fail("Engine response choice.logprobs.content must be a list.", field)
+    if len(content) != len(ids):
+        c.fail(
+            "Engine response completion token count "
+            f"({len(ids)}) does not match logprob count ({len(content)}).",
+            field,
+        )
+    values = np.empty(len(ids), dtype=np.float64)
+    for index, entry in enumerate(content):
+        at = f"Engine response choice.logprobs.content[{index}]"
+        if not isinstance(entry, dict):
+            c.fail(f"{at} must be an object.", field, index)
+        if _logprob_token_id(entry) != ids[index]:
+            c.fail(f"{at}.token must be 'token_id:{ids[index]}'.", field, index)
+        logprob = entry.get("logprob")
+        if isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
+            c.fail(f"{at}.logprob must be a number.", field, index)
+        if not math.isfinite(logprob):
+            c.fail(f"{at}.logprob must be finite.", field, index)
+        if logprob == VLLM_LOGPROB_SENTINEL:
+            c.fail(f"{at}.logprob does not contain sampling evidence.", field, index)
+        values[index] = logprob
+    return values
+
+
+# --- sampling mask -------------------------------------------------------------------------------
+
+
+def _parse_sampling_mask(choice: dict[str, Any], ids: list[int], c: _Choice) -> Ragged | None:
+    field = "sampling_mask"
+    mask = choice.get(field)
+    bare = False
+    if mask is None and choice.get("kept_tokens") is not None:
+        # An older server branch: the same CSR under another name, with bare base64 strings.
+        field, mask, bare = "kept_tokens", choice["kept_tokens"], True
+    if mask is None:
+        return None
+    if isinstance(mask, dict):
+        arrays = {}
+        for name in ("ids", "counts"):
+            packed = mask.get(name)
+            if bare:
+                packed = {"data": packed, "dtype": "int32"}
+            if not isinstance(packed, dict) or packed.get("dtype") != "int32":
+                c.fail("Invalid packed sampling mask", f"{field}.{name}")
+            raw = _b64(packed.get("data"))
+            if raw is None or len(raw) % 4:
+                c.fail("Invalid packed sampling mask", f"{field}.{name}.data")
+            values = np.frombuffer(bytearray(raw), dtype="<i4")
+            if not bare and not _shape_is(packed.get("shape"), len(values)):
+                c.fail("Invalid packed sampling mask", f"{field}.{name}.shape")
+            negative = np.flatnonzero(values < 0)
+            if len(negative):
+                c.fail("Invalid packed sampling mask", f"{field}.{name}", int(negative[0]))
+            arrays[name] = values
+        counts, values = arrays["counts"], arrays["ids"]
+        if len(counts) != len(ids) or int(counts.sum(dtype=np.int64)) != len(values):
+            c.fail("Sampling mask token count mismatch", field)
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        rows = Ragged(offsets, values)
+    elif isinstance(mask, list):
+        if len(mask) != len(ids):
+            c.fail("Sampling mask token count mismatch", field)
+        for index, support in enumerate(mask):
+            if not isinstance(support, list) or not all(
+                _is_int(i) and 0 <= i <= MAX_MASK_ID for i in support
+            ):
+                c.fail("Invalid recorded sampling support", field, index)
+            _check_support(ids[index], support, c, field, index)
+        return Ragged.from_lists(mask, np.int32)
+    else:
+        c.fail("Sampling mask token count mismatch", field)
+    for index, support in enumerate(rows.to_lists()):
+        _check_support(ids[index], support, c, field, index)
+    return rows
+
+
+def _check_support(sampled: int, support: list[int], c: _Choice, field: str, index: int) -> None:
+    if not support or len(set(support)) != len(support) or sampled not in support:
+        c.fail("Invalid recorded sampling support", field, index)
+
+
+# --- top-k head ----------------------------------------------------------------------------------
+
+
+def select_head(
+    head: dict[int, float],
+    sampled_id: int,
+    sampled_logprob: float,
+    k: int,
+    support: list[int] | None = None,
+) -> tuple[list[int], list[float]]:
+    """Keep an action-independent head of ``k`` candidates, or exactly the recorded support.
+
+    ``head`` maps candidate ids to logprobs in the order the engine sent them. Raises
+    :class:`MalformedResponseError` (without a location) when the evidence is inconsistent.
+    """
+    if sampled_id in head and not math.isclose(
+        head[sampled_id], sampled_logprob, rel_tol=1e-6, abs_tol=1e-5
+    ):
+        raise MalformedResponseError("Sampler head and sampled-token logprob disagree")
+    # Candidates at the sentinel were filtered out by the sampler (-inf on the engine side).
+    ranked = sorted(
+        ((i, p) for i, p in head.items() if p != VLLM_LOGPROB_SENTINEL),
+        key=lambda item: (-item[1], item[0]),
+    )
+    if support is not None:
+        support_set = set(support)
+        if not support_set.issubset(i for i, _ in ranked):
+            raise MalformedResponseError("Missing sampling-support probabilities")
+        ranked = [(i, p) for i, p in ranked if i in support_set]
+        if not math.isclose(
+            math.fsum(math.exp(p) for _, p in ranked), 1.0, rel_tol=0, abs_tol=1e-4
+        ):
+            raise MalformedResponseError(
+                "Sampler probabilities must normalize over the recorded support"
+            )
+    elif len(ranked) > k and ranked[k - 1][1] == ranked[k][1]:
+        # A tie across the k-th place: keeping any of the tied candidates would make the
+        # head depend on the order the engine happened to list them in.
+        boundary = ranked[k][1]
+        ranked = [(i, p) for i, p in ranked if p > boundary]
+    else:
+        ranked = ranked[:k]
+    if not ranked or math.fsum(math.exp(p) for _, p in ranked) > 1.0001:
+        raise MalformedResponseError("Invalid sampler head probability mass")
+    if support is None and len(head) < k + 2:
+        raise MalformedResponseError("Engine returned fewer top logprobs than requested")
+    return [i for i, _ in ranked], [p for _, p in ranked]
+
+
+def _head_or_fail(c: _Choice, field: str, index: int, *args: Any) -> tuple[list[int], list[float]]:
+    try:
+        return select_head(*args)
+    except MalformedResponseError as exc:
+        c.fail(exc.reason, field, index)
+        raise  # unreachable
+
+
+# --- sampled-token logprobs and heads: compact ---------------------------------------------------
+
+
+def _parse_compact_logprobs(
+    choice: dict[str, Any], ids: list[int], k: int | None, c: _Choice
+) -> tuple[np.ndarray, Ragged | None, Ragged | None, Ragged | None]:
+    field = "compact_logprobs"
+    packed = choice[field]
+    if not isinstance(packed, dict) or packed.get("format") != COMPACT_FORMAT:
+        c.fail("Unsupported compact logprob format", field + ".format")
+    offsets = packed.get("offsets")
+    if not isinstance(offsets, list) or len(offsets) != len(ids) + 1:
+        c.fail("Invalid compact logprob offsets", field + ".offsets")
+    for i, x in enumerate(offsets):
+        if not _is_int(x) or x < 0 or (x != 0 if i == 0 else x <= offsets[i - 1]):
+            c.fail("Invalid compact logprob offsets", field + ".offsets", i)
+    num_top = packed.get("num_top_logprobs")
+    if not _is_int(num_top) or num_top < -1:
+        c.fail("Invalid compact logprob candidate count", field + ".num_top_logprobs")
+    raw = _b64(packed.get("data"))
+    if raw is None:
+        c.fail("Invalid compact logprob base64", field + ".data")
+    count = offsets[-1]
+    if len(raw) != count * 8:
+        c.fail("Invalid compact logprob buffer length", field + ".data")
+    buffer = bytearray(raw)
+    row_ids = np.frombuffer(buffer, dtype="<u4", count=count)
+    row_values = np.frombuffer(buffer, dtype="<f4", count=count, offset=count * 4)
+    bad = np.flatnonzero(~np.isfinite(row_values) | (row_values > 1e-6))
+    if len(bad):
+        row = int(np.searchsorted(offsets, bad[0], side="right")) - 1
+        c.fail("Invalid compact logprob values", field, row)
+    # With a head, the support decides it, so it is checked before the rows; without one,
+    # the rows' own errors come first (renderers never looks at the mask then).
+    supports = _parse_sampling_mask(choice, ids, c) if k is not None else None
+    sampled = np.empty(len(ids), dtype=np.float32)
+    top_ids: list[list[int]] = []
+    top_logprobs: list[list[float]] = []
+    for index, token_id in enumerate(ids):
+        start, end = offsets[index], offsets[index + 1]
+        items = list(zip(row_ids[start:end].tolist(), row_values[start:end].tolist()))
+        # The engine's flat storage may repeat the sampled id inside its row; a dict keeps
+        # the first position and the last value, exactly as vLLM's own dict would.
+        row = dict(items)
+        if any(row[i] != p for i, p in items):
+            c.fail("Repeated compact logprobs disagree", field, index)
+        if token_id not in row or row[token_id] == VLLM_LOGPROB_SENTINEL:
+            c.fail("Missing compact sampled-token evidence", field, index)
+        sampled[index] = row[token_id]
+        if k is not None:
+            head = dict(list(row.items())[: max(num_top, 1)])
+            support = supports[index].tolist() if supports is not None else None
+            selected = _head_or_fail(c, field, index, head, token_id, row[token_id], k, support)
+            top_ids.append(selected[0])
+            top_logprobs.append(selected[1])
+    if k is None:
+        return sampled, None, None, _parse_sampling_mask(choice, ids, c)
+    return (
+        sampled,
+        Ragged.from_lists(top_ids, np.int64),
+        Ragged.from_lists(top_logprobs, np.float32),
+        supports,
+    )
+
+
+def _parse_native_heads(
+    choice: dict[str, Any], ids: list[int], k: int, c: _Choice
+) -> tuple[Ragged, Ragged, Ragged | None]:
+    field = "logprobs.content"
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or len(content) != len(ids):
+        c.fail("Missing requested top logprobs", field)
+    supports = _parse_sampling_mask(choice, ids, c)
+    top_ids: list[list[int]] = []
+    top_logprobs: list[list[float]] = []
+    for index, (sampled_id, entry) in enumerate(zip(ids, content)):
+        candidates = entry.get("top_logprobs") if isinstance(entry, dict) else None
+        if not isinstance(candidates, list) or not candidates:
+            c.fail("Missing requested top logprobs", field, index)
+        head: dict[int, float] = {}
+        for candidate in candidates:
+            if not isinstance(candidate, dict):
+                c.fail("Top logprob must be an object", field, index)
+            token_id = _logprob_token_id(candidate)
+            if token_id is None:
+                c.fail("Top logprob must identify a nonnegative token id", field, index)
+            logprob = candidate.get("logprob")
+            if (
+                isinstance(logprob, bool)
+                or not isinstance(logprob, (int, float))
+                or not math.isfinite(logprob)
+            ):
+                c.fail("Top logprob must be finite", field, index)
+            if logprob > 1e-6:
+                c.fail("Top logprob cannot be positive", field, index)
+            if token_id in head:
+                c.fail("Duplicate top logprob token id", field, index)
+            head[token_id] = float(logprob)
+        sampled_logprob = entry.get("logprob")
+        if isinstance(sampled_logprob, bool) or not isinstance(sampled_logprob, (int, float)):
+            c.fail(f"Engine response choice.logprobs.content[{index}].logprob must be a number.", field, index)
+        support = supports[index].tolist() if supports is not None else None
+        selected = _head_or_fail(c, field, index, head, sampled_id, sampled_logprob, k, support)
+        top_ids.append(selected[0])
+        top_logprobs.append(selected[1])
+    return (
+        Ragged.from_lists(top_ids, np.int64),
+        Ragged.from_lists(top_logprobs, np.float64),
+        supports,
+    )
+
+
+# --- routed experts ------------------------------------------------------------------------------
+
+
+def _parse_npy(raw: bytes, c: _Choice) -> np.ndarray:
+    """Upstream vLLM's form: a whole ``.npy`` file. Only the header fields we need are trusted."""
+    field = "routed_experts"
+    if raw[:6] != b"\x93NUMPY" or len(raw) < 10:
+        c.fail("routed_experts .npy magic missing", field)
+    major = raw[6]
+    if major == 1:
+        size, begin = int.from_bytes(raw[8:10], "little"), 10
+    elif major in (2, 3):
+        size, begin = int.from_bytes(raw[8:12], "little"), 12
+    else:
+        c.fail(f"routed_experts .npy version {major} is not supported", field)
+    if len(raw) < begin + size:
+        c.fail("routed_experts .npy header is truncated", field)
+    try:
+        header = ast.literal_eval(raw[begin : begin + size].decode("latin-1"))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        header = None
+    if (
+        not isinstance(header, dict)
+        or header.get("fortran_order") is not False
+        or header.get("descr") not in NPY_DESCRS
+        or not isinstance(header.get("shape"), tuple)
+    ):
+        c.fail("routed_experts .npy header is invalid", field)
+    return _shaped(raw[begin + size :], list(header["shape"]), NPY_DESCRS[header["descr"]], c)
+
+
+def _shaped(data: bytes, shape: Any, dtype_name: str, c: _Choice) -> np.ndarray:
+    field = "routed_experts"
+    if not isinstance(shape, list) or not shape or not all(_is_int(d) and d >= 0 for d in shape):
+        c.fail("routed_experts shape must be a list of non-negative ints", field + ".shape")
+    dtype = ROUTED_DTYPES[dtype_name]
+    # Python ints: a declared shape can never overflow, and nothing is allocated from it.
+    if math.prod(shape) * dtype.itemsize != len(data):
+        c.fail(
+            f"routed_experts shape {shape} x {dtype.itemsize} bytes does not match "
+            f"{len(data)} decoded bytes",
+            field + ".shape",
+        )
+    return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+
+
+def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
+    field = "routed_experts"
+    if isinstance(value, str):
+        raw = _b64(value)
+        if raw is None:
+            c.fail("Invalid routed_experts base64", field)
+        return RoutedExperts(_parse_npy(raw, c), None)
+    if not isinstance(value, dict):
+        c.fail("routed_experts must be an object or a base64 .npy string", field)
+    dtype_name = value.get("dtype", "uint8")
+    if dtype_name not in ROUTED_DTYPES:
+        c.fail("Unsupported routed_experts dtype (uint8, uint16 or int32)", field + ".dtype")
+    start = value.get("start")
+    if start is not None and (not _is_int(start) or start < 0):
+        c.fail("routed_experts start must be a non-negative int", field + ".start")
+    raw = _b64(value.get("data"))
+    if raw is None:
+        c.fail("Invalid routed_experts base64", field + ".data")
+    return RoutedExperts(_shaped(raw, value.get("shape"), dtype_name, c), start)
+
+
+# --- a whole response ----------------------------------------------------------------------------
+
+
+def _check_top_k(top_k: Any) -> int | None:
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        raise ValueError(f"top_k must be a positive int or None, not {top_k!r}")
+    return top_k
+
+
+def _load(raw: Any) -> Any:
+    if not isinstance(raw, (bytes, str)):
+        try:
+            raw = memoryview(raw).cast("B").tobytes()
+        except TypeError:
+            raise TypeError(
+                f"expected str or a bytes-like object, not {type(raw).__name__}"
+            ) from None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedResponseError(f"invalid JSON: {exc}") from None
+
+
+def _parse_choice(
+    choice: Any, index: int, k: int | None, require_logprobs: bool
+) -> GenerateChoice:
+    c = _Choice(index)
+    if not isinstance(choice, dict):
+        c.fail("choice must be an object")
+    ids_array = _int_array(
+        choice.get("token_ids"), MAX_TOKEN_ID, c.fail, "token_ids", "token_ids must hold token ids in [0, 2**32)"
+    )
+    ids = ids_array.tolist()
+    top_ids = top_logprobs = None
+    consumed = list(_CONSUMED)
+    if choice.get("compact_logprobs") is not None:
+        logprobs, top_ids, top_logprobs, mask = _parse_compact_logprobs(choice, ids, k, c)
+        consumed.append("compact_logprobs")
+    else:
+        if choice.get("completion_logprobs") is not None:
+            logprobs = _parse_packed_logprobs(choice["completion_logprobs"], len(ids), c)
+            consumed.append("completion_logprobs")
+        elif choice.get("logprobs") is not None or require_logprobs or k is not None:
+            logprobs = _parse_native_logprobs(choice, ids, c)
+        else:
+            logprobs = None
+        if k is not None:
+            top_ids, top_logprobs, mask = _parse_native_heads(choice, ids, k, c)
+            consumed.append("logprobs")
+        else:
+            mask = _parse_sampling_mask(choice, ids, c)
+        if logprobs is not None and "completion_logprobs" not in consumed:
+            consumed.append("logprobs")
+    routed = choice.get("routed_experts")
+    return GenerateChoice(
+        index=index,
+        completion_ids=ids_array,
+        completion_logprobs=logprobs,
+        completion_top_ids=top_ids,
+        completion_top_logprobs=top_logprobs,
+        sampling_mask=mask,
+        routed_experts=_parse_routed_experts(routed, c) if routed is not None else None,
+        finish_reason=choice.get("finish_reason"),
+        raw={key: value for key, value in choice.items() if key not in consumed},
+    )
+
+
+def parse_generate_response(
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True
+) -> GenerateResponse:
+    """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
+    k = _check_top_k(top_k)
+    document = _load(raw)
+    if not isinstance(document, dict):
+        raise MalformedResponseError("response must be a JSON object")
+    prompt = document.get("prompt_token_ids")
+    if prompt is not None:
+        prompt = _int_array(
+            prompt,
+            MAX_TOKEN_ID,
+            _top_level_fail,
+            "prompt_token_ids",
+            "prompt_token_ids must hold token ids in [0, 2**32)",
+        )
+    choices = document.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponseError("choices must be a non-empty list", field="choices")
+    parsed = [_parse_choice(choice, i, k, require_logprobs) for i, choice in enumerate(choices)]
+    return GenerateResponse(
+        choices=parsed,
+        request_id=document.get("request_id"),
+        usage=document.get("usage"),
+        prompt_token_ids=prompt,
+        payload={key: v for key, v in document.items() if key not in ("choices", "prompt_token_ids")},
+    )
+
+
+def _top_level_fail(reason: str, field: str | None = None, token: int | None = None):
+    raise MalformedResponseError(reason, field=field, token=token)

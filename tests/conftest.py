@@ -1,0 +1,75 @@
+"""Every test that takes ``impl`` runs against both implementations; ``simd`` runs a test on
+every base64 path this CPU has (the run lists the paths it skipped and why)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+import tokenwire
+from tokenwire import _reference
+
+try:
+    from tokenwire import _core
+except ImportError:  # pure-Python install
+    _core = None
+
+_NO_CORE = "the compiled core is not built (pure-Python install or TOKENWIRE_NO_EXTENSIONS=1)"
+ALL_PATHS = ("scalar", "avx2", "avx512")
+
+
+def implementations():
+    params = [pytest.param(_reference, id="python")]
+    forced_off = os.environ.get("TOKENWIRE_NO_EXTENSIONS", "") not in ("", "0")
+    marks = [pytest.mark.skip(reason=_NO_CORE)] if _core is None or forced_off else []
+    params.append(pytest.param(_core, id="c", marks=marks))
+    return params
+
+
+@pytest.fixture(params=implementations())
+def impl(request):
+    return request.param
+
+
+@pytest.fixture(params=ALL_PATHS)
+def simd(request):
+    """Force one base64 path of the compiled core for the duration of a test."""
+    if _core is None:
+        pytest.skip(_NO_CORE)
+    if request.param not in _core.simd_paths():
+        pytest.skip(f"this CPU cannot run the {request.param} path")
+    previous = _core.set_simd_path(request.param)
+    yield request.param
+    _core.set_simd_path(previous)
+
+
+def pytest_report_header(config):
+    paths = _core.simd_paths() if _core is not None else []
+    missing = [p for p in ALL_PATHS if p not in paths]
+    return [
+        f"tokenwire: implementation={tokenwire.implementation}, simd paths={paths or 'none'}"
+        + (f", not testable here: {missing}" if missing else ""),
+    ]
+
+
+@pytest.fixture(scope="session")
+def renderers_client():
+    """renderers' own client module (the reference the contract was written from)."""
+    try:
+        return importlib.import_module("renderers.client")
+    except Exception as exc:  # an ImportError, or a broken optional dependency of renderers
+        pytest.skip(f"renderers 0.1.13.dev13 is not importable: {exc}")
+
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# The implementation fixtures are stateless modules, so sharing them across examples is safe.
+settings.register_profile(
+    "tokenwire", suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None
+)
+settings.register_profile(
+    "ci", parent=settings.get_profile("tokenwire"), derandomize=False, print_blob=True
+)
+settings.load_profile(os.environ.get("TOKENWIRE_HYPOTHESIS_PROFILE", "tokenwire"))

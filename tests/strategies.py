@@ -1,0 +1,393 @@
+"""Hypothesis strategies: plausible responses of every transport, every spelling, and a
+mutation of every rule. Each case says which mutation it carries, so a test knows whether
+renderers is expected to disagree (a documented difference) or not."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from tokenwire import samples
+
+# Mutations where tokenwire is deliberately stricter than renderers (see the README).
+STRICTER_THAN_RENDERERS = {
+    "token_ids.missing",
+    "token_ids.negative_packed",
+    "token_ids.bool",
+    "token_ids.float",
+    "token_ids.huge",
+    "packed.dtype",
+    "packed.shape",
+    "packed.base64_noncanonical",
+    "routed.shape",
+    "routed.dtype",
+    "routed.start",
+    "routed.base64",
+    "routed.npy_header",
+    "prompt.negative",
+    "choices.empty",
+    "choices.not_list",
+    "document.not_object",
+    "choice.not_object",
+    "later_choice",  # renderers reads only the first choice
+    "mask.without_head",  # renderers checks a mask only when it selects a head
+    "mask.shape_bool",
+    "native.unicode_digits",
+    "bytes.truncate",
+    "bytes.flip",
+}
+
+
+@dataclass
+class Case:
+    raw: bytes
+    top_k: int | None
+    mutation: str | None = None
+    spelling: str = "compact"
+    notes: list[str] = field(default_factory=list)
+
+
+# Probabilities with exact ties and a long tail, so heads hit every branch.
+_PROBS = [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.2, 0.1, 0.05, 0.6, 0.3]
+
+
+@st.composite
+def evidence(draw, n: int, m: int, with_support: bool) -> samples.TokenEvidence:
+    if draw(st.booleans()):  # realistic distributions
+        return samples.evidence(n, m, seed=draw(st.integers(0, 2**16)), support=with_support, width=max(m, 1) + 8)
+    # Small alphabets: ties, repeats and the sampled id inside or outside the candidates.
+    ids = np.array([draw(st.integers(0, 12)) for _ in range(n)], dtype=np.int64)
+    lps = np.array([math.log(draw(st.sampled_from(_PROBS))) for _ in range(n)], dtype=np.float32)
+    cand_ids = np.zeros((n, m), dtype=np.int64)
+    cand_lps = np.zeros((n, m), dtype=np.float32)
+    support = [] if with_support else None
+    for t in range(n):
+        row = draw(st.lists(st.integers(0, 12), min_size=m, max_size=m, unique=True))
+        vals = sorted((math.log(draw(st.sampled_from(_PROBS))) for _ in range(m)), reverse=True)
+        if m and draw(st.booleans()):
+            row[draw(st.integers(0, m - 1))] = int(ids[t]) if int(ids[t]) not in row else row[0]
+        if m and draw(st.integers(0, 5)) == 0:
+            vals[-1] = samples.SENTINEL
+        cand_ids[t] = row
+        cand_lps[t] = vals
+        if int(ids[t]) in row:  # a consistent sampled value, most of the time
+            if draw(st.integers(0, 7)):
+                lps[t] = cand_lps[t][row.index(int(ids[t]))]
+        if support is not None:
+            size = draw(st.integers(1, max(m, 1)))
+            chosen = list(dict.fromkeys([int(ids[t]), *row[:size]]))[:size]
+            support.append(chosen if draw(st.integers(0, 9)) else chosen[1:])
+    return samples.TokenEvidence(ids, lps, cand_ids, cand_lps, support)
+
+
+@st.composite
+def choices(draw, index: int, k: int | None) -> dict[str, Any]:
+    n = draw(st.integers(0, 5))
+    transport = draw(st.sampled_from(["native", "packed", "compact"]))
+    m = draw(st.integers(0, (k or 2) + 3))
+    mask = draw(st.sampled_from([None, None, "list", "csr"]))
+    ev = draw(evidence(n, m, mask is not None))
+    routed = None
+    if draw(st.integers(0, 3)) == 0:
+        routed = samples.routing(max(n, 1), layers=2, topk=2, experts=draw(st.sampled_from([8, 300])))
+    return samples.build_choice(
+        ev,
+        transport=transport,
+        index=index,
+        num_top=draw(st.sampled_from([None, None, -1, 0, 1, m + 1])),
+        mask=mask,
+        routed=routed,
+        routed_form=draw(st.sampled_from(["dict", "npy"])),
+    )
+
+
+def _shuffle_keys(value: Any, rng: random.Random) -> Any:
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {k: _shuffle_keys(v, rng) for k, v in items}
+    if isinstance(value, list):
+        return [_shuffle_keys(v, rng) for v in value]
+    return value
+
+
+def spell(document: Any, spelling: str, seed: int = 0) -> bytes:
+    """Serialize one document in one of several legal JSON spellings."""
+    if spelling == "compact":
+        return samples.dumps(document)
+    if spelling == "spaced":
+        return json.dumps(document, separators=(", ", ": ")).encode()
+    if spelling == "indented":
+        return json.dumps(document, indent=2).encode()
+    if spelling == "shuffled":
+        return samples.dumps(_shuffle_keys(document, random.Random(seed)))
+    if spelling == "escaped_slash":
+        # '/' occurs only inside strings in JSON text, and "\/" is its legal escape.
+        return samples.dumps(document).replace(b"/", b"\\/")
+    if spelling == "decoys" and isinstance(document, dict):
+        decoy = {"token_ids": [1, 2], "compact_logprobs": {"data": "!!", "offsets": [5]}, "routed_experts": 7}
+        document = dict(document, kv_transfer_params=decoy)
+        document["usage"] = dict(document.get("usage") or {}, **decoy)
+        for choice in document.get("choices") or []:
+            if isinstance(choice, dict):
+                choice["extra"] = {"choices": [decoy], **decoy}
+        return samples.dumps(document)
+    return samples.dumps(document)
+
+
+SPELLINGS = ["compact", "compact", "spaced", "indented", "shuffled", "escaped_slash", "decoys"]
+
+
+def _mutations(choice: dict[str, Any]) -> list[str]:
+    names = ["token_ids.extra", "token_ids.drop", "token_ids.missing", "token_ids.bool", "token_ids.float", "token_ids.huge"]
+    if "compact_logprobs" in choice:
+        names += [
+            "compact.format", "compact.offsets_none", "compact.offsets_first", "compact.offsets_flat",
+            "compact.offsets_bool", "compact.offsets_float", "compact.offsets_past", "compact.num_top_bool",
+            "compact.num_top_neg", "compact.data_bad", "compact.data_none", "compact.data_short",
+            "compact.value_positive", "compact.value_nan", "compact.sampled_sentinel", "compact.sampled_missing",
+            "compact.repeat_disagree",
+        ]
+    if "completion_logprobs" in choice:
+        names += ["packed.dtype", "packed.shape", "packed.count", "packed.nan", "packed.sentinel", "packed.base64_noncanonical", "token_ids.negative_packed"]
+    if isinstance(choice.get("logprobs"), dict):
+        names += [
+            "native.entry_not_object", "native.token_mismatch", "native.token_id_bool", "native.token_id_str",
+            "native.logprob_bool", "native.logprob_str", "native.sentinel", "native.count",
+            "native.top_missing", "native.top_not_object", "native.top_dup", "native.top_positive",
+            "native.top_str", "native.unicode_digits",
+        ]
+    if isinstance(choice.get("sampling_mask"), list):
+        names += ["mask.count", "mask.empty_row", "mask.dup", "mask.sampled_missing", "mask.negative"]
+    if isinstance(choice.get("sampling_mask"), dict):
+        names += ["mask.count", "mask.dtype", "mask.shape", "mask.shape_bool", "mask.negative_csr"]
+    if "routed_experts" in choice:
+        names += ["routed.shape", "routed.dtype", "routed.start", "routed.base64", "routed.npy_header"]
+    return names
+
+
+def _apply(choice: dict[str, Any], name: str, draw) -> None:  # noqa: C901 - one branch per rule
+    ids = choice["token_ids"]
+    n = len(ids)
+    pick = lambda size: draw(st.integers(0, size - 1))  # noqa: E731
+    if name == "token_ids.extra":
+        ids.append(3)
+    elif name == "token_ids.drop" and n:
+        ids.pop()
+    elif name == "token_ids.missing":
+        del choice["token_ids"]
+    elif name == "token_ids.bool" and n:
+        ids[pick(n)] = True
+    elif name == "token_ids.float" and n:
+        ids[pick(n)] = 1.5
+    elif name == "token_ids.huge" and n:
+        ids[pick(n)] = 2**32
+    elif name == "token_ids.negative_packed" and n:
+        ids[pick(n)] = -1
+    elif name.startswith("compact."):
+        _apply_compact(choice["compact_logprobs"], name[8:], n, draw)
+    elif name.startswith("packed."):
+        packed = choice["completion_logprobs"]
+        values = np.frombuffer(samples.base64.b64decode(packed["data"]), "<f4").copy()
+        if name == "packed.dtype":
+            packed["dtype"] = draw(st.sampled_from(["float16", "int32", None, "<f4"]))
+        elif name == "packed.shape":
+            packed["shape"] = draw(st.sampled_from([[n + 1], [n, 1], None, [True] if n == 1 else "x"]))
+        elif name == "packed.count":
+            values = np.append(values, np.float32(-1))
+            packed["shape"] = [len(values)]
+        elif name in ("packed.nan", "packed.sentinel") and n:
+            values[pick(n)] = np.nan if name == "packed.nan" else samples.SENTINEL
+        elif name == "packed.base64_noncanonical":
+            packed["data"] = packed["data"] + "\n"
+            return
+        packed["data"] = samples.b64(values.tobytes())
+    elif name.startswith("native."):
+        _apply_native(choice["logprobs"]["content"], name[7:], draw)
+    elif name.startswith("mask."):
+        _apply_mask(choice, name[5:], n, draw)
+    elif name.startswith("routed."):
+        routed = choice["routed_experts"]
+        if isinstance(routed, str):
+            raw = bytearray(samples.base64.b64decode(routed))
+            if name == "routed.npy_header":
+                raw[draw(st.integers(0, 40))] ^= 0x20
+            elif name == "routed.base64":
+                choice["routed_experts"] = routed[:-1] + "*"
+                return
+            else:
+                raw = raw[:-1]
+            choice["routed_experts"] = samples.b64(bytes(raw))
+        elif name == "routed.shape":
+            routed["shape"] = draw(st.sampled_from([[1], [], [-1, 2, 2], [2**40, 2**40, 2**40], [True, 2, 2]]))
+        elif name == "routed.dtype":
+            routed["dtype"] = draw(st.sampled_from(["int64", None, "u1"]))
+        elif name == "routed.start":
+            routed["start"] = draw(st.sampled_from([-1, 1.5, "0", True]))
+        elif name == "routed.base64":
+            routed["data"] = "@" + routed["data"][1:]
+
+
+def _apply_compact(packed: dict[str, Any], name: str, n: int, draw) -> None:
+    offsets = packed["offsets"]
+    if name == "format":
+        packed["format"] = "u32-f32-be-v1"
+    elif name == "offsets_none":
+        packed["offsets"] = None
+    elif name == "offsets_first":
+        offsets[0] = 1
+    elif name == "offsets_flat" and n:
+        offsets[-1] = offsets[-2]
+    elif name == "offsets_bool" and n:
+        offsets[1] = True if offsets[1] == 1 else False
+    elif name == "offsets_float" and n:
+        offsets[-1] = offsets[-1] + 0.5
+    elif name == "offsets_past" and n:
+        offsets[-1] += 1
+    elif name == "num_top_bool":
+        packed["num_top_logprobs"] = True
+    elif name == "num_top_neg":
+        packed["num_top_logprobs"] = -2
+    elif name == "data_bad":
+        packed["data"] = "?" + packed["data"][1:]
+    elif name == "data_none":
+        packed["data"] = None
+    elif name == "data_short" and packed["data"]:
+        packed["data"] = packed["data"][:-4]
+    elif n and offsets[-1]:
+        count = offsets[-1]
+        raw = samples.base64.b64decode(packed["data"])
+        ids = np.frombuffer(raw, "<u4", count=count).copy()
+        vals = np.frombuffer(raw, "<f4", count=count, offset=4 * count).copy()
+        row = draw(st.integers(0, n - 1))
+        start, end = offsets[row], offsets[row + 1]
+        at = draw(st.integers(start, end - 1))
+        if name == "value_positive":
+            vals[at] = 0.5
+        elif name == "value_nan":
+            vals[at] = np.nan
+        elif name == "sampled_sentinel":
+            segment = vals[start:end]
+            segment[ids[start:end] == ids[start]] = samples.SENTINEL
+        elif name == "sampled_missing":
+            ids[start] = 4_000_000_000
+        elif name == "repeat_disagree" and end - start > 1:
+            ids[start + 1] = ids[start]
+            vals[start + 1] = vals[start] - 1
+        packed["data"] = samples.b64(ids.tobytes() + vals.tobytes())
+
+
+def _apply_native(content: list[Any], name: str, draw) -> None:
+    if name == "count":
+        content.append(content[-1] if content else {"token": "token_id:1", "logprob": -1.0})
+        return
+    if not content:
+        return
+    t = draw(st.integers(0, len(content) - 1))
+    entry = content[t]
+    top = entry.get("top_logprobs") or []
+    if name == "entry_not_object":
+        content[t] = [entry]
+    elif name == "token_mismatch":
+        entry["token"] = "token_id:999999"
+    elif name == "token_id_bool":
+        entry["token_id"] = True
+    elif name == "token_id_str":
+        entry["token_id"] = entry["token"][9:]
+    elif name == "logprob_bool":
+        entry["logprob"] = False
+    elif name == "logprob_str":
+        entry["logprob"] = "-0.5"
+    elif name == "sentinel":
+        entry["logprob"] = samples.SENTINEL
+    elif name == "unicode_digits":
+        entry["token"] = "token_id:" + "".join(chr(0x660 + int(d)) for d in entry["token"][9:])
+    elif name == "top_missing":
+        entry["top_logprobs"] = draw(st.sampled_from([None, [], "x"]))
+    elif top and name == "top_not_object":
+        top[0] = 3
+    elif top and name == "top_dup":
+        top.append(dict(top[0]))
+    elif top and name == "top_positive":
+        top[-1]["logprob"] = 0.25
+    elif top and name == "top_str":
+        top[-1]["logprob"] = None
+
+
+def _apply_mask(choice: dict[str, Any], name: str, n: int, draw) -> None:
+    mask = choice["sampling_mask"]
+    if isinstance(mask, list):
+        if name == "count":
+            mask.append([1])
+        elif n and name == "empty_row":
+            mask[draw(st.integers(0, n - 1))] = []
+        elif n and name == "dup":
+            row = mask[draw(st.integers(0, n - 1))]
+            row.extend([row[0]] if row else [1, 1])
+        elif n and name == "sampled_missing":
+            t = draw(st.integers(0, n - 1))
+            mask[t] = [i for i in mask[t] if i != choice["token_ids"][t]] or [choice["token_ids"][t] + 1]
+        elif n and name == "negative":
+            mask[draw(st.integers(0, n - 1))].append(-3)
+        return
+    if name == "count":
+        counts = np.frombuffer(samples.base64.b64decode(mask["counts"]["data"]), "<i4")
+        counts = np.append(counts, np.int32(1))
+        mask["counts"] = {"data": samples.b64(counts.tobytes()), "shape": [len(counts)], "dtype": "int32"}
+    elif name == "dtype":
+        mask["ids"]["dtype"] = "int64"
+    elif name == "shape":
+        mask["ids"]["shape"] = [mask["ids"]["shape"][0] + 1]
+    elif name == "shape_bool" and mask["counts"]["shape"] == [1]:
+        mask["counts"]["shape"] = [True]
+    elif name == "negative_csr":
+        ids = np.frombuffer(samples.base64.b64decode(mask["ids"]["data"]), "<i4").copy()
+        if len(ids):
+            ids[draw(st.integers(0, len(ids) - 1))] = -5
+            mask["ids"]["data"] = samples.b64(ids.tobytes())
+
+
+@st.composite
+def cases(draw, *, mutate: bool | None = None) -> Case:
+    """A response, possibly mutated, in some spelling, with the top_k it is parsed with."""
+    k = draw(st.sampled_from([None, None, 1, 2, 3, 5]))
+    count = draw(st.integers(1, 3))
+    chosen = [draw(choices(i, k)) for i in range(count)]
+    document: Any = samples.response(chosen, prompt_tokens=draw(st.integers(0, 6)), seed=draw(st.integers(0, 99)))
+    mutation = None
+    if mutate is None:
+        mutate = draw(st.booleans())
+    if mutate:
+        target = draw(st.integers(0, count - 1))
+        options = _mutations(chosen[target]) + ["prompt.negative", "choices.empty", "choices.not_list", "document.not_object", "choice.not_object", "bytes.truncate", "bytes.flip"]
+        mutation = draw(st.sampled_from(options))
+        if mutation == "prompt.negative":
+            document["prompt_token_ids"] = [-1]
+        elif mutation == "choices.empty":
+            document["choices"] = []
+        elif mutation == "choices.not_list":
+            document["choices"] = {"0": chosen[0]}
+        elif mutation == "document.not_object":
+            document = [document]
+        elif mutation == "choice.not_object":
+            document["choices"][target] = [chosen[target]]
+        elif not mutation.startswith("bytes."):
+            _apply(chosen[target], mutation, draw)
+        if mutation.startswith("mask.") and k is None:
+            mutation = "mask.without_head"
+        if target > 0 and mutation not in STRICTER_THAN_RENDERERS:
+            mutation = "later_choice"
+    spelling = draw(st.sampled_from(SPELLINGS))
+    raw = spell(document, spelling, seed=draw(st.integers(0, 99)))
+    if mutation == "bytes.truncate":
+        raw = raw[: draw(st.integers(0, len(raw) - 1))]
+    elif mutation == "bytes.flip":
+        at = draw(st.integers(0, len(raw) - 1))
+        raw = raw[:at] + bytes([draw(st.integers(0, 255))]) + raw[at + 1 :]
+    return Case(raw, k, mutation, spelling)

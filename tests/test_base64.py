@@ -1,0 +1,126 @@
+"""Strict base64: every length, every invalid character at every position, every path."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tokenwire import MalformedResponseError, _reference
+
+from .conftest import _NO_CORE as NO_CORE
+from .conftest import ALL_PATHS, _core
+
+ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def stdlib(data: bytes) -> bytes | None:
+    """What ``b64decode(validate=True)`` accepts, less what it lets through after a complete
+    final quantum (``"QUJD="`` decodes there): a canonical string has a length that is a
+    multiple of four."""
+    if len(data) % 4:
+        return None
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def ours(impl, data):
+    try:
+        return impl.b64decode(data).tobytes()
+    except MalformedResponseError:
+        return None
+
+
+@pytest.fixture(params=["python", *ALL_PATHS])
+def codec(request):
+    """The reference, or the compiled core forced onto each of its paths."""
+    if request.param == "python":
+        yield _reference
+        return
+    if _core is None:
+        pytest.skip(NO_CORE)
+    if request.param not in _core.simd_paths():
+        pytest.skip(f"this CPU cannot run the {request.param} path")
+    previous = _core.set_simd_path(request.param)
+    yield _core
+    _core.set_simd_path(previous)
+
+
+def test_every_length_round_trips(codec):
+    rng = random.Random(0)
+    for n in range(0, 300):
+        raw = bytes(rng.randrange(256) for _ in range(n))
+        text = base64.b64encode(raw)
+        assert ours(codec, text) == raw
+        assert ours(codec, text.decode()) == raw
+
+
+def test_every_invalid_character_at_every_position(codec):
+    rng = random.Random(1)
+    # Lengths that exercise the scalar tail and one or two SIMD blocks of each width.
+    for n in (0, 1, 2, 3, 4, 5, 31, 47, 48, 49, 96, 97, 200):
+        text = bytearray(base64.b64encode(bytes(rng.randrange(256) for _ in range(n))))
+        for pos in range(len(text)):
+            original = text[pos]
+            for byte in range(256):
+                text[pos] = byte
+                data = bytes(text)
+                assert ours(codec, data) == stdlib(data), (n, pos, byte)
+            text[pos] = original
+
+
+def test_insertions_and_truncations_match_stdlib(codec):
+    rng = random.Random(2)
+    for n in range(0, 120):
+        text = base64.b64encode(bytes(rng.randrange(256) for _ in range(n)))
+        for cut in range(len(text) + 1):
+            assert ours(codec, text[:cut]) == stdlib(text[:cut])
+        for pos in range(0, len(text) + 1, 3):
+            for extra in (b"=", b"==", b"\n", b" ", b"A", b"\\"):
+                data = text[:pos] + extra + text[pos:]
+                assert ours(codec, data) == stdlib(data)
+
+
+@given(st.binary(max_size=3000))
+def test_round_trip_property(codec, raw):
+    assert ours(codec, base64.b64encode(raw)) == raw
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_agree_with_stdlib(codec, data):
+    assert ours(codec, data) == stdlib(data)
+
+
+def test_large_payload(codec):
+    raw = np.random.default_rng(3).integers(0, 256, size=3 * 2**20 + 7, dtype=np.uint8).tobytes()
+    text = base64.b64encode(raw)
+    assert ours(codec, text) == raw
+    bad = bytearray(text)
+    bad[len(bad) // 2] = ord("*")
+    assert ours(codec, bytes(bad)) is None
+
+
+def test_decodes_into_a_caller_buffer(impl):
+    out = np.zeros(16, dtype=np.uint8)
+    view = impl.b64decode(b"QUJD", out)
+    assert view.tobytes() == b"ABC"
+    assert out[:3].tobytes() == b"ABC" and not out[3:].any()
+    assert np.shares_memory(view, out)
+    with pytest.raises(ValueError, match="needed"):
+        impl.b64decode(b"QUJDREVG", np.zeros(2, dtype=np.uint8))
+
+
+def test_accepts_every_bytes_like(impl):
+    for data in (b"QUJD", bytearray(b"QUJD"), memoryview(b"QUJD"), "QUJD", np.frombuffer(b"QUJD", np.uint8)):
+        assert impl.b64decode(data).tobytes() == b"ABC"
+    with pytest.raises(TypeError):
+        impl.b64decode(12)
+    with pytest.raises(MalformedResponseError):
+        impl.b64decode("QUJ\u00e9")
