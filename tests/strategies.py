@@ -172,7 +172,7 @@ def _mutations(choice: dict[str, Any]) -> list[str]:
     return names
 
 
-def _apply(choice: dict[str, Any], name: str, draw) -> None:  # noqa: C901 - one branch per rule
+def _apply(choice: dict[str, Any], name: str, draw) -> None:
     ids = choice["token_ids"]
     n = len(ids)
     pick = lambda size: draw(st.integers(0, size - 1))  # noqa: E731

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -287,7 +287,7 @@ SAMPLES: dict[str, Sample] = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def sample(name: str) -> bytes:
     """The serialized bytes of one embedded sample (built once per process)."""
     try:

@@ -1,0 +1,71 @@
+"""Print the ratios of one pytest-benchmark run as a Markdown table.
+
+    python -m pytest benchmarks --benchmark-json=benchmarks/last.json
+    python benchmarks/report.py benchmarks/last.json
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from collections import defaultdict
+
+
+def contender(name: str) -> str:
+    return name.split("[")[0].removeprefix("test_")
+
+
+def main(path: str) -> None:
+    data = json.load(open(path))
+    groups: dict[str, dict[str, float]] = defaultdict(dict)
+    sizes: dict[str, int] = {}
+    for bench in data["benchmarks"]:
+        group = bench["group"] or bench["name"]
+        groups[group][bench["name"]] = bench["stats"]["median"]
+        if "bytes" in bench.get("extra_info", {}):
+            sizes[group] = bench["extra_info"]["bytes"]
+    info = data.get("machine_info", {})
+    print(f"Machine: {info.get('cpu', {}).get('brand_raw', platform.processor())}, "
+          f"{info.get('cpu', {}).get('count', '?')} cores, Python {info.get('python_version', '?')}, "
+          f"{data.get('datetime', '')}\n")
+    generate = {g: t for g, t in groups.items() if not g.startswith("b64decode")}
+    if generate:
+        print("| workload | size | tokenwire | reference | renderers | orjson.loads | pybase64 spans | x renderers | x reference | / orjson | / pybase64 |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for group, times in generate.items():
+            by = {contender(n): t for n, t in times.items()}
+            tw = by.get("tokenwire")
+            if tw is None:
+                continue
+
+            def ms(key: str) -> str:
+                return f"{by[key] * 1e3:.2f} ms" if key in by else "-"
+
+            def ratio(key: str, inverse: bool = False) -> str:
+                if key not in by:
+                    return "-"
+                return f"{(tw / by[key]) if inverse else (by[key] / tw):.2f}x"
+
+            print(f"| {group} | {sizes.get(group, 0) / 2**20:.2f} MB | {ms('tokenwire')} | {ms('reference')} | "
+                  f"{ms('renderers')} | {ms('orjson_loads')} | {ms('pybase64_spans')} | {ratio('renderers')} | "
+                  f"{ratio('reference')} | {ratio('orjson_loads', True)} | {ratio('pybase64_spans', True)} |")
+        print()
+    b64 = {g: t for g, t in groups.items() if g.startswith("b64decode")}
+    if b64:
+        print("| size | path | tokenwire GB/s | pybase64 GB/s | ratio |")
+        print("|---|---|---|---|---|")
+        for group, times in b64.items():
+            size = sizes.get(group, 0)
+            theirs = next((t for n, t in times.items() if "pybase64" in n), None)
+            for name, t in sorted(times.items()):
+                if "pybase64" in name:
+                    continue
+                path = name.split("-")[-1].rstrip("]")
+                ratio = f"{theirs / t:.2f}x" if theirs else "-"
+                pb = f"{size / theirs / 1e9:.2f}" if theirs else "-"
+                print(f"| {group.split()[-1]} | {path} | {size / t / 1e9:.2f} | {pb} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/last.json")

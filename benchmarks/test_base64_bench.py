@@ -1,0 +1,49 @@
+"""base64 decoding throughput per code path against pybase64, at 1 KB, 64 KB and 16 MB."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+
+try:
+    from tokenwire import _core
+except ImportError:
+    _core = None
+try:
+    import pybase64
+except ImportError:
+    pybase64 = None
+
+SIZES = {"1KB": 1 << 10, "64KB": 1 << 16, "16MB": 1 << 24}
+PATHS = ("scalar", "avx2", "avx512")
+
+
+@pytest.fixture(params=list(SIZES), scope="module")
+def payload(request):
+    raw = np.random.default_rng(0).integers(0, 256, size=SIZES[request.param], dtype=np.uint8).tobytes()
+    return request.param, base64.b64encode(raw)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_tokenwire_decode(benchmark, payload, path):
+    if _core is None or path not in _core.simd_paths():
+        pytest.skip(f"{path} is not available here")
+    size, text = payload
+    benchmark.group = f"b64decode {size}"
+    benchmark.extra_info["bytes"] = len(text)
+    out = np.empty(len(text) // 4 * 3, dtype=np.uint8)
+    previous = _core.set_simd_path(path)
+    try:
+        benchmark(_core.b64decode, text, out)
+    finally:
+        _core.set_simd_path(previous)
+
+
+@pytest.mark.skipif(pybase64 is None, reason="pybase64 is not installed")
+def test_pybase64_decode(benchmark, payload):
+    size, text = payload
+    benchmark.group = f"b64decode {size}"
+    benchmark.extra_info["bytes"] = len(text)
+    benchmark(pybase64.b64decode, text, validate=True)
