@@ -7,7 +7,7 @@
  * SIMD kernel decodes as much of the body as it can without reading or
  * writing out of bounds, the scalar kernel finishes the body, and the final
  * quantum (padding) is handled separately.  Kernels only accumulate an error
- * flag; when it is set, a slow pass (tw__locate_error) finds the offset to
+ * flag; when it is set, a slow pass (tw_locate_error) finds the offset to
  * report.  Encoders likewise: a SIMD kernel consumes whole 3-byte groups,
  * the scalar code does the rest and the padding.
  *
@@ -19,7 +19,8 @@
 #include <string.h>
 
 #if (defined(__x86_64__) || defined(_M_X64)) && \
-    (defined(__GNUC__) || defined(__clang__)) && !defined(TW_NO_SIMD)
+    (defined(__GNUC__) || defined(__clang__)) && !defined(_MSC_VER) && \
+    !defined(TW_NO_SIMD)
 #if defined(__clang__) ? (__clang_major__ >= 8) : (__GNUC__ >= 8)
 #define TW_X86_SIMD 1
 #endif
@@ -157,9 +158,11 @@ static inline void tw_put2(char *p, uint32_t x12) { memcpy(p, tw_enc2[x12], 2); 
 /* CPU detection                                                             */
 /* ------------------------------------------------------------------------ */
 
-/* __builtin_cpu_supports reports AVX/AVX-512 features only when the OS has
-   enabled the matching register state (XCR0), so no separate xgetbv check
-   is needed.  __builtin_cpu_init makes it safe even before constructors. */
+/* The GCC and Clang runtimes behind __builtin_cpu_supports report AVX and
+   AVX-512 features only when the OS has enabled the matching register state
+   (XCR0, read with xgetbv), so no separate check is needed here.  The
+   feature bits are computed once by the runtime; __builtin_cpu_init makes
+   the query valid even from code that runs before constructors. */
 static int tw_cpu_avx2(void)
 {
 #ifdef TW_X86_SIMD
@@ -308,8 +311,8 @@ static int tw_dec_scalar_body(const uint8_t *s, size_t n, uint8_t *d)
 static void tw_enc_scalar_groups(const uint8_t *s, size_t n, char *d)
 {
     size_t i = 0;
-    /* 6 bytes -> 8 characters per 8-byte load: needs i + 8 <= n.  Two
-       character stores per lookup keep the integer units free. */
+    /* 6 bytes -> 8 characters per 8-byte load (needs i + 8 <= n), one
+       2-character store per table lookup. */
     for (; i + 14 <= n; i += 12, d += 16) {
         uint64_t w = tw_load_be64(s + i), u = tw_load_be64(s + i + 6);
         tw_put2(d, (uint32_t)(w >> 52));
@@ -473,30 +476,18 @@ TW_TARGET_AVX2 static size_t tw_enc_avx2(const uint8_t *s, size_t n, char *d)
 
 /* Translation table for vpermi2b: value of ASCII code c (0..127), 0x80 when
    invalid.  Bytes >= 0x80 are caught by their own sign bit. */
-#define TW_V7(c) ((char)(TW_VAL(c) == 0xFF ? 0x80 : TW_VAL(c)))
-#define TW_SET64(F, b)                                                      \
-    _mm512_set_epi8(F((b) + 63), F((b) + 62), F((b) + 61), F((b) + 60),     \
-                    F((b) + 59), F((b) + 58), F((b) + 57), F((b) + 56),     \
-                    F((b) + 55), F((b) + 54), F((b) + 53), F((b) + 52),     \
-                    F((b) + 51), F((b) + 50), F((b) + 49), F((b) + 48),     \
-                    F((b) + 47), F((b) + 46), F((b) + 45), F((b) + 44),     \
-                    F((b) + 43), F((b) + 42), F((b) + 41), F((b) + 40),     \
-                    F((b) + 39), F((b) + 38), F((b) + 37), F((b) + 36),     \
-                    F((b) + 35), F((b) + 34), F((b) + 33), F((b) + 32),     \
-                    F((b) + 31), F((b) + 30), F((b) + 29), F((b) + 28),     \
-                    F((b) + 27), F((b) + 26), F((b) + 25), F((b) + 24),     \
-                    F((b) + 23), F((b) + 22), F((b) + 21), F((b) + 20),     \
-                    F((b) + 19), F((b) + 18), F((b) + 17), F((b) + 16),     \
-                    F((b) + 15), F((b) + 14), F((b) + 13), F((b) + 12),     \
-                    F((b) + 11), F((b) + 10), F((b) + 9), F((b) + 8),       \
-                    F((b) + 7), F((b) + 6), F((b) + 5), F((b) + 4),         \
-                    F((b) + 3), F((b) + 2), F((b) + 1), F((b) + 0))
+#define TW_V7(c) ((uint8_t)(TW_VAL(c) == 0xFF ? 0x80 : TW_VAL(c)))
+static const uint8_t tw_x_dlut[128] = {TW_R64(TW_V7, 0), TW_R64(TW_V7, 64)};
 /* vpermb index compacting 16 dwords (bytes at offsets 2, 1, 0 of each)
    into 48 bytes; the top 16 bytes are don't-care. */
-#define TW_PK(j) ((char)((j) < 48 ? 4 * ((j) / 3) + 2 - (j) % 3 : 0))
+#define TW_PK(j) ((uint8_t)((j) < 48 ? 4 * ((j) / 3) + 2 - (j) % 3 : 0))
+static const uint8_t tw_x_pack[64] = {TW_R64(TW_PK, 0)};
 /* vpermb index spreading 16 groups a b c into dwords [b, a, c, b]. */
-#define TW_SP(j) ((char)(3 * ((j) / 4) + ((j) % 4 == 1 ? 0 : (j) % 4 == 2 ? 2 : 1)))
-#define TW_AL(j) ((char)TW_CHR(j))
+#define TW_SP(j) \
+    ((uint8_t)(3 * ((j) / 4) + ((j) % 4 == 1 ? 0 : (j) % 4 == 2 ? 2 : 1)))
+static const uint8_t tw_x_spread[64] = {TW_R64(TW_SP, 0)};
+
+#define TW_LOAD512(p) _mm512_loadu_si512((const void *)(p))
 
 /* 64 characters (values in t) to 48 bytes in the low part of the result. */
 TW_TARGET_AVX512 static inline __m512i tw_avx512_pack(__m512i t, __m512i pk)
@@ -509,9 +500,9 @@ TW_TARGET_AVX512 static inline __m512i tw_avx512_pack(__m512i t, __m512i pk)
 TW_TARGET_AVX512 static size_t tw_dec_avx512(const uint8_t *s, size_t n,
                                              uint8_t *d, int *bad)
 {
-    const __m512i lut0 = TW_SET64(TW_V7, 0);
-    const __m512i lut1 = TW_SET64(TW_V7, 64);
-    const __m512i pk = TW_SET64(TW_PK, 0);
+    const __m512i lut0 = TW_LOAD512(tw_x_dlut);
+    const __m512i lut1 = TW_LOAD512(tw_x_dlut + 64);
+    const __m512i pk = TW_LOAD512(tw_x_pack);
     const __mmask64 k48 = 0xFFFFFFFFFFFFull;
     __m512i err = _mm512_setzero_si512();
     size_t i = 0;
@@ -566,8 +557,8 @@ TW_TARGET_AVX512 static inline __m512i tw_avx512_enc48(__m512i v, __m512i sp,
 TW_TARGET_AVX512 static size_t tw_enc_avx512(const uint8_t *s, size_t n,
                                              char *d)
 {
-    const __m512i sp = TW_SET64(TW_SP, 0);
-    const __m512i al = TW_SET64(TW_AL, 0);
+    const __m512i sp = TW_LOAD512(tw_x_spread);
+    const __m512i al = TW_LOAD512(tw_alphabet);
     size_t i = 0, g;
     for (; i + 112 <= n; i += 96, d += 128) {
         __m512i a = _mm512_loadu_si512((const void *)(s + i));

@@ -56,9 +56,12 @@ ptrdiff_t tw_b64_decoded_size(const char *src, size_t len);
  * Valid input: len % 4 == 0; every character is in A-Z a-z 0-9 + /,
  * except that the last quantum may end in "=" or "==" (padding).  The
  * empty input is valid.  Non-zero unused bits in the last quantum are
- * accepted ("QR==" gives "A").  This is the canonical form accepted by
- * CPython's base64.b64decode(s, validate=True); on every input accepted
- * here the bytes are identical to the stdlib's.
+ * accepted ("QR==" gives "A").  This is exactly the set accepted by
+ * CPython 3.13's base64.b64decode(s, validate=True), with identical bytes.
+ * CPython 3.11/3.12 also accept '=' after a complete final quantum
+ * ("AAAA=", "AAAA===="), which is not canonical and is rejected here;
+ * everything else they accept is accepted here with identical bytes.
+ * src and dst must not overlap.
  *
  * Returns the number of bytes written (>= 0), or -1 on invalid input.
  * On -1, if err_pos is not NULL, *err_pos is set as follows:
@@ -82,7 +85,8 @@ ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, int path,
 size_t tw_b64_encoded_size(size_t n);
 
 /* Standard alphabet with '=' padding; writes exactly
-   tw_b64_encoded_size(len) bytes (no terminating NUL); returns that count. */
+   tw_b64_encoded_size(len) bytes (no terminating NUL); returns that count.
+   src and dst must not overlap. */
 size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path);
 
 #ifdef __cplusplus

@@ -332,6 +332,24 @@ def _parse_compact_logprobs(
     # With a head, the support decides it, so it is checked before the rows; without one,
     # the rows' own errors come first (renderers never looks at the mask then).
     supports = _parse_sampling_mask(choice, ids, c) if k is not None else None
+    sampled, top_ids, top_logprobs = compact_rows(ids, row_ids, row_values, offsets, num_top, k, supports, c)
+    if k is None:
+        return sampled, None, None, _parse_sampling_mask(choice, ids, c)
+    return sampled, top_ids, top_logprobs, supports
+
+
+def compact_rows(
+    ids: list[int],
+    row_ids: np.ndarray,
+    row_values: np.ndarray,
+    offsets: list[int],
+    num_top: int,
+    k: int | None,
+    supports: Ragged | None,
+    c: _Choice,
+) -> tuple[np.ndarray, Ragged | None, Ragged | None]:
+    """Per-row rules of compact logprobs, and the head of each row when ``k`` is given."""
+    field = "compact_logprobs"
     sampled = np.empty(len(ids), dtype=np.float32)
     top_ids: list[list[int]] = []
     top_logprobs: list[list[float]] = []
@@ -353,24 +371,19 @@ def _parse_compact_logprobs(
             top_ids.append(selected[0])
             top_logprobs.append(selected[1])
     if k is None:
-        return sampled, None, None, _parse_sampling_mask(choice, ids, c)
-    return (
-        sampled,
-        Ragged.from_lists(top_ids, np.int64),
-        Ragged.from_lists(top_logprobs, np.float32),
-        supports,
-    )
+        return sampled, None, None
+    return sampled, Ragged.from_lists(top_ids, np.int64), Ragged.from_lists(top_logprobs, np.float32)
 
 
 def _parse_native_heads(
-    choice: dict[str, Any], ids: list[int], k: int, c: _Choice
+    choice: dict[str, Any], ids: list[int], k: int, c: _Choice, parse_mask: Any = None
 ) -> tuple[Ragged, Ragged, Ragged | None]:
     field = "logprobs.content"
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if not isinstance(content, list) or len(content) != len(ids):
         c.fail("Missing requested top logprobs", field)
-    supports = _parse_sampling_mask(choice, ids, c)
+    supports = (parse_mask or _parse_sampling_mask)(choice, ids, c)
     top_ids: list[list[int]] = []
     top_logprobs: list[list[float]] = []
     for index, (sampled_id, entry) in enumerate(zip(ids, content)):
@@ -413,22 +426,22 @@ def _parse_native_heads(
 # --- routed experts ------------------------------------------------------------------------------
 
 
-def _parse_npy(raw: bytes, c: _Choice) -> np.ndarray:
+def _parse_npy(raw: bytes | np.ndarray, c: _Choice) -> np.ndarray:
     """Upstream vLLM's form: a whole ``.npy`` file. Only the header fields we need are trusted."""
     field = "routed_experts"
-    if raw[:6] != b"\x93NUMPY" or len(raw) < 10:
+    if bytes(raw[:6]) != b"\x93NUMPY" or len(raw) < 10:
         c.fail("routed_experts .npy magic missing", field)
-    major = raw[6]
+    major = int(raw[6])
     if major == 1:
-        size, begin = int.from_bytes(raw[8:10], "little"), 10
+        size, begin = int.from_bytes(bytes(raw[8:10]), "little"), 10
     elif major in (2, 3):
-        size, begin = int.from_bytes(raw[8:12], "little"), 12
+        size, begin = int.from_bytes(bytes(raw[8:12]), "little"), 12
     else:
         c.fail(f"routed_experts .npy version {major} is not supported", field)
     if len(raw) < begin + size:
         c.fail("routed_experts .npy header is truncated", field)
     try:
-        header = ast.literal_eval(raw[begin : begin + size].decode("latin-1"))
+        header = ast.literal_eval(bytes(raw[begin : begin + size]).decode("latin-1"))
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         header = None
     if (
@@ -441,7 +454,7 @@ def _parse_npy(raw: bytes, c: _Choice) -> np.ndarray:
     return _shaped(raw[begin + size :], list(header["shape"]), NPY_DESCRS[header["descr"]], c)
 
 
-def _shaped(data: bytes, shape: Any, dtype_name: str, c: _Choice) -> np.ndarray:
+def _shaped(data: bytes | np.ndarray, shape: Any, dtype_name: str, c: _Choice) -> np.ndarray:
     field = "routed_experts"
     if not isinstance(shape, list) or not shape or not all(_is_int(d) and d >= 0 for d in shape):
         c.fail("routed_experts shape must be a list of non-negative ints", field + ".shape")
@@ -453,6 +466,8 @@ def _shaped(data: bytes, shape: Any, dtype_name: str, c: _Choice) -> np.ndarray:
             f"{len(data)} decoded bytes",
             field + ".shape",
         )
+    if isinstance(data, np.ndarray):  # a decoded buffer the caller owns: view it in place
+        return data.view(dtype).reshape(shape)
     return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
 
 

@@ -1,0 +1,1315 @@
+/*
+ * tw_scan - structural scanner for /inference/v1/generate documents.
+ * See tw_scan.h for the contract.
+ *
+ * Layout: one iterative pass (tw_scan) driven by gotos between four states
+ * (value, element, key, after) over an explicit, heap-grown stack of open
+ * containers.  Each open container carries a "context" saying which recorded
+ * path it is (root object, choices array, a choice, compact_logprobs, ...);
+ * keys are compared only inside such containers, so ignored subtrees cost a
+ * plain validation.  String contents are skipped with a kernel that finds
+ * the first byte that is '"', '\\', < 0x20 or >= 0x80 (SSE2 / AVX2 / 8-byte
+ * SWAR); escapes and non-ASCII bytes are then validated by scalar code and
+ * the kernel resumes after them.
+ *
+ * The SIMD kernels use GCC/Clang function target attributes, so the file
+ * builds with default flags; AVX2 is chosen at run time.
+ */
+#include "tw_scan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(TW_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64))
+#define TWS_SSE2 1
+#include <emmintrin.h>
+#if (defined(__GNUC__) || defined(__clang__)) && \
+    (defined(__clang__) ? (__clang_major__ >= 8) : (__GNUC__ >= 8))
+#define TWS_AVX2 1
+#include <immintrin.h>
+#define TWS_TARGET_AVX2 __attribute__((target("avx2")))
+#endif
+#endif
+
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TWS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define TWS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define TWS_LIKELY(x) (x)
+#define TWS_UNLIKELY(x) (x)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+static inline unsigned tws_ctz(uint32_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return (unsigned)__builtin_ctz(x);
+#elif defined(_MSC_VER)
+    unsigned long i;
+    _BitScanForward(&i, x);
+    return (unsigned)i;
+#else
+    unsigned n = 0;
+    while (!(x & 1u)) {
+        x >>= 1;
+        n++;
+    }
+    return n;
+#endif
+}
+
+/* JSON whitespace: space, tab, LF, CR. */
+static inline int tws_ws(uint8_t c)
+{
+    return c <= 0x20 && ((UINT64_C(0x100002600) >> c) & 1u);
+}
+
+static inline int tws_digit(uint8_t c) { return (unsigned)(c - '0') < 10u; }
+
+/* End of the run of ASCII digits starting at p. */
+static inline const uint8_t *tws_digits(const uint8_t *p, const uint8_t *e)
+{
+#if defined(TWS_SSE2)
+    if (e - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i nd = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),
+                                  _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
+        uint32_t m = (uint32_t)_mm_movemask_epi8(nd);
+        if (m)
+            return p + tws_ctz(m);
+        p += 16;
+    }
+#endif
+    while (p < e && tws_digit(*p))
+        p++;
+    return p;
+}
+
+static inline const uint8_t *tws_skip_ws(const uint8_t *p, const uint8_t *e)
+{
+    while (p < e && tws_ws(*p))
+        p++;
+    return p;
+}
+
+/* A byte that stops the fast string skip: '"', '\\', < 0x20 or >= 0x80. */
+static inline int tws_special(uint8_t c)
+{
+    return (uint8_t)(c - 0x20) >= 0x60 || c == '"' || c == '\\';
+}
+
+static inline int tws_hexval(uint8_t c)
+{
+    if ((unsigned)(c - '0') < 10u)
+        return c - '0';
+    c |= 0x20;
+    if ((unsigned)(c - 'a') < 6u)
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Four hex digits at p (caller checked they exist), or -1. */
+static inline long tws_hex4(const uint8_t *p)
+{
+    long v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = tws_hexval(p[i]);
+        if (h < 0)
+            return -1;
+        v = v * 16 + h;
+    }
+    return v;
+}
+
+/* Length of the valid UTF-8 sequence (2..4 bytes) at p, or 0. */
+static inline size_t tws_utf8(const uint8_t *p, const uint8_t *end)
+{
+    size_t n = (size_t)(end - p);
+    uint8_t c = p[0], lo = 0x80, hi = 0xBF;
+    if (c < 0xC2)
+        return 0; /* continuation byte or overlong 2-byte lead */
+    if (c < 0xE0)
+        return (n >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+    if (c < 0xF0) {
+        if (n < 3)
+            return 0;
+        if (c == 0xE0)
+            lo = 0xA0; /* overlong */
+        else if (c == 0xED)
+            hi = 0x9F; /* UTF-16 surrogates */
+        return (p[1] >= lo && p[1] <= hi && (p[2] & 0xC0) == 0x80) ? 3 : 0;
+    }
+    if (c < 0xF5) {
+        if (n < 4)
+            return 0;
+        if (c == 0xF0)
+            lo = 0x90; /* overlong */
+        else if (c == 0xF4)
+            hi = 0x8F; /* above U+10FFFF */
+        return (p[1] >= lo && p[1] <= hi && (p[2] & 0xC0) == 0x80 &&
+                (p[3] & 0xC0) == 0x80)
+                   ? 4
+                   : 0;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* String skip kernels: first byte in [p, end) with tws_special, or end      */
+/* ------------------------------------------------------------------------ */
+
+enum { TWS_LV_SCALAR = 0, TWS_LV_SSE2 = 1, TWS_LV_AVX2 = 2 };
+
+#define TWS_ONES UINT64_C(0x0101010101010101)
+#define TWS_HIGH UINT64_C(0x8080808080808080)
+
+static const uint8_t *tws_skip_scalar(const uint8_t *p, const uint8_t *end)
+{
+    while (end - p >= 8) {
+        uint64_t w, q, s;
+        memcpy(&w, p, 8);
+        q = w ^ (TWS_ONES * '"');
+        s = w ^ (TWS_ONES * '\\');
+        /* Any byte >= 0x80, < 0x20, == '"' or == '\\' (exact "any" tests). */
+        if ((w | ((w - TWS_ONES * 0x20) & ~w) | ((q - TWS_ONES) & ~q) |
+             ((s - TWS_ONES) & ~s)) &
+            TWS_HIGH)
+            break;
+        p += 8;
+    }
+    while (p < end && !tws_special(*p))
+        p++;
+    return p;
+}
+
+#ifdef TWS_SSE2
+static inline uint32_t tws_mask16(const uint8_t *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    /* Signed compare: bytes >= 0x80 are negative, so "< 0x20" covers them. */
+    __m128i m = _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                     _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+        _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+    return (uint32_t)_mm_movemask_epi8(m);
+}
+
+static const uint8_t *tws_skip_sse2(const uint8_t *p, const uint8_t *end)
+{
+    while (end - p >= 16) {
+        uint32_t m = tws_mask16(p);
+        if (m)
+            return p + tws_ctz(m);
+        p += 16;
+    }
+    return tws_skip_scalar(p, end);
+}
+#endif
+
+#ifdef TWS_AVX2
+TWS_TARGET_AVX2 static inline __m256i tws_special32(__m256i v)
+{
+    return _mm256_or_si256(
+        _mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('"')),
+                        _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\\'))),
+        _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v));
+}
+
+TWS_TARGET_AVX2 static const uint8_t *tws_skip_avx2(const uint8_t *p,
+                                                    const uint8_t *end)
+{
+    while (end - p >= 64) {
+        __m256i a = tws_special32(_mm256_loadu_si256((const __m256i *)(const void *)p));
+        __m256i c = tws_special32(
+            _mm256_loadu_si256((const __m256i *)(const void *)(p + 32)));
+        __m256i m = _mm256_or_si256(a, c);
+        if (!_mm256_testz_si256(m, m)) {
+            uint32_t k = (uint32_t)_mm256_movemask_epi8(a);
+            if (k)
+                return p + tws_ctz(k);
+            return p + 32 + tws_ctz((uint32_t)_mm256_movemask_epi8(c));
+        }
+        p += 64;
+    }
+    if (end - p >= 32) {
+        uint32_t k = (uint32_t)_mm256_movemask_epi8(
+            tws_special32(_mm256_loadu_si256((const __m256i *)(const void *)p)));
+        if (k)
+            return p + tws_ctz(k);
+        p += 32;
+    }
+    if (end - p >= 16) {
+        uint32_t k = tws_mask16(p);
+        if (k)
+            return p + tws_ctz(k);
+        p += 16;
+    }
+    return tws_skip_scalar(p, end);
+}
+#endif
+
+static inline const uint8_t *tws_skip(const uint8_t *p, const uint8_t *end, int lv)
+{
+#ifdef TWS_SSE2
+    if (lv != TWS_LV_SCALAR && end - p >= 16) {
+        /* Most strings are short: probe 16 bytes inline first. */
+        uint32_t m = tws_mask16(p);
+        if (m)
+            return p + tws_ctz(m);
+        p += 16;
+#ifdef TWS_AVX2
+        if (lv == TWS_LV_AVX2)
+            return tws_skip_avx2(p, end);
+#endif
+        return tws_skip_sse2(p, end);
+    }
+#else
+    (void)lv;
+#endif
+    return tws_skip_scalar(p, end);
+}
+
+static int tws_cpu_avx2(void)
+{
+#ifdef TWS_AVX2
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+#else
+    return 0;
+#endif
+}
+
+int tw_scan_path_available(int path)
+{
+    switch (path) {
+    case TW_SCAN_PATH_AUTO:
+    case TW_SCAN_PATH_SCALAR:
+        return 1;
+    case TW_SCAN_PATH_SSE2:
+#ifdef TWS_SSE2
+        return 1;
+#else
+        return 0;
+#endif
+    case TW_SCAN_PATH_AVX2:
+    case TW_SCAN_PATH_AVX512:
+        return tws_cpu_avx2();
+    default:
+        return 0;
+    }
+}
+
+static int tws_level(int path)
+{
+#ifdef TWS_SSE2
+    int best = tws_cpu_avx2() ? TWS_LV_AVX2 : TWS_LV_SSE2;
+#else
+    int best = TWS_LV_SCALAR;
+#endif
+    switch (path) {
+    case TW_SCAN_PATH_SCALAR:
+        return TWS_LV_SCALAR;
+    case TW_SCAN_PATH_SSE2:
+        return best >= TWS_LV_SSE2 ? TWS_LV_SSE2 : best;
+    default:
+        return best;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Strings and numbers                                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    const uint8_t *pos;
+    const char *msg;
+} tws_err;
+
+static const char TWS_MSG_END[] = "unexpected end of data";
+
+#define TWS_STR_ESCAPE 1u
+#define TWS_STR_NONASCII 2u
+
+/* p at a backslash: the position after the escape, or NULL. */
+static const uint8_t *tws_escape(const uint8_t *p, const uint8_t *end, tws_err *e)
+{
+    long cp, lo;
+    if (end - p < 2)
+        goto truncated;
+    switch (p[1]) {
+    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+        return p + 2;
+    case 'u':
+        break;
+    default:
+        e->pos = p;
+        e->msg = "invalid escape in string";
+        return NULL;
+    }
+    if (end - p < 6)
+        goto truncated;
+    cp = tws_hex4(p + 2);
+    if (cp < 0) {
+        e->pos = p;
+        e->msg = "invalid \\u escape in string";
+        return NULL;
+    }
+    if (cp >= 0xDC00 && cp <= 0xDFFF) {
+        e->pos = p;
+        e->msg = "lone low surrogate in string";
+        return NULL;
+    }
+    if (cp < 0xD800 || cp > 0xDBFF)
+        return p + 6;
+    if ((end - p >= 7 && p[6] != '\\') || (end - p >= 8 && p[7] != 'u')) {
+        e->pos = p;
+        e->msg = "lone high surrogate in string";
+        return NULL;
+    }
+    if (end - p < 12)
+        goto truncated;
+    lo = tws_hex4(p + 8);
+    if (lo < 0) {
+        e->pos = p + 6;
+        e->msg = "invalid \\u escape in string";
+        return NULL;
+    }
+    if (lo < 0xDC00 || lo > 0xDFFF) {
+        e->pos = p;
+        e->msg = "lone high surrogate in string";
+        return NULL;
+    }
+    return p + 12;
+truncated:
+    e->pos = end;
+    e->msg = TWS_MSG_END;
+    return NULL;
+}
+
+/* p: first content byte after the opening quote.  Returns the closing
+   quote, or NULL with *e set.  *flags gets TWS_STR_ESCAPE/NONASCII. */
+static const uint8_t *tws_string(const uint8_t *p, const uint8_t *end, int lv,
+                                 unsigned *flags, tws_err *e)
+{
+    unsigned f = 0;
+    for (;;) {
+        uint8_t c;
+        p = tws_skip(p, end, lv);
+        if (TWS_UNLIKELY(p >= end)) {
+            e->pos = end;
+            e->msg = TWS_MSG_END;
+            return NULL;
+        }
+        c = *p;
+        if (TWS_LIKELY(c == '"')) {
+            *flags = f;
+            return p;
+        }
+        if (c == '\\') {
+            f |= TWS_STR_ESCAPE;
+            p = tws_escape(p, end, e);
+            if (!p)
+                return NULL;
+        } else if (c < 0x20) {
+            e->pos = p;
+            e->msg = "control character in string";
+            return NULL;
+        } else {
+            f |= TWS_STR_NONASCII;
+            do {
+                size_t n = tws_utf8(p, end);
+                if (!n) {
+                    e->pos = p;
+                    e->msg = "invalid UTF-8 in string";
+                    return NULL;
+                }
+                p += n;
+            } while (p < end && *p >= 0x80);
+        }
+    }
+}
+
+/* 2^1024 - 2^970: the smallest magnitude that rounds to infinity. */
+static const char TWS_INF_DIGITS[] =
+    "1797693134862315807937289714053034150799341327100378269361737789"
+    "8044496829276475094664901797758720709633028641669288791094655554"
+    "7851940402630657488671505820681908902000708383676273854845817711"
+    "5317644757302700698555713669596228429148198608349364752927190741"
+    "68444365510704342711559699508093042880177904174497792";
+#define TWS_INF_NDIGITS 309
+
+/* Does the (grammatical) number [s, e) round to +-infinity as a double? */
+static int tws_number_is_inf(const uint8_t *s, const uint8_t *e)
+{
+    const uint8_t *p = s, *m, *mend, *q, *first = NULL;
+    int64_t ex = 0, mag = 0, total;
+    int point = 0;
+    size_t i = 0;
+    if (*p == '-')
+        p++;
+    m = p;
+    while (p < e && *p != 'e' && *p != 'E')
+        p++;
+    mend = p;
+    if (p < e) {
+        int neg = 0;
+        p++;
+        if (*p == '+' || *p == '-')
+            neg = *p++ == '-';
+        for (; p < e; p++)
+            if (ex < INT64_C(1000000000))
+                ex = ex * 10 + (*p - '0');
+        if (neg)
+            ex = -ex;
+    }
+    /* value = 0.DDDD x 10^mag, D the significant digits from `first` on */
+    for (q = m; q < mend; q++) {
+        if (*q == '.') {
+            point = 1;
+        } else if (*q != '0') {
+            first = q;
+            break;
+        } else if (point) {
+            mag--;
+        }
+    }
+    if (!first)
+        return 0; /* zero */
+    if (!point) {
+        for (q = first; q < mend && *q != '.'; q++)
+            mag++;
+    }
+    total = mag + ex;
+    if (total != TWS_INF_NDIGITS)
+        return total > TWS_INF_NDIGITS;
+    for (q = first; q < mend; q++) {
+        if (*q == '.')
+            continue;
+        if (i == TWS_INF_NDIGITS)
+            return 1; /* equal prefix, more digits: >= the threshold */
+        if (*q != (uint8_t)TWS_INF_DIGITS[i])
+            return *q > (uint8_t)TWS_INF_DIGITS[i];
+        i++;
+    }
+    /* equal (a tie rounds to even, which is infinity) or shorter: the
+       threshold's last digit is non-zero, so a shorter prefix is smaller */
+    return i == TWS_INF_NDIGITS;
+}
+
+/* p at '-' or a digit.  Returns the end of the number or NULL. */
+static const uint8_t *tws_number(const uint8_t *p, const uint8_t *end,
+                                 int *is_int, tws_err *e)
+{
+    const uint8_t *s = p;
+    size_t idigits;
+    int integer = 1, exponent = 0;
+    if (*p == '-' && ++p == end)
+        goto truncated;
+    if (*p == '0') {
+        p++;
+        if (p < end && tws_digit(*p)) {
+            e->pos = p - 1;
+            e->msg = "number with leading zero";
+            return NULL;
+        }
+    } else if ((unsigned)(*p - '1') < 9u) {
+        p = tws_digits(p + 1, end);
+    } else {
+        e->pos = p;
+        e->msg = "invalid number: no digit after sign";
+        return NULL;
+    }
+    idigits = (size_t)(p - s) - (*s == '-');
+    if (p < end && *p == '.') {
+        if (++p == end)
+            goto truncated;
+        if (!tws_digit(*p)) {
+            e->pos = p;
+            e->msg = "invalid number: no digit after decimal point";
+            return NULL;
+        }
+        p = tws_digits(p + 1, end);
+        integer = 0;
+    }
+    if (p < end && (*p | 0x20) == 'e') {
+        if (++p == end)
+            goto truncated;
+        if ((*p == '+' || *p == '-') && ++p == end)
+            goto truncated;
+        if (!tws_digit(*p)) {
+            e->pos = p;
+            e->msg = "invalid number: no digit in exponent";
+            return NULL;
+        }
+        while (p < end && tws_digit(*p))
+            p++;
+        integer = 0;
+        exponent = 1;
+    }
+    if ((exponent || idigits > 308) && tws_number_is_inf(s, p)) {
+        e->pos = s;
+        e->msg = "number is infinity when parsed as double";
+        return NULL;
+    }
+    *is_int = integer;
+    return p;
+truncated:
+    e->pos = end;
+    e->msg = TWS_MSG_END;
+    return NULL;
+}
+
+/* Decode the escapes of a validated string body [s, e) into d.  Returns the
+   length, or SIZE_MAX if it would exceed cap. */
+static size_t tws_unescape(const uint8_t *s, const uint8_t *e, uint8_t *d, size_t cap)
+{
+    size_t n = 0;
+    while (s < e) {
+        const uint8_t *bs = (const uint8_t *)memchr(s, '\\', (size_t)(e - s));
+        size_t run = (size_t)((bs ? bs : e) - s);
+        uint32_t cp;
+        if (run > cap - n)
+            return SIZE_MAX;
+        memcpy(d + n, s, run);
+        n += run;
+        s += run;
+        if (!bs)
+            break;
+        switch (s[1]) {
+        case 'b': cp = '\b'; break;
+        case 'f': cp = '\f'; break;
+        case 'n': cp = '\n'; break;
+        case 'r': cp = '\r'; break;
+        case 't': cp = '\t'; break;
+        case 'u': cp = 0xFFFFFFFFu; break;
+        default: cp = s[1]; break; /* " \ / */
+        }
+        if (cp != 0xFFFFFFFFu) {
+            if (n == cap)
+                return SIZE_MAX;
+            d[n++] = (uint8_t)cp;
+            s += 2;
+            continue;
+        }
+        cp = (uint32_t)tws_hex4(s + 2);
+        s += 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)tws_hex4(s + 2) - 0xDC00);
+            s += 6;
+        }
+        if (cp < 0x80) {
+            if (cap - n < 1)
+                return SIZE_MAX;
+            d[n++] = (uint8_t)cp;
+        } else if (cp < 0x800) {
+            if (cap - n < 2)
+                return SIZE_MAX;
+            d[n++] = (uint8_t)(0xC0 | (cp >> 6));
+            d[n++] = (uint8_t)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            if (cap - n < 3)
+                return SIZE_MAX;
+            d[n++] = (uint8_t)(0xE0 | (cp >> 12));
+            d[n++] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+            d[n++] = (uint8_t)(0x80 | (cp & 0x3F));
+        } else {
+            if (cap - n < 4)
+                return SIZE_MAX;
+            d[n++] = (uint8_t)(0xF0 | (cp >> 18));
+            d[n++] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+            d[n++] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+            d[n++] = (uint8_t)(0x80 | (cp & 0x3F));
+        }
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Paths                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Contexts of open containers. */
+enum {
+    TWS_C_NONE = 0, /* ignored subtree */
+    TWS_C_TOP,      /* the root object */
+    TWS_C_CHOICES,  /* root.choices (array) */
+    TWS_C_CHOICE,   /* a choice object */
+    TWS_C_LOGPROBS, /* choice.logprobs */
+    TWS_C_CL,       /* choice.completion_logprobs */
+    TWS_C_CP,       /* choice.compact_logprobs */
+    TWS_C_SM,       /* choice.sampling_mask */
+    TWS_C_SM_IDS,   /* choice.sampling_mask.ids */
+    TWS_C_SM_COUNTS,
+    TWS_C_KT,       /* choice.kept_tokens */
+    TWS_C_RE        /* choice.routed_experts */
+};
+
+/* Record targets: none, root fields, or TWS_T_F0 + TW_F_*. */
+enum { TWS_T_NONE = 0, TWS_T_PROMPT, TWS_T_CHOICES, TWS_T_F0 };
+#define TWS_F(f) (TWS_T_F0 + (f))
+#define TWS_BIT(t) (UINT32_C(1) << (t))
+
+/* Targets blanked when they are strings / arrays. */
+static const uint32_t TWS_BLANK_STR =
+    TWS_BIT(TWS_F(TW_F_CL_DATA)) | TWS_BIT(TWS_F(TW_F_CP_DATA)) |
+    TWS_BIT(TWS_F(TW_F_SM_IDS_DATA)) | TWS_BIT(TWS_F(TW_F_SM_COUNTS_DATA)) |
+    TWS_BIT(TWS_F(TW_F_KT_IDS)) | TWS_BIT(TWS_F(TW_F_KT_COUNTS)) |
+    TWS_BIT(TWS_F(TW_F_RE_DATA)) | TWS_BIT(TWS_F(TW_F_ROUTED));
+static const uint32_t TWS_BLANK_ARR =
+    TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) | TWS_BIT(TWS_F(TW_F_CP_OFFSETS)) |
+    TWS_BIT(TWS_F(TW_F_SAMPLING_MASK)) | TWS_BIT(TWS_T_PROMPT);
+
+#define TWS_FB(f) (1u << (f))
+
+typedef struct {
+    uint8_t ctx;      /* container the key is in */
+    uint8_t len;
+    char name[20];
+    uint8_t tgt;      /* record target of the value */
+    uint8_t ctx_obj;  /* context if the value is an object */
+    uint8_t ctx_arr;  /* context if the value is an array */
+    uint16_t clear;   /* TW_F_* bits cleared when the key occurs */
+} tws_rule;
+
+#define TWS_RULE(ctx, name, tgt, cobj, carr, clear) \
+    { ctx, (uint8_t)(sizeof(name) - 1), name, tgt, cobj, carr, clear }
+
+static const tws_rule TWS_RULES[] = {
+    TWS_RULE(TWS_C_TOP, "prompt_token_ids", TWS_T_PROMPT, 0, 0, 0),
+    TWS_RULE(TWS_C_TOP, "choices", TWS_T_CHOICES, 0, TWS_C_CHOICES, 0),
+    TWS_RULE(TWS_C_CHOICE, "token_ids", TWS_F(TW_F_TOKEN_IDS), 0, 0,
+             TWS_FB(TW_F_TOKEN_IDS)),
+    TWS_RULE(TWS_C_CHOICE, "logprobs", TWS_F(TW_F_LOGPROBS), TWS_C_LOGPROBS, 0,
+             TWS_FB(TW_F_LOGPROBS) | TWS_FB(TW_F_LOGPROBS_CONTENT)),
+    TWS_RULE(TWS_C_CHOICE, "completion_logprobs", 0, TWS_C_CL, 0,
+             TWS_FB(TW_F_CL_DATA)),
+    TWS_RULE(TWS_C_CHOICE, "compact_logprobs", 0, TWS_C_CP, 0,
+             TWS_FB(TW_F_CP_DATA) | TWS_FB(TW_F_CP_OFFSETS)),
+    TWS_RULE(TWS_C_CHOICE, "sampling_mask", TWS_F(TW_F_SAMPLING_MASK), TWS_C_SM, 0,
+             TWS_FB(TW_F_SAMPLING_MASK) | TWS_FB(TW_F_SM_IDS_DATA) |
+                 TWS_FB(TW_F_SM_COUNTS_DATA)),
+    TWS_RULE(TWS_C_CHOICE, "kept_tokens", 0, TWS_C_KT, 0,
+             TWS_FB(TW_F_KT_IDS) | TWS_FB(TW_F_KT_COUNTS)),
+    TWS_RULE(TWS_C_CHOICE, "routed_experts", TWS_F(TW_F_ROUTED), TWS_C_RE, 0,
+             TWS_FB(TW_F_ROUTED) | TWS_FB(TW_F_RE_DATA)),
+    TWS_RULE(TWS_C_LOGPROBS, "content", TWS_F(TW_F_LOGPROBS_CONTENT), 0, 0,
+             TWS_FB(TW_F_LOGPROBS_CONTENT)),
+    TWS_RULE(TWS_C_CL, "data", TWS_F(TW_F_CL_DATA), 0, 0, TWS_FB(TW_F_CL_DATA)),
+    TWS_RULE(TWS_C_CP, "data", TWS_F(TW_F_CP_DATA), 0, 0, TWS_FB(TW_F_CP_DATA)),
+    TWS_RULE(TWS_C_CP, "offsets", TWS_F(TW_F_CP_OFFSETS), 0, 0,
+             TWS_FB(TW_F_CP_OFFSETS)),
+    TWS_RULE(TWS_C_SM, "ids", 0, TWS_C_SM_IDS, 0, TWS_FB(TW_F_SM_IDS_DATA)),
+    TWS_RULE(TWS_C_SM, "counts", 0, TWS_C_SM_COUNTS, 0, TWS_FB(TW_F_SM_COUNTS_DATA)),
+    TWS_RULE(TWS_C_SM_IDS, "data", TWS_F(TW_F_SM_IDS_DATA), 0, 0,
+             TWS_FB(TW_F_SM_IDS_DATA)),
+    TWS_RULE(TWS_C_SM_COUNTS, "data", TWS_F(TW_F_SM_COUNTS_DATA), 0, 0,
+             TWS_FB(TW_F_SM_COUNTS_DATA)),
+    TWS_RULE(TWS_C_KT, "ids", TWS_F(TW_F_KT_IDS), 0, 0, TWS_FB(TW_F_KT_IDS)),
+    TWS_RULE(TWS_C_KT, "counts", TWS_F(TW_F_KT_COUNTS), 0, 0, TWS_FB(TW_F_KT_COUNTS)),
+    TWS_RULE(TWS_C_RE, "data", TWS_F(TW_F_RE_DATA), 0, 0, TWS_FB(TW_F_RE_DATA)),
+};
+
+#define TWS_MAX_KEY 24 /* longer (unescaped) keys match nothing */
+
+static const tws_rule *tws_match(unsigned ctx, const uint8_t *k, const uint8_t *ke,
+                                 unsigned flags)
+{
+    uint8_t tmp[TWS_MAX_KEY];
+    size_t n = (size_t)(ke - k);
+    if (flags & TWS_STR_ESCAPE) {
+        n = tws_unescape(k, ke, tmp, sizeof tmp);
+        if (n == SIZE_MAX)
+            return NULL;
+        k = tmp;
+    }
+    if (n >= TWS_MAX_KEY)
+        return NULL;
+    for (size_t i = 0; i < sizeof TWS_RULES / sizeof TWS_RULES[0]; i++) {
+        const tws_rule *r = &TWS_RULES[i];
+        if (r->ctx == ctx && r->len == n && memcmp(r->name, k, n) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The document                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    size_t start; /* offset of the opening bracket */
+    size_t count; /* elements so far (arrays) */
+    size_t ci;    /* choice index (choice contexts) */
+    uint8_t is_obj, ctx, tgt, all_int;
+} tws_frame;
+
+void tw_doc_init(tw_doc *d)
+{
+    memset(d, 0, sizeof *d);
+    d->path = TW_SCAN_PATH_AUTO;
+    d->max_depth = 1024;
+}
+
+void tw_doc_free(tw_doc *d)
+{
+    int path = d->path;
+    size_t max_depth = d->max_depth;
+    free(d->choice);
+    free(d->blank);
+    free(d->stack);
+    memset(d, 0, sizeof *d);
+    d->path = path;
+    d->max_depth = max_depth;
+}
+
+/* Grow *arr (element size `size`) so that it holds at least n + 1. */
+static int tws_grow(void **arr, size_t *cap, size_t n, size_t size, size_t first)
+{
+    size_t ncap;
+    void *q;
+    if (n < *cap)
+        return 0;
+    ncap = *cap ? *cap : first;
+    while (ncap <= n) {
+        if (ncap > SIZE_MAX / 2 / size)
+            return -1;
+        ncap *= 2;
+    }
+    q = realloc(*arr, ncap * size);
+    if (!q)
+        return -1;
+    *arr = q;
+    *cap = ncap;
+    return 0;
+}
+
+static inline tw_value *tws_slot(tw_doc *d, unsigned tgt, size_t ci)
+{
+    if (tgt == TWS_T_PROMPT)
+        return &d->prompt_token_ids;
+    if (tgt == TWS_T_CHOICES)
+        return &d->choices;
+    return &d->choice[ci].f[tgt - TWS_T_F0];
+}
+
+static int tws_add_blank(tw_doc *d, size_t start, size_t end)
+{
+    void *arr = d->blank;
+    if (start >= end)
+        return 0;
+    if (tws_grow(&arr, &d->blank_cap, d->nblank, sizeof(tw_span), 16))
+        return -1;
+    d->blank = (tw_span *)arr;
+    d->blank[d->nblank].start = start;
+    d->blank[d->nblank].end = end;
+    d->nblank++;
+    d->blank_bytes += end - start;
+    return 0;
+}
+
+static int tws_add_choice(tw_doc *d, int is_object)
+{
+    void *arr = d->choice;
+    if (tws_grow(&arr, &d->choice_cap, d->nchoices, sizeof(tw_choice), 4))
+        return -1;
+    d->choice = (tw_choice *)arr;
+    memset(&d->choice[d->nchoices], 0, sizeof(tw_choice));
+    d->choice[d->nchoices].is_object = (uint8_t)(is_object != 0);
+    d->nchoices++;
+    return 0;
+}
+
+#define TWS_FAIL(at, message)                  \
+    do {                                       \
+        d->err_pos = (size_t)((at) - b);       \
+        d->err_msg = (message);                \
+        rc = TW_ERR_SYNTAX;                    \
+        goto out;                              \
+    } while (0)
+#define TWS_FAIL_E() TWS_FAIL(err.pos, err.msg)
+#define TWS_FAIL_END() TWS_FAIL(end, TWS_MSG_END)
+#define TWS_NOMEM()                            \
+    do {                                       \
+        d->err_pos = (size_t)(p - b);          \
+        d->err_msg = "out of memory";          \
+        rc = TW_ERR_NOMEM;                     \
+        goto out;                              \
+    } while (0)
+#define TWS_SKIP_WS()                          \
+    while (p < end && tws_ws(*p))              \
+    p++
+
+int tw_scan(const char *buf, size_t len, tw_doc *d)
+{
+    const uint8_t *const b = (const uint8_t *)buf;
+    const uint8_t *const end = b + len;
+    const uint8_t *p = b, *q;
+    const int lv = tws_level(d->path);
+    const size_t maxd = d->max_depth;
+    tws_frame *st = (tws_frame *)d->stack, *top = NULL;
+    size_t depth = 0, pci = 0;
+    unsigned ptgt = TWS_T_NONE, pobj = TWS_C_TOP, parr = TWS_C_NONE;
+    unsigned flags = 0;
+    int rc = TW_OK, is_int = 0, choices_done = 0;
+    tws_err err = {NULL, NULL};
+    tw_value *v;
+    uint8_t c;
+
+    d->top_is_object = 0;
+    memset(&d->prompt_token_ids, 0, sizeof(tw_value));
+    memset(&d->choices, 0, sizeof(tw_value));
+    d->nchoices = 0;
+    d->nblank = 0;
+    d->blank_bytes = 0;
+    d->err_pos = 0;
+    d->err_msg = NULL;
+
+    if (len == 0)
+        TWS_FAIL(p, "empty document");
+    if (len >= 3 && b[0] == 0xEF && b[1] == 0xBB && b[2] == 0xBF)
+        TWS_FAIL(p, "UTF-8 byte order mark is not allowed");
+
+value: /* a value is expected (pending target/contexts set) */
+    TWS_SKIP_WS();
+    if (p == end)
+        TWS_FAIL_END();
+value_nows:
+    c = *p;
+    switch (c) {
+    case '{':
+    case '[':
+        if (maxd && depth >= maxd)
+            TWS_FAIL(p, "nesting too deep");
+        if (depth == d->stack_cap) {
+            void *arr = st;
+            if (tws_grow(&arr, &d->stack_cap, depth, sizeof(tws_frame), 32))
+                TWS_NOMEM();
+            st = (tws_frame *)arr;
+            d->stack = arr;
+        }
+        top = &st[depth++];
+        top->start = (size_t)(p - b);
+        top->count = 0;
+        top->ci = pci;
+        top->tgt = (uint8_t)ptgt;
+        top->all_int = 1;
+        top->is_obj = c == '{';
+        top->ctx = (uint8_t)(c == '{' ? pobj : parr);
+        if (ptgt) {
+            v = tws_slot(d, ptgt, pci);
+            v->present = 1;
+            v->type = c == '{' ? TW_T_OBJECT : TW_T_ARRAY;
+            v->start = (size_t)(p - b);
+        }
+        if (depth == 1 && c == '{')
+            d->top_is_object = 1;
+        p++;
+        TWS_SKIP_WS();
+        if (p == end)
+            TWS_FAIL_END();
+        if (c == '{') {
+            if (*p == '}') {
+                p++;
+                goto close;
+            }
+            goto key;
+        }
+        if (*p == ']') {
+            p++;
+            goto close;
+        }
+        goto element;
+    case '"':
+        q = tws_string(p + 1, end, lv, &flags, &err);
+        if (!q)
+            TWS_FAIL_E();
+        if (ptgt) {
+            v = tws_slot(d, ptgt, pci);
+            v->present = 1;
+            v->type = TW_T_STRING;
+            v->start = (size_t)(p + 1 - b);
+            v->end = (size_t)(q - b);
+            v->has_escape = (flags & TWS_STR_ESCAPE) != 0;
+            v->ascii = (flags & TWS_STR_NONASCII) == 0;
+            if ((TWS_BLANK_STR & TWS_BIT(ptgt)) && tws_add_blank(d, v->start, v->end))
+                TWS_NOMEM();
+        }
+        p = q + 1;
+        goto after_nonint;
+    case '-': case '0': case '1': case '2': case '3': case '4':
+    case '5': case '6': case '7': case '8': case '9':
+        q = tws_number(p, end, &is_int, &err);
+        if (!q)
+            TWS_FAIL_E();
+        if (ptgt) {
+            v = tws_slot(d, ptgt, pci);
+            v->present = 1;
+            v->type = TW_T_NUMBER;
+            v->start = (size_t)(p - b);
+            v->end = (size_t)(q - b);
+        }
+        p = q;
+        if (is_int)
+            goto after;
+        goto after_nonint;
+    case 't':
+    case 'f':
+    case 'n': {
+        const char *word = c == 't' ? "true" : c == 'f' ? "false" : "null";
+        size_t n = c == 'f' ? 5 : 4;
+        if ((size_t)(end - p) < n || memcmp(p, word, n) != 0) {
+            for (size_t i = 1; i < n; i++)
+                if (p + i == end)
+                    TWS_FAIL_END();
+                else if (p[i] != (uint8_t)word[i])
+                    TWS_FAIL(p + i, "invalid literal");
+        }
+        if (ptgt) {
+            v = tws_slot(d, ptgt, pci);
+            v->present = 1;
+            v->type = c == 't' ? TW_T_TRUE : c == 'f' ? TW_T_FALSE : TW_T_NULL;
+            v->start = (size_t)(p - b);
+            v->end = (size_t)(p + n - b);
+        }
+        p += n;
+        goto after_nonint;
+    }
+    default:
+        TWS_FAIL(p, "unexpected character, expected a JSON value");
+    }
+
+after_nonint: /* a value that is not an integer literal ended */
+    if (top && !top->is_obj)
+        top->all_int = 0;
+after: /* a value ended */
+    if (!top)
+        goto done;
+    TWS_SKIP_WS();
+    if (p == end)
+        TWS_FAIL_END();
+    if (top->is_obj) {
+        if (*p == ',') {
+            p++;
+            TWS_SKIP_WS();
+            if (p == end)
+                TWS_FAIL_END();
+            if (*p == '}')
+                TWS_FAIL(p, "trailing comma is not allowed");
+            goto key;
+        }
+        if (*p == '}') {
+            p++;
+            goto close;
+        }
+        TWS_FAIL(p, "unexpected character, expected ',' or '}'");
+    }
+    if (*p == ',') {
+        p++;
+        TWS_SKIP_WS();
+        if (p == end)
+            TWS_FAIL_END();
+        if (*p == ']')
+            TWS_FAIL(p, "trailing comma is not allowed");
+        goto element;
+    }
+    if (*p == ']') {
+        p++;
+        goto close;
+    }
+    TWS_FAIL(p, "unexpected character, expected ',' or ']'");
+
+close: /* p is just past the closing bracket of top */
+    if (top->tgt) {
+        v = tws_slot(d, top->tgt, top->ci);
+        v->end = (size_t)(p - b);
+        if (!top->is_obj) {
+            v->count = top->count;
+            v->all_int = top->all_int;
+            if ((TWS_BLANK_ARR & TWS_BIT(top->tgt)) &&
+                tws_add_blank(d, v->start + 1, v->end - 1))
+                TWS_NOMEM();
+        }
+    }
+    if (top->ctx == TWS_C_CHOICE &&
+        d->choice[top->ci].f[TW_F_TOKEN_IDS].type != TW_T_ARRAY)
+        choices_done = 1; /* this choice fails validation: stop recording */
+    depth--;
+    top = depth ? &st[depth - 1] : NULL;
+    goto after_nonint;
+
+element: /* p at the first byte of an array element */
+    top->count++;
+    ptgt = TWS_T_NONE;
+    pobj = parr = TWS_C_NONE;
+    if (top->ctx == TWS_C_CHOICES && !choices_done) {
+        if (tws_add_choice(d, *p == '{'))
+            TWS_NOMEM();
+        if (*p == '{') {
+            pobj = TWS_C_CHOICE;
+            pci = d->nchoices - 1;
+        } else {
+            choices_done = 1; /* a non-object choice fails validation */
+        }
+    }
+    goto value_nows;
+
+key: /* p at the first byte of an object key */
+    if (*p != '"')
+        TWS_FAIL(p, "unexpected character, expected a string key");
+    q = tws_string(p + 1, end, lv, &flags, &err);
+    if (!q)
+        TWS_FAIL_E();
+    ptgt = TWS_T_NONE;
+    pobj = parr = TWS_C_NONE;
+    if (top->ctx != TWS_C_NONE) {
+        const tws_rule *r = tws_match(top->ctx, p + 1, q, flags);
+        if (r) {
+            ptgt = r->tgt;
+            pobj = r->ctx_obj;
+            parr = r->ctx_arr;
+            pci = top->ci;
+            if (ptgt == TWS_T_PROMPT) {
+                memset(&d->prompt_token_ids, 0, sizeof(tw_value));
+            } else if (ptgt == TWS_T_CHOICES) {
+                memset(&d->choices, 0, sizeof(tw_value));
+                d->nchoices = 0;
+                choices_done = 0;
+            } else {
+                for (unsigned f = 0; f < TW_NFIELDS; f++)
+                    if (r->clear & TWS_FB(f))
+                        memset(&d->choice[pci].f[f], 0, sizeof(tw_value));
+            }
+        }
+    }
+    p = q + 1;
+    TWS_SKIP_WS();
+    if (p == end)
+        TWS_FAIL_END();
+    if (*p != ':')
+        TWS_FAIL(p, "unexpected character, expected ':' after key");
+    p++;
+    goto value;
+
+done:
+    TWS_SKIP_WS();
+    if (p != end)
+        TWS_FAIL(p, "unexpected content after document");
+out:
+    d->stack = st;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stripped copy                                                             */
+/* ------------------------------------------------------------------------ */
+
+size_t tw_stripped_size(const tw_doc *d, size_t len)
+{
+    return len - d->blank_bytes;
+}
+
+void tw_strip(const char *buf, size_t len, const tw_doc *d, char *out)
+{
+    size_t pos = 0;
+    for (size_t i = 0; i < d->nblank; i++) {
+        size_t n = d->blank[i].start - pos;
+        memcpy(out, buf + pos, n);
+        out += n;
+        pos = d->blank[i].end;
+    }
+    memcpy(out, buf + pos, len - pos);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Helpers over validated values                                             */
+/* ------------------------------------------------------------------------ */
+
+/* One integer element at *pp in [0, max] (max <= INT64_MAX): 1 with *val and
+   *pp advanced past it, or 0 if it is anything else. */
+static int tws_uint_elem(const uint8_t **pp, const uint8_t *e, uint64_t max, uint64_t *val)
+{
+    const uint8_t *p = *pp;
+    uint64_t x = 0;
+    size_t n = 0;
+    if (p >= e)
+        return 0;
+    if (*p == '-') {
+        /* only "-0" (an integer zero) */
+        p++;
+        if (p < e && *p == '0' &&
+            !(p + 1 < e && (p[1] == '.' || (p[1] | 0x20) == 'e'))) {
+            *val = 0;
+            *pp = p + 1;
+            return 1;
+        }
+        return 0;
+    }
+    while (p < e && tws_digit(*p)) {
+        if (n < 19)
+            x = x * 10 + (uint64_t)(*p - '0');
+        n++;
+        p++;
+    }
+    if (n == 0 || n > 19 || x > max)
+        return 0; /* not a number, or >= 10^19 > INT64_MAX, or > max */
+    if (p < e && (*p == '.' || (*p | 0x20) == 'e'))
+        return 0;
+    *val = x;
+    *pp = p;
+    return 1;
+}
+
+/* End of the validated value at p (not past e). */
+static const uint8_t *tws_skip_value(const uint8_t *p, const uint8_t *e)
+{
+    size_t depth = 0;
+    while (p < e) {
+        uint8_t c = *p;
+        if (c == '"') {
+            p++;
+            while (p < e && *p != '"')
+                p += (*p == '\\' && e - p >= 2) ? 2 : 1;
+            if (p < e)
+                p++;
+            if (depth == 0)
+                return p;
+            continue;
+        }
+        if (c == '[' || c == '{') {
+            depth++;
+        } else if (c == ']' || c == '}') {
+            if (depth == 0)
+                return p;
+            if (--depth == 0)
+                return p + 1;
+        } else if (depth == 0 && (c == ',' || tws_ws(c))) {
+            return p;
+        }
+        p++;
+    }
+    return p;
+}
+
+int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
+                        int64_t *out, size_t *err_index)
+{
+    const uint8_t *p, *e;
+    size_t i = 0;
+    if (!v->present || v->type != TW_T_ARRAY || v->end - v->start < 2) {
+        *err_index = 0;
+        return -1;
+    }
+    if (max > (uint64_t)INT64_MAX)
+        max = (uint64_t)INT64_MAX;
+    p = (const uint8_t *)buf + v->start + 1;
+    e = (const uint8_t *)buf + v->end - 1;
+    p = tws_skip_ws(p, e);
+    while (p < e && i < v->count) {
+        uint64_t x;
+        if (!tws_uint_elem(&p, e, max, &x)) {
+            *err_index = i;
+            return -1;
+        }
+        out[i++] = (int64_t)x;
+        p = tws_skip_ws(p, e);
+        if (p < e && *p == ',')
+            p = tws_skip_ws(p + 1, e);
+    }
+    return 0;
+}
+
+int tw_count_nested(const char *buf, const tw_value *v, size_t *total)
+{
+    const uint8_t *p, *e;
+    size_t t = 0;
+    *total = 0;
+    if (!v->present || v->type != TW_T_ARRAY || v->end - v->start < 2)
+        return -1;
+    p = (const uint8_t *)buf + v->start + 1;
+    e = (const uint8_t *)buf + v->end - 1;
+    p = tws_skip_ws(p, e);
+    while (p < e) {
+        if (*p == '[') {
+            p = tws_skip_ws(p + 1, e);
+            while (p < e && *p != ']') {
+                p = tws_skip_value(p, e);
+                t++;
+                p = tws_skip_ws(p, e);
+                if (p < e && *p == ',')
+                    p = tws_skip_ws(p + 1, e);
+            }
+            if (p < e)
+                p++; /* ']' */
+        } else {
+            p = tws_skip_value(p, e);
+        }
+        p = tws_skip_ws(p, e);
+        if (p < e && *p == ',')
+            p = tws_skip_ws(p + 1, e);
+    }
+    *total = t;
+    return 0;
+}
+
+int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max,
+                         int64_t *offsets, int32_t *values, size_t *err_row)
+{
+    const uint8_t *p, *e;
+    size_t r = 0, k = 0;
+    if (!v->present || v->type != TW_T_ARRAY || v->end - v->start < 2) {
+        *err_row = 0;
+        return -1;
+    }
+    if (max > (uint64_t)INT32_MAX)
+        max = (uint64_t)INT32_MAX;
+    p = (const uint8_t *)buf + v->start + 1;
+    e = (const uint8_t *)buf + v->end - 1;
+    offsets[0] = 0;
+    p = tws_skip_ws(p, e);
+    while (p < e && r < v->count) {
+        if (*p != '[') {
+            *err_row = r;
+            return -1;
+        }
+        p = tws_skip_ws(p + 1, e);
+        while (p < e && *p != ']') {
+            uint64_t x;
+            if (!tws_uint_elem(&p, e, max, &x)) {
+                *err_row = r;
+                return -1;
+            }
+            values[k++] = (int32_t)x;
+            p = tws_skip_ws(p, e);
+            if (p < e && *p == ',')
+                p = tws_skip_ws(p + 1, e);
+        }
+        if (p < e)
+            p++; /* ']' */
+        offsets[++r] = (int64_t)k;
+        p = tws_skip_ws(p, e);
+        if (p < e && *p == ',')
+            p = tws_skip_ws(p + 1, e);
+    }
+    return 0;
+}
+
+size_t tw_unescape(const char *buf, const tw_value *v, char *dst)
+{
+    const uint8_t *s, *e;
+    if (!v->present || v->type != TW_T_STRING)
+        return 0;
+    s = (const uint8_t *)buf + v->start;
+    e = (const uint8_t *)buf + v->end;
+    if (!v->has_escape) {
+        memcpy(dst, s, (size_t)(e - s));
+        return (size_t)(e - s);
+    }
+    return tws_unescape(s, e, (uint8_t *)dst, (size_t)(e - s));
+}

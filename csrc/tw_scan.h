@@ -1,0 +1,252 @@
+/*
+ * tw_scan - structural scanner for /inference/v1/generate response documents.
+ *
+ * tw_scan() validates a whole document as strict RFC 8259 JSON (the same
+ * accept/reject decision as orjson.loads, see "Grammar" below) in one pass
+ * without building a tree, and records where the big values at a fixed set
+ * of paths are.  The caller then
+ *   1. copies the document with those values blanked (tw_stripped_size,
+ *      tw_strip) and parses the small remainder with a general JSON parser;
+ *   2. decodes the recorded spans directly (tw_parse_uint_array,
+ *      tw_count_nested / tw_parse_nested_uint, tw_unescape, base64).
+ *
+ * Plain C11, no Python API, no global mutable state, no recursion; every
+ * function is thread-safe on distinct tw_doc objects and never reads outside
+ * buf[0:len] (the buffer needs no terminating NUL).  Allocation failures are
+ * reported (TW_ERR_NOMEM), never fatal.
+ *
+ * Grammar (what tw_scan accepts; matches orjson 3.13):
+ *   - exactly one JSON value, optionally surrounded by whitespace; whitespace
+ *     is space, tab, LF, CR only; an empty or all-whitespace document, a
+ *     leading UTF-8 BOM and anything after the value are errors;
+ *   - literals true/false/null only (no NaN/Infinity), no comments, no
+ *     trailing commas, object keys are strings;
+ *   - numbers: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?  and, like
+ *     orjson, a number whose magnitude rounds to infinity as an IEEE double
+ *     (|x| >= 2^1024 - 2^970, e.g. 1e309 or a 310-digit integer) is an error;
+ *     integers beyond 64 bits are accepted (orjson turns them into floats);
+ *   - strings: no raw byte < 0x20; escapes \" \\ \/ \b \f \n \r \t \uXXXX
+ *     (hex digits in either case); a \u high surrogate must be followed by a
+ *     \u low surrogate, a lone low surrogate is an error; raw bytes must be
+ *     valid UTF-8 (shortest form, no encoded surrogates, <= U+10FFFF);
+ *   - nesting: at most doc->max_depth arrays/objects open at once (default
+ *     1024, orjson's limit; 0 = unlimited, the stack lives on the heap).
+ *
+ * Recorded paths (only these exact paths; the same key names anywhere else
+ * are ignored).  The root must be an object, otherwise nothing is recorded
+ * (top_is_object = 0) and tw_scan still returns TW_OK for valid JSON.
+ *   root.prompt_token_ids                  -> doc->prompt_token_ids
+ *   root.choices                           -> doc->choices
+ *   root.choices[i] (each element)         -> doc->choice[i]
+ *   and relative to a choice object, doc->choice[i].f[...]:
+ *     TW_F_TOKEN_IDS         token_ids
+ *     TW_F_LOGPROBS          logprobs            (whole value, any type)
+ *     TW_F_LOGPROBS_CONTENT  logprobs.content
+ *     TW_F_CL_DATA           completion_logprobs.data
+ *     TW_F_CP_DATA           compact_logprobs.data
+ *     TW_F_CP_OFFSETS        compact_logprobs.offsets
+ *     TW_F_SAMPLING_MASK     sampling_mask       (whole value, any type)
+ *     TW_F_SM_IDS_DATA       sampling_mask.ids.data
+ *     TW_F_SM_COUNTS_DATA    sampling_mask.counts.data
+ *     TW_F_KT_IDS            kept_tokens.ids
+ *     TW_F_KT_COUNTS         kept_tokens.counts
+ *     TW_F_ROUTED            routed_experts      (whole value, any type)
+ *     TW_F_RE_DATA           routed_experts.data
+ *   A path is followed only through objects: under "compact_logprobs": null
+ *   (or a string, an array...) nothing is recorded.  Keys are compared after
+ *   unescaping ("token\u005fids" is token_ids).
+ *
+ * Duplicate keys: the last occurrence wins for everything beneath it, as in
+ * orjson.  When a key on a recorded path occurs again, every record at or
+ * beneath it is cleared before the new value is scanned (a second
+ * "compact_logprobs" whose object has no "offsets" leaves CP_OFFSETS absent;
+ * a second root "choices" discards the records of the first one).
+ *
+ * Blanking: EVERY occurrence of a blankable value is blanked, also ones
+ * superseded by a later duplicate key (harmless: a JSON parser keeps only
+ * the last occurrence).  Blanked when a string (content removed -> ""):
+ *   CL_DATA, CP_DATA, SM_IDS_DATA, SM_COUNTS_DATA, KT_IDS, KT_COUNTS,
+ *   RE_DATA, and ROUTED;
+ * blanked when an array (everything between the brackets removed -> []):
+ *   TOKEN_IDS, CP_OFFSETS, SAMPLING_MASK, and root.prompt_token_ids.
+ * Blanking only removes bytes, so the stripped copy is never longer.
+ *
+ * Choice records (deviation from "one record per element", to bound memory:
+ * a tw_choice is ~424 bytes, so "[{},{},...]" would otherwise amplify a
+ * document ~140x): records are kept for elements 0, 1, ... up to and
+ * including the first element that is certain to fail validation, which is
+ *   - an element that is not an object (record with is_object = 0), or
+ *   - an object whose (last) token_ids is absent or not an array;
+ * later elements are still validated as JSON and counted in choices.count,
+ * but get no record and nothing in them is blanked (the stripped copy keeps
+ * them whole), so nchoices may be less than choices.count.  Choices are
+ * validated in order and the first failing one is reported, so later
+ * records could never be used.
+ *
+ * Memory: the nesting stack takes 32 bytes per open container (32 KB at the
+ * default depth limit), the blank list 16 bytes per blanked value; all of it
+ * is kept in the tw_doc and reused by the next tw_scan.
+ */
+#ifndef TW_SCAN_H
+#define TW_SCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes of tw_scan. */
+enum { TW_OK = 0, TW_ERR_SYNTAX = -1, TW_ERR_NOMEM = -2 };
+
+/* Code paths for the string skipper (tw_doc.path).  Numbering matches
+   TW_PATH_* in tw_base64.h for 0..3.  AUTO (and AVX512, which has no
+   separate kernel here) pick the best available; an unavailable path falls
+   back to the best available one.  All paths give identical results. */
+enum {
+    TW_SCAN_PATH_AUTO = 0,
+    TW_SCAN_PATH_SCALAR = 1, /* portable 8-byte SWAR */
+    TW_SCAN_PATH_AVX2 = 2,   /* x86-64 AVX2, 64 bytes per step */
+    TW_SCAN_PATH_AVX512 = 3, /* = AVX2 */
+    TW_SCAN_PATH_SSE2 = 4    /* x86-64 baseline, 16 bytes per step */
+};
+/* 1 if `path` can run on this CPU/build (AUTO and SCALAR always can). */
+int tw_scan_path_available(int path);
+
+/* Value types (tw_value.type). */
+enum {
+    TW_T_NONE = 0, TW_T_NULL, TW_T_FALSE, TW_T_TRUE, TW_T_NUMBER,
+    TW_T_STRING, TW_T_ARRAY, TW_T_OBJECT
+};
+
+/*
+ * One recorded value.  present = 0 means the path does not exist (the whole
+ * struct is then zero).  Offsets are byte offsets into buf:
+ *   strings: [start, end) is the content between the quotes (raw, escapes
+ *            not decoded); has_escape = a backslash occurs in it;
+ *            ascii = every content byte is < 0x80;
+ *   others:  [start, end) is the whole value text ("[...]", "{...}", "12").
+ *   arrays:  count = number of elements, all_int = every element is an
+ *            integer literal (optional '-', digits, no fraction/exponent;
+ *            1 for an empty array).
+ * Fields that do not apply to the type are 0.
+ */
+typedef struct {
+    uint8_t present, type, has_escape, ascii, all_int;
+    size_t start, end, count;
+} tw_value;
+
+enum {
+    TW_F_TOKEN_IDS,        /* token_ids */
+    TW_F_LOGPROBS,         /* logprobs */
+    TW_F_LOGPROBS_CONTENT, /* logprobs.content */
+    TW_F_CL_DATA,          /* completion_logprobs.data */
+    TW_F_CP_DATA,          /* compact_logprobs.data */
+    TW_F_CP_OFFSETS,       /* compact_logprobs.offsets */
+    TW_F_SAMPLING_MASK,    /* sampling_mask */
+    TW_F_SM_IDS_DATA,      /* sampling_mask.ids.data */
+    TW_F_SM_COUNTS_DATA,   /* sampling_mask.counts.data */
+    TW_F_KT_IDS,           /* kept_tokens.ids */
+    TW_F_KT_COUNTS,        /* kept_tokens.counts */
+    TW_F_ROUTED,           /* routed_experts */
+    TW_F_RE_DATA,          /* routed_experts.data */
+    TW_NFIELDS
+};
+
+typedef struct {
+    uint8_t is_object; /* 0: the element is not an object (f[] all absent) */
+    tw_value f[TW_NFIELDS];
+} tw_choice;
+
+/* Bytes [start, end) of the input that the stripped copy leaves out. */
+typedef struct {
+    size_t start, end;
+} tw_span;
+
+typedef struct {
+    /* Settings: tw_doc_init sets the defaults; change them before tw_scan. */
+    int path;          /* TW_SCAN_PATH_*, default AUTO */
+    size_t max_depth;  /* default 1024 (orjson's limit); 0 = unlimited */
+
+    /* Results of the last successful tw_scan. */
+    uint8_t top_is_object;
+    tw_value prompt_token_ids, choices;
+    tw_choice *choice; /* heap, nchoices records (see "Choice records") */
+    size_t nchoices;
+    tw_span *blank;    /* heap, nblank disjoint spans sorted by start */
+    size_t nblank;
+    size_t blank_bytes; /* total length of the blank spans */
+
+    /* Error of the last failed tw_scan: byte offset (len for "unexpected
+       end of data") and a static message. */
+    size_t err_pos;
+    const char *err_msg;
+
+    /* Internal: capacities and the reusable nesting stack. */
+    size_t choice_cap, blank_cap, stack_cap;
+    void *stack;
+} tw_doc;
+
+/* Initialize (no allocation; default settings).  A tw_doc may be reused
+   for several scans; tw_doc_free releases its memory and leaves it ready
+   for reuse with the same settings. */
+void tw_doc_init(tw_doc *d);
+void tw_doc_free(tw_doc *d);
+
+/*
+ * Validate buf[0:len] and record the paths above.  Returns TW_OK,
+ * TW_ERR_SYNTAX (err_pos, err_msg set; e.g. "nesting too deep") or
+ * TW_ERR_NOMEM (err_msg "out of memory").  After an error the result fields
+ * are unspecified (but tw_doc_free/tw_scan remain safe).
+ */
+int tw_scan(const char *buf, size_t len, tw_doc *doc);
+
+/* Size of the stripped copy: len - doc->blank_bytes. */
+size_t tw_stripped_size(const tw_doc *doc, size_t len);
+/* Write the document with every blank span removed (strings become "",
+   arrays []) into out, which holds tw_stripped_size(doc, len) bytes.
+   buf/len must be those of the successful tw_scan that filled doc. */
+void tw_strip(const char *buf, size_t len, const tw_doc *doc, char *out);
+
+/*
+ * Helpers over values recorded by a successful tw_scan of the same buf.
+ *
+ * tw_parse_uint_array: v must be an array.  Parse its v->count elements into
+ * out[0..count).  Each element must be an integer literal (no fraction, no
+ * exponent) with value in [0, max]; "-0" is 0 and valid.  max is clamped to
+ * INT64_MAX.  Returns 0, or -1 with *err_index = index of the first bad
+ * element (a non-number, a fraction/exponent, a negative or too large
+ * value); -1 with *err_index = 0 if v is not an array.
+ */
+int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
+                        int64_t *out, size_t *err_index);
+
+/*
+ * List of lists (the sampling_mask list form); rows = v->count.
+ * tw_count_nested: *total = number of elements of the rows that are arrays
+ * (non-array rows count 0).  Returns 0, or -1 if v is not an array.
+ * tw_parse_nested_uint: fills offsets[0..rows] (offsets[0] = 0, row r is
+ * values[offsets[r] .. offsets[r+1])) and values (capacity *total from
+ * tw_count_nested), each element an integer literal in [0, max] (max is
+ * clamped to INT32_MAX).  Returns 0, or -1 with *err_row = the first row
+ * that is not an array or has a bad element (offsets/values are then
+ * filled up to that row only); -1 with *err_row = 0 if v is not an array.
+ */
+int tw_count_nested(const char *buf, const tw_value *v, size_t *total);
+int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max,
+                         int64_t *offsets, int32_t *values, size_t *err_row);
+
+/*
+ * Decode the validated string value v (type TW_T_STRING) into dst, whose
+ * capacity must be at least v->end - v->start bytes (decoding never grows).
+ * Returns the length of the UTF-8 result (\u0000 gives a NUL byte);
+ * 0 if v is not a string.
+ */
+size_t tw_unescape(const char *buf, const tw_value *v, char *dst);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TW_SCAN_H */

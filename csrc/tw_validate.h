@@ -1,0 +1,48 @@
+/*
+ * tw_validate - the per-token rules of the generate contract over decoded arrays.
+ * Plain C, no Python API, no global state; every function is pure and thread-safe.
+ * Each returns -1 when the input is valid, else the index (token or value) of the
+ * first violation, which is what the reference implementation reports.
+ */
+#ifndef TW_VALIDATE_H
+#define TW_VALIDATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* vLLM's missing/clamped logprob value. */
+#define TW_SENTINEL (-9999.0)
+
+/* Packed sampled logprobs: first i with !(isfinite(v[i]) && v[i] > -9999). */
+ptrdiff_t tw_packed_f32_bad(const float *v, size_t n);
+ptrdiff_t tw_packed_f64_bad(const double *v, size_t n);
+
+/* Compact values: first i with !isfinite(v[i]) || v[i] > 1e-6. */
+ptrdiff_t tw_compact_values_bad(const float *v, size_t n);
+
+/* Offsets: offsets[0] == 0 and strictly increasing; first bad index or -1. */
+ptrdiff_t tw_offsets_bad(const int64_t *offsets, size_t count);
+
+enum { TW_ROW_OK = 0, TW_ROW_REPEAT_DISAGREE = 1, TW_ROW_MISSING_SAMPLED = 2, TW_ROW_NOMEM = 3 };
+
+/*
+ * Compact rows without a head. Row t is [offsets[t], offsets[t+1]) of ids/vals.
+ * Per row, in order: every repeated id carries the same value (else REPEAT_DISAGREE);
+ * the sampled id is in the row with a value other than the sentinel (else MISSING_SAMPLED).
+ * Writes the sampled value to out[t]. Returns -1, or the failing row with *kind set.
+ */
+ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets,
+                          size_t n, const int64_t *sampled, float *out, int *kind);
+
+/*
+ * Recorded supports (sampling masks) in CSR form: each row non-empty, without
+ * repeats, containing the sampled id. Returns -1 or the first bad row
+ * (*nomem set when scratch memory could not be had).
+ */
+ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n,
+                          const int64_t *sampled, int *nomem);
+
+/* Any negative value: index of the first, or -1. */
+ptrdiff_t tw_i32_negative(const int32_t *v, size_t n);
+
+#endif
