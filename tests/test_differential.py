@@ -131,3 +131,19 @@ def test_renderers_comparison_covered_enough(renderers_client):
     print(f"renderers comparison: {accepted} accepted, {rejected} rejected by both")
     assert accepted + rejected >= minimum
     assert accepted >= minimum // 5 and rejected >= minimum // 5
+
+
+def test_truncation_at_every_byte_is_rejected_alike(impl):
+    """A response cut anywhere is invalid JSON; both implementations must say so."""
+    from tokenwire import samples
+
+    ev = samples.evidence(3, 4, seed=7, support=True)
+    choices = [
+        samples.build_choice(ev, transport="compact", mask="csr"),
+        samples.build_choice(ev, transport="compact", index=1, mask="list", routed=samples.routing(3, layers=2, topk=2)),
+    ]
+    raw = samples.dumps(samples.response(choices, prompt_tokens=3))
+    assert impl.parse_generate_response(raw, top_k=2).choices[1].routed_experts is not None
+    for cut in range(len(raw)):
+        with pytest.raises(MalformedResponseError, match="invalid JSON"):
+            impl.parse_generate_response(raw[:cut], top_k=2)
