@@ -1,0 +1,939 @@
+"""Differential check of csrc/tw_scan.c against orjson.
+
+Builds tw_scan.c into a shared library in /tmp, loads it with ctypes, and for
+thousands of generated documents (random response-like JSON written with random
+whitespace, escapes, duplicate keys and decoys; tricky numbers and strings; nesting
+around orjson's depth limit; random mutations and truncations of those and of
+sample-like responses) asserts that:
+
+  * every code path (scalar, SSE2, AVX2) gives the same result;
+  * tw_scan accepts exactly when orjson.loads accepts;
+  * on accepted documents every recorded value is right: present/type, the span
+    text parses back to the value at that path, count/all_int/has_escape/ascii;
+  * orjson.loads(stripped copy) equals orjson.loads(original) with the blanked
+    values replaced by "" / [].
+
+Usage:
+  python3 tests/c/check_scan.py [--rounds N] [--seed S] [--sanitize]
+
+--sanitize builds with -fsanitize=address,undefined and re-runs itself with
+the ASan runtime preloaded (leak detection off: CPython's own allocations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes as C
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = Path("/tmp/tw_scan_check")
+sys.setrecursionlimit(50_000)
+
+# ---------------------------------------------------------------------------
+# The library
+# ---------------------------------------------------------------------------
+
+
+class TwValue(C.Structure):
+    _fields_ = [
+        ("present", C.c_uint8),
+        ("type", C.c_uint8),
+        ("has_escape", C.c_uint8),
+        ("ascii", C.c_uint8),
+        ("all_int", C.c_uint8),
+        ("start", C.c_size_t),
+        ("end", C.c_size_t),
+        ("count", C.c_size_t),
+    ]
+
+
+NFIELDS = 13
+
+
+class TwChoice(C.Structure):
+    _fields_ = [("is_object", C.c_uint8), ("f", TwValue * NFIELDS)]
+
+
+class TwSpan(C.Structure):
+    _fields_ = [("start", C.c_size_t), ("end", C.c_size_t)]
+
+
+class TwDoc(C.Structure):
+    _fields_ = [
+        ("path", C.c_int),
+        ("max_depth", C.c_size_t),
+        ("top_is_object", C.c_uint8),
+        ("prompt_token_ids", TwValue),
+        ("choices", TwValue),
+        ("choice", C.POINTER(TwChoice)),
+        ("nchoices", C.c_size_t),
+        ("blank", C.POINTER(TwSpan)),
+        ("nblank", C.c_size_t),
+        ("blank_bytes", C.c_size_t),
+        ("err_pos", C.c_size_t),
+        ("err_msg", C.c_char_p),
+        ("choice_cap", C.c_size_t),
+        ("blank_cap", C.c_size_t),
+        ("stack_cap", C.c_size_t),
+        ("stack", C.c_void_p),
+    ]
+
+
+T_NONE, T_NULL, T_FALSE, T_TRUE, T_NUMBER, T_STRING, T_ARRAY, T_OBJECT = range(8)
+PATH_IDS = {"scalar": 1, "sse2": 4, "avx2": 2}
+FIELDS = [
+    ("token_ids",),
+    ("logprobs",),
+    ("logprobs", "content"),
+    ("completion_logprobs", "data"),
+    ("compact_logprobs", "data"),
+    ("compact_logprobs", "offsets"),
+    ("sampling_mask",),
+    ("sampling_mask", "ids", "data"),
+    ("sampling_mask", "counts", "data"),
+    ("kept_tokens", "ids"),
+    ("kept_tokens", "counts"),
+    ("routed_experts",),
+    ("routed_experts", "data"),
+]
+
+
+def build(sanitize: bool) -> Path:
+    OUT.mkdir(parents=True, exist_ok=True)
+    lib = OUT / ("libtwscan_san.so" if sanitize else "libtwscan.so")
+    cmd = [
+        os.environ.get("CC", "cc"),
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-shared",
+        "-fPIC",
+        "-I",
+        str(ROOT / "csrc"),
+        str(ROOT / "csrc" / "tw_scan.c"),
+        "-o",
+        str(lib),
+    ]
+    if sanitize:
+        cmd += [
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+        ]
+    else:
+        cmd += ["-O2"]
+    subprocess.run(cmd, check=True)
+    return lib
+
+
+class Scanner:
+    def __init__(self, lib_path: Path):
+        lib = C.CDLL(str(lib_path))
+        lib.tw_doc_init.argtypes = [C.POINTER(TwDoc)]
+        lib.tw_doc_free.argtypes = [C.POINTER(TwDoc)]
+        lib.tw_scan.argtypes = [C.c_char_p, C.c_size_t, C.POINTER(TwDoc)]
+        lib.tw_scan.restype = C.c_int
+        lib.tw_stripped_size.argtypes = [C.POINTER(TwDoc), C.c_size_t]
+        lib.tw_stripped_size.restype = C.c_size_t
+        lib.tw_strip.argtypes = [C.c_char_p, C.c_size_t, C.POINTER(TwDoc), C.c_char_p]
+        lib.tw_scan_path_available.argtypes = [C.c_int]
+        self.lib = lib
+        self.paths = [p for p in PATH_IDS if lib.tw_scan_path_available(PATH_IDS[p])]
+        self.doc = TwDoc()
+        lib.tw_doc_init(C.byref(self.doc))
+
+    def scan(self, data: bytes, path: str):
+        """(rc, snapshot, stripped or None, err)."""
+        d = self.doc
+        d.path = PATH_IDS[path]
+        # An exactly-sized buffer (no NUL terminator follows the data in it).
+        buf = C.create_string_buffer(data, len(data)) if data else C.create_string_buffer(1)
+        rc = self.lib.tw_scan(buf, len(data), C.byref(d))
+        if rc != 0:
+            return rc, None, None, (d.err_pos, d.err_msg)
+        snap = {
+            "top": d.top_is_object,
+            "prompt": _val(d.prompt_token_ids),
+            "choices": _val(d.choices),
+            "choice": [
+                (d.choice[i].is_object, [_val(d.choice[i].f[k]) for k in range(NFIELDS)])
+                for i in range(d.nchoices)
+            ],
+            "blank": [(d.blank[i].start, d.blank[i].end) for i in range(d.nblank)],
+        }
+        n = self.lib.tw_stripped_size(C.byref(d), len(data))
+        out = C.create_string_buffer(n + 1)
+        self.lib.tw_strip(buf, len(data), C.byref(d), out)
+        return rc, snap, out.raw[:n], None
+
+
+def _val(v: TwValue):
+    return (v.present, v.type, v.has_escape, v.ascii, v.all_int, v.start, v.end, v.count)
+
+
+# ---------------------------------------------------------------------------
+# Expectations from orjson's parse
+# ---------------------------------------------------------------------------
+
+MISSING = object()
+
+
+def _type_of(x) -> int:
+    if x is None:
+        return T_NULL
+    if x is False:
+        return T_FALSE
+    if x is True:
+        return T_TRUE
+    if isinstance(x, (int, float)):
+        return T_NUMBER
+    if isinstance(x, str):
+        return T_STRING
+    if isinstance(x, list):
+        return T_ARRAY
+    return T_OBJECT
+
+
+def _get(obj, keys):
+    for k in keys:
+        if not isinstance(obj, dict) or k not in obj:
+            return MISSING
+        obj = obj[k]
+    return obj
+
+
+def _int_elems(text: bytes) -> bool:
+    """all_int from the literal text: every element an integer literal."""
+    import json
+
+    # stdlib json keeps integer literals as int of any size, fractions/exponents as float
+    value = json.loads(text)
+    return all(type(x) is int for x in value)
+
+
+def check_value(what: str, raw: bytes, v, expected) -> None:
+    present, typ, esc, asc, all_int, start, end, count = v
+    if expected is MISSING:
+        assert v == (0, 0, 0, 0, 0, 0, 0, 0), f"{what}: recorded but absent: {v}"
+        return
+    assert present == 1 and typ == _type_of(expected), f"{what}: type {typ} for {expected!r:.60}"
+    assert 0 <= start <= end <= len(raw), f"{what}: span {start}:{end}"
+    text = raw[start:end]
+    if typ == T_STRING:
+        assert raw[start - 1 : start] == b'"' and raw[end : end + 1] == b'"', f"{what}: quotes"
+        assert orjson.loads(b'"' + text + b'"') == expected, f"{what}: string span"
+        assert esc == (b"\\" in text) and asc == all(c < 0x80 for c in text), f"{what}: flags"
+        assert all_int == 0 and count == 0, f"{what}: array fields on a string"
+    else:
+        assert orjson.loads(text) == expected, f"{what}: span text {text[:60]!r}"
+        assert esc == 0 and asc == 0, f"{what}: string flags on a non-string"
+        if typ == T_ARRAY:
+            assert count == len(expected), f"{what}: count {count} != {len(expected)}"
+            assert all_int == _int_elems(text), f"{what}: all_int {all_int}"
+        else:
+            assert all_int == 0 and count == 0, f"{what}: array fields on a non-array"
+
+
+def expected_choices(doc):
+    """The choice elements that get records (see tw_scan.h, "Choice records")."""
+    out = []
+    for el in doc:
+        out.append(el)
+        if not isinstance(el, dict) or not isinstance(el.get("token_ids", MISSING), list):
+            break
+    return out
+
+
+def blank_expected(doc, nrec: int):
+    """orjson.loads(original) with the blanked values replaced."""
+    if not isinstance(doc, dict):
+        return doc
+    if isinstance(doc.get("prompt_token_ids"), list):
+        doc["prompt_token_ids"] = []
+    choices = doc.get("choices")
+    if not isinstance(choices, list):
+        return doc
+    for ch in choices[:nrec]:
+        if not isinstance(ch, dict):
+            continue
+        if isinstance(ch.get("token_ids"), list):
+            ch["token_ids"] = []
+        for outer in ("completion_logprobs", "compact_logprobs", "routed_experts"):
+            o = ch.get(outer)
+            if isinstance(o, dict) and isinstance(o.get("data"), str):
+                o["data"] = ""
+        cp = ch.get("compact_logprobs")
+        if isinstance(cp, dict) and isinstance(cp.get("offsets"), list):
+            cp["offsets"] = []
+        sm = ch.get("sampling_mask")
+        if isinstance(sm, list):
+            ch["sampling_mask"] = []
+        elif isinstance(sm, dict):
+            for name in ("ids", "counts"):
+                o = sm.get(name)
+                if isinstance(o, dict) and isinstance(o.get("data"), str):
+                    o["data"] = ""
+        kt = ch.get("kept_tokens")
+        if isinstance(kt, dict):
+            for name in ("ids", "counts"):
+                if isinstance(kt.get(name), str):
+                    kt[name] = ""
+        if isinstance(ch.get("routed_experts"), str):
+            ch["routed_experts"] = ""
+    return doc
+
+
+def verify_records(raw: bytes, snap, stripped: bytes) -> None:
+    doc = orjson.loads(raw)
+    if not isinstance(doc, dict):
+        assert snap["top"] == 0 and not snap["choice"] and not snap["blank"], "non-object root"
+        assert snap["prompt"][0] == 0 and snap["choices"][0] == 0
+        assert stripped == raw
+        return
+    assert snap["top"] == 1
+    check_value("prompt_token_ids", raw, snap["prompt"], doc.get("prompt_token_ids", MISSING))
+    check_value("choices", raw, snap["choices"], doc.get("choices", MISSING))
+    choices = doc.get("choices")
+    rec = expected_choices(choices) if isinstance(choices, list) else []
+    assert len(snap["choice"]) == len(rec), f"nchoices {len(snap['choice'])} != {len(rec)}"
+    for i, (el, (is_obj, fields)) in enumerate(zip(rec, snap["choice"])):
+        assert is_obj == isinstance(el, dict), f"choice {i} is_object"
+        for k, keys in enumerate(FIELDS):
+            exp = _get(el, keys) if isinstance(el, dict) else MISSING
+            check_value(f"choices[{i}].{'.'.join(keys)}", raw, fields[k], exp)
+    spans = snap["blank"]
+    assert all(a < b for a, b in spans) and all(
+        spans[i][1] <= spans[i + 1][0] for i in range(len(spans) - 1)
+    ), "blank spans sorted and disjoint"
+    want = blank_expected(orjson.loads(raw), len(rec))
+    got = orjson.loads(stripped)
+    assert got == want, "stripped document differs"
+
+
+# ---------------------------------------------------------------------------
+# Generators
+# ---------------------------------------------------------------------------
+
+T_DIGITS = str((2**54 - 1) * 2**970)
+NUMBERS = [
+    "0",
+    "-0",
+    "1",
+    "-1",
+    "7",
+    "42",
+    "151935",
+    "4294967295",
+    "4294967296",
+    "-5",
+    "0.0",
+    "-0.0",
+    "1.5",
+    "-2.25",
+    "1e5",
+    "1E5",
+    "1e-5",
+    "1E+5",
+    "-1.5e-7",
+    "0e0",
+    "0E-0",
+    "2.5e+10",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "18446744073709551615",
+    "18446744073709551616",
+    "123456789012345678901234567890",
+    "1e308",
+    "1e309",
+    "-1e309",
+    "1e-400",
+    "1e-99999999999",
+    "0e99999999999",
+    "1.7976931348623157e308",
+    "1.7976931348623158e308",
+    "1.7976931348623159e308",
+    "-1.7976931348623159e308",
+    T_DIGITS,
+    str(int(T_DIGITS) - 1),
+    str(int(T_DIGITS) + 1),
+    T_DIGITS[0] + "." + T_DIGITS[1:] + "e308",
+    "0.0000" + T_DIGITS + "e313",
+    "0.0000" + str(int(T_DIGITS) - 1) + "e313",
+    str(int(T_DIGITS) - 1) + ".999999999999999999999",
+    T_DIGITS + ".0",
+    "1" + "0" * 308,
+    "1" + "0" * 309,
+    "9" * 308,
+    "9" * 309,
+    "0." + "0" * 400 + "1",
+    "-0.000000001e-5",
+    "17976931348623158079e289",
+    "17976931348623158080e289",
+    "1797693134862315807937e287",
+]
+B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+KEYS_CHOICE = [
+    "index",
+    "text",
+    "token_ids",
+    "logprobs",
+    "completion_logprobs",
+    "compact_logprobs",
+    "sampling_mask",
+    "kept_tokens",
+    "routed_experts",
+    "finish_reason",
+    "stop_reason",
+    "data",
+    "ids",
+    "counts",
+    "offsets",
+    "content",
+]
+KEYS_SUB = [
+    "data",
+    "offsets",
+    "ids",
+    "counts",
+    "content",
+    "shape",
+    "dtype",
+    "format",
+    "num_top_logprobs",
+    "token_ids",
+    "start",
+    "choices",
+]
+KEYS_TOP = [
+    "request_id",
+    "choices",
+    "usage",
+    "prompt_token_ids",
+    "kv_transfer_params",
+    "token_ids",
+    "data",
+]
+
+
+class Gen:
+    def __init__(self, rng: random.Random):
+        self.r = rng
+
+    def ws(self) -> str:
+        r = self.r
+        if r.random() < 0.8:
+            return ""
+        return "".join(r.choice(" \t\n\r") for _ in range(r.randint(1, 3)))
+
+    def number(self, tricky: float = 0.03) -> str:
+        r = self.r
+        if r.random() < tricky:
+            return r.choice(NUMBERS)
+        x = r.random()
+        if x < 0.4:
+            return str(r.randint(0, 200_000))
+        if x < 0.55:
+            return repr(r.uniform(-30, 0))
+        if x < 0.62:
+            return f"{r.uniform(-1, 1):.3e}"
+        if x < 0.8:
+            return str(r.randint(-(2**70), 2**70))
+        return r.choice(["0", "-0", "0.0", "-0.0", "1E+2", "0e0"])
+
+    def b64(self) -> str:
+        r = self.r
+        n = r.choice([0, 4, 8, 12, 40, 100, 400, 1500])
+        s = "".join(r.choice(B64) for _ in range(n))
+        if n and r.random() < 0.3:
+            s = s[:-1] + "="
+        return s
+
+    def text(self) -> str:
+        r = self.r
+        pool = [
+            "a",
+            "b",
+            "token_id:",
+            "é",
+            "漢",
+            "😀",
+            "\n",
+            '"',
+            "\\",
+            "/",
+            "\x00",
+            "\x1f",
+            "\u2028",
+            "\ufffe",
+            "\U0010ffff",
+            "\ud7ff",
+            "\ue000",
+            " ",
+            "\t",
+            "data",
+        ]
+        return "".join(r.choice(pool) for _ in range(r.randint(0, 12)))
+
+    def string(self, s: str) -> str:
+        """s as a JSON string with random (valid) escaping."""
+        r = self.r
+        out = ['"']
+        mode = r.random()
+        for ch in s:
+            o = ord(ch)
+            if ch == '"':
+                out.append('\\"')
+            elif ch == "\\":
+                out.append("\\\\")
+            elif o < 0x20:
+                out.append(
+                    r.choice(
+                        {8: ["\\b"], 12: ["\\f"], 10: ["\\n"], 13: ["\\r"], 9: ["\\t"]}.get(o, [])
+                        + [f"\\u{o:04x}", f"\\u{o:04X}"]
+                    )
+                )
+            elif mode < 0.15 or (mode < 0.5 and r.random() < 0.1):
+                if o > 0xFFFF:
+                    o -= 0x10000
+                    out.append(f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04X}")
+                elif ch == "/" and r.random() < 0.5:
+                    out.append("\\/")
+                else:
+                    out.append(f"\\u{o:04x}")
+            elif ch == "/" and r.random() < 0.3:
+                out.append("\\/")
+            else:
+                out.append(ch)
+        out.append('"')
+        return "".join(out)
+
+    def int_array(self) -> str:
+        r = self.r
+        n = r.choice([0, 1, 2, 3, 5, 20])
+        items = []
+        for _ in range(n):
+            x = r.random()
+            items.append(str(r.randint(0, 151_935)) if x < 0.9 else self.number())
+        sep = "," if r.random() < 0.7 else self.ws() + "," + self.ws()
+        return "[" + self.ws() + sep.join(items) + self.ws() + "]"
+
+    def scalar(self) -> str:
+        r = self.r
+        x = r.random()
+        if x < 0.15:
+            return r.choice(["null", "true", "false"])
+        if x < 0.45:
+            return self.number()
+        if x < 0.7:
+            return self.string(self.b64())
+        return self.string(self.text())
+
+    def any(self, depth: int) -> str:
+        r = self.r
+        x = r.random()
+        if depth > 4 or x < 0.5:
+            return self.scalar()
+        if x < 0.65:
+            return self.int_array()
+        if x < 0.8:
+            return self.array([self.any(depth + 1) for _ in range(r.randint(0, 4))])
+        return self.obj(
+            [
+                (r.choice(KEYS_SUB + KEYS_CHOICE), self.any(depth + 1))
+                for _ in range(r.randint(0, 4))
+            ]
+        )
+
+    def key(self, name: str) -> str:
+        if self.r.random() < 0.1:
+            # escape one character of the key
+            i = self.r.randrange(len(name)) if name else 0
+            if name:
+                return '"' + name[:i] + f"\\u{ord(name[i]):04x}" + name[i + 1 :] + '"'
+        return self.string(name)
+
+    def obj(self, items) -> str:
+        parts = [
+            self.ws() + self.key(k) + self.ws() + ":" + self.ws() + v + self.ws() for k, v in items
+        ]
+        return "{" + ",".join(parts) + (self.ws() if not parts else "") + "}"
+
+    def array(self, items) -> str:
+        return "[" + ",".join(self.ws() + v + self.ws() for v in items) + "]"
+
+    def field_value(self, key: str, depth: int) -> str:
+        """A value for a key of a choice: mostly the right shape, sometimes not."""
+        r = self.r
+        x = r.random()
+        if x < 0.15:
+            return self.any(depth + 1)
+        if key in ("token_ids", "offsets"):
+            return self.int_array()
+        if key == "sampling_mask" and r.random() < 0.4:
+            return self.array([self.int_array() for _ in range(r.randint(0, 4))])
+        if key == "routed_experts" and r.random() < 0.3:
+            return self.string(self.b64())
+        if key == "kept_tokens":
+            return self.obj(
+                [
+                    (k, self.string(self.b64()) if r.random() < 0.8 else self.any(9))
+                    for k in r.sample(["ids", "counts", "data", "ids"], r.randint(0, 4))
+                ]
+            )
+        if key == "logprobs":
+            if r.random() < 0.3:
+                return "null"
+            entries = [
+                self.obj(
+                    [
+                        ("token", self.string(f"token_id:{r.randint(0, 99)}")),
+                        ("logprob", self.number()),
+                        ("token_ids", self.int_array()),
+                        ("compact_logprobs", self.obj([("data", self.string("x"))])),
+                    ]
+                )
+                for _ in range(r.randint(0, 3))
+            ]
+            return self.obj(
+                [("content", self.array(entries))]
+                + [("data", self.string(self.b64()))] * r.randint(0, 1)
+            )
+        if key in ("completion_logprobs", "compact_logprobs", "routed_experts"):
+            if r.random() < 0.1:
+                return "null"
+            keys = ["data", "shape", "dtype", "offsets", "format", "data", "num_top_logprobs"]
+            items = []
+            for k in r.sample(keys, r.randint(0, len(keys))):
+                if k == "data":
+                    items.append((k, self.string(self.b64()) if r.random() < 0.9 else self.any(9)))
+                elif k in ("offsets", "shape"):
+                    items.append((k, self.int_array()))
+                else:
+                    items.append((k, self.scalar()))
+            return self.obj(items)
+        if key == "sampling_mask":
+            items = []
+            for k in r.sample(["ids", "counts", "ids", "data"], r.randint(0, 4)):
+                inner = [
+                    ("data", self.string(self.b64())),
+                    ("shape", self.int_array()),
+                    ("dtype", self.string("int32")),
+                ]
+                r.shuffle(inner)
+                items.append(
+                    (k, self.obj(inner[: r.randint(0, 3)]) if r.random() < 0.9 else self.any(9))
+                )
+            return self.obj(items)
+        return self.any(depth + 1)
+
+    def choice(self) -> str:
+        r = self.r
+        if r.random() < 0.08:
+            return self.any(2)
+        keys = r.sample(KEYS_CHOICE, r.randint(0, len(KEYS_CHOICE)))
+        if r.random() < 0.9 and "token_ids" not in keys:
+            keys.append("token_ids")
+        r.shuffle(keys)
+        if r.random() < 0.3 and keys:
+            keys.append(r.choice(keys))  # a duplicate key
+        return self.obj([(k, self.field_value(k, 1)) for k in keys])
+
+    def document(self) -> str:
+        r = self.r
+        if r.random() < 0.05:
+            return self.ws() + self.any(0) + self.ws()
+        keys = r.sample(KEYS_TOP, r.randint(1, len(KEYS_TOP)))
+        if "choices" not in keys and r.random() < 0.9:
+            keys.append("choices")
+        if r.random() < 0.2:
+            keys.append(r.choice(keys))
+        r.shuffle(keys)
+        items = []
+        for k in keys:
+            if k == "choices":
+                v = (
+                    self.array([self.choice() for _ in range(r.randint(0, 4))])
+                    if r.random() < 0.93
+                    else self.any(1)
+                )
+            elif k == "prompt_token_ids":
+                v = self.int_array()
+            elif k == "usage":
+                v = self.obj(
+                    [
+                        ("prompt_tokens", self.number()),
+                        ("token_ids", self.int_array()),
+                        ("choices", self.array([self.choice()])),
+                    ]
+                )
+            else:
+                v = self.any(1)
+            items.append((k, v))
+        return self.ws() + self.obj(items) + self.ws()
+
+    def deep(self) -> str:
+        r = self.r
+        depth = r.choice([1022, 1023, 1024, 1025, 1026, 3000])
+        opens, closes = [], []
+        for _ in range(depth):
+            if r.random() < 0.5:
+                opens.append("[")
+                closes.append("]")
+            else:
+                opens.append('{"choices":')
+                closes.append("}")
+        inner = r.choice(["1", "[]", "{}", '"x"', "[1]"])
+        return "".join(opens) + inner + "".join(reversed(closes))
+
+
+MUT_BYTES = b'{}[],:"\\/ \t\n\r0123456789-+.eEtrufalsn\x00\x1f\x7f\x80\xbf\xc0\xc3\xa9\xed\xa0\xef\xbb\xf0\xf4\x90\xff'
+
+
+def mutate(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        kind = rng.random()
+        at = rng.randrange(len(b) + 1)
+        byte = rng.choice(MUT_BYTES) if rng.random() < 0.8 else rng.randrange(256)
+        if kind < 0.3 and at < len(b):
+            b[at] = byte
+        elif kind < 0.55:
+            b.insert(at, byte)
+        elif kind < 0.75 and at < len(b):
+            del b[at]
+        elif kind < 0.85:
+            del b[at:]
+        elif kind < 0.93 and len(b) > 2:
+            j = rng.randrange(len(b))
+            lo, hi = sorted((at, j))
+            b[at:at] = b[lo : min(hi, lo + 64)]
+        else:
+            snippet = rng.choice(
+                [
+                    b"\\u",
+                    b"\\ud800",
+                    b"\\udc00",
+                    b"\\u0041",
+                    b'\\"',
+                    b"e309",
+                    b".",
+                    b"-",
+                    b"00",
+                    b",",
+                    b",]",
+                    b",}",
+                    b'"a":',
+                    b"null",
+                    b"\xed\xa0\x80",
+                    b"\xf4\x90\x80\x80",
+                    b"\xc0\xaf",
+                    b"1e-999",
+                ]
+            )
+            b[at:at] = snippet
+    return bytes(b)
+
+
+def sample_like(rng: random.Random) -> list[bytes]:
+    """Small responses built the way the samples are (tokenwire.samples)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from tokenwire import samples as S
+    docs = []
+    for seed in range(6):
+        ev = S.evidence(12, 3, seed=seed, support=True)
+        for transport in ("native", "packed", "compact"):
+            for mask in (None, "list", "csr"):
+                choice = S.build_choice(
+                    ev,
+                    transport=transport,
+                    mask=mask,
+                    routed=S.routing(11, layers=2, topk=2, seed=seed),
+                    routed_form=("dict", "npy")[seed % 2],
+                )
+                if seed == 5:
+                    choice["kept_tokens"] = {
+                        "ids": S.b64(b"\x01\x00\x00\x00"),
+                        "counts": S.b64(b"\x01\x00\x00\x00"),
+                    }
+                docs.append(S.dumps(S.response([choice, choice], prompt_tokens=8, seed=seed)))
+    return docs
+
+
+def full_samples() -> list[tuple[str, bytes]]:
+    sys.path.insert(0, str(ROOT / "src"))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from tokenwire import samples as S
+    return [(name, S.sample(name)) for name in S.SAMPLES]
+
+
+# ---------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------
+
+
+class Stats:
+    def __init__(self):
+        self.total = self.accepted = self.rejected = 0
+        self.kinds: dict[str, list[int]] = {}
+
+
+def c_corpus() -> list[tuple[bool, bytes]]:
+    """The V(...)/I(...) snippets of test_scan.c: their expectations must be orjson's."""
+    import re
+
+    src = (ROOT / "tests" / "c" / "test_scan.c").read_text()
+    body = src[src.index("static const snippet CORPUS[]") :]
+    body = body[: body.index("};")]
+    out = []
+    for m in re.finditer(r'\b([VI])\(((?:\s*"(?:[^"\\]|\\.)*")+)\s*\)', body):
+        raw = b"".join(_c_unescape(lit) for lit in re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(2)))
+        out.append((m.group(1) == "V", raw))
+    return out
+
+
+def _c_unescape(lit: str) -> bytes:
+    out, i = bytearray(), 0
+    simple = {"n": 10, "t": 9, "r": 13, '"': 34, "\\": 92, "'": 39, "0": 0}
+    while i < len(lit):
+        ch = lit[i]
+        if ch != "\\":
+            out += ch.encode()
+            i += 1
+        elif lit[i + 1] == "x":
+            j = i + 2
+            while j < len(lit) and lit[j] in "0123456789abcdefABCDEF":
+                j += 1
+            out.append(int(lit[i + 2 : j], 16))
+            i = j
+        else:
+            out.append(simple[lit[i + 1]])
+            i += 2
+    return bytes(out)
+
+
+def orjson_accepts(data: bytes) -> bool:
+    try:
+        orjson.loads(data)
+        return True
+    except orjson.JSONDecodeError:
+        return False
+
+
+def check_one(sc: Scanner, data: bytes, kind: str, st: Stats) -> None:
+    results = [sc.scan(data, p) for p in sc.paths]
+    rc, snap, stripped, err = results[0]
+    for p, other in zip(sc.paths[1:], results[1:]):
+        assert other[:3] == results[0][:3] and other[3] == err, f"path {p} differs ({kind})"
+    ok = orjson_accepts(data)
+    st.total += 1
+    st.kinds.setdefault(kind, [0, 0])[0] += 1
+    st.kinds[kind][1] += ok
+    if ok != (rc == 0):
+        raise AssertionError(
+            f"{kind}: orjson {'accepts' if ok else 'rejects'} but tw_scan rc={rc} {err}; "
+            f"document {data[:300]!r}{'...' if len(data) > 300 else ''}"
+        )
+    if rc == 0:
+        st.accepted += 1
+        try:
+            verify_records(data, snap, stripped)
+        except AssertionError as exc:
+            raise AssertionError(f"{kind}: {exc}; document {data[:400]!r}") from None
+    else:
+        st.rejected += 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=6000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--no-samples", action="store_true", help="skip the full-size samples")
+    args = ap.parse_args()
+
+    lib = build(args.sanitize)
+    if args.sanitize and "libasan" not in os.environ.get("LD_PRELOAD", ""):
+        cc = os.environ.get("CC", "cc")
+        asan = subprocess.run(
+            [cc, "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        env = dict(
+            os.environ,
+            LD_PRELOAD=asan,
+            ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
+            UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
+        )
+        return subprocess.call([sys.executable, *sys.argv], env=env)
+
+    sc = Scanner(lib)
+    rng = random.Random(args.seed)
+    gen = Gen(rng)
+    st = Stats()
+    t0 = time.time()
+    print(f"library {lib}; paths {sc.paths}; orjson {orjson.__version__}")
+
+    corpus = c_corpus()
+    for valid, data in corpus:
+        assert orjson_accepts(data) == valid, f"test_scan.c corpus expectation wrong: {data!r}"
+        check_one(sc, data, "c-corpus", st)
+    print(f"  test_scan.c corpus: {len(corpus)} snippets, expectations match orjson")
+    if not args.no_samples:
+        for name, data in full_samples():
+            check_one(sc, data, "sample", st)
+            _, snap, stripped, _ = sc.scan(data, sc.paths[-1])
+            print(
+                f"  sample {name}: {len(data)} bytes, {len(snap['choice'])} choices, "
+                f"{len(snap['blank'])} blanks, stripped {len(stripped)} bytes"
+            )
+    smalls = sample_like(rng)
+    for data in smalls:
+        check_one(sc, data, "sample-like", st)
+    for data in rng.sample(smalls, 12):
+        for cut in range(len(data)):  # every truncation
+            check_one(sc, data[:cut], "truncation", st)
+    for i in range(args.rounds):
+        doc = gen.document().encode("utf-8", "surrogatepass")
+        check_one(sc, doc, "generated", st)
+        check_one(sc, mutate(rng, doc), "generated+mutation", st)
+        check_one(sc, mutate(rng, rng.choice(smalls)), "sample-like+mutation", st)
+        if i % 50 == 0:
+            check_one(sc, gen.deep().encode(), "deep", st)
+        if i % 10 == 0:
+            check_one(sc, gen.number(0.5).encode(), "number", st)
+            check_one(sc, gen.string(gen.text()).encode("utf-8", "surrogatepass"), "string", st)
+    for lit in NUMBERS:
+        for wrap in ("{}", "[{}]", '{{"a":{}}}', "{} ", "-{}"):
+            check_one(sc, wrap.format(lit).encode(), "number", st)
+    print(
+        f"{st.total} documents checked in {time.time() - t0:.1f}s: "
+        f"{st.accepted} accepted, {st.rejected} rejected; all agree with orjson"
+    )
+    print(
+        "  by kind (accepted/total): "
+        + ", ".join(f"{k} {a}/{n}" for k, (n, a) in sorted(st.kinds.items()))
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
