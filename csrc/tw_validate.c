@@ -30,14 +30,6 @@ ptrdiff_t tw_compact_values_bad(const float *v, size_t n) {
     return -1;
 }
 
-ptrdiff_t tw_offsets_bad(const int64_t *offsets, size_t count) {
-    if (count == 0) return -1;
-    if (offsets[0] != 0) return 0;
-    for (size_t i = 1; i < count; i++)
-        if (offsets[i] <= offsets[i - 1]) return (ptrdiff_t)i;
-    return -1;
-}
-
 typedef struct {
     uint32_t id;
     uint32_t pos;

@@ -20,9 +20,6 @@ ptrdiff_t tw_packed_f64_bad(const double *v, size_t n);
 /* Compact values: first i with !isfinite(v[i]) || v[i] > 1e-6. */
 ptrdiff_t tw_compact_values_bad(const float *v, size_t n);
 
-/* Offsets: offsets[0] == 0 and strictly increasing; first bad index or -1. */
-ptrdiff_t tw_offsets_bad(const int64_t *offsets, size_t count);
-
 enum { TW_ROW_OK = 0, TW_ROW_REPEAT_DISAGREE = 1, TW_ROW_MISSING_SAMPLED = 2, TW_ROW_NOMEM = 3 };
 
 /*

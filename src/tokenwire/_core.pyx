@@ -177,27 +177,30 @@ cdef extern from "tw_validate.h" nogil:
     ptrdiff_t tw_packed_f32_bad(const float *v, size_t n)
     ptrdiff_t tw_packed_f64_bad(const double *v, size_t n)
     ptrdiff_t tw_compact_values_bad(const float *v, size_t n)
-    ptrdiff_t tw_offsets_bad(const int64_t *offsets, size_t count)
     ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n, const int64_t *sampled, float *out, int *kind)
     ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n, const int64_t *sampled, int *nomem)
     ptrdiff_t tw_i32_negative(const int32_t *v, size_t n)
 
 
-from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
+from ._types import Ragged
 
-_Choice = _reference._Choice
-_shape_is = _reference._shape_is
-_int_array = _reference._int_array
-_FORMAT = _reference.COMPACT_FORMAT
-_PACKED_DTYPES = _reference.PACKED_DTYPES
-_ROUTED_DTYPES = _reference.ROUTED_DTYPES
-_CONSUMED = _reference._CONSUMED
-cdef uint64_t _MAX_TOKEN_ID = 4294967295
 cdef uint64_t _MAX_MASK_ID = 2147483647
-cdef uint64_t _MAX_OFFSET = 9223372036854775807
-_IDS_REASON = "token_ids must hold token ids in [0, 2**32)"
-_PROMPT_REASON = "prompt_token_ids must hold token ids in [0, 2**32)"
-_EMPTY_I64 = np.empty(0, dtype=np.int64)
+
+# Where the scanner records each value the reference reads through its _Choice hooks.
+_FIELDS = {
+    "token_ids": TW_F_TOKEN_IDS,
+    "completion_logprobs.data": TW_F_CL_DATA,
+    "compact_logprobs.data": TW_F_CP_DATA,
+    "compact_logprobs.offsets": TW_F_CP_OFFSETS,
+    "sampling_mask": TW_F_SAMPLING_MASK,
+    "sampling_mask.ids.data": TW_F_SM_IDS_DATA,
+    "sampling_mask.counts.data": TW_F_SM_COUNTS_DATA,
+    "kept_tokens.ids": TW_F_KT_IDS,
+    "kept_tokens.counts": TW_F_KT_COUNTS,
+    "routed_experts": TW_F_ROUTED,
+    "routed_experts.data": TW_F_RE_DATA,
+}
+_PROMPT = -1
 
 
 cdef object _decode(const char *buf, const tw_value *v, int path):
@@ -234,29 +237,13 @@ cdef object _decode(const char *buf, const tw_value *v, int path):
         free(tmp)
 
 
-cdef object _uint_array(const char *buf, const tw_value *v, uint64_t high, object value, object fail, str field, str reason):
-    cdef size_t err = 0
-    cdef int rc
-    cdef int64_t[::1] view
-    if v.type != TW_T_ARRAY:
-        return _int_array(value, <object>high, fail, field, reason)  # not a list: raises
-    out = np.empty(v.count, dtype=np.int64)
-    if v.count:
-        view = out
-        with nogil:
-            rc = tw_parse_uint_array(buf, v, high, &view[0], &err)
-        if rc < 0:
-            fail(reason, field, err)
-    return out
-
-
 cdef inline const int64_t *_i64(object a):
     cdef int64_t[::1] v = a
     return &v[0] if v.shape[0] else NULL
 
 
-cdef class _Parse:
-    """One call's state: the raw bytes, the scan records and the base64 path."""
+cdef class _Scan:
+    """The raw bytes of one response and what the structural scanner recorded in them."""
     cdef const char *buf
     cdef tw_doc doc
     cdef int path
@@ -268,11 +255,11 @@ cdef class _Parse:
     def __dealloc__(self):
         tw_doc_free(&self.doc)
 
-    cdef object run(self, object raw, object k, bint require_logprobs):
+    cdef object document(self, object raw):
+        """Scan ``raw`` and return the document with its big values blanked, parsed by orjson."""
         cdef const unsigned char[::1] view = _bytes_view(raw)
         cdef size_t n = view.shape[0]
         cdef int rc
-        cdef size_t stripped_size
         cdef char *dst
         self.keep = view
         self.buf = _start(view)
@@ -285,283 +272,157 @@ cdef class _Parse:
             raise MalformedResponseError(
                 f"invalid JSON: {self.doc.err_msg.decode()} at byte {self.doc.err_pos}"
             )
-        stripped_size = tw_stripped_size(&self.doc, n)
-        stripped = PyBytes_FromStringAndSize(NULL, stripped_size)
+        stripped = PyBytes_FromStringAndSize(NULL, tw_stripped_size(&self.doc, n))
         dst = PyBytes_AS_STRING(stripped)
         with nogil:
             tw_strip(self.buf, n, &self.doc, dst)
         try:
-            document = orjson.loads(stripped)
+            return orjson.loads(stripped)
         except orjson.JSONDecodeError as exc:
             raise MalformedResponseError(f"invalid JSON: {exc}") from None
-        if not isinstance(document, dict):
-            raise MalformedResponseError("response must be a JSON object")
-        prompt = document.get("prompt_token_ids")
-        if prompt is not None:
-            prompt = _uint_array(self.buf, &self.doc.prompt_token_ids, _MAX_TOKEN_ID, prompt,
-                                 _reference._top_level_fail, "prompt_token_ids", _PROMPT_REASON)
-        choices = document.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise MalformedResponseError("choices must be a non-empty list", field="choices")
-        parsed = [self.choice(choice, i, k, require_logprobs) for i, choice in enumerate(choices)]
-        return GenerateResponse(
-            choices=parsed,
-            request_id=document.get("request_id"),
-            usage=document.get("usage"),
-            prompt_token_ids=prompt,
-            payload={key: v for key, v in document.items() if key not in ("choices", "prompt_token_ids")},
-        )
 
-    cdef object choice(self, object choice, Py_ssize_t index, object k, bint require_logprobs):
-        cdef tw_choice *rec
-        c = _Choice(index)
-        if not isinstance(choice, dict):
-            c.fail("choice must be an object")
-        if <size_t>index >= self.doc.nchoices:  # the scanner keeps records up to the first failing choice
-            raise AssertionError("tokenwire: no scan record for a valid choice")
-        rec = &self.doc.choice[index]
-        ids = _uint_array(self.buf, &rec.f[TW_F_TOKEN_IDS], _MAX_TOKEN_ID, choice.get("token_ids"),
-                          c.fail, "token_ids", _IDS_REASON)
-        top_ids = top_logprobs = None
-        consumed = list(_CONSUMED)
-        if choice.get("compact_logprobs") is not None:
-            logprobs, top_ids, top_logprobs, mask = self.compact(choice, ids, k, c, rec)
-            consumed.append("compact_logprobs")
-        else:
-            if choice.get("completion_logprobs") is not None:
-                logprobs = self.packed(choice["completion_logprobs"], len(ids), c, rec)
-                consumed.append("completion_logprobs")
-            elif choice.get("logprobs") is not None or require_logprobs or k is not None:
-                logprobs = _reference._parse_native_logprobs(choice, ids.tolist(), c)
-            else:
-                logprobs = None
-            if k is not None:
-                top_ids, top_logprobs, mask = _reference._parse_native_heads(
-                    choice, ids.tolist(), k, c, lambda ch, _ids, cc: self.mask(ch, ids, cc, rec)
-                )
-                consumed.append("logprobs")
-            else:
-                mask = self.mask(choice, ids, c, rec)
-            if logprobs is not None and "completion_logprobs" not in consumed:
-                consumed.append("logprobs")
-        routed = choice.get("routed_experts")
-        return GenerateChoice(
-            index=index,
-            completion_ids=ids,
-            completion_logprobs=logprobs,
-            completion_top_ids=top_ids,
-            completion_top_logprobs=top_logprobs,
-            sampling_mask=mask,
-            routed_experts=self.routed(routed, c, rec) if routed is not None else None,
-            finish_reason=choice.get("finish_reason"),
-            raw={key: value for key, value in choice.items() if key not in consumed},
-        )
+    def has_record(self, index):
+        return index is None or index < self.doc.nchoices
 
-    cdef object packed(self, object packed, Py_ssize_t n, object c, tw_choice *rec):
-        cdef ptrdiff_t bad
-        cdef const float[::1] f32
-        cdef const double[::1] f64
-        field = "completion_logprobs"
-        if not isinstance(packed, dict):
-            c.fail("Engine response choice.completion_logprobs must be an object.", field)
-        dtype = _PACKED_DTYPES.get(packed.get("dtype"))
-        if dtype is None:
-            c.fail("Unsupported packed logprob dtype (float32 or float64)", field + ".dtype")
-        raw = _decode(self.buf, &rec.f[TW_F_CL_DATA], self.path)
-        if raw is None:
-            c.fail("Invalid packed logprob base64", field + ".data")
-        if len(raw) % dtype.itemsize:
-            c.fail("Invalid packed logprob buffer length", field + ".data")
-        values = raw.view(dtype)
-        if "shape" in packed and not _shape_is(packed["shape"], len(values)):
-            c.fail(f"Packed logprob shape does not match its {len(values)} values", field + ".shape")
-        problem = (
-            f"Engine response choice.completion_logprobs: {len(values)} values for "
-            f"{n} completion tokens, or a non-finite or missing (-9999) logprob."
-        )
-        if len(values) != n:
-            c.fail(problem, field)
-        bad = -1
-        if n and dtype.itemsize == 4:
-            f32 = values
-            with nogil:
-                bad = tw_packed_f32_bad(&f32[0], <size_t>n)
-        elif n:
-            f64 = values
-            with nogil:
-                bad = tw_packed_f64_bad(&f64[0], <size_t>n)
-        if bad >= 0:
-            c.fail(problem, field, bad)
-        return values
+    cdef const tw_value *value(self, object index, object path):
+        """The record of ``path`` in choice ``index`` (None: the top level), or NULL when the
+        scanner does not record that path (the parsed document then holds the value)."""
+        if index is None:
+            return &self.doc.prompt_token_ids if path == "prompt_token_ids" else NULL
+        field = _FIELDS.get(path)
+        if field is None:
+            return NULL
+        return &self.doc.choice[<size_t>index].f[<int>field]
 
-    cdef object compact(self, object choice, object ids, object k, object c, tw_choice *rec):
-        cdef Py_ssize_t n = len(ids)
-        cdef const tw_value *voff = &rec.f[TW_F_CP_OFFSETS]
+    cdef object ints(self, const tw_value *v, uint64_t high):
         cdef size_t err = 0
-        cdef int rc = 0, kind = 0
-        cdef ptrdiff_t bad = -1, row = -1
-        cdef const float[::1] vals
-        cdef const uint32_t[::1] rids
-        cdef float[::1] out
-        cdef int64_t[::1] offs
-        cdef const int64_t *sampled_ids
-        cdef size_t ncount
-        field = "compact_logprobs"
-        packed = choice[field]
-        if not isinstance(packed, dict) or packed.get("format") != _FORMAT:
-            c.fail("Unsupported compact logprob format", field + ".format")
-        if voff.type != TW_T_ARRAY or voff.count != <size_t>(n + 1):
-            c.fail("Invalid compact logprob offsets", field + ".offsets")
-        offsets = np.empty(n + 1, dtype=np.int64)
-        offs = offsets
-        with nogil:
-            rc = tw_parse_uint_array(self.buf, voff, _MAX_OFFSET, &offs[0], &err)
-            bad = tw_offsets_bad(&offs[0], err if rc < 0 else <size_t>(n + 1))
-        if bad >= 0:
-            c.fail("Invalid compact logprob offsets", field + ".offsets", bad)
+        cdef int rc = 0
+        cdef int64_t[::1] view
+        if v.type != TW_T_ARRAY:
+            return None
+        out = np.empty(v.count, dtype=np.int64)
+        if v.count:
+            view = out
+            with nogil:
+                rc = tw_parse_uint_array(self.buf, v, high, &view[0], &err)
         if rc < 0:
-            c.fail("Invalid compact logprob offsets", field + ".offsets", err)
-        num_top = packed.get("num_top_logprobs")
-        if type(num_top) is not int or num_top < -1:
-            c.fail("Invalid compact logprob candidate count", field + ".num_top_logprobs")
-        raw = _decode(self.buf, &rec.f[TW_F_CP_DATA], self.path)
-        if raw is None:
-            c.fail("Invalid compact logprob base64", field + ".data")
-        count = int(offsets[n])
-        if len(raw) != count * 8:
-            c.fail("Invalid compact logprob buffer length", field + ".data")
-        row_ids = raw[: count * 4].view("<u4")
-        row_values = raw[count * 4 :].view("<f4")
-        ncount = count
-        if ncount:
-            vals = row_values
-            with nogil:
-                bad = tw_compact_values_bad(&vals[0], ncount)
-            if bad >= 0:
-                c.fail("Invalid compact logprob values", field,
-                       int(np.searchsorted(offsets, bad, side="right")) - 1)
-        if k is not None:
-            supports = self.mask(choice, ids, c, rec)
-            sampled, top_ids, top_lps = _reference.compact_rows(
-                ids.tolist(), row_ids, row_values, offsets.tolist(), num_top, k, supports, c
-            )
-            return sampled, top_ids, top_lps, supports
-        sampled = np.empty(n, dtype=np.float32)
-        if n:
-            rids = row_ids
-            vals = row_values
-            out = sampled
-            sampled_ids = _i64(ids)
-            with nogil:
-                row = tw_compact_rows(&rids[0], &vals[0], &offs[0], <size_t>n, sampled_ids, &out[0], &kind)
-            if row >= 0:
-                if kind == TW_ROW_NOMEM:
-                    raise MemoryError()
-                c.fail("Repeated compact logprobs disagree" if kind == TW_ROW_REPEAT_DISAGREE
-                       else "Missing compact sampled-token evidence", field, row)
-        return sampled, None, None, self.mask(choice, ids, c, rec)
+            return out[:err], v.count, err
+        return out, v.count, None
 
-    cdef object mask(self, object choice, object ids, object c, tw_choice *rec):
-        cdef Py_ssize_t n = len(ids)
-        cdef const tw_value *v
-        cdef ptrdiff_t bad = -1
-        cdef size_t total = 0, err_row = 0
-        cdef int rc = 0, nomem = 0
-        cdef const int32_t[::1] i32
+    cdef object nested(self, const tw_value *v):
+        cdef size_t total = 0, bad = 0, rows = v.count
+        cdef int rc
         cdef int64_t[::1] offs
         cdef int32_t[::1] vals
-        cdef const int64_t *sampled_ids
-        field = "sampling_mask"
-        mask = choice.get(field)
-        bare = False
-        if mask is None and choice.get("kept_tokens") is not None:
-            field, mask, bare = "kept_tokens", choice["kept_tokens"], True
-        if mask is None:
-            return None
-        if isinstance(mask, dict):
-            arrays = {}
-            for name in ("ids", "counts"):
-                packed = mask.get(name)
-                if bare:
-                    v = &rec.f[TW_F_KT_IDS if name == "ids" else TW_F_KT_COUNTS]
-                elif not isinstance(packed, dict) or packed.get("dtype") != "int32":
-                    c.fail("Invalid packed sampling mask", f"{field}.{name}")
-                else:
-                    v = &rec.f[TW_F_SM_IDS_DATA if name == "ids" else TW_F_SM_COUNTS_DATA]
-                raw = _decode(self.buf, v, self.path)
-                if raw is None or len(raw) % 4:
-                    c.fail("Invalid packed sampling mask", f"{field}.{name}.data")
-                values = raw.view("<i4")
-                if not bare and not _shape_is(packed.get("shape"), len(values)):
-                    c.fail("Invalid packed sampling mask", f"{field}.{name}.shape")
-                if len(values):
-                    i32 = values
-                    with nogil:
-                        bad = tw_i32_negative(&i32[0], <size_t>i32.shape[0])
-                    if bad >= 0:
-                        c.fail("Invalid packed sampling mask", f"{field}.{name}", bad)
-                arrays[name] = values
-            counts, values = arrays["counts"], arrays["ids"]
-            if len(counts) != n or int(counts.sum(dtype=np.int64)) != len(values):
-                c.fail("Sampling mask token count mismatch", field)
-            offsets = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(counts, out=offsets[1:])
-            rows = Ragged(offsets, values)
-            total = n
-        elif isinstance(mask, list):
-            if bare:  # the list form under the old name is small and never blanked
-                return _reference._parse_sampling_mask(choice, ids.tolist(), c)
-            v = &rec.f[TW_F_SAMPLING_MASK]
-            if v.count != <size_t>n:
-                c.fail("Sampling mask token count mismatch", field)
-            tw_count_nested(self.buf, v, &total)
-            offsets = np.empty(n + 1, dtype=np.int64)
-            values = np.empty(total, dtype=np.int32)
-            offs = offsets
-            vals = values
-            with nogil:
-                rc = tw_parse_nested_uint(self.buf, v, _MAX_MASK_ID, &offs[0],
-                                          &vals[0] if total else NULL, &err_row)
-            rows = Ragged(offsets, values)
-            total = err_row if rc < 0 else <size_t>n
-        else:
-            c.fail("Sampling mask token count mismatch", field)
-        if total:
-            offs = rows.offsets
-            vals = rows.values if len(rows.values) else np.zeros(1, dtype=np.int32)
-            sampled_ids = _i64(ids)
-            with nogil:
-                bad = tw_support_rows(&vals[0], &offs[0], total, sampled_ids, &nomem)
-            if nomem:
-                raise MemoryError()
-        if bad >= 0:
-            c.fail("Invalid recorded sampling support", field, bad)
+        tw_count_nested(self.buf, v, &total)
+        offsets = np.empty(rows + 1, dtype=np.int64)
+        values = np.empty(total, dtype=np.int32)
+        offs = offsets
+        vals = values
+        with nogil:
+            rc = tw_parse_nested_uint(self.buf, v, _MAX_MASK_ID, &offs[0],
+                                      &vals[0] if total else NULL, &bad)
         if rc < 0:
-            c.fail("Invalid recorded sampling support", field, err_row)
-        return rows
+            return Ragged(offsets[: bad + 1], values[: offsets[bad]]), rows, bad
+        return Ragged(offsets, values), rows, None
 
-    cdef object routed(self, object value, object c, tw_choice *rec):
-        field = "routed_experts"
-        if rec.f[TW_F_ROUTED].type == TW_T_STRING:
-            raw = _decode(self.buf, &rec.f[TW_F_ROUTED], self.path)
-            if raw is None:
-                c.fail("Invalid routed_experts base64", field)
-            return RoutedExperts(_reference._parse_npy(raw, c), None)
-        if not isinstance(value, dict):
-            c.fail("routed_experts must be an object or a base64 .npy string", field)
-        dtype_name = value.get("dtype", "uint8")
-        if dtype_name not in _ROUTED_DTYPES:
-            c.fail("Unsupported routed_experts dtype (uint8, uint16 or int32)", field + ".dtype")
-        start = value.get("start")
-        if start is not None and (type(start) is not int or start < 0):
-            c.fail("routed_experts start must be a non-negative int", field + ".start")
-        raw = _decode(self.buf, &rec.f[TW_F_RE_DATA], self.path)
-        if raw is None:
-            c.fail("Invalid routed_experts base64", field + ".data")
-        return RoutedExperts(_reference._shaped(raw, value.get("shape"), dtype_name, c), start)
+
+class _ScannedChoice(_reference._Choice):
+    """The reference's rules over values read from the raw bytes, per-token loops in C."""
+
+    def __init__(self, index, scan):
+        super().__init__(index)
+        # Records end at the first choice that must fail, and choices are validated in order.
+        if not scan.has_record(index):
+            raise AssertionError("tokenwire: no scan record for a choice being validated")
+        self.scan = scan
+
+    def ints(self, value, path, high):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.value(self.index, path)
+        return super().ints(value, path, high) if v == NULL else scan.ints(v, high)
+
+    def nested(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.value(self.index, path)
+        return super().nested(value, path) if v == NULL else scan.nested(v)
+
+    def blob(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.value(self.index, path)
+        return super().blob(value, path) if v == NULL else _decode(scan.buf, v, scan.path)
+
+    def first_bad(self, rule, values):
+        cdef ptrdiff_t bad = -1
+        cdef size_t n = len(values)
+        cdef const float[::1] f32
+        cdef const double[::1] f64
+        cdef const int32_t[::1] i32
+        if n == 0:
+            return -1
+        if rule == "negative":
+            i32 = values
+            with nogil:
+                bad = tw_i32_negative(&i32[0], n)
+        elif values.dtype.itemsize == 8:
+            f64 = values
+            with nogil:
+                bad = tw_packed_f64_bad(&f64[0], n)
+        else:
+            f32 = values
+            if rule == "packed":
+                with nogil:
+                    bad = tw_packed_f32_bad(&f32[0], n)
+            else:
+                with nogil:
+                    bad = tw_compact_values_bad(&f32[0], n)
+        return bad
+
+    def first_bad_support(self, ids, rows, limit):
+        cdef ptrdiff_t bad = -1
+        cdef int nomem = 0
+        cdef size_t count = limit
+        cdef const int64_t *sampled
+        cdef const int64_t[::1] offs = rows.offsets
+        cdef const int32_t[::1] vals = rows.values if len(rows.values) else np.zeros(1, dtype=np.int32)
+        if count == 0:
+            return -1
+        sampled = _i64(ids)
+        with nogil:
+            bad = tw_support_rows(&vals[0], &offs[0], count, sampled, &nomem)
+        if nomem:
+            raise MemoryError()
+        return bad
+
+    def compact_sampled(self, ids, row_ids, row_values, offsets):
+        cdef size_t n = len(ids)
+        cdef int kind = 0
+        cdef ptrdiff_t row = -1
+        cdef const uint32_t[::1] rids
+        cdef const float[::1] vals
+        cdef const int64_t[::1] offs = offsets
+        cdef const int64_t *sampled_ids
+        cdef float[::1] out
+        sampled = np.empty(n, dtype=np.float32)
+        if n == 0:
+            return sampled
+        rids = row_ids
+        vals = row_values
+        out = sampled
+        sampled_ids = _i64(ids)
+        with nogil:
+            row = tw_compact_rows(&rids[0], &vals[0], &offs[0], n, sampled_ids, &out[0], &kind)
+        if row >= 0:
+            if kind == TW_ROW_NOMEM:
+                raise MemoryError()
+            self.fail("Repeated compact logprobs disagree" if kind == TW_ROW_REPEAT_DISAGREE
+                      else "Missing compact sampled-token evidence", "compact_logprobs", row)
+        return sampled
 
 
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = _reference._check_top_k(top_k)
-    return _Parse().run(raw, k, require_logprobs)
+    scan = _Scan()
+    document = scan.document(raw)
+    return _reference.parse_document(document, k, require_logprobs, lambda i: _ScannedChoice(i, scan))

@@ -30,6 +30,7 @@ COMPACT_FORMAT = "u32-f32-le-v1"
 # Compact rows store ids as u32, so no id outside this range can ever be matched.
 MAX_TOKEN_ID = 2**32 - 1
 MAX_MASK_ID = 2**31 - 1  # sampling masks are int32 on the wire
+MAX_OFFSET = 2**63 - 1  # offsets index an int64-addressed buffer
 PACKED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
 ROUTED_DTYPES = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "int32": np.dtype("<i4")}
 NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i4": "int32"}
@@ -81,22 +82,88 @@ def b64decode(data: Any, out: Any = None) -> np.ndarray:
 
 
 class _Choice:
-    """Raises errors located in one choice."""
+    """One choice being parsed (``index`` None: the top level): where its errors are located,
+    and how its big values are read.
 
-    def __init__(self, index: int) -> None:
+    The reference reads the big values (int lists, base64 strings) from the parsed document
+    and runs the per-token loops in Python; the compiled core subclasses this to read the
+    same values straight from the raw bytes and to run those loops in C. Every rule, and the
+    order the rules are checked in, is written once, in the functions below.
+    """
+
+    def __init__(self, index: int | None) -> None:
         self.index = index
 
     def fail(self, reason: str, field: str | None = None, token: int | None = None):
         raise MalformedResponseError(reason, choice=self.index, field=field, token=token)
 
+    def ints(self, value: Any, path: str, high: int) -> tuple[np.ndarray, int, int | None] | None:
+        """An int list: its values before the first bad element (int64), its length, and the
+        index of the first element that is not an int in ``[0, high]`` (or None).
+        None when ``value`` is not a list."""
+        if not isinstance(value, list):
+            return None
+        for i, x in enumerate(value):
+            if not _is_int(x) or not 0 <= x <= high:
+                return np.array(value[:i], dtype=np.int64), len(value), i
+        return np.array(value, dtype=np.int64), len(value), None
 
-def _int_array(value: Any, high: int, fail, field: str, reason: str) -> np.ndarray:
-    if not isinstance(value, list):
-        fail(f"{reason}: expected a list", field)
-    for i, x in enumerate(value):
-        if not _is_int(x) or not 0 <= x <= high:
-            fail(reason, field, i)
-    return np.array(value, dtype=np.int64)
+    def nested(self, value: list[Any], path: str) -> tuple[Ragged, int, int | None]:
+        """A list of int lists: its rows before the first row that is not a list of ints in
+        ``[0, MAX_MASK_ID]`` (int32), its length, and that row's index (or None)."""
+        for index, row in enumerate(value):
+            if not isinstance(row, list) or not all(_is_int(i) and 0 <= i <= MAX_MASK_ID for i in row):
+                return Ragged.from_lists(value[:index], np.int32), len(value), index
+        return Ragged.from_lists(value, np.int32), len(value), None
+
+    def blob(self, value: Any, path: str) -> np.ndarray | None:
+        """The bytes of a canonical base64 string (a new uint8 array), or None."""
+        raw = _b64(value)
+        return None if raw is None else np.frombuffer(bytearray(raw), dtype=np.uint8)
+
+    def first_bad(self, rule: str, values: np.ndarray) -> int:
+        """Index of the first value breaking ``rule``, or -1. ``"packed"``: finite and above the
+        sentinel; ``"compact"``: finite and at most 1e-6; ``"negative"``: not below zero."""
+        if rule == "packed":
+            ok = np.isfinite(values) & (values > VLLM_LOGPROB_SENTINEL)
+        elif rule == "compact":
+            ok = np.isfinite(values) & ~(values > 1e-6)
+        else:
+            ok = values >= 0
+        bad = np.flatnonzero(~ok)
+        return int(bad[0]) if len(bad) else -1
+
+    def first_bad_support(self, ids: np.ndarray, rows: Ragged, limit: int) -> int:
+        """First of the first ``limit`` supports that is empty, repeats an id, or misses the
+        sampled id; -1 when there is none."""
+        for index, (sampled, support) in enumerate(zip(ids.tolist()[:limit], rows.to_lists())):
+            if not support or len(set(support)) != len(support) or sampled not in support:
+                return index
+        return -1
+
+    def compact_sampled(
+        self, ids: np.ndarray, row_ids: np.ndarray, row_values: np.ndarray, offsets: np.ndarray
+    ) -> np.ndarray:
+        """The per-row rules of compact logprobs without a head; the sampled values."""
+        return compact_rows(ids.tolist(), row_ids, row_values, offsets.tolist(), 0, None, None, self)[0]
+
+
+def _int_list(c: _Choice, value: Any, field: str, high: int, reason: str) -> np.ndarray:
+    parsed = c.ints(value, field, high)
+    if parsed is None:
+        c.fail(f"{reason}: expected a list", field)
+    values, _, bad = parsed
+    if bad is not None:
+        c.fail(reason, field, bad)
+    return values
+
+
+def _first_not_rising(offsets: np.ndarray) -> int:
+    """First index breaking ``offsets[0] == 0`` and strictly increasing offsets, or -1."""
+    if len(offsets) and offsets[0] != 0:
+        return 0
+    bad = np.flatnonzero(np.diff(offsets) <= 0)
+    return int(bad[0]) + 1 if len(bad) else -1
 
 
 def _shape_is(shape: Any, count: int) -> bool:
@@ -113,12 +180,12 @@ def _parse_packed_logprobs(packed: Any, n: int, c: _Choice) -> np.ndarray:
     dtype = PACKED_DTYPES.get(packed.get("dtype"))  # type: ignore[arg-type]
     if dtype is None:
         c.fail("Unsupported packed logprob dtype (float32 or float64)", field + ".dtype")
-    raw = _b64(packed.get("data"))
+    raw = c.blob(packed.get("data"), field + ".data")
     if raw is None:
         c.fail("Invalid packed logprob base64", field + ".data")
     if len(raw) % dtype.itemsize:
         c.fail("Invalid packed logprob buffer length", field + ".data")
-    values = np.frombuffer(bytearray(raw), dtype=dtype)
+    values = raw.view(dtype)
     if "shape" in packed and not _shape_is(packed["shape"], len(values)):
         c.fail(f"Packed logprob shape does not match its {len(values)} values", field + ".shape")
     problem = (
@@ -127,9 +194,9 @@ def _parse_packed_logprobs(packed: Any, n: int, c: _Choice) -> np.ndarray:
     )
     if len(values) != n:
         c.fail(problem, field)
-    bad = np.flatnonzero(~(np.isfinite(values) & (values > VLLM_LOGPROB_SENTINEL)))
-    if len(bad):
-        c.fail(problem, field, int(bad[0]))
+    bad = c.first_bad("packed", values)
+    if bad >= 0:
+        c.fail(problem, field, bad)
     return values
 
 
@@ -150,8 +217,9 @@ def _logprob_token_id(entry: dict[str, Any]) -> int | None:
     return None
 
 
-def _parse_native_logprobs(choice: dict[str, Any], ids: list[int], c: _Choice) -> np.ndarray:
+def _parse_native_logprobs(choice: dict[str, Any], ids_array: np.ndarray, c: _Choice) -> np.ndarray:
     field = "logprobs.content"
+    ids = ids_array.tolist()
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict):
         c.fail("Engine response choice.logprobs must be an object.", "logprobs")
@@ -185,7 +253,7 @@ def _parse_native_logprobs(choice: dict[str, Any], ids: list[int], c: _Choice) -
 # --- sampling mask -------------------------------------------------------------------------------
 
 
-def _parse_sampling_mask(choice: dict[str, Any], ids: list[int], c: _Choice) -> Ragged | None:
+def _parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: _Choice) -> Ragged | None:
     field = "sampling_mask"
     mask = choice.get(field)
     bare = False
@@ -194,23 +262,26 @@ def _parse_sampling_mask(choice: dict[str, Any], ids: list[int], c: _Choice) -> 
         field, mask, bare = "kept_tokens", choice["kept_tokens"], True
     if mask is None:
         return None
+    bad_row = None
     if isinstance(mask, dict):
         arrays = {}
         for name in ("ids", "counts"):
             packed = mask.get(name)
             if bare:
-                packed = {"data": packed, "dtype": "int32"}
-            if not isinstance(packed, dict) or packed.get("dtype") != "int32":
+                data, source = packed, f"{field}.{name}"
+            elif not isinstance(packed, dict) or packed.get("dtype") != "int32":
                 c.fail("Invalid packed sampling mask", f"{field}.{name}")
-            raw = _b64(packed.get("data"))
+            else:
+                data, source = packed.get("data"), f"{field}.{name}.data"
+            raw = c.blob(data, source)
             if raw is None or len(raw) % 4:
                 c.fail("Invalid packed sampling mask", f"{field}.{name}.data")
-            values = np.frombuffer(bytearray(raw), dtype="<i4")
+            values = raw.view("<i4")
             if not bare and not _shape_is(packed.get("shape"), len(values)):
                 c.fail("Invalid packed sampling mask", f"{field}.{name}.shape")
-            negative = np.flatnonzero(values < 0)
-            if len(negative):
-                c.fail("Invalid packed sampling mask", f"{field}.{name}", int(negative[0]))
+            negative = c.first_bad("negative", values)
+            if negative >= 0:
+                c.fail("Invalid packed sampling mask", f"{field}.{name}", negative)
             arrays[name] = values
         counts, values = arrays["counts"], arrays["ids"]
         if len(counts) != len(ids) or int(counts.sum(dtype=np.int64)) != len(values):
@@ -219,25 +290,18 @@ def _parse_sampling_mask(choice: dict[str, Any], ids: list[int], c: _Choice) -> 
         np.cumsum(counts, out=offsets[1:])
         rows = Ragged(offsets, values)
     elif isinstance(mask, list):
-        if len(mask) != len(ids):
+        rows, count, bad_row = c.nested(mask, field)
+        if count != len(ids):
             c.fail("Sampling mask token count mismatch", field)
-        for index, support in enumerate(mask):
-            if not isinstance(support, list) or not all(
-                _is_int(i) and 0 <= i <= MAX_MASK_ID for i in support
-            ):
-                c.fail("Invalid recorded sampling support", field, index)
-            _check_support(ids[index], support, c, field, index)
-        return Ragged.from_lists(mask, np.int32)
     else:
         c.fail("Sampling mask token count mismatch", field)
-    for index, support in enumerate(rows.to_lists()):
-        _check_support(ids[index], support, c, field, index)
+    # The first row that breaks a rule: malformed (bad_row) or not a valid support.
+    bad = c.first_bad_support(ids, rows, len(ids) if bad_row is None else bad_row)
+    if bad >= 0:
+        c.fail("Invalid recorded sampling support", field, bad)
+    if bad_row is not None:
+        c.fail("Invalid recorded sampling support", field, bad_row)
     return rows
-
-
-def _check_support(sampled: int, support: list[int], c: _Choice, field: str, index: int) -> None:
-    if not support or len(set(support)) != len(support) or sampled not in support:
-        c.fail("Invalid recorded sampling support", field, index)
 
 
 # --- top-k head ----------------------------------------------------------------------------------
@@ -301,40 +365,45 @@ def _head_or_fail(c: _Choice, field: str, index: int, *args: Any) -> tuple[list[
 
 
 def _parse_compact_logprobs(
-    choice: dict[str, Any], ids: list[int], k: int | None, c: _Choice
+    choice: dict[str, Any], ids: np.ndarray, k: int | None, c: _Choice
 ) -> tuple[np.ndarray, Ragged | None, Ragged | None, Ragged | None]:
     field = "compact_logprobs"
     packed = choice[field]
     if not isinstance(packed, dict) or packed.get("format") != COMPACT_FORMAT:
         c.fail("Unsupported compact logprob format", field + ".format")
-    offsets = packed.get("offsets")
-    if not isinstance(offsets, list) or len(offsets) != len(ids) + 1:
+    parsed = c.ints(packed.get("offsets"), field + ".offsets", MAX_OFFSET)
+    if parsed is None or parsed[1] != len(ids) + 1:
         c.fail("Invalid compact logprob offsets", field + ".offsets")
-    for i, x in enumerate(offsets):
-        if not _is_int(x) or x < 0 or (x != 0 if i == 0 else x <= offsets[i - 1]):
-            c.fail("Invalid compact logprob offsets", field + ".offsets", i)
+    offsets, _, bad_offset = parsed
+    rising = _first_not_rising(offsets)  # over the valid prefix: the first failure wins
+    if rising >= 0:
+        c.fail("Invalid compact logprob offsets", field + ".offsets", rising)
+    if bad_offset is not None:
+        c.fail("Invalid compact logprob offsets", field + ".offsets", bad_offset)
     num_top = packed.get("num_top_logprobs")
     if not _is_int(num_top) or num_top < -1:
         c.fail("Invalid compact logprob candidate count", field + ".num_top_logprobs")
-    raw = _b64(packed.get("data"))
+    raw = c.blob(packed.get("data"), field + ".data")
     if raw is None:
         c.fail("Invalid compact logprob base64", field + ".data")
-    count = offsets[-1]
+    count = int(offsets[-1])
     if len(raw) != count * 8:
         c.fail("Invalid compact logprob buffer length", field + ".data")
-    buffer = bytearray(raw)
-    row_ids = np.frombuffer(buffer, dtype="<u4", count=count)
-    row_values = np.frombuffer(buffer, dtype="<f4", count=count, offset=count * 4)
-    bad = np.flatnonzero(~np.isfinite(row_values) | (row_values > 1e-6))
-    if len(bad):
-        row = int(np.searchsorted(offsets, bad[0], side="right")) - 1
+    row_ids = raw[: count * 4].view("<u4")
+    row_values = raw[count * 4 :].view("<f4")
+    bad = c.first_bad("compact", row_values)
+    if bad >= 0:
+        row = int(np.searchsorted(offsets, bad, side="right")) - 1
         c.fail("Invalid compact logprob values", field, row)
-    # With a head, the support decides it, so it is checked before the rows; without one,
-    # the rows' own errors come first (renderers never looks at the mask then).
-    supports = _parse_sampling_mask(choice, ids, c) if k is not None else None
-    sampled, top_ids, top_logprobs = compact_rows(ids, row_ids, row_values, offsets, num_top, k, supports, c)
     if k is None:
+        # Without a head the rows' own errors come first (renderers never looks at the mask
+        # then); with one, the support decides the head, so it is checked before the rows.
+        sampled = c.compact_sampled(ids, row_ids, row_values, offsets)
         return sampled, None, None, _parse_sampling_mask(choice, ids, c)
+    supports = _parse_sampling_mask(choice, ids, c)
+    sampled, top_ids, top_logprobs = compact_rows(
+        ids.tolist(), row_ids, row_values, offsets.tolist(), num_top, k, supports, c
+    )
     return sampled, top_ids, top_logprobs, supports
 
 
@@ -376,14 +445,15 @@ def compact_rows(
 
 
 def _parse_native_heads(
-    choice: dict[str, Any], ids: list[int], k: int, c: _Choice, parse_mask: Any = None
+    choice: dict[str, Any], ids_array: np.ndarray, k: int, c: _Choice
 ) -> tuple[Ragged, Ragged, Ragged | None]:
     field = "logprobs.content"
+    ids = ids_array.tolist()
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if not isinstance(content, list) or len(content) != len(ids):
         c.fail("Missing requested top logprobs", field)
-    supports = (parse_mask or _parse_sampling_mask)(choice, ids, c)
+    supports = _parse_sampling_mask(choice, ids_array, c)
     top_ids: list[list[int]] = []
     top_logprobs: list[list[float]] = []
     for index, (sampled_id, entry) in enumerate(zip(ids, content)):
@@ -426,7 +496,7 @@ def _parse_native_heads(
 # --- routed experts ------------------------------------------------------------------------------
 
 
-def _parse_npy(raw: bytes | np.ndarray, c: _Choice) -> np.ndarray:
+def _parse_npy(raw: np.ndarray, c: _Choice) -> np.ndarray:
     """Upstream vLLM's form: a whole ``.npy`` file. Only the header fields we need are trusted."""
     field = "routed_experts"
     if bytes(raw[:6]) != b"\x93NUMPY" or len(raw) < 10:
@@ -454,7 +524,7 @@ def _parse_npy(raw: bytes | np.ndarray, c: _Choice) -> np.ndarray:
     return _shaped(raw[begin + size :], list(header["shape"]), NPY_DESCRS[header["descr"]], c)
 
 
-def _shaped(data: bytes | np.ndarray, shape: Any, dtype_name: str, c: _Choice) -> np.ndarray:
+def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: _Choice) -> np.ndarray:
     field = "routed_experts"
     if not isinstance(shape, list) or not shape or not all(_is_int(d) and d >= 0 for d in shape):
         c.fail("routed_experts shape must be a list of non-negative ints", field + ".shape")
@@ -466,15 +536,13 @@ def _shaped(data: bytes | np.ndarray, shape: Any, dtype_name: str, c: _Choice) -
             f"{len(data)} decoded bytes",
             field + ".shape",
         )
-    if isinstance(data, np.ndarray):  # a decoded buffer the caller owns: view it in place
-        return data.view(dtype).reshape(shape)
-    return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+    return data.view(dtype).reshape(shape)
 
 
 def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
     field = "routed_experts"
     if isinstance(value, str):
-        raw = _b64(value)
+        raw = c.blob(value, field)
         if raw is None:
             c.fail("Invalid routed_experts base64", field)
         return RoutedExperts(_parse_npy(raw, c), None)
@@ -486,7 +554,7 @@ def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
     start = value.get("start")
     if start is not None and (not _is_int(start) or start < 0):
         c.fail("routed_experts start must be a non-negative int", field + ".start")
-    raw = _b64(value.get("data"))
+    raw = c.blob(value.get("data"), field + ".data")
     if raw is None:
         c.fail("Invalid routed_experts base64", field + ".data")
     return RoutedExperts(_shaped(raw, value.get("shape"), dtype_name, c), start)
@@ -515,16 +583,10 @@ def _load(raw: Any) -> Any:
         raise MalformedResponseError(f"invalid JSON: {exc}") from None
 
 
-def _parse_choice(
-    choice: Any, index: int, k: int | None, require_logprobs: bool
-) -> GenerateChoice:
-    c = _Choice(index)
+def _parse_choice(c: _Choice, choice: Any, k: int | None, require_logprobs: bool) -> GenerateChoice:
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
-    ids_array = _int_array(
-        choice.get("token_ids"), MAX_TOKEN_ID, c.fail, "token_ids", "token_ids must hold token ids in [0, 2**32)"
-    )
-    ids = ids_array.tolist()
+    ids = _int_list(c, choice.get("token_ids"), "token_ids", MAX_TOKEN_ID, "token_ids must hold token ids in [0, 2**32)")
     top_ids = top_logprobs = None
     consumed = list(_CONSUMED)
     if choice.get("compact_logprobs") is not None:
@@ -547,8 +609,8 @@ def _parse_choice(
             consumed.append("logprobs")
     routed = choice.get("routed_experts")
     return GenerateChoice(
-        index=index,
-        completion_ids=ids_array,
+        index=c.index,
+        completion_ids=ids,
         completion_logprobs=logprobs,
         completion_top_ids=top_ids,
         completion_top_logprobs=top_logprobs,
@@ -559,27 +621,23 @@ def _parse_choice(
     )
 
 
-def parse_generate_response(
-    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True
+def parse_document(
+    document: Any, k: int | None, require_logprobs: bool, reader: Any = _Choice
 ) -> GenerateResponse:
-    """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
-    k = _check_top_k(top_k)
-    document = _load(raw)
+    """Validate a parsed response; ``reader(index)`` makes the :class:`_Choice` for each choice
+    (index None: the top level)."""
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
     prompt = document.get("prompt_token_ids")
     if prompt is not None:
-        prompt = _int_array(
-            prompt,
-            MAX_TOKEN_ID,
-            _top_level_fail,
-            "prompt_token_ids",
+        prompt = _int_list(
+            reader(None), prompt, "prompt_token_ids", MAX_TOKEN_ID,
             "prompt_token_ids must hold token ids in [0, 2**32)",
         )
     choices = document.get("choices")
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
-    parsed = [_parse_choice(choice, i, k, require_logprobs) for i, choice in enumerate(choices)]
+    parsed = [_parse_choice(reader(i), choice, k, require_logprobs) for i, choice in enumerate(choices)]
     return GenerateResponse(
         choices=parsed,
         request_id=document.get("request_id"),
@@ -589,5 +647,9 @@ def parse_generate_response(
     )
 
 
-def _top_level_fail(reason: str, field: str | None = None, token: int | None = None):
-    raise MalformedResponseError(reason, field=field, token=token)
+def parse_generate_response(
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True
+) -> GenerateResponse:
+    """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
+    k = _check_top_k(top_k)
+    return parse_document(_load(raw), k, require_logprobs)
