@@ -15,20 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static unsigned long long g_checks, g_failures;
-
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        g_checks++;                                              \
-        if (!(cond)) {                                           \
-            g_failures++;                                        \
-            if (g_failures <= 30) {                              \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-                fprintf(stderr, __VA_ARGS__);                    \
-                fputc('\n', stderr);                             \
-            }                                                    \
-        }                                                        \
-    } while (0)
+#define TW_CHECK_MAX_REPORTS 30
+#include "tw_check.h"
 
 /* ---- deterministic PRNG (splitmix64) ---- */
 static uint64_t g_rng = 0x1234567887654321ull;

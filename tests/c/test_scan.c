@@ -36,20 +36,7 @@ static void *test_realloc(void *p, size_t n)
 #include "../../csrc/tw_scan.c"
 #undef realloc
 
-static unsigned long long g_checks, g_failures;
-
-#define CHECK(cond, ...)                                             \
-    do {                                                             \
-        g_checks++;                                                  \
-        if (!(cond)) {                                               \
-            g_failures++;                                            \
-            if (g_failures <= 40) {                                  \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-                fprintf(stderr, __VA_ARGS__);                        \
-                fputc('\n', stderr);                                 \
-            }                                                        \
-        }                                                            \
-    } while (0)
+#include "tw_check.h"
 
 static const int PATHS[] = {TW_SCAN_PATH_SCALAR, TW_SCAN_PATH_SSE2, TW_SCAN_PATH_AVX2};
 static const char *const PATH_NAMES[] = {"scalar", "sse2", "avx2"};
