@@ -4,107 +4,217 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(TW_NO_SIMD)
+#define TW_X86 1
+#include <immintrin.h>
+#endif
+
+/* The value scans run in blocks without an early exit, so the compiler can vectorize them;
+   only a block that holds a violation is searched for its first one. */
+#define TW_BLOCK 64
+
 ptrdiff_t tw_packed_f32_bad(const float *v, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        float x = v[i];
-        /* NaN fails the comparison; +inf is caught by isfinite, -inf by the sentinel bound. */
-        if (!(x > (float)TW_SENTINEL) || !isfinite(x)) return (ptrdiff_t)i;
+    /* !(x > -9999) is true for NaN, -inf and the sentinel and below; +inf is the other case. */
+    for (size_t base = 0; base < n; base += TW_BLOCK) {
+        size_t end = n - base < TW_BLOCK ? n : base + TW_BLOCK;
+        int bad = 0;
+        for (size_t i = base; i < end; i++) bad |= !(v[i] > (float)TW_SENTINEL) | (v[i] == INFINITY);
+        if (bad)
+            for (size_t i = base; i < end; i++)
+                if (!(v[i] > (float)TW_SENTINEL) || v[i] == INFINITY) return (ptrdiff_t)i;
     }
     return -1;
 }
 
 ptrdiff_t tw_packed_f64_bad(const double *v, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        double x = v[i];
-        if (!(x > TW_SENTINEL) || !isfinite(x)) return (ptrdiff_t)i;
+    for (size_t base = 0; base < n; base += TW_BLOCK) {
+        size_t end = n - base < TW_BLOCK ? n : base + TW_BLOCK;
+        int bad = 0;
+        for (size_t i = base; i < end; i++) bad |= !(v[i] > TW_SENTINEL) | (v[i] == INFINITY);
+        if (bad)
+            for (size_t i = base; i < end; i++)
+                if (!(v[i] > TW_SENTINEL) || v[i] == INFINITY) return (ptrdiff_t)i;
     }
     return -1;
 }
 
 ptrdiff_t tw_compact_values_bad(const float *v, size_t n) {
-    /* Compared in double, as the reference compares numpy float32 against 1e-6. */
-    for (size_t i = 0; i < n; i++) {
-        float x = v[i];
-        if (!isfinite(x) || (double)x > 1e-6) return (ptrdiff_t)i;
+    /* !(x <= 1e-6) is true for NaN and anything above 1e-6 (float32(1e-6) is the largest
+       float32 not above it, so comparing in float32 decides as comparing in double); -inf is
+       the other non-finite case. */
+    for (size_t base = 0; base < n; base += TW_BLOCK) {
+        size_t end = n - base < TW_BLOCK ? n : base + TW_BLOCK;
+        int bad = 0;
+        for (size_t i = base; i < end; i++) bad |= !(v[i] <= 1e-6f) | (v[i] == -INFINITY);
+        if (bad)
+            for (size_t i = base; i < end; i++)
+                if (!(v[i] <= 1e-6f) || v[i] == -INFINITY) return (ptrdiff_t)i;
     }
     return -1;
 }
 
+/* A per-call open-addressing table keyed by token id. Each row stamps the slots it fills,
+   so the table is never cleared between rows. */
 typedef struct {
-    uint32_t id;
-    uint32_t pos;
-    float val;
-} tw_item;
+    uint32_t *keys;
+    float *vals;
+    uint32_t *stamps;
+    unsigned bits;
+} tw_table;
 
-static int cmp_item(const void *a, const void *b) {
-    const tw_item *x = a, *y = b;
-    if (x->id != y->id) return x->id < y->id ? -1 : 1;
-    return x->pos < y->pos ? -1 : (x->pos > y->pos);
+static int table_init(tw_table *t, size_t longest) {
+    unsigned bits = 4;
+    while (((size_t)1 << bits) < 2 * longest) bits++;
+    size_t cap = (size_t)1 << bits;
+    t->bits = bits;
+    t->keys = malloc(cap * sizeof(uint32_t));
+    t->vals = malloc(cap * sizeof(float));
+    t->stamps = calloc(cap, sizeof(uint32_t));
+    return t->keys && t->vals && t->stamps;
 }
 
-/* Rows longer than this are checked by sorting a copy instead of pairwise. */
-#define TW_SMALL_ROW 48
+static void table_free(tw_table *t) {
+    free(t->keys);
+    free(t->vals);
+    free(t->stamps);
+}
 
-static int row_check(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
-                     int sampled_ok, float *out, tw_item **scratch, size_t *cap) {
-    int found = 0;
-    float value = 0.0f;
-    if (len <= TW_SMALL_ROW) {
-        for (size_t j = 1; j < len; j++)
-            for (size_t i = 0; i < j; i++)
-                if (ids[i] == ids[j] && vals[i] != vals[j]) return TW_ROW_REPEAT_DISAGREE;
-    } else {
-        if (*cap < len) {
-            tw_item *grown = realloc(*scratch, len * sizeof(tw_item));
-            if (!grown) return TW_ROW_NOMEM;
-            *scratch = grown;
-            *cap = len;
+static inline size_t table_slot(const tw_table *t, uint32_t id) {
+    return (size_t)((id * 0x9E3779B1u) >> (32 - t->bits));
+}
+
+static int row_hash(tw_table *t, uint32_t stamp, const uint32_t *ids, const float *vals,
+                    size_t len, uint32_t sampled, int sampled_ok, float *out) {
+    size_t mask = ((size_t)1 << t->bits) - 1;
+    for (size_t i = 0; i < len; i++) {
+        size_t h = table_slot(t, ids[i]);
+        for (;;) {
+            if (t->stamps[h] != stamp) {
+                t->stamps[h] = stamp;
+                t->keys[h] = ids[i];
+                t->vals[h] = vals[i];
+                break;
+            }
+            if (t->keys[h] == ids[i]) {
+                if (t->vals[h] != vals[i]) return TW_ROW_REPEAT_DISAGREE;
+                break;
+            }
+            h = (h + 1) & mask;
         }
-        tw_item *items = *scratch;
-        for (size_t i = 0; i < len; i++) {
-            items[i].id = ids[i];
-            items[i].pos = (uint32_t)i;
-            items[i].val = vals[i];
+    }
+    if (sampled_ok) {
+        for (size_t h = table_slot(t, sampled); t->stamps[h] == stamp; h = (h + 1) & mask) {
+            if (t->keys[h] == sampled) {
+                if (t->vals[h] == (float)TW_SENTINEL) break;
+                *out = t->vals[h];
+                return TW_ROW_OK;
+            }
         }
-        qsort(items, len, sizeof(tw_item), cmp_item);
-        for (size_t i = 1; i < len; i++)
-            if (items[i].id == items[i - 1].id && items[i].val != items[i - 1].val)
+    }
+    return TW_ROW_MISSING_SAMPLED;
+}
+
+#ifdef TW_X86
+/* Repeated ids within one vector of 16 lanes (lanes outside m are zero and come last, so
+   they are never an earlier lane of a valid one): vpconflictd marks every lane whose id
+   occurs in an earlier lane; each such lane must carry the value of the latest earlier
+   occurrence, which by induction makes all occurrences agree. */
+__attribute__((target("avx512f,avx512cd"))) static inline int
+dup_disagree(__m512i ids, __m512 vals, __mmask16 m) {
+    __m512i conflicts = _mm512_maskz_conflict_epi32(m, ids);
+    __mmask16 repeated = _mm512_test_epi32_mask(conflicts, conflicts);
+    if (!repeated) return 0;
+    __m512i latest = _mm512_sub_epi32(_mm512_set1_epi32(31), _mm512_lzcnt_epi32(conflicts));
+    __m512 earlier = _mm512_permutexvar_ps(latest, vals);
+    return _mm512_mask_cmp_ps_mask(repeated, vals, earlier, _CMP_NEQ_OQ) != 0;
+}
+
+/* Rows of at most 32 entries, which is every row a top-k request up to k = 29 produces. */
+__attribute__((target("avx512f,avx512cd"))) static int
+row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
+           int sampled_ok, float *out) {
+    __mmask16 ma = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
+    __m512i a = _mm512_maskz_loadu_epi32(ma, ids);
+    __m512 va = _mm512_maskz_loadu_ps(ma, vals);
+    if (dup_disagree(a, va, ma)) return TW_ROW_REPEAT_DISAGREE;
+    if (len > 16) {
+        __mmask16 mb = (__mmask16)((1u << (len - 16)) - 1);
+        __m512i b = _mm512_maskz_loadu_epi32(mb, ids + 16);
+        __m512 vb = _mm512_maskz_loadu_ps(mb, vals + 16);
+        if (dup_disagree(b, vb, mb)) return TW_ROW_REPEAT_DISAGREE;
+        for (size_t j = 16; j < len; j++) {  /* the tail against the first 16 */
+            __mmask16 eq = _mm512_mask_cmpeq_epi32_mask(ma, a, _mm512_set1_epi32((int)ids[j]));
+            if (eq && _mm512_mask_cmp_ps_mask(eq, va, _mm512_set1_ps(vals[j]), _CMP_NEQ_OQ))
                 return TW_ROW_REPEAT_DISAGREE;
+        }
     }
     if (sampled_ok) {
         for (size_t i = 0; i < len; i++) {
             if (ids[i] == sampled) {
-                found = 1;
-                value = vals[i]; /* all occurrences agree (checked above) */
-                break;
+                if (vals[i] == (float)TW_SENTINEL) break;
+                *out = vals[i];
+                return TW_ROW_OK;
             }
         }
     }
-    if (!found || value == (float)TW_SENTINEL) return TW_ROW_MISSING_SAMPLED;
-    *out = value;
-    return TW_ROW_OK;
+    return TW_ROW_MISSING_SAMPLED;
 }
 
+static int have_avx512cd(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd");
+}
+#endif
+
 ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets,
-                          size_t n, const int64_t *sampled, float *out, int *kind) {
-    tw_item *scratch = NULL;
-    size_t cap = 0;
+                          size_t n, const int64_t *sampled, float *out, int *kind, int simd) {
+    size_t longest = 0;
     for (size_t t = 0; t < n; t++) {
-        size_t start = (size_t)offsets[t], end = (size_t)offsets[t + 1];
+        size_t len = (size_t)(offsets[t + 1] - offsets[t]);
+        if (len > longest) longest = len;
+    }
+    int vector = 0;
+#ifdef TW_X86
+    vector = simd && have_avx512cd();
+#else
+    (void)simd;
+#endif
+    tw_table table = {0};
+    int have_table = 0;
+    if (!vector || longest > 32) {
+        if (!table_init(&table, longest)) {
+            table_free(&table);
+            *kind = TW_ROW_NOMEM;
+            return 0;
+        }
+        have_table = 1;
+    }
+    ptrdiff_t failed = -1;
+    int r = TW_ROW_OK;
+    for (size_t t = 0; t < n; t++) {
+        size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
         int64_t s = sampled[t];
         int ok = s >= 0 && s <= (int64_t)UINT32_MAX;
-        int r = row_check(ids + start, vals + start, end - start, (uint32_t)s, ok, out + t,
-                          &scratch, &cap);
+#ifdef TW_X86
+        if (vector && len <= 32)
+            r = row_avx512(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
+        else
+#endif
+            r = row_hash(&table, (uint32_t)t + 1, ids + start, vals + start, len, (uint32_t)s,
+                         ok, out + t);
         if (r != TW_ROW_OK) {
-            free(scratch);
-            *kind = r;
-            return (ptrdiff_t)t;
+            failed = (ptrdiff_t)t;
+            break;
         }
     }
-    free(scratch);
-    *kind = TW_ROW_OK;
-    return -1;
+    if (have_table) table_free(&table);
+    *kind = r;
+    return failed;
 }
+
+/* Supports longer than this are checked for repeats by sorting a copy instead of pairwise. */
+#define TW_SMALL_ROW 48
 
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;

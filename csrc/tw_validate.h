@@ -26,10 +26,13 @@ enum { TW_ROW_OK = 0, TW_ROW_REPEAT_DISAGREE = 1, TW_ROW_MISSING_SAMPLED = 2, TW
  * Compact rows without a head. Row t is [offsets[t], offsets[t+1]) of ids/vals.
  * Per row, in order: every repeated id carries the same value (else REPEAT_DISAGREE);
  * the sampled id is in the row with a value other than the sentinel (else MISSING_SAMPLED).
- * Writes the sampled value to out[t]. Returns -1, or the failing row with *kind set.
+ * Writes the sampled value to out[t]. Returns -1, or the failing row with *kind set
+ * (TW_ROW_NOMEM: no memory for the scratch table, row 0 reported).
+ * simd = 0 forces the portable hash-table path; otherwise rows of up to 32 entries use
+ * AVX-512 conflict detection where the CPU has it.
  */
 ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets,
-                          size_t n, const int64_t *sampled, float *out, int *kind);
+                          size_t n, const int64_t *sampled, float *out, int *kind, int simd);
 
 /*
  * Recorded supports (sampling masks) in CSR form: each row non-empty, without

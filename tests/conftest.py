@@ -21,16 +21,29 @@ ALL_PATHS = ("scalar", "avx2", "avx512")
 
 
 def implementations():
-    params = [pytest.param(_reference, id="python")]
+    """The reference, and the compiled core forced onto each SIMD path (the paths this CPU
+    lacks are skipped, and the run's header lists them)."""
+    params = [pytest.param("python", id="python")]
     forced_off = os.environ.get("TOKENWIRE_NO_EXTENSIONS", "") not in ("", "0")
-    marks = [pytest.mark.skip(reason=_NO_CORE)] if _core is None or forced_off else []
-    params.append(pytest.param(_core, id="c", marks=marks))
+    for path in ALL_PATHS:
+        if _core is None or forced_off:
+            marks = [pytest.mark.skip(reason=_NO_CORE)]
+        elif path not in _core.simd_paths():
+            marks = [pytest.mark.skip(reason=f"this CPU cannot run the {path} path")]
+        else:
+            marks = []
+        params.append(pytest.param(path, id=f"c-{path}", marks=marks))
     return params
 
 
 @pytest.fixture(params=implementations())
 def impl(request):
-    return request.param
+    if request.param == "python":
+        yield _reference
+        return
+    previous = _core.set_simd_path(request.param)
+    yield _core
+    _core.set_simd_path(previous)
 
 
 @pytest.fixture(params=ALL_PATHS)

@@ -56,7 +56,13 @@ def outcome(impl, case: strategies.Case) -> tuple:
 @settings(max_examples=EXAMPLES)
 @given(strategies.cases())
 def test_core_matches_reference(case):
-    assert outcome(_core, case) == outcome(_reference, case)
+    expected = outcome(_reference, case)
+    for path in _core.simd_paths():  # every SIMD path the CPU has, against the same oracle
+        previous = _core.set_simd_path(path)
+        try:
+            assert outcome(_core, case) == expected, path
+        finally:
+            _core.set_simd_path(previous)
 
 
 def renderers_outcome(client, case: strategies.Case) -> tuple:

@@ -177,7 +177,7 @@ cdef extern from "tw_validate.h" nogil:
     ptrdiff_t tw_packed_f32_bad(const float *v, size_t n)
     ptrdiff_t tw_packed_f64_bad(const double *v, size_t n)
     ptrdiff_t tw_compact_values_bad(const float *v, size_t n)
-    ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n, const int64_t *sampled, float *out, int *kind)
+    ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n, const int64_t *sampled, float *out, int *kind, int simd)
     ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n, const int64_t *sampled, int *nomem)
     ptrdiff_t tw_i32_negative(const int32_t *v, size_t n)
 
@@ -403,6 +403,8 @@ class _ScannedChoice(_reference._Choice):
         cdef const int64_t[::1] offs = offsets
         cdef const int64_t *sampled_ids
         cdef float[::1] out
+        cdef _Scan scan = self.scan
+        cdef int simd = scan.path == TW_PATH_AVX512
         sampled = np.empty(n, dtype=np.float32)
         if n == 0:
             return sampled
@@ -411,7 +413,7 @@ class _ScannedChoice(_reference._Choice):
         out = sampled
         sampled_ids = _i64(ids)
         with nogil:
-            row = tw_compact_rows(&rids[0], &vals[0], &offs[0], n, sampled_ids, &out[0], &kind)
+            row = tw_compact_rows(&rids[0], &vals[0], &offs[0], n, sampled_ids, &out[0], &kind, simd)
         if row >= 0:
             if kind == TW_ROW_NOMEM:
                 raise MemoryError()

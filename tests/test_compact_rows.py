@@ -1,0 +1,59 @@
+"""Compact rows of every length (the vector path covers rows of up to 32 entries, longer ones
+take the table path): repeats, their values and the sampled id, against the reference."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tokenwire import MalformedResponseError, _reference, samples
+
+
+@st.composite
+def compact_documents(draw):
+    n = draw(st.integers(1, 4))
+    rows, sampled_ids = [], []
+    for _ in range(n):
+        length = draw(st.sampled_from([1, 2, 15, 16, 17, 23, 31, 32, 33, 48, 70]))
+        alphabet = draw(st.sampled_from([3, 40, 10**6]))  # few ids: many repeats
+        ids = draw(st.lists(st.integers(0, alphabet), min_size=length, max_size=length))
+        value_of = {i: -float(draw(st.integers(0, 3))) / 4 for i in set(ids)}
+        values = [value_of[i] for i in ids]
+        if draw(st.integers(0, 3)) == 0:  # a repeat that disagrees, somewhere in the row
+            at = draw(st.integers(0, length - 1))
+            values[at] -= 0.5
+        if draw(st.integers(0, 9)) == 0:  # the sampled value at the sentinel
+            values = [samples.SENTINEL if i == ids[0] else v for i, v in zip(ids, values)]
+        rows.append((ids, values))
+        sampled_ids.append(ids[draw(st.integers(0, length - 1))] if draw(st.integers(0, 7)) else alphabet + 1)
+    flat_ids = [i for ids, _ in rows for i in ids]
+    flat_values = [v for _, vs in rows for v in vs]
+    offsets = [0]
+    for ids, _ in rows:
+        offsets.append(offsets[-1] + len(ids))
+    data = np.asarray(flat_ids, "<u4").tobytes() + np.asarray(flat_values, "<f4").tobytes()
+    choice = {
+        "token_ids": sampled_ids,
+        "compact_logprobs": {
+            "data": base64.b64encode(data).decode(),
+            "format": "u32-f32-le-v1",
+            "offsets": offsets,
+            "num_top_logprobs": 0,
+        },
+    }
+    return samples.dumps({"choices": [choice]})
+
+
+def outcome(impl, raw):
+    try:
+        return impl.parse_generate_response(raw).choices[0].completion_logprobs.tolist()
+    except MalformedResponseError as exc:
+        return (exc.choice, exc.field, exc.token, exc.reason)
+
+
+@given(compact_documents())
+def test_rows_of_every_length_match_the_reference(impl, raw):
+    assert outcome(impl, raw) == outcome(_reference, raw)
