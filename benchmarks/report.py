@@ -53,18 +53,21 @@ def main(path: str) -> None:
         print()
     b64 = {g: t for g, t in groups.items() if g.startswith("b64decode")}
     if b64:
-        print("| size | path | tokenwire GB/s | pybase64 GB/s | ratio |")
-        print("|---|---|---|---|---|")
+        print("| size | path | tokenwire GB/s | pybase64 same path GB/s | ratio | pybase64 default GB/s | ratio |")
+        print("|---|---|---|---|---|---|---|")
         for group, times in b64.items():
             size = sizes.get(group, 0)
-            theirs = next((t for n, t in times.items() if "pybase64" in n), None)
+            theirs = {n.split("[")[1].split("-")[-1].rstrip("]"): t for n, t in times.items() if "pybase64" in n}
             for name, t in sorted(times.items()):
                 if "pybase64" in name:
                     continue
                 path = name.split("-")[-1].rstrip("]")
-                ratio = f"{theirs / t:.2f}x" if theirs else "-"
-                pb = f"{size / theirs / 1e9:.2f}" if theirs else "-"
-                print(f"| {group.split()[-1]} | {path} | {size / t / 1e9:.2f} | {pb} | {ratio} |")
+                same, default = theirs.get(path), theirs.get("default")
+
+                def cell(other, t=t, size=size):
+                    return ("-", "-") if other is None else (f"{size / other / 1e9:.2f}", f"{other / t:.2f}x")
+
+                print(f"| {group.split()[-1]} | {path} | {size / t / 1e9:.2f} | {' | '.join(cell(same))} | {' | '.join(cell(default))} |")
 
 
 if __name__ == "__main__":

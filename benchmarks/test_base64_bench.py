@@ -41,9 +41,28 @@ def test_tokenwire_decode(benchmark, payload, path):
         _core.set_simd_path(previous)
 
 
+# pybase64's own path switch (a private function of its C module): its flags for the
+# portable code, AVX2 and AVX-512 VBMI, so each of our paths meets its twin.
+PYBASE64_FLAGS = {"scalar": 0, "avx2": 64, "avx512": 128}
+
+
 @pytest.mark.skipif(pybase64 is None, reason="pybase64 is not installed")
-def test_pybase64_decode(benchmark, payload):
+@pytest.mark.parametrize("path", ["default", *PATHS])
+def test_pybase64_decode(benchmark, payload, path):
     size, text = payload
     benchmark.group = f"b64decode {size}"
     benchmark.extra_info["bytes"] = len(text)
-    benchmark(pybase64.b64decode, text, validate=True)
+    if path == "default":
+        benchmark(pybase64.b64decode, text, validate=True)
+        return
+    module = pybase64._pybase64
+    if not hasattr(module, "_set_simd_path"):
+        pytest.skip("this pybase64 cannot force a path")
+    previous = module._get_simd_path()
+    module._set_simd_path(PYBASE64_FLAGS[path])
+    try:
+        if path != "scalar" and module._get_simd_path() != PYBASE64_FLAGS[path]:
+            pytest.skip(f"pybase64 cannot run {path} here")
+        benchmark(pybase64.b64decode, text, validate=True)
+    finally:
+        module._set_simd_path(previous)
