@@ -29,7 +29,7 @@ def main(path: str) -> None:
     print(f"Machine: {info.get('cpu', {}).get('brand_raw', platform.processor())}, "
           f"{info.get('cpu', {}).get('count', '?')} cores, Python {info.get('python_version', '?')}, "
           f"{data.get('datetime', '')}\n")
-    generate = {g: t for g, t in groups.items() if not g.startswith("b64decode")}
+    generate = {g: t for g, t in groups.items() if not g.startswith(("b64decode", "b64encode", "write"))}
     if generate:
         print("| workload | size | tokenwire | reference | renderers | orjson.loads | pybase64 spans | x renderers | x reference | / orjson | / pybase64 |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -51,9 +51,15 @@ def main(path: str) -> None:
                   f"{ms('renderers')} | {ms('orjson_loads')} | {ms('pybase64_spans')} | {ratio('renderers')} | "
                   f"{ratio('reference')} | {ratio('orjson_loads', True)} | {ratio('pybase64_spans', True)} |")
         print()
-    b64 = {g: t for g, t in groups.items() if g.startswith("b64decode")}
+    writes = {g: t for g, t in groups.items() if g.startswith("write")}
+    for group, times in writes.items():
+        by = {contender(n): t for n, t in times.items()}
+        if "tokenwire_write" in by and "stdlib_write" in by:
+            print(f"{group}: tokenwire {by['tokenwire_write'] * 1e3:.2f} ms, numpy + base64 + json.dumps "
+                  f"{by['stdlib_write'] * 1e3:.2f} ms: {by['stdlib_write'] / by['tokenwire_write']:.1f}x\n")
+    b64 = {g: t for g, t in groups.items() if g.startswith(("b64decode", "b64encode"))}
     if b64:
-        print("| size | path | tokenwire GB/s | pybase64 same path GB/s | ratio | pybase64 default GB/s | ratio |")
+        print("| operation, size | path | tokenwire GB/s | pybase64 same path GB/s | ratio | pybase64 default GB/s | ratio |")
         print("|---|---|---|---|---|---|---|")
         for group, times in b64.items():
             size = sizes.get(group, 0)
@@ -67,7 +73,7 @@ def main(path: str) -> None:
                 def cell(other, t=t, size=size):
                     return ("-", "-") if other is None else (f"{size / other / 1e9:.2f}", f"{other / t:.2f}x")
 
-                print(f"| {group.split()[-1]} | {path} | {size / t / 1e9:.2f} | {' | '.join(cell(same))} | {' | '.join(cell(default))} |")
+                print(f"| {group} | {path} | {size / t / 1e9:.2f} | {' | '.join(cell(same))} | {' | '.join(cell(default))} |")
 
 
 if __name__ == "__main__":

@@ -66,3 +66,39 @@ def test_pybase64_decode(benchmark, payload, path):
         benchmark(pybase64.b64decode, text, validate=True)
     finally:
         module._set_simd_path(previous)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_tokenwire_encode(benchmark, payload, path):
+    if _core is None or path not in _core.simd_paths():
+        pytest.skip(f"{path} is not available here")
+    size, text = payload
+    raw = base64.b64decode(text)
+    benchmark.group = f"b64encode {size}"
+    benchmark.extra_info["bytes"] = len(text)
+    previous = _core.set_simd_path(path)
+    try:
+        benchmark(_core.b64encode, raw)
+    finally:
+        _core.set_simd_path(previous)
+
+
+@pytest.mark.skipif(pybase64 is None, reason="pybase64 is not installed")
+@pytest.mark.parametrize("path", ["default", *PATHS])
+def test_pybase64_encode(benchmark, payload, path):
+    size, text = payload
+    raw = base64.b64decode(text)
+    benchmark.group = f"b64encode {size}"
+    benchmark.extra_info["bytes"] = len(text)
+    if path == "default":
+        benchmark(pybase64.b64encode, raw)
+        return
+    module = pybase64._pybase64
+    previous = module._get_simd_path()
+    module._set_simd_path(PYBASE64_FLAGS[path])
+    try:
+        if path != "scalar" and module._get_simd_path() != PYBASE64_FLAGS[path]:
+            pytest.skip(f"pybase64 cannot run {path} here")
+        benchmark(pybase64.b64encode, raw)
+    finally:
+        module._set_simd_path(previous)

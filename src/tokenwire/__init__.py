@@ -13,8 +13,18 @@ import warnings
 
 from ._errors import MalformedResponseError
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
+from ._writer import (
+    Blob,
+    dumps_generate_response,
+    encode_compact_logprobs,
+    encode_packed,
+    encode_routed_experts,
+    encode_sampling_mask,
+    json_default,
+)
 
 __all__ = [
+    "Blob",
     "GenerateChoice",
     "GenerateResponse",
     "MalformedResponseError",
@@ -22,7 +32,14 @@ __all__ = [
     "RoutedExperts",
     "__version__",
     "b64decode",
+    "b64encode",
+    "dumps_generate_response",
+    "encode_compact_logprobs",
+    "encode_packed",
+    "encode_routed_experts",
+    "encode_sampling_mask",
     "implementation",
+    "json_default",
     "parse_generate_response",
     "simd_path",
     "simd_paths",
@@ -55,6 +72,7 @@ implementation: str = "c" if _impl.__name__.endswith("_core") else "python"
 
 parse_generate_response = _impl.parse_generate_response
 b64decode = _impl.b64decode
+b64encode = _impl.b64encode
 
 
 def simd_paths() -> list[str]:

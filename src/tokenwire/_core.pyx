@@ -35,6 +35,8 @@ cdef extern from "tw_base64.h" nogil:
     const char *tw_path_name(int path)
     ptrdiff_t tw_b64_decoded_size(const char *src, size_t len)
     ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, int path, size_t *err_pos)
+    size_t tw_b64_encoded_size(size_t n)
+    size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
 
 
 _PATHS = {"scalar": TW_PATH_SCALAR, "avx2": TW_PATH_AVX2, "avx512": TW_PATH_AVX512}
@@ -144,6 +146,37 @@ def b64decode(data, out=None):
             got = tw_b64_decode(src, <size_t>size, dst, path, &err)
         if got < 0:
             raise MalformedResponseError("invalid base64")
+        return result
+    finally:
+        if buf.obj is not None:
+            PyBuffer_Release(&buf)
+
+
+def b64encode(data):
+    """Standard base64 with padding, as bytes (str or any contiguous buffer in)."""
+    cdef Py_buffer buf
+    cdef const uint8_t *src
+    cdef Py_ssize_t size = 0
+    cdef size_t need
+    cdef char *dst
+    cdef int path = _path
+    if isinstance(data, str):
+        src = <const uint8_t *>PyUnicode_AsUTF8AndSize(data, &size)
+        buf.obj = None
+    else:
+        if PyObject_GetBuffer(data, &buf, PyBUF_C_CONTIGUOUS) < 0:
+            raise TypeError(f"expected str or a bytes-like object, not {type(data).__name__}")
+        src = <const uint8_t *>buf.buf
+        size = buf.len
+    try:
+        need = tw_b64_encoded_size(<size_t>size)
+        result = PyBytes_FromStringAndSize(NULL, need)
+        dst = PyBytes_AS_STRING(result)
+        if size >= _NOGIL_MIN:
+            with nogil:
+                tw_b64_encode(src, <size_t>size, dst, path)
+        else:
+            tw_b64_encode(src, <size_t>size, dst, path)
         return result
     finally:
         if buf.obj is not None:
@@ -358,30 +391,8 @@ cdef class _Scan:
         return Ragged(offsets, values), rows, None
 
 
-class _ScannedChoice(_reference._Choice):
-    """The reference's rules over values read from the raw bytes, per-token loops in C."""
-
-    def __init__(self, index, scan):
-        super().__init__(index)
-        # Records end at the first choice that must fail, and choices are validated in order.
-        if not scan.has_record(index):
-            raise AssertionError("tokenwire: no scan record for a choice being validated")
-        self.scan = scan
-
-    def ints(self, value, path, high):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, path)
-        return super().ints(value, path, high) if v == NULL else scan.ints(v, high)
-
-    def nested(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, path)
-        return super().nested(value, path) if v == NULL else scan.nested(v)
-
-    def blob(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, path)
-        return super().blob(value, path) if v == NULL else _decode(scan.buf, v, scan.path)
+class _Kernels(_reference._Choice):
+    """The reference's per-token loops, in C (the values still come from the parsed document)."""
 
     def first_bad(self, rule, values):
         cdef ptrdiff_t bad = -1
@@ -434,8 +445,7 @@ class _ScannedChoice(_reference._Choice):
         cdef const int64_t[::1] offs = offsets
         cdef const int64_t *sampled_ids
         cdef float[::1] out
-        cdef _Scan scan = self.scan
-        cdef int simd = scan.path == TW_PATH_AVX512
+        cdef int simd = _path == TW_PATH_AVX512
         sampled = np.empty(n, dtype=np.float32)
         if n == 0:
             return sampled
@@ -451,6 +461,32 @@ class _ScannedChoice(_reference._Choice):
             self.fail("Repeated compact logprobs disagree" if kind == TW_ROW_REPEAT_DISAGREE
                       else "Missing compact sampled-token evidence", "compact_logprobs", row)
         return sampled
+
+
+class _ScannedChoice(_Kernels):
+    """The reference's rules over values read straight from the raw bytes."""
+
+    def __init__(self, index, scan):
+        super().__init__(index)
+        # Records end at the first choice that must fail, and choices are validated in order.
+        if not scan.has_record(index):
+            raise AssertionError("tokenwire: no scan record for a choice being validated")
+        self.scan = scan
+
+    def ints(self, value, path, high):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.value(self.index, path)
+        return super().ints(value, path, high) if v == NULL else scan.ints(v, high)
+
+    def nested(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.value(self.index, path)
+        return super().nested(value, path) if v == NULL else scan.nested(v)
+
+    def blob(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.value(self.index, path)
+        return super().blob(value, path) if v == NULL else _decode(scan.buf, v, scan.path)
 
 
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True):

@@ -21,7 +21,7 @@ import orjson
 from ._errors import MalformedResponseError
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 
-__all__ = ["b64decode", "parse_generate_response", "select_head"]
+__all__ = ["b64decode", "b64encode", "parse_generate_response", "select_head"]
 
 # vLLM writes this both for a missing logprob and as the clamp of -inf, so a sampled
 # token at this value carries no evidence; a top-k candidate at it was filtered out.
@@ -79,6 +79,13 @@ def b64decode(data: Any, out: Any = None) -> np.ndarray:
         raise ValueError(f"output buffer holds {len(target)} bytes, {len(decoded)} needed")
     target[: len(decoded)] = np.frombuffer(decoded, dtype=np.uint8)
     return target[: len(decoded)]
+
+
+def b64encode(data: Any) -> bytes:
+    """Standard base64 with padding, as bytes."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return base64.b64encode(memoryview(data).cast("B"))
 
 
 class _Choice:

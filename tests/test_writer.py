@@ -1,0 +1,178 @@
+"""The writers: every encoder round-trips through the readers, refuses what they would refuse,
+and whole responses serialize byte for byte as vLLM's endpoint serializes them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import tokenwire
+from tokenwire import Blob, MalformedResponseError, samples
+
+
+@pytest.fixture
+def writer(impl, monkeypatch):
+    """The writers on one implementation (they run the facade's implementation)."""
+    monkeypatch.setattr(tokenwire, "_impl", impl)
+    monkeypatch.setattr(tokenwire, "b64encode", impl.b64encode)
+    return impl
+
+
+def stdlib(payload):
+    def text(value):
+        if isinstance(value, Blob):
+            return str(value)
+        raise TypeError(type(value).__name__)
+
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=text).encode()
+
+
+logprob_values = st.floats(min_value=-9998.0, max_value=0.0, allow_nan=False, width=32)
+
+
+@given(st.lists(st.lists(st.tuples(st.integers(0, 2**32 - 1), logprob_values), min_size=1, max_size=40), max_size=12), st.integers(-1, 30))
+def test_compact_round_trip(writer, rows, num_top):
+    # Repeated ids within a row must agree: keep the first value of each id.
+    rows = [[(i, dict(row)[i]) for i, _ in row] for row in rows]
+    ids = [i for row in rows for i, _ in row]
+    values = [p for row in rows for _, p in row]
+    offsets = np.cumsum([0] + [len(row) for row in rows])
+    field = tokenwire.encode_compact_logprobs(ids, values, offsets, num_top)
+    choice = {"token_ids": [row[0][0] for row in rows], "compact_logprobs": field}
+    raw = tokenwire.dumps_generate_response({"choices": [choice]})
+    assert raw == stdlib({"choices": [choice]})
+    parsed = writer.parse_generate_response(raw).choices[0]
+    expected = [np.float32(dict(row)[row[0][0]]) for row in rows]
+    assert parsed.completion_logprobs.tolist() == expected
+
+
+@given(hnp.arrays(np.float32, st.integers(0, 300), elements=logprob_values) | hnp.arrays(np.float64, st.integers(0, 50), elements=st.floats(-9998.0, 5.0)))
+def test_packed_round_trip(writer, values):
+    field = tokenwire.encode_packed(values)
+    choice = {"token_ids": [1] * len(values), "completion_logprobs": field}
+    raw = tokenwire.dumps_generate_response({"choices": [choice]})
+    got = writer.parse_generate_response(raw).choices[0].completion_logprobs
+    assert got.dtype == values.dtype and np.array_equal(got, values)
+
+
+@given(st.lists(st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=20, unique=True), max_size=20))
+def test_sampling_mask_round_trip(writer, rows):
+    ids = [i for row in rows for i in row]
+    field = tokenwire.encode_sampling_mask(np.array(ids, np.int32), np.array([len(r) for r in rows], np.int32))
+    choice = {"token_ids": [r[-1] for r in rows], "completion_logprobs": tokenwire.encode_packed(np.zeros(len(rows), np.float32)), "sampling_mask": field}
+    raw = tokenwire.dumps_generate_response({"choices": [choice]})
+    assert writer.parse_generate_response(raw).choices[0].sampling_mask.to_lists() == rows
+
+
+@given(hnp.arrays(st.sampled_from([np.uint8, np.uint16, np.int32]), hnp.array_shapes(min_dims=1, max_dims=3, max_side=9), elements=st.integers(0, 255)), st.none() | st.integers(0, 10**6))
+def test_routed_experts_round_trip(writer, routing, start):
+    field = tokenwire.encode_routed_experts(routing, start=start)
+    choice = {"token_ids": [], "completion_logprobs": tokenwire.encode_packed(np.zeros(0, np.float32)), "routed_experts": field}
+    raw = tokenwire.dumps_generate_response({"choices": [choice]})
+    routed = writer.parse_generate_response(raw).choices[0].routed_experts
+    assert routed.array.dtype == routing.dtype and np.array_equal(routed.array, routing) and routed.start == start
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@given(json_values, st.lists(st.binary(max_size=64), max_size=4))
+def test_byte_identity_with_the_stdlib_serializer(writer, value, blobs):
+    encoded = [Blob(tokenwire.b64encode(b), np.frombuffer(b, np.uint8)) for b in blobs]
+    payload = {"x": value, "blobs": encoded, "nested": [{"data": b} for b in encoded]}
+    assert tokenwire.dumps_generate_response(payload) == stdlib(payload)
+    assert orjson.loads(orjson.dumps({"blobs": encoded}, default=tokenwire.json_default)) == {"blobs": [str(b) for b in encoded]}
+
+
+def test_samples_rewritten_byte_for_byte(writer):
+    """Every embedded sample, its packed fields rebuilt by the encoders from the decoded arrays."""
+    for name, spec in samples.SAMPLES.items():
+        document = json.loads(spec.raw)
+        parsed = writer.parse_generate_response(spec.raw)
+        for choice, got in zip(document["choices"], parsed.choices):
+            if "completion_logprobs" in choice:
+                choice["completion_logprobs"] = tokenwire.encode_packed(got.completion_logprobs)
+            if "compact_logprobs" in choice:
+                old = choice["compact_logprobs"]
+                data = np.frombuffer(__import__("base64").b64decode(old["data"]), np.uint8)
+                count = old["offsets"][-1]
+                choice["compact_logprobs"] = tokenwire.encode_compact_logprobs(
+                    data[: 4 * count].view("<u4"), data[4 * count :].view("<f4"), old["offsets"], old["num_top_logprobs"]
+                )
+            if isinstance(choice.get("sampling_mask"), dict):
+                mask = got.sampling_mask
+                choice["sampling_mask"] = tokenwire.encode_sampling_mask(mask.values, np.diff(mask.offsets).astype(np.int32))
+            if isinstance(choice.get("routed_experts"), dict):
+                choice["routed_experts"] = tokenwire.encode_routed_experts(got.routed_experts.array, start=got.routed_experts.start)
+        assert tokenwire.dumps_generate_response(document) == spec.raw, name
+
+
+def test_renderers_accepts_encoder_output(writer, renderers_client):
+    ev = samples.evidence(40, 6, seed=3, support=True)
+    row_ids = np.concatenate([ev.ids[:, None], ev.cand_ids], axis=1).reshape(-1)
+    row_lps = np.concatenate([ev.logprobs[:, None], ev.cand_logprobs], axis=1).reshape(-1)
+    counts = np.array([len(s) for s in ev.support], np.int32)
+    choice = {
+        "token_ids": ev.ids.tolist(),
+        "compact_logprobs": tokenwire.encode_compact_logprobs(row_ids, row_lps, np.arange(0, 40 * 7 + 1, 7), 6),
+        "completion_logprobs": tokenwire.encode_packed(ev.logprobs),
+        "sampling_mask": tokenwire.encode_sampling_mask(np.concatenate([np.array(s, np.int32) for s in ev.support]), counts),
+    }
+    document = json.loads(tokenwire.dumps_generate_response({"choices": [choice]}))
+    c = renderers_client.parse_generate_response(json.dumps(document).encode())["choices"][0]
+    sampled, top_ids, _ = renderers_client._parse_compact_logprobs(c, c["token_ids"], 4)
+    assert sampled == ev.logprobs.astype(np.float64).tolist() and len(top_ids) == 40
+    assert renderers_client._parse_packed_completion_logprobs(c["completion_logprobs"], c["token_ids"]) == sampled
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: tokenwire.encode_packed(np.array([-0.5, math.nan], np.float32)), "non-finite"),
+        (lambda: tokenwire.encode_packed(np.array([-9999.0], np.float32)), "non-finite"),
+        (lambda: tokenwire.encode_packed(np.array([1, -2], np.int32)), "Invalid packed sampling mask"),
+        (lambda: tokenwire.encode_compact_logprobs([1, 2], [-0.1, -0.2], [0, 2, 2], 1), "Invalid compact logprob offsets"),
+        (lambda: tokenwire.encode_compact_logprobs([1, 2], [-0.1, 0.5], [0, 2], 1), "Invalid compact logprob values"),
+        (lambda: tokenwire.encode_compact_logprobs([1, 1], [-0.1, -0.2], [0, 2], 1), "Repeated compact logprobs disagree"),
+        (lambda: tokenwire.encode_compact_logprobs([1, 2], [-0.1, -0.2], [0, 2], 1, completion_ids=[3]), "Missing compact sampled"),
+        (lambda: tokenwire.encode_compact_logprobs([1, 2], [-9999.0, -0.2], [0, 2], 1), "Missing compact sampled"),
+        (lambda: tokenwire.encode_compact_logprobs([1, 2], [-0.1, -0.2], [0, 2], -2), "candidate count"),
+        (lambda: tokenwire.encode_sampling_mask([1, 1], [2]), "Invalid recorded sampling support"),
+        (lambda: tokenwire.encode_sampling_mask([1], [1, 0]), "Invalid recorded sampling support"),
+        (lambda: tokenwire.encode_sampling_mask([1, 2], [1]), "token count mismatch"),
+        (lambda: tokenwire.encode_sampling_mask([1, 2], [1, 1], completion_ids=[1, 3]), "Invalid recorded sampling support"),
+    ],
+)
+def test_encoders_refuse_what_readers_refuse(writer, call, match):
+    with pytest.raises(MalformedResponseError, match=match):
+        call()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: tokenwire.encode_packed(np.zeros(3, np.int64)),
+        lambda: tokenwire.encode_packed(np.zeros((2, 2), np.float32)),
+        lambda: tokenwire.encode_compact_logprobs([1.5], [-0.1], [0, 1], 0),
+        lambda: tokenwire.encode_compact_logprobs([-1], [-0.1], [0, 1], 0),
+        lambda: tokenwire.encode_compact_logprobs([1, 2], [-0.1], [0, 2], 0),
+        lambda: tokenwire.encode_routed_experts(np.zeros((2, 2), np.float32)),
+        lambda: tokenwire.encode_sampling_mask([-1], [1]),
+        lambda: tokenwire.dumps_generate_response({"x": math.nan}),
+        lambda: tokenwire.dumps_generate_response({"x": object()}),
+    ],
+)
+def test_encoders_refuse_bad_arguments(writer, call):
+    with pytest.raises((TypeError, ValueError)):
+        call()
