@@ -1,0 +1,86 @@
+"""Regenerate the adversarial corpus: ``python tests/corpus/make_corpus.py``.
+
+Each case is a response file ``NAME.json`` (bytes, not necessarily valid JSON) and its
+expected outcome in ``expected.json``: ``"ok"``, or the start of the error's reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+HERE = Path(__file__).parent
+
+
+def packed(values, dtype="<f4"):
+    return base64.b64encode(np.asarray(values, dtype).tobytes()).decode()
+
+
+def good_choice(**extra):
+    choice = {"index": 0, "token_ids": [7, 8], "completion_logprobs": {"data": packed([-0.5, -1.5]), "shape": [2], "dtype": "float32"}}
+    choice.update(extra)
+    return choice
+
+
+def doc(*choices, **top):
+    return {"request_id": "r", "choices": list(choices) or [good_choice()], **top}
+
+
+def dump(d) -> bytes:
+    return json.dumps(d, separators=(",", ":")).encode()
+
+
+def cases() -> dict[str, tuple[bytes, str]]:
+    ok = dump(doc())
+    out: dict[str, tuple[bytes, str]] = {"valid": (ok, "ok")}
+    out["nesting_100k"] = (b"[" * 100_000 + b"]" * 100_000, "invalid JSON")
+    out["nesting_100k_in_payload"] = (ok[:-1] + b',"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "invalid JSON")
+    out["id_beyond_2_64"] = (ok.replace(b"[7,8]", b"[18446744073709551616,8]"), "token_ids must hold token ids")
+    out["id_beyond_2_32"] = (ok.replace(b"[7,8]", b"[4294967296,8]"), "token_ids must hold token ids")
+    out["id_negative_zero"] = (ok.replace(b"[7,8]", b"[-0,8]"), "ok")
+    out["id_float"] = (ok.replace(b"[7,8]", b"[7.0,8]"), "token_ids must hold token ids")
+    out["number_1e400"] = (ok.replace(b'"request_id":"r"', b'"request_id":1e400'), "invalid JSON")
+    out["negative_zero_payload"] = (ok.replace(b'"request_id":"r"', b'"request_id":-0.0'), "ok")
+    out["nan_literal"] = (ok.replace(b'"request_id":"r"', b'"request_id":NaN'), "invalid JSON")
+    out["infinity_literal"] = (ok.replace(b'"request_id":"r"', b'"request_id":-Infinity'), "invalid JSON")
+    out["utf8_bom"] = (b"\xef\xbb\xbf" + ok, "invalid JSON")
+    out["invalid_utf8"] = (ok.replace(b'"r"', b'"\xff\xfe"'), "invalid JSON")
+    out["lone_surrogate"] = (ok.replace(b'"r"', b'"\\ud800"'), "invalid JSON")
+    out["nul_in_key"] = (ok.replace(b'"request_id"', b'"request\\u0000id"'), "ok")
+    out["duplicate_keys_last_wins"] = (ok.replace(b'"token_ids":[7,8]', b'"token_ids":[1],"token_ids":[7,8]'), "ok")
+    out["duplicate_keys_last_bad"] = (ok.replace(b'"token_ids":[7,8]', b'"token_ids":[7,8],"token_ids":[1]'), "Engine response choice.completion_logprobs")
+    out["escaped_slash_base64"] = (dump(doc(good_choice(completion_logprobs={"data": packed([-0.5, -1.5]).replace("/", "\\/") if "/" in packed([-0.5, -1.5]) else packed([-0.5, -1.5]), "shape": [2], "dtype": "float32"}))).replace(b"\\\\/", b"\\/"), "ok")
+    # "\u0041" is "A": four of them add three decoded bytes, so the float32 buffer is 11 bytes.
+    out["unicode_escaped_base64"] = (ok.replace(b'"data":"', b'"data":"\\u0041\\u0041\\u0041\\u0041'), "Invalid packed logprob buffer length")
+    decoy = {"token_ids": [1], "compact_logprobs": {"data": "!!", "offsets": [9]}, "routed_experts": "??"}
+    out["decoys_elsewhere"] = (dump(doc(good_choice(extra=decoy), usage=decoy, kv_transfer_params=decoy)), "ok")
+    out["shape_overflow"] = (dump(doc(good_choice(routed_experts={"data": "AAAA", "shape": [2**62, 2**62, 2**62], "dtype": "uint8"}))), "routed_experts shape")
+    out["shape_terabytes"] = (dump(doc(good_choice(routed_experts={"data": "AAAA", "shape": [10**6, 10**6, 1000], "dtype": "uint16"}))), "routed_experts shape")
+    out["npy_claims_terabytes"] = (dump(doc(good_choice(routed_experts=base64.b64encode(b"\x93NUMPY\x01\x00" + (118).to_bytes(2, "little") + b"{'descr': '|u1', 'fortran_order': False, 'shape': (1000000000000,), }".ljust(117) + b"\n" + b"\x01").decode()))), "routed_experts shape")
+    compact = {"data": packed([7], "<u4")[:-2] + "==", "format": "u32-f32-le-v1", "offsets": [0, 10**12], "num_top_logprobs": 0}
+    out["offsets_past_buffer"] = (dump(doc({"token_ids": [7], "compact_logprobs": compact})), "Invalid compact logprob")
+    good_compact = {"data": base64.b64encode(np.asarray([7], "<u4").tobytes() + np.asarray([-0.5], "<f4").tobytes()).decode(), "format": "u32-f32-le-v1", "offsets": [0, 1], "num_top_logprobs": 2**62}
+    out["huge_num_top"] = (dump(doc({"token_ids": [7], "compact_logprobs": good_compact})), "ok")
+    out["huge_num_top_with_head"] = (dump(doc({"token_ids": [7], "compact_logprobs": good_compact})), "Engine returned fewer top logprobs")
+    out["num_top_beyond_2_64"] = (dump(doc({"token_ids": [7], "compact_logprobs": dict(good_compact, num_top_logprobs=10**30)})), "Invalid compact logprob candidate count")
+    out["empty_document"] = (b"", "invalid JSON")
+    out["whitespace_only"] = (b" \n\t ", "invalid JSON")
+    out["top_level_array"] = (b"[]", "response must be a JSON object")
+    out["trailing_garbage"] = (ok + b"x", "invalid JSON")
+    return out
+
+
+def main() -> None:
+    expected = {}
+    for name, (raw, outcome) in cases().items():
+        (HERE / f"{name}.json").write_bytes(raw)
+        expected[name] = outcome
+    (HERE / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
