@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 HERE = Path(__file__).parent
 
 
