@@ -1,0 +1,44 @@
+"""Shared by the fuzz targets: seeds from the sample workload, and the differential oracle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenwire import MalformedResponseError, _core, _reference, samples
+
+PATHS = _core.simd_paths()
+
+
+def write_seeds(directory: Path) -> None:
+    """Small valid responses of every transport, plus the adversarial corpus."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, transport in enumerate(("native", "packed", "compact")):
+        for mask in (None, "list", "csr"):
+            ev = samples.evidence(3, 4, seed=i, support=mask is not None)
+            routed = samples.routing(3, layers=2, topk=2) if transport == "packed" else None
+            choice = samples.build_choice(ev, transport=transport, mask=mask, routed=routed)
+            (directory / f"{transport}-{mask}.json").write_bytes(samples.dumps(samples.response([choice], prompt_tokens=2)))
+    corpus = Path(__file__).parent.parent / "tests" / "corpus"
+    for name in json.loads((corpus / "expected.json").read_text()):
+        raw = (corpus / f"{name}.json").read_bytes()
+        if len(raw) < 100_000:
+            (directory / f"corpus-{name}.json").write_bytes(raw)
+
+
+def outcome(impl, raw: bytes, top_k):
+    """Everything a parse returns, or the error's location and reason; any other exception
+    propagates (and is a finding)."""
+    try:
+        r = impl.parse_generate_response(raw, top_k=top_k)
+    except MalformedResponseError as exc:
+        reason = "invalid JSON" if exc.reason.startswith("invalid JSON") else exc.reason
+        return ("error", exc.choice, exc.field, exc.token, reason)
+    return ("ok", [
+        (c.completion_ids.tobytes(), None if c.completion_logprobs is None else c.completion_logprobs.tobytes(),
+         None if c.completion_top_ids is None else (c.completion_top_ids.offsets.tobytes(), c.completion_top_ids.values.tobytes(), c.completion_top_logprobs.values.tobytes()),
+         None if c.sampling_mask is None else (c.sampling_mask.offsets.tobytes(), c.sampling_mask.values.tobytes()),
+         None if c.routed_experts is None else (c.routed_experts.array.tobytes(), c.routed_experts.array.shape, c.routed_experts.start),
+         c.raw)
+        for c in r.choices
+    ], r.payload)
