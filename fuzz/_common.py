@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenwire import MalformedResponseError, _core, _reference, samples
+from tokenwire import MalformedResponseError, _core, samples
 
 PATHS = _core.simd_paths()
 

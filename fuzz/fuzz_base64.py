@@ -8,6 +8,7 @@ import atheris
 
 with atheris.instrument_imports():
     from _common import PATHS, _core
+
     from tokenwire import MalformedResponseError
 
 
