@@ -1127,6 +1127,59 @@ void tw_strip(const char *buf, size_t len, const tw_doc *d, char *out)
     memcpy(out, buf + pos, len - pos);
 }
 
+int tw_blank_field(tw_doc *d, size_t ci, int field)
+{
+    const tw_value *v;
+    size_t s, e, lo, hi, j, removed = 0;
+    if (ci >= d->nchoices || field < 0 || field >= TW_NFIELDS)
+        return TW_OK;
+    v = &d->choice[ci].f[field];
+    if (!v->present)
+        return TW_OK;
+    if (v->type == TW_T_ARRAY) {
+        s = v->start + 1;
+        e = v->end - 1;
+    } else if (v->type == TW_T_STRING) {
+        s = v->start;
+        e = v->end;
+    } else {
+        return TW_OK;
+    }
+    if (s >= e)
+        return TW_OK;
+    /* first span starting at or after s */
+    lo = 0;
+    hi = d->nblank;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->blank[mid].start < s)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    /* spans are interiors of values, so they nest or are disjoint: one
+       that starts before s either ends by s or contains [s, e) */
+    if (lo > 0 && d->blank[lo - 1].end > s)
+        return TW_OK;
+    for (j = lo; j < d->nblank && d->blank[j].start < e; j++)
+        removed += d->blank[j].end - d->blank[j].start; /* nested: replaced */
+    if (j == lo) {
+        void *arr = d->blank;
+        if (tws_grow(&arr, &d->blank_cap, d->nblank, sizeof(tw_span), 16))
+            return TW_ERR_NOMEM;
+        d->blank = (tw_span *)arr;
+        memmove(d->blank + lo + 1, d->blank + lo, (d->nblank - lo) * sizeof(tw_span));
+        d->nblank++;
+    } else if (j > lo + 1) {
+        memmove(d->blank + lo + 1, d->blank + j, (d->nblank - j) * sizeof(tw_span));
+        d->nblank -= j - lo - 1;
+    }
+    d->blank[lo].start = s;
+    d->blank[lo].end = e;
+    d->blank_bytes += (e - s) - removed;
+    return TW_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Helpers over validated values                                             */
 /* ------------------------------------------------------------------------ */

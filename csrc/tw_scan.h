@@ -71,6 +71,13 @@
  *   TOKEN_IDS, CP_OFFSETS, SAMPLING_MASK, and root.prompt_token_ids.
  * Blanking only removes bytes, so the stripped copy is never longer.
  *
+ * Blanking on request: tw_blank_field adds one recorded value of a choice
+ * (an array: everything between the brackets; a string: its content) to the
+ * blank list after tw_scan, e.g. logprobs.content when the caller reads it
+ * with tw_native (the stripped copy then has "content":[]).  Only the
+ * recorded (last) occurrence is blanked; an earlier duplicate stays in the
+ * stripped copy, where the JSON parser discards it.
+ *
  * Choice records (deviation from "one record per element", to bound memory:
  * a tw_choice is ~424 bytes, so "[{},{},...]" would otherwise amplify a
  * document ~140x): records are kept for elements 0, 1, ... up to and
@@ -208,6 +215,16 @@ size_t tw_stripped_size(const tw_doc *doc, size_t len);
    arrays []) into out, which holds tw_stripped_size(doc, len) bytes.
    buf/len must be those of the successful tw_scan that filled doc. */
 void tw_strip(const char *buf, size_t len, const tw_doc *doc, char *out);
+
+/*
+ * Blank choice[ci].f[field] too (see "Blanking on request"), keeping the
+ * blank list sorted and disjoint (spans nested inside it are merged).  A
+ * no-op when ci >= nchoices, the value is absent, not an array or string,
+ * empty, or already blanked.  Call after a successful tw_scan and before
+ * tw_stripped_size / tw_strip.  Returns TW_OK or TW_ERR_NOMEM (the blank
+ * list is then unchanged).
+ */
+int tw_blank_field(tw_doc *doc, size_t ci, int field);
 
 /*
  * Helpers over values recorded by a successful tw_scan of the same buf.

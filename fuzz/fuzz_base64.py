@@ -7,9 +7,9 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from _common import PATHS, _core
+    from _common import PATHS
 
-    from tokenwire import MalformedResponseError
+    from tokenwire import MalformedResponseError, _core
 
 
 def expected(data: bytes):

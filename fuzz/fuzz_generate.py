@@ -9,7 +9,9 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from _common import PATHS, _core, _reference, outcome
+    from _common import PATHS, outcome
+
+    from tokenwire import _core, _reference
 
 
 def test_one(data: bytes) -> None:

@@ -12,6 +12,14 @@ import platform
 import warnings
 
 from ._errors import MalformedResponseError
+from ._openai import (
+    chat_completions_request_params,
+    completions_request_params,
+    parse_chat_completions_response,
+    parse_completions_response,
+    parse_sglang_generate_response,
+    sglang_generate_request_params,
+)
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 from ._writer import (
     Blob,
@@ -33,6 +41,8 @@ __all__ = [
     "__version__",
     "b64decode",
     "b64encode",
+    "chat_completions_request_params",
+    "completions_request_params",
     "dumps_generate_response",
     "encode_compact_logprobs",
     "encode_packed",
@@ -40,7 +50,11 @@ __all__ = [
     "encode_sampling_mask",
     "implementation",
     "json_default",
+    "parse_chat_completions_response",
+    "parse_completions_response",
     "parse_generate_response",
+    "parse_sglang_generate_response",
+    "sglang_generate_request_params",
     "simd_path",
     "simd_paths",
 ]

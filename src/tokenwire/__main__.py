@@ -1,4 +1,11 @@
-"""``tokenwire`` command line: ``tokenwire bench`` times the embedded sample workload."""
+"""tokenwire command line.
+
+  tokenwire bench             time the embedded sample workload
+  tokenwire check PATH...     audit captured responses (JSON, JSONL, gzip) by defect class
+  tokenwire inspect FILE      one response's fields, sizes, dtypes, shapes and token counts
+
+Exit status: 0 success (check: no defect), 1 defects found, 2 usage error or unreadable input.
+"""
 
 from __future__ import annotations
 
@@ -34,13 +41,16 @@ def _tokens(response: tokenwire.GenerateResponse) -> int:
 
 
 def bench(quick: bool = False, as_json: bool = False, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """Time every chosen workload. Progress goes to stderr (stdout stays a table or JSON)
+    when the run is expected to last more than ~2 s, or once it has."""
     budget = 0.2 if quick else 1.0
     rows = []
     chosen = names or list(samples.SAMPLES)
     started = time.perf_counter()
+    long_run = 3 * budget * len(chosen) > 2  # three contenders per workload
     for i, name in enumerate(chosen):
         spec = samples.SAMPLES[name]
-        if not as_json and time.perf_counter() - started > 2:
+        if long_run or time.perf_counter() - started > 2:
             print(f"  [{i + 1}/{len(chosen)}] {name} ...", file=sys.stderr, flush=True)
         raw = spec.raw
         k = spec.top_k
@@ -88,21 +98,123 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     print("vs ref: speedup over the pure-Python reference; /orjson: time relative to orjson.loads(raw)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tokenwire", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 (every core) or more, got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    from tokenwire._cli_formats import FORMATS
+
+    parser = argparse.ArgumentParser(
+        prog="tokenwire", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"tokenwire {tokenwire.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{bench,check,inspect}")
+
     p_bench = sub.add_parser("bench", help="time the embedded sample workload")
     p_bench.add_argument("--quick", action="store_true", help="short timing budget (for CI)")
     p_bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p_bench.add_argument("--workload", action="append", choices=sorted(samples.SAMPLES), help="only this workload (repeatable)")
-    args = parser.parse_args(argv)
+
+    formats = ["auto", *FORMATS]
+    p_check = sub.add_parser(
+        "check",
+        help="audit captured responses and summarize defects by class",
+        description="Validate every response in JSON, JSONL or gzip files (told apart by content, "
+        "not by name), stream them in constant memory and summarize the defects by class. "
+        "Exit status: 0 clean, 1 defects found, 2 usage error or unreadable input.",
+    )
+    p_check.add_argument("paths", nargs="+", metavar="PATH",
+                         help="files (plain or gzip), directories (searched for *.json, *.jsonl, "
+                         "*.ndjson, optionally .gz), or - for standard input")
+    p_check.add_argument("--format", choices=formats, default="auto",
+                         help="response format; auto detects it per record (default: auto)")
+    p_check.add_argument("--field", metavar="PATH",
+                         help="the response is under this dotted key of each record (e.g. response.body; "
+                         "list elements by index)")
+    p_check.add_argument("--top-k", type=_positive, metavar="K", help="also select and validate top-K heads")
+    p_check.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
+                         help="worker processes (default 1; 0: one per core)")
+    p_check.add_argument("--input", choices=["auto", "json", "jsonl"], default="auto",
+                         help="json: each file is one document (or an array of responses); jsonl: one "
+                         "record per line; auto: JSON lines unless the file starts a pretty-printed "
+                         "document or an array (default: auto)")
+    p_check.add_argument("--report", choices=["text", "json"], default="text", help="summary format (default: text)")
+    p_check.add_argument("--examples", type=_count, default=3, metavar="N",
+                         help="examples shown per defect class (default 3)")
+    p_check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                         help="progress on stderr (default: only when stderr is a terminal)")
+
+    p_inspect = sub.add_parser(
+        "inspect",
+        help="show one response's fields, sizes, dtypes, shapes and token counts",
+        description="Show the first record of a JSON, JSONL or gzip file (or the one on --line): "
+        "every field's wire form and size, what tokenwire decodes it to, and the first defect. "
+        "Exit status: 0 valid, 1 defective, 2 usage error or unreadable input.",
+    )
+    p_inspect.add_argument("file", metavar="FILE", help="a file (plain or gzip), or - for standard input")
+    p_inspect.add_argument("--line", type=_positive, metavar="N",
+                           help="the record on line N of a JSONL file (element N of a JSON array)")
+    p_inspect.add_argument("--field", metavar="PATH", help="the response is under this dotted key of the record")
+    p_inspect.add_argument("--format", choices=formats, default="auto", help="response format (default: auto)")
+    p_inspect.add_argument("--top-k", type=_positive, metavar="K", help="also decode top-K heads")
+    p_inspect.add_argument("--input", choices=["auto", "json", "jsonl"], default="auto",
+                           help="how the file holds records (as for check)")
+    p_inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.command == "bench":
         rows = bench(quick=args.quick, as_json=args.json, names=args.workload)
         if args.json:
             print(json.dumps({"implementation": tokenwire.implementation, "simd": tokenwire.simd_path(), "results": rows}, indent=2))
         else:
             _print_table(rows)
-    return 0
+        return 0
+    from tokenwire import _cli_check, _cli_inspect
+    from tokenwire._cli_io import InputError
+
+    try:
+        if args.command == "check":
+            return _cli_check.main(args)
+        return _cli_inspect.main(args)
+    except InputError as exc:
+        print(f"tokenwire {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"tokenwire {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader of stdout went away (| head)
+        sys.stderr.close()
+        return 1
 
 
 if __name__ == "__main__":

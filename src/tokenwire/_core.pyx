@@ -111,12 +111,14 @@ def b64decode(data, out=None):
     cdef uint8_t *dst
     cdef int path = _path
     cdef cnp.npy_intp dims[1]
+    cdef bint borrowed
     if isinstance(data, str):
         src = PyUnicode_AsUTF8AndSize(data, &size)
-        buf.obj = None
+        borrowed = False
     else:
         if PyObject_GetBuffer(data, &buf, PyBUF_C_CONTIGUOUS) < 0:
             raise TypeError(f"expected str or a bytes-like object, not {type(data).__name__}")
+        borrowed = True
         src = <const char *>buf.buf
         size = buf.len
     try:
@@ -148,7 +150,7 @@ def b64decode(data, out=None):
             raise MalformedResponseError("invalid base64")
         return result
     finally:
-        if buf.obj is not None:
+        if borrowed:
             PyBuffer_Release(&buf)
 
 
@@ -160,12 +162,14 @@ def b64encode(data):
     cdef size_t need
     cdef char *dst
     cdef int path = _path
+    cdef bint borrowed
     if isinstance(data, str):
         src = <const uint8_t *>PyUnicode_AsUTF8AndSize(data, &size)
-        buf.obj = None
+        borrowed = False
     else:
         if PyObject_GetBuffer(data, &buf, PyBUF_C_CONTIGUOUS) < 0:
             raise TypeError(f"expected str or a bytes-like object, not {type(data).__name__}")
+        borrowed = True
         src = <const uint8_t *>buf.buf
         size = buf.len
     try:
@@ -179,7 +183,7 @@ def b64encode(data):
             tw_b64_encode(src, <size_t>size, dst, path)
         return result
     finally:
-        if buf.obj is not None:
+        if borrowed:
             PyBuffer_Release(&buf)
 
 

@@ -1,0 +1,177 @@
+/*
+ * tw_native - stock vLLM per-token logprobs (choices[i].logprobs.content)
+ * read straight from the raw response bytes.
+ *
+ * The input is the logprobs.content value recorded by tw_scan (a tw_value of
+ * type TW_T_ARRAY inside a document tw_scan accepted, so the JSON is known
+ * to be valid and nothing is re-validated).  Each element is expected to be
+ *   {"token": "token_id:123", "logprob": -0.1, "bytes": [..],
+ *    "top_logprobs": [{"token": "token_id:5", "logprob": -0.2, ...}, ...]}
+ * or the same with "token_id": 123 instead of (or besides) "token".
+ *
+ * Two independent passes over the same elements, each reporting its first
+ * failing element (the reference runs the whole sampled pass before the
+ * candidates pass, so both are always computed in full):
+ *
+ * Sampled pass (the per-entry rules of the reference's native logprobs
+ * parser; the caller checks content->count == n first).  For entry i:
+ *   not an object                          -> TW_NATIVE_ENTRY_NOT_OBJECT
+ *   its id != ids[i] (id rules below)      -> TW_NATIVE_TOKEN_MISMATCH
+ *   "logprob" missing or not a number      -> TW_NATIVE_NOT_A_NUMBER
+ *   not finite                             -> TW_NATIVE_NOT_FINITE
+ *   == -9999.0 (vLLM's "no evidence")      -> TW_NATIVE_NO_EVIDENCE
+ *   else sampled[i] = the logprob.
+ *
+ * Candidates pass (want_top; the per-entry rules of the reference's native
+ * top-k parser, before head selection).  For entry i:
+ *   "top_logprobs" missing, not an array, or empty (also when the entry is
+ *   not an object)                         -> TW_NATIVE_MISSING_TOP
+ *   then per candidate, in order, the first of:
+ *     not an object                        -> TW_NATIVE_TOP_NOT_OBJECT
+ *     no id (id rules below)               -> TW_NATIVE_TOP_NO_ID
+ *     "logprob" missing, not a number, or not finite
+ *                                          -> TW_NATIVE_TOP_NOT_FINITE
+ *     logprob > 1e-6                       -> TW_NATIVE_TOP_POSITIVE
+ *     id already listed in this entry      -> TW_NATIVE_TOP_DUPLICATE
+ *   then the entry's own "logprob" missing or not a number
+ *                                          -> TW_NATIVE_SAMPLED_NOT_A_NUMBER
+ *   else the candidates are appended to the CSR output and
+ *   entry_lps[i] = the entry's logprob.
+ *
+ * Id of an object: if it has a "token_id" key, the value of the last one,
+ * which must be an integer literal in [0, 2^32) ("-0" is 0; 1.0, 1e2, true,
+ * strings are not ids); otherwise the last "token" key, which must be a
+ * string "token_id:" followed by one or more ASCII digits (leading zeros
+ * allowed) with value <= 2^32 - 1.  Strings and keys are compared after
+ * decoding escapes ("token_id:\u0031" is token_id:1, "tok\u0065n" is token).
+ *
+ * Numbers: JSON integers and floats are both numbers; true/false/null,
+ * strings, arrays and objects are not.  The value is the double Python's
+ * float() gives for the literal's text, correctly rounded (round half to
+ * even) from the exact decimal value, for any number of digits and any
+ * exponent (underflow to +-0.0 or a subnormal; overflow, which tw_scan
+ * rejects anyway, to +-inf) - except that an integer literal is an int to
+ * the reference, so "-0" gives +0.0 (float(0)); "-0.0" and "-0e0" give -0.0.
+ *
+ * Duplicate keys: the last occurrence wins (as in json.loads and orjson),
+ * also for "top_logprobs" (an earlier array, valid or not, is discarded).
+ * Other keys ("bytes", ...) are skipped without building anything.
+ *
+ * Plain C11, no Python API, no global mutable state, no recursion beyond
+ * the fixed two levels (entry, candidate); never reads outside the content
+ * span [content->start, content->end).  Thread-safe on distinct outputs.
+ */
+#ifndef TW_NATIVE_H
+#define TW_NATIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tw_scan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Codes of tw_native_result.sampled_code / top_code, and return values. */
+enum {
+    TW_NATIVE_OK = 0,
+    TW_NATIVE_ENTRY_NOT_OBJECT,
+    TW_NATIVE_TOKEN_MISMATCH,
+    TW_NATIVE_NOT_A_NUMBER,
+    TW_NATIVE_NOT_FINITE,
+    TW_NATIVE_NO_EVIDENCE,
+    TW_NATIVE_MISSING_TOP,
+    TW_NATIVE_TOP_NOT_OBJECT,
+    TW_NATIVE_TOP_NO_ID,
+    TW_NATIVE_TOP_NOT_FINITE,
+    TW_NATIVE_TOP_POSITIVE,
+    TW_NATIVE_TOP_DUPLICATE,
+    TW_NATIVE_SAMPLED_NOT_A_NUMBER,
+    TW_NATIVE_NOMEM,   /* return value only: allocation failed / no room */
+    TW_NATIVE_BAD_ARG  /* return value only: content not an array, or
+                          content->count != n */
+};
+
+/*
+ * First failing entry of each pass: *_err = its index and *_code its
+ * TW_NATIVE_* code, or *_err = -1 and *_code = TW_NATIVE_OK when the pass
+ * succeeds.  Without want_top: top_err = -1, top_code = OK.
+ * ncand: candidates written (coff[n]).
+ */
+typedef struct {
+    ptrdiff_t sampled_err;
+    int sampled_code;
+    ptrdiff_t top_err;
+    int top_code;
+    size_t ncand;
+} tw_native_result;
+
+/*
+ * Candidate storage of the candidates pass: ids[0..cap) and lps[0..cap).
+ *   grow = 1: the kernel enlarges ids/lps with realloc when needed (they
+ *             must be NULL or heap blocks from malloc; cap 0 is fine, and
+ *             they stay NULL when nothing is written); the caller keeps
+ *             them for reuse across calls and releases them with
+ *             tw_native_cands_free.  No counting pass is needed: copy
+ *             ids/lps[0..ncand) out (or take them over) after the parse.
+ *   grow = 0: ids/lps are the caller's arrays of cap elements (size them
+ *             with tw_native_count); needing more is TW_NATIVE_NOMEM.
+ */
+typedef struct {
+    int64_t *ids;
+    double *lps;
+    size_t cap;
+    int grow;
+} tw_native_cands;
+
+/* free(ids), free(lps), cap = 0 (grow mode only). */
+void tw_native_cands_free(tw_native_cands *c);
+
+/*
+ * The room the candidates pass needs in grow = 0 mode: the sum, over the
+ * elements that are objects, of the element count of their longest
+ * "top_logprobs" array (candidates are written while an array is read, so
+ * an array later replaced by a shorter duplicate key needs its room too;
+ * without duplicate keys this is exactly the number of candidates).  A
+ * structural walk of the content, about as costly as the sampled pass.
+ * Returns TW_NATIVE_OK, or TW_NATIVE_BAD_ARG (*total = 0) if content is not
+ * a recorded array.
+ */
+int tw_native_count(const char *buf, const tw_value *content, size_t *total);
+
+/*
+ * Run both passes over content (n elements, content->count == n) for the
+ * completion token ids ids[0..n).
+ *   sampled[0..n):   the sampled logprobs; on a sampled error at entry s,
+ *                    sampled[0..s) are set and the rest unspecified.
+ * With want_top (otherwise coff, entry_lps, cands are not touched and may
+ * be NULL):
+ *   coff[0..n]:      CSR offsets, coff[0] = 0; entry i's candidates are
+ *                    cands->ids/lps[coff[i] .. coff[i+1]), in the order
+ *                    sent.  On a candidates error at entry t, entries < t
+ *                    are complete and coff[t..n] all equal coff[t].
+ *   entry_lps[0..n): the entries' own logprobs (entries < t on error).
+ * Returns TW_NATIVE_OK (res filled), TW_NATIVE_NOMEM (an allocation failed,
+ * or grow = 0 and cands->cap was too small) or TW_NATIVE_BAD_ARG; res and
+ * the outputs are unspecified after an error return.
+ */
+int tw_native_parse(const char *buf, const tw_value *content, size_t n,
+                    const int64_t *ids, int want_top, double *sampled,
+                    int64_t *coff, double *entry_lps, tw_native_cands *cands,
+                    tw_native_result *res);
+
+/*
+ * The double of the JSON number literal (RFC 8259 grammar) that is the
+ * longest prefix of s[0..len): same value as above (integer literal "-0" is
+ * +0.0; a literal tw_scan would reject as infinite gives +-inf).  Returns
+ * the length of that prefix ("1.5e" -> 3, "01" -> 1), or 0 if no prefix is
+ * a number ("", "-", ".5", "+1").
+ */
+size_t tw_native_number(const char *s, size_t len, double *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TW_NATIVE_H */

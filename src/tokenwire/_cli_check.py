@@ -1,0 +1,355 @@
+"""``tokenwire check``: audit captured responses and summarize their defects by class.
+
+The main process reads each file in blocks and hands chunks of complete lines to the
+workers (``--jobs``), keeping at most two chunks per worker in flight, so memory stays flat
+whatever the input size. Results come back in input order, so examples are the first ones.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections import Counter, deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import orjson
+
+import tokenwire
+
+from ._cli_formats import CLASSES, check_record
+from ._cli_io import Chunk, InputError, Reader, Source, expand_paths, read_chunks
+
+__all__ = ["Options", "Tally", "check_chunk", "run"]
+
+
+@dataclass(frozen=True)
+class Options:
+    format: str = "auto"
+    field: tuple[str, ...] | None = None
+    top_k: int | None = None
+    examples: int = 3
+
+
+def _new_result() -> dict[str, Any]:
+    return {"records": 0, "bytes": 0, "defective": 0, "formats": Counter(), "classes": Counter(),
+            "histogram": {}, "examples": {}}
+
+
+def _add(result: dict[str, Any], raw: bytes, options: Options, position: dict[str, Any]) -> None:
+    result["records"] += 1
+    result["bytes"] += len(raw)
+    fmt, defect = check_record(raw, options.format, options.field, options.top_k)
+    if fmt is not None:
+        result["formats"][fmt] += 1
+    if defect is None:
+        return
+    result["defective"] += 1
+    result["classes"][defect.cls] += 1
+    if defect.histogram is not None and defect.difference is not None:
+        result["histogram"].setdefault(defect.histogram, Counter())[defect.difference] += 1
+    shown = result["examples"].setdefault(defect.cls, [])
+    if len(shown) < options.examples:
+        shown.append({**position, "location": defect.location, "reason": defect.reason})
+
+
+_OPTIONS = Options()
+
+
+def _init_worker(options: Options) -> None:
+    global _OPTIONS
+    _OPTIONS = options
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+
+
+def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
+    """Check every record of a chunk; the counts and the first examples per class."""
+    options = options or _OPTIONS
+    result = _new_result()
+    result["file"] = chunk.name
+    if chunk.kind == "jsonl":
+        for offset, line in enumerate(chunk.data.split(b"\n")):
+            record = line.strip()
+            if record:
+                _add(result, record, options, {"file": chunk.name, "line": chunk.first_line + offset})
+        return result
+    text = chunk.data.strip()
+    if not text:
+        return result
+    if not text.startswith(b"["):
+        _add(result, text, options, {"file": chunk.name})
+        return result
+    try:
+        items, error = orjson.loads(text), ""
+    except orjson.JSONDecodeError as exc:
+        items, error = None, f"invalid JSON: {exc}"
+    if not isinstance(items, list):  # only when invalid: "[" starts an array
+        result["records"] += 1
+        result["bytes"] += len(text)
+        result["defective"] += 1
+        result["classes"]["malformed_json"] += 1
+        result["examples"]["malformed_json"] = [{"file": chunk.name, "location": "", "reason": error}]
+        return result
+    for number, item in enumerate(items, 1):
+        _add(result, orjson.dumps(item), options, {"file": chunk.name, "element": number})
+    return result
+
+
+@dataclass
+class Tally:
+    """Everything a run found, merged in input order."""
+
+    options: Options
+    sources: list[Source]
+    records: int = 0
+    bytes: int = 0
+    defective: int = 0
+    formats: Counter = field(default_factory=Counter)
+    classes: Counter = field(default_factory=Counter)
+    histogram: dict[str, Counter] = field(default_factory=dict)
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    per_file: dict[str, list[int]] = field(default_factory=dict)  # name -> [records, defective]
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)  # inputs that failed midway
+
+    def merge(self, result: dict[str, Any]) -> None:
+        self.records += result["records"]
+        self.bytes += result["bytes"]
+        self.defective += result["defective"]
+        self.formats.update(result["formats"])
+        self.classes.update(result["classes"])
+        for key, counts in result["histogram"].items():
+            self.histogram.setdefault(key, Counter()).update(counts)
+        for cls, shown in result["examples"].items():
+            mine = self.examples.setdefault(cls, [])
+            mine.extend(shown[: self.options.examples - len(mine)])
+        counts = self.per_file.setdefault(result["file"], [0, 0])
+        counts[0] += result["records"]
+        counts[1] += result["defective"]
+
+    @property
+    def status(self) -> int:
+        if self.errors:
+            return 2
+        return 1 if self.defective else 0
+
+
+class Progress:
+    """Bytes read out of the total and records per second, on stderr: redrawn in place on a
+    terminal, a line every few seconds otherwise."""
+
+    def __init__(self, enabled: bool, total: int | None, stream: TextIO = sys.stderr) -> None:
+        self.enabled = enabled
+        self.total = total
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.started = time.perf_counter()
+        self.last = self.started
+        self.drawn = False
+
+    def update(self, done: int, records: int) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self.last < (0.25 if self.tty else 2.0):
+            return
+        self.last = now
+        elapsed = max(now - self.started, 1e-9)
+        text = f"{_size(done)}"
+        if self.total:
+            text += f" / {_size(self.total)} ({min(done / self.total, 1):.0%})"
+        text += f", {records:,} records, {records / elapsed:,.0f} records/s, {done / elapsed / 1e6:,.0f} MB/s"
+        if self.tty:
+            self.stream.write(f"\r\x1b[K{text}")
+            self.drawn = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} TB"
+
+
+def run(paths: list[str], options: Options, *, jobs: int = 1, input_kind: str = "auto",
+        progress: bool | None = None) -> Tally:
+    """Check every record of ``paths``. Raises :class:`InputError` before any work when an
+    input cannot be opened; a file that fails midway is reported in ``Tally.errors`` and the
+    run goes on with the next one."""
+    sources = expand_paths(paths)
+    tally = Tally(options, sources)
+    sizes = [s.size for s in sources]
+    total = None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+    show = sys.stderr.isatty() if progress is None else progress
+    meter = Progress(show, total)
+    started = time.perf_counter()
+    done_before = 0
+    reader: Reader | None = None
+
+    def chunks():
+        nonlocal done_before, reader
+        for source in sources:
+            try:
+                reader = Reader(source)
+                yield from read_chunks(reader, input_kind)
+            except InputError as exc:
+                tally.errors.append(str(exc))
+            finally:
+                if reader is not None:
+                    done_before += reader.position()
+                    reader.close()
+                reader = None
+
+    def done() -> int:
+        return done_before + (reader.position() if reader is not None else 0)
+
+    try:
+        if jobs <= 1:
+            for chunk in chunks():
+                tally.merge(check_chunk(chunk, options))
+                meter.update(done(), tally.records)
+        else:
+            with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(options,)) as pool:
+                pending: deque = deque()
+                for chunk in chunks():
+                    pending.append(pool.submit(check_chunk, chunk))
+                    while len(pending) >= 2 * jobs:  # at most two chunks per worker in flight
+                        tally.merge(pending.popleft().result())
+                        meter.update(done(), tally.records)
+                while pending:
+                    tally.merge(pending.popleft().result())
+                    meter.update(done(), tally.records)
+    except BrokenProcessPool:
+        tally.errors.append("a worker process died (out of memory?); the counts are incomplete")
+    finally:
+        meter.finish()
+    tally.seconds = time.perf_counter() - started
+    return tally
+
+
+# --- reports -------------------------------------------------------------------------------------
+
+
+def _position(example: dict[str, Any]) -> str:
+    if "line" in example:
+        return f"{example['file']}:{example['line']}"
+    if "element" in example:
+        return f"{example['file']}#{example['element']}"
+    return example["file"]
+
+
+def _histogram_text(counts: Counter) -> str:
+    total = sum(counts.values())
+    ranked = counts.most_common()
+    parts = [f"{d:+d} on {n:,}/{total:,}" for d, n in ranked[:6]]
+    if len(ranked) > 6:
+        parts.append(f"{len(ranked) - 6} more differences")
+    return ", ".join(parts)
+
+
+def text_report(tally: Tally, out: TextIO) -> None:
+    files = len(tally.sources)
+    rate = tally.bytes / tally.seconds / 1e6 if tally.seconds > 0 else 0.0
+    out.write(
+        f"checked {tally.records:,} records ({_size(tally.bytes)}) in {files} file{'s' * (files != 1)} "
+        f"in {tally.seconds:.1f} s ({rate:,.0f} MB/s, {tally.records / max(tally.seconds, 1e-9):,.0f} records/s)\n"
+    )
+    if tally.formats:
+        out.write("formats: " + ", ".join(f"{name} {n:,}" for name, n in tally.formats.most_common()) + "\n")
+    if tally.records == 0:
+        out.write("no records found\n")
+    elif not tally.defective:
+        out.write("clean: no defects found\n")
+    else:
+        share = tally.defective / tally.records
+        out.write(f"defective: {tally.defective:,} of {tally.records:,} records ({share:.2%})\n\n")
+        width = max(len(CLASSES[c]) for c in tally.classes)
+        out.write(f"  {'defect class':<{width}}  {'records':>9}\n")
+        for cls, label in CLASSES.items():
+            if not tally.classes[cls]:
+                continue
+            out.write(f"  {label:<{width}}  {tally.classes[cls]:>9,}\n")
+            if cls == "length_mismatch":
+                for key, counts in sorted(tally.histogram.items()):
+                    out.write(f"      {key} count minus token_ids count: {_histogram_text(counts)}\n")
+        out.write(f"\nfirst examples (up to {tally.options.examples} per class):\n")
+        for cls, label in CLASSES.items():
+            for example in tally.examples.get(cls, []):
+                where = example["location"] or "(top level)"
+                out.write(f"  {_position(example)}  [{label}]  {where}: {example['reason']}\n")
+    for error in tally.errors:
+        out.write(f"not read to the end: {error}\n")
+
+
+def json_report(tally: Tally) -> dict[str, Any]:
+    classes = {}
+    for cls, label in CLASSES.items():
+        entry: dict[str, Any] = {"label": label, "count": tally.classes[cls],
+                                 "examples": tally.examples.get(cls, [])}
+        if cls == "length_mismatch":
+            entry["histogram"] = {
+                key: {f"{d:+d}": n for d, n in counts.most_common()}
+                for key, counts in sorted(tally.histogram.items())
+            }
+        classes[cls] = entry
+    return {
+        "tokenwire": tokenwire.__version__,
+        "implementation": tokenwire.implementation,
+        "format": tally.options.format,
+        "field": ".".join(tally.options.field) if tally.options.field else None,
+        "top_k": tally.options.top_k,
+        "files": [
+            {"path": s.name, "bytes": s.size, "records": tally.per_file.get(s.name, [0, 0])[0],
+             "defective": tally.per_file.get(s.name, [0, 0])[1]}
+            for s in tally.sources
+        ],
+        "records": tally.records,
+        "bytes": tally.bytes,
+        "clean": tally.records - tally.defective,
+        "defective": tally.defective,
+        "seconds": round(tally.seconds, 3),
+        "formats": dict(tally.formats.most_common()),
+        "classes": classes,
+        "errors": tally.errors,
+        "status": tally.status,
+    }
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def main(args: Any) -> int:
+    """Run ``tokenwire check`` from parsed arguments; the exit status."""
+    field_path = tuple(args.field.split(".")) if args.field else None
+    if field_path is not None and not all(field_path):
+        raise InputError(f"--field {args.field!r}: empty path component")
+    options = Options(format=args.format, field=field_path, top_k=args.top_k, examples=args.examples)
+    jobs = args.jobs or _cpus()
+    tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress)
+    if args.report == "json":
+        sys.stdout.write(orjson.dumps(json_report(tally), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        text_report(tally, sys.stdout)
+    sys.stdout.flush()
+    for error in tally.errors:
+        print(f"tokenwire check: error: {error}", file=sys.stderr)
+    if not tally.errors and tally.records == 0:
+        print("tokenwire check: warning: no records found", file=sys.stderr)
+    return tally.status

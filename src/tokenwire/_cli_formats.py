@@ -1,0 +1,322 @@
+"""Response formats the command line can check, and the defect classes it reports.
+
+A format knows how to recognize a parsed record (``detect``), how to validate raw bytes
+(``validate``, raising :class:`MalformedResponseError`) and how to sort a rejection into a
+defect class (``classify``). ``FORMATS`` lists them in the order ``--format auto`` tries them;
+a new wire format (OpenAI completions or chat, SGLang) plugs in by adding a :class:`Format`.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+import tokenwire
+from tokenwire._errors import MalformedResponseError, location
+
+__all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "check_record", "resolve_field"]
+
+# Defect classes, in the order reports list them: key -> label.
+CLASSES: dict[str, str] = {
+    "length_mismatch": "length mismatch",
+    "bad_logprob": "missing, sentinel or non-finite logprob",
+    "id_mismatch": "id mismatch",
+    "missing_ids": "missing or invalid exact ids",
+    "head": "head or sampling-support problem",
+    "malformed_packed": "malformed base64/packed field",
+    "malformed_json": "malformed JSON",
+    "unrecognized": "not a generate response",
+    "other": "other",
+}
+
+
+@dataclass
+class Defect:
+    """The first defect of one record. ``location`` is relative to the record (the ``--field``
+    path included); ``histogram``/``difference`` are set for length mismatches whose sizes
+    are known: ``difference`` is the count in ``histogram`` minus the token count."""
+
+    cls: str
+    location: str
+    reason: str
+    histogram: str | None = None
+    difference: int | None = None
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    description: str
+    detect: Callable[[Any], bool]
+    validate: Callable[[bytes, int | None], None]
+    classify: Callable[[MalformedResponseError, Any], Defect]
+
+
+# --- the generate format -------------------------------------------------------------------------
+
+_OPENAI_OBJECTS = {
+    "text_completion": "an OpenAI completion",
+    "chat.completion": "an OpenAI chat completion",
+    "chat.completion.chunk": "an OpenAI chat completion chunk",
+}
+
+
+def _detect_generate(document: Any) -> bool:
+    """A vLLM ``/inference/v1/generate`` response: an object with ``choices`` or
+    ``prompt_token_ids`` and no OpenAI ``object`` type."""
+    if not isinstance(document, dict) or document.get("object") in _OPENAI_OBJECTS:
+        return False
+    if "choices" not in document:
+        return "prompt_token_ids" in document
+    choices = document["choices"]
+    first = choices[0] if isinstance(choices, list) and choices else None
+    return not (isinstance(first, dict) and ("message" in first or "delta" in first))
+
+
+def _validate_generate(raw: bytes, top_k: int | None) -> None:
+    tokenwire.parse_generate_response(raw, top_k=top_k)
+
+
+_NATIVE_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprob count \((\d+)\)")
+_PACKED_COUNT = re.compile(r"(\d+) values for (\d+) completion tokens")
+
+# Reason prefixes -> class, checked in order; the reasons are the reference's messages.
+_BY_REASON: list[tuple[str, str]] = [
+    ("invalid JSON", "malformed_json"),
+    ("token_ids must hold", "missing_ids"),
+    ("prompt_token_ids must hold", "missing_ids"),
+    ("Engine response choice.completion_logprobs must be an object", "malformed_packed"),
+    ("Engine response choice.logprobs must be an object", "bad_logprob"),
+    ("Engine response choice.logprobs.content must be a list", "bad_logprob"),
+    ("Unsupported packed logprob dtype", "malformed_packed"),
+    ("Invalid packed logprob", "malformed_packed"),
+    ("Packed logprob shape", "malformed_packed"),
+    ("Invalid packed sampling mask", "malformed_packed"),
+    ("Unsupported compact logprob format", "malformed_packed"),
+    ("Invalid compact logprob candidate count", "malformed_packed"),
+    ("Invalid compact logprob base64", "malformed_packed"),
+    ("Invalid compact logprob buffer length", "malformed_packed"),
+    ("Invalid compact logprob values", "bad_logprob"),
+    ("Repeated compact logprobs disagree", "head"),
+    ("Invalid recorded sampling support", "head"),
+    ("Sampler ", "head"),
+    ("Missing sampling-support probabilities", "head"),
+    ("Invalid sampler head", "head"),
+    ("Engine returned fewer top logprobs", "head"),
+    ("Missing requested top logprobs", "head"),
+    ("Top logprob", "head"),
+    ("Duplicate top logprob", "head"),
+    ("invalid base64", "malformed_packed"),
+]
+
+
+def _choice_of(document: Any, exc: MalformedResponseError) -> dict[str, Any] | None:
+    if exc.choice is None or not isinstance(document, dict):
+        return None
+    choices = document.get("choices")
+    if isinstance(choices, list) and exc.choice < len(choices) and isinstance(choices[exc.choice], dict):
+        return choices[exc.choice]
+    return None
+
+
+def _token_count(choice: dict[str, Any]) -> int | None:
+    ids = choice.get("token_ids")
+    return len(ids) if isinstance(ids, list) else None
+
+
+def _b64_array(value: Any, dtype: str) -> np.ndarray | None:
+    try:
+        return np.frombuffer(base64.b64decode(value, validate=True), dtype=dtype)
+    except (TypeError, ValueError):
+        return None
+
+
+def _mask_rows(choice: dict[str, Any], field: str) -> int | None:
+    """Rows of a sampling mask (a list, or the length of a CSR's ``counts``)."""
+    mask = choice.get(field)
+    if isinstance(mask, list):
+        return len(mask)
+    if isinstance(mask, dict):
+        counts = mask.get("counts")
+        data = counts.get("data") if isinstance(counts, dict) else counts
+        values = _b64_array(data, "<i4") if isinstance(data, str) and len(data) % 4 == 0 else None
+        if values is not None:
+            return len(values)
+    return None
+
+
+def _compact_row_has_id(choice: dict[str, Any], token: int) -> bool | None:
+    """Whether the compact row of ``token`` holds the sampled id (None: unknown)."""
+    packed = choice.get("compact_logprobs")
+    ids = choice.get("token_ids")
+    if not isinstance(packed, dict) or not isinstance(ids, list) or token >= len(ids):
+        return None
+    offsets, data = packed.get("offsets"), packed.get("data")
+    if not isinstance(offsets, list) or token + 1 >= len(offsets) or not isinstance(data, str):
+        return None
+    raw = _b64_array(data, "u1")
+    if raw is None or not isinstance(offsets[-1], int) or len(raw) < offsets[-1] * 4:
+        return None
+    row = raw[: offsets[-1] * 4].view("<u4")[offsets[token] : offsets[token + 1]]
+    return ids[token] in row.tolist()
+
+
+def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
+    """Sort a generate rejection into a class, reading sizes from the message where it gives
+    them and from the parsed record otherwise."""
+    reason, field = exc.reason, exc.field or ""
+    where = location(exc.choice, exc.field, exc.token)
+    choice = _choice_of(document, exc)
+    tokens = _token_count(choice) if choice is not None else None
+
+    def length(compared: str, count: int | None, expected: int | None) -> Defect | None:
+        if count is None or expected is None or count == expected:
+            return None
+        return Defect("length_mismatch", where, reason, compared, count - expected)
+
+    if (match := _NATIVE_COUNT.search(reason)) is not None:
+        return Defect("length_mismatch", where, reason, "logprobs.content", int(match[2]) - int(match[1]))
+    if (match := _PACKED_COUNT.search(reason)) is not None:
+        if exc.token is None:
+            return Defect("length_mismatch", where, reason, "completion_logprobs", int(match[1]) - int(match[2]))
+        return Defect("bad_logprob", where, reason)
+    if reason == "Sampling mask token count mismatch":
+        rows = _mask_rows(choice, field) if choice is not None else None
+        return length(field, rows, tokens) or Defect("malformed_packed", where, reason)
+    if reason == "Invalid compact logprob offsets":
+        packed = choice.get("compact_logprobs") if choice is not None else None
+        offsets = packed.get("offsets") if isinstance(packed, dict) else None
+        rows = len(offsets) - 1 if isinstance(offsets, list) and exc.token is None else None
+        return length(field, rows, tokens) or Defect("malformed_packed", where, reason)
+    if reason == "Missing compact sampled-token evidence":
+        present = None
+        if choice is not None and exc.token is not None:
+            present = _compact_row_has_id(choice, exc.token)
+        return Defect("bad_logprob" if present else "id_mismatch", where, reason)
+    if ".token must be 'token_id:" in reason:
+        return Defect("id_mismatch", where, reason)
+    if ".logprob must be" in reason or ".logprob does not contain sampling evidence" in reason:
+        return Defect("bad_logprob", where, reason)
+    if field.startswith("routed_experts"):
+        return Defect("malformed_packed", where, reason)
+    for prefix, cls in _BY_REASON:
+        if reason.startswith(prefix):
+            return Defect(cls, where, reason)
+    return Defect("other", where, reason)
+
+
+GENERATE = Format(
+    "generate",
+    "vLLM /inference/v1/generate",
+    _detect_generate,
+    _validate_generate,
+    _classify_generate,
+)
+
+FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE,)}
+
+
+# --- one record ----------------------------------------------------------------------------------
+
+
+def _describe(document: Any) -> str:
+    """What an unrecognized record looks like, for its message."""
+    if isinstance(document, dict):
+        kind = _OPENAI_OBJECTS.get(document.get("object"))  # type: ignore[arg-type]
+        if kind is not None:
+            return f"{kind} (object {document['object']!r})"
+        if "meta_info" in document and "text" in document:
+            return "an SGLang /generate response"
+        keys = ", ".join(list(document)[:6])
+        return f"an object with keys {keys}" if keys else "an empty object"
+    return f"a JSON {type(document).__name__.replace('NoneType', 'null')}"
+
+
+class FieldMissing(Exception):
+    """A ``--field`` path that a record does not have."""
+
+
+def resolve_field(document: Any, path: tuple[str, ...]) -> Any:
+    """The value at a dotted ``--field`` path (list elements by index)."""
+    value = document
+    for i, part in enumerate(path):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise FieldMissing(f"no field {'.'.join(path[: i + 1])!r} in the record")
+    return value
+
+
+def _loads(raw: bytes) -> tuple[Any, str | None]:
+    try:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as exc:
+        return None, f"invalid JSON: {exc}"
+
+
+def check_record(
+    raw: bytes, fmt: str, field: tuple[str, ...] | None, top_k: int | None
+) -> tuple[str | None, Defect | None]:
+    """Validate one record: ``(format name, None)`` when clean, ``(format or None, defect)``.
+
+    ``fmt`` is a key of ``FORMATS`` or ``"auto"``; ``field`` the ``--field`` path.
+    """
+    prefix = ".".join(field) if field else ""
+    document: Any = None
+    if field:
+        document, invalid = _loads(raw)
+        if invalid is not None:
+            return None, Defect("malformed_json", "", invalid)
+        try:
+            document = resolve_field(document, field)
+        except FieldMissing as exc:
+            return None, Defect("unrecognized", prefix, str(exc))
+        if isinstance(document, str):  # a response body stored as a JSON string
+            raw, document = document.encode("utf-8", "surrogatepass"), None
+        else:
+            raw = orjson.dumps(document)
+    tried = FORMATS[fmt] if fmt != "auto" else GENERATE
+    try:
+        error = _run(tried, raw, top_k)
+        if error is None:
+            return tried.name, None
+        if document is None:
+            document, invalid = _loads(raw)
+            if invalid is not None:
+                return None, _prefixed(Defect("malformed_json", "", invalid), prefix)
+        if fmt == "auto" and not tried.detect(document):
+            other = next((f for f in FORMATS.values() if f is not tried and f.detect(document)), None)
+            if other is None:
+                names = ", ".join(FORMATS)
+                reason = f"looks like {_describe(document)}; supported formats: {names}"
+                return None, _prefixed(Defect("unrecognized", "", reason), prefix)
+            tried = other
+            error = _run(tried, raw, top_k)
+            if error is None:
+                return tried.name, None
+        return tried.name, _prefixed(tried.classify(error, document), prefix)
+    except Exception as exc:  # a bug, or MemoryError: reported, never fatal to the run
+        return None, _prefixed(Defect("other", "", f"{type(exc).__name__}: {exc}"), prefix)
+
+
+def _run(fmt: Format, raw: bytes, top_k: int | None) -> MalformedResponseError | None:
+    try:
+        fmt.validate(raw, top_k)
+    except MalformedResponseError as exc:
+        # Without its traceback the rejected document is freed before the record is reloaded.
+        return exc.with_traceback(None)
+    return None
+
+
+def _prefixed(defect: Defect, prefix: str) -> Defect:
+    if prefix:
+        defect.location = f"{prefix}.{defect.location}" if defect.location else prefix
+    return defect

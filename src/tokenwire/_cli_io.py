@@ -1,0 +1,192 @@
+"""Reading captured responses for the command line: plain or gzip files (told apart by their
+magic bytes), JSON documents or JSON lines, streamed in blocks so memory stays flat."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+__all__ = [
+    "BLOCK",
+    "Chunk",
+    "InputError",
+    "Source",
+    "expand_paths",
+    "first_record",
+    "read_chunks",
+]
+
+BLOCK = 4 << 20  # bytes read at a time; a chunk is one block cut at its last newline
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+_CAPTURE_SUFFIXES = (".json", ".jsonl", ".ndjson")
+# Errors a stream raises on a damaged file (BadGzipFile is an OSError).
+READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+class InputError(Exception):
+    """An input cannot be read: exit status 2, with this message."""
+
+
+@dataclass
+class Source:
+    path: str  # "-" is standard input
+    name: str  # as reports show it
+    size: int | None  # bytes on disk (None: standard input)
+
+
+@dataclass
+class Chunk:
+    """Complete lines of one file (``kind`` "jsonl"; ``first_line`` numbers the first), or a
+    whole JSON document (``kind`` "json")."""
+
+    name: str
+    first_line: int
+    kind: str
+    data: bytes
+
+
+def expand_paths(paths: list[str]) -> list[Source]:
+    """The files to read: each path as given, directories searched recursively for
+    ``*.json``, ``*.jsonl`` and ``*.ndjson`` (each optionally ``.gz``). Every file is opened
+    once here, so an unreadable one stops the run before any work."""
+    sources: list[Source] = []
+    for path in paths:
+        if path == "-":
+            sources.append(Source("-", "<stdin>", None))
+            continue
+        if os.path.isdir(path):
+            found = []
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    stem = name[:-3] if name.endswith(".gz") else name
+                    if stem.endswith(_CAPTURE_SUFFIXES):
+                        found.append(os.path.join(root, name))
+            if not found:
+                raise InputError(f"{path}: directory holds no .json, .jsonl or .ndjson files")
+            sources.extend(_source(p) for p in found)
+        else:
+            sources.append(_source(path))
+    return sources
+
+
+def _source(path: str) -> Source:
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return Source(path, path, size)
+
+
+class Reader:
+    """An open source: ``stream`` yields the decompressed bytes; ``position()`` is how far
+    into the file (compressed bytes) reading has got."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self._consumed = 0
+        try:
+            if source.path == "-":
+                self.file: IO[bytes] = sys.stdin.buffer
+            else:
+                self.file = open(source.path, "rb")
+            magic = self.file.peek(2)[:2]  # type: ignore[union-attr]
+        except OSError as exc:
+            raise InputError(f"{source.name}: cannot read: {exc.strerror or exc}") from None
+        self.gzip = magic == _GZIP_MAGIC
+        self.stream: Any = gzip.GzipFile(fileobj=self.file, mode="rb") if self.gzip else self.file
+
+    def read(self, size: int) -> bytes:
+        try:
+            data = self.stream.read(size)
+        except READ_ERRORS as exc:
+            what = "gzip stream" if self.gzip else "file"
+            raise InputError(f"{self.source.name}: damaged {what}: {exc}") from None
+        self._consumed += len(data)
+        return data
+
+    def position(self) -> int:
+        try:
+            return self.file.tell()
+        except OSError:  # a pipe
+            return self._consumed
+
+    def close(self) -> None:
+        if self.file is not sys.stdin.buffer:
+            self.file.close()
+
+
+def sniff(block: bytes) -> str:
+    """``"json"`` for a pretty-printed document or a top-level array, else ``"jsonl"``."""
+    text = block.removeprefix(_BOM).lstrip()
+    line = text.split(b"\n", 1)[0].strip()
+    return "json" if line == b"{" or line.startswith(b"[") else "jsonl"
+
+
+def read_chunks(reader: Reader, kind: str = "auto") -> Iterator[Chunk]:
+    """The chunks of one source; ``kind``: ``"auto"`` (sniffed), ``"json"`` or ``"jsonl"``."""
+    name = reader.source.name
+    first = reader.read(BLOCK).removeprefix(_BOM)
+    if kind == "auto":
+        kind = sniff(first)
+    if kind == "json":
+        parts = [first]
+        while block := reader.read(BLOCK):
+            parts.append(block)
+        yield Chunk(name, 1, "json", b"".join(parts))
+        return
+    line = 1
+    pending: list[bytes] = []  # the start of a line longer than a block
+    block = first
+    while block:
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            pending.append(block)
+        else:
+            data = b"".join([*pending, block[: cut + 1]]) if pending else block[: cut + 1]
+            pending = [block[cut + 1 :]] if cut + 1 < len(block) else []
+            yield Chunk(name, line, "jsonl", data)
+            line += data.count(b"\n")
+        block = reader.read(BLOCK)
+    if pending:
+        yield Chunk(name, line, "jsonl", b"".join(pending))
+
+
+def first_record(source: Source, kind: str = "auto", line: int | None = None) -> tuple[bytes, int, str] | None:
+    """The first record of a source (or the one on ``line``): its bytes, its line (JSONL) or
+    element number (JSON array, 1-based; 0 for a single document), and the kind read.
+    None when there is no such record."""
+    import orjson
+
+    reader = Reader(source)
+    try:
+        for chunk in read_chunks(reader, kind):
+            if chunk.kind == "json":
+                text = chunk.data.strip()
+                if not text.startswith(b"["):
+                    return (text, 0, "json") if text and line in (None, 1) else None
+                try:
+                    items = orjson.loads(text)
+                except orjson.JSONDecodeError:
+                    return text, 0, "json"  # the malformed document itself
+                wanted = (line or 1) - 1
+                if not isinstance(items, list) or wanted >= len(items):
+                    return None
+                return orjson.dumps(items[wanted]), wanted + 1, "json"
+            for offset, record in enumerate(chunk.data.split(b"\n")):
+                number = chunk.first_line + offset
+                record = record.strip()
+                if (line is None and record) or number == line:
+                    return (record, number, "jsonl") if record else None
+                if line is not None and number > line:
+                    return None
+        return None
+    finally:
+        reader.close()

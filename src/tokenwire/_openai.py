@@ -1,0 +1,933 @@
+"""Exact token ids from OpenAI-compatible completions and chat responses (vLLM, Fireworks,
+Together) and from SGLang's native ``/generate``: the readable specification.
+
+A trainer aligns each sampled-token logprob with its token id, position by position. These
+endpoints return text first and token evidence only on request, in several shapes; a client
+that re-tokenizes the text instead of reading exact ids silently loses tokens (a final EOS
+decodes to nothing). So the rules here are:
+
+* ids are read only where the server wrote them: ``choices[].token_ids``,
+  ``raw_output.completion_token_ids`` and the logprob records themselves (``token_id``
+  fields, ``"token_id:N"`` token strings, ``logprobs.token_ids``, SGLang's
+  ``[logprob, id, text]`` triples); there is no tokenizer anywhere;
+* the returned ids come from the records that carry the logprobs whenever those name ids;
+  every other id source that is present must agree with them, token by token;
+* ids and logprobs must have the same length, ``usage`` must count the same tokens, every
+  logprob must be real sampling evidence, and a head comes only from candidates named by id.
+
+Every rule raises :class:`MalformedResponseError` naming the choice, field and token. The
+per-token loops read big values through the small methods of :class:`_Reader`, so a compiled
+reader can replace them without touching the rules (``reader`` in the ``parse_*_document``
+functions), exactly as the generate parser's ``_Choice`` is replaced by the compiled core.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, NoReturn, cast
+
+import numpy as np
+
+from ._errors import MalformedResponseError
+from ._reference import (
+    MAX_TOKEN_ID,
+    VLLM_LOGPROB_SENTINEL,
+    _check_top_k,
+    _Choice,
+    _head_or_fail,
+    _int_list,
+    _is_int,
+    _load,
+)
+from ._types import GenerateChoice, GenerateResponse, Ragged
+
+__all__ = [
+    "chat_completions_request_params",
+    "completions_request_params",
+    "parse_chat_completions_document",
+    "parse_chat_completions_response",
+    "parse_completions_document",
+    "parse_completions_response",
+    "parse_sglang_generate_document",
+    "parse_sglang_generate_response",
+    "sglang_generate_request_params",
+]
+
+_IDS_REASON = "must hold token ids in [0, 2**32)"
+_UNNAMED_RECORD = "logprob entry names no token id in [0, 2**32) while other entries do"
+_MAX_FLOAT_INT = 2**1023  # ints beyond this cannot be read as a float64
+
+# --- how to ask each server for what a parser needs (every error that blames a missing field
+# --- says which request flag produces it) --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    name: str
+    ids_advice: str
+    logprobs_advice: str
+    heads_advice: str
+
+
+_COMPLETIONS = _Endpoint(
+    name="/v1/completions",
+    ids_advice=(
+        "set `return_token_ids: true` in the request (vLLM; Fireworks too), which adds "
+        "`choices[].token_ids`; or, with `logprobs`, vLLM's `return_tokens_as_token_ids: true` "
+        "(tokens become \"token_id:N\"); on Fireworks `raw_output: true` adds "
+        "`raw_output.completion_token_ids` and `logprobs: true` gives `logprobs.content[]` "
+        "entries with `token_id`; Together sends `logprobs.token_ids` whenever `logprobs` is "
+        "set. tokenwire.completions_request_params() sets vLLM's flags"
+    ),
+    logprobs_advice="set `logprobs` in the request (an int, e.g. 1)",
+    heads_advice=(
+        "set `return_tokens_as_token_ids: true` (vLLM) so `top_logprobs` is keyed by "
+        "\"token_id:N\", or use Fireworks' `logprobs: true` with `top_logprobs` (candidates "
+        "carry `token_id`)"
+    ),
+)
+
+_CHAT = _Endpoint(
+    name="/v1/chat/completions",
+    ids_advice=(
+        "set `return_token_ids: true` in the request (vLLM; Fireworks too), which adds "
+        "`choices[].token_ids`; or vLLM's `return_tokens_as_token_ids: true` with "
+        "`logprobs: true` (`logprobs.content[].token` becomes \"token_id:N\"); on Fireworks "
+        "`raw_output: true` adds `raw_output.completion_token_ids`, and `logprobs: true` gives "
+        "`logprobs.content[]` entries with `token_id`; Together sends `logprobs.token_ids` "
+        "whenever `logprobs` is set. tokenwire.chat_completions_request_params() sets vLLM's "
+        "flags"
+    ),
+    logprobs_advice="set `logprobs: true` in the request",
+    heads_advice=(
+        "set `return_tokens_as_token_ids: true` (vLLM) so candidates are \"token_id:N\"; "
+        "Fireworks candidates carry `token_id`"
+    ),
+)
+
+_SGLANG = _Endpoint(
+    name="/generate",
+    ids_advice=(
+        "set `return_logprob: true` in the request: `meta_info.output_token_logprobs` then "
+        "holds a [logprob, token_id, text] triple per token. "
+        "tokenwire.sglang_generate_request_params() sets it"
+    ),
+    logprobs_advice="set `return_logprob: true` in the request",
+    heads_advice="set `top_logprobs_num` in the request (k + 2 for a head of k)",
+)
+
+
+def _asked(params: Any, top_k: int | None) -> tuple[dict[str, Any], int | None]:
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict, not {type(params).__name__}")
+    return dict(params), _check_top_k(top_k)
+
+
+def completions_request_params(params: dict[str, Any], *, top_k: int | None = None) -> dict[str, Any]:
+    """A copy of ``/v1/completions`` request ``params`` that asks for exact ids.
+
+    Sets ``return_token_ids=True`` and ``logprobs=1`` (``top_k + 2`` with a head, plus
+    ``return_tokens_as_token_ids=True`` so candidates are keyed by id) only where the caller
+    did not: an explicit ``False`` is kept, and parsing the response then fails loudly.
+    These are vLLM's names; Fireworks accepts ``return_token_ids`` as well.
+    """
+    out, k = _asked(params, top_k)
+    out.setdefault("return_token_ids", True)
+    out.setdefault("logprobs", 1 if k is None else k + 2)
+    if k is not None:
+        out.setdefault("return_tokens_as_token_ids", True)
+    return out
+
+
+def chat_completions_request_params(
+    params: dict[str, Any], *, top_k: int | None = None
+) -> dict[str, Any]:
+    """A copy of ``/v1/chat/completions`` request ``params`` that asks for exact ids.
+
+    Sets ``return_token_ids=True`` and ``logprobs=True`` (with a head also
+    ``top_logprobs=top_k + 2`` and ``return_tokens_as_token_ids=True``) where the caller did
+    not; explicit values, ``False`` included, are kept.
+    """
+    out, k = _asked(params, top_k)
+    out.setdefault("return_token_ids", True)
+    out.setdefault("logprobs", True)
+    if k is not None:
+        out.setdefault("top_logprobs", k + 2)
+        out.setdefault("return_tokens_as_token_ids", True)
+    return out
+
+
+def sglang_generate_request_params(
+    params: dict[str, Any], *, top_k: int | None = None
+) -> dict[str, Any]:
+    """A copy of SGLang ``/generate`` request ``params`` that asks for exact ids:
+    ``return_logprob=True`` (with a head also ``top_logprobs_num=top_k + 2``) where the
+    caller did not set them."""
+    out, k = _asked(params, top_k)
+    out.setdefault("return_logprob", True)
+    if k is not None:
+        out.setdefault("top_logprobs_num", k + 2)
+    return out
+
+
+# --- reading big values (the seam a compiled reader replaces) ------------------------------------
+
+
+def _token_string_id(token: Any) -> int | None:
+    """The id in a ``"token_id:N"`` string (ASCII digits, at most 2**32 - 1), else None."""
+    if isinstance(token, str) and token.startswith("token_id:"):
+        digits = token[9:]
+        if digits.isascii() and digits.isdigit():
+            token_id = int(digits)
+            if token_id <= MAX_TOKEN_ID:
+                return token_id
+    return None
+
+
+def _record_id(entry: dict[str, Any]) -> int | None:
+    """The id a logprob record names: its ``token_id`` field if present, else a
+    ``"token_id:N"`` token; None when it names none (or names it badly)."""
+    if "token_id" in entry:
+        token_id = entry["token_id"]
+        return token_id if _is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID else None
+    return _token_string_id(entry.get("token"))
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) is float or (type(value) is int and -_MAX_FLOAT_INT < value < _MAX_FLOAT_INT)
+
+
+@dataclass
+class _Records:
+    """Logprob records read from a list of objects (``logprobs.content``) or of triples
+    (SGLang): per token the id the record names (None: none), and the value it carries."""
+
+    ids: list[int | None]
+    values: list[Any]
+    value_key: str  # which key the values came from, for messages
+    bad: int | None = None  # first entry that is not an object / a triple
+    mixed: int | None = None  # first entry lacking `sampling_logprob` while others have it
+
+
+class _Reader(_Choice):
+    """One choice being parsed: where its errors are located, and how its big values are read.
+
+    Every method returns what it found and where the first malformed element is; the rules
+    (which error, in what order) live in the functions below.
+    """
+
+    def fail(self, reason: str, field: str | None = None, token: int | None = None) -> NoReturn:
+        """Raise the error at this choice (typed: nothing after a failed rule runs)."""
+        raise MalformedResponseError(reason, choice=self.index, field=field, token=token)
+
+    def ints(self, value: Any, path: str, high: int) -> tuple[np.ndarray, int, int | None] | None:
+        """As :meth:`_Choice.ints`, with one vectorized check for the common all-valid list."""
+        if isinstance(value, list) and {type(x) for x in value} <= {int}:
+            try:
+                values = np.array(value, dtype=np.int64)
+            except OverflowError:  # an id beyond int64: the element-wise reading names it
+                values = None
+            if values is not None and (not len(values) or 0 <= values.min() <= values.max() <= high):
+                return values, len(values), None
+        return super().ints(value, path, high)
+
+    def numbers(self, value: list[Any], path: str) -> tuple[np.ndarray, int | None]:
+        """A list of JSON numbers: the values before the first element that is not a number
+        (float64), and that element's index (or None)."""
+        if {type(x) for x in value} <= {float}:  # how every server writes logprobs
+            return np.array(value, dtype=np.float64), None
+        for index, x in enumerate(value):
+            if not _is_number(x):
+                return np.array([float(v) for v in value[:index]], dtype=np.float64), index
+        return np.array([float(v) for v in value], dtype=np.float64), None
+
+    def token_strings(self, value: list[Any], path: str) -> tuple[list[int | None], int]:
+        """The ids of ``"token_id:N"`` strings (None for any other token) and how many there
+        are."""
+        try:
+            prefixes: set[Any] | None = {token[:9] for token in value}
+        except TypeError:  # a token that is not a string: read them one by one
+            prefixes = None
+        if prefixes is not None and "token_id:" not in prefixes:  # text tokens only
+            return [None] * len(value), 0
+        if prefixes == {"token_id:"}:
+            digits = [token[9:] for token in value]
+            joined = "".join(digits)
+            if joined.isascii() and joined.isdigit() and all(digits):  # every one is "token_id:N"
+                parsed = list(map(int, digits))
+                if not parsed or max(parsed) <= MAX_TOKEN_ID:
+                    return cast("list[int | None]", parsed), len(parsed)
+        ids = [_token_string_id(token) for token in value]
+        return ids, len(ids) - ids.count(None)
+
+    def records(self, value: list[Any], path: str) -> _Records:
+        """``logprobs.content``-style entries. Fireworks' ``sampling_logprob`` (the value the
+        sampler drew with) is read instead of ``logprob`` when the entries carry it."""
+        sampling = any(isinstance(e, dict) and "sampling_logprob" in e for e in value)
+        key = "sampling_logprob" if sampling else "logprob"
+        records = _Records([], [], key)
+        for index, entry in enumerate(value):
+            if not isinstance(entry, dict):
+                records.bad = index
+                break
+            if sampling and key not in entry and records.mixed is None:
+                records.mixed = index
+            records.ids.append(_record_id(entry))
+            records.values.append(entry.get(key))
+        return records
+
+    def triples(self, value: list[Any], path: str) -> _Records:
+        """SGLang's ``[logprob, token_id, text]`` entries (the text may be absent or null)."""
+        records = _Records([], [], "logprob")
+        for index, entry in enumerate(value):
+            if not isinstance(entry, list) or not 2 <= len(entry) <= 3:
+                records.bad = index
+                break
+            token_id = entry[1]
+            valid = _is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID
+            records.ids.append(token_id if valid else None)
+            records.values.append(entry[0])
+        return records
+
+
+# --- rules shared by every format ----------------------------------------------------------------
+
+
+@dataclass
+class _IdSource:
+    field: str
+    ids: np.ndarray
+
+
+@dataclass
+class _Logprobs:
+    """The sampled-token logprobs of a choice: where they are, their values, and the
+    candidates each token's head is built from (read only when a head is requested)."""
+
+    field: str  # e.g. "logprobs.token_logprobs"
+    count: int
+    values: np.ndarray  # float64, the values before ``bad``
+    bad: int | None  # first value that is not a number
+    raw: list[Any] | Any  # the values as sent, to name a bad one
+    key: str  # "logprob", "sampling_logprob", ...
+    heads: Any = None  # a callable(c, k, ids, values) -> (top_ids, top_logprobs)
+
+
+def _id_list(c: _Reader, value: Any, field: str) -> _IdSource:
+    """A JSON list of token ids (the generate endpoint's ``token_ids`` rules)."""
+    return _IdSource(field, _int_list(c, value, field, MAX_TOKEN_ID, f"{field} {_IDS_REASON}"))
+
+
+def _ids_from_records(c: _Reader, ids: list[int | None], field: str, reason: str) -> _IdSource | None:
+    """The ids the records name: none at all (None), or one for every record (else
+    ``reason`` at the first record naming none)."""
+    missing = [i for i, token_id in enumerate(ids) if token_id is None]
+    if len(missing) == len(ids):
+        return None
+    if missing:
+        c.fail(reason, field, missing[0])
+    return _IdSource(field, np.array(ids, dtype=np.int64))
+
+
+def _check_alignment(
+    c: _Reader, sources: list[_IdSource], logprobs: _Logprobs | None, prompt: np.ndarray | None = None
+) -> None:
+    """Every id source has one id per logprob, and all of them name the same ids."""
+    if logprobs is not None:
+        for source in sources:
+            if len(source.ids) != logprobs.count:
+                diff = logprobs.count - len(source.ids)
+                echo = ""
+                if prompt is not None and len(prompt) and diff == len(prompt):
+                    echo = (
+                        f"; the {diff} extra logprobs match the prompt's length, as in responses "
+                        "to `echo: true` requests, which carry the prompt's logprobs too"
+                    )
+                c.fail(
+                    f"completion has {len(source.ids)} token ids but {logprobs.count} logprobs "
+                    f"({diff:+d}): ids from {source.field}, logprobs from {logprobs.field}{echo}",
+                    source.field,
+                )
+    first = sources[0]
+    for source in sources[1:]:
+        if len(source.ids) != len(first.ids):
+            c.fail(
+                f"token id sources disagree in length: {first.field} has {len(first.ids)} ids, "
+                f"{source.field} has {len(source.ids)} ({len(source.ids) - len(first.ids):+d})",
+                source.field,
+            )
+        differ = np.flatnonzero(source.ids != first.ids)
+        if len(differ):
+            at = int(differ[0])
+            c.fail(
+                f"token id sources disagree at token {at}: {first.field} has "
+                f"{int(first.ids[at])}, {source.field} has {int(source.ids[at])}",
+                source.field,
+                at,
+            )
+
+
+def _check_values(c: _Reader, logprobs: _Logprobs) -> np.ndarray:
+    """Every sampled-token logprob is sampling evidence: a finite number, not vLLM's -9999
+    sentinel (a missing or clamped value), not positive. The first bad token wins."""
+    values = logprobs.values
+    bad = np.flatnonzero(
+        ~np.isfinite(values) | (values == VLLM_LOGPROB_SENTINEL) | (values > 1e-6)
+    )
+    at = int(bad[0]) if len(bad) else None
+    key = logprobs.key
+    if at is None and logprobs.bad is not None:
+        at = logprobs.bad
+        value = logprobs.raw[at]
+        if value is None:
+            c.fail(f"{key} is null: the token carries no sampling evidence", logprobs.field, at)
+        c.fail(f"{key} must be a number, not {type(value).__name__}", logprobs.field, at)
+    if at is not None:
+        value = float(values[at])
+        if not math.isfinite(value):
+            c.fail(f"{key} must be finite", logprobs.field, at)
+        if value == VLLM_LOGPROB_SENTINEL:
+            c.fail(
+                f"{key} is the -9999 sentinel (missing or clamped): the token carries no "
+                "sampling evidence",
+                logprobs.field,
+                at,
+            )
+        c.fail(f"{key} cannot be positive ({value!r})", logprobs.field, at)
+    return values
+
+
+def _head_rows(
+    c: _Reader,
+    field: str,
+    rows: list[Any],
+    ids: np.ndarray,
+    sampled: list[float],
+    k: int,
+    candidates: Any,
+) -> tuple[Ragged, Ragged]:
+    """Heads through :func:`select_head`. ``candidates(index, row)`` lists a token's
+    candidates as ``(token_id, logprob)`` pairs, or fails."""
+    top_ids: list[list[int]] = []
+    top_logprobs: list[list[float]] = []
+    for index, (sampled_id, row) in enumerate(zip(ids.tolist(), rows)):
+        if not row:
+            c.fail("Missing requested top logprobs", field, index)
+        head: dict[int, float] = {}
+        for token_id, logprob in candidates(index, row):
+            if not _is_number(logprob) or not math.isfinite(logprob):
+                c.fail("Top logprob must be finite", field, index)
+            if logprob > 1e-6:
+                c.fail("Top logprob cannot be positive", field, index)
+            if token_id in head:
+                c.fail("Duplicate top logprob token id", field, index)
+            head[token_id] = float(logprob)
+        selected = _head_or_fail(c, field, index, head, sampled_id, sampled[index], k, None)
+        top_ids.append(selected[0])
+        top_logprobs.append(selected[1])
+    return Ragged.from_lists(top_ids, np.int64), Ragged.from_lists(top_logprobs, np.float64)
+
+
+def _rows(c: _Reader, value: Any, field: str, count: int) -> list[Any]:
+    if not isinstance(value, list) or len(value) != count:
+        c.fail("Missing requested top logprobs", field)
+    return value
+
+
+class _Repeated(dict):
+    """A JSON object that repeated a key; ``repeated`` holds those keys. orjson keeps the
+    last value of a repeated key, so a head is read from a re-parse that keeps them all."""
+
+    repeated: list[str]
+
+
+def _keep_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    marked = _Repeated(out)
+    marked.repeated = []
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            marked.repeated.append(key)
+        seen.add(key)
+    return marked
+
+
+def _load_keeping_repeats(raw: Any) -> Any:
+    """The document again, with every object that repeats a key marked (see _Repeated).
+    Only called after orjson accepted ``raw``, so the text is valid JSON."""
+    if not isinstance(raw, (bytes, str)):
+        raw = memoryview(raw).cast("B").tobytes()
+    return json.loads(raw, object_pairs_hook=_keep_repeats)
+
+
+# --- OpenAI-compatible logprobs: the shapes servers send -----------------------------------------
+
+
+def _content_logprobs(
+    c: _Reader, content: list[Any], field: str, sources: list[_IdSource], endpoint: _Endpoint
+) -> _Logprobs:
+    """``[{token, logprob, top_logprobs, ...}]`` (chat; vLLM, Fireworks ``logprobs: true``,
+    Fireworks ``raw_output.completion_logprobs``): the ids go first among ``sources``."""
+    records = c.records(content, field)
+    if records.bad is not None:
+        c.fail("logprob entry must be an object", field, records.bad)
+    if records.mixed is not None:
+        c.fail("sampling_logprob is missing while other entries carry it", field, records.mixed)
+    source = _ids_from_records(c, records.ids, field, _UNNAMED_RECORD)
+    if source is not None:
+        sources.insert(0, source)
+    values, bad = c.numbers(records.values, field)
+
+    def heads(c: _Reader, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
+        rows = [entry.get("top_logprobs") for entry in content]
+
+        def candidates(index: int, row: Any) -> list[tuple[int, Any]]:
+            if not isinstance(row, list):
+                c.fail("Missing requested top logprobs", field, index)
+            pairs = []
+            for candidate in row:
+                if not isinstance(candidate, dict):
+                    c.fail("Top logprob must be an object", field, index)
+                token_id = _record_id(candidate)
+                if token_id is None:
+                    c.fail(
+                        "top_logprobs candidates name decoded text, not token ids: unusable "
+                        f"for a head; {endpoint.heads_advice}",
+                        field,
+                        index,
+                    )
+                pairs.append((token_id, candidate.get("logprob")))
+            return pairs
+
+        # The head is checked against the value in the candidates' own distribution: a
+        # Fireworks entry's `logprob`, where `sampling_logprob` is what the sampler drew with.
+        own = [
+            entry.get("logprob") if _is_number(entry.get("logprob")) else float(value)
+            for entry, value in zip(content, sampled)
+        ]
+        return _head_rows(c, field, rows, ids, own, k, candidates)
+
+    return _Logprobs(field, len(content), values, bad, records.values, records.value_key, heads)
+
+
+def _array_logprobs(
+    c: _Reader, logprobs: dict[str, Any], sources: list[_IdSource], endpoint: _Endpoint
+) -> _Logprobs:
+    """``{tokens, token_logprobs, top_logprobs, text_offset}`` (completions; Together and
+    Fireworks add ``token_ids``): ids from ``token_ids`` and from "token_id:N" tokens."""
+    field = "logprobs.token_logprobs"
+    sent = logprobs["token_logprobs"]
+    if not isinstance(sent, list):
+        c.fail("logprobs.token_logprobs must be a list", field)
+    values, bad = c.numbers(sent, field)
+    count = len(sent)
+    records: list[_IdSource] = []
+    if logprobs.get("token_ids") is not None:
+        records.append(_id_list(c, logprobs["token_ids"], "logprobs.token_ids"))
+    tokens = logprobs.get("tokens")
+    if tokens is not None:
+        if not isinstance(tokens, list):
+            c.fail("logprobs.tokens must be a list", "logprobs.tokens")
+        token_ids, named = c.token_strings(tokens, "logprobs.tokens")
+        if len(token_ids) != count:
+            c.fail(
+                f"logprobs.tokens has {len(token_ids)} entries but logprobs.token_logprobs has "
+                f"{count} ({count - len(token_ids):+d})",
+                "logprobs.tokens",
+            )
+        if named:
+            reason = 'token is not "token_id:N" while other tokens are'
+            source = _ids_from_records(c, token_ids, "logprobs.tokens", reason)
+            if source is not None:
+                records.append(source)
+    sources[:0] = records
+
+    def heads(c: _Reader, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
+        field = "logprobs.top_logprobs"
+        rows = _rows(c, logprobs.get("top_logprobs"), field, count)
+        for index, row in enumerate(rows):  # before any other rule: the loudest symptom
+            if isinstance(row, _Repeated):
+                c.fail(
+                    f"top_logprobs repeats the key {row.repeated[0]!r}: candidates sent under "
+                    "one key are never merged",
+                    field,
+                    index,
+                )
+
+        def candidates(index: int, row: Any) -> list[tuple[int, Any]]:
+            if not isinstance(row, dict):
+                c.fail("Missing requested top logprobs", field, index)
+            pairs = []
+            for key, logprob in row.items():
+                token_id = _token_string_id(key)
+                if token_id is None:
+                    c.fail(
+                        "top_logprobs is keyed by decoded text, not token ids: unusable for a "
+                        "head (two ids that decode alike share one key); "
+                        f"{endpoint.heads_advice}",
+                        field,
+                        index,
+                    )
+                pairs.append((token_id, logprob))
+            return pairs
+
+        return _head_rows(c, field, rows, ids, sampled.tolist(), k, candidates)
+
+    return _Logprobs(field, count, values, bad, sent, "logprob", heads)
+
+
+def _openai_logprobs(
+    c: _Reader, choice: dict[str, Any], sources: list[_IdSource], endpoint: _Endpoint
+) -> tuple[_Logprobs | None, bool]:
+    """The choice's sampled-token logprobs (None: it has none) and whether they came from
+    ``choice.logprobs`` (consumed) rather than ``raw_output``; the ids their records name go
+    first in ``sources``. Records that name ids win: Fireworks' ``raw_output`` entries are
+    read instead of a ``choice.logprobs`` whose tokens are only text."""
+    found = None
+    logprobs = choice.get("logprobs")
+    if logprobs is not None:
+        if not isinstance(logprobs, dict):
+            c.fail("logprobs must be an object", "logprobs")
+        named = len(sources)
+        if logprobs.get("content") is not None:
+            content = logprobs["content"]
+            if not isinstance(content, list):
+                c.fail("logprobs.content must be a list", "logprobs.content")
+            found = _content_logprobs(c, content, "logprobs.content", sources, endpoint)
+        elif logprobs.get("token_logprobs") is not None:
+            found = _array_logprobs(c, logprobs, sources, endpoint)
+        if found is not None and len(sources) > named:
+            return found, True
+    raw_output = choice.get("raw_output")
+    if isinstance(raw_output, dict):
+        completion = raw_output.get("completion_logprobs")
+        content = completion.get("content") if isinstance(completion, dict) else None
+        if content is not None:
+            field = "raw_output.completion_logprobs.content"
+            if not isinstance(content, list):
+                c.fail(f"{field} must be a list", field)
+            named = len(sources)
+            records = _content_logprobs(c, content, field, sources, endpoint)
+            if found is None or len(sources) > named:
+                return records, False
+    return found, found is not None
+
+
+def _raw_output_ids(c: _Reader, choice: dict[str, Any], primary: _Logprobs | None) -> list[_IdSource]:
+    """Fireworks ``raw_output``: ``completion_token_ids`` and, when the logprobs were read
+    from ``choice.logprobs``, the ids its own logprob records name."""
+    raw_output = choice.get("raw_output")
+    if raw_output is None:
+        return []
+    if not isinstance(raw_output, dict):
+        c.fail("raw_output must be an object", "raw_output")
+    sources = []
+    if raw_output.get("completion_token_ids") is not None:
+        field = "raw_output.completion_token_ids"
+        sources.append(_id_list(c, raw_output["completion_token_ids"], field))
+    completion = raw_output.get("completion_logprobs")
+    content = completion.get("content") if isinstance(completion, dict) else None
+    field = "raw_output.completion_logprobs.content"
+    if isinstance(content, list) and (primary is None or primary.field != field):
+        records = c.records(content, field)
+        if records.bad is not None:
+            c.fail("logprob entry must be an object", field, records.bad)
+        source = _ids_from_records(c, records.ids, field, _UNNAMED_RECORD)
+        if source is not None:
+            sources.append(source)
+    return sources
+
+
+def _missing_ids(c: _Reader, logprobs: _Logprobs | None, endpoint: _Endpoint) -> None:
+    held = ""
+    if logprobs is not None:
+        held = f"its {logprobs.count} logprobs cannot be aligned to tokens without them, and "
+    c.fail(
+        "no exact completion token ids in the response (no `token_ids`, no "
+        "`raw_output.completion_token_ids`, no ids in the logprob records): "
+        f"{held}re-tokenizing the text is not exact (a final EOS, for one, decodes to nothing). "
+        f"To get them, {endpoint.ids_advice}."
+    )
+
+
+def _parse_openai_choice(
+    c: _Reader,
+    choice: Any,
+    k: int | None,
+    require_logprobs: bool,
+    endpoint: _Endpoint,
+) -> GenerateChoice:
+    if not isinstance(choice, dict):
+        c.fail("choice must be an object")
+    consumed = ["index", "token_ids", "finish_reason"]
+    prompt = None
+    if choice.get("prompt_token_ids") is not None:
+        prompt = _id_list(c, choice["prompt_token_ids"], "prompt_token_ids").ids
+    sources: list[_IdSource] = []
+    if choice.get("token_ids") is not None:
+        sources.append(_id_list(c, choice["token_ids"], "token_ids"))
+    logprobs, from_choice = _openai_logprobs(c, choice, sources, endpoint)
+    sources += _raw_output_ids(c, choice, logprobs)
+    if logprobs is None and (require_logprobs or k is not None):
+        c.fail(f"no logprobs in the response: {endpoint.logprobs_advice}", "logprobs")
+    if not sources:
+        _missing_ids(c, logprobs, endpoint)
+    _check_alignment(c, sources, logprobs, prompt)
+    ids = sources[0].ids
+    values = top_ids = top_logprobs = None
+    if logprobs is not None:
+        values = _check_values(c, logprobs)
+        if k is not None:
+            top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
+        if from_choice:
+            consumed.append("logprobs")
+    raw = {key: value for key, value in choice.items() if key not in consumed}
+    if prompt is not None:
+        raw["prompt_token_ids"] = prompt
+    return GenerateChoice(
+        index=c.index,  # type: ignore[arg-type]
+        completion_ids=ids,
+        completion_logprobs=values,
+        completion_top_ids=top_ids,
+        completion_top_logprobs=top_logprobs,
+        finish_reason=choice.get("finish_reason"),
+        raw=raw,
+    )
+
+
+def _check_usage(usage: Any, choices: list[GenerateChoice], reader: Any) -> None:
+    """``usage.completion_tokens`` counts every choice's tokens together, so it is compared
+    only when there is one choice to attribute it to."""
+    if not isinstance(usage, dict) or usage.get("completion_tokens") is None or len(choices) != 1:
+        return
+    counted = usage["completion_tokens"]
+    c = reader(None)
+    if not _is_int(counted) or counted < 0:
+        c.fail("usage.completion_tokens must be a non-negative int", "usage.completion_tokens")
+    n = len(choices[0].completion_ids)
+    if counted != n:
+        c.fail(
+            f"usage.completion_tokens is {counted} but the completion has {n} token ids "
+            f"({counted - n:+d})",
+            "usage.completion_tokens",
+        )
+
+
+def _has_keyed_heads(document: Any) -> bool:
+    """Whether a head would be read from ``logprobs.top_logprobs`` objects (whose repeated
+    keys orjson would merge)."""
+    choices = document.get("choices") if isinstance(document, dict) else None
+    for choice in choices if isinstance(choices, list) else ():
+        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+        if isinstance(logprobs, dict) and logprobs.get("content") is None and logprobs.get(
+            "top_logprobs"
+        ):
+            return True
+    return False
+
+
+def _parse_openai_document(
+    document: Any,
+    k: int | None,
+    require_logprobs: bool,
+    check_usage: bool,
+    endpoint: _Endpoint,
+    reader: Any,
+) -> GenerateResponse:
+    if not isinstance(document, dict):
+        raise MalformedResponseError("response must be a JSON object")
+    prompt = document.get("prompt_token_ids")
+    if prompt is not None:
+        prompt = _id_list(reader(None), prompt, "prompt_token_ids").ids
+    choices = document.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponseError("choices must be a non-empty list", field="choices")
+    parsed = [
+        _parse_openai_choice(reader(i), choice, k, require_logprobs, endpoint)
+        for i, choice in enumerate(choices)
+    ]
+    if check_usage:
+        _check_usage(document.get("usage"), parsed, reader)
+    if prompt is None and endpoint is _COMPLETIONS:
+        # vLLM sends the prompt per choice; one prompt for the response when all agree.
+        prompts = [choice.raw.get("prompt_token_ids") for choice in parsed]
+        first = prompts[0]
+        if first is not None and all(p is not None and np.array_equal(p, first) for p in prompts):
+            prompt = first
+    return GenerateResponse(
+        choices=parsed,
+        request_id=document.get("id"),
+        usage=document.get("usage"),
+        prompt_token_ids=prompt,
+        payload={key: v for key, v in document.items() if key not in ("choices", "prompt_token_ids")},
+    )
+
+
+def parse_completions_document(
+    document: Any,
+    k: int | None,
+    require_logprobs: bool = True,
+    check_usage: bool = True,
+    reader: Any = _Reader,
+) -> GenerateResponse:
+    """Validate a parsed ``/v1/completions`` response; ``reader(index)`` makes the
+    :class:`_Reader` of each choice (index None: the top level)."""
+    return _parse_openai_document(document, k, require_logprobs, check_usage, _COMPLETIONS, reader)
+
+
+def parse_chat_completions_document(
+    document: Any,
+    k: int | None,
+    require_logprobs: bool = True,
+    check_usage: bool = True,
+    reader: Any = _Reader,
+) -> GenerateResponse:
+    """Validate a parsed ``/v1/chat/completions`` response (see parse_completions_document)."""
+    return _parse_openai_document(document, k, require_logprobs, check_usage, _CHAT, reader)
+
+
+def _load_openai(raw: Any, k: int | None) -> Any:
+    document = _load(raw)
+    if k is not None and _has_keyed_heads(document):
+        document = _load_keeping_repeats(raw)
+    return document
+
+
+def parse_completions_response(
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True
+) -> GenerateResponse:
+    """Parse and validate an OpenAI-compatible ``/v1/completions`` response (vLLM,
+    Fireworks, Together) into exact completion ids and their logprobs (see docs/openai.md)."""
+    k = _check_top_k(top_k)
+    return parse_completions_document(_load_openai(raw, k), k, require_logprobs, check_usage)
+
+
+def parse_chat_completions_response(
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True
+) -> GenerateResponse:
+    """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response (vLLM,
+    Fireworks, Together) into exact completion ids and their logprobs (see docs/openai.md)."""
+    k = _check_top_k(top_k)
+    return parse_chat_completions_document(_load_openai(raw, k), k, require_logprobs, check_usage)
+
+
+# --- SGLang /generate ----------------------------------------------------------------------------
+
+_SGLANG_CONSUMED = ("output_token_logprobs", "output_top_logprobs")
+
+
+def _parse_sglang_item(
+    c: _Reader, item: Any, k: int | None, require_logprobs: bool, check_usage: bool
+) -> GenerateChoice:
+    if not isinstance(item, dict):
+        c.fail("response item must be an object")
+    meta = item.get("meta_info")
+    if not isinstance(meta, dict):
+        c.fail("meta_info must be an object", "meta_info")
+    sources: list[_IdSource] = []
+    logprobs = None
+    field = "meta_info.output_token_logprobs"
+    entries = meta.get("output_token_logprobs")
+    if entries is not None:
+        if not isinstance(entries, list):
+            c.fail(f"{field} must be a list of [logprob, token_id, text] entries", field)
+        records = c.triples(entries, field)
+        if records.bad is not None:
+            c.fail("entry must be [logprob, token_id, text]", field, records.bad)
+        missing = [i for i, token_id in enumerate(records.ids) if token_id is None]
+        if missing:
+            c.fail("entry's token id must be in [0, 2**32)", field, missing[0])
+        sources.append(_IdSource(field, np.array(records.ids, dtype=np.int64)))
+        read, bad = c.numbers(records.values, field)
+        logprobs = _Logprobs(field, len(entries), read, bad, records.values, records.value_key)
+    if item.get("output_ids") is not None:
+        sources.append(_id_list(c, item["output_ids"], "output_ids"))
+    if logprobs is None and (require_logprobs or k is not None or not sources):
+        what = "no exact completion token ids and no logprobs" if not sources else "no logprobs"
+        c.fail(f"{what} in the response (no {field}): {_SGLANG.ids_advice}.", field)
+    _check_alignment(c, sources, logprobs)
+    ids = sources[0].ids
+    values = top_ids = top_logprobs = None
+    if logprobs is not None:
+        values = sampled = _check_values(c, logprobs)
+    if check_usage and meta.get("completion_tokens") is not None:
+        counted = meta["completion_tokens"]
+        if not _is_int(counted) or counted < 0:
+            c.fail(
+                "meta_info.completion_tokens must be a non-negative int",
+                "meta_info.completion_tokens",
+            )
+        if counted != len(ids):
+            c.fail(
+                f"meta_info.completion_tokens is {counted} but the completion has {len(ids)} "
+                f"token ids ({counted - len(ids):+d})",
+                "meta_info.completion_tokens",
+            )
+    if k is not None:
+        field = "meta_info.output_top_logprobs"
+        rows = _rows(c, meta.get("output_top_logprobs"), field, len(ids))
+
+        def candidates(index: int, row: Any) -> list[tuple[int, Any]]:
+            if not isinstance(row, list):
+                c.fail("Missing requested top logprobs", field, index)
+            read = c.triples(row, field)
+            if read.bad is not None or None in read.ids:
+                c.fail(
+                    "Top logprob must be [logprob, token_id, text] with an id in [0, 2**32)",
+                    field,
+                    index,
+                )
+            return list(zip(cast("list[int]", read.ids), read.values))
+
+        top_ids, top_logprobs = _head_rows(c, field, rows, ids, sampled.tolist(), k, candidates)
+    finish = meta.get("finish_reason")
+    raw = {key: value for key, value in item.items() if key != "output_ids"}
+    raw["meta_info"] = {key: value for key, value in meta.items() if key not in _SGLANG_CONSUMED}
+    return GenerateChoice(
+        index=c.index,  # type: ignore[arg-type]
+        completion_ids=ids,
+        completion_logprobs=values,
+        completion_top_ids=top_ids,
+        completion_top_logprobs=top_logprobs,
+        finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
+        raw=raw,
+    )
+
+
+def parse_sglang_generate_document(
+    document: Any,
+    k: int | None,
+    require_logprobs: bool = True,
+    check_usage: bool = True,
+    reader: Any = _Reader,
+) -> GenerateResponse:
+    """Validate a parsed SGLang ``/generate`` response: one object, or a list of them (a
+    batch, or ``n`` > 1), each becoming a choice."""
+    items = document if isinstance(document, list) else [document]
+    if not items:
+        raise MalformedResponseError("response must be an object or a non-empty list of objects")
+    parsed = [
+        _parse_sglang_item(reader(i), item, k, require_logprobs, check_usage)
+        for i, item in enumerate(items)
+    ]
+    single = not isinstance(document, list)
+    return GenerateResponse(
+        choices=parsed,
+        request_id=parsed[0].raw["meta_info"].get("id") if single else None,
+        usage=None,
+        prompt_token_ids=None,
+        payload={},
+    )
+
+
+def parse_sglang_generate_response(
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True
+) -> GenerateResponse:
+    """Parse and validate an SGLang ``/generate`` response (see docs/openai.md)."""
+    k = _check_top_k(top_k)
+    return parse_sglang_generate_document(_load(raw), k, require_logprobs, check_usage)

@@ -1,0 +1,932 @@
+"""Differential check of csrc/tw_native.c against the pure-Python reference.
+
+Builds tw_scan.c + tw_native.c (and a small C shim) into a shared library in /tmp,
+loads it with ctypes, and checks:
+
+  * the 128-bit power-of-five table and the exponent formula of tw_native.c
+    against exact integer arithmetic;
+  * tw_native_number against float() on random decimal literals: 1-25 digits,
+    17 significant digits, exponents up to +-350, subnormals, -0.0, integers
+    without a fraction, long digit strings (up to 1200 digits), values at, just
+    below and just above halfway points between doubles, exact float32 values;
+  * for thousands of generated logprobs.content arrays (valid ones and ones
+    mutated per rule: non-object entries, token/token_id forms and escapes,
+    duplicate keys, key orders, non-number and sentinel logprobs, missing/empty
+    top_logprobs, bad candidates, duplicate candidate ids, long entries,
+    decoy keys in nested values), written with random whitespace, escapes and
+    number spellings: tw_scan + tw_native_parse give the same first failing
+    entry and rule, the same sampled values, candidates and entry logprobs
+    (bit for bit) as the reference's _parse_native_logprobs and the per-entry
+    part of _parse_native_heads on json.loads of the same bytes;
+    tw_native_count gives the room needed; fixed-capacity mode agrees with
+    grow mode;
+  * tw_blank_field(logprobs.content): orjson.loads of the stripped copy equals
+    the document with content replaced by [].
+
+Usage:
+  python3 tests/c/check_native.py [--rounds N] [--numbers N] [--seed S] [--sanitize]
+                                  [--portable]
+
+--sanitize builds with -fsanitize=address,undefined and re-runs itself with the
+ASan runtime preloaded (leak detection off: CPython's own allocations);
+--portable builds without SIMD (-DTW_NO_SIMD).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes as C
+import json
+import math
+import os
+import random
+import re
+import struct
+import subprocess
+import sys
+import time
+from decimal import Decimal, getcontext
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+os.environ.setdefault("TOKENWIRE_NO_EXTENSIONS", "1")  # only the reference is needed
+
+from tokenwire import _reference as R  # noqa: E402
+from tokenwire._errors import MalformedResponseError  # noqa: E402
+
+OUT = Path("/tmp/tw_native_check")
+getcontext().prec = 2000
+
+(
+    OK, ENTRY_NOT_OBJECT, TOKEN_MISMATCH, NOT_A_NUMBER, NOT_FINITE, NO_EVIDENCE,
+    MISSING_TOP, TOP_NOT_OBJECT, TOP_NO_ID, TOP_NOT_FINITE, TOP_POSITIVE, TOP_DUPLICATE,
+    SAMPLED_NOT_A_NUMBER, NOMEM, BAD_ARG,
+) = range(15)
+
+SHIM = r"""
+#include <stdlib.h>
+#include <string.h>
+#include "tw_scan.h"
+#include "tw_native.h"
+
+typedef struct {
+    long long serr, scode, terr, tcode, ncand, total, rc, count_rc;
+} chk_res;
+
+/* Scan buf, take choices[0].logprobs.content and run tw_native_parse.
+   mode 0: grow mode; 1: fixed arrays sized by tw_native_count.
+   Returns 0, or -1 (scan failed), -2 (no content array / count != n). */
+int chk_run(const char *buf, size_t len, const int64_t *ids, size_t n, int want_top,
+            int mode, double *sampled, int64_t *coff, double *elps, int64_t *cids,
+            double *clps, size_t ccap, chk_res *r)
+{
+    tw_doc d;
+    tw_native_cands c;
+    tw_native_result res;
+    const tw_value *v;
+    size_t total = 0;
+    int rc = 0;
+    memset(r, 0, sizeof *r);
+    memset(&c, 0, sizeof c);
+    tw_doc_init(&d);
+    if (tw_scan(buf, len, &d) != TW_OK) {
+        tw_doc_free(&d);
+        return -1;
+    }
+    if (d.nchoices < 1) {
+        tw_doc_free(&d);
+        return -2;
+    }
+    v = &d.choice[0].f[TW_F_LOGPROBS_CONTENT];
+    if (!v->present || v->type != TW_T_ARRAY || v->count != n) {
+        tw_doc_free(&d);
+        return -2;
+    }
+    r->count_rc = tw_native_count(buf, v, &total);
+    r->total = (long long)total;
+    if (mode == 1) {
+        c.ids = (int64_t *)malloc((total ? total : 1) * sizeof(int64_t));
+        c.lps = (double *)malloc((total ? total : 1) * sizeof(double));
+        c.cap = total;
+        c.grow = 0;
+    } else {
+        c.grow = 1;
+    }
+    r->rc = tw_native_parse(buf, v, n, ids, want_top, sampled, coff, elps, &c, &res);
+    r->serr = res.sampled_err;
+    r->scode = res.sampled_code;
+    r->terr = res.top_err;
+    r->tcode = res.top_code;
+    r->ncand = (long long)res.ncand;
+    if (r->rc == 0 && want_top) {
+        size_t k = res.ncand < ccap ? res.ncand : ccap;
+        if (k) {
+            memcpy(cids, c.ids, k * sizeof(int64_t));
+            memcpy(clps, c.lps, k * sizeof(double));
+        }
+    }
+    free(c.ids);
+    free(c.lps);
+    tw_doc_free(&d);
+    return rc;
+}
+
+/* Scan, blank every recorded choice's logprobs.content `times` times, strip
+   into out (capacity len).  Returns the stripped size, or -1 / -2. */
+long long chk_strip(const char *buf, size_t len, char *out, int times)
+{
+    tw_doc d;
+    size_t n;
+    tw_doc_init(&d);
+    if (tw_scan(buf, len, &d) != TW_OK) {
+        tw_doc_free(&d);
+        return -1;
+    }
+    for (int t = 0; t < times; t++)
+        for (size_t i = 0; i < d.nchoices; i++)
+            if (tw_blank_field(&d, i, TW_F_LOGPROBS_CONTENT) != TW_OK) {
+                tw_doc_free(&d);
+                return -1;
+            }
+    for (size_t i = 1; i < d.nblank; i++)
+        if (d.blank[i - 1].end > d.blank[i].start) {
+            tw_doc_free(&d);
+            return -2;
+        }
+    n = tw_stripped_size(&d, len);
+    tw_strip(buf, len, &d, out);
+    tw_doc_free(&d);
+    return (long long)n;
+}
+"""
+
+
+class ChkRes(C.Structure):
+    _fields_ = [(name, C.c_longlong) for name in
+                ("serr", "scode", "terr", "tcode", "ncand", "total", "rc", "count_rc")]
+
+
+def build(sanitize: bool, portable: bool = False) -> Path:
+    OUT.mkdir(parents=True, exist_ok=True)
+    shim = OUT / "shim.c"
+    shim.write_text(SHIM)
+    lib = OUT / ("libtwnative%s%s.so" % ("_san" if sanitize else "", "_portable" if portable else ""))
+    cmd = [
+        os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+        "-I", str(ROOT / "csrc"),
+        str(ROOT / "csrc" / "tw_scan.c"), str(ROOT / "csrc" / "tw_native.c"), str(shim),
+        "-o", str(lib),
+    ]
+    if sanitize:
+        cmd += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+                "-fno-sanitize-recover=all"]
+    else:
+        cmd += ["-O2"]
+    if portable:
+        cmd += ["-DTW_NO_SIMD"]
+    subprocess.run(cmd, check=True)
+    return lib
+
+
+class Lib:
+    def __init__(self, path: Path):
+        lib = C.CDLL(str(path))
+        lib.tw_native_number.restype = C.c_size_t
+        lib.tw_native_number.argtypes = [C.c_char_p, C.c_size_t, C.POINTER(C.c_double)]
+        lib.chk_run.restype = C.c_int
+        P = np.ctypeslib.ndpointer
+        lib.chk_run.argtypes = [
+            C.c_char_p, C.c_size_t, P(np.int64, flags="C"), C.c_size_t, C.c_int, C.c_int,
+            P(np.float64, flags="C"), P(np.int64, flags="C"), P(np.float64, flags="C"),
+            P(np.int64, flags="C"), P(np.float64, flags="C"), C.c_size_t, C.POINTER(ChkRes),
+        ]
+        lib.chk_strip.restype = C.c_longlong
+        lib.chk_strip.argtypes = [C.c_char_p, C.c_size_t, C.c_char_p, C.c_int]
+        self.lib = lib
+
+    def number(self, text: str, pad: str = "") -> tuple[int, float]:
+        b = (text + pad).encode()
+        out = C.c_double()
+        n = self.lib.tw_native_number(b, len(b), C.byref(out))
+        return n, out.value
+
+    def run(self, raw: bytes, ids: list[int], want_top: bool, mode: int, ccap: int):
+        n = len(ids)
+        ids_a = np.array(ids, dtype=np.int64) if n else np.zeros(1, dtype=np.int64)
+        sampled = np.full(max(n, 1), np.nan)
+        coff = np.full(n + 1, -7, dtype=np.int64)
+        elps = np.full(max(n, 1), np.nan)
+        cids = np.zeros(max(ccap, 1), dtype=np.int64)
+        clps = np.zeros(max(ccap, 1))
+        res = ChkRes()
+        rc = self.lib.chk_run(raw, len(raw), ids_a, n, int(want_top), mode, sampled, coff, elps,
+                              cids, clps, ccap, C.byref(res))
+        return rc, res, sampled[:n], coff, elps[:n], cids, clps
+
+    def strip(self, raw: bytes, times: int) -> bytes | None:
+        out = C.create_string_buffer(len(raw) + 1)
+        n = self.lib.chk_strip(raw, len(raw), out, times)
+        if n < 0:
+            return None
+        return out.raw[:n]
+
+
+def bits(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+# ---------------------------------------------------------------------------
+# Table
+# ---------------------------------------------------------------------------
+
+QMIN, QMAX = -343, 308
+
+
+def pow5_entry(q: int) -> int:
+    """T(q): 128 bits, T <= 5^q * 2^-s(q) < T + 1, s(q) = floor(q log2 5) - 127."""
+    if q >= 0:
+        p = 5 ** q
+        bl = p.bit_length()
+        return p << (128 - bl) if bl <= 128 else p >> (bl - 128)
+    p = 5 ** (-q)
+    return (1 << (127 + p.bit_length())) // p
+
+
+def check_table() -> None:
+    src = (ROOT / "csrc" / "tw_native.c").read_text()
+    rows = re.findall(r"\{0x([0-9a-f]{16})u, 0x([0-9a-f]{16})u\}, /\* (-?\d+) \*/", src)
+    assert len(rows) == QMAX - QMIN + 1, f"table has {len(rows)} rows"
+    for hi, lo, q in rows:
+        q = int(q)
+        t = pow5_entry(q)
+        assert (1 << 127) <= t < (1 << 128)
+        assert (int(hi, 16) << 64 | int(lo, 16)) == t, f"T({q})"
+        fl = (5 ** q).bit_length() - 1 if q >= 0 else -((5 ** -q).bit_length())
+        assert ((q * 152170 + (1000 << 16)) >> 16) - 1000 == fl, f"floor(q log2 5) at {q}"
+        # T(q) * 2^s(q) brackets 5^q (exact integer check, scaled to avoid fractions)
+        s = fl - 127
+        if q >= 0:
+            lhs, rhs = t, 5 ** q  # compare t * 2^s with 5^q
+            scaled_t, scaled_t1, target = (lhs << max(s, 0)), ((lhs + 1) << max(s, 0)), rhs << max(-s, 0)
+        else:
+            scaled_t, scaled_t1, target = t * 5 ** -q, (t + 1) * 5 ** -q, 1 << -s
+        assert scaled_t <= target < scaled_t1, f"bracket at {q}"
+    print(f"table: {len(rows)} powers of five and the exponent formula verified")
+
+
+# ---------------------------------------------------------------------------
+# Numbers
+# ---------------------------------------------------------------------------
+
+
+def random_double(rng: random.Random) -> float:
+    while True:
+        k = rng.random()
+        if k < 0.2:
+            x = struct.unpack("<d", struct.pack("<Q", rng.getrandbits(63)))[0]
+        elif k < 0.35:  # subnormals and the smallest normals
+            x = struct.unpack("<d", struct.pack("<Q", rng.getrandbits(rng.choice([20, 52, 53]))))[0]
+        elif k < 0.55:  # logprob-like
+            x = -rng.expovariate(0.5)
+        elif k < 0.7:  # float32 values (exact short-ish decimals)
+            x = float(np.float32(-rng.expovariate(0.3)))
+        else:
+            x = rng.uniform(-1, 1) * 10.0 ** rng.randint(-30, 30)
+        if math.isfinite(x):
+            return x
+
+
+def exact_decimal(x: float) -> str:
+    return format(Decimal(x), "f")
+
+
+def spell(rng: random.Random, dec: Decimal | str, *, allow_int: bool = True) -> str:
+    """A JSON number literal for the decimal dec (a Decimal or a digit string)."""
+    d = Decimal(dec)
+    sign = "-" if d.is_signed() else ""
+    d = abs(d)
+    t = d.as_tuple()
+    digits = "".join(map(str, t.digits)).lstrip("0") or "0"
+    exp = t.exponent + (len("".join(map(str, t.digits))) - len(digits) if digits != "0" else 0)
+    # value = int(digits) * 10^exp
+    if digits == "0":
+        return sign + rng.choice(["0", "0.0", "0e0", "0.000E+5"] if allow_int else ["0.0", "0e0"])
+    style = rng.randrange(5)
+    if style == 0 or (style == 1 and not allow_int):
+        # d.ddd e X
+        e10 = exp + len(digits) - 1
+        mant = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{sign}{mant}{rng.choice('eE')}{rng.choice(['', '+'] if e10 >= 0 else [''])}{e10}"
+    if style == 1 and exp >= 0 and exp < 40:
+        return sign + digits + "0" * exp  # integer literal
+    if style == 2:
+        # plain positional (may be long)
+        if exp >= 0:
+            s = digits + "0" * exp + ".0" if (exp < 60) else digits + "e" + str(exp)
+        else:
+            k = -exp
+            if k >= len(digits):
+                s = "0." + "0" * (k - len(digits)) + digits
+            else:
+                s = digits[:-k] + "." + digits[-k:]
+        if len(s) > 1500:
+            s = digits + "e" + str(exp)
+        return sign + s
+    if style == 3:
+        # digits with a shifted exponent and trailing zeros
+        z = rng.randint(0, 5)
+        return f"{sign}{digits}{'0' * z}e{exp - z}"
+    # 0.digits e X
+    e10 = exp + len(digits)
+    return f"{sign}0.{digits}e{e10}"
+
+
+def number_cases(rng: random.Random, count: int):
+    """Random literals: (text, expected float)."""
+    for _ in range(count):
+        k = rng.random()
+        if k < 0.25:
+            x = random_double(rng)
+            text = repr(x) if rng.random() < 0.5 else spell(rng, Decimal(repr(x)))
+        elif k < 0.45:
+            # halfway between neighbours, exact, or nudged by a tiny amount
+            x = abs(random_double(rng))
+            y = math.nextafter(x, math.inf)
+            if not math.isfinite(y):
+                continue
+            mid = (Decimal(x) + Decimal(y)) / 2
+            nudge = rng.choice([0, 0, 1, -1])
+            if nudge:
+                mid += Decimal(nudge) * Decimal(10) ** (mid.adjusted() - rng.randint(17, 800))
+            if rng.random() < 0.5:
+                mid = -mid
+            text = spell(rng, mid)
+        elif k < 0.55:
+            # truncated / rounded forms of the exact value of a double
+            x = random_double(rng)
+            s = format(Decimal(x), "e")
+            mant, ex = s.split("e")
+            keep = rng.choice([15, 16, 17, 18, 19, 20, 21, 25, 40])
+            mant = mant[: keep + 2] if mant.startswith("-") else mant[: keep + 1]
+            text = spell(rng, Decimal(mant + "e" + ex))
+        elif k < 0.7:
+            # random digit strings
+            nd = rng.choice([1, 2, 5, 15, 16, 17, 18, 19, 20, 22, 30, 60, 200, 800, 1200])
+            digits = "".join(rng.choice("0123456789") for _ in range(nd))
+            exp = rng.randint(-360 - nd, 320 - nd)
+            dec = Decimal((rng.randrange(2), tuple(map(int, digits)), exp))
+            text = spell(rng, dec)
+        elif k < 0.8:
+            # integers without fraction, up to 300 digits
+            nd = rng.choice([1, 3, 15, 16, 17, 19, 20, 21, 40, 100, 300])
+            v = rng.randrange(10 ** (nd - 1), 10 ** nd) if nd > 1 else rng.randrange(10)
+            if rng.random() < 0.3:
+                v = rng.choice([2 ** 53 + 1, 2 ** 63, 2 ** 64 - 1, 2 ** 64 + 1, 2 ** 1023 + 2 ** 970,
+                                9999, 10 ** 22, 10 ** 23])
+            text = ("-" if rng.random() < 0.5 else "") + str(v)
+        elif k < 0.9:
+            # extremes: underflow, near DBL_MAX, -0
+            text = rng.choice([
+                "-0", "-0.0", "0", "0.0", "-0e0", "0E-5", "-0.000e+99", "1e-400", "-1e-400",
+                "2.4703282292062327e-324", "2.4703282292062328e-324", "4.9406564584124654e-324",
+                "2.2250738585072011e-308", "2.2250738585072014e-308", "1.7976931348623157e308",
+                "1.7976931348623158e308", "-9999.0", "-9999", "1e-999999999999",
+                "0." + "0" * 400 + "1e300", "123456789e-9999999", "1e-6", "0.000001", "1E-6",
+                "9007199254740993", "9007199254740992.5", "4503599627370496.5",
+            ])
+        else:
+            # exact float32 values and short decimals that are doubles
+            v = float(np.float32(rng.uniform(-20, 0)))
+            text = exact_decimal(v) if rng.random() < 0.5 else repr(v)
+        try:
+            ref = float(json.loads(text))
+        except (ValueError, OverflowError):
+            continue
+        if not math.isfinite(ref):
+            continue
+        yield text, ref
+
+
+def check_numbers(lib: Lib, rng: random.Random, count: int) -> None:
+    t0 = time.time()
+    n = 0
+    pads = ["", ",", "]", "}", " ", ',"bytes":[1,2,3],"top_logprobs":[]}' + " " * 40]
+    for text, ref in number_cases(rng, count):
+        # unpadded (the portable code) and padded (room for the SIMD reads)
+        for pad in ("", pads[-1] if rng.random() < 0.6 else rng.choice(pads)):
+            used, got = lib.number(text, pad)
+            assert used == len(text), f"{text[:80]!r}+{pad[:5]!r}: consumed {used}"
+            assert bits(got) == bits(ref), f"{text[:200]!r}: {got!r} != {ref!r}"
+        n += 1
+    # invalid literals and prefixes
+    for bad in ["", "-", "+1", ".5", "-.5", "x", "--1", "- 1"]:
+        assert lib.number(bad)[0] == 0, bad
+    for text, used in [("01", 1), ("1.5x", 3), ("1e5e5", 3), ("-0-", 2), ("1.0.0", 3),
+                       ("1.5e", 3), ("1.5E+", 3), ("12.5.3", 4), ("7-", 1), ("7+", 1),
+                       ("1.", 1), ("1e", 1), ("1e+", 1), ("-0.e1", 2)]:
+        assert lib.number(text)[0] == used, text
+        assert lib.number(text, " " * 60)[0] == used, text
+    print(f"numbers: {n} literals equal to float() bit for bit ({time.time() - t0:.1f} s)")
+
+
+# ---------------------------------------------------------------------------
+# Documents
+# ---------------------------------------------------------------------------
+
+
+class Obj:
+    """A JSON object as ordered (key, value) pairs: duplicate keys allowed."""
+
+    def __init__(self, pairs):
+        self.pairs = list(pairs)
+
+
+class Num:
+    """A number literal spelled exactly."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+WS = [" ", "\t", "\n", "\r"]
+
+
+class Writer:
+    def __init__(self, rng: random.Random, style: int):
+        self.rng = rng
+        self.style = style  # 0 compact, 1 spaces, 2 random whitespace
+        self.escape_rate = rng.choice([0.0, 0.0, 0.05, 0.3])
+        self.ascii = rng.random() < 0.5
+
+    def ws(self) -> str:
+        if self.style == 0:
+            return ""
+        if self.style == 1:
+            return " " if self.rng.random() < 0.5 else ""
+        return "".join(self.rng.choice(WS) for _ in range(self.rng.choice([0, 0, 1, 2, 5])))
+
+    def string(self, s: str) -> str:
+        out = ['"']
+        for ch in s:
+            o = ord(ch)
+            if ch == '"':
+                out.append('\\"')
+            elif ch == "\\":
+                out.append("\\\\")
+            elif o < 0x20:
+                out.append({8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r"}.get(o, f"\\u{o:04x}"))
+            elif self.escape_rate and self.rng.random() < self.escape_rate:
+                if ch == "/" and self.rng.random() < 0.5:
+                    out.append("\\/")
+                elif o > 0xFFFF:
+                    o -= 0x10000
+                    out.append(f"\\u{0xD800 + (o >> 10):04X}\\u{0xDC00 + (o & 0x3FF):04x}")
+                else:
+                    out.append(f"\\u{o:04x}" if self.rng.random() < 0.5 else f"\\u{o:04X}")
+            elif o >= 0x80 and self.ascii:
+                if o > 0xFFFF:
+                    o -= 0x10000
+                    out.append(f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}")
+                else:
+                    out.append(f"\\u{o:04x}")
+            else:
+                out.append(ch)
+        out.append('"')
+        return "".join(out)
+
+    def value(self, v) -> str:
+        if isinstance(v, Obj):
+            if not v.pairs:
+                return "{" + self.ws() + "}"
+            items = [self.ws() + self.string(k) + self.ws() + ":" + self.ws() + self.value(x) + self.ws()
+                     for k, x in v.pairs]
+            return "{" + ",".join(items) + "}"
+        if isinstance(v, list):
+            if not v:
+                return "[" + self.ws() + "]"
+            return "[" + ",".join(self.ws() + self.value(x) + self.ws() for x in v) + "]"
+        if isinstance(v, Num):
+            return v.text
+        if isinstance(v, str):
+            return self.string(v)
+        if v is True:
+            return "true"
+        if v is False:
+            return "false"
+        if v is None:
+            return "null"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, float):
+            return repr(v)
+        raise TypeError(type(v))
+
+
+DIGITS_UNICODE = ["\u0661\u0662", "\uff11", "\u00b2", "\u0967"]
+
+
+class Gen:
+    """Random content arrays; each entry carries what the spec says about it only through
+    the bytes: expectations come from the reference run over json.loads."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.fault = rng.choice([0.0, 0.01, 0.05, 0.2])
+
+    def logprob(self, positive_ok: bool = False):
+        rng = self.rng
+        k = rng.random()
+        if k < 0.6:
+            x = -rng.expovariate(0.4)
+            if rng.random() < 0.3:
+                x = float(np.float32(x))
+            return Num(repr(x) if rng.random() < 0.7 else spell(rng, Decimal(repr(x))))
+        if k < 0.7:
+            return Num(rng.choice(["-1", "0", "-0", "-0.0", "0.0", "-2", "-1e-5", "-1E+1", "-9999.5",
+                                   "-1e-320", "-4.9e-324", "-123456789012345678901234",
+                                   "-0.000000000000000000000000000001"]))
+        if k < 0.8:
+            x = -rng.expovariate(0.4)
+            s = format(Decimal(x), "e")
+            mant, ex = s.split("e")
+            mant = mant[: rng.choice([18, 19, 20, 22, 30, 60])]
+            return Num(spell(rng, Decimal(mant + "e" + ex), allow_int=False))
+        return Num(spell(rng, Decimal(-rng.random()).quantize(Decimal(10) ** -rng.randint(1, 25))))
+
+    def bad_logprob(self):
+        return self.rng.choice([
+            None, True, False, "-0.5", "", [], [1], Obj([]), Obj([("logprob", Num("-1"))]),
+            Num("-9999.0"), Num("-9999"), Num("-9999.000000000000000000001"), Num("-9.999e3"),
+            Num("-99990000000000000000e-16"),
+        ])
+
+    def token_text(self, tid: int) -> str:
+        rng = self.rng
+        if rng.random() < 0.05:
+            return "token_id:" + "0" * rng.randint(1, 30) + str(tid)
+        return f"token_id:{tid}"
+
+    def bad_token(self, tid: int):
+        rng = self.rng
+        return rng.choice([
+            f"token_id: {tid}", f"token_id:{tid} ", f"Token_id:{tid}", f"token_id:+{tid}",
+            f"token_id:-{tid}", "token_id:", f"token_id:{tid}a", f"token_id:{tid}.0",
+            f"token_id:{2 ** 32}", f"token_id:{2 ** 32 + tid}", "token_id:" + "9" * rng.randint(11, 60),
+            f"token_id:{rng.choice(DIGITS_UNICODE)}", f"tok_id:{tid}", f"{tid}", "",
+            f"token_id:{tid}\u00e9", f"token_id\u0000:{tid}", f"token_id:{tid}\u0000",
+            tid, None, True, [f"token_id:{tid}"], Obj([("token", f"token_id:{tid}")]),
+        ])
+
+    def bad_token_id(self, tid: int):
+        rng = self.rng
+        return rng.choice([
+            -tid - 1, Num(f"{tid}.0"), Num(f"{tid}e0"), Num(f"{tid}E+0"), f"{tid}", True, False, None,
+            2 ** 32, 2 ** 32 + tid, 2 ** 64 + tid, 10 ** 30, Num("-1"), [tid], Obj([]),
+            Num(f"{tid}.5"),
+        ])
+
+    def id_pairs(self, tid: int, good: bool):
+        """Key/value pairs naming tid (good) or breaking the id rule."""
+        rng = self.rng
+        form = rng.random()
+        pairs = []
+        if good:
+            if form < 0.65:
+                pairs.append(("token", self.token_text(tid)))
+            elif form < 0.85:
+                pairs.append(("token_id", tid if rng.random() < 0.9 else Num("-0") if tid == 0 else tid))
+            else:
+                # both, token_id decides; the token may even be wrong
+                pairs.append(("token", self.token_text(tid) if rng.random() < 0.5 else self.bad_token(tid)))
+                pairs.append(("token_id", tid))
+                if rng.random() < 0.5:
+                    pairs.reverse()
+            if rng.random() < 0.05:
+                # an earlier occurrence that the last one replaces
+                pairs.insert(0, rng.choice([("token", self.bad_token(tid)), ("token", f"token_id:{tid}")]))
+        else:
+            k = rng.random()
+            if k < 0.4:
+                pairs.append(("token", self.bad_token(tid)))
+            elif k < 0.6:
+                pairs.append(("token_id", self.bad_token_id(tid)))
+            elif k < 0.75:
+                # token_id present but bad: no fallback to a good token
+                pairs.append(("token", f"token_id:{tid}"))
+                pairs.append(("token_id", self.bad_token_id(tid)))
+                if rng.random() < 0.5:
+                    pairs.reverse()
+            elif k < 0.85:
+                # good then bad: last wins
+                key = rng.choice(["token", "token_id"])
+                pairs.append((key, f"token_id:{tid}" if key == "token" else tid))
+                pairs.append((key, self.bad_token(tid) if key == "token" else self.bad_token_id(tid)))
+            else:
+                pass  # no id at all
+        return pairs
+
+    def decoy(self):
+        rng = self.rng
+        return rng.choice([
+            ("bytes", [rng.randrange(256) for _ in range(rng.randint(0, 6))]),
+            ("bytes", []),
+            ("decoy", Obj([("logprob", Num("5")), ("token", "token_id:1"), ("token_id", 7),
+                           ("top_logprobs", [1, 2])])),
+            ("text", "a \"quoted\" [brace} \\ string " + "x" * rng.randint(0, 120)),
+            ("nested", [[[Obj([("a", "]}")])]], "\\\"", Obj([]), [], "[{\"", None, True]),
+            ("Token", "token_id:1"), ("logprobs", Num("1")), ("top_logprob", []),
+            ("tok\u00e9n", "token_id:1"), ("token ", "x"), ("", ""),
+            ("long_key_" + "k" * rng.randint(10, 80), Num("1.5e300")),
+        ])
+
+    def candidate(self, cid: int, faults: bool):
+        rng = self.rng
+        if faults and rng.random() < 0.03:
+            return rng.choice([None, 5, "token_id:1", [], True, Num("-0.5")])
+        good_id = not (faults and rng.random() < 0.04)
+        pairs = self.id_pairs(cid, good_id)
+        lp_kind = rng.random()
+        if faults and lp_kind < 0.05:
+            lp = rng.choice([self.bad_logprob(), Num("1e-5"), Num("0.5"), Num("1"), Num("0.0000010000001"),
+                             Num("1e-6"), Num("1E-6"), Num("0.000001"), Num("1e-7"), Num("0"), Num("-0")])
+            if lp is not None:
+                pairs.append(("logprob", lp))
+        else:
+            pairs.append(("logprob", self.logprob()))
+        if rng.random() < 0.3:
+            pairs.append(self.decoy())
+        if rng.random() < 0.03:
+            pairs.append(("top_logprobs", [Obj([("token_id", 1), ("logprob", Num("3"))])]))
+        if rng.random() < 0.04:
+            key = rng.choice(["logprob", "token", "token_id"])
+            pairs.insert(rng.randrange(len(pairs) + 1), (key, rng.choice([self.logprob(), "x", 1])))
+        rng.shuffle(pairs) if rng.random() < 0.2 else None
+        return Obj(pairs)
+
+    def top_list(self, faults: bool):
+        rng = self.rng
+        k = rng.random()
+        count = rng.choice([1, 2, 5, 20, 22]) if k < 0.9 else rng.choice([0, 63, 64, 65, 70, 130, 300])
+        ids = rng.sample(range(0, 300000), count) if count < 300000 else []
+        if faults and count > 1 and rng.random() < 0.5:
+            i, j = sorted(rng.sample(range(count), 2))
+            ids[j] = ids[i]  # duplicate
+        return [self.candidate(c, faults) for c in ids]
+
+    def entry(self, tid: int, want_top: bool):
+        rng = self.rng
+        faults = rng.random() < self.fault * 4
+        if faults and rng.random() < 0.08:
+            return rng.choice([None, 1, "token_id:1", [], [Obj([])], True, Num("-1.5")])
+        pairs = self.id_pairs(tid, not (faults and rng.random() < 0.3))
+        if faults and rng.random() < 0.3:
+            lp = self.bad_logprob()
+            if lp is not None:
+                pairs.append(("logprob", lp))
+        else:
+            pairs.append(("logprob", self.logprob()))
+        pairs.append(("bytes", [rng.randrange(256) for _ in range(rng.randint(0, 4))]))
+        if want_top or rng.random() < 0.5:
+            t = rng.random()
+            if faults and t < 0.15:
+                v = rng.choice([[], None, Obj([]), "x", 3])
+                if v is not None:
+                    pairs.append(("top_logprobs", v))
+            else:
+                pairs.append(("top_logprobs", self.top_list(faults)))
+                if rng.random() < 0.05:
+                    # replaced by a later top_logprobs (longer or shorter)
+                    pairs.append(("top_logprobs", self.top_list(faults)))
+                if rng.random() < 0.03:
+                    pairs.insert(0, ("top_logprobs", self.top_list(True)))
+        if rng.random() < 0.2:
+            pairs.append(self.decoy())
+        if rng.random() < 0.05:
+            key = rng.choice(["logprob", "token", "token_id", "top_logprobs"])
+            pairs.insert(rng.randrange(len(pairs) + 1), (key, rng.choice([self.logprob(), "x", 1, []])))
+        if rng.random() < 0.3:
+            rng.shuffle(pairs)
+        return Obj(pairs)
+
+    def document(self, want_top: bool):
+        rng = self.rng
+        n = rng.choice([0, 1, 2, 3, 5, 10, 30, 100]) if rng.random() < 0.95 else rng.choice([500, 2000])
+        ids = [rng.randrange(0, 2 ** 32) if rng.random() < 0.05 else rng.randrange(0, 200000)
+               for _ in range(n)]
+        content = [self.entry(t, want_top) for t in ids]
+        choice = Obj([("index", 0), ("text", ""), ("token_ids", ids),
+                      ("logprobs", Obj([("content", content)] + ([("x", 1)] if rng.random() < 0.2 else []))),
+                      ("finish_reason", "stop")])
+        if rng.random() < 0.3:
+            choice.pairs.reverse()
+        return Obj([("request_id", "r"), ("choices", [choice])]), ids, content
+
+
+def room_needed(content) -> int:
+    """What tw_native_count must report: per object entry, the longest top_logprobs array."""
+    total = 0
+    for e in content:
+        if isinstance(e, Obj):
+            lens = [len(v) for k, v in e.pairs if k == "top_logprobs" and isinstance(v, list)]
+            total += max(lens, default=0)
+    return total
+
+
+# ---------------------------------------------------------------------------
+# Reference
+# ---------------------------------------------------------------------------
+
+SAMPLED_CODES = [
+    ("must be an object.", ENTRY_NOT_OBJECT),
+    (".token must be 'token_id:", TOKEN_MISMATCH),
+    (".logprob must be a number.", NOT_A_NUMBER),
+    (".logprob must be finite.", NOT_FINITE),
+    ("does not contain sampling evidence", NO_EVIDENCE),
+]
+TOP_CODES = [
+    ("Missing requested top logprobs", MISSING_TOP),
+    ("Top logprob must be an object", TOP_NOT_OBJECT),
+    ("Top logprob must identify a nonnegative token id", TOP_NO_ID),
+    ("Top logprob must be finite", TOP_NOT_FINITE),
+    ("Top logprob cannot be positive", TOP_POSITIVE),
+    ("Duplicate top logprob token id", TOP_DUPLICATE),
+    (".logprob must be a number.", SAMPLED_NOT_A_NUMBER),
+]
+
+
+def code_of(reason: str, table) -> int:
+    for text, code in table:
+        if text in reason:
+            return code
+    raise AssertionError(f"unmapped reference message {reason!r}")
+
+
+def ref_sampled(choice, ids):
+    c = R._Choice(0)
+    try:
+        values = R._parse_native_logprobs(choice, np.array(ids, dtype=np.int64), c)
+        return -1, OK, values
+    except MalformedResponseError as exc:
+        assert exc.token is not None, exc
+        content = choice["logprobs"]["content"]
+        prefix = np.empty(exc.token)
+        for i in range(exc.token):
+            prefix[i] = content[i]["logprob"]
+        return exc.token, code_of(exc.reason, SAMPLED_CODES), prefix
+
+
+def ref_top(choice, ids):
+    c = R._Choice(0)
+    heads = []
+
+    def record(c_, field, index, head, sampled_id, sampled_logprob, k, support):
+        heads.append((list(head.items()), float(sampled_logprob)))
+        return [], []
+
+    saved = R._head_or_fail
+    R._head_or_fail = record
+    try:
+        R._parse_native_heads(choice, np.array(ids, dtype=np.int64), 20, c)
+        return -1, OK, heads
+    except MalformedResponseError as exc:
+        assert exc.token is not None, exc
+        return exc.token, code_of(exc.reason, TOP_CODES), heads
+    finally:
+        R._head_or_fail = saved
+
+
+def check_doc(lib: Lib, raw: bytes, ids, content, stats) -> None:
+    doc = json.loads(raw)
+    choice = doc["choices"][0]
+    n = len(ids)
+    s_err, s_code, s_values = ref_sampled(choice, ids)
+    t_err, t_code, heads = ref_top(choice, ids)
+    room = room_needed(content)
+    for want_top in (False, True):
+        for mode in (0, 1):
+            rc, res, sampled, coff, elps, cids, clps = lib.run(raw, ids, want_top, mode, room)
+            where = f"want_top={want_top} mode={mode}"
+            assert rc == 0, f"chk_run {rc} {where}"
+            assert res.rc == 0, f"tw_native_parse returned {res.rc} {where}"
+            assert res.count_rc == 0 and res.total == room, f"count {res.total} != {room}"
+            assert (res.serr, res.scode) == (s_err, s_code), (
+                f"sampled: C ({res.serr}, {res.scode}) ref ({s_err}, {s_code}) {where}")
+            upto = n if s_err < 0 else s_err
+            got = sampled[:upto].view(np.uint64)
+            want = np.asarray(s_values[:upto], dtype=np.float64).view(np.uint64)
+            if not np.array_equal(got, want):
+                bad = int(np.flatnonzero(got != want)[0])
+                raise AssertionError(f"sampled[{bad}] {sampled[bad]!r} != {s_values[bad]!r} {where}")
+            if not want_top:
+                assert (res.terr, res.tcode, res.ncand) == (-1, OK, 0)
+                continue
+            assert (res.terr, res.tcode) == (t_err, t_code), (
+                f"top: C ({res.terr}, {res.tcode}) ref ({t_err}, {t_code}) {where}")
+            done = n if t_err < 0 else t_err
+            assert len(heads) == done
+            assert coff[0] == 0 and res.ncand == coff[n]
+            if t_err >= 0:
+                assert np.all(coff[t_err:] == coff[t_err]), "coff after the error"
+            for i, (head, lp) in enumerate(heads):
+                a, b = int(coff[i]), int(coff[i + 1])
+                assert [int(x) for x in cids[a:b]] == [h[0] for h in head], f"entry {i} ids {where}"
+                assert [bits(x) for x in clps[a:b]] == [bits(float(h[1])) for h in head], (
+                    f"entry {i} logprobs {where}")
+                assert bits(elps[i]) == bits(lp), f"entry {i} own logprob {elps[i]} != {lp}"
+    stats["docs"] += 1
+    stats["entries"] += n
+    stats["s_err"][s_code] = stats["s_err"].get(s_code, 0) + 1
+    stats["t_err"][t_code] = stats["t_err"].get(t_code, 0) + 1
+
+
+def check_strip(lib: Lib, raw: bytes, rng: random.Random) -> None:
+    stripped = lib.strip(raw, rng.choice([1, 1, 2]))
+    assert stripped is not None, "strip failed"
+    want = orjson.loads(lib.strip(raw, 0))  # the default blanks only
+    for ch in want.get("choices", []):
+        if isinstance(ch, dict) and isinstance(ch.get("logprobs"), dict) and isinstance(
+                ch["logprobs"].get("content"), list):
+            ch["logprobs"]["content"] = []
+    assert orjson.loads(stripped) == want, "stripped document differs"
+
+
+def check_samples(lib: Lib) -> None:
+    from tokenwire import samples
+
+    for name in ("native_8k", "native_2k_top20"):
+        raw = samples.sample(name)
+        doc = json.loads(raw)
+        ch = doc["choices"][0]
+        content = [Obj(list(e.items())) for e in ch["logprobs"]["content"]]
+        stats = {"docs": 0, "entries": 0, "s_err": {}, "t_err": {}}
+        check_doc(lib, raw, ch["token_ids"], content, stats)
+        check_strip(lib, raw, random.Random(0))
+    print("samples: native_8k and native_2k_top20 agree with the reference")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=1500)
+    ap.add_argument("--numbers", type=int, default=200000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--portable", action="store_true", help="build with -DTW_NO_SIMD")
+    args = ap.parse_args()
+
+    if args.sanitize and "TW_NATIVE_CHECK_CHILD" not in os.environ:
+        build(True, args.portable)
+        asan = subprocess.run([os.environ.get("CC", "cc"), "-print-file-name=libasan.so"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        env = dict(os.environ, TW_NATIVE_CHECK_CHILD="1", LD_PRELOAD=asan,
+                   ASAN_OPTIONS="detect_leaks=0")
+        return subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env).returncode
+
+    lib = Lib(build(args.sanitize, args.portable))
+    rng = random.Random(args.seed)
+    check_table()
+    check_numbers(lib, rng, args.numbers)
+    check_samples(lib)
+    t0 = time.time()
+    stats = {"docs": 0, "entries": 0, "s_err": {}, "t_err": {}}
+    for r in range(args.rounds):
+        gen = Gen(rng)
+        want_top = rng.random() < 0.7
+        tree, ids, content = gen.document(want_top)
+        k = rng.random()
+        if k < 0.15:
+            # the plain json.dumps spellings (no duplicate keys)
+            plain = json.loads(Writer(rng, 0).value(tree))
+            raw = json.dumps(plain, ensure_ascii=rng.random() < 0.5,
+                             indent=rng.choice([None, 1, "\t"]),
+                             separators=rng.choice([None, (",", ":"), (", ", ": ")])).encode()
+            content = [Obj(list(e.items())) if isinstance(e, dict) else e
+                       for e in plain["choices"][0]["logprobs"]["content"]]
+        else:
+            raw = Writer(rng, rng.choice([0, 0, 1, 2])).value(tree).encode()
+        try:
+            check_doc(lib, raw, ids, content, stats)
+            if r % 4 == 0:
+                check_strip(lib, raw, rng)
+        except AssertionError as exc:
+            path = OUT / f"fail_{args.seed}_{r}.json"
+            path.write_bytes(raw)
+            print(f"round {r}: {exc}\n  document saved to {path}", file=sys.stderr)
+            return 1
+    names = ["OK", "ENTRY_NOT_OBJECT", "TOKEN_MISMATCH", "NOT_A_NUMBER", "NOT_FINITE",
+             "NO_EVIDENCE", "MISSING_TOP", "TOP_NOT_OBJECT", "TOP_NO_ID", "TOP_NOT_FINITE",
+             "TOP_POSITIVE", "TOP_DUPLICATE", "SAMPLED_NOT_A_NUMBER"]
+    fmt = lambda d: ", ".join(f"{names[k]} {v}" for k, v in sorted(d.items()))  # noqa: E731
+    print(f"documents: {stats['docs']} ({stats['entries']} entries) agree with the reference "
+          f"({time.time() - t0:.1f} s)")
+    print(f"  sampled verdicts: {fmt(stats['s_err'])}")
+    print(f"  candidate verdicts: {fmt(stats['t_err'])}")
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

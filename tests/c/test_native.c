@@ -1,0 +1,1081 @@
+/*
+ * Standalone tests and benchmark for csrc/tw_native.c.
+ *
+ *   make -C tests/c native-test    (rules in tests/c/Makefile), or:
+ *   cc -O2 -Wall -Wextra -std=c11 -Icsrc -o /tmp/test_native tests/c/test_native.c
+ *   /tmp/test_native                       tests
+ *   /tmp/test_native --fuzz N              the same with N random mutations
+ *   /tmp/test_native --bench file.json ... kernel time on choices[0]
+ *
+ * This file includes csrc/tw_scan.c and csrc/tw_native.c itself (link
+ * neither), with realloc redirected so that allocation failures can be
+ * injected.  Build it with -DTW_NO_SIMD too for the portable code paths.
+ *
+ * Every content array is validated by tw_scan inside a small document, then
+ * copied to an exactly-sized heap block and parsed from there, so a read
+ * past the content shows up under ASan/valgrind.  Numbers are checked
+ * against strtod (correctly rounded in glibc; this program never calls
+ * setlocale, so it runs in the "C" locale).  The differential test against
+ * the Python reference is tests/c/check_native.py.
+ */
+#define _POSIX_C_SOURCE 199309L
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Allocation failure injection: the next g_fail_after reallocs succeed, the
+   one after fails; -1 = never fail. */
+static long g_fail_after = -1;
+static long g_inject = -1; /* g_fail_after during run()'s parse */
+static void *test_realloc(void *p, size_t n)
+{
+    if (g_fail_after == 0)
+        return NULL;
+    if (g_fail_after > 0)
+        g_fail_after--;
+    return realloc(p, n);
+}
+#define realloc test_realloc
+#include "../../csrc/tw_scan.c"
+#include "../../csrc/tw_native.c"
+#undef realloc
+
+#include "tw_check.h"
+
+/* ---- deterministic PRNG (splitmix64) ---- */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
+
+static uint64_t dbits(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Numbers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* tw_native_number(s) must consume all of s and equal `want` bit for bit,
+   alone in an exact heap block (overreads show) and followed by 64 bytes of
+   JSON punctuation (room for the SIMD reads). */
+static void num_is(const char *s, double want)
+{
+    static const char PAD[] = ",\"bytes\":[116,50],\"top_logprobs\":[]},{\"token\":\"x\"}   ";
+    double got = 12345.0;
+    size_t n = strlen(s), used;
+    char *heap = (char *)malloc(n + 64);
+    if (!heap)
+        exit(2);
+    for (int pad = 0; pad < 2; pad++) {
+        size_t len = n + (pad ? 64 : 0);
+        char *b = pad ? heap : heap + 64; /* unpadded: the block's last n bytes */
+        memcpy(b, s, n);
+        if (pad)
+            for (size_t i = 0; i < 64; i++)
+                b[n + i] = PAD[i % (sizeof PAD - 1)];
+        used = tw_native_number(b, len, &got);
+        CHECK(used == n && dbits(got) == dbits(want),
+              "number %.80s (pad %d): used %zu/%zu, %.17g != %.17g", s, pad, used, n, got, want);
+    }
+    free(heap);
+}
+
+/* Against strtod (integer literal "-0" excepted: it is +0.0 here). */
+static void num_strtod(const char *s) { num_is(s, strtod(s, NULL)); }
+
+static void test_numbers(void)
+{
+    static const char *const LIT[] = {
+        "0", "1", "-1", "0.0", "-0.0", "-0e0", "0e-5", "1.5", "-5.171349048614502",
+        "-3.8219659328460693", "-9.734710693359375", "-4.0206756591796875", "0.1", "0.2",
+        "0.30000000000000004", "1e23", "8.98846567431158e307", "1.7976931348623157e308",
+        "1.7976931348623158e308", "2.2250738585072011e-308", "2.2250738585072014e-308",
+        "2.2250738585072012e-308", "4.9406564584124654e-324", "2.4703282292062327e-324",
+        "2.4703282292062328e-324", "7e-324", "1e-400", "-1e-400", "1e-999999999999",
+        "9007199254740993", "9007199254740992.5", "4503599627370496.5", "4503599627370497.5",
+        "-9999", "-9999.0", "-9999.00000000000000000001", "123456789012345678901234567890",
+        "18446744073709551615", "18446744073709551616", "9223372036854775808",
+        "1.00000000000000011102230246251565404236316680908203125",
+        "1.00000000000000011102230246251565404236316680908203124",
+        "1.00000000000000011102230246251565404236316680908203126", "1E+2", "1e+02", "1E-2",
+        "0.000001", "1e-6", "123.456e-2", "-0.0000000000000000000000000001e-300", "2.5e-324",
+        "6.103515625e-05", "7.450580596923828125e-9", "3.0517578125e-05", "0.5", "-0.25",
+        "1234567890123456789", "12345678901234567890", "1.2345678901234567890e10",
+        "5e-324", "4.9e-324", "1.5e-323", "2.225073858507201e-308",
+    };
+    char buf[2048];
+    for (size_t i = 0; i < sizeof LIT / sizeof LIT[0]; i++)
+        num_strtod(LIT[i]);
+    num_is("-0", 0.0); /* an integer literal: the int 0 */
+    {
+        double v;
+        CHECK(tw_native_number("-00", 3, &v) == 2, "-00 consumes -0");
+        CHECK(tw_native_number("1.5x", 4, &v) == 3 && v == 1.5, "1.5x");
+        CHECK(tw_native_number("01", 2, &v) == 1 && v == 0.0, "01");
+        CHECK(tw_native_number("1e5e", 4, &v) == 3 && v == 1e5, "1e5e");
+        CHECK(tw_native_number("", 0, &v) == 0, "empty");
+        CHECK(tw_native_number("-", 1, &v) == 0, "-");
+        CHECK(tw_native_number(".5", 2, &v) == 0, ".5");
+        CHECK(tw_native_number("1.", 2, &v) == 1 && v == 1.0, "1.");
+        CHECK(tw_native_number("1e", 2, &v) == 1 && v == 1.0, "1e");
+        CHECK(tw_native_number("1e+", 3, &v) == 1 && v == 1.0, "1e+");
+        CHECK(tw_native_number("1.5e-x", 6, &v) == 3 && v == 1.5, "1.5e-x");
+        CHECK(tw_native_number("-x", 2, &v) == 0, "-x");
+        CHECK(tw_native_number("+1", 2, &v) == 0, "+1");
+        CHECK(tw_native_number("1e400", 5, &v) == 5 && isinf(v) && v > 0, "1e400 -> inf");
+        CHECK(tw_native_number("-1e400", 6, &v) == 6 && isinf(v) && v < 0, "-1e400 -> -inf");
+    }
+    /* long digit strings */
+    memset(buf, '9', 1500);
+    buf[1500] = 0;
+    num_strtod(buf); /* 1500 nines: > DBL_MAX? no, 10^1500 -> inf */
+    strcpy(buf, "0.");
+    memset(buf + 2, '0', 1000);
+    strcpy(buf + 1002, "123456789e1000");
+    num_strtod(buf);
+    strcpy(buf, "1.");
+    memset(buf + 2, '0', 1200);
+    strcpy(buf + 1202, "1");
+    num_strtod(buf); /* 1 + 10^-1201: rounds to 1 */
+    /* halfway between 1 and its successor, with a 1 at digit 900 */
+    strcpy(buf, "1.00000000000000011102230246251565404236316680908203125");
+    memset(buf + strlen(buf), '0', 900);
+    buf[55 + 900] = '1';
+    buf[56 + 900] = 0;
+    num_strtod(buf);
+    /* random literals against strtod */
+    for (int i = 0; i < 300000; i++) {
+        size_t k = 0, nd = 1 + rndn(i % 10 == 0 ? 60 : 20), point;
+        if (rnd() & 1)
+            buf[k++] = '-';
+        buf[k++] = (char)('1' + rndn(9));
+        for (size_t j = 1; j < nd; j++)
+            buf[k++] = (char)('0' + rndn(10));
+        if (rnd() & 1) {
+            /* a fraction: move some digits after the point */
+            point = rndn(nd);
+            memmove(buf + k - point + 1, buf + k - point, point);
+            buf[k - point] = '.';
+            k++;
+            if (point == 0)
+                buf[k++] = '0';
+        }
+        if (rnd() % 3) {
+            int e = (int)rndn(700) - 350;
+            k += (size_t)sprintf(buf + k, "%c%d", (rnd() & 1) ? 'e' : 'E', e);
+        }
+        buf[k] = 0;
+        if (fabs(strtod(buf, NULL)) == HUGE_VAL)
+            continue;
+        num_strtod(buf);
+    }
+    /* the neighbours of random doubles, printed with 17 and 25 digits */
+    for (int i = 0; i < 200000; i++) {
+        uint64_t b = rnd() & 0x7FEFFFFFFFFFFFFFull;
+        double x;
+        memcpy(&x, &b, sizeof x);
+        sprintf(buf, "%.16e", x);
+        num_strtod(buf);
+        sprintf(buf, "%.24e", x);
+        num_strtod(buf);
+        sprintf(buf, "%.40e", x);
+        num_strtod(buf);
+    }
+    printf("numbers: %llu checks\n", g_checks);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Content arrays                                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *buf;     /* exactly the content text, heap */
+    tw_value v;
+    size_t n;
+    int rc;
+    tw_native_result res;
+    double *sampled, *elps;
+    int64_t *coff;
+    tw_native_cands c;
+} run_t;
+
+/* Validate `content` with tw_scan and copy it to an exact heap block. */
+static int prepare(const char *content, char **out, tw_value *v)
+{
+    static const char pre[] = "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":";
+    static const char post[] = "}}]}";
+    size_t n = strlen(content);
+    char *doc = (char *)malloc(sizeof pre + n + sizeof post);
+    tw_doc d;
+    int ok;
+    if (!doc)
+        exit(2);
+    sprintf(doc, "%s%s%s", pre, content, post);
+    tw_doc_init(&d);
+    ok = tw_scan(doc, strlen(doc), &d) == TW_OK && d.nchoices == 1 &&
+         d.choice[0].f[TW_F_LOGPROBS_CONTENT].type == TW_T_ARRAY;
+    if (ok) {
+        *v = d.choice[0].f[TW_F_LOGPROBS_CONTENT];
+        *out = (char *)malloc(n ? n : 1);
+        if (!*out)
+            exit(2);
+        memcpy(*out, doc + v->start, n);
+        v->end -= v->start;
+        v->start = 0;
+    }
+    tw_doc_free(&d);
+    free(doc);
+    return ok;
+}
+
+/* Parse content for ids (n = the content's count; ids shorter: zeros). */
+static void run(run_t *r, const char *content, const int64_t *ids, size_t nids, int want_top)
+{
+    int64_t *idv;
+    memset(r, 0, sizeof *r);
+    if (!prepare(content, &r->buf, &r->v)) {
+        CHECK(0, "invalid test content: %.200s", content);
+        r->rc = -100;
+        return;
+    }
+    r->n = r->v.count;
+    idv = (int64_t *)calloc(r->n + 1, sizeof(int64_t));
+    r->sampled = (double *)calloc(r->n + 1, sizeof(double));
+    r->elps = (double *)calloc(r->n + 1, sizeof(double));
+    r->coff = (int64_t *)calloc(r->n + 1, sizeof(int64_t));
+    if (!idv || !r->sampled || !r->elps || !r->coff)
+        exit(2);
+    for (size_t i = 0; i < r->n && i < nids; i++)
+        idv[i] = ids[i];
+    r->c.grow = 1;
+    g_fail_after = g_inject; /* allocation failures in the parse only */
+    r->rc = tw_native_parse(r->buf, &r->v, r->n, idv, want_top, r->sampled, r->coff, r->elps,
+                            &r->c, &r->res);
+    g_fail_after = -1;
+    free(idv);
+}
+
+static void done(run_t *r)
+{
+    free(r->buf);
+    free(r->sampled);
+    free(r->elps);
+    free(r->coff);
+    tw_native_cands_free(&r->c);
+}
+
+/* Expect the first failing entries and codes of both passes. */
+static void expect(const char *content, const int64_t *ids, size_t nids, ptrdiff_t serr,
+                   int scode, ptrdiff_t terr, int tcode, int line)
+{
+    run_t r;
+    run(&r, content, ids, nids, 1);
+    CHECK(r.rc == TW_NATIVE_OK && r.res.sampled_err == serr && r.res.sampled_code == scode &&
+              r.res.top_err == terr && r.res.top_code == tcode,
+          "line %d: rc %d sampled (%td, %d) want (%td, %d), top (%td, %d) want (%td, %d): %.300s",
+          line, r.rc, r.res.sampled_err, r.res.sampled_code, serr, scode, r.res.top_err,
+          r.res.top_code, terr, tcode, content);
+    done(&r);
+    /* the sampled pass alone gives the same sampled verdict */
+    run(&r, content, ids, nids, 0);
+    CHECK(r.rc == TW_NATIVE_OK && r.res.sampled_err == serr && r.res.sampled_code == scode &&
+              r.res.top_err == -1 && r.res.top_code == 0 && r.res.ncand == 0,
+          "line %d (sampled only): (%td, %d)", line, r.res.sampled_err, r.res.sampled_code);
+    done(&r);
+}
+
+#define ONE(id) ((const int64_t[]){id}), 1
+/* EXPECT(content, ids, nids, serr, scode, terr, tcode) */
+#define EXPECT(...) expect(__VA_ARGS__, __LINE__)
+
+/* A good candidate list for entry objects. */
+#define TOP2 "\"top_logprobs\":[{\"token\":\"token_id:7\",\"logprob\":-0.5},{\"token_id\":8,\"logprob\":-1}]"
+
+static void test_sampled_rules(void)
+{
+    /* good: token or token_id, any key order, whitespace */
+    EXPECT("[{\"token\":\"token_id:5\",\"logprob\":-0.25," TOP2 "}]", ONE(5), -1, 0, -1, 0);
+    EXPECT("[{\"logprob\":-0.25,\"token_id\":5," TOP2 "}]", ONE(5), -1, 0, -1, 0);
+    EXPECT(" [ \t{ \"logprob\" :\n-0.25 ,\r\"token\"\t: \"token_id:5\" , " TOP2 " } \n] ",
+           ONE(5), -1, 0, -1, 0);
+    EXPECT("[{\"token_id\":0,\"logprob\":0," TOP2 "}]", ONE(0), -1, 0, -1, 0);
+    EXPECT("[{\"token_id\":-0,\"logprob\":0," TOP2 "}]", ONE(0), -1, 0, -1, 0);
+    EXPECT("[{\"token_id\":4294967295,\"logprob\":1," TOP2 "}]", ONE(4294967295), -1, 0, -1, 0);
+    EXPECT("[{\"token\":\"token_id:4294967295\",\"logprob\":1," TOP2 "}]", ONE(4294967295), -1, 0,
+           -1, 0);
+    EXPECT("[{\"token\":\"token_id:0004294967295\",\"logprob\":1," TOP2 "}]", ONE(4294967295),
+           -1, 0, -1, 0);
+    EXPECT("[{\"token\":\"token_id:00000000000000000000000000000000000000007\",\"logprob\":1,"
+           TOP2 "}]", ONE(7), -1, 0, -1, 0);
+    /* not an object */
+    EXPECT("[1]", ONE(1), 0, TW_NATIVE_ENTRY_NOT_OBJECT, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT("[\"token_id:1\"]", ONE(1), 0, TW_NATIVE_ENTRY_NOT_OBJECT, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT("[null]", ONE(1), 0, TW_NATIVE_ENTRY_NOT_OBJECT, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT("[[{\"token_id\":1,\"logprob\":-1}]]", ONE(1), 0, TW_NATIVE_ENTRY_NOT_OBJECT, 0,
+           TW_NATIVE_MISSING_TOP);
+    EXPECT("[true]", ONE(1), 0, TW_NATIVE_ENTRY_NOT_OBJECT, 0, TW_NATIVE_MISSING_TOP);
+    /* ids that are not ids, or the wrong one */
+    {
+        static const char *const BAD[] = {
+            "\"token\":\"token_id:6\"", "\"token\":\"token_id: 5\"", "\"token\":\"token_id:5 \"",
+            "\"token\":\"token_id:+5\"", "\"token\":\"token_id:-5\"", "\"token\":\"token_id:\"",
+            "\"token\":\"token_id:5a\"", "\"token\":\"token_id:5.0\"", "\"token\":\"Token_id:5\"",
+            "\"token\":\"token_id:4294967301\"", "\"token\":\"token_id:99999999999999999999995\"",
+            "\"token\":\"token_id:\\u0665\"", "\"token\":\"token_id:\xd9\xa5\"",
+            "\"token\":\"token_id:5\\u0000\"", "\"token\":\"token_id\\u0000:5\"",
+            "\"token\":\"5\"", "\"token\":\"\"", "\"token\":5", "\"token\":null", "\"token\":true",
+            "\"token\":[\"token_id:5\"]", "\"token\":{\"token\":\"token_id:5\"}",
+            "\"token_id\":\"5\"", "\"token_id\":5.0", "\"token_id\":5e0", "\"token_id\":50e-1",
+            "\"token_id\":-5", "\"token_id\":4294967301", "\"token_id\":18446744073709551621",
+            "\"token_id\":true", "\"token_id\":null", "\"token_id\":[5]", "\"token_id\":{}",
+            /* token_id present (and bad) decides even with a good token */
+            "\"token\":\"token_id:5\",\"token_id\":\"5\"", "\"token_id\":null,\"token\":\"token_id:5\"",
+            "\"token_id\":6,\"token\":\"token_id:5\"",
+            /* last occurrence wins */
+            "\"token\":\"token_id:5\",\"token\":\"token_id:6\"", "\"token_id\":5,\"token_id\":6",
+            "\"token_id\":5,\"token_id\":5.5", "",
+            /* decoys */
+            "\"tokens\":\"token_id:5\"", "\"Token\":\"token_id:5\"", "\"token \":\"token_id:5\"",
+            "\"x\":{\"token\":\"token_id:5\",\"token_id\":5}", "\"token_ids\":5",
+        };
+        char buf[512];
+        for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+            sprintf(buf, "[{%s%s\"logprob\":-1," TOP2 "}]", BAD[i], BAD[i][0] ? "," : "");
+            EXPECT(buf, ONE(5), 0, TW_NATIVE_TOKEN_MISMATCH, -1, 0);
+        }
+    }
+    /* ids that are ids */
+    {
+        static const char *const GOOD[] = {
+            "\"token\":\"token_id:\\u0035\"", "\"token\":\"\\u0074oken_id:5\"",
+            "\"token\":\"token\\u005Fid\\u003a5\"", "\"tok\\u0065n\":\"token_id:5\"",
+            "\"\\u0074\\u006f\\u006b\\u0065\\u006e\\u005f\\u0069\\u0064\":5",
+            "\"token\":\"token_id:6\",\"token_id\":5", "\"token_id\":5,\"token\":\"junk\"",
+            "\"token\":\"junk\",\"token\":\"token_id:5\"", "\"token_id\":6,\"token_id\":5",
+            "\"token_id\":\"5\",\"token_id\":5", "\"token_id\":-0,\"token_id\":5",
+            "\"token\":\"token_id:05\"", "\"token\":\"token_id:5\",\"x\":{\"token_id\":9}",
+        };
+        char buf[512];
+        for (size_t i = 0; i < sizeof GOOD / sizeof GOOD[0]; i++) {
+            sprintf(buf, "[{%s,\"logprob\":-1," TOP2 "}]", GOOD[i]);
+            EXPECT(buf, ONE(5), -1, 0, -1, 0);
+        }
+    }
+    /* logprob: missing or not a number */
+    {
+        static const char *const BAD[] = {
+            "", "\"logprob\":true,", "\"logprob\":false,", "\"logprob\":null,",
+            "\"logprob\":\"-1\",", "\"logprob\":[],", "\"logprob\":[-1],", "\"logprob\":{},",
+            "\"logprob\":-1,\"logprob\":null,", "\"logprobs\":-1,", "\"Logprob\":-1,",
+            "\"x\":{\"logprob\":-1},",
+        };
+        char buf[512];
+        for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+            sprintf(buf, "[{\"token_id\":5,%s" TOP2 "}]", BAD[i]);
+            EXPECT(buf, ONE(5), 0, TW_NATIVE_NOT_A_NUMBER, 0, TW_NATIVE_SAMPLED_NOT_A_NUMBER);
+        }
+    }
+    /* the sentinel */
+    EXPECT("[{\"token_id\":5,\"logprob\":-9999.0," TOP2 "}]", ONE(5), 0, TW_NATIVE_NO_EVIDENCE, -1,
+           0);
+    EXPECT("[{\"token_id\":5,\"logprob\":-9999," TOP2 "}]", ONE(5), 0, TW_NATIVE_NO_EVIDENCE, -1, 0);
+    EXPECT("[{\"token_id\":5,\"logprob\":-9.999e3," TOP2 "}]", ONE(5), 0, TW_NATIVE_NO_EVIDENCE,
+           -1, 0);
+    EXPECT("[{\"token_id\":5,\"logprob\":-9999.000000000000000000001," TOP2 "}]", ONE(5), 0,
+           TW_NATIVE_NO_EVIDENCE, -1, 0);
+    EXPECT("[{\"token_id\":5,\"logprob\":-9999.000000001," TOP2 "}]", ONE(5), -1, 0, -1, 0);
+    EXPECT("[{\"token_id\":5,\"logprob\":-9999.0,\"logprob\":-1," TOP2 "}]", ONE(5), -1, 0, -1, 0);
+    /* order of the checks within an entry: object, id, number, finite, sentinel */
+    EXPECT("[{\"token_id\":6,\"logprob\":null}]", ONE(5), 0, TW_NATIVE_TOKEN_MISMATCH, 0,
+           TW_NATIVE_MISSING_TOP);
+    /* the first failing entry */
+    EXPECT("[{\"token_id\":1,\"logprob\":-1," TOP2 "},{\"token_id\":2,\"logprob\":-9999," TOP2
+           "},{\"token_id\":9,\"logprob\":null," TOP2 "}]",
+           ((const int64_t[]){1, 2, 3}), 3, 1, TW_NATIVE_NO_EVIDENCE, 2,
+           TW_NATIVE_SAMPLED_NOT_A_NUMBER);
+}
+
+/* Not finite: only reachable with a literal tw_scan would reject. */
+static void test_not_finite(void)
+{
+    static const char txt[] = "[{\"token_id\":5,\"logprob\":-1e999,\"top_logprobs\":[{\"token_id\":"
+                              "1,\"logprob\":1e999}]}]";
+    size_t n = sizeof txt - 1;
+    char *b = (char *)malloc(n);
+    tw_value v;
+    tw_native_result res;
+    tw_native_cands c = {NULL, NULL, 0, 1};
+    double s[1], el[1];
+    int64_t co[2], id = 5;
+    if (!b)
+        exit(2);
+    memcpy(b, txt, n);
+    memset(&v, 0, sizeof v);
+    v.present = 1;
+    v.type = TW_T_ARRAY;
+    v.end = n;
+    v.count = 1;
+    CHECK(tw_native_parse(b, &v, 1, &id, 1, s, co, el, &c, &res) == TW_NATIVE_OK &&
+              res.sampled_err == 0 && res.sampled_code == TW_NATIVE_NOT_FINITE && res.top_err == 0 &&
+              res.top_code == TW_NATIVE_TOP_NOT_FINITE,
+          "not finite: (%td, %d) (%td, %d)", res.sampled_err, res.sampled_code, res.top_err,
+          res.top_code);
+    tw_native_cands_free(&c);
+    free(b);
+}
+
+static void test_top_rules(void)
+{
+#define E(lp, top) "[{\"token_id\":5,\"logprob\":" lp ",\"top_logprobs\":" top "}]"
+    EXPECT(E("-1", "[{\"token_id\":5,\"logprob\":-1}]"), ONE(5), -1, 0, -1, 0);
+    /* missing, not an array, empty */
+    EXPECT("[{\"token_id\":5,\"logprob\":-1}]", ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT(E("-1", "[]"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT(E("-1", "[ \n ]"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT(E("-1", "null"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT(E("-1", "{}"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT(E("-1", "{\"token_id\":5,\"logprob\":-1}"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT(E("-1", "\"[]\""), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT(E("-1", "true"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT("[{\"token_id\":5,\"logprob\":-1,\"top_logprob\":[{\"token_id\":1,\"logprob\":-1}]}]",
+           ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    /* candidates: not an object */
+    EXPECT(E("-1", "[1]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NOT_OBJECT);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":-1},null]"), ONE(5), -1, 0, 0,
+           TW_NATIVE_TOP_NOT_OBJECT);
+    EXPECT(E("-1", "[[]]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NOT_OBJECT);
+    /* no id */
+    EXPECT(E("-1", "[{\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NO_ID);
+    EXPECT(E("-1", "[{\"token\":\"x\",\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NO_ID);
+    EXPECT(E("-1", "[{\"token\":\"token_id:1\",\"token_id\":null,\"logprob\":-1}]"), ONE(5), -1,
+           0, 0, TW_NATIVE_TOP_NO_ID);
+    EXPECT(E("-1", "[{\"token_id\":4294967296,\"logprob\":-1}]"), ONE(5), -1, 0, 0,
+           TW_NATIVE_TOP_NO_ID);
+    EXPECT(E("-1", "[{\"token_id\":1.0,\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NO_ID);
+    EXPECT(E("-1", "[{\"token_id\":true,\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NO_ID);
+    /* logprob: not a number (missing, bool, null, string) */
+    EXPECT(E("-1", "[{\"token_id\":1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NOT_FINITE);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":false}]"), ONE(5), -1, 0, 0,
+           TW_NATIVE_TOP_NOT_FINITE);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":null}]"), ONE(5), -1, 0, 0,
+           TW_NATIVE_TOP_NOT_FINITE);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":\"-1\"}]"), ONE(5), -1, 0, 0,
+           TW_NATIVE_TOP_NOT_FINITE);
+    /* id is checked before the logprob */
+    EXPECT(E("-1", "[{\"logprob\":null}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NO_ID);
+    /* positive: > 1e-6 */
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":1e-6}]"), ONE(5), -1, 0, -1, 0);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":0.000001}]"), ONE(5), -1, 0, -1, 0);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":0}]"), ONE(5), -1, 0, -1, 0);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":-9999}]"), ONE(5), -1, 0, -1, 0);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":1.0000000001e-6}]"), ONE(5), -1, 0, 0,
+           TW_NATIVE_TOP_POSITIVE);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_POSITIVE);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":0.5},{\"token_id\":1,\"logprob\":-1}]"), ONE(5),
+           -1, 0, 0, TW_NATIVE_TOP_POSITIVE);
+    /* duplicates */
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":-1},{\"token\":\"token_id:1\",\"logprob\":-2}]"),
+           ONE(5), -1, 0, 0, TW_NATIVE_TOP_DUPLICATE);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":-1},{\"token_id\":2,\"logprob\":-2},"
+                   "{\"token_id\":1,\"logprob\":1}]"),
+           ONE(5), -1, 0, 0, TW_NATIVE_TOP_POSITIVE);
+    /* then the entry's own logprob must be a number */
+    EXPECT(E("true", "[{\"token_id\":1,\"logprob\":-1}]"), ONE(5), 0, TW_NATIVE_NOT_A_NUMBER, 0,
+           TW_NATIVE_SAMPLED_NOT_A_NUMBER);
+    EXPECT(E("true", "[{\"token_id\":1}]"), ONE(5), 0, TW_NATIVE_NOT_A_NUMBER, 0,
+           TW_NATIVE_TOP_NOT_FINITE);
+    EXPECT(E("-9999", "[{\"token_id\":1,\"logprob\":-1}]"), ONE(5), 0, TW_NATIVE_NO_EVIDENCE, -1,
+           0);
+    /* a later top_logprobs replaces an earlier one, valid or not */
+    EXPECT("[{\"token_id\":5,\"logprob\":-1,\"top_logprobs\":[1,2],\"top_logprobs\":"
+           "[{\"token_id\":1,\"logprob\":-1}]}]",
+           ONE(5), -1, 0, -1, 0);
+    EXPECT("[{\"token_id\":5,\"logprob\":-1,\"top_logprobs\":[{\"token_id\":1,\"logprob\":-1}],"
+           "\"top_logprobs\":[]}]",
+           ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT("[{\"token_id\":5,\"logprob\":-1,\"top_logprobs\":[{\"token_id\":1,\"logprob\":-1}],"
+           "\"top_logprobs\":null}]",
+           ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT("[{\"token_id\":5,\"logprob\":-1,\"top_logprobs\":{},\"top_logprobs\":"
+           "[{\"token_id\":1,\"logprob\":-1}]}]",
+           ONE(5), -1, 0, -1, 0);
+    /* nested top_logprobs and logprob keys inside candidates are ignored */
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":-1,\"top_logprobs\":[{\"token_id\":1,"
+                   "\"logprob\":5}],\"x\":{\"logprob\":3}}]"),
+           ONE(5), -1, 0, -1, 0);
+    /* independence: a sampled error does not stop the candidates pass and
+       the other way round */
+    EXPECT("[{\"token_id\":9,\"logprob\":-1," TOP2 "},{\"token_id\":2,\"logprob\":-1}]",
+           ((const int64_t[]){1, 2}), 2, 0, TW_NATIVE_TOKEN_MISMATCH, 1, TW_NATIVE_MISSING_TOP);
+    EXPECT("[{\"token_id\":1,\"logprob\":-1},{\"token_id\":2,\"logprob\":-1," TOP2
+           "},{\"token_id\":4,\"logprob\":-1}]",
+           ((const int64_t[]){1, 2, 3}), 3, 2, TW_NATIVE_TOKEN_MISMATCH, 0, TW_NATIVE_MISSING_TOP);
+#undef E
+}
+
+/* Values, CSR layout, entry logprobs, coff after an error. */
+static void test_outputs(void)
+{
+    run_t r;
+    const char *c =
+        "[{\"token\":\"token_id:3\",\"logprob\":-0.5,\"bytes\":[1,2],\"top_logprobs\":["
+        "{\"token\":\"token_id:3\",\"logprob\":-0.5,\"bytes\":[]},"
+        "{\"token_id\":10,\"logprob\":-0},{\"token_id\":11,\"logprob\":-0.0}]},"
+        "{\"logprob\":-2,\"token_id\":4,\"top_logprobs\":[{\"logprob\":-1e-320,\"token_id\":4294967295}]},"
+        "{\"token_id\":4,\"logprob\":-3.25,\"top_logprobs\":[{\"token_id\":1,\"logprob\":-1},"
+        "{\"token_id\":1,\"logprob\":-2}]},"
+        "{\"token_id\":5,\"logprob\":-4,\"top_logprobs\":[{\"token_id\":1,\"logprob\":-1}]}]";
+    const int64_t ids[] = {3, 4, 4, 5};
+    run(&r, c, ids, 4, 1);
+    CHECK(r.rc == 0 && r.res.sampled_err == -1 && r.res.top_err == 2 &&
+              r.res.top_code == TW_NATIVE_TOP_DUPLICATE && r.res.ncand == 4,
+          "outputs: rc %d (%td %d) (%td %d) ncand %zu", r.rc, r.res.sampled_err,
+          r.res.sampled_code, r.res.top_err, r.res.top_code, r.res.ncand);
+    if (r.rc == 0 && r.res.ncand == 4) {
+        CHECK(r.sampled[0] == -0.5 && r.sampled[1] == -2.0 && r.sampled[2] == -3.25 &&
+                  r.sampled[3] == -4.0,
+              "sampled values");
+        CHECK(r.coff[0] == 0 && r.coff[1] == 3 && r.coff[2] == 4 && r.coff[3] == 4 &&
+                  r.coff[4] == 4,
+              "coff %lld %lld %lld %lld %lld", (long long)r.coff[0], (long long)r.coff[1],
+              (long long)r.coff[2], (long long)r.coff[3], (long long)r.coff[4]);
+        CHECK(r.c.ids[0] == 3 && r.c.ids[1] == 10 && r.c.ids[2] == 11 && r.c.ids[3] == 4294967295,
+              "candidate ids");
+        CHECK(r.c.lps[0] == -0.5 && dbits(r.c.lps[1]) == dbits(0.0) &&
+                  dbits(r.c.lps[2]) == dbits(-0.0) && r.c.lps[3] == -1e-320,
+              "candidate logprobs (-0 is +0.0, -0.0 is -0.0)");
+        CHECK(r.elps[0] == -0.5 && r.elps[1] == -2.0, "entry logprobs");
+    }
+    done(&r);
+    /* sampled prefix before an error */
+    run(&r, "[{\"token_id\":1,\"logprob\":-1.5},{\"token_id\":2,\"logprob\":-2.5},{\"token_id\":9}]",
+        (const int64_t[]){1, 2, 3}, 3, 0);
+    CHECK(r.res.sampled_err == 2 && r.sampled[0] == -1.5 && r.sampled[1] == -2.5, "prefix");
+    done(&r);
+    /* count mismatch and non-arrays */
+    {
+        tw_value v;
+        char *b;
+        tw_native_result res;
+        double s[4];
+        int64_t id[4] = {0, 0, 0, 0};
+        size_t total = 99;
+        CHECK(prepare("[{},{}]", &b, &v), "prepare");
+        CHECK(tw_native_parse(b, &v, 3, id, 0, s, NULL, NULL, NULL, &res) == TW_NATIVE_BAD_ARG,
+              "count != n");
+        CHECK(tw_native_parse(b, &v, 2, id, 1, s, NULL, NULL, NULL, &res) == TW_NATIVE_BAD_ARG,
+              "want_top without outputs");
+        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res) == TW_NATIVE_OK &&
+                  res.sampled_err == 0 && res.sampled_code == TW_NATIVE_TOKEN_MISMATCH,
+              "sampled only without top outputs");
+        v.type = TW_T_OBJECT;
+        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res) == TW_NATIVE_BAD_ARG,
+              "not an array");
+        CHECK(tw_native_count(b, &v, &total) == TW_NATIVE_BAD_ARG && total == 0, "count bad");
+        v.present = 0;
+        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res) == TW_NATIVE_BAD_ARG,
+              "absent");
+        free(b);
+        CHECK(prepare("[]", &b, &v), "prepare []");
+        CHECK(tw_native_parse(b, &v, 0, NULL, 0, s, NULL, NULL, NULL, &res) == TW_NATIVE_OK &&
+                  res.sampled_err == -1,
+              "empty content");
+        free(b);
+    }
+}
+
+/* tw_native_count: the room the candidates pass needs. */
+static void test_count(void)
+{
+    static const struct {
+        const char *content;
+        size_t total;
+    } CASES[] = {
+        {"[]", 0},
+        {"[1,null,\"x\",[1,2]]", 0},
+        {"[{\"top_logprobs\":[1,2,3]},{\"top_logprobs\":[]},{\"top_logprobs\":{}}]", 3},
+        {"[{\"top_logprobs\":[1,2,3],\"top_logprobs\":[1]}]", 3},
+        {"[{\"top_logprobs\":[1],\"top_logprobs\":[1,[2,3],{\"a\":[4,5]},\"6,7\"]}]", 4},
+        {"[{\"x\":{\"top_logprobs\":[1,2]},\"top_logprobs\":[ 1 , 2 ]}]", 2},
+        {"[{\"top_logprobs\":[\"a,b\\\",c\",{\"k\":\"]\"}]}]", 2},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        char *b;
+        tw_value v;
+        size_t total = 99;
+        if (!prepare(CASES[i].content, &b, &v)) {
+            CHECK(0, "count case %zu invalid", i);
+            continue;
+        }
+        CHECK(tw_native_count(b, &v, &total) == TW_NATIVE_OK && total == CASES[i].total,
+              "count %zu: %zu != %zu", i, total, CASES[i].total);
+        free(b);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Generated documents: long entries, long strings, block boundaries         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int k;
+    for (;;) {
+        va_start(ap, fmt);
+        k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        if (k >= 0 && (size_t)k < b->cap - b->n)
+            break;
+        b->cap = b->cap * 2 + (size_t)k + 64;
+        b->s = (char *)realloc(b->s, b->cap);
+        if (!b->s)
+            exit(2);
+    }
+    b->n += (size_t)k;
+}
+
+/* A string value that stresses the skippers: quotes, backslashes and
+   brackets, runs of backslashes, long enough to cross 64-byte blocks. */
+static void sb_junk(sbuf *b)
+{
+    static const char *const PIECES[] = {"\\\"", "\\\\", "]", "}", "[", "{", ",", "x", "\\u0022",
+                                         "\\\\\\\"", "\\/", " ", "\xc3\xa9", "\\n"};
+    size_t len = rndn(4) == 0 ? 60 + rndn(200) : rndn(20);
+    sb_put(b, "\"");
+    for (size_t i = 0; i < len; i++)
+        sb_put(b, "%s", PIECES[rndn(sizeof PIECES / sizeof PIECES[0])]);
+    sb_put(b, "\"");
+}
+
+/* n entries with k candidates each (distinct ids, or a duplicate at the
+   end when dup), junk values in between. */
+static void make_content(sbuf *b, size_t n, size_t k, int dup, int64_t *ids)
+{
+    sb_put(b, "[");
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = (int64_t)rndn(200000);
+        sb_put(b, "%s{", i ? "," : "");
+        if (rndn(3) == 0) {
+            sb_put(b, "\"junk\":");
+            sb_junk(b);
+            sb_put(b, ",");
+        }
+        sb_put(b, "\"token\":\"token_id:%lld\",\"logprob\":-%u.%06u,", (long long)ids[i],
+               (unsigned)rndn(20), (unsigned)rndn(1000000));
+        if (rndn(2)) {
+            sb_put(b, "\"deep\":[[{\"a\":");
+            sb_junk(b);
+            sb_put(b, "},[]],{\"logprob\":1,\"top_logprobs\":null}],");
+        }
+        sb_put(b, "\"top_logprobs\":[");
+        for (size_t j = 0; j < k; j++) {
+            long long cid = (long long)(i * 100003 + j * 7919) % 4294967296LL;
+            if (dup && j == k - 1 && k > 1)
+                cid = (long long)(i * 100003 + rndn(j) * 7919) % 4294967296LL;
+            sb_put(b, "%s{\"token_id\":%lld,\"logprob\":-%u.5", j ? "," : "", cid,
+                   (unsigned)rndn(30));
+            if (rndn(4) == 0) {
+                sb_put(b, ",\"s\":");
+                sb_junk(b);
+            }
+            sb_put(b, "}");
+        }
+        sb_put(b, "]}");
+    }
+    sb_put(b, "]");
+}
+
+static void test_generated(void)
+{
+    static const size_t SHAPES[][3] = {
+        {1, 1, 0},   {5, 20, 0},   {3, 63, 1},  {3, 64, 1},  {3, 65, 1},   {2, 300, 0},
+        {2, 300, 1}, {1, 5000, 0}, {1, 5000, 1}, {50, 3, 0}, {400, 22, 0},
+    };
+    for (size_t sh = 0; sh < sizeof SHAPES / sizeof SHAPES[0]; sh++) {
+        for (int rep = 0; rep < 3; rep++) {
+            size_t n = SHAPES[sh][0], k = SHAPES[sh][1];
+            int dup = (int)SHAPES[sh][2];
+            sbuf b = {NULL, 0, 0};
+            int64_t *ids = (int64_t *)calloc(n, sizeof(int64_t));
+            run_t r;
+            size_t total = 0;
+            if (!ids)
+                exit(2);
+            make_content(&b, n, k, dup, ids);
+            run(&r, b.s, ids, n, 1);
+            CHECK(r.rc == 0 && r.res.sampled_err == -1, "gen %zu: sampled (%td, %d)", sh,
+                  r.res.sampled_err, r.res.sampled_code);
+            if (dup && k > 1)
+                CHECK(r.res.top_err == 0 && r.res.top_code == TW_NATIVE_TOP_DUPLICATE,
+                      "gen %zu: top (%td, %d)", sh, r.res.top_err, r.res.top_code);
+            else
+                CHECK(r.res.top_err == -1 && r.res.ncand == n * k, "gen %zu: top (%td, %d) %zu", sh,
+                      r.res.top_err, r.res.top_code, r.res.ncand);
+            if (r.rc == 0 && r.res.top_err == -1 && r.res.ncand == n * k) {
+                int ok = 1;
+                for (size_t i = 0; i < n && ok; i++)
+                    for (size_t j = 0; j < k; j++)
+                        ok &= r.c.ids[i * k + j] == (int64_t)((i * 100003 + j * 7919) % 4294967296ULL);
+                CHECK(ok, "gen %zu: candidate ids", sh);
+            }
+            CHECK(tw_native_count(r.buf, &r.v, &total) == 0 && total == n * k, "gen %zu: count %zu",
+                  sh, total);
+            /* fixed arrays: exactly the count is enough, one less is not */
+            if (r.rc == 0 && r.res.top_err == -1 && total) {
+                tw_native_cands c = {NULL, NULL, 0, 0};
+                tw_native_result res;
+                c.ids = (int64_t *)malloc(total * sizeof(int64_t));
+                c.lps = (double *)malloc(total * sizeof(double));
+                if (!c.ids || !c.lps)
+                    exit(2);
+                c.cap = total;
+                CHECK(tw_native_parse(r.buf, &r.v, n, ids, 1, r.sampled, r.coff, r.elps, &c, &res) ==
+                              TW_NATIVE_OK &&
+                          res.ncand == total,
+                      "fixed exact");
+                c.cap = total - 1;
+                CHECK(tw_native_parse(r.buf, &r.v, n, ids, 1, r.sampled, r.coff, r.elps, &c, &res) ==
+                          TW_NATIVE_NOMEM,
+                      "fixed too small");
+                free(c.ids);
+                free(c.lps);
+            }
+            done(&r);
+            free(ids);
+            free(b.s);
+        }
+    }
+    printf("generated: long entries, duplicates (bloom and hash), long strings\n");
+}
+
+/* Allocation failures (candidate arrays, duplicate table) are reported as
+   TW_NATIVE_NOMEM and leak nothing. */
+static void test_nomem(void)
+{
+    sbuf b = {NULL, 0, 0};
+    int64_t ids[4];
+    size_t nomem = 0;
+    make_content(&b, 4, 700, 0, ids);
+    for (long k = 0; k < 12; k++) {
+        run_t r;
+        g_inject = k;
+        run(&r, b.s, ids, 4, 1);
+        g_inject = -1;
+        CHECK(r.rc == TW_NATIVE_OK || r.rc == TW_NATIVE_NOMEM, "nomem %ld: rc %d", k, r.rc);
+        if (r.rc == TW_NATIVE_OK)
+            CHECK(r.res.ncand == 2800 && r.res.top_err == -1, "nomem %ld: result", k);
+        nomem += r.rc == TW_NATIVE_NOMEM;
+        done(&r);
+    }
+    CHECK(nomem >= 3, "nomem injected %zu", nomem);
+    free(b.s);
+    printf("nomem: %zu injected allocation failures reported\n", nomem);
+}
+
+/* ------------------------------------------------------------------------ */
+/* tw_blank_field                                                            */
+/* ------------------------------------------------------------------------ */
+
+static char *strip_copy(const char *buf, size_t len, const tw_doc *d)
+{
+    size_t n = tw_stripped_size(d, len);
+    char *out = (char *)malloc(n + 1);
+    if (!out)
+        exit(2);
+    tw_strip(buf, len, d, out);
+    out[n] = 0;
+    return out;
+}
+
+static void test_blank_field(void)
+{
+    static const char DOC[] =
+        "{\"choices\":[{\"token_ids\":[1,2],\"logprobs\":{\"content\":[{\"a\":1},2]},"
+        "\"completion_logprobs\":{\"data\":\"QUJD\"}},"
+        "{\"token_ids\":[3],\"logprobs\":{\"content\":\"str\",\"x\":[]}},"
+        "{\"token_ids\":[4],\"logprobs\":{\"content\":[]}},"
+        "{\"token_ids\":[5],\"logprobs\":{\"content\":[1],\"content\":[7,8]},\"logprobs\":{}}],"
+        "\"prompt_token_ids\":[9]}";
+    static const char WANT[] =
+        "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":[]},"
+        "\"completion_logprobs\":{\"data\":\"\"}},"
+        "{\"token_ids\":[],\"logprobs\":{\"content\":\"\",\"x\":[]}},"
+        "{\"token_ids\":[],\"logprobs\":{\"content\":[]}},"
+        "{\"token_ids\":[],\"logprobs\":{\"content\":[1],\"content\":[7,8]},\"logprobs\":{}}],"
+        "\"prompt_token_ids\":[]}";
+    static const char DOC2[] =
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"content\":[1],\"content\":[7,8]}}]}";
+    static const char WANT2[] =
+        "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":[1],\"content\":[]}}]}";
+    tw_doc d;
+    char *s;
+    size_t nb;
+    tw_doc_init(&d);
+    CHECK(tw_scan(DOC, sizeof DOC - 1, &d) == TW_OK && d.nchoices == 4, "blank doc");
+    nb = d.nblank;
+    for (int t = 0; t < 2; t++) /* twice: idempotent */
+        for (size_t i = 0; i < d.nchoices + 2; i++) {
+            CHECK(tw_blank_field(&d, i, TW_F_LOGPROBS_CONTENT) == TW_OK, "blank %zu", i);
+            CHECK(tw_blank_field(&d, i, TW_F_LOGPROBS) == TW_OK, "blank object: no-op");
+            CHECK(tw_blank_field(&d, i, TW_F_CL_DATA) == TW_OK, "already blanked: no-op");
+            CHECK(tw_blank_field(&d, i, TW_F_TOKEN_IDS) == TW_OK, "already blanked: no-op");
+            CHECK(tw_blank_field(&d, i, -1) == TW_OK && tw_blank_field(&d, i, TW_NFIELDS) == TW_OK,
+                  "bad field: no-op");
+        }
+    /* choice 1's content is a string: blanked as a string; choice 3's
+       logprobs was replaced by {}: nothing recorded, nothing blanked */
+    CHECK(d.nblank == nb + 2, "nblank %zu -> %zu", nb, d.nblank);
+    for (size_t i = 1; i < d.nblank; i++)
+        CHECK(d.blank[i - 1].end <= d.blank[i].start, "blank list sorted and disjoint");
+    s = strip_copy(DOC, sizeof DOC - 1, &d);
+    CHECK(strcmp(s, WANT) == 0, "stripped: %s", s);
+    free(s);
+    /* the last content occurrence only */
+    CHECK(tw_scan(DOC2, sizeof DOC2 - 1, &d) == TW_OK, "doc2");
+    CHECK(tw_blank_field(&d, 0, TW_F_LOGPROBS_CONTENT) == TW_OK, "blank doc2");
+    s = strip_copy(DOC2, sizeof DOC2 - 1, &d);
+    CHECK(strcmp(s, WANT2) == 0, "doc2 stripped: %s", s);
+    free(s);
+    /* spans already blanked (the same value) are left alone */
+    {
+        static const char DOC3[] =
+            "{\"choices\":[{\"token_ids\":[1],\"sampling_mask\":[[1],[2]],"
+            "\"routed_experts\":\"AAAA\"}]}";
+        CHECK(tw_scan(DOC3, sizeof DOC3 - 1, &d) == TW_OK, "doc3");
+        nb = d.nblank;
+        CHECK(tw_blank_field(&d, 0, TW_F_SAMPLING_MASK) == TW_OK && d.nblank == nb, "same span");
+        CHECK(tw_blank_field(&d, 0, TW_F_ROUTED) == TW_OK && d.nblank == nb, "same string span");
+    }
+    /* a span containing blanked spans replaces them */
+    {
+        tw_span saved[4];
+        size_t bytes;
+        CHECK(tw_scan(DOC2, sizeof DOC2 - 1, &d) == TW_OK && d.nblank == 1, "doc2 again");
+        /* pretend two spans inside the content were blanked (the list has
+           room for 16) */
+        {
+            size_t cs = d.choice[0].f[TW_F_LOGPROBS_CONTENT].start;
+            d.blank[1].start = cs + 1;
+            d.blank[1].end = cs + 2;
+            d.blank[2].start = cs + 3;
+            d.blank[2].end = cs + 4;
+            d.nblank = 3;
+            d.blank_bytes += 2;
+            memcpy(saved, d.blank, sizeof saved);
+        }
+        bytes = d.blank_bytes;
+        CHECK(tw_blank_field(&d, 0, TW_F_LOGPROBS_CONTENT) == TW_OK && d.nblank == 2 &&
+                  d.blank_bytes == bytes - 2 + 3,
+              "merge: %zu spans, %zu bytes", d.nblank, d.blank_bytes);
+        s = strip_copy(DOC2, sizeof DOC2 - 1, &d);
+        CHECK(strcmp(s, WANT2) == 0, "merged stripped: %s", s);
+        free(s);
+    }
+    /* allocation failure: reported, list unchanged */
+    {
+        size_t bytes;
+        CHECK(tw_scan(DOC2, sizeof DOC2 - 1, &d) == TW_OK, "doc2 nomem");
+        while (d.nblank < d.blank_cap) { /* full: the insertion must grow */
+            d.blank[d.nblank].start = d.blank[d.nblank].end = sizeof DOC2 + d.nblank;
+            d.nblank++;
+        }
+        nb = d.nblank;
+        bytes = d.blank_bytes;
+        g_fail_after = 0;
+        CHECK(tw_blank_field(&d, 0, TW_F_LOGPROBS_CONTENT) == TW_ERR_NOMEM && d.nblank == nb &&
+                  d.blank_bytes == bytes,
+              "blank nomem");
+        g_fail_after = -1;
+        CHECK(tw_blank_field(&d, 0, TW_F_LOGPROBS_CONTENT) == TW_OK && d.nblank == nb + 1,
+              "blank after nomem");
+    }
+    tw_doc_free(&d);
+    printf("blank_field: content blanked on request, idempotent, nested spans merged\n");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fuzz: mutations of a valid document, parsed when tw_scan accepts them     */
+/* ------------------------------------------------------------------------ */
+
+static void test_fuzz(size_t rounds)
+{
+    sbuf b = {NULL, 0, 0};
+    int64_t ids[6];
+    size_t accepted = 0;
+    static const char ALPHA[] = "{}[]\",:\\ 0123456789.-eEtruefalsn_kopgbyid";
+    make_content(&b, 6, 4, 0, ids);
+    for (size_t r = 0; r < rounds; r++) {
+        char *m = (char *)malloc(b.n + 1);
+        size_t edits = 1 + rndn(4);
+        run_t rr;
+        char *buf;
+        tw_value v;
+        if (!m)
+            exit(2);
+        memcpy(m, b.s, b.n + 1);
+        for (size_t e = 0; e < edits; e++)
+            m[rndn(b.n)] = ALPHA[rndn(sizeof ALPHA - 1)];
+        if (prepare(m, &buf, &v)) {
+            int64_t *idv = (int64_t *)calloc(v.count + 1, sizeof(int64_t));
+            double *s = (double *)calloc(v.count + 1, sizeof(double));
+            double *el = (double *)calloc(v.count + 1, sizeof(double));
+            int64_t *co = (int64_t *)calloc(v.count + 1, sizeof(int64_t));
+            tw_native_cands c = {NULL, NULL, 0, 1};
+            size_t total = 0;
+            if (!idv || !s || !el || !co)
+                exit(2);
+            for (size_t i = 0; i < v.count && i < 6; i++)
+                idv[i] = ids[i];
+            CHECK(tw_native_parse(buf, &v, v.count, idv, 1, s, co, el, &c, &rr.res) == 0,
+                  "fuzz parse");
+            CHECK(tw_native_count(buf, &v, &total) == 0 && rr.res.ncand <= total &&
+                      (rr.res.top_err < 0 || co[v.count] == co[rr.res.top_err]),
+                  "fuzz count %zu < %zu", total, rr.res.ncand);
+            accepted++;
+            tw_native_cands_free(&c);
+            free(idv);
+            free(s);
+            free(el);
+            free(co);
+            free(buf);
+        }
+        free(m);
+    }
+    free(b.s);
+    printf("fuzz: %zu mutations, %zu valid\n", rounds, accepted);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Benchmark                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void bench_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    long m;
+    char *buf;
+    tw_doc d;
+    const tw_value *v;
+    size_t n, err, total = 0;
+    int64_t *ids, *coff;
+    double *s, *el, best[3] = {1e30, 1e30, 1e30};
+    tw_native_cands c = {NULL, NULL, 0, 1};
+    tw_native_result res;
+    const char *slash = strrchr(path, '/');
+    if (!f) {
+        perror(path);
+        return;
+    }
+    fseek(f, 0, SEEK_END);
+    m = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = (char *)malloc((size_t)m + 1);
+    if (!buf || fread(buf, 1, (size_t)m, f) != (size_t)m)
+        exit(2);
+    fclose(f);
+    tw_doc_init(&d);
+    if (tw_scan(buf, (size_t)m, &d) != TW_OK || d.nchoices < 1 ||
+        d.choice[0].f[TW_F_LOGPROBS_CONTENT].type != TW_T_ARRAY) {
+        printf("%s: no choices[0].logprobs.content\n", path);
+        free(buf);
+        tw_doc_free(&d);
+        return;
+    }
+    v = &d.choice[0].f[TW_F_LOGPROBS_CONTENT];
+    n = v->count;
+    ids = (int64_t *)calloc(n + 1, sizeof(int64_t));
+    coff = (int64_t *)calloc(n + 1, sizeof(int64_t));
+    s = (double *)calloc(n + 1, sizeof(double));
+    el = (double *)calloc(n + 1, sizeof(double));
+    if (!ids || !coff || !s || !el)
+        exit(2);
+    if (tw_parse_uint_array(buf, &d.choice[0].f[TW_F_TOKEN_IDS], 0xFFFFFFFFu, ids, &err) != 0)
+        printf("  (token_ids unreadable: ids are 0)\n");
+    for (int trial = 0; trial < 15; trial++) {
+        for (int mode = 0; mode < 3; mode++) {
+            double t0 = now();
+            if (mode == 0)
+                tw_native_parse(buf, v, n, ids, 0, s, NULL, NULL, NULL, &res);
+            else if (mode == 1)
+                tw_native_parse(buf, v, n, ids, 1, s, coff, el, &c, &res);
+            else
+                tw_native_count(buf, v, &total);
+            t0 = now() - t0;
+            if (t0 < best[mode])
+                best[mode] = t0;
+        }
+    }
+    tw_native_parse(buf, v, n, ids, 1, s, coff, el, &c, &res);
+    printf("%s: %zu entries, %zu candidates (sampled: %td/%d, top: %td/%d), content %zu bytes\n",
+           slash ? slash + 1 : path, n, res.ncand, res.sampled_err, res.sampled_code, res.top_err,
+           res.top_code, v->end - v->start);
+    printf("  sampled pass only:      %8.3f ms  %6.1f ns/entry  %5.2f GB/s\n", best[0] * 1e3,
+           best[0] * 1e9 / (double)(n ? n : 1), (double)(v->end - v->start) / best[0] / 1e9);
+    printf("  sampled + candidates:   %8.3f ms  %6.1f ns/entry  %6.1f ns/object (entry or "
+           "candidate)\n",
+           best[1] * 1e3, best[1] * 1e9 / (double)(n ? n : 1),
+           best[1] * 1e9 / (double)(n + res.ncand ? n + res.ncand : 1));
+    printf("  tw_native_count:        %8.3f ms\n", best[2] * 1e3);
+    tw_native_cands_free(&c);
+    free(ids);
+    free(coff);
+    free(s);
+    free(el);
+    free(buf);
+    tw_doc_free(&d);
+}
+
+int main(int argc, char **argv)
+{
+    size_t fuzz = 3000;
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        for (int i = 2; i < argc; i++)
+            bench_file(argv[i]);
+        return 0;
+    }
+    if (argc > 2 && strcmp(argv[1], "--fuzz") == 0)
+        fuzz = (size_t)strtoull(argv[2], NULL, 10);
+#ifdef TWN_SSE2
+    printf("path: sse2\n");
+#else
+    printf("path: portable\n");
+#endif
+    test_numbers();
+    test_sampled_rules();
+    test_not_finite();
+    test_top_rules();
+    test_outputs();
+    test_count();
+    test_generated();
+    test_nomem();
+    test_blank_field();
+    test_fuzz(fuzz);
+    printf("%llu checks, %llu failures\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}

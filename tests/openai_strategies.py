@@ -1,0 +1,403 @@
+"""Responses of every server shape the OpenAI-compatible and SGLang parsers read, built from
+known per-token evidence, with the accessors a test needs to break one rule at a time, and
+hypothesis strategies for that evidence and for the JSON spelling."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+from tokenwire import _openai
+
+# Token texts that need escaping, collide when decoded, or are empty (an EOS).
+TEXTS = ["a", " the", "/", "é", '"', "\n", "\\", "🚀", "", "\ufffd"]
+
+
+@dataclass
+class Evidence:
+    """What the engine sampled: ids and logprobs (``values``) per token; with a head, every
+    token's candidates as ``(id, logprob)`` in the engine's order (the sampled token among
+    them) and the head of ``k`` a correct reader must select."""
+
+    ids: list[int]
+    values: list[float]
+    prompt: list[int]
+    candidates: list[list[tuple[int, float]]] | None = None
+    k: int | None = None
+    head_ids: list[list[int]] | None = None
+    head_logprobs: list[list[float]] | None = None
+    # Fireworks: the model's own logprob next to the sampler's (``values``).
+    model_values: list[float] = field(default_factory=list)
+
+    def text(self, t: int) -> str:
+        return TEXTS[self.ids[t] % len(TEXTS)]
+
+
+def evidence(ids: list[int], values: list[float], prompt: list[int] | None = None) -> Evidence:
+    return Evidence(list(ids), list(values), list(prompt or [7, 8, 9]), model_values=[v - 0.25 for v in values])
+
+
+def with_head(ev: Evidence, k: int, weights: list[list[int]]) -> Evidence:
+    """Give every token ``len(weights[t])`` candidates, the sampled token first; distinct
+    weights make distinct probabilities, so the expected head is unambiguous."""
+    ev.k, ev.candidates, ev.head_ids, ev.head_logprobs = k, [], [], []
+    for t, row in enumerate(weights):
+        total = sum(row) + 1  # leaves some mass outside the candidates
+        probs = [w / total for w in row]
+        others = [(ev.ids[t] + 1 + j) % 2**32 for j in range(len(row) - 1)]
+        cands = list(zip([ev.ids[t], *others], [math.log(p) for p in probs]))
+        ev.candidates.append(cands)
+        ev.values[t] = cands[0][1]
+        ev.model_values[t] = cands[0][1]
+        ranked = sorted(cands, key=lambda c: (-c[1], c[0]))[:k]
+        ev.head_ids.append([i for i, _ in ranked])
+        ev.head_logprobs.append([p for _, p in ranked])
+    return ev
+
+
+# --- each server's shape -------------------------------------------------------------------------
+
+
+def tid(i: int) -> str:
+    return f"token_id:{i}"
+
+
+def _array_logprobs(ev: Evidence, *, as_ids: bool, token_ids: bool) -> dict[str, Any]:
+    tokens = [tid(i) if as_ids else ev.text(t) for t, i in enumerate(ev.ids)]
+    top = None
+    if ev.candidates is not None:
+        top = [{(tid(i) if as_ids else TEXTS[i % len(TEXTS)] + str(i)): p for i, p in row} for row in ev.candidates]
+    out: dict[str, Any] = {
+        "text_offset": list(range(len(ev.ids))),
+        "token_logprobs": list(ev.values),
+        "tokens": tokens,
+        "top_logprobs": top,
+    }
+    if token_ids:
+        out["token_ids"] = list(ev.ids)
+    return out
+
+
+def _content(ev: Evidence, *, as_ids: bool, fireworks: bool) -> list[dict[str, Any]]:
+    entries = []
+    for t, i in enumerate(ev.ids):
+        entry: dict[str, Any] = {"token": tid(i) if as_ids else ev.text(t), "logprob": ev.values[t], "bytes": None}
+        cands = ev.candidates[t] if ev.candidates is not None else []
+        entry["top_logprobs"] = [
+            {"token": tid(c) if as_ids else TEXTS[c % len(TEXTS)], "logprob": p, "bytes": None} for c, p in cands
+        ]
+        if fireworks:
+            entry.update(token_id=i, logprob=ev.model_values[t], sampling_logprob=ev.values[t], text_offset=t)
+            for cand, (c, _) in zip(entry["top_logprobs"], cands):
+                cand["token_id"] = c
+        entries.append(entry)
+    return entries
+
+
+def _usage(n: int) -> dict[str, Any]:
+    return {"prompt_tokens": 3, "total_tokens": 3 + n, "completion_tokens": n}
+
+
+def _openai_doc(obj: str, choices: list[dict[str, Any]], evs: list[Evidence], **top: Any) -> dict[str, Any]:
+    doc = {"id": "cmpl-1", "object": obj, "created": 1, "model": "m", "choices": choices}
+    doc.update(top)
+    doc["usage"] = _usage(sum(len(ev.ids) for ev in evs))
+    return doc
+
+
+def vllm_completions(evs: list[Evidence], as_ids: bool) -> dict[str, Any]:
+    """vLLM ``/v1/completions`` with ``return_token_ids`` (and, ``as_ids``,
+    ``return_tokens_as_token_ids``)."""
+    choices = [
+        {"index": c, "text": "".join(ev.text(t) for t in range(len(ev.ids))),
+         "logprobs": _array_logprobs(ev, as_ids=as_ids, token_ids=False), "finish_reason": "stop",
+         "stop_reason": None, "token_ids": list(ev.ids), "prompt_logprobs": None,
+         "prompt_token_ids": list(ev.prompt)}
+        for c, ev in enumerate(evs)
+    ]
+    return _openai_doc("text_completion", choices, evs, system_fingerprint=None, kv_transfer_params=None)
+
+
+def vllm_chat(evs: list[Evidence], as_ids: bool) -> dict[str, Any]:
+    choices = [
+        {"index": c, "message": {"role": "assistant", "content": "x/y", "tool_calls": []},
+         "logprobs": {"content": _content(ev, as_ids=as_ids, fireworks=False)},
+         "finish_reason": "stop", "stop_reason": None, "token_ids": list(ev.ids)}
+        for c, ev in enumerate(evs)
+    ]
+    return _openai_doc("chat.completion", choices, evs, prompt_logprobs=None, prompt_token_ids=list(evs[0].prompt))
+
+
+def _raw_output(ev: Evidence, with_logprobs: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"prompt_fragments": ["p"], "prompt_token_ids": list(ev.prompt),
+                           "completion": "c", "completion_token_ids": list(ev.ids)}
+    if with_logprobs:
+        out["completion_logprobs"] = {"content": _content(ev, as_ids=False, fireworks=True)}
+    return out
+
+
+def fireworks_arrays(evs: list[Evidence]) -> dict[str, Any]:
+    """Fireworks ``/v1/completions`` with an int ``logprobs`` (ids in ``logprobs.token_ids``)
+    and ``raw_output``."""
+    choices = [
+        {"index": c, "text": "t", "logprobs": _array_logprobs(ev, as_ids=False, token_ids=True),
+         "finish_reason": "stop", "raw_output": _raw_output(ev, False)}
+        for c, ev in enumerate(evs)
+    ]
+    return _openai_doc("text_completion", choices, evs, perf_metrics={})
+
+
+def fireworks_content(evs: list[Evidence], chat: bool) -> dict[str, Any]:
+    """Fireworks with ``logprobs: true``: ``logprobs.content[]`` entries carry ``token_id`` and
+    ``sampling_logprob``; ``raw_output`` repeats them."""
+    choices = []
+    for c, ev in enumerate(evs):
+        choice: dict[str, Any] = {"index": c, "finish_reason": "stop",
+                                  "logprobs": {"content": _content(ev, as_ids=False, fireworks=True)},
+                                  "raw_output": _raw_output(ev, True)}
+        choice.update({"message": {"role": "assistant", "content": "m"}} if chat else {"text": "t"})
+        choices.append(choice)
+    return _openai_doc("chat.completion" if chat else "text_completion", choices, evs)
+
+
+def fireworks_raw_output(evs: list[Evidence]) -> dict[str, Any]:
+    """Fireworks ``/v1/completions`` with only ``raw_output: true``."""
+    choices = [{"index": c, "text": "t", "logprobs": None, "finish_reason": "length",
+                "raw_output": _raw_output(ev, True)} for c, ev in enumerate(evs)]
+    return _openai_doc("text_completion", choices, evs)
+
+
+def together(evs: list[Evidence], chat: bool) -> dict[str, Any]:
+    """Together: ``logprobs = {token_ids, tokens, token_logprobs, top_logprobs}``."""
+    choices = []
+    for c, ev in enumerate(evs):
+        logprobs = _array_logprobs(ev, as_ids=False, token_ids=True)
+        del logprobs["text_offset"]
+        choice: dict[str, Any] = {"index": c, "seed": 5, "finish_reason": "eos", "logprobs": logprobs}
+        choice.update({"message": {"role": "assistant", "content": "m"}} if chat else {"text": "t"})
+        choices.append(choice)
+    return _openai_doc("chat.completion" if chat else "text.completion", choices, evs, prompt=[])
+
+
+def sglang(evs: list[Evidence], as_list: bool) -> Any:
+    """SGLang ``/generate`` with ``return_logprob`` (and ``top_logprobs_num``)."""
+    items = []
+    for ev in evs:
+        meta: dict[str, Any] = {
+            "id": "req-1", "finish_reason": {"type": "stop", "matched": 2}, "prompt_tokens": len(ev.prompt),
+            "completion_tokens": len(ev.ids), "cached_tokens": 0,
+            "output_token_logprobs": [[v, i, ev.text(t)] for t, (i, v) in enumerate(zip(ev.ids, ev.values))],
+            "input_token_logprobs": [[None, ev.prompt[0], None]],
+        }
+        if ev.candidates is not None:
+            meta["output_top_logprobs"] = [[[p, c, None] for c, p in row] for row in ev.candidates]
+        items.append({"text": "t", "output_ids": list(ev.ids), "meta_info": meta})
+    return items if as_list or len(items) > 1 else items[0]
+
+
+# --- formats: a builder, its parser, and where each rule's evidence sits -------------------------
+
+
+@dataclass
+class Format:
+    name: str
+    build: Callable[[list[Evidence]], Any]
+    parse: Callable[..., Any]
+    heads: str  # "ids": a head is readable; "text": keyed by text (unusable); "dict-ids"/"dict-text": legacy objects
+    # accessors on one choice (or SGLang item)
+    set_value: Callable[[dict[str, Any], int, Any], None]
+    second_ids: Callable[[dict[str, Any]], list[int]]  # an id list besides the records' ids
+    strip_ids: Callable[[dict[str, Any]], None]
+    set_record_id: Callable[[dict[str, Any], int, Any], None] | None
+    text_heads: Callable[[dict[str, Any]], None]
+    sampling: bool = False  # logprobs are read from `sampling_logprob`
+    one_source: bool = False  # ids in one place only: no second source to disagree with
+
+    def choices(self, doc: Any) -> list[dict[str, Any]]:
+        if isinstance(doc, list):
+            return doc
+        return doc["choices"] if "choices" in doc else [doc]
+
+    def set_usage(self, doc: Any, value: Any) -> None:
+        if self.name.startswith("sglang"):
+            self.choices(doc)[0]["meta_info"]["completion_tokens"] = value
+        else:
+            doc["usage"]["completion_tokens"] = value
+
+
+def _arrays_value(choice: dict[str, Any], t: int, v: Any) -> None:
+    choice["logprobs"]["token_logprobs"][t] = v
+
+
+def _content_value(key: str, where: str = "logprobs") -> Callable[[dict[str, Any], int, Any], None]:
+    def setter(choice: dict[str, Any], t: int, v: Any) -> None:
+        holder = choice["logprobs"] if where == "logprobs" else choice["raw_output"]["completion_logprobs"]
+        holder["content"][t][key] = v
+    return setter
+
+
+def _strip(*paths: str) -> Callable[[dict[str, Any]], None]:
+    def strip(choice: dict[str, Any]) -> None:
+        for path in paths:
+            *parents, last = path.split(".")
+            node: Any = choice
+            for p in parents:
+                node = node.get(p) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node.pop(last, None)
+    return strip
+
+
+def _strip_content_ids(*holders: str) -> Callable[[dict[str, Any]], None]:
+    def strip(choice: dict[str, Any]) -> None:
+        for holder in holders:
+            node: Any = choice
+            for p in holder.split("."):
+                node = node.get(p) if isinstance(node, dict) else None
+            for entry in node or []:
+                entry.pop("token_id", None)
+    return strip
+
+
+def _both(*fns: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def run(choice: dict[str, Any]) -> None:
+        for fn in fns:
+            fn(choice)
+    return run
+
+
+def _tokens_id(choice: dict[str, Any], t: int, v: Any) -> None:
+    choice["logprobs"]["tokens"][t] = tid(v) if isinstance(v, int) else v
+
+
+def _content_token(choice: dict[str, Any], t: int, v: Any) -> None:
+    choice["logprobs"]["content"][t]["token"] = tid(v) if isinstance(v, int) else v
+
+
+def _content_token_id(where: str) -> Callable[[dict[str, Any], int, Any], None]:
+    def setter(choice: dict[str, Any], t: int, v: Any) -> None:
+        node: Any = choice
+        for p in where.split("."):
+            node = node[p]
+        node[t]["token_id"] = v
+    return setter
+
+
+def _texts_in_dicts(choice: dict[str, Any]) -> None:
+    rows = choice["logprobs"]["top_logprobs"]
+    choice["logprobs"]["top_logprobs"] = [{f"w{j}": p for j, p in enumerate(row.values())} for row in rows]
+
+
+def _texts_in_content(choice: dict[str, Any]) -> None:
+    for entry in choice["logprobs"]["content"]:
+        for j, cand in enumerate(entry["top_logprobs"]):
+            cand["token"] = f"w{j}"
+            cand.pop("token_id", None)
+
+
+def _sglang_value(item: dict[str, Any], t: int, v: Any) -> None:
+    item["meta_info"]["output_token_logprobs"][t][0] = v
+
+
+def _sglang_record(item: dict[str, Any], t: int, v: Any) -> None:
+    item["meta_info"]["output_token_logprobs"][t][1] = v
+
+
+def _sglang_text_heads(item: dict[str, Any]) -> None:
+    for row in item["meta_info"]["output_top_logprobs"]:
+        for cand in row:
+            cand[1] = None  # a candidate named only by its text
+
+
+def _sglang_strip(item: dict[str, Any]) -> None:
+    item.pop("output_ids")
+    item["meta_info"].pop("output_token_logprobs")
+
+
+C = _openai.parse_completions_response
+CHAT = _openai.parse_chat_completions_response
+
+FORMATS = [
+    Format("vllm_completions", lambda e: vllm_completions(e, False), C, "dict-text", _arrays_value,
+           lambda c: c["token_ids"], _strip("token_ids"), None, _texts_in_dicts, one_source=True),
+    Format("vllm_completions_token_strings", lambda e: vllm_completions(e, True), C, "dict-ids", _arrays_value,
+           lambda c: c["token_ids"], _both(_strip("token_ids"), lambda c: c["logprobs"].update(tokens=["x"] * len(c["logprobs"]["tokens"]))),
+           _tokens_id, _texts_in_dicts),
+    Format("vllm_chat", lambda e: vllm_chat(e, False), CHAT, "text", _content_value("logprob"),
+           lambda c: c["token_ids"], _strip("token_ids"), None, _texts_in_content, one_source=True),
+    Format("vllm_chat_token_strings", lambda e: vllm_chat(e, True), CHAT, "ids", _content_value("logprob"),
+           lambda c: c["token_ids"], _both(_strip("token_ids"), lambda c: [e.update(token="x") for e in c["logprobs"]["content"]]),
+           _content_token, _texts_in_content),
+    Format("fireworks_completions_arrays", fireworks_arrays, C, "dict-text", _arrays_value,
+           lambda c: c["raw_output"]["completion_token_ids"],
+           _strip("logprobs.token_ids", "raw_output.completion_token_ids"), None, _texts_in_dicts),
+    Format("fireworks_completions_content", lambda e: fireworks_content(e, False), C, "ids",
+           _content_value("sampling_logprob"), lambda c: c["raw_output"]["completion_token_ids"],
+           _both(_strip("raw_output.completion_token_ids"), _strip_content_ids("logprobs.content", "raw_output.completion_logprobs.content")),
+           _content_token_id("logprobs.content"), _texts_in_content, sampling=True),
+    Format("fireworks_chat_content", lambda e: fireworks_content(e, True), CHAT, "ids",
+           _content_value("sampling_logprob"), lambda c: c["raw_output"]["completion_token_ids"],
+           _both(_strip("raw_output.completion_token_ids"), _strip_content_ids("logprobs.content", "raw_output.completion_logprobs.content")),
+           _content_token_id("logprobs.content"), _texts_in_content, sampling=True),
+    Format("fireworks_raw_output", fireworks_raw_output, C, "none",
+           _content_value("sampling_logprob", "raw_output"), lambda c: c["raw_output"]["completion_token_ids"],
+           _both(_strip("raw_output.completion_token_ids"), _strip_content_ids("raw_output.completion_logprobs.content")),
+           _content_token_id("raw_output.completion_logprobs.content"), lambda c: None, sampling=True),
+    Format("together_completions", lambda e: together(e, False), C, "dict-text", _arrays_value,
+           lambda c: c["logprobs"]["token_ids"], _strip("logprobs.token_ids"), None, _texts_in_dicts, one_source=True),
+    Format("together_chat", lambda e: together(e, True), CHAT, "dict-text", _arrays_value,
+           lambda c: c["logprobs"]["token_ids"], _strip("logprobs.token_ids"), None, _texts_in_dicts, one_source=True),
+    Format("sglang", lambda e: sglang(e, False), _openai.parse_sglang_generate_response, "ids", _sglang_value,
+           lambda c: c["output_ids"], _sglang_strip, _sglang_record, _sglang_text_heads),
+    Format("sglang_list", lambda e: sglang(e, True), _openai.parse_sglang_generate_response, "ids", _sglang_value,
+           lambda c: c["output_ids"], _sglang_strip, _sglang_record, _sglang_text_heads),
+]
+BY_NAME = {f.name: f for f in FORMATS}
+
+
+# --- JSON spellings ------------------------------------------------------------------------------
+
+_KEYS = ["token_ids", "logprobs", "token_logprobs", "tokens", "content", "token_id", "sampling_logprob",
+         "top_logprobs", "output_ids", "meta_info", "output_token_logprobs", "completion_token_ids", "choices"]
+
+
+def spell(document: Any, spelling: str) -> bytes:
+    """One document in one of several legal JSON spellings."""
+    if spelling == "spaced":
+        return json.dumps(document, separators=(" , ", " : ")).encode()
+    if spelling == "indented":
+        return json.dumps(document, indent=3).encode()
+    if spelling == "escaped":
+        # ASCII-only, "\/" for every slash, and keys and "token_id:N" strings with a \u escape.
+        text = json.dumps(document, ensure_ascii=True).replace("/", "\\/")
+        for key in _KEYS:
+            text = re.sub(f'"{key}"(\\s*):', lambda m, key=key: f'"\\u{ord(key[0]):04x}{key[1:]}"{m.group(1)}:', text)
+        text = text.replace('"token_id:', '"\\u0074oken_id:')
+        return text.encode()
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+SPELLINGS = ["compact", "spaced", "indented", "escaped"]
+
+# --- hypothesis ----------------------------------------------------------------------------------
+
+token_ids = st.integers(0, 2**32 - 1) | st.integers(0, 40)
+logprobs = st.floats(min_value=-60.0, max_value=0.0, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def evidences(draw, *, max_tokens: int = 12, k: int | None = None) -> Evidence:
+    n = draw(st.integers(0 if k is None else 1, max_tokens))
+    ev = evidence(draw(st.lists(token_ids, min_size=n, max_size=n)), draw(st.lists(logprobs, min_size=n, max_size=n)),
+                  draw(st.lists(token_ids, min_size=1, max_size=4)))
+    if k is not None:
+        width = k + 2 + draw(st.integers(0, 2))
+        weights = [draw(st.lists(st.integers(1, 10**6), min_size=width, max_size=width, unique=True)) for _ in range(n)]
+        with_head(ev, k, weights)
+    return ev
