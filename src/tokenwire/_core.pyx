@@ -440,7 +440,7 @@ class _Kernels(_reference._Choice):
             raise MemoryError()
         return bad
 
-    def compact_sampled(self, ids, row_ids, row_values, offsets):
+    def compact_rows(self, ids, row_ids, row_values, offsets):
         cdef size_t n = len(ids)
         cdef int kind = 0
         cdef ptrdiff_t row = -1
@@ -450,21 +450,21 @@ class _Kernels(_reference._Choice):
         cdef const int64_t *sampled_ids
         cdef float[::1] out
         cdef int simd = _path == TW_PATH_AVX512
-        sampled = np.empty(n, dtype=np.float32)
+        sampled = np.zeros(n, dtype=np.float32)
         if n == 0:
-            return sampled
+            return sampled, None
         rids = row_ids
         vals = row_values
         out = sampled
         sampled_ids = _i64(ids)
         with nogil:
             row = tw_compact_rows(&rids[0], &vals[0], &offs[0], n, sampled_ids, &out[0], &kind, simd)
-        if row >= 0:
-            if kind == TW_ROW_NOMEM:
-                raise MemoryError()
-            self.fail("Repeated compact logprobs disagree" if kind == TW_ROW_REPEAT_DISAGREE
-                      else "Missing compact sampled-token evidence", "compact_logprobs", row)
-        return sampled
+        if row < 0:
+            return sampled, None
+        if kind == TW_ROW_NOMEM:
+            raise MemoryError()
+        return sampled, (row, "Repeated compact logprobs disagree" if kind == TW_ROW_REPEAT_DISAGREE
+                         else "Missing compact sampled-token evidence")
 
 
 class _ScannedChoice(_Kernels):

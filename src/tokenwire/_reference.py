@@ -13,6 +13,7 @@ import ast
 import base64
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -148,11 +149,175 @@ class _Choice:
                 return index
         return -1
 
-    def compact_sampled(
+    def compact_rows(
         self, ids: np.ndarray, row_ids: np.ndarray, row_values: np.ndarray, offsets: np.ndarray
-    ) -> np.ndarray:
-        """The per-row rules of compact logprobs without a head; the sampled values."""
-        return compact_rows(ids.tolist(), row_ids, row_values, offsets.tolist(), 0, None, None, self)[0]
+    ) -> tuple[np.ndarray, tuple[int, str] | None]:
+        """The per-row rules of compact logprobs: the sampled values (float32), and the first
+        row that breaks a rule with its reason (or None)."""
+        sampled = np.zeros(len(ids), dtype=np.float32)
+        bounds = offsets.tolist()
+        for index, token_id in enumerate(ids.tolist()):
+            start, end = bounds[index], bounds[index + 1]
+            items = list(zip(row_ids[start:end].tolist(), row_values[start:end].tolist()))
+            # The engine's flat storage may repeat the sampled id inside its row; a dict
+            # keeps the first position and the last value, exactly as vLLM's own dict would.
+            row = dict(items)
+            if any(row[i] != p for i, p in items):
+                return sampled, (index, "Repeated compact logprobs disagree")
+            if token_id not in row or row[token_id] == VLLM_LOGPROB_SENTINEL:
+                return sampled, (index, "Missing compact sampled-token evidence")
+            sampled[index] = row[token_id]
+        return sampled, None
+
+    def compact_candidates(
+        self, row_ids: np.ndarray, row_values: np.ndarray, offsets: np.ndarray, num_top: int
+    ) -> Candidates:
+        """The head candidates of each compact row: its first ``max(num_top, 1)`` distinct ids
+        in row order (a dict built from the row keeps the first position of a repeat)."""
+        rows = []
+        bounds = offsets.tolist()
+        for index in range(len(bounds) - 1):
+            start, end = bounds[index], bounds[index + 1]
+            row = dict(zip(row_ids[start:end].tolist(), row_values[start:end].tolist()))
+            rows.append(list(row.items())[: max(num_top, 1)])
+        return Candidates.from_rows(rows)
+
+    def native_entries(self, content: list[Any], ids: np.ndarray, want_top: bool) -> NativeEntries:
+        """Both passes over native ``logprobs.content`` records (see :class:`NativeEntries`)."""
+        ids_list = ids.tolist()
+        sampled = np.zeros(len(ids_list), dtype=np.float64)
+        sampled_err = None
+        for index, entry in enumerate(content):
+            logprob = entry.get("logprob") if isinstance(entry, dict) else None
+            if not isinstance(entry, dict):
+                sampled_err = (index, "not_object")
+            elif _logprob_token_id(entry) != ids_list[index]:
+                sampled_err = (index, "token")
+            elif isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
+                sampled_err = (index, "number")
+            elif not math.isfinite(logprob):
+                sampled_err = (index, "finite")
+            elif logprob == VLLM_LOGPROB_SENTINEL:
+                sampled_err = (index, "evidence")
+            else:
+                sampled[index] = logprob
+                continue
+            break
+        rows: list[list[tuple[int, float]]] = []
+        entry_lps = np.zeros(len(ids_list), dtype=np.float64)
+        top_err = None
+        for index, entry in enumerate(content if want_top else ()):
+            head, problem = _native_head(entry)
+            if problem is None:
+                logprob = entry.get("logprob")
+                if isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
+                    problem = "sampled_not_number"
+                else:
+                    entry_lps[index] = logprob
+            if problem is not None:
+                top_err = (index, problem)
+                break
+            rows.append(list(head.items()))
+        rows += [[] for _ in range(len(ids_list) - len(rows))]
+        return NativeEntries(sampled, sampled_err, Candidates.from_rows(rows), entry_lps, top_err)
+
+    def heads(
+        self,
+        ids: np.ndarray,
+        candidates: Candidates,
+        sampled_lps: np.ndarray,
+        k: int,
+        supports: Ragged | None,
+        limit: int,
+    ) -> tuple[Ragged, Ragged, tuple[int, str] | None]:
+        """The head of each of the first ``limit`` tokens (ids int64, logprobs float64), and
+        the first token whose head breaks a rule with the reason (or None)."""
+        top_ids: list[list[int]] = []
+        top_logprobs: list[list[float]] = []
+        bounds = candidates.offsets.tolist()
+        cand_ids, cand_lps = candidates.ids.tolist(), candidates.logprobs.tolist()
+        ids_list, sampled = ids.tolist(), sampled_lps.tolist()
+        bad = None
+        for t in range(limit):
+            head = dict(zip(cand_ids[bounds[t] : bounds[t + 1]], cand_lps[bounds[t] : bounds[t + 1]]))
+            support = supports[t].tolist() if supports is not None else None
+            try:
+                chosen_ids, chosen_lps = select_head(head, ids_list[t], sampled[t], k, support)
+            except MalformedResponseError as exc:
+                bad = (t, exc.reason)
+                break
+            top_ids.append(chosen_ids)
+            top_logprobs.append(chosen_lps)
+        return Ragged.from_lists(top_ids, np.int64), Ragged.from_lists(top_logprobs, np.float64), bad
+
+    def length(self, value: list[Any], path: str) -> int:
+        """The length of the JSON array at ``path`` (the compiled core counts it in the raw
+        bytes when the parsed copy of a big array was left empty)."""
+        return len(value)
+
+    def original(self, value: Any, path: str) -> Any:
+        """The value at ``path`` as the document holds it (for ``GenerateChoice.raw``)."""
+        return value
+
+
+@dataclass
+class Candidates:
+    """Head candidates per token in CSR form, ids distinct within a token, in engine order."""
+
+    offsets: np.ndarray  # int64, n + 1
+    ids: np.ndarray  # int64
+    logprobs: np.ndarray  # float64
+
+    @classmethod
+    def from_rows(cls, rows: list[list[tuple[int, float]]]) -> Candidates:
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in rows], out=offsets[1:])
+        ids = np.array([i for r in rows for i, _ in r], dtype=np.int64)
+        logprobs = np.array([p for r in rows for _, p in r], dtype=np.float64)
+        return cls(offsets, ids, logprobs)
+
+
+@dataclass
+class NativeEntries:
+    """Both passes over native ``logprobs.content``, each with its first failing entry.
+
+    ``sampled``/``sampled_err``: the entries' logprobs as sampled-token evidence, and
+    ``(index, code)`` of the first entry that is not (codes: ``not_object``, ``token``,
+    ``number``, ``finite``, ``evidence``). ``candidates``/``entry_lps``/``top_err``: each
+    entry's ``top_logprobs`` and own logprob, and the first entry whose candidates break a
+    rule (``missing_top``, ``top_not_object``, ``top_no_id``, ``top_not_finite``,
+    ``top_positive``, ``top_duplicate``, ``sampled_not_number``); entries from there on have
+    no candidates.
+    """
+
+    sampled: np.ndarray
+    sampled_err: tuple[int, str] | None
+    candidates: Candidates
+    entry_lps: np.ndarray
+    top_err: tuple[int, str] | None
+
+
+def _native_head(entry: Any) -> tuple[dict[int, float], str | None]:
+    """One entry's ``top_logprobs`` as ``{id: logprob}``, or the code of its first problem."""
+    candidates = entry.get("top_logprobs") if isinstance(entry, dict) else None
+    if not isinstance(candidates, list) or not candidates:
+        return {}, "missing_top"
+    head: dict[int, float] = {}
+    for candidate in candidates:
+        if not isinstance(candidate, dict):
+            return head, "top_not_object"
+        token_id = _logprob_token_id(candidate)
+        if token_id is None:
+            return head, "top_no_id"
+        logprob = candidate.get("logprob")
+        if isinstance(logprob, bool) or not isinstance(logprob, (int, float)) or not math.isfinite(logprob):
+            return head, "top_not_finite"
+        if logprob > 1e-6:
+            return head, "top_positive"
+        if token_id in head:
+            return head, "top_duplicate"
+        head[token_id] = float(logprob)
+    return head, None
 
 
 def _int_list(c: _Choice, value: Any, field: str, high: int, reason: str) -> np.ndarray:
@@ -224,37 +389,53 @@ def _logprob_token_id(entry: dict[str, Any]) -> int | None:
     return None
 
 
-def _parse_native_logprobs(choice: dict[str, Any], ids_array: np.ndarray, c: _Choice) -> np.ndarray:
+_NATIVE_SAMPLED = {
+    "not_object": "{at} must be an object.",
+    "token": "{at}.token must be 'token_id:{id}'.",
+    "number": "{at}.logprob must be a number.",
+    "finite": "{at}.logprob must be finite.",
+    "evidence": "{at}.logprob does not contain sampling evidence.",
+}
+_NATIVE_TOP = {
+    "missing_top": "Missing requested top logprobs",
+    "top_not_object": "Top logprob must be an object",
+    "top_no_id": "Top logprob must identify a nonnegative token id",
+    "top_not_finite": "Top logprob must be finite",
+    "top_positive": "Top logprob cannot be positive",
+    "top_duplicate": "Duplicate top logprob token id",
+    "sampled_not_number": "{at}.logprob must be a number.",
+}
+
+
+def _native_message(messages: dict[str, str], code: str, index: int, ids: np.ndarray) -> str:
+    at = f"Engine response choice.logprobs.content[{index}]"
+    return messages[code].format(at=at, id=int(ids[index]))
+
+
+def _parse_native_logprobs(
+    choice: dict[str, Any], ids: np.ndarray, c: _Choice, want_top: bool = False
+) -> tuple[np.ndarray, NativeEntries]:
+    """The sampled logprobs from native records; with ``want_top`` the same read also
+    collects the head candidates, for :func:`_parse_native_heads`."""
     field = "logprobs.content"
-    ids = ids_array.tolist()
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict):
         c.fail("Engine response choice.logprobs must be an object.", "logprobs")
     content = logprobs.get("content")
     if not isinstance(content, list):
         c.fail("Engine response choice.logprobs.content must be a list.", field)
-    if len(content) != len(ids):
+    count = c.length(content, field)
+    if count != len(ids):
         c.fail(
             "Engine response completion token count "
-            f"({len(ids)}) does not match logprob count ({len(content)}).",
+            f"({len(ids)}) does not match logprob count ({count}).",
             field,
         )
-    values = np.empty(len(ids), dtype=np.float64)
-    for index, entry in enumerate(content):
-        at = f"Engine response choice.logprobs.content[{index}]"
-        if not isinstance(entry, dict):
-            c.fail(f"{at} must be an object.", field, index)
-        if _logprob_token_id(entry) != ids[index]:
-            c.fail(f"{at}.token must be 'token_id:{ids[index]}'.", field, index)
-        logprob = entry.get("logprob")
-        if isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
-            c.fail(f"{at}.logprob must be a number.", field, index)
-        if not math.isfinite(logprob):
-            c.fail(f"{at}.logprob must be finite.", field, index)
-        if logprob == VLLM_LOGPROB_SENTINEL:
-            c.fail(f"{at}.logprob does not contain sampling evidence.", field, index)
-        values[index] = logprob
-    return values
+    entries = c.native_entries(content, ids, want_top)
+    if entries.sampled_err is not None:
+        index, code = entries.sampled_err
+        c.fail(_native_message(_NATIVE_SAMPLED, code, index, ids), field, index)
+    return entries.sampled, entries
 
 
 # --- sampling mask -------------------------------------------------------------------------------
@@ -405,99 +586,43 @@ def _parse_compact_logprobs(
     if k is None:
         # Without a head the rows' own errors come first (renderers never looks at the mask
         # then); with one, the support decides the head, so it is checked before the rows.
-        sampled = c.compact_sampled(ids, row_ids, row_values, offsets)
+        sampled, bad = c.compact_rows(ids, row_ids, row_values, offsets)
+        if bad is not None:
+            c.fail(bad[1], field, bad[0])
         return sampled, None, None, _parse_sampling_mask(choice, ids, c)
     supports = _parse_sampling_mask(choice, ids, c)
-    sampled, top_ids, top_logprobs = compact_rows(
-        ids.tolist(), row_ids, row_values, offsets.tolist(), num_top, k, supports, c
-    )
-    return sampled, top_ids, top_logprobs, supports
-
-
-def compact_rows(
-    ids: list[int],
-    row_ids: np.ndarray,
-    row_values: np.ndarray,
-    offsets: list[int],
-    num_top: int,
-    k: int | None,
-    supports: Ragged | None,
-    c: _Choice,
-) -> tuple[np.ndarray, Ragged | None, Ragged | None]:
-    """Per-row rules of compact logprobs, and the head of each row when ``k`` is given."""
-    field = "compact_logprobs"
-    sampled = np.empty(len(ids), dtype=np.float32)
-    top_ids: list[list[int]] = []
-    top_logprobs: list[list[float]] = []
-    for index, token_id in enumerate(ids):
-        start, end = offsets[index], offsets[index + 1]
-        items = list(zip(row_ids[start:end].tolist(), row_values[start:end].tolist()))
-        # The engine's flat storage may repeat the sampled id inside its row; a dict keeps
-        # the first position and the last value, exactly as vLLM's own dict would.
-        row = dict(items)
-        if any(row[i] != p for i, p in items):
-            c.fail("Repeated compact logprobs disagree", field, index)
-        if token_id not in row or row[token_id] == VLLM_LOGPROB_SENTINEL:
-            c.fail("Missing compact sampled-token evidence", field, index)
-        sampled[index] = row[token_id]
-        if k is not None:
-            head = dict(list(row.items())[: max(num_top, 1)])
-            support = supports[index].tolist() if supports is not None else None
-            selected = _head_or_fail(c, field, index, head, token_id, row[token_id], k, support)
-            top_ids.append(selected[0])
-            top_logprobs.append(selected[1])
-    if k is None:
-        return sampled, None, None
-    return sampled, Ragged.from_lists(top_ids, np.int64), Ragged.from_lists(top_logprobs, np.float32)
+    sampled, bad = c.compact_rows(ids, row_ids, row_values, offsets)
+    candidates = c.compact_candidates(row_ids, row_values, offsets, num_top)
+    # Rows are checked in order, a row's own rules before its head: a head error in an
+    # earlier row comes first, then the row error.
+    limit = len(ids) if bad is None else bad[0]
+    top_ids, top_logprobs, head_bad = c.heads(ids, candidates, sampled.astype(np.float64), k, supports, limit)
+    if head_bad is not None:
+        c.fail(head_bad[1], field, head_bad[0])
+    if bad is not None:
+        c.fail(bad[1], field, bad[0])
+    return sampled, top_ids, Ragged(top_logprobs.offsets, top_logprobs.values.astype(np.float32)), supports
 
 
 def _parse_native_heads(
-    choice: dict[str, Any], ids_array: np.ndarray, k: int, c: _Choice
+    choice: dict[str, Any], ids: np.ndarray, k: int, c: _Choice, entries: NativeEntries | None = None
 ) -> tuple[Ragged, Ragged, Ragged | None]:
     field = "logprobs.content"
-    ids = ids_array.tolist()
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not isinstance(content, list) or len(content) != len(ids):
+    if not isinstance(content, list) or c.length(content, field) != len(ids):
         c.fail("Missing requested top logprobs", field)
-    supports = _parse_sampling_mask(choice, ids_array, c)
-    top_ids: list[list[int]] = []
-    top_logprobs: list[list[float]] = []
-    for index, (sampled_id, entry) in enumerate(zip(ids, content)):
-        candidates = entry.get("top_logprobs") if isinstance(entry, dict) else None
-        if not isinstance(candidates, list) or not candidates:
-            c.fail("Missing requested top logprobs", field, index)
-        head: dict[int, float] = {}
-        for candidate in candidates:
-            if not isinstance(candidate, dict):
-                c.fail("Top logprob must be an object", field, index)
-            token_id = _logprob_token_id(candidate)
-            if token_id is None:
-                c.fail("Top logprob must identify a nonnegative token id", field, index)
-            logprob = candidate.get("logprob")
-            if (
-                isinstance(logprob, bool)
-                or not isinstance(logprob, (int, float))
-                or not math.isfinite(logprob)
-            ):
-                c.fail("Top logprob must be finite", field, index)
-            if logprob > 1e-6:
-                c.fail("Top logprob cannot be positive", field, index)
-            if token_id in head:
-                c.fail("Duplicate top logprob token id", field, index)
-            head[token_id] = float(logprob)
-        sampled_logprob = entry.get("logprob")
-        if isinstance(sampled_logprob, bool) or not isinstance(sampled_logprob, (int, float)):
-            c.fail(f"Engine response choice.logprobs.content[{index}].logprob must be a number.", field, index)
-        support = supports[index].tolist() if supports is not None else None
-        selected = _head_or_fail(c, field, index, head, sampled_id, sampled_logprob, k, support)
-        top_ids.append(selected[0])
-        top_logprobs.append(selected[1])
-    return (
-        Ragged.from_lists(top_ids, np.int64),
-        Ragged.from_lists(top_logprobs, np.float64),
-        supports,
-    )
+    supports = _parse_sampling_mask(choice, ids, c)
+    if entries is None:  # the sampled logprobs came from another transport
+        entries = c.native_entries(content, ids, True)
+    limit = len(ids) if entries.top_err is None else entries.top_err[0]
+    top_ids, top_logprobs, head_bad = c.heads(ids, entries.candidates, entries.entry_lps, k, supports, limit)
+    if head_bad is not None:
+        c.fail(head_bad[1], field, head_bad[0])
+    if entries.top_err is not None:
+        index, code = entries.top_err
+        c.fail(_native_message(_NATIVE_TOP, code, index, ids), field, index)
+    return top_ids, top_logprobs, supports
 
 
 # --- routed experts ------------------------------------------------------------------------------
@@ -600,15 +725,16 @@ def _parse_choice(c: _Choice, choice: Any, k: int | None, require_logprobs: bool
         logprobs, top_ids, top_logprobs, mask = _parse_compact_logprobs(choice, ids, k, c)
         consumed.append("compact_logprobs")
     else:
+        entries = None
         if choice.get("completion_logprobs") is not None:
             logprobs = _parse_packed_logprobs(choice["completion_logprobs"], len(ids), c)
             consumed.append("completion_logprobs")
         elif choice.get("logprobs") is not None or require_logprobs or k is not None:
-            logprobs = _parse_native_logprobs(choice, ids, c)
+            logprobs, entries = _parse_native_logprobs(choice, ids, c, want_top=k is not None)
         else:
             logprobs = None
         if k is not None:
-            top_ids, top_logprobs, mask = _parse_native_heads(choice, ids, k, c)
+            top_ids, top_logprobs, mask = _parse_native_heads(choice, ids, k, c, entries)
             consumed.append("logprobs")
         else:
             mask = _parse_sampling_mask(choice, ids, c)
@@ -624,7 +750,7 @@ def _parse_choice(c: _Choice, choice: Any, k: int | None, require_logprobs: bool
         sampling_mask=mask,
         routed_experts=_parse_routed_experts(routed, c) if routed is not None else None,
         finish_reason=choice.get("finish_reason"),
-        raw={key: value for key, value in choice.items() if key not in consumed},
+        raw={key: c.original(value, key) for key, value in choice.items() if key not in consumed},
     )
 
 
