@@ -15,6 +15,7 @@ cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 import orjson
 
@@ -234,6 +235,28 @@ cdef extern from "tw_scan.h" nogil:
     int tw_count_nested(const char *buf, const tw_value *v, size_t *total)
     int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max, int64_t *offsets, int32_t *values, size_t *err_row)
     size_t tw_unescape(const char *buf, const tw_value *v, char *dst)
+    int tw_blank_field(tw_doc *doc, size_t ci, int field)
+
+
+cdef extern from "tw_native.h" nogil:
+    ctypedef struct tw_native_result:
+        ptrdiff_t sampled_err
+        int sampled_code
+        ptrdiff_t top_err
+        int top_code
+        size_t ncand
+    ctypedef struct tw_native_cands:
+        int64_t *ids
+        double *lps
+        size_t cap
+        int grow
+    enum:
+        TW_NATIVE_OK
+        TW_NATIVE_NOMEM
+    void tw_native_cands_free(tw_native_cands *c)
+    int tw_native_parse(const char *buf, const tw_value *content, size_t n, const int64_t *ids, int want_top,
+                        double *sampled, int64_t *coff, double *entry_lps, tw_native_cands *cands,
+                        tw_native_result *res)
 
 
 cdef extern from "tw_validate.h" nogil:
@@ -267,7 +290,12 @@ _FIELDS = {
     "kept_tokens.counts": TW_F_KT_COUNTS,
     "routed_experts": TW_F_ROUTED,
     "routed_experts.data": TW_F_RE_DATA,
+    "logprobs.content": TW_F_LOGPROBS_CONTENT,
 }
+# tw_native's codes, as the reference names them.
+_NATIVE_CODES = (None, "not_object", "token", "number", "finite", "evidence", "missing_top",
+                 "top_not_object", "top_no_id", "top_not_finite", "top_positive", "top_duplicate",
+                 "sampled_not_number")
 _PROMPT = -1
 
 
@@ -340,6 +368,11 @@ cdef class _Scan:
             raise MalformedResponseError(
                 f"invalid JSON: {self.doc.err_msg.decode()} at byte {self.doc.err_pos}"
             )
+        # Native per-token records are read in C: orjson need not build their objects.
+        for i in range(self.doc.nchoices):
+            if self.doc.choice[i].f[TW_F_LOGPROBS_CONTENT].type == TW_T_ARRAY:
+                if tw_blank_field(&self.doc, i, TW_F_LOGPROBS_CONTENT) != TW_OK:
+                    raise MemoryError()
         stripped = PyBytes_FromStringAndSize(NULL, tw_stripped_size(&self.doc, n))
         dst = PyBytes_AS_STRING(stripped)
         with nogil:
@@ -491,6 +524,65 @@ class _ScannedChoice(_Kernels):
         cdef _Scan scan = self.scan
         cdef const tw_value *v = scan.value(self.index, path)
         return super().blob(value, path) if v == NULL else _decode(scan.buf, v, scan.path)
+
+    def length(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.value(self.index, path)
+        return v.count if v != NULL and v.type == TW_T_ARRAY else super().length(value, path)
+
+    def original(self, value, path):
+        """``logprobs`` with its ``content`` as the document holds it (the parsed copy's was
+        left empty for the C reader)."""
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.value(self.index, "logprobs.content")
+        if path != "logprobs" or not isinstance(value, dict) or v == NULL or v.type != TW_T_ARRAY:
+            return value
+        return {**value, "content": orjson.loads(PyBytes_FromStringAndSize(scan.buf + v.start, v.end - v.start))}
+
+    def native_entries(self, content, ids, want_top):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.value(self.index, "logprobs.content")
+        cdef size_t n = len(ids)
+        cdef tw_native_cands cands
+        cdef tw_native_result res
+        cdef int rc
+        cdef int top = bool(want_top)
+        cdef double[::1] sampled_view, entry_view
+        cdef int64_t[::1] coff_view
+        cdef const int64_t *ids_ptr
+        if v == NULL or v.type != TW_T_ARRAY:
+            return super().native_entries(content, ids, want_top)
+        sampled = np.zeros(n + 1, dtype=np.float64)  # one spare element: never an empty view
+        entry_lps = np.zeros(n + 1, dtype=np.float64)
+        coff = np.zeros(n + 1, dtype=np.int64)
+        sampled_view, entry_view, coff_view = sampled, entry_lps, coff
+        ids_ptr = _i64(ids)
+        cands.ids = NULL
+        cands.lps = NULL
+        cands.cap = 0
+        cands.grow = 1
+        try:
+            with nogil:
+                rc = tw_native_parse(scan.buf, v, n, ids_ptr, top, &sampled_view[0], &coff_view[0],
+                                     &entry_view[0], &cands, &res)
+            if rc == TW_NATIVE_NOMEM:
+                raise MemoryError()
+            if rc != TW_NATIVE_OK:
+                raise AssertionError(f"tokenwire: native records could not be read (code {rc})")
+            cand_ids = np.empty(res.ncand, dtype=np.int64)
+            cand_lps = np.empty(res.ncand, dtype=np.float64)
+            if res.ncand:
+                memcpy(cnp.PyArray_DATA(cand_ids), cands.ids, res.ncand * sizeof(int64_t))
+                memcpy(cnp.PyArray_DATA(cand_lps), cands.lps, res.ncand * sizeof(double))
+        finally:
+            tw_native_cands_free(&cands)
+        return _reference.NativeEntries(
+            sampled[:n],
+            None if res.sampled_err < 0 else (res.sampled_err, _NATIVE_CODES[res.sampled_code]),
+            _reference.Candidates(coff, cand_ids, cand_lps),
+            entry_lps[:n],
+            None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code]),
+        )
 
 
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
