@@ -238,6 +238,31 @@ cdef extern from "tw_scan.h" nogil:
     int tw_blank_field(tw_doc *doc, size_t ci, int field)
 
 
+cdef extern from "tw_heads.h" nogil:
+    enum:
+        TW_HEAD_NOMEM
+    ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids,
+                              const double *cand_lps, const int64_t *sampled_ids,
+                              const double *sampled_lps, int64_t k, const int64_t *soff,
+                              const int32_t *sup, int64_t *out_off, int64_t *out_ids,
+                              double *out_lps, int *code, int simd)
+    int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                              const float *row_vals, int64_t num_top, int64_t *coff,
+                              int64_t *cand_ids, double *cand_lps, int simd)
+
+
+# tw_heads' codes, as the reference words them; and its path numbers for ours.
+_HEAD_REASONS = (None, "Sampler head and sampled-token logprob disagree",
+                 "Missing sampling-support probabilities",
+                 "Sampler probabilities must normalize over the recorded support",
+                 "Invalid sampler head probability mass",
+                 "Engine returned fewer top logprobs than requested")
+
+
+cdef inline int _heads_path() noexcept:
+    return 0 if _path == TW_PATH_SCALAR else (2 if _path == TW_PATH_AVX2 else 3)
+
+
 cdef extern from "tw_native.h" nogil:
     ctypedef struct tw_native_result:
         ptrdiff_t sampled_err
@@ -498,6 +523,66 @@ class _Kernels(_reference._Choice):
             raise MemoryError()
         return sampled, (row, "Repeated compact logprobs disagree" if kind == TW_ROW_REPEAT_DISAGREE
                          else "Missing compact sampled-token evidence")
+
+
+    def compact_candidates(self, row_ids, row_values, offsets, num_top):
+        cdef size_t n = len(offsets) - 1
+        cdef const int64_t[::1] roff = offsets
+        cdef const uint32_t[::1] rids = row_ids if len(row_ids) else np.zeros(1, np.uint32)
+        cdef const float[::1] rvals = row_values if len(row_values) else np.zeros(1, np.float32)
+        cdef int64_t top = min(num_top, 2**62)
+        cdef int rc
+        cdef int simd = _heads_path()
+        total = max(int(offsets[n]), 1)
+        coff = np.zeros(n + 1, dtype=np.int64)
+        cand_ids = np.empty(total, dtype=np.int64)
+        cand_lps = np.empty(total, dtype=np.float64)
+        cdef int64_t[::1] coff_view = coff, ids_view = cand_ids
+        cdef double[::1] lps_view = cand_lps
+        with nogil:
+            rc = tw_compact_candidates(n, &roff[0], &rids[0], &rvals[0], top, &coff_view[0],
+                                       &ids_view[0], &lps_view[0], simd)
+        if rc == TW_HEAD_NOMEM:
+            raise MemoryError()
+        end = int(coff[n])
+        return _reference.Candidates(coff, cand_ids[:end], cand_lps[:end])
+
+    def heads(self, ids, candidates, sampled_lps, k, supports, limit):
+        cdef size_t n = limit
+        cdef const int64_t[::1] coff = candidates.offsets
+        cdef const int64_t[::1] cids = candidates.ids if len(candidates.ids) else np.zeros(1, np.int64)
+        cdef const double[::1] clps = candidates.logprobs if len(candidates.logprobs) else np.zeros(1)
+        cdef const int64_t *sampled_ids = _i64(ids) if len(ids) else NULL
+        cdef const double[::1] slps = sampled_lps if len(sampled_lps) else np.zeros(1)
+        cdef const int64_t *soff = NULL
+        cdef const int32_t *sup = NULL
+        cdef const int64_t[::1] soff_view
+        cdef const int32_t[::1] sup_view
+        cdef int code = 0
+        cdef int simd = _heads_path()
+        cdef ptrdiff_t bad
+        cdef int64_t kk = k
+        total = max(int(candidates.offsets[n]) - int(candidates.offsets[0]), 1)
+        out_off = np.zeros(n + 1, dtype=np.int64)
+        out_ids = np.empty(total, dtype=np.int64)
+        out_lps = np.empty(total, dtype=np.float64)
+        cdef int64_t[::1] off_view = out_off, oid_view = out_ids
+        cdef double[::1] olp_view = out_lps
+        if supports is not None:
+            soff_view = supports.offsets
+            sup_view = supports.values if len(supports.values) else np.zeros(1, np.int32)
+            soff = &soff_view[0]
+            sup = &sup_view[0]
+        if n:
+            with nogil:
+                bad = tw_select_heads(n, &coff[0], &cids[0], &clps[0], sampled_ids, &slps[0], kk, soff,
+                                      sup, &off_view[0], &oid_view[0], &olp_view[0], &code, simd)
+            if bad >= 0:
+                if code == TW_HEAD_NOMEM:
+                    raise MemoryError()
+                return None, None, (bad, _HEAD_REASONS[code])
+        end = int(out_off[n])
+        return Ragged(out_off, out_ids[:end]), Ragged(out_off.copy(), out_lps[:end]), None
 
 
 class _ScannedChoice(_Kernels):

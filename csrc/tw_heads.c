@@ -1,0 +1,1048 @@
+#include "tw_heads.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(TW_NO_SIMD)
+#define TW_X86 1
+#include <immintrin.h>
+#define TW_AVX2_TARGET "avx2,fma"
+#define TW_AVX512_TARGET "avx512f,avx512cd,avx512vl,avx512bw,avx512dq,bmi2,popcnt,fma"
+#endif
+
+/* vLLM's value for a filtered-out candidate. */
+#define HEAD_SENTINEL (-9999.0)
+/* select_head's thresholds: the head's mass, and the support's normalization tolerance. */
+#define MASS_LIMIT 1.0001
+#define NORM_TOL 1e-4
+/* Tokens per block: the heads of a block are selected, then their sums are checked. */
+#define TOKEN_BLOCK 256
+
+/* ------------------------------------------------------------------------------------------
+ * Exact sums.
+ *
+ * A nonnegative finite double is an integer multiple of 2^-1074 below 2^1024, so any sum of
+ * fewer than 2^64 of them is an integer below 2^2162 in units of 2^-1074: a fixed-point
+ * accumulator of 36 64-bit limbs (2304 bits) holds it exactly, and rounding it once to the
+ * nearest double (ties to even) gives the correctly rounded sum, which is math.fsum's result.
+ * ------------------------------------------------------------------------------------------ */
+
+#define ACC_LIMBS 36
+
+typedef struct {
+    uint64_t w[ACC_LIMBS];
+} exact_acc;
+
+static void acc_add(exact_acc *a, double x) {
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    unsigned e = (unsigned)(bits >> 52) & 0x7FFu;
+    uint64_t m = bits & ((UINT64_C(1) << 52) - 1);
+    unsigned pos = 0; /* x = m * 2^(pos - 1074) */
+    if (e) {
+        m |= UINT64_C(1) << 52;
+        pos = e - 1;
+    }
+    if (!m) return;
+    unsigned w = pos >> 6, s = pos & 63;
+    uint64_t lo = m << s, hi = s ? m >> (64 - s) : 0;
+    uint64_t old = a->w[w];
+    a->w[w] = old + lo;
+    hi += a->w[w] < old; /* hi < 2^53: no overflow */
+    old = a->w[w + 1];
+    a->w[w + 1] = old + hi;
+    int carry = a->w[w + 1] < old;
+    for (unsigned i = w + 2; carry && i < ACC_LIMBS; i++) carry = ++a->w[i] == 0;
+}
+
+static unsigned top_bit(uint64_t v) { /* v != 0 */
+#if defined(__GNUC__) || defined(__clang__)
+    return 63u - (unsigned)__builtin_clzll(v);
+#else
+    unsigned b = 0;
+    while (v >>= 1) b++;
+    return b;
+#endif
+}
+
+/* 64 bits of the accumulator starting at bit `from`. */
+static uint64_t acc_bits(const exact_acc *a, unsigned from) {
+    unsigned w = from >> 6, s = from & 63;
+    uint64_t v = a->w[w] >> s;
+    if (s && w + 1 < ACC_LIMBS) v |= a->w[w + 1] << (64 - s);
+    return v;
+}
+
+static double acc_round(const exact_acc *a) {
+    int top = ACC_LIMBS - 1;
+    while (top >= 0 && !a->w[top]) top--;
+    if (top < 0) return 0.0;
+    unsigned high = 64u * (unsigned)top + top_bit(a->w[top]);
+    if (high < 53) return ldexp((double)a->w[0], -1074); /* below 2^-1021: exact */
+    unsigned low = high - 52; /* the 53 bits kept are [low, high] */
+    uint64_t mant = acc_bits(a, low) & ((UINT64_C(1) << 53) - 1);
+    unsigned half = low - 1; /* the first bit dropped */
+    int round = (int)((a->w[half >> 6] >> (half & 63)) & 1);
+    int sticky = (a->w[half >> 6] & ((UINT64_C(1) << (half & 63)) - 1)) != 0;
+    for (unsigned i = 0; !sticky && i < (half >> 6); i++) sticky = a->w[i] != 0;
+    if (round && (sticky || (mant & 1))) {
+        mant++;
+        if (mant == (UINT64_C(1) << 53)) {
+            mant >>= 1;
+            low++;
+        }
+    }
+    return ldexp((double)mant, (int)low - 1074); /* +inf past DBL_MAX */
+}
+
+double tw_fsum_nonneg(const double *x, size_t n) {
+    int saved = errno;
+    exact_acc a;
+    memset(&a, 0, sizeof a);
+    int nan = 0, inf = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        if (v != v || v < 0)
+            nan = 1;
+        else if (v == INFINITY)
+            inf = 1;
+        else
+            acc_add(&a, v);
+    }
+    double s = nan ? NAN : inf ? INFINITY : acc_round(&a);
+    errno = saved;
+    return s;
+}
+
+double tw_fsum_exp(const double *p, size_t n) {
+    int saved = errno;
+    exact_acc a;
+    memset(&a, 0, sizeof a);
+    int nan = 0, inf = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = exp(p[i]);
+        if (v != v)
+            nan = 1;
+        else if (v == INFINITY)
+            inf = 1;
+        else
+            acc_add(&a, v);
+    }
+    double s = nan ? NAN : inf ? INFINITY : acc_round(&a);
+    errno = saved;
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Deciding the mass rules without exp() for every candidate.
+ *
+ * The rules compare R = fsum(exp(p)) (the correctly rounded sum of the C library's exp) with
+ * T = 1.0001 (MASS: R > T) and with 1 -/+ 1e-4 (NORMALIZE: |1 - R| <= 1e-4, where 1 - R is
+ * exact whenever R is within [0.5, 2]). Each token's sum is first estimated as
+ * S = fl(sum of F(p)) with a fast exp F for p in [-700, 1] (0 below -700):
+ *
+ *   |F(p) - exp(p)| <= 2^-40 exp(p)   F's error (see fast_exp), and the same is assumed of
+ *                                     the C library's exp E(p) (glibc's is < 1 ulp = 2^-52);
+ *   |F - E| <= 2^-1000                for p < -700, where F = 0 and E < exp(-700) < 2^-1010;
+ *   fl-summation of r terms >= 0, in any order, errs by at most (r-1) 2^-53 times their sum.
+ *
+ * So |S - sum E| <= S (r 2^-53 + 2^-39)(1 + 2^-20) + r 2^-1000, and
+ *   delta = S (r 2^-52 + 2^-37) + r 2^-999
+ * bounds it with room for the roundings of delta and of the comparisons. When S is farther
+ * than delta + 2^-50 t from a threshold t, the exact sum is more than 2^-51 t away from t,
+ * which is more than the rounding to R can move it (half an ulp), so R is on the same side
+ * of t as S. Otherwise, and when a value is NaN or above 1, the token's exact sum decides.
+ * ------------------------------------------------------------------------------------------ */
+
+#define FEXP_LO (-700.0)
+#define INVLN2 1.4426950408889634074       /* 1/ln 2 */
+#define SHIFT 6755399441055744.0            /* 1.5 * 2^52: adding it rounds to an integer */
+#define LN2HI 6.93147180369123816490e-01    /* ln 2 in its first 32 bits: k * LN2HI is exact */
+#define LN2LO 1.90821492927058770002e-10    /* ln 2 - LN2HI */
+/* Taylor coefficients 1/j!, j = 2..11 */
+#define C2 (1.0 / 2.0)
+#define C3 (1.0 / 6.0)
+#define C4 (1.0 / 24.0)
+#define C5 (1.0 / 120.0)
+#define C6 (1.0 / 720.0)
+#define C7 (1.0 / 5040.0)
+#define C8 (1.0 / 40320.0)
+#define C9 (1.0 / 362880.0)
+#define C10 (1.0 / 3628800.0)
+#define C11 (1.0 / 39916800.0)
+
+/*
+ * exp(x) for x in [-700, 1], as 2^k exp(r): k = round(x / ln 2) in [-1010, 2] and
+ * r = x - k ln 2 with |r| <= 0.34658 (k * LN2HI and x - k * LN2HI are exact; the rest errs
+ * by < 2^-53). exp(r) by its Taylor polynomial of degree 11: the remainder is
+ * < |r|^12 / 12! e^|r| < 2^-46 exp(r); the coefficients' roundings and those of the
+ * evaluation (Horner's rule in the vector code, Estrin's scheme here: at most 24 roundings
+ * on any term) stay < 24 2^-53 e^|r| / e^-|r| < 2^-47 exp(r). 2^k is built from k's bits,
+ * and scaling by it is exact (the result stays normal). In all, |F(x) - exp(x)| < 2^-45
+ * exp(x), well inside the 2^-40 used above.
+ */
+static inline double fast_exp(double x) {
+    double t = x * INVLN2 + SHIFT;
+    double kd = t - SHIFT;
+    double r = (x - kd * LN2HI) - kd * LN2LO;
+    /* Estrin's scheme: short dependency chains for scalar code */
+    double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    double p01 = 1.0 + r, p23 = C2 + C3 * r, p45 = C4 + C5 * r, p67 = C6 + C7 * r;
+    double p89 = C8 + C9 * r, p1011 = C10 + C11 * r;
+    double p03 = p01 + p23 * r2, p47 = p45 + p67 * r2, p811 = p89 + p1011 * r2;
+    double p = (p03 + p47 * r4) + p811 * r8;
+    uint64_t tb, sb;
+    memcpy(&tb, &t, sizeof tb);
+    sb = (tb + 1023) << 52; /* t's low bits are k: this is 2^k */
+    double scale;
+    memcpy(&scale, &sb, sizeof scale);
+    return p * scale;
+}
+
+static int is_close(double a, double b, double rel_tol, double abs_tol) {
+    if (a == b) return 1;
+    if (isinf(a) || isinf(b)) return 0;
+    double diff = fabs(b - a);
+    return diff <= fabs(rel_tol * b) || diff <= fabs(rel_tol * a) || diff <= abs_tol;
+}
+
+/* The rules on the exact sum, as select_head states them. */
+static int exact_verdict(const double *v, size_t r, int has_sup) {
+    double s = tw_fsum_exp(v, r);
+    if (has_sup && !is_close(s, 1.0, 0.0, NORM_TOL)) return TW_HEAD_NORMALIZE;
+    if (r == 0 || s > MASS_LIMIT) return TW_HEAD_MASS;
+    return TW_HEAD_OK;
+}
+
+static inline int near_limit(double s, double limit, double delta) {
+    return fabs(s - limit) <= delta + limit * 0x1p-50;
+}
+
+/* The rules from the estimate s of the token's sum (special: a value NaN or above 1; rel:
+   2^-37 or 2^-16 by the fast exp used). */
+static inline int sum_verdict(const double *v, size_t r, int has_sup, double s, int special,
+                              double rel) {
+    if (special) return exact_verdict(v, r, has_sup);
+    double delta = s * ((double)r * 0x1p-52 + rel) + (double)r * 0x1p-999;
+    if (near_limit(s, MASS_LIMIT, delta)) return exact_verdict(v, r, has_sup);
+    if (has_sup) {
+        if (near_limit(s, 1.0 - NORM_TOL, delta) || near_limit(s, 1.0 + NORM_TOL, delta))
+            return exact_verdict(v, r, has_sup);
+        if (!(s >= 1.0 - NORM_TOL && s <= 1.0 + NORM_TOL)) return TW_HEAD_NORMALIZE;
+    }
+    if (r == 0 || s > MASS_LIMIT) return TW_HEAD_MASS;
+    return TW_HEAD_OK;
+}
+
+static inline int too_few(size_t len, int64_t k) { return (int64_t)len - 2 < k; }
+
+#ifdef TW_X86
+/*
+ * The vector code's fast exp, for x in [-700, 1]: the range reduction (as in fast_exp) and the
+ * scaling by 2^k in double, exp(r) by its Taylor polynomial of degree 6 in single precision,
+ * twice as many lanes at a time. Rounding r to single precision changes exp(r) by < 2^-26;
+ * the remainder is < |r|^7 / 7! e^|r| < 2^-22 exp(r); rounding the coefficients to single
+ * precision < 2^-24 e^|r| / e^-|r| = 2^-23 exp(r); Horner's roundings < 12 2^-24 e^|r| / e^-|r|
+ * < 2^-19.4 exp(r). In all, |F(x) - exp(x)| < 2^-18 exp(x) (the bound used with it is 2^-16).
+ */
+#define F2 (1.0f / 2.0f)
+#define F3 (1.0f / 6.0f)
+#define F4 (1.0f / 24.0f)
+#define F5 (1.0f / 120.0f)
+#define F6 (1.0f / 720.0f)
+
+__attribute__((target(TW_AVX512_TARGET))) static inline void fast_exp16_avx512(__m512d x0, __m512d x1,
+                                                                              __m512d *e0,
+                                                                              __m512d *e1) {
+    const __m512d shift = _mm512_set1_pd(SHIFT), invln2 = _mm512_set1_pd(INVLN2);
+    const __m512d ln2hi = _mm512_set1_pd(LN2HI), ln2lo = _mm512_set1_pd(LN2LO);
+    __m512d t0 = _mm512_fmadd_pd(x0, invln2, shift), t1 = _mm512_fmadd_pd(x1, invln2, shift);
+    __m512d k0 = _mm512_sub_pd(t0, shift), k1 = _mm512_sub_pd(t1, shift);
+    __m512d r0 = _mm512_fnmadd_pd(k0, ln2lo, _mm512_fnmadd_pd(k0, ln2hi, x0));
+    __m512d r1 = _mm512_fnmadd_pd(k1, ln2lo, _mm512_fnmadd_pd(k1, ln2hi, x1));
+    __m512 r = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(r0)), _mm512_cvtpd_ps(r1), 1);
+    __m512 p = _mm512_set1_ps(F6);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(F5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(F4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(F3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(F2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i bias = _mm512_set1_epi64(1023);
+    __m512d s0 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(_mm512_castpd_si512(t0), bias), 52));
+    __m512d s1 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(_mm512_castpd_si512(t1), bias), 52));
+    *e0 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(p)), s0);
+    *e1 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1)), s1);
+}
+
+__attribute__((target(TW_AVX2_TARGET))) static inline void fast_exp8_avx2(__m256d x0, __m256d x1,
+                                                                         __m256d *e0, __m256d *e1) {
+    const __m256d shift = _mm256_set1_pd(SHIFT), invln2 = _mm256_set1_pd(INVLN2);
+    const __m256d ln2hi = _mm256_set1_pd(LN2HI), ln2lo = _mm256_set1_pd(LN2LO);
+    __m256d t0 = _mm256_fmadd_pd(x0, invln2, shift), t1 = _mm256_fmadd_pd(x1, invln2, shift);
+    __m256d k0 = _mm256_sub_pd(t0, shift), k1 = _mm256_sub_pd(t1, shift);
+    __m256d r0 = _mm256_fnmadd_pd(k0, ln2lo, _mm256_fnmadd_pd(k0, ln2hi, x0));
+    __m256d r1 = _mm256_fnmadd_pd(k1, ln2lo, _mm256_fnmadd_pd(k1, ln2hi, x1));
+    __m256 r = _mm256_set_m128(_mm256_cvtpd_ps(r1), _mm256_cvtpd_ps(r0));
+    __m256 p = _mm256_set1_ps(F6);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(F5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(F4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(F3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(F2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i bias = _mm256_set1_epi64x(1023);
+    __m256d s0 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(_mm256_castpd_si256(t0), bias), 52));
+    __m256d s1 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(_mm256_castpd_si256(t1), bias), 52));
+    *e0 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), s0);
+    *e1 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)), s1);
+}
+
+static int have_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("bmi2") &&
+           __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("fma");
+}
+
+static int have_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
+int tw_heads_best_path(void) {
+#ifdef TW_X86
+    if (have_avx512()) return TW_HEADS_AVX512;
+    if (have_avx2()) return TW_HEADS_AVX2;
+#endif
+    return TW_HEADS_SCALAR;
+}
+
+static int resolve_path(int simd) {
+    if (simd == TW_HEADS_SCALAR) return TW_HEADS_SCALAR;
+#ifdef TW_X86
+    if (simd == TW_HEADS_AVX512 && have_avx512()) return TW_HEADS_AVX512;
+    if (simd == TW_HEADS_AVX2 && have_avx2()) return TW_HEADS_AVX2;
+#endif
+    return tw_heads_best_path();
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Ranking: (value desc, id asc) on parallel id/value arrays.
+ * ------------------------------------------------------------------------------------------ */
+
+static inline int better(double va, int64_t ia, double vb, int64_t ib) {
+    return va > vb || (va == vb && ia < ib);
+}
+
+static void insertion_sort(int64_t *id, double *v, size_t m) {
+    for (size_t i = 1; i < m; i++) {
+        double x = v[i];
+        int64_t d = id[i];
+        if (!better(x, d, v[i - 1], id[i - 1])) continue;
+        size_t j = i;
+        do {
+            v[j] = v[j - 1];
+            id[j] = id[j - 1];
+            j--;
+        } while (j > 0 && better(x, d, v[j - 1], id[j - 1]));
+        v[j] = x;
+        id[j] = d;
+    }
+}
+
+/* Restore the heap [0, h) below i; the root of the heap is its worst entry. */
+static void sift_worst(int64_t *id, double *v, size_t h, size_t i) {
+    double x = v[i];
+    int64_t d = id[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h) break;
+        if (c + 1 < h && better(v[c], id[c], v[c + 1], id[c + 1])) c++;
+        if (!better(x, d, v[c], id[c])) break;
+        v[i] = v[c];
+        id[i] = id[c];
+        i = c;
+    }
+    v[i] = x;
+    id[i] = d;
+}
+
+/* Leave the best `need` (1 <= need <= m) of the m entries in [0, need), best first. */
+static void rank_top(int64_t *id, double *v, size_t m, size_t need) {
+    if (m <= 48) {
+        insertion_sort(id, v, m);
+        return;
+    }
+    for (size_t i = need / 2; i-- > 0;) sift_worst(id, v, need, i);
+    for (size_t j = need; j < m; j++) {
+        if (better(v[j], id[j], v[0], id[0])) {
+            v[0] = v[j];
+            id[0] = id[j];
+            sift_worst(id, v, need, 0);
+        }
+    }
+    for (size_t h = need; h > 1; h--) {
+        double x = v[0];
+        int64_t d = id[0];
+        v[0] = v[h - 1];
+        id[0] = id[h - 1];
+        v[h - 1] = x;
+        id[h - 1] = d;
+        sift_worst(id, v, h - 1, 0);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Selecting one token's head into its output slot.
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    int32_t *sup; /* a sorted copy of a large support */
+    size_t cap;
+} scratch;
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Keep the m ranked entries whose id is in the support; *r gets how many. */
+static int keep_support(int64_t *oid, double *olp, size_t m, const int32_t *sup, size_t slen,
+                        size_t *r, scratch *sc) {
+    size_t w = 0;
+    if (m <= 64 && slen <= 64) {
+        uint64_t marks = 0;
+        for (size_t s = 0; s < slen; s++) {
+            int64_t want = sup[s];
+            size_t j = 0;
+            while (j < m && oid[j] != want) j++;
+            if (j == m) return TW_HEAD_MISSING_SUPPORT;
+            marks |= UINT64_C(1) << j;
+        }
+        for (size_t j = 0; j < m; j++) {
+            if (marks >> j & 1) {
+                oid[w] = oid[j];
+                olp[w] = olp[j];
+                w++;
+            }
+        }
+        *r = w;
+        return TW_HEAD_OK;
+    }
+    int32_t local[256];
+    int32_t *sorted = local;
+    if (slen > 256) {
+        if (sc->cap < slen) {
+            int32_t *grown = realloc(sc->sup, slen * sizeof(int32_t));
+            if (!grown) return TW_HEAD_NOMEM;
+            sc->sup = grown;
+            sc->cap = slen;
+        }
+        sorted = sc->sup;
+    }
+    memcpy(sorted, sup, slen * sizeof(int32_t));
+    qsort(sorted, slen, sizeof(int32_t), cmp_i32);
+    size_t distinct = 0;
+    for (size_t s = 0; s < slen; s++)
+        if (s == 0 || sorted[s] != sorted[s - 1]) sorted[distinct++] = sorted[s];
+    if (distinct > m) return TW_HEAD_MISSING_SUPPORT; /* ranked ids are distinct */
+    for (size_t j = 0; j < m; j++) {
+        int64_t id = oid[j];
+        size_t lo = 0, hi = distinct;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if ((int64_t)sorted[mid] < id)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < distinct && (int64_t)sorted[lo] == id) {
+            oid[w] = id;
+            olp[w] = olp[j];
+            w++;
+        }
+    }
+    if (w != distinct) return TW_HEAD_MISSING_SUPPORT;
+    *r = w;
+    return TW_HEAD_OK;
+}
+
+/*
+ * Most heads need no sorting: engine order is ranked order (native heads), or is except that
+ * the first candidate belongs further down (compact rows start with the sampled token). Such
+ * a head without sentinels has a `shape`: 0 when it is in ranked order, q > 0 when its first
+ * candidate goes after the next q (the run of those better than it), which is what
+ * insertion_sort would make of it. Other heads are ranked by rank_top.
+ *
+ * The scalar and AVX2 paths find shapes with a sweep over a block of candidates that flags,
+ * per candidate, whether it is better than the one before it (`up`) and whether it is at the
+ * sentinel (`sent`); bits of a token's first candidate are ignored. The AVX-512 path does
+ * the whole head in registers (head_avx512).
+ */
+#define SWEEP 4096 /* candidates per sweep */
+#define SWEEP_WORDS (SWEEP / 64 + 1)
+
+static void sweep_scalar(const int64_t *ids, const double *lps, size_t n, uint64_t *up,
+                         uint64_t *sent) {
+    for (size_t w = 0; w * 64 < n; w++) {
+        uint64_t u = 0, z = 0;
+        size_t end = n - w * 64 < 64 ? n : w * 64 + 64;
+        for (size_t i = w * 64; i < end; i++) {
+            uint64_t b = i > 0 && better(lps[i], ids[i], lps[i - 1], ids[i - 1]);
+            u |= b << (i & 63);
+            z |= (uint64_t)(lps[i] == HEAD_SENTINEL) << (i & 63);
+        }
+        up[w] = u;
+        sent[w] = z;
+    }
+}
+
+#ifdef TW_X86
+__attribute__((target(TW_AVX2_TARGET))) static void sweep_avx2(const int64_t *ids, const double *lps,
+                                                              size_t n, uint64_t *up,
+                                                              uint64_t *sent) {
+    const __m256d sentinel = _mm256_set1_pd(HEAD_SENTINEL);
+    for (size_t w = 0; w * 64 < n; w++) {
+        uint64_t u = 0, z = 0;
+        size_t i = w * 64, end = n - w * 64 < 64 ? n : w * 64 + 64;
+        if (i == 0) { /* the first four: there is nothing before the first */
+            for (; i < 4 && i < end; i++) {
+                uint64_t b = i > 0 && better(lps[i], ids[i], lps[i - 1], ids[i - 1]);
+                u |= b << i;
+                z |= (uint64_t)(lps[i] == HEAD_SENTINEL) << i;
+            }
+        }
+        for (; i + 4 <= end; i += 4) {
+            __m256i id = _mm256_loadu_si256((const __m256i *)(ids + i));
+            __m256i pid = _mm256_loadu_si256((const __m256i *)(ids + i - 1));
+            __m256d v = _mm256_loadu_pd(lps + i), pv = _mm256_loadu_pd(lps + i - 1);
+            __m256d gt = _mm256_cmp_pd(v, pv, _CMP_GT_OQ), eq = _mm256_cmp_pd(v, pv, _CMP_EQ_OQ);
+            __m256d lt = _mm256_castsi256_pd(_mm256_cmpgt_epi64(pid, id));
+            __m256d b = _mm256_or_pd(gt, _mm256_and_pd(eq, lt));
+            u |= (uint64_t)_mm256_movemask_pd(b) << (i & 63);
+            z |= (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(v, sentinel, _CMP_EQ_OQ)) << (i & 63);
+        }
+        for (; i < end; i++) {
+            uint64_t b = better(lps[i], ids[i], lps[i - 1], ids[i - 1]);
+            u |= b << (i & 63);
+            z |= (uint64_t)(lps[i] == HEAD_SENTINEL) << (i & 63);
+        }
+        up[w] = u;
+        sent[w] = z;
+    }
+}
+#endif
+
+static void sweep(int path, const int64_t *ids, const double *lps, size_t n, uint64_t *up,
+                  uint64_t *sent) {
+    up[(n + 63) / 64] = sent[(n + 63) / 64] = 0; /* the word to spare */
+#ifdef TW_X86
+    if (path == TW_HEADS_AVX2 || path == TW_HEADS_AVX512) {
+        sweep_avx2(ids, lps, n, up, sent);
+        return;
+    }
+#endif
+    (void)path;
+    sweep_scalar(ids, lps, n, up, sent);
+}
+
+/* len (<= 64) bits of a flag array from bit `at` (the array has a word to spare). */
+static inline uint64_t flag_bits(const uint64_t *f, size_t at, size_t len) {
+    size_t w = at >> 6, s = at & 63;
+    uint64_t v = f[w] >> s;
+    if (s) v |= f[w + 1] << (64 - s);
+    return len == 64 ? v : v & ((UINT64_C(1) << len) - 1);
+}
+
+/* The shape of a head of up to 64 candidates without sentinels from its `up` bits. */
+static inline int head_shape(const int64_t *ids, const double *lps, size_t len, uint64_t up) {
+    up &= ~UINT64_C(1);
+    if (up == 0) return 0;
+    if (up != 2) return -1;
+    size_t q = 1;
+    while (q + 1 < len && better(lps[q + 1], ids[q + 1], lps[0], ids[0])) q++;
+    return (int)q;
+}
+
+/* Position p of the ranked order, for a shape >= 0. */
+static inline size_t shape_at(int shape, size_t p) {
+    size_t q = (size_t)shape;
+    return shape == 0 || p > q ? p : p < q ? p + 1 : 0;
+}
+
+/* How many of a ranked head of m without support are kept: the first k, or those above a
+   tie across the k-th place. */
+static inline size_t kept(const double *lps, int shape, size_t m, int64_t k) {
+    size_t kk = k < 1 ? 0 : (uint64_t)k < m ? (size_t)k : m;
+    if (kk > 0 && kk < m && lps[shape_at(shape, kk - 1)] == lps[shape_at(shape, kk)]) {
+        double boundary = lps[shape_at(shape, kk)];
+        while (kk > 0 && lps[shape_at(shape, kk - 1)] == boundary) kk--;
+    }
+    return kk;
+}
+
+/* The first count of the ranked order, for a shape >= 0. */
+static void emit(const int64_t *ids, const double *lps, int shape, size_t count, int64_t *oid,
+                 double *olp) {
+    size_t q = (size_t)shape;
+    if (shape == 0 || count == 0) {
+        memcpy(oid, ids, count * sizeof(int64_t));
+        memcpy(olp, lps, count * sizeof(double));
+    } else if (count <= q) {
+        memcpy(oid, ids + 1, count * sizeof(int64_t));
+        memcpy(olp, lps + 1, count * sizeof(double));
+    } else {
+        memcpy(oid, ids + 1, q * sizeof(int64_t));
+        memcpy(olp, lps + 1, q * sizeof(double));
+        oid[q] = ids[0];
+        olp[q] = lps[0];
+        memcpy(oid + q + 1, ids + q + 1, (count - q - 1) * sizeof(int64_t));
+        memcpy(olp + q + 1, lps + q + 1, (count - q - 1) * sizeof(double));
+    }
+}
+
+/* The head of one token, ranked, into oid/olp (room for len entries); *r gets its size.
+   shape: as head_shape gives it, or -1 (unknown: ranked here). */
+static int select_one(const int64_t *ids, const double *lps, size_t len, int64_t sid, double slp,
+                      int64_t k, const int32_t *sup, size_t slen, int has_sup, int shape,
+                      int64_t *oid, double *olp, size_t *r, scratch *sc) {
+    for (size_t i = 0; i < len; i++) {
+        if (ids[i] == sid) {
+            if (!is_close(lps[i], slp, 1e-6, 1e-5)) return TW_HEAD_DISAGREE;
+            break;
+        }
+    }
+    size_t m = 0;
+    if (shape >= 0) {
+        m = has_sup ? len : kept(lps, shape, len, k);
+        emit(ids, lps, shape, m, oid, olp);
+        if (!has_sup) {
+            *r = m;
+            return TW_HEAD_OK;
+        }
+    } else {
+        for (size_t i = 0; i < len; i++) {
+            oid[m] = ids[i];
+            olp[m] = lps[i];
+            m += lps[i] != HEAD_SENTINEL;
+        }
+    }
+    if (has_sup) {
+        /* keep_support keeps order: rank before or after it */
+        int bad = keep_support(oid, olp, m, sup, slen, &m, sc);
+        if (bad) return bad;
+        if (shape < 0 && m > 1) rank_top(oid, olp, m, m);
+        *r = m;
+        return TW_HEAD_OK;
+    }
+    if (k < 1 || m == 0) {
+        *r = 0;
+        return TW_HEAD_OK;
+    }
+    size_t kk = (uint64_t)k < m ? (size_t)k : m;
+    rank_top(oid, olp, m, kk < m ? kk + 1 : m);
+    if (kk < m && olp[kk - 1] == olp[kk]) {
+        double boundary = olp[kk];
+        while (kk > 0 && olp[kk - 1] == boundary) kk--;
+    }
+    *r = kk;
+    return TW_HEAD_OK;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * All tokens.
+ * ------------------------------------------------------------------------------------------ */
+
+/* Values per batch of fast exps (a token longer than this is estimated in pieces). */
+#define EXP_CHUNK 1024
+
+/* e[i] = F(v[i]) for v[i] in [-700, 1], 0 below -700. Returns whether some v[i] is NaN or
+   above 1 (the tokens with one are decided exactly). */
+static int exps_scalar(const double *v, size_t n, double *e) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = v[i];
+        double c = x > 1.0 ? 1.0 : x;
+        c = c < FEXP_LO ? FEXP_LO : c;
+        double f = fast_exp(c);
+        e[i] = x < FEXP_LO ? 0.0 : f;
+        bad |= !(x <= 1.0);
+    }
+    return bad;
+}
+
+#ifdef TW_X86
+__attribute__((target(TW_AVX512_TARGET))) static int exps_avx512(const double *v, size_t n,
+                                                                double *e) {
+    const __m512d lo = _mm512_set1_pd(FEXP_LO), one = _mm512_set1_pd(1.0);
+    __mmask8 bad = 0;
+    for (size_t i = 0; i < n; i += 16) {
+        size_t left = n - i;
+        __mmask8 m0 = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
+        __mmask8 m1 = left >= 16 ? (__mmask8)0xFF : left > 8 ? (__mmask8)((1u << (left - 8)) - 1) : 0;
+        __m512d x0 = _mm512_maskz_loadu_pd(m0, v + i), x1 = _mm512_maskz_loadu_pd(m1, v + i + 8);
+        __mmask8 live0 = _mm512_cmp_pd_mask(x0, lo, _CMP_GE_OQ);
+        __mmask8 live1 = _mm512_cmp_pd_mask(x1, lo, _CMP_GE_OQ);
+        bad |= _mm512_mask_cmp_pd_mask(m0, x0, one, _CMP_NLE_UQ) |
+               _mm512_mask_cmp_pd_mask(m1, x1, one, _CMP_NLE_UQ);
+        __m512d f0, f1;
+        fast_exp16_avx512(_mm512_min_pd(_mm512_max_pd(x0, lo), one),
+                          _mm512_min_pd(_mm512_max_pd(x1, lo), one), &f0, &f1);
+        _mm512_mask_storeu_pd(e + i, m0, _mm512_maskz_mov_pd(live0, f0));
+        _mm512_mask_storeu_pd(e + i + 8, m1, _mm512_maskz_mov_pd(live1, f1));
+    }
+    return bad != 0;
+}
+
+__attribute__((target(TW_AVX2_TARGET))) static int exps_avx2(const double *v, size_t n, double *e) {
+    const __m256d lo = _mm256_set1_pd(FEXP_LO), one = _mm256_set1_pd(1.0);
+    __m256d bad = _mm256_setzero_pd();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256d x0 = _mm256_loadu_pd(v + i), x1 = _mm256_loadu_pd(v + i + 4);
+        bad = _mm256_or_pd(bad, _mm256_or_pd(_mm256_cmp_pd(x0, one, _CMP_NLE_UQ),
+                                             _mm256_cmp_pd(x1, one, _CMP_NLE_UQ)));
+        __m256d f0, f1;
+        fast_exp8_avx2(_mm256_min_pd(_mm256_max_pd(x0, lo), one),
+                       _mm256_min_pd(_mm256_max_pd(x1, lo), one), &f0, &f1);
+        _mm256_storeu_pd(e + i, _mm256_and_pd(f0, _mm256_cmp_pd(x0, lo, _CMP_GE_OQ)));
+        _mm256_storeu_pd(e + i + 4, _mm256_and_pd(f1, _mm256_cmp_pd(x1, lo, _CMP_GE_OQ)));
+    }
+    int any = _mm256_movemask_pd(bad) != 0;
+    if (i < n) any |= exps_scalar(v + i, n - i, e + i);
+    return any;
+}
+#endif
+
+static int exps(int path, const double *v, size_t n, double *e) {
+#ifdef TW_X86
+    if (path == TW_HEADS_AVX512) return exps_avx512(v, n, e);
+    if (path == TW_HEADS_AVX2) return exps_avx2(v, n, e);
+#endif
+    (void)path;
+    return exps_scalar(v, n, e);
+}
+
+/* Whether a value is NaN or above 1. */
+static int any_special(const double *v, size_t r) {
+    int bad = 0;
+    for (size_t i = 0; i < r; i++) bad |= !(v[i] <= 1.0);
+    return bad;
+}
+
+/* Plain summation (any order is covered by the bound), four chains for speed. */
+static inline double sum(const double *e, size_t r) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    size_t i = 0;
+    for (; i + 4 <= r; i += 4) {
+        s0 += e[i];
+        s1 += e[i + 1];
+        s2 += e[i + 2];
+        s3 += e[i + 3];
+    }
+    for (; i < r; i++) s0 += e[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+/*
+ * The sum rules, then FEWER, for the tokens [from, to) of a block, whose heads are selected:
+ * the estimates of their sums into sums[t - from] (NaN: decide exactly), fast exps for as
+ * many whole tokens as fit a chunk, then the verdicts. Returns the first failing token, or -1.
+ */
+static ptrdiff_t check_sums(int path, size_t from, size_t to, const int64_t *coff, int64_t k,
+                            int has_sup, const int64_t *out_off, const double *out_lps,
+                            double *sums, int *code) {
+    double e[EXP_CHUNK];
+    /* the relative part of the estimate's error bound, by the fast exp's precision */
+    double rel = path == TW_HEADS_SCALAR ? 0x1p-37 : 0x1p-16;
+    for (size_t t = from; t < to;) {
+        int64_t base = out_off[t];
+        size_t u = t;
+        while (u < to && out_off[u + 1] - base <= EXP_CHUNK) u++;
+        if (u == t) { /* one long token, in pieces */
+            size_t r = (size_t)(out_off[t + 1] - base);
+            double s = 0.0;
+            int special = 0;
+            for (size_t i = 0; i < r; i += EXP_CHUNK) {
+                size_t piece = r - i < EXP_CHUNK ? r - i : EXP_CHUNK;
+                special |= exps(path, out_lps + base + i, piece, e);
+                s += sum(e, piece);
+            }
+            sums[t - from] = special ? NAN : s;
+            u = t + 1;
+        } else {
+            int special = exps(path, out_lps + base, (size_t)(out_off[u] - base), e);
+            for (size_t x = t; x < u; x++) {
+                size_t r = (size_t)(out_off[x + 1] - out_off[x]);
+                double s = sum(e + (out_off[x] - base), r);
+                sums[x - from] = special && any_special(out_lps + out_off[x], r) ? NAN : s;
+            }
+        }
+        t = u;
+    }
+    for (size_t t = from; t < to; t++) {
+        const double *v = out_lps + out_off[t];
+        size_t r = (size_t)(out_off[t + 1] - out_off[t]);
+        double s = sums[t - from];
+        int verdict =
+            r == 0 && !has_sup ? TW_HEAD_MASS : sum_verdict(v, r, has_sup, s, s != s, rel);
+        if (!verdict && !has_sup && too_few((size_t)(coff[t + 1] - coff[t]), k))
+            verdict = TW_HEAD_FEWER;
+        if (verdict) {
+            *code = verdict;
+            return (ptrdiff_t)t;
+        }
+    }
+    return -1;
+}
+
+ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids,
+                          const double *cand_lps, const int64_t *sampled_ids,
+                          const double *sampled_lps, int64_t k, const int64_t *soff,
+                          const int32_t *sup, int64_t *out_off, int64_t *out_ids,
+                          double *out_lps, int *code, int simd) {
+    int path = resolve_path(simd);
+    int has_sup = soff != NULL;
+    scratch sc = {NULL, 0};
+    ptrdiff_t failed = -1;
+    int64_t o = 0;
+    uint64_t up[SWEEP_WORDS], sent[SWEEP_WORDS];
+    double sums[TOKEN_BLOCK];
+    *code = TW_HEAD_OK;
+    out_off[0] = 0;
+    for (size_t from = 0, to; from < n && failed < 0; from = to) {
+        /* a block: tokens whose candidates fit one sweep, or one longer token */
+        int64_t base = coff[from];
+        to = from + 1;
+        while (to < n && to - from < TOKEN_BLOCK && coff[to + 1] - base <= SWEEP) to++;
+        int flagged = coff[to] - base <= SWEEP;
+        if (flagged) sweep(path, cand_ids + base, cand_lps + base, (size_t)(coff[to] - base), up, sent);
+        int bad = TW_HEAD_OK;
+        size_t t;
+        for (t = from; t < to; t++) {
+            size_t len = (size_t)(coff[t + 1] - coff[t]), r = 0;
+            const int64_t *ids = cand_ids + coff[t];
+            const double *lps = cand_lps + coff[t];
+            int shape = -1;
+            if (flagged && len <= 64 && len > 0) {
+                size_t at = (size_t)(coff[t] - base);
+                if (!flag_bits(sent, at, len)) shape = head_shape(ids, lps, len, flag_bits(up, at, len));
+            }
+            const int32_t *s = has_sup ? sup + soff[t] : NULL;
+            size_t slen = has_sup ? (size_t)(soff[t + 1] - soff[t]) : 0;
+            bad = select_one(ids, lps, len, sampled_ids[t], sampled_lps[t], k, s, slen, has_sup,
+                             shape, out_ids + o, out_lps + o, &r, &sc);
+            if (bad) break;
+            o += (int64_t)r;
+            out_off[t + 1] = o;
+        }
+        failed = check_sums(path, from, t, coff, k, has_sup, out_off, out_lps, sums, code);
+        if (failed < 0 && bad) {
+            failed = (ptrdiff_t)t;
+            *code = bad;
+        }
+    }
+    free(sc.sup);
+    return failed;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Compact rows to candidates.
+ * ------------------------------------------------------------------------------------------ */
+
+/* Rows of up to 64 entries: a 256-bit filter of the ids kept so far; a hit is confirmed by
+   a scan of them. A repeat of a kept id updates its value (the dict keeps the last). */
+static size_t compact_row_small(const uint32_t *ids, const float *vals, size_t len, uint64_t take,
+                                int64_t *oid, double *olp) {
+    uint64_t seen[4] = {0, 0, 0, 0};
+    size_t c = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint32_t id = ids[i];
+        unsigned h = (uint32_t)(id * 0x9E3779B1u) >> 24;
+        uint64_t bit = UINT64_C(1) << (h & 63);
+        if (seen[h >> 6] & bit) {
+            size_t j = 0;
+            while (j < c && oid[j] != (int64_t)id) j++;
+            if (j < c) {
+                olp[j] = vals[i];
+                continue;
+            }
+        }
+        if (c == take) continue;
+        seen[h >> 6] |= bit;
+        oid[c] = id;
+        olp[c] = vals[i];
+        c++;
+    }
+    return c;
+}
+
+/* Longer rows: an open-addressing table from id to output position, stamped per row. */
+typedef struct {
+    uint32_t *keys;
+    size_t *pos;
+    uint64_t *stamps;
+    unsigned bits;
+} id_table;
+
+static size_t compact_row_table(id_table *tb, uint64_t stamp, const uint32_t *ids,
+                                const float *vals, size_t len, uint64_t take, int64_t *oid,
+                                double *olp) {
+    size_t mask = ((size_t)1 << tb->bits) - 1, c = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint32_t id = ids[i];
+        size_t h = (size_t)((id * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - tb->bits));
+        for (;;) {
+            if (tb->stamps[h] != stamp) {
+                if (c < take) {
+                    tb->stamps[h] = stamp;
+                    tb->keys[h] = id;
+                    tb->pos[h] = c;
+                    oid[c] = id;
+                    olp[c] = vals[i];
+                    c++;
+                }
+                break;
+            }
+            if (tb->keys[h] == id) {
+                olp[tb->pos[h]] = vals[i];
+                break;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+    return c;
+}
+
+#ifdef TW_X86
+/* Whether every lane repeating an earlier lane (rep) carries the bits of the latest earlier
+   one, which by induction makes all occurrences of an id carry the same bits. */
+__attribute__((target(TW_AVX512_TARGET))) static inline int same_bits(__m512i conflicts,
+                                                                      __mmask16 rep, __m512i vals) {
+    __m512i latest = _mm512_sub_epi32(_mm512_set1_epi32(31), _mm512_lzcnt_epi32(conflicts));
+    __m512i earlier = _mm512_permutexvar_epi32(latest, vals);
+    return _mm512_mask_cmpneq_epi32_mask(rep, vals, earlier) == 0;
+}
+
+__attribute__((target(TW_AVX512_TARGET))) static inline void store_lanes(__m512i ids, __m512 vals,
+                                                                        unsigned cnt, int64_t *oid,
+                                                                        double *olp) {
+    __mmask8 m0 = cnt >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << cnt) - 1);
+    _mm512_mask_storeu_epi64(oid, m0, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(ids)));
+    _mm512_mask_storeu_pd(olp, m0, _mm512_cvtps_pd(_mm512_castps512_ps256(vals)));
+    if (cnt > 8) {
+        __mmask8 m1 = (__mmask8)((1u << (cnt - 8)) - 1);
+        _mm512_mask_storeu_epi64(oid + 8, m1, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(ids, 1)));
+        _mm512_mask_storeu_pd(olp + 8, m1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(vals, 1)));
+    }
+}
+
+/* Rows of up to 32 entries by conflict detection; 0 (nothing written) when a repeated id
+   does not carry identical bits everywhere (a zero of either sign), left to the scalar code. */
+__attribute__((target(TW_AVX512_TARGET))) static int compact_row_avx512(const uint32_t *ids,
+                                                                        const float *vals, size_t len,
+                                                                        uint64_t take, int64_t *oid,
+                                                                        double *olp, size_t *count) {
+    __mmask16 ma = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
+    __mmask16 mb = len > 16 ? (__mmask16)((1u << (len - 16)) - 1) : 0;
+    __m512i a = _mm512_maskz_loadu_epi32(ma, ids);
+    __m512i va = _mm512_maskz_loadu_epi32(ma, vals);
+    __m512i ca = _mm512_maskz_conflict_epi32(ma, a);
+    __mmask16 rep = _mm512_test_epi32_mask(ca, ca);
+    if (rep && !same_bits(ca, rep, va)) return 0;
+    uint32_t keep = (uint32_t)(ma & ~rep);
+    __m512i b = _mm512_setzero_si512(), vb = _mm512_setzero_si512();
+    if (mb) {
+        b = _mm512_maskz_loadu_epi32(mb, ids + 16);
+        vb = _mm512_maskz_loadu_epi32(mb, vals + 16);
+        __m512i cb = _mm512_maskz_conflict_epi32(mb, b);
+        __mmask16 repb = _mm512_test_epi32_mask(cb, cb);
+        if (repb && !same_bits(cb, repb, vb)) return 0;
+        uint32_t first = (uint32_t)(mb & ~repb);
+        for (uint32_t left = first; left; left &= left - 1) {
+            unsigned j = (unsigned)__builtin_ctz(left);
+            __mmask16 eq = _mm512_mask_cmpeq_epi32_mask(ma, a, _mm512_set1_epi32((int)ids[16 + j]));
+            if (eq) {
+                uint32_t bits;
+                memcpy(&bits, vals + 16 + j, sizeof bits);
+                if (_mm512_mask_cmpneq_epi32_mask(eq, va, _mm512_set1_epi32((int)bits))) return 0;
+                first &= ~(1u << j);
+            }
+        }
+        keep |= first << 16;
+    }
+    if (take < 32 && (uint64_t)_mm_popcnt_u32(keep) > take)
+        keep = _pdep_u32((1u << take) - 1, keep);
+    __mmask16 ka = (__mmask16)(keep & 0xFFFF), kb = (__mmask16)(keep >> 16);
+    unsigned na = (unsigned)_mm_popcnt_u32(ka), nb = (unsigned)_mm_popcnt_u32(kb);
+    store_lanes(_mm512_maskz_compress_epi32(ka, a),
+                _mm512_maskz_compress_ps(ka, _mm512_castsi512_ps(va)), na, oid, olp);
+    if (nb)
+        store_lanes(_mm512_maskz_compress_epi32(kb, b),
+                    _mm512_maskz_compress_ps(kb, _mm512_castsi512_ps(vb)), nb, oid + na, olp + na);
+    *count = na + nb;
+    return 1;
+}
+#endif
+
+int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                          const float *row_vals, int64_t num_top, int64_t *coff,
+                          int64_t *cand_ids, double *cand_lps, int simd) {
+    int path = resolve_path(simd);
+    uint64_t take = num_top < 1 ? 1 : (uint64_t)num_top;
+    size_t longest = 0;
+    for (size_t t = 0; t < n; t++) {
+        size_t len = (size_t)(roff[t + 1] - roff[t]);
+        if (len > longest) longest = len;
+    }
+    id_table tb = {NULL, NULL, NULL, 0};
+    if (longest > 64) {
+        size_t keys = (uint64_t)longest < take ? longest : (size_t)take;
+        unsigned bits = 4;
+        /* at most 2^32 distinct ids: a table of 2^33 slots is never full */
+        while (bits < 33 && bits + 1 < sizeof(size_t) * 8 && ((size_t)1 << bits) < 2 * keys) bits++;
+        size_t cap = (size_t)1 << bits;
+        tb.bits = bits;
+        tb.keys = malloc(cap * sizeof(uint32_t));
+        tb.pos = malloc(cap * sizeof(size_t));
+        tb.stamps = calloc(cap, sizeof(uint64_t));
+        if (!tb.keys || !tb.pos || !tb.stamps) {
+            free(tb.keys);
+            free(tb.pos);
+            free(tb.stamps);
+            return TW_HEAD_NOMEM;
+        }
+    }
+    int64_t o = 0;
+    coff[0] = 0;
+    for (size_t t = 0; t < n; t++) {
+        size_t len = (size_t)(roff[t + 1] - roff[t]), c = 0;
+        const uint32_t *ids = row_ids + roff[t];
+        const float *vals = row_vals + roff[t];
+        int done = 0;
+#ifdef TW_X86
+        if (path == TW_HEADS_AVX512 && len <= 32)
+            done = compact_row_avx512(ids, vals, len, take, cand_ids + o, cand_lps + o, &c);
+#endif
+        if (!done) {
+            if (len <= 64)
+                c = compact_row_small(ids, vals, len, take, cand_ids + o, cand_lps + o);
+            else
+                c = compact_row_table(&tb, (uint64_t)t + 1, ids, vals, len, take, cand_ids + o,
+                                      cand_lps + o);
+        }
+        o += (int64_t)c;
+        coff[t + 1] = o;
+    }
+    free(tb.keys);
+    free(tb.pos);
+    free(tb.stamps);
+    (void)path;
+    return TW_HEAD_OK;
+}

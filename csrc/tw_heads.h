@@ -1,0 +1,107 @@
+/*
+ * tw_heads - the top-k head of every token of a response in one call.
+ *
+ * tw_select_heads makes, token by token, exactly the decisions of the reference's
+ * select_head (src/tokenwire/_reference.py) and returns the same ids and values; the
+ * probability-mass rules use exp() from the C library (the one Python's math.exp calls)
+ * and a correctly rounded sum (what math.fsum returns).
+ *
+ * Plain C11, no Python API, no global mutable state; every function is thread-safe.
+ * errno is left as it was found.
+ */
+#ifndef TW_HEADS_H
+#define TW_HEADS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Why a head is invalid, in the order select_head checks. */
+enum {
+    TW_HEAD_OK = 0,
+    TW_HEAD_DISAGREE = 1,        /* "Sampler head and sampled-token logprob disagree" */
+    TW_HEAD_MISSING_SUPPORT = 2, /* "Missing sampling-support probabilities" */
+    TW_HEAD_NORMALIZE = 3,       /* "Sampler probabilities must normalize over the recorded support" */
+    TW_HEAD_MASS = 4,            /* "Invalid sampler head probability mass" */
+    TW_HEAD_FEWER = 5,           /* "Engine returned fewer top logprobs than requested" */
+    TW_HEAD_NOMEM = 6            /* no memory for scratch space: report as MemoryError */
+};
+
+/* Code paths (the `simd` arguments). A path this CPU (or build) lacks is replaced by
+   TW_HEADS_AUTO, so a call never executes instructions the CPU does not have. Every
+   path makes the same decisions and writes the same output. */
+enum {
+    TW_HEADS_SCALAR = 0, /* portable C */
+    TW_HEADS_AUTO = 1,   /* the best path available */
+    TW_HEADS_AVX2 = 2,   /* x86-64 AVX2 + FMA */
+    TW_HEADS_AVX512 = 3  /* x86-64 AVX-512 F/CD/VL/BW/DQ + BMI2 */
+};
+
+/* The path TW_HEADS_AUTO resolves to on this CPU. */
+int tw_heads_best_path(void);
+
+/*
+ * Token t's candidates are cand_ids/cand_lps[coff[t] .. coff[t+1]), in engine order, with
+ * distinct ids (the dict the reference's head is). sampled_ids[t] / sampled_lps[t] are the
+ * sampled token and its logprob (NaN when the caller has none: it never equals anything).
+ * k is the requested head size; with supports (soff != NULL) token t's recorded support
+ * is sup[soff[t] .. soff[t+1]) and k is not used.
+ *
+ * Per token, in order (select_head):
+ *   DISAGREE        the sampled id is a candidate and its value is not
+ *                   math.isclose(., sampled_lp, rel_tol=1e-6, abs_tol=1e-5);
+ *   ranked          the candidates whose value is not -9999.0, by (value desc, id asc);
+ *   with a support: MISSING_SUPPORT if a support id is not ranked; ranked keeps the
+ *                   support's ids; NORMALIZE unless |fsum(exp(ranked)) - 1| <= 1e-4;
+ *   without:        when more than k are ranked and the k-th and (k+1)-th values are
+ *                   equal, every candidate at that value is dropped; else the first k;
+ *   MASS            nothing is left, or fsum(exp(ranked)) > 1.0001;
+ *   FEWER           no support and fewer than k + 2 candidates (sentinels counted).
+ *
+ * Output: token t's head is out_ids/out_lps[out_off[t] .. out_off[t+1]) (out_off[0] = 0;
+ * capacity coff[n] - coff[0] entries each, all of which may be used as scratch).
+ * Returns -1 when every head is valid, else the first token whose head is invalid, with
+ * *code set (*code is TW_HEAD_OK on success); out_off[0..t] are then written and the
+ * rest of the output is unspecified.
+ *
+ * The caller guarantees: coff and soff nondecreasing and within their arrays; k >= 1
+ * (k < 1 gives what select_head gives for k = 0: MASS). Decisions equal the reference's
+ * for candidate values that are not NaN and at most 709 (the parsers only pass values
+ * <= 1e-6); larger values, which overflow math.exp there, are reported as MASS or
+ * NORMALIZE, and NaN values give some answer without any out-of-bounds access.
+ */
+ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids,
+                          const double *cand_lps, const int64_t *sampled_ids,
+                          const double *sampled_lps, int64_t k, const int64_t *soff,
+                          const int32_t *sup, int64_t *out_off, int64_t *out_ids,
+                          double *out_lps, int *code, int simd);
+
+/*
+ * The candidates of compact rows: row t is row_ids/row_vals[roff[t] .. roff[t+1]), and
+ * its head is the dict of the row's first max(num_top, 1) distinct ids in row order,
+ * each with the value of its last occurrence in the row (repeats are equal, which only
+ * leaves the sign of a zero to choose), promoted to double. Writes coff[0..n] (coff[0] = 0)
+ * and cand_ids/cand_lps (capacity roff[n] - roff[0] each). Returns TW_HEAD_OK, or
+ * TW_HEAD_NOMEM when scratch memory for rows longer than 64 could not be had.
+ * roff must be nondecreasing and within the arrays.
+ */
+int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                          const float *row_vals, int64_t num_top, int64_t *coff,
+                          int64_t *cand_ids, double *cand_lps, int simd);
+
+/* math.fsum(math.exp(v) for v in p): exp() from the C library, summed exactly and rounded
+   once to nearest-even. NaN if any exp is NaN, else +inf if any is +inf or the sum
+   overflows (where Python raises OverflowError). */
+double tw_fsum_exp(const double *p, size_t n);
+
+/* math.fsum(x) for x[i] >= 0 (NaN and +inf allowed, as above); a negative x[i] gives NaN. */
+double tw_fsum_nonneg(const double *x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,1039 @@
+/*
+ * Standalone tests and benchmark for csrc/tw_heads.c (included below, so that allocation
+ * failures can be injected).
+ *
+ *   make -C tests/c heads-test          (see tests/c/Makefile)
+ *   ./test_heads [random_responses]     edge cases, thresholds, random cross-check
+ *   ./test_heads --bench [FILE]         the compact 8k x 23, k = 20 workload: FILE as
+ *                                       written by check_heads.py --dump-sample, else
+ *                                       synthesized the same way
+ *
+ * Every path is compared with a slow reference written from select_head's rules (qsort,
+ * linear searches, the C library's exp on every candidate, tw_fsum_exp for the exact sum).
+ * Inputs and outputs are exactly-sized heap blocks, so out-of-bounds accesses show up under
+ * ASan/valgrind.
+ */
+#define _POSIX_C_SOURCE 199309L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Allocation failure injection: the n-th allocation from now fails (-1: none). */
+static long g_alloc_fail = -1;
+static void *test_malloc(size_t n) {
+    if (g_alloc_fail == 0) return NULL;
+    if (g_alloc_fail > 0) g_alloc_fail--;
+    return malloc(n);
+}
+static void *test_calloc(size_t n, size_t s) {
+    if (g_alloc_fail == 0) return NULL;
+    if (g_alloc_fail > 0) g_alloc_fail--;
+    return calloc(n, s);
+}
+static void *test_realloc(void *p, size_t n) {
+    if (g_alloc_fail == 0) return NULL;
+    if (g_alloc_fail > 0) g_alloc_fail--;
+    return realloc(p, n);
+}
+#define malloc(n) test_malloc(n)
+#define calloc(n, s) test_calloc(n, s)
+#define realloc(p, n) test_realloc(p, n)
+#include "../../csrc/tw_heads.c"
+#undef malloc
+#undef calloc
+#undef realloc
+
+#define TW_CHECK_MAX_REPORTS 30
+#include "tw_check.h"
+
+/* ---- deterministic PRNG (splitmix64) ---- */
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
+static double rnd01(void) { return (double)(rnd() >> 11) * 0x1p-53; }
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static int paths[3], npaths;
+
+/* ------------------------------------------------------------------------------------------
+ * A response under test: CSR candidates, sampled tokens, optional supports.
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    size_t n, total, stotal;
+    int64_t *coff, *ids, *sids, *soff;
+    double *lps, *slps;
+    int32_t *sup;
+    int64_t k;
+} resp;
+
+static void resp_alloc(resp *r, size_t n, size_t total, int with_sup, size_t stotal) {
+    memset(r, 0, sizeof *r);
+    r->n = n;
+    r->total = total;
+    r->coff = xmalloc((n + 1) * sizeof(int64_t));
+    r->ids = xmalloc(total * sizeof(int64_t));
+    r->lps = xmalloc(total * sizeof(double));
+    r->sids = xmalloc(n * sizeof(int64_t));
+    r->slps = xmalloc(n * sizeof(double));
+    if (with_sup) {
+        r->stotal = stotal;
+        r->soff = xmalloc((n + 1) * sizeof(int64_t));
+        r->sup = xmalloc(stotal * sizeof(int32_t));
+    }
+}
+
+static void resp_free(resp *r) {
+    free(r->coff);
+    free(r->ids);
+    free(r->lps);
+    free(r->sids);
+    free(r->slps);
+    free(r->soff);
+    free(r->sup);
+}
+
+typedef struct {
+    ptrdiff_t failed;
+    int code;
+    int64_t *off, *ids;
+    double *lps;
+} result;
+
+static void result_alloc(result *o, const resp *r) {
+    o->off = xmalloc((r->n + 1) * sizeof(int64_t));
+    o->ids = xmalloc(r->total * sizeof(int64_t));
+    o->lps = xmalloc(r->total * sizeof(double));
+}
+
+static void result_free(result *o) {
+    free(o->off);
+    free(o->ids);
+    free(o->lps);
+}
+
+static void run(const resp *r, result *o, int path) {
+    o->failed = tw_select_heads(r->n, r->coff, r->ids, r->lps, r->sids, r->slps, r->k, r->soff,
+                                r->sup, o->off, o->ids, o->lps, &o->code, path);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The slow reference.
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t id;
+    double v;
+} entry;
+
+static int cmp_rank(const void *a, const void *b) {
+    const entry *x = a, *y = b;
+    if (x->v > y->v) return -1;
+    if (x->v < y->v) return 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static int ref_close(double a, double b, double rel, double abs_tol) {
+    if (a == b) return 1;
+    if (isinf(a) || isinf(b)) return 0;
+    double d = fabs(a - b), m = fabs(a) > fabs(b) ? fabs(a) : fabs(b);
+    return d <= (rel * m > abs_tol ? rel * m : abs_tol);
+}
+
+static void ref_select(const resp *r, result *o) {
+    int64_t w = 0;
+    entry *e = xmalloc(r->total * sizeof(entry) + sizeof(entry));
+    double *ex = xmalloc(r->total * sizeof(double) + sizeof(double));
+    o->failed = -1;
+    o->code = 0;
+    o->off[0] = 0;
+    for (size_t t = 0; t < r->n; t++) {
+        const int64_t *ids = r->ids + r->coff[t];
+        const double *lps = r->lps + r->coff[t];
+        size_t len = (size_t)(r->coff[t + 1] - r->coff[t]), m = 0, i, j;
+        int code = 0;
+        for (i = 0; i < len; i++)
+            if (ids[i] == r->sids[t]) {
+                if (!ref_close(lps[i], r->slps[t], 1e-6, 1e-5)) code = TW_HEAD_DISAGREE;
+                break;
+            }
+        if (!code) {
+            for (i = 0; i < len; i++)
+                if (lps[i] != -9999.0) e[m++] = (entry){ids[i], lps[i]};
+            qsort(e, m, sizeof(entry), cmp_rank);
+            if (r->soff) {
+                const int32_t *s = r->sup + r->soff[t];
+                size_t slen = (size_t)(r->soff[t + 1] - r->soff[t]), kept = 0;
+                for (i = 0; i < slen && !code; i++) {
+                    for (j = 0; j < m && e[j].id != s[i]; j++) {}
+                    if (j == m) code = TW_HEAD_MISSING_SUPPORT;
+                }
+                for (j = 0; j < m && !code; j++) {
+                    for (i = 0; i < slen && s[i] != e[j].id; i++) {}
+                    if (i < slen) e[kept++] = e[j];
+                }
+                m = kept;
+                if (!code) {
+                    for (i = 0; i < m; i++) ex[i] = e[i].v;
+                    if (!ref_close(tw_fsum_exp(ex, m), 1.0, 0.0, 1e-4)) code = TW_HEAD_NORMALIZE;
+                }
+            } else if (r->k < 1) {
+                m = 0;
+            } else if ((int64_t)m > r->k && e[r->k - 1].v == e[r->k].v) {
+                double b = e[r->k].v;
+                size_t kept = 0;
+                for (j = 0; j < m; j++)
+                    if (e[j].v > b) e[kept++] = e[j];
+                m = kept;
+            } else if ((int64_t)m > r->k) {
+                m = (size_t)r->k;
+            }
+        }
+        if (!code) {
+            for (i = 0; i < m; i++) ex[i] = e[i].v;
+            if (m == 0 || tw_fsum_exp(ex, m) > 1.0001) code = TW_HEAD_MASS;
+        }
+        if (!code && !r->soff && (r->k > INT64_MAX - 2 || (int64_t)len < r->k + 2))
+            code = TW_HEAD_FEWER;
+        if (code) {
+            o->failed = (ptrdiff_t)t;
+            o->code = code;
+            break;
+        }
+        for (i = 0; i < m; i++) {
+            o->ids[w + (int64_t)i] = e[i].id;
+            o->lps[w + (int64_t)i] = e[i].v;
+        }
+        w += (int64_t)m;
+        o->off[t + 1] = w;
+    }
+    free(e);
+    free(ex);
+}
+
+static int equal_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* Compare a path's result with the reference: the decision, and every head before it. */
+static int same_result(const resp *r, const result *a, const result *b, const char *what) {
+    if (a->failed != b->failed || a->code != b->code) {
+        CHECK(0, "%s: failed %td code %d, reference %td code %d", what, a->failed, a->code,
+              b->failed, b->code);
+        return 0;
+    }
+    size_t upto = a->failed < 0 ? r->n : (size_t)a->failed;
+    for (size_t t = 0; t <= upto; t++) {
+        if (a->off[t] != b->off[t]) {
+            CHECK(0, "%s: out_off[%zu] %lld, reference %lld", what, t, (long long)a->off[t],
+                  (long long)b->off[t]);
+            return 0;
+        }
+    }
+    for (int64_t i = 0; i < a->off[upto]; i++) {
+        if (a->ids[i] != b->ids[i] || !equal_bits(a->lps[i], b->lps[i])) {
+            CHECK(0, "%s: output %lld: %lld %.17g, reference %lld %.17g", what, (long long)i,
+                  (long long)a->ids[i], a->lps[i], (long long)b->ids[i], b->lps[i]);
+            return 0;
+        }
+    }
+    g_checks++;
+    return 1;
+}
+
+/* Every path against the reference; after a failure, again from the next token on, so
+   that every token's decision is compared. */
+static void check_all(const resp *whole, const char *what) {
+    resp r = *whole;
+    for (;;) {
+        result want, got;
+        r.total = (size_t)(r.coff[r.n] - r.coff[0]);
+        result_alloc(&want, &r);
+        result_alloc(&got, &r);
+        ref_select(&r, &want);
+        for (int p = 0; p < npaths; p++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s [path %d, from token %zu]", what, paths[p],
+                     whole->n - r.n);
+            run(&r, &got, paths[p]);
+            same_result(&r, &got, &want, name);
+        }
+        ptrdiff_t f = want.failed;
+        result_free(&want);
+        result_free(&got);
+        if (f < 0 || (size_t)f + 1 >= r.n) break;
+        r.n -= (size_t)f + 1;
+        r.coff += f + 1;
+        r.sids += f + 1;
+        r.slps += f + 1;
+        if (r.soff) r.soff += f + 1;
+    }
+}
+
+/* Check a decision on every path: the failed token and code. */
+static void expect(const resp *r, ptrdiff_t failed, int code, const char *what) {
+    result got;
+    result_alloc(&got, r);
+    for (int p = 0; p < npaths; p++) {
+        run(r, &got, paths[p]);
+        CHECK(got.failed == failed && got.code == code, "%s [path %d]: got %td/%d, want %td/%d",
+              what, paths[p], got.failed, got.code, failed, code);
+    }
+    result_free(&got);
+    check_all(r, what);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Building responses by hand: one token per call of tok().
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    size_t n, total, stotal;
+    int64_t ids[4096], sids[256], lens[256], slens[256];
+    double lps[4096], slps[256];
+    int32_t sup[4096];
+    int with_sup;
+} builder;
+
+static void tok(builder *b, size_t len, const int64_t *ids, const double *lps, int64_t sid,
+                double slp, size_t slen, const int32_t *sup) {
+    memcpy(b->ids + b->total, ids, len * sizeof(int64_t));
+    memcpy(b->lps + b->total, lps, len * sizeof(double));
+    b->total += len;
+    if (slen) memcpy(b->sup + b->stotal, sup, slen * sizeof(int32_t));
+    b->stotal += slen;
+    b->lens[b->n] = (int64_t)len;
+    b->slens[b->n] = (int64_t)slen;
+    b->sids[b->n] = sid;
+    b->slps[b->n] = slp;
+    b->n++;
+}
+
+static void build(const builder *b, resp *r, int64_t k) {
+    resp_alloc(r, b->n, b->total, b->with_sup, b->stotal);
+    r->k = k;
+    r->coff[0] = 0;
+    for (size_t t = 0; t < b->n; t++) r->coff[t + 1] = r->coff[t] + b->lens[t];
+    memcpy(r->ids, b->ids, b->total * sizeof(int64_t));
+    memcpy(r->lps, b->lps, b->total * sizeof(double));
+    memcpy(r->sids, b->sids, b->n * sizeof(int64_t));
+    memcpy(r->slps, b->slps, b->n * sizeof(double));
+    if (b->with_sup) {
+        r->soff[0] = 0;
+        for (size_t t = 0; t < b->n; t++) r->soff[t + 1] = r->soff[t] + b->slens[t];
+        memcpy(r->sup, b->sup, b->stotal * sizeof(int32_t));
+    }
+}
+
+/* One token, k, optional support: the decision (-1/0 or the token 0 with code). */
+static void one(size_t len, const int64_t *ids, const double *lps, int64_t sid, double slp,
+                int64_t k, int with_sup, size_t slen, const int32_t *sup, int code,
+                const char *what) {
+    static builder b;
+    memset(&b, 0, sizeof b);
+    b.with_sup = with_sup;
+    tok(&b, len, ids, lps, sid, slp, slen, sup);
+    resp r;
+    build(&b, &r, k);
+    expect(&r, code ? 0 : -1, code, what);
+    resp_free(&r);
+}
+
+/* The head of a valid single token, on every path. */
+static void head_is(size_t len, const int64_t *ids, const double *lps, int64_t k, int with_sup,
+                    size_t slen, const int32_t *sup, size_t hlen, const int64_t *hids,
+                    const char *what) {
+    static builder b;
+    memset(&b, 0, sizeof b);
+    b.with_sup = with_sup;
+    tok(&b, len, ids, lps, -1, NAN, slen, sup);
+    resp r;
+    build(&b, &r, k);
+    result got;
+    result_alloc(&got, &r);
+    for (int p = 0; p < npaths; p++) {
+        run(&r, &got, paths[p]);
+        int ok = got.failed == -1 && got.off[1] == (int64_t)hlen;
+        for (size_t i = 0; ok && i < hlen; i++) ok = got.ids[i] == hids[i];
+        CHECK(ok, "%s [path %d]: failed %td code %d, head of %lld", what, paths[p], got.failed,
+              got.code, (long long)got.off[1]);
+    }
+    result_free(&got);
+    resp_free(&r);
+}
+
+static void test_edges(void) {
+    const double S = -9999.0, L2 = log(0.5), L4 = log(0.25), L8 = log(0.125);
+    /* Ranking and the k-th place. */
+    {
+        int64_t ids[] = {7, 3, 5, 9, 1};
+        double lps[] = {L8, L2, L8, L4, -30};
+        int64_t h2[] = {3, 9}, h3[] = {3, 9, 5}, h4[] = {3, 9, 5, 7};
+        head_is(5, ids, lps, 2, 0, 0, NULL, 2, h2, "k=2, no tie at the boundary");
+        /* places 3 and 4 tie (5 and 7 at 1/8): both dropped */
+        head_is(5, ids, lps, 3, 0, 0, NULL, 2, h2, "tie across k=3: both 1/8 dropped");
+        int64_t ids6[] = {7, 3, 5, 9, 1, 2};
+        double lps6[] = {L8, L2, L8, L4, -30, S};
+        head_is(6, ids6, lps6, 4, 0, 0, NULL, 4, h4, "tie inside k=4, sentinel counted");
+        (void)h3;
+        int64_t ids7[] = {7, 3, 5, 9, 1, 2, 4};
+        double lps7[] = {L8, L2, L8, L4, -30, S, S};
+        head_is(7, ids7, lps7, 4, 0, 0, NULL, 4, h4, "tie inside k=4 kept, id order");
+    }
+    /* All tied: nothing left. */
+    {
+        int64_t ids[] = {4, 3, 2, 1, 0};
+        double lps[] = {L4, L4, L4, L4, L4};
+        one(5, ids, lps, -1, NAN, 2, 0, 0, NULL, TW_HEAD_MASS, "all tied across k");
+        one(5, ids, lps, 2, L4, 3, 0, 0, NULL, TW_HEAD_MASS, "all tied, k=3");
+        one(5, ids, lps, -1, NAN, 1, 0, 0, NULL, TW_HEAD_MASS, "all tied, k=1");
+        int64_t h[] = {0, 1, 2, 3, 4};
+        int32_t sup[] = {3, 1, 4, 0, 2};
+        double five[] = {log(0.2), log(0.2), log(0.2), log(0.2), log(0.2)};
+        head_is(5, ids, five, 1, 1, 5, sup, 5, h, "all tied inside a support: id order");
+    }
+    /* Sentinels: never ranked, but counted by FEWER. */
+    {
+        int64_t ids[] = {1, 2, 3, 4};
+        double lps[] = {S, L2, S, S};
+        int64_t h[] = {2};
+        head_is(4, ids, lps, 1, 0, 0, NULL, 1, h, "sentinels are skipped");
+        one(4, ids, lps, -1, NAN, 3, 0, 0, NULL, TW_HEAD_FEWER, "sentinels count for fewer");
+        double all[] = {S, S, S, S};
+        one(4, ids, all, -1, NAN, 1, 0, 0, NULL, TW_HEAD_MASS, "only sentinels");
+        one(4, ids, all, 3, S, 1, 0, 0, NULL, TW_HEAD_MASS, "sampled at the sentinel");
+        one(4, ids, all, 3, -1.0, 1, 0, 0, NULL, TW_HEAD_DISAGREE, "sentinel vs sampled value");
+    }
+    /* Empty rows. */
+    {
+        one(0, NULL, NULL, 5, -0.1, 1, 0, 0, NULL, TW_HEAD_MASS, "empty head");
+        int32_t s1[] = {5};
+        one(0, NULL, NULL, 5, -0.1, 1, 1, 1, s1, TW_HEAD_MISSING_SUPPORT, "empty head, support");
+        one(0, NULL, NULL, 5, -0.1, 1, 1, 0, NULL, TW_HEAD_NORMALIZE, "empty head and support");
+    }
+    /* k = 1, k >= len, huge k. */
+    {
+        int64_t ids[] = {10, 11, 12};
+        double lps[] = {L4, L2, L8};
+        int64_t h1[] = {11}, h3[] = {11, 10, 12};
+        head_is(3, ids, lps, 1, 0, 0, NULL, 1, h1, "k=1");
+        one(3, ids, lps, -1, NAN, 2, 0, 0, NULL, TW_HEAD_FEWER, "len = k + 1");
+        one(3, ids, lps, -1, NAN, 3, 0, 0, NULL, TW_HEAD_FEWER, "len = k");
+        one(3, ids, lps, -1, NAN, INT64_MAX, 0, 0, NULL, TW_HEAD_FEWER, "k = INT64_MAX");
+        one(3, ids, lps, -1, NAN, 0, 0, 0, NULL, TW_HEAD_MASS, "k = 0");
+        one(3, ids, lps, -1, NAN, -5, 0, 0, NULL, TW_HEAD_MASS, "k < 0");
+        int32_t sup[] = {12, 10, 11};
+        double full[] = {L4, L2, L4};
+        int64_t h3s[] = {11, 10, 12};
+        (void)h3;
+        head_is(3, ids, full, INT64_MAX, 1, 3, sup, 3, h3s, "support ignores k");
+    }
+    /* Supports. */
+    {
+        int64_t ids[] = {1, 2, 3, 4, 5};
+        double lps[] = {L2, L4, L8, L8, S};
+        int32_t all[] = {4, 3, 2, 1};
+        int64_t h[] = {1, 2, 3, 4};
+        head_is(5, ids, lps, 1, 1, 4, all, 4, h, "support = every ranked id");
+        int32_t dup[] = {4, 3, 2, 1, 3, 1};
+        head_is(5, ids, lps, 1, 1, 6, dup, 4, h, "support with repeats");
+        int32_t with_sentinel[] = {1, 2, 3, 4, 5};
+        one(5, ids, lps, -1, NAN, 1, 1, 5, with_sentinel, TW_HEAD_MISSING_SUPPORT,
+            "support names a sentinel candidate");
+        int32_t absent[] = {1, 2, 3, 4, 9};
+        one(5, ids, lps, -1, NAN, 1, 1, 5, absent, TW_HEAD_MISSING_SUPPORT, "support id absent");
+        int32_t negative[] = {-1};
+        one(5, ids, lps, -1, NAN, 1, 1, 1, negative, TW_HEAD_MISSING_SUPPORT, "negative id");
+        int32_t part[] = {1, 2};
+        one(5, ids, lps, -1, NAN, 1, 1, 2, part, TW_HEAD_NORMALIZE, "3/4 of the mass");
+        int32_t half[] = {1};
+        one(5, ids, lps, 1, L2, 1, 1, 1, half, TW_HEAD_NORMALIZE, "half of the mass");
+        int32_t big[300];
+        for (int i = 0; i < 300; i++) big[i] = i < 4 ? i + 1 : (i % 4) + 1;
+        head_is(5, ids, lps, 1, 1, 300, big, 4, h, "a long support with repeats");
+        big[299] = 77;
+        one(5, ids, lps, -1, NAN, 1, 1, 300, big, TW_HEAD_MISSING_SUPPORT, "long support, absent id");
+    }
+    /* The sampled logprob. */
+    {
+        int64_t ids[] = {1, 2, 3, 4};
+        double lps[] = {-0.5, -1.0, -2.0, -3.0};
+        one(4, ids, lps, 2, -1.0, 2, 0, 0, NULL, TW_HEAD_OK, "sampled equal");
+        one(4, ids, lps, 2, -1.0 + 0.9e-5, 2, 0, 0, NULL, TW_HEAD_OK, "sampled within abs_tol");
+        one(4, ids, lps, 2, -1.0 - 1.5e-5, 2, 0, 0, NULL, TW_HEAD_DISAGREE, "sampled off");
+        one(4, ids, lps, 2, NAN, 2, 0, 0, NULL, TW_HEAD_DISAGREE, "sampled NaN, in head");
+        one(4, ids, lps, 9, NAN, 2, 0, 0, NULL, TW_HEAD_OK, "sampled NaN, not in head");
+        one(4, ids, lps, 2, -INFINITY, 2, 0, 0, NULL, TW_HEAD_DISAGREE, "sampled -inf");
+        double big[] = {-0.5, -100.0, -2.0, -3.0};
+        one(4, ids, big, 2, -100.0 * (1 + 0.9e-6), 2, 0, 0, NULL, TW_HEAD_OK, "within rel_tol");
+        one(4, ids, big, 2, -100.0 * (1 + 1.1e-6), 2, 0, 0, NULL, TW_HEAD_DISAGREE, "past rel_tol");
+    }
+    /* Mass. */
+    {
+        int64_t ids[] = {1, 2, 3, 4, 5};
+        double lps[] = {L2, L2, L4, -40, -50};
+        one(5, ids, lps, -1, NAN, 2, 0, 0, NULL, TW_HEAD_OK, "mass 1");
+        one(5, ids, lps, -1, NAN, 3, 0, 0, NULL, TW_HEAD_MASS, "mass 1.25");
+        double hot[] = {1e-6, -1e-7, -50, -60, -70};
+        one(5, ids, hot, -1, NAN, 1, 0, 0, NULL, TW_HEAD_OK, "one token at probability 1");
+        one(5, ids, hot, -1, NAN, 2, 0, 0, NULL, TW_HEAD_MASS, "two tokens near probability 1");
+        double odd[] = {INFINITY, -1, -2, -3, -4};
+        one(5, ids, odd, -1, NAN, 1, 0, 0, NULL, TW_HEAD_MASS, "+inf candidate");
+        double deep[] = {-700.0, -701.0, -745.0, -746.0, -INFINITY};
+        one(5, ids, deep, -1, NAN, 3, 0, 0, NULL, TW_HEAD_OK, "vanishing mass passes");
+        double pos[] = {0.5, -1, -2, -3, -4};
+        one(5, ids, pos, -1, NAN, 1, 0, 0, NULL, TW_HEAD_MASS, "positive logprob");
+        double huge[] = {800.0, -1, -2, -3, -4};
+        one(5, ids, huge, -1, NAN, 1, 0, 0, NULL, TW_HEAD_MASS, "exp overflow");
+    }
+    /* The first failing token wins; checks within a token keep their order. */
+    {
+        static builder b;
+        memset(&b, 0, sizeof b);
+        int64_t ids[] = {1, 2, 3, 4};
+        double ok[] = {-0.5, -1.5, -2.5, -3.5}, heavy[] = {-0.1, -0.2, -2.5, -3.5};
+        tok(&b, 4, ids, ok, 1, -0.5, 0, NULL);
+        tok(&b, 4, ids, ok, 2, -1.5, 0, NULL);
+        tok(&b, 4, ids, heavy, 3, -2.5, 0, NULL); /* MASS */
+        tok(&b, 4, ids, ok, 1, -0.7, 0, NULL);    /* DISAGREE, later */
+        resp r;
+        build(&b, &r, 2);
+        expect(&r, 2, TW_HEAD_MASS, "first failure wins");
+        r.k = 3;
+        expect(&r, 0, TW_HEAD_FEWER, "fewer at token 0 with k=3");
+        resp_free(&r);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Thresholds: walk one value by ulps until the exact sum crosses a limit, and check the
+ * decision on both sides on every path.
+ * ------------------------------------------------------------------------------------------ */
+
+static void walk_limit(double limit, int with_sup, int terms, const char *what) {
+    double lps[40], weights[40], total = 0;
+    int64_t ids[40];
+    int32_t sup[40];
+    for (int i = 0; i < terms; i++) total += weights[i] = 0.05 + rnd01();
+    for (int i = 0; i < terms - 1; i++) lps[i] = log(weights[i] / total * limit * 0.9);
+    double first = terms > 1 ? tw_fsum_exp(lps, (size_t)terms - 1) : 0.0;
+    /* each step moves exp(last) by about 2^-55: a quarter of an ulp of the sum near 1 */
+    double step = 0x1p-55 / (limit - first), base = log(limit - first) - 40 * step;
+    for (int i = 0; i < terms + 2; i++) ids[i] = (int64_t)(i * 7 + 3);
+    for (int i = 0; i < terms; i++) sup[i] = (int32_t)ids[i];
+    lps[terms] = lps[terms + 1] = -9999.0; /* for FEWER: k + 2 candidates */
+    int below = 0, above = 0;
+    for (int i = 0; i < 80; i++) {
+        lps[terms - 1] = base + i * step;
+        double s = tw_fsum_exp(lps, (size_t)terms);
+        int want;
+        if (with_sup)
+            want = !(fabs(1.0 - s) <= 1e-4) ? TW_HEAD_NORMALIZE : s > 1.0001 ? TW_HEAD_MASS : 0;
+        else
+            want = s > 1.0001 ? TW_HEAD_MASS : 0;
+        below += s < limit;
+        above += s > limit;
+        char name[160];
+        snprintf(name, sizeof name, "%s: sum %.17g, step %d", what, s, i);
+        int sampled = (int)rndn((size_t)terms);
+        one((size_t)terms + 2, ids, lps, ids[sampled], lps[sampled], terms, with_sup,
+            with_sup ? (size_t)terms : 0, sup, want, name);
+    }
+    CHECK(below >= 3 && above >= 3, "%s: the walk does not cross %.17g (%d below, %d above)", what,
+          limit, below, above);
+}
+
+static void test_thresholds(void) {
+    for (int rep = 0; rep < 30; rep++) {
+        int terms = 1 + (int)rndn(rep < 10 ? 3 : 30);
+        walk_limit(1.0001, 0, terms, "mass limit");
+        walk_limit(1.0001, 1, terms, "mass limit with support");
+        walk_limit(1.0 + 1e-4, 1, terms, "normalization, high side");
+        walk_limit(1.0 - 1e-4, 1, terms, "normalization, low side");
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Random responses.
+ * ------------------------------------------------------------------------------------------ */
+
+static double value(int mode) {
+    static const double small[] = {0.0, -0.0, -0.25, -0.5, -1.0, -2.0, -9999.0, -0.6931471805599453,
+                                   -1.3862943611198906, -20.0, -700.0, -701.0, 1e-6, -1e-300};
+    switch (mode) {
+    case 0:
+        return small[rndn(sizeof small / sizeof small[0])];
+    case 1:
+        return log(ldexp(1.0, -(int)rndn(8) - 1));
+    case 2:
+        return rndn(10) == 0 ? -9999.0 : -(double)(float)(-log(1.0 - rnd01()) * (0.2 + 4 * rnd01()));
+    default:
+        return -rnd01() * 30.0;
+    }
+}
+
+static void random_response(resp *r, size_t *lens, int huge) {
+    size_t n = 1 + rndn(rndn(4) == 0 ? 300 : 20);
+    int with_sup = rndn(5) < 2;
+    static const int64_t ks[] = {1, 1, 2, 3, 5, 8, 20, 22, 40, INT64_MAX};
+    int64_t k = ks[rndn(sizeof ks / sizeof ks[0])];
+    size_t total = 0, stotal = 0;
+    for (size_t t = 0; t < n; t++) {
+        size_t m = rndn(24);
+        if (rndn(30) == 0) m = 40 + rndn(300);
+        if (huge && t == n / 2) m = 100000;
+        lens[2 * t] = m;
+        lens[2 * t + 1] = with_sup ? (rndn(10) == 0 ? 64 + rndn(400) : rndn(m + 2)) : 0;
+        if (huge && with_sup && t == n / 2) lens[2 * t + 1] = 50000;
+        total += m;
+        stotal += lens[2 * t + 1];
+    }
+    resp_alloc(r, n, total, with_sup, stotal);
+    r->k = k;
+    r->coff[0] = 0;
+    if (with_sup) r->soff[0] = 0;
+    for (size_t t = 0; t < n; t++) {
+        size_t m = lens[2 * t], slen = lens[2 * t + 1];
+        r->coff[t + 1] = r->coff[t] + (int64_t)m;
+        int64_t *ids = r->ids + r->coff[t];
+        double *lps = r->lps + r->coff[t];
+        int mode = (int)rndn(4);
+        size_t alphabet = 2 * m + 2 + (rndn(2) ? 0 : 1000000);
+        for (size_t i = 0; i < m; i++) {
+            int64_t id;
+            int fresh;
+            if (m > 400) { /* distinct by construction, in random order */
+                size_t j = rndn(i + 1);
+                ids[i] = ids[j];
+                ids[j] = (int64_t)(i * 3 + 1);
+                lps[i] = value(mode);
+                continue;
+            }
+            do { /* distinct ids */
+                id = (int64_t)rndn(alphabet);
+                fresh = 1;
+                for (size_t j = 0; j < i && fresh; j++) fresh = ids[j] != id;
+            } while (!fresh);
+            ids[i] = id;
+            lps[i] = value(mode);
+        }
+        if (m && rndn(3) == 0) { /* dyadic probabilities over a prefix */
+            size_t parts = 1 + rndn(m < 8 ? m : 8);
+            double left = 1.0;
+            for (size_t i = 0; i < parts; i++) {
+                double p = i + 1 == parts ? left : left / 2;
+                lps[i] = log(p);
+                left -= p;
+            }
+        }
+        if (m && rndn(5) < 4) {
+            size_t j = rndn(m);
+            r->sids[t] = ids[j];
+            r->slps[t] = rndn(4) ? lps[j] : lps[j] + (rndn(2) ? 1e-5 : 2e-5);
+        } else {
+            r->sids[t] = -1 - (int64_t)rndn(3);
+            r->slps[t] = NAN;
+        }
+        if (with_sup) {
+            r->soff[t + 1] = r->soff[t] + (int64_t)slen;
+            int32_t *s = r->sup + r->soff[t];
+            size_t ranked = 0;
+            for (size_t i = 0; i < m; i++) ranked += lps[i] != -9999.0;
+            for (size_t i = 0; i < slen; i++) {
+                if (m && rndn(40)) { /* mostly ranked ids (repeats possible) */
+                    size_t j;
+                    do j = rndn(m);
+                    while (ranked && lps[j] == -9999.0);
+                    s[i] = (int32_t)ids[j];
+                } else {
+                    s[i] = (int32_t)rndn(100);
+                }
+            }
+        }
+    }
+}
+
+static void test_random(long count) {
+    size_t *lens = xmalloc(2 * 400 * sizeof(size_t));
+    for (long c = 0; c < count; c++) {
+        resp r;
+        random_response(&r, lens, c % 500 == 499);
+        check_all(&r, "random");
+        resp_free(&r);
+    }
+    free(lens);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Compact candidates.
+ * ------------------------------------------------------------------------------------------ */
+
+static size_t ref_compact_row(const uint32_t *ids, const float *vals, size_t len, int64_t num_top,
+                              int64_t *oid, double *olp) {
+    size_t take = num_top < 1 ? 1 : (size_t)num_top, c = 0;
+    for (size_t i = 0; i < len; i++) {
+        size_t j = 0;
+        while (j < c && oid[j] != (int64_t)ids[i]) j++;
+        if (j < c) { /* dict(row) keeps the first position and the last value */
+            olp[j] = vals[i];
+        } else if (c < take) {
+            oid[c] = ids[i];
+            olp[c++] = vals[i];
+        }
+    }
+    return c;
+}
+
+static void test_compact(long count) {
+    for (long c = 0; c < count; c++) {
+        size_t n = 1 + rndn(40), total = 0;
+        size_t lens[41];
+        for (size_t t = 0; t < n; t++) {
+            static const size_t choices[] = {0, 1, 2, 16, 17, 23, 31, 32, 33, 64, 65};
+            lens[t] = rndn(3) ? choices[rndn(11)] : rndn(rndn(50) == 0 ? 2000 : 100);
+            total += lens[t];
+        }
+        int64_t *roff = xmalloc((n + 1) * sizeof(int64_t));
+        uint32_t *ids = xmalloc(total * sizeof(uint32_t));
+        float *vals = xmalloc(total * sizeof(float));
+        roff[0] = 0;
+        for (size_t t = 0; t < n; t++) {
+            roff[t + 1] = roff[t] + (int64_t)lens[t];
+            uint32_t alphabet = (uint32_t)(rndn(3) == 0 ? 3 : rndn(2) ? lens[t] + 1 : 0xFFFFFFFFu);
+            for (size_t i = 0; i < lens[t]; i++) {
+                uint32_t id = (uint32_t)rndn(alphabet);
+                size_t at = (size_t)roff[t] + i, j;
+                for (j = (size_t)roff[t]; j < at && ids[j] != id; j++) {}
+                ids[at] = id;
+                if (j < at)
+                    vals[at] = vals[j] == 0.0f && rndn(2) ? -vals[j] : vals[j];
+                else
+                    vals[at] = rndn(4) == 0 ? 0.0f : -(float)(rnd01() * 10);
+                if (rndn(200) == 0) vals[at] = -3.0f; /* unequal repeat: the last one wins */
+            }
+        }
+        static const int64_t tops[] = {-1, 0, 1, 2, 5, 20, 22, 31, 32, 33, 64, 4000, INT64_MAX};
+        int64_t num_top = tops[rndn(sizeof tops / sizeof tops[0])];
+        int64_t *want_off = xmalloc((n + 1) * sizeof(int64_t));
+        int64_t *want_ids = xmalloc(total * sizeof(int64_t) + 8);
+        double *want_lps = xmalloc(total * sizeof(double) + 8);
+        want_off[0] = 0;
+        for (size_t t = 0; t < n; t++)
+            want_off[t + 1] = want_off[t] + (int64_t)ref_compact_row(ids + roff[t], vals + roff[t], lens[t],
+                                                                     num_top, want_ids + want_off[t],
+                                                                     want_lps + want_off[t]);
+        int64_t *coff = xmalloc((n + 1) * sizeof(int64_t));
+        int64_t *cids = xmalloc(total * sizeof(int64_t));
+        double *clps = xmalloc(total * sizeof(double));
+        for (int p = 0; p < npaths; p++) {
+            int rc = tw_compact_candidates(n, roff, ids, vals, num_top, coff, cids, clps, paths[p]);
+            int ok = rc == TW_HEAD_OK && memcmp(coff, want_off, (n + 1) * sizeof(int64_t)) == 0;
+            for (int64_t i = 0; ok && i < coff[n]; i++)
+                ok = cids[i] == want_ids[i] && equal_bits(clps[i], want_lps[i]);
+            CHECK(ok, "compact candidates, path %d, case %ld, num_top %lld", paths[p], c,
+                  (long long)num_top);
+        }
+        /* Allocation failure for long rows. */
+        if (c % 50 == 0) {
+            size_t longest = 0;
+            for (size_t t = 0; t < n; t++)
+                if (lens[t] > longest) longest = lens[t];
+            g_alloc_fail = 0;
+            int rc = tw_compact_candidates(n, roff, ids, vals, num_top, coff, cids, clps, 0);
+            g_alloc_fail = -1;
+            CHECK(rc == (longest > 64 ? TW_HEAD_NOMEM : TW_HEAD_OK), "compact nomem: %d", rc);
+        }
+        free(roff);
+        free(ids);
+        free(vals);
+        free(want_off);
+        free(want_ids);
+        free(want_lps);
+        free(coff);
+        free(cids);
+        free(clps);
+    }
+}
+
+static void test_nomem(void) {
+    static builder b;
+    memset(&b, 0, sizeof b);
+    b.with_sup = 1;
+    int64_t ids[] = {1, 2, 3};
+    double lps[] = {-0.5, -1.0, -3.0};
+    int32_t sup[300];
+    for (int i = 0; i < 300; i++) sup[i] = 1 + i % 2;
+    tok(&b, 3, ids, lps, 1, -0.5, 2, sup);
+    tok(&b, 3, ids, lps, 1, -0.5, 300, sup);
+    resp r;
+    build(&b, &r, 1);
+    result got;
+    result_alloc(&got, &r);
+    for (int p = 0; p < npaths; p++) {
+        g_alloc_fail = 0;
+        run(&r, &got, paths[p]);
+        g_alloc_fail = -1;
+        /* token 0 is NORMALIZE (3/4 of the mass) before token 1 needs memory */
+        CHECK(got.failed == 0 && got.code == TW_HEAD_NORMALIZE, "nomem order: %td %d", got.failed,
+              got.code);
+    }
+    resp_free(&r);
+    result_free(&got);
+    memset(&b, 0, sizeof b);
+    b.with_sup = 1;
+    double full[] = {log(0.5), log(0.5), -3.0};
+    tok(&b, 3, ids, full, 1, log(0.5), 2, sup);
+    tok(&b, 3, ids, full, 1, log(0.5), 300, sup);
+    build(&b, &r, 1);
+    result_alloc(&got, &r);
+    for (int p = 0; p < npaths; p++) {
+        g_alloc_fail = 0;
+        run(&r, &got, paths[p]);
+        g_alloc_fail = -1;
+        CHECK(got.failed == 1 && got.code == TW_HEAD_NOMEM, "nomem: %td %d", got.failed, got.code);
+        run(&r, &got, paths[p]);
+        CHECK(got.failed == -1, "with memory: %td %d", got.failed, got.code);
+    }
+    resp_free(&r);
+    result_free(&got);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Exact sums: half-way cases and a few fixed values.
+ * ------------------------------------------------------------------------------------------ */
+
+static void test_fsum(void) {
+    double a[] = {1.0, 0x1p-53};
+    CHECK(tw_fsum_nonneg(a, 2) == 1.0, "tie to even, down");
+    double b[] = {1.0 + 0x1p-52, 0x1p-53};
+    CHECK(tw_fsum_nonneg(b, 2) == 1.0 + 0x1p-51, "tie to even, up");
+    double c[] = {1.0, 0x1p-53, 0x1p-1074};
+    CHECK(tw_fsum_nonneg(c, 3) == 1.0 + 0x1p-52, "sticky bit breaks the tie");
+    double d[] = {0x1p-1074, 0x1p-1074, 0x1p-1074};
+    CHECK(tw_fsum_nonneg(d, 3) == 3 * 0x1p-1074, "subnormals");
+    double e[] = {1.7976931348623157e308, 1.7976931348623157e308};
+    CHECK(tw_fsum_nonneg(e, 2) == INFINITY, "overflow");
+    double f[] = {1.7976931348623157e308, 0x1p970};
+    CHECK(tw_fsum_nonneg(f, 2) == INFINITY, "rounds up to overflow");
+    double g[] = {0.1, 0.2, 0.3};
+    CHECK(tw_fsum_nonneg(g, 3) == 0.6, "0.1 + 0.2 + 0.3");
+    CHECK(tw_fsum_nonneg(NULL, 0) == 0.0, "empty");
+    double h[] = {NAN, INFINITY};
+    CHECK(isnan(tw_fsum_nonneg(h, 2)), "nan");
+    double inf[] = {INFINITY, 1.0};
+    CHECK(tw_fsum_nonneg(inf, 2) == INFINITY, "inf");
+    double z[] = {-0.0};
+    CHECK(tw_fsum_nonneg(z, 1) == 0.0, "-0");
+    /* fast_exp's error against the C library */
+    double worst = 0;
+    for (int i = 0; i < 2000000; i++) {
+        double x = i < 1000 ? -700.0 + i * 1e-3 : i < 2000 ? 1.0 - (i - 1000) * 1e-4 : -rnd01() * 701.0 + 1.0;
+        if (x < -700.0) continue;
+        double rel = fabs(fast_exp(x) - exp(x)) / exp(x);
+        if (rel > worst) worst = rel;
+    }
+    CHECK(worst < 0x1p-45, "fast exp error %g", worst);
+    printf("  fast exp: largest relative difference from exp() %.3g (bound used: 2^-40 = %.3g)\n",
+           worst, 0x1p-40);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Benchmark: the compact 8k-token response with 22 candidates + the sampled token per row.
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    size_t n;
+    int64_t num_top;
+    int64_t *roff, *sampled;
+    uint32_t *ids;
+    float *vals;
+} workload;
+
+static double gauss(void) {
+    double u = rnd01(), v = rnd01();
+    return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
+}
+
+/* As tokenwire.samples.evidence(8192, 22): log-softmax over 256 logits, top 22, the sampled
+   token (inverse CDF) first in each row. */
+static void synthesize(workload *w, size_t n, size_t m) {
+    enum { WIDTH = 256 };
+    w->n = n;
+    w->num_top = (int64_t)m;
+    w->roff = xmalloc((n + 1) * sizeof(int64_t));
+    w->sampled = xmalloc(n * sizeof(int64_t));
+    w->ids = xmalloc(n * (m + 1) * sizeof(uint32_t));
+    w->vals = xmalloc(n * (m + 1) * sizeof(float));
+    double logit[WIDTH];
+    int order[WIDTH];
+    for (size_t t = 0; t < n; t++) {
+        double scale = 1.0 + 6.0 * rnd01(), top = -INFINITY, z = 0;
+        for (int i = 0; i < WIDTH; i++) {
+            logit[i] = gauss() * scale;
+            if (logit[i] > top) top = logit[i];
+            order[i] = i;
+        }
+        for (int i = 0; i < WIDTH; i++) z += exp(logit[i] - top);
+        for (int i = 0; i < WIDTH; i++) logit[i] = logit[i] - top - log(z);
+        for (int i = 1; i < WIDTH; i++) { /* by logprob, descending */
+            int x = order[i], j = i;
+            while (j > 0 && logit[order[j - 1]] < logit[x]) {
+                order[j] = order[j - 1];
+                j--;
+            }
+            order[j] = x;
+        }
+        double u = rnd01(), cdf = 0;
+        int s = WIDTH - 1;
+        for (int i = 0; i < WIDTH; i++) {
+            cdf += exp(logit[i]);
+            if (cdf >= u) {
+                s = i;
+                break;
+            }
+        }
+        uint32_t base = (uint32_t)rndn(151936);
+        size_t at = t * (m + 1);
+        w->roff[t] = (int64_t)at;
+        w->ids[at] = (base + (uint32_t)s * 7919u) % 151936u;
+        w->vals[at] = (float)logit[s];
+        for (size_t i = 0; i < m; i++) {
+            w->ids[at + 1 + i] = (base + (uint32_t)order[i] * 7919u) % 151936u;
+            w->vals[at + 1 + i] = (float)logit[order[i]];
+        }
+        w->sampled[t] = w->ids[at];
+    }
+    w->roff[n] = (int64_t)(n * (m + 1));
+}
+
+static int load(workload *w, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int64_t head[2];
+    int ok = fread(head, sizeof head, 1, f) == 1 && head[0] >= 0 && head[0] < (1 << 28);
+    if (ok) {
+        w->n = (size_t)head[0];
+        w->num_top = head[1];
+        w->roff = xmalloc((w->n + 1) * sizeof(int64_t));
+        w->sampled = xmalloc(w->n * sizeof(int64_t) + 8);
+        ok = fread(w->roff, sizeof(int64_t), w->n + 1, f) == w->n + 1 && w->roff[0] == 0;
+    }
+    if (ok) {
+        size_t cnt = (size_t)w->roff[w->n];
+        w->ids = xmalloc(cnt * sizeof(uint32_t) + 4);
+        w->vals = xmalloc(cnt * sizeof(float) + 4);
+        ok = fread(w->ids, sizeof(uint32_t), cnt, f) == cnt &&
+             fread(w->vals, sizeof(float), cnt, f) == cnt &&
+             fread(w->sampled, sizeof(int64_t), w->n, f) == w->n;
+    }
+    fclose(f);
+    return ok;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int bench(const char *path) {
+    workload w;
+    if (path) {
+        if (!load(&w, path)) {
+            fprintf(stderr, "cannot read %s\n", path);
+            return 2;
+        }
+        printf("workload %s: ", path);
+    } else {
+        synthesize(&w, 8192, 22);
+        printf("workload synthesized: ");
+    }
+    size_t n = w.n, cnt = (size_t)w.roff[n];
+    printf("%zu tokens, %zu row entries, num_top %lld, k = 20\n", n, cnt, (long long)w.num_top);
+    int64_t *coff = xmalloc((n + 1) * sizeof(int64_t)), *cids = xmalloc(cnt * sizeof(int64_t));
+    double *clps = xmalloc(cnt * sizeof(double)), *slps = xmalloc(n * sizeof(double));
+    int64_t *out_off = xmalloc((n + 1) * sizeof(int64_t)), *out_ids = xmalloc(cnt * sizeof(int64_t));
+    double *out_lps = xmalloc(cnt * sizeof(double));
+    for (size_t t = 0; t < n; t++) { /* what the glue passes: the row's value of the sampled id */
+        slps[t] = NAN;
+        for (int64_t i = w.roff[t]; i < w.roff[t + 1]; i++)
+            if ((int64_t)w.ids[i] == w.sampled[t]) slps[t] = w.vals[i];
+    }
+    static const char *names[] = {"scalar", "auto", "avx2", "avx512"};
+    for (int p = 0; p < npaths; p++) {
+        int path = paths[p], code = 0;
+        double best_c = 1e9, best_s = 1e9, best_t = 1e9;
+        ptrdiff_t failed = 0;
+        for (int rep = 0; rep < 200; rep++) {
+            double t0 = now();
+            tw_compact_candidates(n, w.roff, w.ids, w.vals, w.num_top, coff, cids, clps, path);
+            double t1 = now();
+            failed = tw_select_heads(n, coff, cids, clps, w.sampled, slps, 20, NULL, NULL, out_off,
+                                     out_ids, out_lps, &code, path);
+            double t2 = now();
+            if (t1 - t0 < best_c) best_c = t1 - t0;
+            if (t2 - t1 < best_s) best_s = t2 - t1;
+            if (t2 - t0 < best_t) best_t = t2 - t0;
+        }
+        printf("  %-6s compact_candidates %7.1f us   select_heads %7.1f us   together %7.1f us"
+               "   (%.2f ns/candidate; result %td/%d, %lld head entries)\n",
+               names[path], best_c * 1e6, best_s * 1e6, best_t * 1e6, best_t * 1e9 / (double)cnt,
+               failed, code, (long long)out_off[n]);
+    }
+    /* the same decisions, all by exp() and exact sums: the cost the estimate avoids */
+    {
+        double best = 1e9;
+        for (int rep = 0; rep < 20; rep++) {
+            double t0 = now(), sink = 0;
+            for (size_t t = 0; t < n; t++)
+                sink += tw_fsum_exp(out_lps + out_off[t], (size_t)(out_off[t + 1] - out_off[t]));
+            double t1 = now();
+            if (t1 - t0 < best) best = t1 - t0;
+            if (sink < 0) printf("?");
+        }
+        printf("  for comparison, exp() + exact sum of every head: %.1f us\n", best * 1e6);
+    }
+    free(coff);
+    free(cids);
+    free(clps);
+    free(slps);
+    free(out_off);
+    free(out_ids);
+    free(out_lps);
+    free(w.roff);
+    free(w.sampled);
+    free(w.ids);
+    free(w.vals);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int best = tw_heads_best_path();
+    paths[npaths++] = TW_HEADS_SCALAR;
+    if (best >= TW_HEADS_AVX2) paths[npaths++] = TW_HEADS_AVX2;
+    if (best == TW_HEADS_AVX512) paths[npaths++] = TW_HEADS_AVX512;
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(argc > 2 ? argv[2] : NULL);
+    long count = argc > 1 ? strtol(argv[1], NULL, 10) : 3000;
+    printf("paths: scalar%s%s\n", npaths > 1 ? ", avx2" : "", npaths > 2 ? ", avx512" : "");
+    test_fsum();
+    test_edges();
+    test_thresholds();
+    test_nomem();
+    test_compact(count / 2);
+    test_random(count);
+    printf("%llu checks, %llu failures\n", g_checks, g_failures);
+    return g_failures != 0;
+}
