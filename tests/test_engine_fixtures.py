@@ -111,3 +111,29 @@ def test_openai_fixtures_load(name):
         count = len(logprobs["tokens"]) if "tokens" in logprobs else len(logprobs["content"])
         assert count == len(ids) > 0
         assert (ids[-1] == EOS) == (choice["finish_reason"] == "stop")
+
+
+@pytest.mark.parametrize("name", OTHER)
+def test_openai_fixtures_parse_with_exact_ids(name):
+    import tokenwire
+
+    request = REQUESTS[name]
+    document = json.loads(raw(name))
+    chat = request["path"].endswith("/chat/completions")
+    parse = tokenwire.parse_chat_completions_response if chat else tokenwire.parse_completions_response
+    parsed = parse(raw(name))
+    for choice, wire in zip(parsed.choices, document["choices"]):
+        assert choice.completion_ids.tolist() == wire["token_ids"]
+        assert len(choice.completion_logprobs) == len(choice.completion_ids)
+        assert (choice.completion_ids[-1] == EOS) == (choice.finish_reason == "stop")
+        if chat:
+            expected = [entry["logprob"] for entry in wire["logprobs"]["content"]]
+        else:
+            expected = wire["logprobs"]["token_logprobs"]
+        np.testing.assert_array_equal(choice.completion_logprobs, expected)
+    # Without the exact ids the engine was asked for, the parse refuses instead of guessing.
+    for wire in document["choices"]:
+        del wire["token_ids"]
+    if not request["body"].get("return_tokens_as_token_ids"):
+        with pytest.raises(MalformedResponseError, match="return_token_ids"):
+            parse(json.dumps(document).encode())
