@@ -356,7 +356,7 @@ def _apply_mask(choice: dict[str, Any], name: str, n: int, draw) -> None:
 @st.composite
 def cases(draw, *, mutate: bool | None = None) -> Case:
     """A response, possibly mutated, in some spelling, with the top_k it is parsed with."""
-    k = draw(st.sampled_from([None, None, 1, 2, 3, 5]))
+    k = draw(st.sampled_from([None, None, 1, 2, 3, 5, 8, 20, 32]))
     count = draw(st.integers(1, 3))
     chosen = [draw(choices(i, k)) for i in range(count)]
     document: Any = samples.response(chosen, prompt_tokens=draw(st.integers(0, 6)), seed=draw(st.integers(0, 99)))

@@ -15,9 +15,9 @@ from tokenwire import MalformedResponseError, _reference
 from . import strategies
 from .conftest import _core
 
-EXAMPLES = int(os.environ.get("TOKENWIRE_DIFF_EXAMPLES", "2500"))
+EXAMPLES = int(os.environ.get("TOKENWIRE_DIFF_EXAMPLES", "5000"))
 # About a third of the generated cases carry a documented difference and are not compared.
-RENDERERS_EXAMPLES = EXAMPLES * 2
+RENDERERS_EXAMPLES = EXAMPLES
 
 
 def _array(a: Any) -> Any:
