@@ -13,8 +13,8 @@ DECIMAL = r"-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,24})?([eE][+-]?[0-9]{1,3})?"
 
 
 def document(literal: str) -> bytes:
-    entry = '{"token":"token_id:5","logprob":%s,"bytes":null,"top_logprobs":[]}' % literal
-    return ('{"choices":[{"token_ids":[5],"logprobs":{"content":[%s]}}]}' % entry).encode()
+    entry = '{"token":"token_id:5","logprob":' + literal + ',"bytes":null,"top_logprobs":[]}'
+    return ('{"choices":[{"token_ids":[5],"logprobs":{"content":[' + entry + "]}}]}").encode()
 
 
 @given(st.from_regex(DECIMAL, fullmatch=True) | st.floats(allow_nan=False, allow_infinity=False).map(repr)
