@@ -43,6 +43,7 @@
  * number code, TWN_NO_INT128 the portable 64x64->128 multiplication.
  */
 #include "tw_native.h"
+#include "tw_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -739,26 +740,6 @@ static inline int64_t twn_log2_pow5(int64_t q)
 /* Bit helpers                                                               */
 /* ------------------------------------------------------------------------ */
 
-#ifdef TWN_SSE2
-static inline unsigned twn_ctz32(uint32_t x)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    return (unsigned)__builtin_ctz(x);
-#elif defined(_MSC_VER)
-    unsigned long i;
-    _BitScanForward(&i, x);
-    return (unsigned)i;
-#else
-    unsigned n = 0;
-    while (!(x & 1u)) {
-        x >>= 1;
-        n++;
-    }
-    return n;
-#endif
-}
-#endif
-
 static inline unsigned twn_ctz64(uint64_t x)
 {
 #if defined(__GNUC__) || defined(__clang__)
@@ -825,7 +806,6 @@ static inline double twn_from_bits(uint64_t b)
     return d;
 }
 
-static inline int twn_digit(uint8_t c) { return (unsigned)(c - '0') < 10u; }
 
 /* ------------------------------------------------------------------------ */
 /* Scanning kernels                                                          */
@@ -865,7 +845,7 @@ static inline const uint8_t *twn_digits(const uint8_t *p, const uint8_t *e)
                                   _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
         uint32_t m = (uint32_t)_mm_movemask_epi8(nd);
         if (m)
-            return p + twn_ctz32(m);
+            return p + tw_ctz32(m);
         p += 16;
     }
 #else
@@ -879,7 +859,7 @@ static inline const uint8_t *twn_digits(const uint8_t *p, const uint8_t *e)
         p += 8;
     }
 #endif
-    while (p < e && twn_digit(*p))
+    while (p < e && tw_is_digit(*p))
         p++;
     return p;
 }
@@ -894,7 +874,7 @@ static inline const uint8_t *twn_find_qb(const uint8_t *p, const uint8_t *e)
             _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
                          _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))));
         if (m)
-            return p + twn_ctz32(m);
+            return p + tw_ctz32(m);
         p += 16;
     }
 #else
@@ -925,7 +905,7 @@ static inline const uint8_t *twn_find_struct(const uint8_t *p, const uint8_t *e)
             _mm_cmpeq_epi8(v, _mm_set1_epi8('"')));
         uint32_t k = (uint32_t)_mm_movemask_epi8(m);
         if (k)
-            return p + twn_ctz32(k);
+            return p + tw_ctz32(k);
         p += 16;
     }
 #else
@@ -1127,21 +1107,12 @@ static const uint8_t *twn_skip_value(const uint8_t *p, const uint8_t *e)
 /* Escapes                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static inline int twn_hexval(uint8_t c)
-{
-    if ((unsigned)(c - '0') < 10u)
-        return c - '0';
-    c |= 0x20;
-    if ((unsigned)(c - 'a') < 6u)
-        return c - 'a' + 10;
-    return -1;
-}
 
 static inline uint32_t twn_hex4(const uint8_t *p)
 {
     uint32_t v = 0;
     for (int i = 0; i < 4; i++)
-        v = v * 16 + (uint32_t)twn_hexval(p[i]);
+        v = v * 16 + (uint32_t)tw_hexval(p[i]);
     return v;
 }
 
@@ -1717,7 +1688,7 @@ general:
         p++;
         if (p < e && (*p == '+' || *p == '-'))
             eneg = *p++ == '-';
-        while (p < e && twn_digit(*p)) {
+        while (p < e && tw_is_digit(*p)) {
             if (ex < TWN_EXP_CAP)
                 ex = ex * 10 + (*p - '0');
             p++;
@@ -1742,24 +1713,24 @@ size_t tw_native_number(const char *s, size_t len, double *out)
     q = p;
     if (q < e && *q == '-')
         q++;
-    if (q >= e || !twn_digit(*q))
+    if (q >= e || !tw_is_digit(*q))
         return 0;
     if (*q == '0')
         q++;
     else
         q = twn_digits(q, e);
-    if (e - q >= 2 && q[0] == '.' && twn_digit(q[1]))
+    if (e - q >= 2 && q[0] == '.' && tw_is_digit(q[1]))
         q = twn_digits(q + 1, e);
     if (q < e && (*q | 0x20) == 'e') {
         const uint8_t *x = q + 1;
         if (x < e && (*x == '+' || *x == '-'))
             x++;
-        if (x < e && twn_digit(*x))
+        if (x < e && tw_is_digit(*x))
             q = twn_digits(x, e);
     }
     /* the rest of s may be read (it cannot continue the literal) unless
        it starts with a byte a literal could hold ("01", "1.5.", "1e") */
-    if (q < e && (twn_digit(*q) || *q == '.' || (*q | 0x20) == 'e' || *q == '+' || *q == '-'))
+    if (q < e && (tw_is_digit(*q) || *q == '.' || (*q | 0x20) == 'e' || *q == '+' || *q == '-'))
         e = q;
     p = twn_number(p, e, out, &is_int);
     return (size_t)(p - (const uint8_t *)s);
@@ -1861,7 +1832,7 @@ static inline int64_t twn_token_raw(const uint8_t *s, const uint8_t *se)
             break;
     }
     for (; s < se; s++) /* too large: still all digits? either way no id */
-        if (!twn_digit(*s))
+        if (!tw_is_digit(*s))
             return -1;
     return v > TWN_MAX_ID ? -1 : (int64_t)v;
 }
@@ -1928,7 +1899,7 @@ static inline const uint8_t *twn_token_id(const uint8_t *p, const uint8_t *e, in
         neg = 1;
         s++;
     }
-    if (s >= e || !twn_digit(*s))
+    if (s >= e || !tw_is_digit(*s))
         return twn_skip_value(p, e);
     d = twn_digits(s, e);
     if (d < e && (*d == '.' || (*d | 0x20) == 'e'))
@@ -2163,7 +2134,7 @@ static const uint8_t *twn_object(twn_ctx *x, const uint8_t *p, twn_obj *o, twn_t
             return e;
         switch (kind) {
         case TWN_K_LOGPROB:
-            if (*p == '-' || twn_digit(*p)) {
+            if (*p == '-' || tw_is_digit(*p)) {
                 p = twn_number(p, e, &o->lp, &is_int);
                 o->lp_ok = 1;
             } else {

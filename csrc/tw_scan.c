@@ -16,6 +16,7 @@
  * builds with default flags; AVX2 is chosen at run time.
  */
 #include "tw_scan.h"
+#include "tw_util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -47,23 +48,6 @@
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
-static inline unsigned tws_ctz(uint32_t x)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    return (unsigned)__builtin_ctz(x);
-#elif defined(_MSC_VER)
-    unsigned long i;
-    _BitScanForward(&i, x);
-    return (unsigned)i;
-#else
-    unsigned n = 0;
-    while (!(x & 1u)) {
-        x >>= 1;
-        n++;
-    }
-    return n;
-#endif
-}
 
 /* JSON whitespace: space, tab, LF, CR. */
 static inline int tws_ws(uint8_t c)
@@ -71,7 +55,6 @@ static inline int tws_ws(uint8_t c)
     return c <= 0x20 && ((UINT64_C(0x100002600) >> c) & 1u);
 }
 
-static inline int tws_digit(uint8_t c) { return (unsigned)(c - '0') < 10u; }
 
 /* End of the run of ASCII digits starting at p. */
 static inline const uint8_t *tws_digits(const uint8_t *p, const uint8_t *e)
@@ -83,11 +66,11 @@ static inline const uint8_t *tws_digits(const uint8_t *p, const uint8_t *e)
                                   _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
         uint32_t m = (uint32_t)_mm_movemask_epi8(nd);
         if (m)
-            return p + tws_ctz(m);
+            return p + tw_ctz32(m);
         p += 16;
     }
 #endif
-    while (p < e && tws_digit(*p))
+    while (p < e && tw_is_digit(*p))
         p++;
     return p;
 }
@@ -105,22 +88,13 @@ static inline int tws_special(uint8_t c)
     return (uint8_t)(c - 0x20) >= 0x60 || c == '"' || c == '\\';
 }
 
-static inline int tws_hexval(uint8_t c)
-{
-    if ((unsigned)(c - '0') < 10u)
-        return c - '0';
-    c |= 0x20;
-    if ((unsigned)(c - 'a') < 6u)
-        return c - 'a' + 10;
-    return -1;
-}
 
 /* Four hex digits at p (caller checked they exist), or -1. */
 static inline long tws_hex4(const uint8_t *p)
 {
     long v = 0;
     for (int i = 0; i < 4; i++) {
-        int h = tws_hexval(p[i]);
+        int h = tw_hexval(p[i]);
         if (h < 0)
             return -1;
         v = v * 16 + h;
@@ -206,7 +180,7 @@ static const uint8_t *tws_skip_sse2(const uint8_t *p, const uint8_t *end)
     while (end - p >= 16) {
         uint32_t m = tws_mask16(p);
         if (m)
-            return p + tws_ctz(m);
+            return p + tw_ctz32(m);
         p += 16;
     }
     return tws_skip_scalar(p, end);
@@ -233,8 +207,8 @@ TWS_TARGET_AVX2 static const uint8_t *tws_skip_avx2(const uint8_t *p,
         if (!_mm256_testz_si256(m, m)) {
             uint32_t k = (uint32_t)_mm256_movemask_epi8(a);
             if (k)
-                return p + tws_ctz(k);
-            return p + 32 + tws_ctz((uint32_t)_mm256_movemask_epi8(c));
+                return p + tw_ctz32(k);
+            return p + 32 + tw_ctz32((uint32_t)_mm256_movemask_epi8(c));
         }
         p += 64;
     }
@@ -242,13 +216,13 @@ TWS_TARGET_AVX2 static const uint8_t *tws_skip_avx2(const uint8_t *p,
         uint32_t k = (uint32_t)_mm256_movemask_epi8(
             tws_special32(_mm256_loadu_si256((const __m256i *)(const void *)p)));
         if (k)
-            return p + tws_ctz(k);
+            return p + tw_ctz32(k);
         p += 32;
     }
     if (end - p >= 16) {
         uint32_t k = tws_mask16(p);
         if (k)
-            return p + tws_ctz(k);
+            return p + tw_ctz32(k);
         p += 16;
     }
     return tws_skip_scalar(p, end);
@@ -262,7 +236,7 @@ static inline const uint8_t *tws_skip(const uint8_t *p, const uint8_t *end, int 
         /* Most strings are short: probe 16 bytes inline first. */
         uint32_t m = tws_mask16(p);
         if (m)
-            return p + tws_ctz(m);
+            return p + tw_ctz32(m);
         p += 16;
 #ifdef TWS_AVX2
         if (lv == TWS_LV_AVX2)
@@ -514,7 +488,7 @@ static const uint8_t *tws_number(const uint8_t *p, const uint8_t *end,
         goto truncated;
     if (*p == '0') {
         p++;
-        if (p < end && tws_digit(*p)) {
+        if (p < end && tw_is_digit(*p)) {
             e->pos = p - 1;
             e->msg = "number with leading zero";
             return NULL;
@@ -530,7 +504,7 @@ static const uint8_t *tws_number(const uint8_t *p, const uint8_t *end,
     if (p < end && *p == '.') {
         if (++p == end)
             goto truncated;
-        if (!tws_digit(*p)) {
+        if (!tw_is_digit(*p)) {
             e->pos = p;
             e->msg = "invalid number: no digit after decimal point";
             return NULL;
@@ -543,12 +517,12 @@ static const uint8_t *tws_number(const uint8_t *p, const uint8_t *end,
             goto truncated;
         if ((*p == '+' || *p == '-') && ++p == end)
             goto truncated;
-        if (!tws_digit(*p)) {
+        if (!tw_is_digit(*p)) {
             e->pos = p;
             e->msg = "invalid number: no digit in exponent";
             return NULL;
         }
-        while (p < end && tws_digit(*p))
+        while (p < end && tw_is_digit(*p))
             p++;
         integer = 0;
         exponent = 1;
@@ -1204,7 +1178,7 @@ static int tws_uint_elem(const uint8_t **pp, const uint8_t *e, uint64_t max, uin
         }
         return 0;
     }
-    while (p < e && tws_digit(*p)) {
+    while (p < e && tw_is_digit(*p)) {
         if (n < 19)
             x = x * 10 + (uint64_t)(*p - '0');
         n++;

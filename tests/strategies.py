@@ -62,13 +62,14 @@ def evidence(draw, n: int, m: int, with_support: bool) -> samples.TokenEvidence:
     if draw(st.booleans()):  # realistic distributions
         return samples.evidence(n, m, seed=draw(st.integers(0, 2**16)), support=with_support, width=max(m, 1) + 8)
     # Small alphabets: ties, repeats and the sampled id inside or outside the candidates.
-    ids = np.array([draw(st.integers(0, 12)) for _ in range(n)], dtype=np.int64)
+    alphabet = max(12, m + 3)  # small, so ids repeat, yet room for m distinct candidates
+    ids = np.array([draw(st.integers(0, alphabet)) for _ in range(n)], dtype=np.int64)
     lps = np.array([math.log(draw(st.sampled_from(_PROBS))) for _ in range(n)], dtype=np.float32)
     cand_ids = np.zeros((n, m), dtype=np.int64)
     cand_lps = np.zeros((n, m), dtype=np.float32)
     support = [] if with_support else None
     for t in range(n):
-        row = draw(st.lists(st.integers(0, 12), min_size=m, max_size=m, unique=True))
+        row = draw(st.lists(st.integers(0, alphabet), min_size=m, max_size=m, unique=True))
         vals = sorted((math.log(draw(st.sampled_from(_PROBS))) for _ in range(m)), reverse=True)
         if m and draw(st.booleans()):
             row[draw(st.integers(0, m - 1))] = int(ids[t]) if int(ids[t]) not in row else row[0]
