@@ -10,7 +10,7 @@
 #define TW_X86 1
 #include <immintrin.h>
 #define TW_AVX2_TARGET "avx2,fma"
-#define TW_AVX512_TARGET "avx512f,avx512cd,avx512vl,avx512bw,avx512dq,bmi2,popcnt,fma"
+#define TW_AVX512_TARGET "avx2,avx512f,avx512cd,avx512vl,avx512bw,avx512dq,bmi2,popcnt,fma"
 #endif
 
 /* vLLM's value for a filtered-out candidate. */
@@ -144,17 +144,21 @@ double tw_fsum_exp(const double *p, size_t n) {
  * exact whenever R is within [0.5, 2]). Each token's sum is first estimated as
  * S = fl(sum of F(p)) with a fast exp F for p in [-700, 1] (0 below -700):
  *
- *   |F(p) - exp(p)| <= 2^-40 exp(p)   F's error (see fast_exp), and the same is assumed of
- *                                     the C library's exp E(p) (glibc's is < 1 ulp = 2^-52);
+ *   |F(p) - exp(p)| <= eps exp(p)     F's error: eps = 2^-45 for fast_exp (scalar code),
+ *                                     2^-18 for the vector code's (fast_exp16_avx512 ...);
+ *   |E(p) - exp(p)| <= 2^-40 exp(p)   assumed of the C library's exp E (glibc's errs by less
+ *                                     than 1 ulp, 2^-52);
  *   |F - E| <= 2^-1000                for p < -700, where F = 0 and E < exp(-700) < 2^-1010;
  *   fl-summation of r terms >= 0, in any order, errs by at most (r-1) 2^-53 times their sum.
  *
- * So |S - sum E| <= S (r 2^-53 + 2^-39)(1 + 2^-20) + r 2^-1000, and
- *   delta = S (r 2^-52 + 2^-37) + r 2^-999
+ * So |S - sum E| <= S (r 2^-53 + eps + 2^-40)(1 + 2^-17) + r 2^-1000, and
+ *   delta = S (r 2^-52 + rel) + r 2^-999,   rel = 2^-37 (scalar) or 2^-16 (vector),
  * bounds it with room for the roundings of delta and of the comparisons. When S is farther
  * than delta + 2^-50 t from a threshold t, the exact sum is more than 2^-51 t away from t,
  * which is more than the rounding to R can move it (half an ulp), so R is on the same side
- * of t as S. Otherwise, and when a value is NaN or above 1, the token's exact sum decides.
+ * of t as S. Otherwise, and when a value is NaN or above 1, the token's exact sum decides:
+ * in practice sums sit far from the thresholds (heads of real distributions add up to at
+ * most 1 plus rounding noise of about 1e-6), so that is rare.
  * ------------------------------------------------------------------------------------------ */
 
 #define FEXP_LO (-700.0)
@@ -178,17 +182,15 @@ double tw_fsum_exp(const double *p, size_t n) {
  * exp(x) for x in [-700, 1], as 2^k exp(r): k = round(x / ln 2) in [-1010, 2] and
  * r = x - k ln 2 with |r| <= 0.34658 (k * LN2HI and x - k * LN2HI are exact; the rest errs
  * by < 2^-53). exp(r) by its Taylor polynomial of degree 11: the remainder is
- * < |r|^12 / 12! e^|r| < 2^-46 exp(r); the coefficients' roundings and those of the
- * evaluation (Horner's rule in the vector code, Estrin's scheme here: at most 24 roundings
- * on any term) stay < 24 2^-53 e^|r| / e^-|r| < 2^-47 exp(r). 2^k is built from k's bits,
- * and scaling by it is exact (the result stays normal). In all, |F(x) - exp(x)| < 2^-45
- * exp(x), well inside the 2^-40 used above.
+ * < |r|^12 / 12! e^|r| < 2^-46 exp(r); the coefficients' roundings and those of Estrin's
+ * scheme (short dependency chains; at most 12 roundings on any term) stay
+ * < 13 2^-53 e^|r| / e^-|r| < 2^-48 exp(r). 2^k is built from k's bits, and scaling by it is
+ * exact (the result stays normal). In all, |F(x) - exp(x)| < 2^-45 exp(x).
  */
 static inline double fast_exp(double x) {
     double t = x * INVLN2 + SHIFT;
     double kd = t - SHIFT;
     double r = (x - kd * LN2HI) - kd * LN2LO;
-    /* Estrin's scheme: short dependency chains for scalar code */
     double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
     double p01 = 1.0 + r, p23 = C2 + C3 * r, p45 = C4 + C5 * r, p67 = C6 + C7 * r;
     double p89 = C8 + C9 * r, p1011 = C10 + C11 * r;
@@ -243,10 +245,10 @@ static inline int too_few(size_t len, int64_t k) { return (int64_t)len - 2 < k; 
 /*
  * The vector code's fast exp, for x in [-700, 1]: the range reduction (as in fast_exp) and the
  * scaling by 2^k in double, exp(r) by its Taylor polynomial of degree 6 in single precision,
- * twice as many lanes at a time. Rounding r to single precision changes exp(r) by < 2^-26;
+ * twice as many lanes at a time. Rounding r to single precision changes exp(r) by < 2^-25;
  * the remainder is < |r|^7 / 7! e^|r| < 2^-22 exp(r); rounding the coefficients to single
  * precision < 2^-24 e^|r| / e^-|r| = 2^-23 exp(r); Horner's roundings < 12 2^-24 e^|r| / e^-|r|
- * < 2^-19.4 exp(r). In all, |F(x) - exp(x)| < 2^-18 exp(x) (the bound used with it is 2^-16).
+ * < 2^-19.4 exp(r). In all, |F(x) - exp(x)| < 2^-18 exp(x).
  */
 #define F2 (1.0f / 2.0f)
 #define F3 (1.0f / 6.0f)
@@ -303,7 +305,8 @@ __attribute__((target(TW_AVX2_TARGET))) static inline void fast_exp8_avx2(__m256
 
 static int have_avx512(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512cd") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("bmi2") &&
            __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("fma");
@@ -480,10 +483,9 @@ static int keep_support(int64_t *oid, double *olp, size_t m, const int32_t *sup,
  * candidate goes after the next q (the run of those better than it), which is what
  * insertion_sort would make of it. Other heads are ranked by rank_top.
  *
- * The scalar and AVX2 paths find shapes with a sweep over a block of candidates that flags,
- * per candidate, whether it is better than the one before it (`up`) and whether it is at the
- * sentinel (`sent`); bits of a token's first candidate are ignored. The AVX-512 path does
- * the whole head in registers (head_avx512).
+ * Shapes come from a sweep over a block of candidates that flags, per candidate, whether it
+ * is better than the one before it (`up`) and whether it is at the sentinel (`sent`); bits of
+ * a token's first candidate are ignored.
  */
 #define SWEEP 4096 /* candidates per sweep */
 #define SWEEP_WORDS (SWEEP / 64 + 1)
@@ -529,7 +531,7 @@ __attribute__((target(TW_AVX2_TARGET))) static void sweep_avx2(const int64_t *id
             z |= (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(v, sentinel, _CMP_EQ_OQ)) << (i & 63);
         }
         for (; i < end; i++) {
-            uint64_t b = better(lps[i], ids[i], lps[i - 1], ids[i - 1]);
+            uint64_t b = (uint64_t)better(lps[i], ids[i], lps[i - 1], ids[i - 1]);
             u |= b << (i & 63);
             z |= (uint64_t)(lps[i] == HEAD_SENTINEL) << (i & 63);
         }
@@ -591,7 +593,8 @@ static inline size_t kept(const double *lps, int shape, size_t m, int64_t k) {
 static void emit(const int64_t *ids, const double *lps, int shape, size_t count, int64_t *oid,
                  double *olp) {
     size_t q = (size_t)shape;
-    if (shape == 0 || count == 0) {
+    if (count == 0) return;
+    if (shape == 0) {
         memcpy(oid, ids, count * sizeof(int64_t));
         memcpy(olp, lps, count * sizeof(double));
     } else if (count <= q) {
@@ -921,15 +924,6 @@ static size_t compact_row_table(id_table *tb, uint64_t stamp, const uint32_t *id
 }
 
 #ifdef TW_X86
-/* Whether every lane repeating an earlier lane (rep) carries the bits of the latest earlier
-   one, which by induction makes all occurrences of an id carry the same bits. */
-__attribute__((target(TW_AVX512_TARGET))) static inline int same_bits(__m512i conflicts,
-                                                                      __mmask16 rep, __m512i vals) {
-    __m512i latest = _mm512_sub_epi32(_mm512_set1_epi32(31), _mm512_lzcnt_epi32(conflicts));
-    __m512i earlier = _mm512_permutexvar_epi32(latest, vals);
-    return _mm512_mask_cmpneq_epi32_mask(rep, vals, earlier) == 0;
-}
-
 __attribute__((target(TW_AVX512_TARGET))) static inline void store_lanes(__m512i ids, __m512 vals,
                                                                         unsigned cnt, int64_t *oid,
                                                                         double *olp) {
@@ -954,29 +948,48 @@ __attribute__((target(TW_AVX512_TARGET))) static int compact_row_avx512(const ui
     __m512i a = _mm512_maskz_loadu_epi32(ma, ids);
     __m512i va = _mm512_maskz_loadu_epi32(ma, vals);
     __m512i ca = _mm512_maskz_conflict_epi32(ma, a);
-    __mmask16 rep = _mm512_test_epi32_mask(ca, ca);
-    if (rep && !same_bits(ca, rep, va)) return 0;
-    uint32_t keep = (uint32_t)(ma & ~rep);
+    uint32_t rep = _mm512_test_epi32_mask(ca, ca); /* lanes repeating an earlier lane */
     __m512i b = _mm512_setzero_si512(), vb = _mm512_setzero_si512();
     if (mb) {
         b = _mm512_maskz_loadu_epi32(mb, ids + 16);
         vb = _mm512_maskz_loadu_epi32(mb, vals + 16);
-        __m512i cb = _mm512_maskz_conflict_epi32(mb, b);
-        __mmask16 repb = _mm512_test_epi32_mask(cb, cb);
-        if (repb && !same_bits(cb, repb, vb)) return 0;
-        uint32_t first = (uint32_t)(mb & ~repb);
-        for (uint32_t left = first; left; left &= left - 1) {
-            unsigned j = (unsigned)__builtin_ctz(left);
-            __mmask16 eq = _mm512_mask_cmpeq_epi32_mask(ma, a, _mm512_set1_epi32((int)ids[16 + j]));
-            if (eq) {
-                uint32_t bits;
-                memcpy(&bits, vals + 16 + j, sizeof bits);
-                if (_mm512_mask_cmpneq_epi32_mask(eq, va, _mm512_set1_epi32((int)bits))) return 0;
-                first &= ~(1u << j);
+        unsigned lb = (unsigned)len - 16;
+        uint32_t repb;
+        if (lb <= 8) {
+            /* two more conflict detections cover the second vector against the first: on
+               a[0 .. 16-lb) + b[0 .. lb) and on a[16-lb .. 16) + b[0 .. lb) */
+            const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+            __m512i idx1 = _mm512_mask_add_epi32(iota, (__mmask16)(0xFFFFu << (16 - lb)), iota,
+                                                 _mm512_set1_epi32((int)lb));
+            __m512i idx2 = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(16 - lb)));
+            __m512i c1 = _mm512_conflict_epi32(_mm512_permutex2var_epi32(a, idx1, b));
+            __m512i c2 = _mm512_maskz_conflict_epi32((__mmask16)((1u << (2 * lb)) - 1),
+                                                     _mm512_permutex2var_epi32(a, idx2, b));
+            repb = ((uint32_t)_mm512_test_epi32_mask(c1, c1) >> (16 - lb)) |
+                   ((uint32_t)_mm512_test_epi32_mask(c2, c2) >> lb);
+        } else {
+            __m512i cb = _mm512_maskz_conflict_epi32(mb, b);
+            repb = _mm512_test_epi32_mask(cb, cb);
+            for (uint32_t left = mb & ~repb; left; left &= left - 1) {
+                unsigned j = (unsigned)__builtin_ctz(left);
+                if (_mm512_mask_cmpeq_epi32_mask(ma, a, _mm512_set1_epi32((int)ids[16 + j])))
+                    repb |= 1u << j;
             }
         }
-        keep |= first << 16;
+        rep |= (repb & mb) << 16;
     }
+    /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
+    for (uint32_t left = rep; left; left &= left - 1) {
+        unsigned j = (unsigned)__builtin_ctz(left);
+        uint32_t bits;
+        memcpy(&bits, vals + j, sizeof bits);
+        __m512i want = _mm512_set1_epi32((int)ids[j]), same = _mm512_set1_epi32((int)bits);
+        __mmask16 ea = _mm512_mask_cmpeq_epi32_mask(ma, a, want);
+        __mmask16 eb = _mm512_mask_cmpeq_epi32_mask(mb, b, want);
+        if (_mm512_mask_cmpneq_epi32_mask(ea, va, same) | _mm512_mask_cmpneq_epi32_mask(eb, vb, same))
+            return 0;
+    }
+    uint32_t keep = ((uint32_t)ma | (uint32_t)mb << 16) & ~rep;
     if (take < 32 && (uint64_t)_mm_popcnt_u32(keep) > take)
         keep = _pdep_u32((1u << take) - 1, keep);
     __mmask16 ka = (__mmask16)(keep & 0xFFFF), kb = (__mmask16)(keep >> 16);

@@ -4,7 +4,9 @@
  * tw_select_heads makes, token by token, exactly the decisions of the reference's
  * select_head (src/tokenwire/_reference.py) and returns the same ids and values; the
  * probability-mass rules use exp() from the C library (the one Python's math.exp calls)
- * and a correctly rounded sum (what math.fsum returns).
+ * and a correctly rounded sum (what math.fsum returns). Those are only computed for a
+ * token whose fast estimate of the sum (with a proven error bound) is too close to a
+ * threshold to decide; see tw_heads.c.
  *
  * Plain C11, no Python API, no global mutable state; every function is thread-safe.
  * errno is left as it was found.
@@ -62,7 +64,8 @@ int tw_heads_best_path(void);
  *   FEWER           no support and fewer than k + 2 candidates (sentinels counted).
  *
  * Output: token t's head is out_ids/out_lps[out_off[t] .. out_off[t+1]) (out_off[0] = 0;
- * capacity coff[n] - coff[0] entries each, all of which may be used as scratch).
+ * capacity coff[n] - coff[0] entries each, all of which may be used as scratch; the output
+ * must not overlap the input).
  * Returns -1 when every head is valid, else the first token whose head is invalid, with
  * *code set (*code is TW_HEAD_OK on success); out_off[0..t] are then written and the
  * rest of the output is unspecified.

@@ -281,7 +281,10 @@ def gen_token(rng: random.Random, k: int, with_support: bool):
     elif mode == "near":
         target = rng.choice((1.0001, 1.0 - 1e-4, 1.0 + 1e-4)) if with_support else 1.0001
         if rng.random() < 0.3:  # around the edge of the estimate's error band instead
-            target *= 1 + rng.choice((-1, 1)) * 2.0 ** -rng.choice((30, 34, 36, 37, 38, 40, 45))
+            # (2^-16 and 2^-37 relative: the vector and scalar estimates' bands)
+            target *= 1 + rng.choice((-1, 1)) * 2.0 ** -rng.choice(
+                (13, 14, 15, 16, 17, 18, 20, 24, 30, 34, 36, 37, 38, 40, 45)
+            )
         r = rng.randint(1, min(k, 24) if not with_support else 24)
         vals = near_values(rng, r, target)
         low = min(vals)
