@@ -1,0 +1,26 @@
+"""The C kernels' own test programs (tests/c): base64, the structural scanner, the native
+record reader and head selection, each against an independent reference written in C,
+including the exact-sum decisions at the head-mass and normalization thresholds."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent / "c"
+
+
+@pytest.mark.skipif(sys.platform != "linux" or not shutil.which("make") or not shutil.which("cc"),
+                    reason="needs make and a C compiler (Linux)")
+@pytest.mark.parametrize("target", ["test", "scan-test", "native-test", "heads-test"])
+def test_c_kernel_suite(target, tmp_path):
+    out = tmp_path / "build"
+    variables = [f"OUT={out}", f"SCAN_OUT={out}", f"NATIVE_OUT={out}", f"HEADS_OUT={out}"]
+    result = subprocess.run(["make", "-s", "-C", str(HERE), target, *variables],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert " 0 failures" in result.stdout
