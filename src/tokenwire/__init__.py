@@ -12,6 +12,7 @@ import platform
 import warnings
 
 from ._errors import MalformedResponseError
+from ._heads import select_heads
 from ._openai import (
     chat_completions_request_params,
     completions_request_params,
@@ -54,6 +55,7 @@ __all__ = [
     "parse_completions_response",
     "parse_generate_response",
     "parse_sglang_generate_response",
+    "select_heads",
     "sglang_generate_request_params",
     "simd_path",
     "simd_paths",

@@ -10,6 +10,7 @@ from ._types import RoutedExperts as RoutedExperts
 
 __version__: str
 implementation: str
+_impl: Any  # the implementation module in use (the compiled core or the reference)
 
 def parse_generate_response(
     raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ...
@@ -35,3 +36,7 @@ class Blob:
     text: bytes
     array: np.ndarray
     def __init__(self, text: bytes, array: np.ndarray) -> None: ...
+def select_heads(
+    candidate_ids: Any, candidate_logprobs: Any, candidate_offsets: Any, sampled_ids: Any,
+    sampled_logprobs: Any, k: int, *, num_top: int | None = ..., support_ids: Any = ..., support_offsets: Any = ...,
+) -> tuple[Ragged, Ragged]: ...
