@@ -1,0 +1,127 @@
+"""renderers' ``generate()`` end to end, with renderers' own parsers and with tokenwire's
+patched in (``tokenwire.compat.renderers``): a fake engine client returns the response bytes,
+a fake renderer stands in for the tokenizer, as in renderers' own client tests.
+
+    python -m pytest benchmarks/test_renderers_generate_bench.py -s
+
+``test_speedup`` times both in alternation on the 8k-token compact top-20 sample and prints
+the ratio (the target is 20x; it fails below ``TOKENWIRE_MIN_SPEEDUP``, default 5x, which
+only a regression reaches).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import pytest
+
+from tokenwire import samples
+from tokenwire.compat import renderers as compat
+
+from ._contenders import WORKLOADS
+
+try:
+    import httpx
+    import renderers.client as renderers_client
+    from renderers.base import ParsedResponse, RenderedTokens
+except Exception:  # optional
+    renderers_client = None
+
+pytestmark = pytest.mark.skipif(renderers_client is None, reason="renderers is not installed")
+
+SPEEDUP_WORKLOAD = "compact_8k_top20"
+TARGET = 20.0
+MIN_SPEEDUP = float(os.environ.get("TOKENWIRE_MIN_SPEEDUP", "5"))
+
+
+class FakeRenderer:
+    """Renders a fixed prompt and parses nothing: only the client's own work is timed."""
+
+    supports_tools = True
+
+    def render(self, messages, *, tools=None, add_generation_prompt=False):
+        return RenderedTokens(token_ids=[1, 2, 3])
+
+    def get_stop_token_ids(self):
+        return [99]
+
+    def parse_response(self, completion_ids, *, tools=None, prompt_ids=None):
+        return ParsedResponse(content="")
+
+
+class FakeClient:
+    """AsyncOpenAI's ``post`` returning the response bytes, as an engine would."""
+
+    base_url = "http://engine:8000/v1"
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    async def post(self, path, *, cast_to=dict, body=None, options=None):
+        return httpx.Response(200, content=self.raw)
+
+
+def generate(raw: bytes, top_k: int | None) -> dict[str, Any]:
+    params = {"logprobs": top_k} if top_k is not None else {}
+    return asyncio.run(renderers_client.generate(
+        client=FakeClient(raw),
+        renderer=FakeRenderer(),
+        messages=[{"role": "user", "content": "hi"}],
+        model="m",
+        sampling_params=params,
+        max_prompt_len=1 << 20,  # no /models lookup
+    ))
+
+
+@pytest.fixture(params=WORKLOADS)
+def workload(request):
+    spec = samples.SAMPLES[request.param]
+    return spec.name, spec.raw, spec.top_k
+
+
+def test_renderers_generate(benchmark, workload):
+    name, raw, k = workload
+    benchmark.group = f"generate() {name}"
+    benchmark.extra_info["bytes"] = len(raw)
+    assert not compat.is_patched()
+    benchmark.pedantic(generate, args=(raw, k), rounds=5, iterations=1, warmup_rounds=1)
+
+
+def test_renderers_generate_patched(benchmark, workload):
+    name, raw, k = workload
+    benchmark.group = f"generate() {name}"
+    benchmark.extra_info["bytes"] = len(raw)
+    with compat.patched():
+        result = benchmark.pedantic(generate, args=(raw, k), rounds=20, iterations=1, warmup_rounds=2)
+    assert len(result["completion_logprobs"]) == len(result["completion_ids"])
+
+
+def _best(function: Any, *args: Any, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = function(*args)
+        del result  # freeing the result is part of the cost
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def test_speedup():
+    spec = samples.SAMPLES[SPEEDUP_WORKLOAD]
+    raw, k = spec.raw, spec.top_k
+    expected = generate(raw, k)
+    with compat.patched():
+        assert generate(raw, k)["completion_top_logprobs"] == expected["completion_top_logprobs"]
+    del expected
+    theirs = ours = float("inf")
+    for _ in range(5):  # alternate, so both see the same machine
+        theirs = min(theirs, _best(generate, raw, k, repeat=2))
+        with compat.patched():
+            ours = min(ours, _best(generate, raw, k, repeat=8))
+    ratio = theirs / ours
+    print(f"\ngenerate() on {SPEEDUP_WORKLOAD}: renderers {theirs * 1e3:.1f} ms, "
+          f"patched {ours * 1e3:.2f} ms: {ratio:.1f}x (target {TARGET:.0f}x)")
+    assert ratio >= MIN_SPEEDUP

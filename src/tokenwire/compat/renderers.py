@@ -1,0 +1,795 @@
+"""renderers' generate-client parsers on tokenwire's readers: a drop-in replacement.
+
+The functions below have the signatures and return types of their namesakes in
+``renderers.client`` (renderers 0.1.13.dev13): lists of Python ints and floats where renderers
+returns lists, ``None`` where it returns ``None``, and ``parse_generate_response`` returns the
+parsed document with the base64 ``data`` of ``routed_experts`` and ``compact_logprobs`` as
+``memoryview`` objects. They make tokenwire's decisions, which are renderers' decisions
+except where tokenwire is deliberately stricter (see ``docs/migrating-from-renderers.md``),
+with the per-token loops in tokenwire's compiled kernels when the core is built.
+
+Every rejection raises :data:`MalformedGenerateResponseError`, which is both a
+``tokenwire.MalformedResponseError`` and (when renderers is importable) renderers' own
+``MalformedGenerateResponseError``. Its message is renderers' text for the same decision;
+``field`` and ``token`` say where.
+
+:func:`patch` puts these functions into ``renderers.client`` (and every ``renderers`` module
+that re-exports them), so ``renderers.client.generate`` runs on them; :func:`unpatch` puts
+renderers' own back; :func:`patched` does both around a block.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import importlib
+import inspect
+import math
+import re
+import secrets
+import sys
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from itertools import chain, repeat
+from typing import Any
+
+import numpy as np
+import orjson
+
+import tokenwire
+
+from .. import _reference
+from .._errors import MalformedResponseError, location
+from .._types import Ragged
+
+# MalformedGenerateResponseError is made on first use (see __getattr__).
+__all__ = [
+    "RENDERERS_VERSION",
+    "REPLACED",
+    "_parse_compact_logprobs",
+    "_parse_completion_logprobs",
+    "_parse_completion_top_logprobs",
+    "_parse_packed_completion_logprobs",
+    "_parse_sampling_mask",
+    "_select_sampler_head",
+    "is_patched",
+    "originals",
+    "parse_generate_response",
+    "patch",
+    "patched",
+    "unpatch",
+]
+
+# The renderers release whose rules, messages and signatures these functions reproduce.
+RENDERERS_VERSION = "0.1.13.dev13"
+_CLIENT = "renderers.client"
+# What patch() replaces in renderers.client, in the order renderers defines them.
+REPLACED = (
+    "parse_generate_response",
+    "_parse_packed_completion_logprobs",
+    "_parse_compact_logprobs",
+    "_parse_completion_logprobs",
+    "_parse_sampling_mask",
+    "_select_sampler_head",
+    "_parse_completion_top_logprobs",
+)
+_IDS_REASON = "token_ids must hold token ids in [0, 2**32)"
+
+
+# --- the error -----------------------------------------------------------------------------------
+
+
+class _CompatibleError(MalformedResponseError):
+    """A :class:`tokenwire.MalformedResponseError` whose message is renderers' text alone.
+
+    ``choice``, ``field`` and ``token`` still say where (``location`` renders them), but
+    ``str(exc)`` is exactly what renderers says for the same decision, so code that matches
+    renderers' messages keeps working.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        choice: int | None = None,
+        field: str | None = None,
+        token: int | None = None,
+    ) -> None:
+        self.reason = reason
+        self.choice = choice
+        self.field = field
+        self.token = token
+        ValueError.__init__(self, reason)
+
+    @property
+    def location(self) -> str:
+        """Where in the response, e.g. ``choices[0].compact_logprobs.offsets[3]`` (may be empty)."""
+        return location(self.choice, self.field, self.token)
+
+
+_error_class: type[_CompatibleError] | None = None
+_error_lock = threading.Lock()
+
+
+def _error_type() -> type[_CompatibleError]:
+    """The error class, made on first use: it derives from renderers' own
+    ``MalformedGenerateResponseError`` too when renderers is importable."""
+    global _error_class
+    if _error_class is None:
+        with _error_lock:
+            if _error_class is None:
+                bases: tuple[type, ...] = (_CompatibleError,)
+                try:
+                    from renderers.client import MalformedGenerateResponseError as theirs
+                except Exception:  # not installed, or a broken optional dependency
+                    theirs = None
+                if theirs is not None:
+                    bases += (theirs,)
+                _error_class = type(
+                    "MalformedGenerateResponseError",
+                    bases,
+                    {"__module__": __name__, "__qualname__": "MalformedGenerateResponseError",
+                     "__doc__": _CompatibleError.__doc__},
+                )
+    return _error_class
+
+
+def __getattr__(name: str) -> Any:
+    # The error class is made lazily (importing renderers is slow); pickle finds it here too.
+    if name == "MalformedGenerateResponseError":
+        return _error_type()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --- reading a choice dict -----------------------------------------------------------------------
+
+# The compiled per-token kernels when the core is in use, the reference's loops otherwise.
+_Base: type = getattr(tokenwire._impl, "_Kernels", _reference._Choice)
+
+
+class _Reader(_Base):  # type: ignore[misc, valid-type]
+    """tokenwire's rules over a parsed choice, as renderers' functions receive it: values
+    come from the dict, base64 is decoded by ``tokenwire.b64decode`` and the per-token passes
+    run in the compiled kernels (when built)."""
+
+    def __init__(self, index: int | None = None, decoded: dict[int, np.ndarray] | None = None) -> None:
+        super().__init__(index)
+        # Payloads this parse has decoded already, by the id of the view they came from.
+        self.decoded = decoded
+
+    def fail(self, reason: str, field: str | None = None, token: int | None = None):
+        raise _error_type()(reason, choice=self.index, field=field, token=token)
+
+    def ints(self, value: Any, path: str, high: int) -> Any:
+        # One pass over the element types and one C conversion; the reference's element
+        # loop runs only to find the first bad element.
+        if type(value) is list and value and set(map(type, value)) == {int}:
+            try:
+                values = np.frombuffer(array.array("Q", value), dtype=np.uint64)
+            except OverflowError:  # a negative id, or one beyond 64 bits
+                values = None
+            if values is not None and int(values.max()) <= high:
+                return values.view(np.int64), len(value), None
+        return super().ints(value, path, high)
+
+    def blob(self, value: Any, path: str) -> np.ndarray | None:
+        if value is None:
+            return None
+        if self.decoded is not None and type(value) is memoryview:
+            done = self.decoded.get(id(value))
+            if done is not None:
+                return done
+        try:
+            return tokenwire.b64decode(value)
+        except (MalformedResponseError, TypeError):
+            return None
+
+    def native_entries(self, content: list[Any], ids: np.ndarray, want_top: bool) -> Any:
+        fast = _native_well_formed(content, ids, want_top)
+        if fast is not None:
+            return fast
+        try:
+            return super().native_entries(content, ids, want_top)
+        except OverflowError:
+            # An integer logprob beyond float range (json.loads reads them exactly): it is
+            # not finite as a float, and the rules say so.
+            return super().native_entries(_float_range(content), ids, want_top)
+
+
+_PREFIX = b"token_id:"
+
+
+def _token_ids(names: list[Any]) -> np.ndarray | None:
+    """The ids of ``"token_id:N"`` names (N ASCII digits, at most ``2**32 - 1``) in whole-
+    string operations; None when any name is not of that form."""
+    try:
+        joined = "\n".join(names)
+    except TypeError:  # not every name is a string
+        return None
+    if not joined.isascii():
+        return None
+    text = joined.encode("ascii")
+    count = len(names)
+    if not (
+        text.startswith(_PREFIX)
+        and text.count(b"\n") == count - 1  # no name holds a newline
+        and text.count(b"\n" + _PREFIX) == count - 1  # every name starts with the prefix
+    ):
+        return None
+    # Deleting the prefix's characters removes exactly the prefixes (9 per name) only when
+    # nothing else holds them; what is left must be digits and the separators.
+    digits = text.translate(None, _PREFIX)
+    if len(digits) != len(text) - len(_PREFIX) * count:
+        return None
+    if b"\n\n" in digits or digits.startswith(b"\n") or digits.endswith(b"\n"):
+        return None  # a name without digits
+    if not digits.translate(None, b"\n").isdigit():
+        return None
+    # Digits beyond int64 read as its maximum, which is beyond any id too.
+    values = np.fromstring(digits, dtype=np.int64, sep="\n")
+    if len(values) != count or int(values.max()) > _reference.MAX_TOKEN_ID:
+        return None
+    return values
+
+
+def _numbers(values: list[Any]) -> np.ndarray | None:
+    """``values`` as float64 when every one is an int or a float (not a bool) within float
+    range, else None."""
+    if not set(map(type, values)) <= {float, int}:
+        return None
+    try:
+        return np.array(values, dtype=np.float64)
+    except OverflowError:
+        return None
+
+
+def _native_well_formed(content: list[Any], ids: np.ndarray, want_top: bool) -> Any:
+    """Both passes over native records, in whole-list operations, when every record is
+    well formed; None as soon as anything is not (the reference's record loop then finds
+    the first problem). Accepting exactly what that loop accepts, it returns what it returns.
+    """
+    n = len(content)
+    if n == 0 or n != len(ids):
+        return None
+    try:  # dict's own methods refuse anything that is not a dict
+        if any(map(dict.__contains__, content, repeat("token_id"))):
+            return None
+        tokens = list(map(dict.get, content, repeat("token")))
+        logprobs = list(map(dict.get, content, repeat("logprob")))
+        heads: list[Any] = list(map(dict.get, content, repeat("top_logprobs"))) if want_top else []
+    except TypeError:
+        return None
+    if tokens != [f"token_id:{i}" for i in ids.tolist()]:
+        return None
+    sampled = _numbers(logprobs)
+    if sampled is None or not bool((np.isfinite(sampled) & (sampled != _reference.VLLM_LOGPROB_SENTINEL)).all()):
+        return None
+    if not want_top:
+        empty = _reference.Candidates(np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
+        return _reference.NativeEntries(sampled, None, empty, np.zeros(n, np.float64), None)
+    if set(map(type, heads)) != {list}:
+        return None
+    counts = np.fromiter(map(len, heads), dtype=np.int64, count=n)
+    if not bool(counts.all()):
+        return None
+    candidates = list(chain.from_iterable(heads))
+    try:
+        if any(map(dict.__contains__, candidates, repeat("token_id"))):
+            return None
+        names = list(map(dict.get, candidates, repeat("token")))
+        values = list(map(dict.get, candidates, repeat("logprob")))
+    except TypeError:
+        return None
+    cand_ids = _token_ids(names)
+    cand_lps = _numbers(values)
+    if (
+        cand_ids is None
+        or cand_lps is None
+        or not bool(np.isfinite(cand_lps).all())
+        or bool((cand_lps > 1e-6).any())
+    ):
+        return None
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    # A repeated candidate within a record: equal (record, id) keys, adjacent once sorted.
+    keys = np.sort(np.repeat(np.arange(n, dtype=np.int64) << 32, counts) | cand_ids)
+    if bool((keys[1:] == keys[:-1]).any()):
+        return None
+    return _reference.NativeEntries(
+        sampled, None, _reference.Candidates(offsets, cand_ids, cand_lps), sampled.copy(), None
+    )
+
+
+def _clamp(value: Any) -> Any:
+    if type(value) is int:
+        try:
+            float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    return value
+
+
+def _float_range(content: list[Any]) -> list[Any]:
+    """``logprobs.content`` with integer logprobs beyond float range read as infinities."""
+    out = []
+    for entry in content:
+        if isinstance(entry, dict):
+            entry = dict(entry)
+            if "logprob" in entry:
+                entry["logprob"] = _clamp(entry["logprob"])
+            top = entry.get("top_logprobs")
+            if isinstance(top, list):
+                entry["top_logprobs"] = [
+                    {**c, "logprob": _clamp(c["logprob"])} if isinstance(c, dict) and "logprob" in c else c
+                    for c in top
+                ]
+        out.append(entry)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A Mapping that is not a dict as a dict (renderers accepts any Mapping)."""
+    return dict(value) if isinstance(value, Mapping) and not isinstance(value, dict) else value
+
+
+_NESTED = ("compact_logprobs", "completion_logprobs", "logprobs", "sampling_mask", "kept_tokens")
+
+
+def _choice(c: _Reader, choice: Any) -> dict[str, Any]:
+    choice = _plain(choice)
+    if not isinstance(choice, dict):
+        c.fail("choice must be an object")
+    copied = False
+    for name in _NESTED:
+        value = choice.get(name)
+        if value is None or type(value) is dict or not isinstance(value, Mapping):
+            continue
+        if not copied:
+            choice, copied = dict(choice), True
+        choice[name] = dict(value)
+    mask = choice.get("sampling_mask")
+    if isinstance(mask, dict) and any(
+        isinstance(mask.get(n), Mapping) and not isinstance(mask.get(n), dict) for n in ("ids", "counts")
+    ):
+        if not copied:
+            choice = dict(choice)
+        choice["sampling_mask"] = {k: _plain(v) for k, v in mask.items()}
+    return choice
+
+
+def _ids(c: _Reader, completion_ids: Any) -> np.ndarray:
+    if isinstance(completion_ids, np.ndarray):
+        completion_ids = completion_ids.tolist()
+    elif not isinstance(completion_ids, list):
+        completion_ids = list(completion_ids)
+    return _reference._int_list(c, completion_ids, "token_ids", _reference.MAX_TOKEN_ID, _IDS_REASON)
+
+
+def _check_k(k: Any) -> int | None:
+    if k is not None and (type(k) is not int or k < 1):
+        raise ValueError(f"k must be a positive int or None, not {k!r}")
+    return k
+
+
+def _rows(rows: Ragged) -> list[list[Any]]:
+    """CSR rows as a list of Python lists (ints or floats)."""
+    offsets = rows.offsets
+    n = len(offsets) - 1
+    if n <= 0:
+        return []
+    start, end = int(offsets[0]), int(offsets[n])
+    values = rows.values[start:end]
+    width = int(offsets[1]) - start
+    if end - start == n * width and (n == 1 or bool((np.diff(offsets) == width).all())):
+        # Rows of one width (the usual head): one C call builds every list.
+        return values.reshape(n, width).tolist()
+    bounds = (offsets - start).tolist()
+    flat = values.tolist()
+    return [flat[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+# --- the replacements ----------------------------------------------------------------------------
+
+
+def parse_generate_response(raw: bytes) -> dict[str, Any]:
+    """renderers' ``parse_generate_response``: the response document, with the base64
+    ``data`` of every choice's ``routed_experts`` and ``compact_logprobs`` as a ``memoryview``.
+
+    Stricter than renderers: the JSON is read as RFC 8259 (a ``NaN``/``Infinity`` literal is
+    accepted only as a logprob of ``logprobs.content``, where the logprob rules then reject
+    it with renderers' message); the document must be an object with a non-empty
+    ``choices`` list of objects; ``prompt_token_ids`` and every choice's ``token_ids`` (when
+    present) must hold ids in ``[0, 2**32)``; every choice's ``routed_experts`` (when present)
+    must be well formed. ``data`` is found wherever it is in the object and ``\\/`` escapes
+    are read, where renderers' byte splice needs ``data`` first and keeps the backslash.
+    """
+    payload, decoded = _loads(raw)
+    top = _Reader(None)
+    if not isinstance(payload, dict):
+        top.fail("response must be a JSON object")
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices:
+        top.fail("choices must be a non-empty list", "choices")
+    prompt = payload.get("prompt_token_ids")
+    if prompt is not None:
+        _reference._int_list(top, prompt, "prompt_token_ids", _reference.MAX_TOKEN_ID,
+                             "prompt_token_ids must hold token ids in [0, 2**32)")
+    for index, choice in enumerate(choices):
+        c = _Reader(index, decoded)
+        if not isinstance(choice, dict):
+            c.fail("choice must be an object")
+        ids = choice.get("token_ids")
+        if ids is not None:
+            _reference._int_list(c, ids, "token_ids", _reference.MAX_TOKEN_ID, _IDS_REASON)
+        routed = choice.get("routed_experts")
+        if routed is not None:
+            _reference._parse_routed_experts(routed, c)
+        for name in ("routed_experts", "compact_logprobs"):
+            value = choice.get(name)
+            if isinstance(value, dict) and isinstance(value.get("data"), str):
+                value["data"] = memoryview(value["data"].encode())
+    return payload
+
+
+def _parse_packed_completion_logprobs(packed: Mapping[str, Any], completion_ids: list[int]) -> list[float]:
+    """renderers' ``_parse_packed_completion_logprobs``: one float per completion token.
+
+    Stricter: canonical base64, dtype ``float32`` or ``float64``, ``shape == [n]`` when sent.
+    """
+    c = _Reader()
+    values = _reference._parse_packed_logprobs(_plain(packed), len(completion_ids), c)
+    return values.tolist()
+
+
+def _parse_compact_logprobs(
+    choice: Mapping[str, Any], completion_ids: list[int], k: int | None
+) -> tuple[list[float], list[list[int]] | None, list[list[float]] | None]:
+    """renderers' ``_parse_compact_logprobs``: the sampled logprobs, and with ``k`` the head
+    ids and logprobs of every token.
+
+    Stricter: ``completion_ids`` must hold ids in ``[0, 2**32)``, and a sampling mask (or
+    ``kept_tokens``) that is present is validated also without ``k``.
+    """
+    c = _Reader()
+    ids = _ids(c, completion_ids)
+    choice = _choice(c, choice)
+    k = _check_k(k)
+    if choice.get("compact_logprobs") is None:
+        c.fail("Unsupported compact logprob format", "compact_logprobs.format")
+    sampled, top_ids, top_logprobs, _ = _reference._parse_compact_logprobs(choice, ids, k, c)
+    if top_ids is None or top_logprobs is None:  # no head requested
+        return sampled.tolist(), None, None
+    return sampled.tolist(), _rows(top_ids), _rows(top_logprobs)
+
+
+def _parse_completion_logprobs(choice: Mapping[str, Any], completion_ids: list[int]) -> list[float]:
+    """renderers' ``_parse_completion_logprobs``: packed ``completion_logprobs`` when sent,
+    else native ``logprobs.content``; one float per completion token.
+
+    Stricter: as :func:`_parse_packed_completion_logprobs`; ``"token_id:N"`` takes ASCII
+    digits only; a sampling mask that is present is validated (when ``logprobs.content``
+    holds one record per token; otherwise renderers' head call reports that first).
+    """
+    c = _Reader()
+    ids = _ids(c, completion_ids)
+    choice = _choice(c, choice)
+    packed = choice.get("completion_logprobs")
+    if packed is not None:
+        values = _reference._parse_packed_logprobs(packed, len(ids), c)
+    else:
+        values, _ = _reference._parse_native_logprobs(choice, ids, c)
+    # A present mask is validated here too, where renderers' head call would validate it
+    # next: after its check that logprobs.content holds one record per token (when it does
+    # not, that call reports so first, and the mask is left to it).
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if isinstance(content, list) and c.length(content, "logprobs.content") == len(ids):
+        _reference._parse_sampling_mask(choice, ids, c)
+    return values.tolist()
+
+
+def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -> list[list[int]] | None:
+    """renderers' ``_parse_sampling_mask``: each token's recorded support, or None.
+
+    Stricter: ids are int32 (``[0, 2**31)``), ``shape`` must be ``[len]`` with an int;
+    ``kept_tokens`` (an older server's name for the same CSR) is read when
+    ``sampling_mask`` is absent.
+    """
+    c = _Reader()
+    ids = _ids(c, completion_ids)
+    rows = _reference._parse_sampling_mask(_choice(c, choice), ids, c)
+    return None if rows is None else _rows(rows)
+
+
+def _select_sampler_head(
+    head: dict[int, float],
+    sampled_id: int,
+    sampled_logprob: float,
+    k: int,
+    support: list[int] | None = None,
+) -> tuple[list[int], list[float]]:
+    """renderers' ``_select_sampler_head`` (tokenwire's ``select_head``): an
+    action-independent head of ``k`` candidates, or exactly the recorded support."""
+    try:
+        return _reference.select_head(head, sampled_id, sampled_logprob, k, support)
+    except MalformedResponseError as exc:
+        raise _error_type()(exc.reason) from None
+
+
+def _parse_completion_top_logprobs(
+    choice: Mapping[str, Any], completion_ids: list[int], k: int
+) -> tuple[list[list[int]], list[list[float]]]:
+    """renderers' ``_parse_completion_top_logprobs``: the head ids and logprobs of every
+    token from native ``logprobs.content``.
+
+    Stricter: every entry must be an object with a numeric ``logprob``; ``"token_id:N"``
+    takes ASCII digits only.
+    """
+    c = _Reader()
+    ids = _ids(c, completion_ids)
+    choice = _choice(c, choice)
+    head = _check_k(k)
+    if head is None:
+        raise ValueError("k must be a positive int, not None")
+    top_ids, top_logprobs, _ = _reference._parse_native_heads(choice, ids, head, c)
+    return _rows(top_ids), _rows(top_logprobs)
+
+
+# --- JSON ----------------------------------------------------------------------------------------
+
+# A JSON string (skipped whole), or a NaN/Infinity literal outside strings.
+_LITERALS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?Infinity|NaN)')
+_LITERAL_VALUES = {b"NaN": math.nan, b"Infinity": math.inf, b"-Infinity": -math.inf}
+
+
+# Base64 payloads: the parser is handed the document without them (a marker in their place)
+# and they come back as views of the response bytes, as renderers' splice returns them.
+_DATA_KEY = b'"data":"'
+_SPLICE_MIN = 512
+# Where a spliced ``data`` may be put back: (field, sub-field or None, kept as a memoryview).
+_DATA_PLACES = (
+    ("compact_logprobs", None, True),
+    ("routed_experts", None, True),
+    ("completion_logprobs", None, False),
+    ("sampling_mask", "ids", False),
+    ("sampling_mask", "counts", False),
+)
+
+
+def _loads(raw: Any) -> tuple[Any, dict[int, np.ndarray]]:
+    """The document, and the payloads decoded on the way (by the id of their view)."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    decoded: dict[int, np.ndarray] = {}
+    if isinstance(data, bytes):
+        payload = _loads_spliced(data, decoded)
+        if payload is not None:
+            return payload, decoded
+        decoded.clear()
+    try:
+        return orjson.loads(raw), decoded
+    except orjson.JSONDecodeError as exc:
+        error = exc
+    payload = _loads_with_literals(raw)
+    if payload is None:
+        raise _error_type()(f"invalid JSON: {error}")
+    return payload, decoded
+
+
+def _loads_spliced(data: bytes, decoded: dict[int, np.ndarray]) -> Any:
+    """The document parsed with its long base64 ``data`` strings cut out and put back as
+    views of ``data``; None when there is nothing to cut, or when anything is not exactly
+    where a base64 field belongs (the caller then parses the whole document)."""
+    spans: list[tuple[int, int]] = []
+    pieces: list[bytes] = []
+    cursor = 0
+    tag = secrets.token_hex(6)
+    pos = data.find(_DATA_KEY)
+    while pos >= 0:
+        start = pos + len(_DATA_KEY)
+        end = data.find(b'"', start)
+        if end < 0:
+            break
+        if end - start >= _SPLICE_MIN and data.find(b"\\", start, end) < 0:
+            pieces += (data[cursor:start], b"\\u0000%s:%d" % (tag.encode(), len(spans)))
+            spans.append((start, end))
+            cursor = end
+        pos = data.find(_DATA_KEY, end + 1)
+    if not spans:
+        return None
+    pieces.append(data[cursor:])
+    try:
+        payload = orjson.loads(b"".join(pieces))
+    except orjson.JSONDecodeError:
+        return None
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list):
+        return None
+    marker = "\x00" + tag + ":"
+    whole = memoryview(data)
+    placed = 0
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        for name, sub, as_view in _DATA_PLACES:
+            holder = choice.get(name)
+            if sub is not None and isinstance(holder, dict):
+                holder = holder.get(sub)
+            if not isinstance(holder, dict):
+                continue
+            value = holder.get("data")
+            if not isinstance(value, str) or not value.startswith(marker):
+                continue
+            start, end = spans[int(value[len(marker):])]
+            view = whole[start:end]
+            try:
+                # Canonical base64 is valid JSON string text; anything else is read by the
+                # JSON parser itself, for its verdict.
+                array = tokenwire.b64decode(view)
+            except MalformedResponseError:
+                return None
+            if as_view:
+                holder["data"] = view
+                decoded[id(view)] = array
+            else:
+                holder["data"] = data[start:end].decode("ascii")
+            placed += 1
+    return payload if placed == len(spans) else None
+
+
+def _loads_with_literals(raw: Any) -> Any:
+    """The document when its only departure from RFC 8259 is NaN/Infinity literals, each a
+    ``logprob`` of ``logprobs.content`` (or of a ``top_logprobs`` candidate there): those
+    are read as floats, for the logprob rules to reject with renderers' message. None when
+    there is no such literal; raises when one is anywhere else."""
+    data = raw.encode() if isinstance(raw, str) else bytes(memoryview(raw).cast("B"))
+    found: list[float] = []
+    marker = f"\x00tokenwire-literal-{secrets.token_hex(8)}-"
+
+    def mark(match: re.Match[bytes]) -> bytes:
+        if match.group(1) is None:
+            return match.group(0)
+        found.append(_LITERAL_VALUES[match.group(1)])
+        return b'"\\u0000' + marker[1:].encode() + str(len(found) - 1).encode() + b'"'
+
+    marked = _LITERALS.sub(mark, data)
+    if not found:
+        return None
+    try:
+        payload = orjson.loads(marked)
+    except orjson.JSONDecodeError as exc:
+        raise _error_type()(f"invalid JSON: {exc}") from None
+    placed = 0
+
+    def place(holder: Any) -> None:
+        nonlocal placed
+        if isinstance(holder, dict):
+            value = holder.get("logprob")
+            if isinstance(value, str) and value.startswith(marker):
+                holder["logprob"] = found[int(value[len(marker):])]
+                placed += 1
+
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    for choice in choices if isinstance(choices, list) else ():
+        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        for entry in content if isinstance(content, list) else ():
+            place(entry)
+            top = entry.get("top_logprobs") if isinstance(entry, dict) else None
+            for candidate in top if isinstance(top, list) else ():
+                place(candidate)
+    if placed != len(found):
+        raise _error_type()(
+            "invalid JSON: NaN and Infinity are not JSON (read only as logprobs of logprobs.content)"
+        )
+    return payload
+
+
+# --- patching ------------------------------------------------------------------------------------
+
+_OURS: dict[str, Any] = {name: globals()[name] for name in REPLACED}
+_patch_lock = threading.RLock()
+# (module name, attribute) -> renderers' own function, for every attribute patch() replaced.
+_saved: dict[tuple[str, str], Any] = {}
+
+
+def _renderers_modules() -> list[Any]:
+    return [
+        module
+        for name, module in list(sys.modules.items())
+        if module is not None and (name == "renderers" or name.startswith("renderers."))
+    ]
+
+
+def _shape(function: Any) -> list[tuple[str, Any, bool]]:
+    return [
+        (p.name, p.kind, p.default is inspect.Parameter.empty)
+        for p in inspect.signature(function).parameters.values()
+    ]
+
+
+def _check_renderers(client: Any) -> None:
+    try:
+        from importlib.metadata import version
+
+        installed = version("renderers")
+    except Exception:
+        installed = None
+    if installed is not None and installed != RENDERERS_VERSION:
+        warnings.warn(
+            f"tokenwire.compat.renderers reproduces renderers {RENDERERS_VERSION}; "
+            f"renderers {installed} is installed. Run tests/run_renderers_suite.py against it.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    for name in REPLACED:
+        theirs = getattr(client, name, None)
+        if theirs is None:
+            raise RuntimeError(f"renderers.client has no {name}; not patching")
+        if _shape(theirs) != _shape(_OURS[name]):
+            raise RuntimeError(
+                f"renderers.client.{name}{inspect.signature(theirs)} does not match "
+                f"tokenwire's {name}{inspect.signature(_OURS[name])}; not patching"
+            )
+
+
+def patch() -> None:
+    """Replace renderers' parsers in ``renderers.client`` and in every loaded ``renderers``
+    module that re-exports them. Idempotent; :func:`unpatch` undoes it.
+
+    Code that already holds renderers' functions (``from renderers.client import ...`` run
+    before the patch) keeps them; patch first (the pytest plugin does so before collection).
+    """
+    with _patch_lock:
+        client = importlib.import_module(_CLIENT)
+        _error_type()  # with renderers' class among its bases
+        theirs = {}
+        for name in REPLACED:
+            saved = _saved.get((_CLIENT, name))
+            theirs[name] = saved if saved is not None else getattr(client, name)
+        if not _saved:
+            _check_renderers(client)
+        for module in _renderers_modules():
+            namespace = vars(module)
+            for name in REPLACED:
+                if name in namespace and namespace[name] is theirs[name]:
+                    _saved[(module.__name__, name)] = theirs[name]
+                    setattr(module, name, _OURS[name])
+
+
+def unpatch() -> None:
+    """Put renderers' own functions back wherever :func:`patch` replaced them (attributes
+    changed since by someone else are left alone)."""
+    with _patch_lock:
+        for (module_name, name), original in list(_saved.items()):
+            module = sys.modules.get(module_name)
+            if module is not None and vars(module).get(name) is _OURS[name]:
+                setattr(module, name, original)
+        _saved.clear()
+
+
+def is_patched() -> bool:
+    """Whether ``renderers.client`` currently holds every replacement."""
+    client = sys.modules.get(_CLIENT)
+    return client is not None and all(getattr(client, n, None) is _OURS[n] for n in REPLACED)
+
+
+def originals() -> dict[str, Any]:
+    """renderers' own functions (from before the patch when it is active)."""
+    with _patch_lock:
+        client = importlib.import_module(_CLIENT)
+        return {n: _saved.get((_CLIENT, n), getattr(client, n)) for n in REPLACED}
+
+
+@contextlib.contextmanager
+def patched() -> Iterator[Any]:
+    """``with patched() as client:`` runs the block with :func:`patch` in effect (``client`` is
+    ``renderers.client``); afterwards the state is what it was before."""
+    with _patch_lock:
+        already = bool(_saved)
+        patch()
+    try:
+        yield sys.modules[_CLIENT]
+    finally:
+        if not already:
+            unpatch()
