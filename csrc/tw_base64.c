@@ -650,6 +650,40 @@ fail:
     return -1;
 }
 
+size_t tw_b64_decode_prefix(const char *src, size_t avail, uint8_t *dst,
+                            int path)
+{
+    /* Blocks of TW_PREFIX_BLOCK characters: small enough that the block
+       holding the first non-alphabet byte costs little to give back, large
+       enough that the per-block call vanishes next to the decoding. */
+    enum { TW_PREFIX_BLOCK = 4096 };
+    const uint8_t *s = (const uint8_t *)src;
+    size_t done = 0;
+#ifdef TW_X86_SIMD
+    int p = tw_resolve(path);
+#else
+    (void)path;
+#endif
+    while (avail - done >= TW_PREFIX_BLOCK) {
+        int bad = 0;
+        size_t used = 0;
+#ifdef TW_X86_SIMD
+        if (p == TW_PATH_AVX512)
+            used = tw_dec_avx512(s + done, TW_PREFIX_BLOCK, dst, &bad);
+        else if (p == TW_PATH_AVX2)
+            used = tw_dec_avx2(s + done, TW_PREFIX_BLOCK, dst, &bad);
+#endif
+        if (!bad && used < TW_PREFIX_BLOCK)
+            bad = tw_dec_scalar_body(s + done + used, TW_PREFIX_BLOCK - used,
+                                     dst + used / 4 * 3);
+        if (bad)
+            break;
+        done += TW_PREFIX_BLOCK;
+        dst += TW_PREFIX_BLOCK / 4 * 3;
+    }
+    return done;
+}
+
 size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
 {
     size_t i = 0, whole = len - len % 3, out = tw_b64_encoded_size(len);

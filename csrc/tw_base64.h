@@ -81,6 +81,19 @@ ptrdiff_t tw_b64_decoded_size(const char *src, size_t len);
 ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, int path,
                         size_t *err_pos);
 
+/*
+ * Decode a leading run of whole alphabet characters of src[0:avail] (the
+ * input may go on past the base64, e.g. a JSON string followed by the rest
+ * of a document): returns n, a multiple of 4, such that src[0:n] consists of
+ * alphabet characters only (no '=') and dst[0:3n/4] holds their decoding.
+ * n may stop short of the first non-alphabet byte (the work goes in blocks
+ * of 4096 characters; n is 0 when avail < 4096), so the caller decodes the
+ * rest src[n:len] with tw_b64_decode: src[0:len] is valid iff that rest is.
+ * Writes at most 3*avail/4 bytes to dst.
+ */
+size_t tw_b64_decode_prefix(const char *src, size_t avail, uint8_t *dst,
+                            int path);
+
 /* Encoded length for n input bytes: 4*ceil(n/3). */
 size_t tw_b64_encoded_size(size_t n);
 

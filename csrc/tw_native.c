@@ -740,23 +740,6 @@ static inline int64_t twn_log2_pow5(int64_t q)
 /* Bit helpers                                                               */
 /* ------------------------------------------------------------------------ */
 
-static inline unsigned twn_ctz64(uint64_t x)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    return (unsigned)__builtin_ctzll(x);
-#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_ARM64))
-    unsigned long i;
-    _BitScanForward64(&i, x);
-    return (unsigned)i;
-#else
-    unsigned n = 0;
-    while (!(x & 1u)) {
-        x >>= 1;
-        n++;
-    }
-    return n;
-#endif
-}
 
 /* x != 0 */
 static inline unsigned twn_clz64(uint64_t x)
@@ -814,16 +797,6 @@ static inline double twn_from_bits(uint64_t b)
 #define TWN_ONES UINT64_C(0x0101010101010101)
 #define TWN_HIGH UINT64_C(0x8080808080808080)
 
-static inline uint64_t twn_load64(const uint8_t *p)
-{
-    uint64_t w;
-    memcpy(&w, p, 8);
-#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && \
-    __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    w = __builtin_bswap64(w);
-#endif
-    return w;
-}
 
 #ifndef TWN_SSE2
 /* High bit of each byte of w equal to c; exact for the lowest such byte
@@ -850,12 +823,12 @@ static inline const uint8_t *twn_digits(const uint8_t *p, const uint8_t *e)
     }
 #else
     while (e - p >= 8) {
-        uint64_t w = twn_load64(p);
+        uint64_t w = tw_load_le64(p);
         /* a non-digit byte has a high nibble != 3 or is > '9' */
         uint64_t nd = ((w & (TWN_ONES * 0xF0)) ^ (TWN_ONES * 0x30)) |
                       (((w + TWN_ONES * 0x06) & (TWN_ONES * 0xF0)) ^ (TWN_ONES * 0x30));
         if (nd)
-            return p + twn_ctz64(nd) / 8;
+            return p + tw_ctz64(nd) / 8;
         p += 8;
     }
 #endif
@@ -879,10 +852,10 @@ static inline const uint8_t *twn_find_qb(const uint8_t *p, const uint8_t *e)
     }
 #else
     while (e - p >= 8) {
-        uint64_t w = twn_load64(p);
+        uint64_t w = tw_load_le64(p);
         uint64_t m = twn_eq8(w, '"') | twn_eq8(w, '\\');
         if (m)
-            return p + twn_ctz64(m) / 8;
+            return p + tw_ctz64(m) / 8;
         p += 8;
     }
 #endif
@@ -910,11 +883,11 @@ static inline const uint8_t *twn_find_struct(const uint8_t *p, const uint8_t *e)
     }
 #else
     while (e - p >= 8) {
-        uint64_t w = twn_load64(p);
+        uint64_t w = tw_load_le64(p);
         uint64_t m = twn_eq8(w, '"') | twn_eq8(w, '[') | twn_eq8(w, ']') |
                      twn_eq8(w, '{') | twn_eq8(w, '}');
         if (m)
-            return p + twn_ctz64(m) / 8;
+            return p + tw_ctz64(m) / 8;
         p += 8;
     }
 #endif
@@ -1036,7 +1009,7 @@ static const uint8_t *twn_skip_container(const uint8_t *p, const uint8_t *e,
             uint64_t escaped = esc, b = bs & ~esc;
             esc = 0;
             while (b) {
-                unsigned i = twn_ctz64(b);
+                unsigned i = tw_ctz64(b);
                 if (i == 63) {
                     esc = 1;
                     break;
@@ -1058,7 +1031,7 @@ static const uint8_t *twn_skip_container(const uint8_t *p, const uint8_t *e,
             uint64_t br = open | close, seen = 0;
             comma &= ~str;
             while (br) {
-                unsigned i = twn_ctz64(br);
+                unsigned i = tw_ctz64(br);
                 uint64_t upto = (UINT64_C(1) << i) - 1; /* bits below i */
                 if (commas && depth == 1)
                     *commas += twn_popcount64(comma & upto & ~seen);
@@ -1433,13 +1406,7 @@ static uint64_t twn_slow(const uint8_t *ip, const uint8_t *ie,
 /* Value of the 8 ASCII digits at p (most significant first). */
 static inline uint64_t twn_eight(const uint8_t *p)
 {
-    uint64_t v = twn_load64(p) - TWN_ONES * '0';
-    /* bytes 2i: 10 * d(2i) + d(2i+1) */
-    v = v * 10 + (v >> 8);
-    /* pairs at bytes 0,4 times 10^6,100 and at bytes 2,6 times 10^4,1 */
-    return (((v & UINT64_C(0x000000FF000000FF)) * (100 + (UINT64_C(1000000) << 32))) +
-            (((v >> 16) & UINT64_C(0x000000FF000000FF)) * (1 + (UINT64_C(10000) << 32)))) >>
-           32;
+    return tw_swar_digits8(tw_load_le64(p) - TWN_ONES * '0');
 }
 
 static const uint64_t TWN_POW10_U64[20] = {
@@ -1485,12 +1452,8 @@ static const uint64_t TWN_POW5_U64[28] = {
    digits are moved to the top of the word and '0's put below them. */
 static inline uint64_t twn_short_digits(const uint8_t *p, size_t len)
 {
-    uint64_t v = (twn_load64(p) << (8 * (8 - len))) | (((TWN_ONES * '0') >> (8 * len - 1)) >> 1);
-    v -= TWN_ONES * '0';
-    v = v * 10 + (v >> 8);
-    return (((v & UINT64_C(0x000000FF000000FF)) * (100 + (UINT64_C(1000000) << 32))) +
-            (((v >> 16) & UINT64_C(0x000000FF000000FF)) * (1 + (UINT64_C(10000) << 32)))) >>
-           32;
+    uint64_t v = (tw_load_le64(p) << (8 * (8 - len))) | (((TWN_ONES * '0') >> (8 * len - 1)) >> 1);
+    return tw_swar_digits8(v - TWN_ONES * '0');
 }
 
 /* w * 10^len + value of the digits [p, p + len) (caller bounds the digit
@@ -1632,13 +1595,13 @@ static const uint8_t *twn_number(const uint8_t *p, const uint8_t *e, double *out
         uint32_t exps =
             (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(a, bit5), ee)) |
             ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(b, bit5), ee)) << 16);
-        unsigned ni = twn_ctz64(nd), nf = 0, end = ni;
+        unsigned ni = tw_ctz64(nd), nf = 0, end = ni;
         if (ni <= 8) {
             uint64_t w = twn_short_digits(p, ni);
             if ((dots >> ni) & 1u) {
                 const uint8_t *f = p + ni + 1;
                 unsigned left;
-                nf = twn_ctz64(nd >> (ni + 1));
+                nf = tw_ctz64(nd >> (ni + 1));
                 end = ni + 1 + nf;
                 if (end >= 32 || ni + nf > 19)
                     goto general;
@@ -1768,25 +1731,25 @@ static inline const uint8_t *twn_key(const uint8_t *p, const uint8_t *e, int *ki
     if (TWN_LIKELY(e - p >= 16)) {
         /* the usual keys with their closing quote, 8 bytes at a time */
         const uint64_t m48 = (UINT64_C(1) << 48) - 1, m40 = (UINT64_C(1) << 40) - 1;
-        uint64_t a = twn_load64(p);
-        if ((a & m48) == (twn_load64((const uint8_t *)"token\"\0") & m48)) {
+        uint64_t a = tw_load_le64(p);
+        if ((a & m48) == (tw_load_le64((const uint8_t *)"token\"\0") & m48)) {
             *kind = TWN_K_TOKEN;
             return p + 6;
         }
-        if (a == twn_load64((const uint8_t *)"logprob\"")) {
+        if (a == tw_load_le64((const uint8_t *)"logprob\"")) {
             *kind = TWN_K_LOGPROB;
             return p + 8;
         }
-        if ((a & m48) == (twn_load64((const uint8_t *)"bytes\"\0") & m48)) {
+        if ((a & m48) == (tw_load_le64((const uint8_t *)"bytes\"\0") & m48)) {
             *kind = TWN_K_OTHER;
             return p + 6;
         }
-        if (a == twn_load64((const uint8_t *)"top_logp") &&
-            (twn_load64(p + 8) & m40) == (twn_load64((const uint8_t *)"robs\"\0\0\0") & m40)) {
+        if (a == tw_load_le64((const uint8_t *)"top_logp") &&
+            (tw_load_le64(p + 8) & m40) == (tw_load_le64((const uint8_t *)"robs\"\0\0\0") & m40)) {
             *kind = TWN_K_TOP;
             return p + 13;
         }
-        if (a == twn_load64((const uint8_t *)"token_id") && p[8] == '"') {
+        if (a == tw_load_le64((const uint8_t *)"token_id") && p[8] == '"') {
             *kind = TWN_K_TOKEN_ID;
             return p + 9;
         }
@@ -1863,14 +1826,14 @@ static int64_t twn_token_escaped(const uint8_t *s, const uint8_t *se)
 static inline const uint8_t *twn_token(const uint8_t *p, const uint8_t *e, int64_t *id)
 {
     const uint8_t *r, *end;
-    if (TWN_LIKELY(e - p >= 24) && twn_load64(p) == twn_load64((const uint8_t *)"token_id") &&
+    if (TWN_LIKELY(e - p >= 24) && tw_load_le64(p) == tw_load_le64((const uint8_t *)"token_id") &&
         p[8] == ':') {
         /* "token_id:" and 1..7 digits then the closing quote */
-        uint64_t x = twn_load64(p + 9);
+        uint64_t x = tw_load_le64(p + 9);
         uint64_t nd = ((x & (TWN_ONES * 0xF0)) ^ (TWN_ONES * 0x30)) |
                       (((x + TWN_ONES * 0x06) & (TWN_ONES * 0xF0)) ^ (TWN_ONES * 0x30));
         if (nd) {
-            unsigned d = twn_ctz64(nd) / 8; /* first non-digit */
+            unsigned d = tw_ctz64(nd) / 8; /* first non-digit */
             if (d && p[9 + d] == '"') {
                 *id = (int64_t)twn_short_digits(p + 9, d);
                 return p + 10 + d;

@@ -16,6 +16,7 @@
  * builds with default flags; AVX2 is chosen at run time.
  */
 #include "tw_scan.h"
+#include "tw_base64.h"
 #include "tw_util.h"
 
 #include <stdlib.h>
@@ -731,16 +732,40 @@ void tw_doc_init(tw_doc *d)
     d->max_depth = 1024;
 }
 
+static void tws_free_blobs(tw_doc *d)
+{
+    for (size_t i = 0; i < d->nblobs; i++)
+        free(d->blobs[i].data);
+    d->nblobs = 0;
+}
+
 void tw_doc_free(tw_doc *d)
 {
-    int path = d->path;
+    int path = d->path, decode = d->decode, b64_path = d->b64_path;
     size_t max_depth = d->max_depth;
+    tws_free_blobs(d);
+    free(d->blobs);
     free(d->choice);
     free(d->blank);
     free(d->stack);
     memset(d, 0, sizeof *d);
     d->path = path;
     d->max_depth = max_depth;
+    d->decode = decode;
+    d->b64_path = b64_path;
+}
+
+uint8_t *tw_take_blob(tw_doc *d, const tw_value *v, size_t *len)
+{
+    uint8_t *data;
+    *len = 0;
+    if (!v->blob || v->blob > d->nblobs)
+        return NULL;
+    data = d->blobs[v->blob - 1].data;
+    if (data)
+        *len = d->blobs[v->blob - 1].len;
+    d->blobs[v->blob - 1].data = NULL;
+    return data;
 }
 
 /* Grow *arr (element size `size`) so that it holds at least n + 1. */
@@ -800,6 +825,64 @@ static int tws_add_choice(tw_doc *d, int is_object)
     return 0;
 }
 
+/* Targets whose string values are base64 (decoded during the scan). */
+#define TWS_B64 TWS_BLANK_STR
+
+/*
+ * tws_string for a string at a base64 path, decoding it on the way when it
+ * is long (see "Decoding during the scan" in tw_scan.h).  Same result as
+ * tws_string; *blob gets the 1-based index of the decoded buffer, or 0.
+ */
+static const uint8_t *tws_string_b64(tw_doc *d, const uint8_t *s,
+                                     const uint8_t *end, int lv,
+                                     unsigned *flags, tws_err *e,
+                                     uint16_t *blob)
+{
+    size_t avail = (size_t)(end - s), cap, n, total;
+    const uint8_t *q;
+    uint8_t *dst;
+    ptrdiff_t got;
+    *blob = 0;
+    if (avail < TW_SCAN_FUSE_MIN || d->nblobs >= 0xFFFF ||
+        tws_skip(s, s + TW_SCAN_FUSE_MIN, lv) != s + TW_SCAN_FUSE_MIN)
+        return tws_string(s, end, lv, flags, e);
+    if (d->nblobs == d->blobs_cap) {
+        void *arr = d->blobs;
+        if (tws_grow(&arr, &d->blobs_cap, d->nblobs, sizeof(tw_blob), 4))
+            return tws_string(s, end, lv, flags, e);
+        d->blobs = (tw_blob *)arr;
+    }
+    /* The string cannot decode to more than the rest of the document. */
+    cap = avail / 4 * 3;
+    dst = (uint8_t *)malloc(cap);
+    if (!dst)
+        return tws_string(s, end, lv, flags, e);
+    n = tw_b64_decode_prefix((const char *)s, avail, dst, d->b64_path);
+    /* The prefix is alphabet characters only: flags of the rest are those
+       of the whole string. */
+    q = tws_string(s + n, end, lv, flags, e);
+    if (q && n && !*flags) {
+        got = tw_b64_decode((const char *)(s + n), (size_t)(q - (s + n)),
+                            dst + n / 4 * 3, d->b64_path, NULL);
+        if (got >= 0) {
+            total = n / 4 * 3 + (size_t)got;
+            /* Keep a close fit as is: allocators reuse a block of the same
+               size for the next response without new page faults. */
+            if (cap - total > cap / 8) {
+                uint8_t *fit = (uint8_t *)realloc(dst, total);
+                if (fit)
+                    dst = fit;
+            }
+            d->blobs[d->nblobs].data = dst;
+            d->blobs[d->nblobs].len = total;
+            *blob = (uint16_t)++d->nblobs;
+            return q;
+        }
+    }
+    free(dst);
+    return q;
+}
+
 #define TWS_FAIL(at, message)                  \
     do {                                       \
         d->err_pos = (size_t)((at) - b);       \
@@ -836,6 +919,7 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     tw_value *v;
     uint8_t c;
 
+    tws_free_blobs(d);
     d->top_is_object = 0;
     memset(&d->prompt_token_ids, 0, sizeof(tw_value));
     memset(&d->choices, 0, sizeof(tw_value));
@@ -900,14 +984,19 @@ value_nows:
             goto close;
         }
         goto element;
-    case '"':
-        q = tws_string(p + 1, end, lv, &flags, &err);
+    case '"': {
+        uint16_t blob = 0;
+        if (ptgt && d->decode && (TWS_B64 & TWS_BIT(ptgt)))
+            q = tws_string_b64(d, p + 1, end, lv, &flags, &err, &blob);
+        else
+            q = tws_string(p + 1, end, lv, &flags, &err);
         if (!q)
             TWS_FAIL_E();
         if (ptgt) {
             v = tws_slot(d, ptgt, pci);
             v->present = 1;
             v->type = TW_T_STRING;
+            v->blob = blob;
             v->start = (size_t)(p + 1 - b);
             v->end = (size_t)(q - b);
             v->has_escape = (flags & TWS_STR_ESCAPE) != 0;
@@ -917,6 +1006,7 @@ value_nows:
         }
         p = q + 1;
         goto after_nonint;
+    }
     case '-': case '0': case '1': case '2': case '3': case '4':
     case '5': case '6': case '7': case '8': case '9':
         q = tws_number(p, end, &is_int, &err);
@@ -1238,8 +1328,76 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
     p = (const uint8_t *)buf + v->start + 1;
     e = (const uint8_t *)buf + v->end - 1;
     p = tws_skip_ws(p, e);
+#ifdef TWS_SSE2
+    /* Compact runs ("123,45,6789,"): comma positions from a 64-byte mask,
+       so each element's parse depends on no other; stops at the first
+       block holding anything but digits and commas, or an element of more
+       than 7 digits.  8 bytes past each block must be readable. */
+    while (e - p >= 72 && i < v->count) {
+        uint64_t comma = 0, other = 0;
+        const uint8_t *blk = p;
+        for (int k = 0; k < 4; k++) {
+            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(blk + 16 * k));
+            __m128i c = _mm_cmpeq_epi8(b, _mm_set1_epi8(','));
+            __m128i nd = _mm_or_si128(_mm_cmplt_epi8(b, _mm_set1_epi8('0')),
+                                      _mm_cmpgt_epi8(b, _mm_set1_epi8('9')));
+            comma |= (uint64_t)(uint32_t)_mm_movemask_epi8(c) << (16 * k);
+            other |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_andnot_si128(c, nd))
+                     << (16 * k);
+        }
+        if (other)
+            comma &= (other & -other) - 1; /* only commas before it */
+        while (comma && i < v->count) {
+            const uint8_t *at = blk + tw_ctz64(comma);
+            size_t n = (size_t)(at - p);
+            uint64_t x;
+            if (n - 1 >= 7 || (n > 1 && *p == '0'))
+                goto general;
+            x = tw_swar_digits8((tw_load_le64(p) ^ (TWS_ONES * '0')) << (8 * (8 - n)));
+            if (x > max)
+                goto general;
+            out[i++] = (int64_t)x;
+            p = at + 1;
+            comma &= comma - 1;
+        }
+        if (other || p == blk)
+            break; /* something else ahead, or one element spans the block */
+    }
+general:
+    p = tws_skip_ws(p, e);
+#endif
     while (p < e && i < v->count) {
         uint64_t x;
+        /* Fast path: 1 to 7 digits followed by ',', ']' or whitespace,
+           eight bytes at a time; anything else (and the last few bytes)
+           goes through tws_uint_elem. */
+        if (TWS_LIKELY(e - p >= 8)) {
+            uint64_t w = tw_load_le64(p), dg = w ^ (TWS_ONES * '0');
+            /* high bit of the first byte that is not a digit (bytes before
+               it are 0..9, so the addition carries nothing into it) */
+            uint64_t nd = ((dg + TWS_ONES * 0x76) | dg) & TWS_HIGH;
+            unsigned n = nd ? tw_ctz64(nd) >> 3 : 8;
+            uint8_t c = (uint8_t)(w >> (8 * (n & 7)));
+            if (n - 1u < 7u && (c == ',' || c == ']' || tws_ws(c)) &&
+                (n == 1 || *p != '0')) {
+                /* the n digits at the top, zeros (leading digits) below */
+                x = tw_swar_digits8(dg << (8 * (8 - n)));
+                if (TWS_LIKELY(x <= max)) {
+                    out[i++] = (int64_t)x;
+                    p += n;
+                    if (TWS_LIKELY(c == ',')) {
+                        p++;
+                        if (TWS_UNLIKELY(p < e && tws_ws(*p)))
+                            p = tws_skip_ws(p, e);
+                    } else {
+                        p = tws_skip_ws(p, e);
+                        if (p < e && *p == ',')
+                            p = tws_skip_ws(p + 1, e);
+                    }
+                    continue;
+                }
+            }
+        }
         if (!tws_uint_elem(&p, e, max, &x)) {
             *err_index = i;
             return -1;

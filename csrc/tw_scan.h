@@ -90,6 +90,19 @@
  * validated in order and the first failing one is reported, so later
  * records could never be used.
  *
+ * Decoding during the scan (doc->decode = 1): a string at a base64 path
+ * (CL_DATA, CP_DATA, SM_IDS_DATA, SM_COUNTS_DATA, KT_IDS, KT_COUNTS, RE_DATA
+ * and ROUTED) whose first TW_SCAN_FUSE_MIN content bytes hold no '"', '\\',
+ * control or non-ASCII byte is decoded as base64 in the same pass that finds
+ * its end, into a malloc'd buffer sized for the rest of the document (and
+ * shrunk to fit when that wastes more than an eighth of it).  Only strings
+ * that are plain canonical base64 (no escape at all, tw_b64_decode's rules)
+ * get a blob; for anything else the buffer is freed and the record is the
+ * same as without decoding, so the caller's usual path reports the error.
+ * A decoding failure never fails the scan: out of memory just skips it (as
+ * does a 65536th blob in one document).
+ * Blobs not taken are freed by the next tw_scan and by tw_doc_free.
+ *
  * Memory: the nesting stack takes 32 bytes per open container (32 KB at the
  * default depth limit), the blank list 16 bytes per blanked value; all of it
  * is kept in the tw_doc and reused by the next tw_scan.
@@ -106,6 +119,9 @@ extern "C" {
 
 /* Return codes of tw_scan. */
 enum { TW_OK = 0, TW_ERR_SYNTAX = -1, TW_ERR_NOMEM = -2 };
+
+/* Strings shorter than this are never decoded during the scan. */
+#define TW_SCAN_FUSE_MIN 4096
 
 /* Code paths for the string skipper (tw_doc.path).  Numbering matches
    TW_PATH_* in tw_base64.h for 0..3.  AUTO (and AVX512, which has no
@@ -141,6 +157,7 @@ enum {
  */
 typedef struct {
     uint8_t present, type, has_escape, ascii, all_int;
+    uint16_t blob; /* 1-based index into tw_doc.blobs when decoded, else 0 */
     size_t start, end, count;
 } tw_value;
 
@@ -166,6 +183,13 @@ typedef struct {
     tw_value f[TW_NFIELDS];
 } tw_choice;
 
+/* A base64 value decoded during the scan (see "Decoding during the scan"):
+   data is malloc'd, owned by the tw_doc until tw_take_blob hands it over. */
+typedef struct {
+    uint8_t *data;
+    size_t len;
+} tw_blob;
+
 /* Bytes [start, end) of the input that the stripped copy leaves out. */
 typedef struct {
     size_t start, end;
@@ -175,6 +199,8 @@ typedef struct {
     /* Settings: tw_doc_init sets the defaults; change them before tw_scan. */
     int path;          /* TW_SCAN_PATH_*, default AUTO */
     size_t max_depth;  /* default 1024 (orjson's limit); 0 = unlimited */
+    int decode;        /* 1: decode long base64 strings while scanning */
+    int b64_path;      /* TW_PATH_* (tw_base64.h) for that, default AUTO */
 
     /* Results of the last successful tw_scan. */
     uint8_t top_is_object;
@@ -190,8 +216,11 @@ typedef struct {
     size_t err_pos;
     const char *err_msg;
 
+    tw_blob *blobs;    /* heap, nblobs values decoded by the last scan */
+    size_t nblobs;
+
     /* Internal: capacities and the reusable nesting stack. */
-    size_t choice_cap, blank_cap, stack_cap;
+    size_t choice_cap, blank_cap, stack_cap, blobs_cap;
     void *stack;
 } tw_doc;
 
@@ -225,6 +254,14 @@ void tw_strip(const char *buf, size_t len, const tw_doc *doc, char *out);
  * list is then unchanged).
  */
 int tw_blank_field(tw_doc *doc, size_t ci, int field);
+
+/*
+ * The buffer decoded for v during the scan, or NULL (decoding was off, the
+ * string was short, not plain canonical base64, or the buffer was already
+ * taken).  The caller owns the result (release it with free()); *len gets
+ * its size.  v must be a record of d's last scan.
+ */
+uint8_t *tw_take_blob(tw_doc *d, const tw_value *v, size_t *len);
 
 /*
  * Helpers over values recorded by a successful tw_scan of the same buf.

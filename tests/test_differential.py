@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tokenwire import MalformedResponseError, _reference
 
@@ -153,3 +154,86 @@ def test_truncation_at_every_byte_is_rejected_alike(impl):
     for cut in range(len(raw)):
         with pytest.raises(MalformedResponseError, match="invalid JSON"):
             impl.parse_generate_response(raw[:cut], top_k=2)
+
+
+_LONG_EDITS = ("none", "bad_char", "escaped_slash", "drop_char", "inner_padding", "non_ascii", "extra_padding")
+
+
+@st.composite
+def long_field_cases(draw):
+    """Responses whose base64 values are long enough for the scanner to decode them in the
+    same pass (>= 4096 characters), one of them edited at a drawn position."""
+    from tokenwire import samples
+
+    rows = draw(st.integers(160, 500))
+    layers = draw(st.sampled_from([4, 6, 8]))
+    ev = samples.evidence(rows, 4, seed=draw(st.integers(0, 1000)))
+    transport = draw(st.sampled_from(["packed", "compact"]))
+    form = draw(st.sampled_from(["dict", "npy"]))
+    choice = samples.build_choice(ev, transport=transport, routed=samples.routing(rows, layers=layers, topk=8),
+                                  routed_form=form)
+    raw = samples.dumps(samples.response([choice], prompt_tokens=1))
+    # Every base64 value of the choice, as (start, end) of its characters.
+    spans = []
+    for key in (b'"data":"', b'"routed_experts":"'):
+        at = raw.find(key)
+        while at >= 0:
+            start = at + len(key)
+            spans.append((start, raw.index(b'"', start)))
+            at = raw.find(key, start)
+    start, end = draw(st.sampled_from(sorted(spans)))
+    edit = draw(st.sampled_from(_LONG_EDITS))
+    pos = draw(st.integers(start, end - 1))
+    if edit == "bad_char":
+        raw = raw[:pos] + draw(st.sampled_from([b"!", b"-", b"_", b" ", b"."])) + raw[pos + 1:]
+    elif edit == "escaped_slash":  # the same bytes once unescaped: still valid
+        slash = raw.find(b"/", pos, end)
+        if slash >= 0:
+            raw = raw[:slash] + b"\\/" + raw[slash + 1:]
+    elif edit == "drop_char":
+        raw = raw[:pos] + raw[pos + 1:]
+    elif edit == "inner_padding":
+        raw = raw[:pos] + b"=" + raw[pos + 1:]
+    elif edit == "non_ascii":
+        raw = raw[:pos] + "é".encode() + raw[pos + 1:]
+    elif edit == "extra_padding":
+        raw = raw[:end] + b"====" + raw[end:]
+    return raw, edit
+
+
+@pytest.mark.skipif(_core is None, reason="the compiled core is not built")
+@settings(max_examples=max(200, EXAMPLES // 10))
+@given(long_field_cases())
+def test_long_base64_values_match_reference(case):
+    """Long values take the scanner's decode-while-scanning path (and its fall-backs); the
+    outcome stays the reference's, on every SIMD path."""
+    raw, _ = case
+    expected = outcome(_reference, strategies.Case(raw=raw, top_k=None))
+    for path in _core.simd_paths():
+        previous = _core.set_simd_path(path)
+        try:
+            assert outcome(_core, strategies.Case(raw=raw, top_k=None)) == expected, path
+        finally:
+            _core.set_simd_path(previous)
+
+
+@pytest.mark.skipif(_core is None, reason="the compiled core is not built")
+def test_long_values_are_decoded_by_the_scan(simd):
+    """The arrays of long base64 values are the buffers the scan decoded into (owned through
+    their base), not a second decode: the single-pass path is the one that runs."""
+    from tokenwire import samples
+
+    ev = samples.evidence(300, 4, seed=3)
+    choice = samples.build_choice(ev, transport="compact", routed=samples.routing(300, layers=6, topk=8))
+    raw = samples.dumps(samples.response([choice], prompt_tokens=1))
+    parsed = _core.parse_generate_response(raw).choices[0]
+
+    def root(a):
+        while isinstance(a, np.ndarray) and a.base is not None:
+            a = a.base
+        return type(a).__name__
+
+    assert root(parsed.routed_experts.array) == "PyCapsule"
+    expected = _reference.parse_generate_response(raw).choices[0]
+    assert parsed.routed_experts.array.tobytes() == expected.routed_experts.array.tobytes()
+    assert parsed.completion_logprobs.tobytes() == expected.completion_logprobs.tobytes()

@@ -9,11 +9,12 @@ import numpy as np
 cimport numpy as cnp
 from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
@@ -215,11 +216,14 @@ cdef extern from "tw_scan.h" nogil:
         TW_F_RE_DATA
     ctypedef struct tw_value:
         uint8_t present, type, has_escape, ascii, all_int
+        uint16_t blob
         size_t start, end, count
     ctypedef struct tw_choice:
         uint8_t is_object
         tw_value f[13]
     ctypedef struct tw_doc:
+        int decode
+        int b64_path
         uint8_t top_is_object
         tw_value prompt_token_ids, choices
         tw_choice *choice
@@ -236,6 +240,7 @@ cdef extern from "tw_scan.h" nogil:
     int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max, int64_t *offsets, int32_t *values, size_t *err_row)
     size_t tw_unescape(const char *buf, const tw_value *v, char *dst)
     int tw_blank_field(tw_doc *doc, size_t ci, int field)
+    uint8_t *tw_take_blob(tw_doc *doc, const tw_value *v, size_t *len)
 
 
 cdef extern from "tw_heads.h" nogil:
@@ -358,6 +363,24 @@ cdef object _decode(const char *buf, const tw_value *v, int path):
         free(tmp)
 
 
+cdef void _free_blob(object capsule) noexcept:
+    free(PyCapsule_GetPointer(capsule, NULL))
+
+
+cdef object _adopt(uint8_t *data, size_t size):
+    """A uint8 array over ``data`` (malloc'd), which it owns from now on (freed with it)."""
+    cdef cnp.npy_intp dims[1]
+    try:
+        owner = PyCapsule_New(data, NULL, _free_blob)
+    except BaseException:
+        free(data)
+        raise
+    dims[0] = <cnp.npy_intp>size
+    out = cnp.PyArray_SimpleNewFromData(1, dims, cnp.NPY_UINT8, data)
+    cnp.set_array_base(out, owner)
+    return out
+
+
 cdef inline const int64_t *_i64(object a):
     cdef int64_t[::1] v = a
     return &v[0] if v.shape[0] else NULL
@@ -385,6 +408,8 @@ cdef class _Scan:
         self.keep = view
         self.buf = _start(view)
         self.path = _path
+        self.doc.decode = 1
+        self.doc.b64_path = _path
         with nogil:
             rc = tw_scan(self.buf, n, &self.doc)
         if rc == TW_ERR_NOMEM:
@@ -406,6 +431,15 @@ cdef class _Scan:
             return orjson.loads(stripped)
         except orjson.JSONDecodeError as exc:
             raise MalformedResponseError(f"invalid JSON: {exc}") from None
+
+    cdef object blob(self, const tw_value *v):
+        """The bytes of the base64 string ``v`` as a uint8 array, or None when they are not
+        canonical base64: decoded by the scan when it could, else now."""
+        cdef size_t size = 0
+        cdef uint8_t *data = tw_take_blob(&self.doc, v, &size)
+        if data != NULL:
+            return _adopt(data, size)
+        return _decode(self.buf, v, self.path)
 
     def has_record(self, index):
         return index is None or index < self.doc.nchoices
@@ -608,7 +642,7 @@ class _ScannedChoice(_Kernels):
     def blob(self, value, path):
         cdef _Scan scan = self.scan
         cdef const tw_value *v = scan.value(self.index, path)
-        return super().blob(value, path) if v == NULL else _decode(scan.buf, v, scan.path)
+        return super().blob(value, path) if v == NULL else scan.blob(v)
 
     def length(self, value, path):
         cdef _Scan scan = self.scan

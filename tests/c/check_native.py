@@ -178,7 +178,8 @@ def build(sanitize: bool, portable: bool = False) -> Path:
     cmd = [
         os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
         "-I", str(ROOT / "csrc"),
-        str(ROOT / "csrc" / "tw_scan.c"), str(ROOT / "csrc" / "tw_native.c"), str(shim),
+        str(ROOT / "csrc" / "tw_scan.c"), str(ROOT / "csrc" / "tw_native.c"),
+        str(ROOT / "csrc" / "tw_base64.c"), str(shim),
         "-o", str(lib),
     ]
     if sanitize:

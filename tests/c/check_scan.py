@@ -120,6 +120,7 @@ def build(sanitize: bool) -> Path:
         "-I",
         str(ROOT / "csrc"),
         str(ROOT / "csrc" / "tw_scan.c"),
+        str(ROOT / "csrc" / "tw_base64.c"),
         "-o",
         str(lib),
     ]

@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-/* Allocation failure injection: the next g_fail_after reallocs succeed, the
-   one after fails; -1 = never fail. */
+/* Allocation failure injection: the next g_fail_after reallocs (and mallocs)
+   succeed, the one after fails; -1 = never fail. */
 static long g_fail_after = -1;
 static void *test_realloc(void *p, size_t n)
 {
@@ -32,9 +32,12 @@ static void *test_realloc(void *p, size_t n)
         g_fail_after--;
     return realloc(p, n);
 }
+static void *test_malloc(size_t n) { return test_realloc(NULL, n); }
 #define realloc test_realloc
+#define malloc test_malloc
 #include "../../csrc/tw_scan.c"
 #undef realloc
+#undef malloc
 
 #include "tw_check.h"
 
@@ -732,6 +735,213 @@ static void test_nomem(void)
     free(deep);
 }
 
+/* tw_parse_uint_array on long generated arrays (its 64-byte comma blocks,
+   its 8-byte path and the general one) against values known by
+   construction: compact and spaced runs, 1..20 digits, "-0", values above
+   max, and a non-integer element somewhere. */
+static void test_uint_arrays(void)
+{
+    enum { MAXN = 600 };
+    static const char *const BAD[] = {"-3", "1.5", "2e3", "true", "\"7\"", "[1]", "null", "-0.0"};
+    char *buf = (char *)malloc(MAXN * 32 + 16);
+    int64_t *want = (int64_t *)malloc(MAXN * sizeof(int64_t));
+    int64_t *got = (int64_t *)malloc(MAXN * sizeof(int64_t));
+    size_t rounds = 3000, failed_checked = 0;
+    tw_doc d;
+    if (!buf || !want || !got)
+        exit(2);
+    tw_doc_init(&d);
+    for (size_t r = 0; r < rounds; r++) {
+        size_t count = rndn(MAXN), n = 0, bad_at = SIZE_MAX, err = 0;
+        int spaced = rndn(4) == 0, rc;
+        uint64_t max = rndn(3) == 0 ? (uint64_t)rndn(2000000) : UINT64_MAX;
+        const char *prefix = "{\"prompt_token_ids\":[";
+        if (rndn(3) == 0 && count)
+            bad_at = rndn(count);
+        n += (size_t)sprintf(buf + n, "%s", prefix);
+        for (size_t i = 0; i < count; i++) {
+            if (i)
+                n += (size_t)sprintf(buf + n, "%s",
+                                     spaced ? (const char *[]){",", ", ", " ,\n ", ",\n      "}[rndn(4)]
+                                            : ",");
+            if (i == bad_at) {
+                n += (size_t)sprintf(buf + n, "%s", BAD[rndn(8)]);
+                continue;
+            }
+            if (rndn(50) == 0) {
+                n += (size_t)sprintf(buf + n, "-0");
+                want[i] = 0;
+                continue;
+            }
+            {
+                unsigned digits = rndn(10) == 0 ? 1 + (unsigned)rndn(19) : 1 + (unsigned)rndn(7);
+                uint64_t x = rnd() % 10;
+                for (unsigned k = 1; k < digits; k++)
+                    x = x * 10 + (k == 1 && x == 0 ? 1 + rnd() % 9 : rnd() % 10);
+                if (x > (uint64_t)INT64_MAX)
+                    x /= 10;
+                want[i] = (int64_t)x;
+                n += (size_t)sprintf(buf + n, "%llu", (unsigned long long)x);
+                if (x > max && bad_at > i)
+                    bad_at = i;
+            }
+        }
+        n += (size_t)sprintf(buf + n, "]}");
+        CHECK(scan_path(buf, n, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK, "uint %zu: scan", r);
+        CHECK(d.prompt_token_ids.count == count, "uint %zu: count", r);
+        memset(got, 0x55, MAXN * sizeof(int64_t));
+        rc = tw_parse_uint_array(buf, &d.prompt_token_ids, max, got, &err);
+        if (bad_at < count) {
+            failed_checked++;
+            CHECK(rc == -1 && err == bad_at, "uint %zu: rc %d err %zu, want %zu", r, rc, err, bad_at);
+            CHECK(memcmp(got, want, bad_at * sizeof(int64_t)) == 0, "uint %zu: prefix", r);
+        } else {
+            CHECK(rc == 0 && memcmp(got, want, count * sizeof(int64_t)) == 0,
+                  "uint %zu: rc %d, values differ (spaced %d)", r, rc, spaced);
+        }
+    }
+    tw_doc_free(&d);
+    printf("uint arrays: %zu generated, %zu with a bad element\n", rounds, failed_checked);
+    free(buf);
+    free(want);
+    free(got);
+}
+
+/* Decoding during the scan (doc->decode): a blob exactly when the string is
+   long, plain and canonical base64 with a whole first block, holding
+   tw_b64_decode's bytes; every record otherwise as without decoding; on
+   every scan path and base64 path; allocation failures only skip it. */
+static void test_decode(void)
+{
+    static const char ALPHA[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    static const int B64[] = {TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512};
+    static const size_t LENS[] = {0, 8, 4092, 4096, 4100, 8188, 8192, 8196, 12300};
+    enum { MAXC = 20480 };
+    char *content = (char *)malloc(MAXC + 16), *doc = (char *)malloc(2 * MAXC + 256);
+    uint8_t *want = (uint8_t *)malloc(MAXC);
+    size_t blobs = 0, plain = 0, rounds = 600;
+    tw_doc d0, d1;
+    if (!content || !doc || !want)
+        exit(2);
+    tw_doc_init(&d0);
+    tw_doc_init(&d1);
+    for (size_t r = 0; r < rounds; r++) {
+        size_t len = r < 9 * 4 ? LENS[r % 9] : rndn(MAXC / 4) * 4, n, at;
+        size_t kind = r < 9 * 4 ? r / 9 : rndn(9), pads = rndn(3);
+        ptrdiff_t got;
+        int valid, expect;
+        for (size_t i = 0; i < len; i++)
+            content[i] = ALPHA[rndn(64)];
+        if (len && pads)
+            memset(content + len - (pads < len ? pads : len), '=', pads < len ? pads : len);
+        at = rndn(len + 1);
+        switch (kind) {
+        case 1: /* a byte outside the alphabet */
+            if (at < len)
+                content[at] = "!-_.~@ "[rndn(7)];
+            break;
+        case 2: /* an escaped slash: same bytes, but not plain */
+            memmove(content + at + 2, content + at, len - at);
+            memcpy(content + at, "\\/", 2);
+            len += 2;
+            break;
+        case 3: /* '=' in the middle */
+            if (at < len)
+                content[at] = '=';
+            break;
+        case 4: /* a length that is not a multiple of 4 */
+            len -= len ? 1 + rndn(len < 3 ? len : 3) : 0;
+            break;
+        case 5: /* non-ASCII */
+            memmove(content + at + 2, content + at, len - at);
+            memcpy(content + at, "\xc3\xa9", 2);
+            len += 2;
+            break;
+        default:
+            break;
+        }
+        n = (size_t)snprintf(doc, 64, "{\"choices\":[{\"token_ids\":[1],\"routed_experts\":{\"data\":\"");
+        memcpy(doc + n, content, len);
+        n += len;
+        n += (size_t)snprintf(doc + n, 128, "\",\"shape\":[1]},\"x\":\"");
+        memcpy(doc + n, content, len); /* same string at an ignored path */
+        n += len;
+        n += (size_t)snprintf(doc + n, 64, "\"}]}");
+        valid = !memchr(content, '\\', len) && !memchr(content, 0xc3, len) &&
+                tw_b64_decode(content, len, want, TW_PATH_SCALAR, NULL) >= 0;
+        got = valid ? tw_b64_decode(content, len, want, TW_PATH_SCALAR, NULL) : -1;
+        expect = valid && len >= TW_SCAN_FUSE_MIN && !memchr(content, '=', TW_SCAN_FUSE_MIN);
+        plain += expect;
+        d0.decode = 0;
+        CHECK(scan_path(doc, n, TW_SCAN_PATH_AUTO, 1024, &d0) == TW_OK, "decode %zu: scan", r);
+        for (int sp = 0; sp < NPATHS; sp++) {
+            if (!tw_scan_path_available(PATHS[sp]))
+                continue;
+            for (int bp = 0; bp < 3; bp++) {
+                size_t size = 0;
+                uint8_t *blob;
+                if (!tw_path_available(B64[bp]))
+                    continue;
+                d1.decode = 1;
+                d1.b64_path = B64[bp];
+                CHECK(scan_path(doc, n, PATHS[sp], 1024, &d1) == TW_OK, "decode %zu: scan", r);
+                CHECK(doc_eq(&d0, &d1), "decode %zu (len %zu kind %zu): records differ", r, len, kind);
+                CHECK(d1.nblobs == (size_t)expect, "decode %zu (len %zu kind %zu): %zu blobs",
+                      r, len, kind, d1.nblobs);
+                blob = tw_take_blob(&d1, &d1.choice[0].f[TW_F_RE_DATA], &size);
+                CHECK((blob != NULL) == expect, "decode %zu (len %zu kind %zu): blob %d",
+                      r, len, kind, blob != NULL);
+                if (blob) {
+                    blobs++;
+                    CHECK(size == (size_t)got && memcmp(blob, want, size) == 0,
+                          "decode %zu (len %zu, path %d/%d): bytes differ", r, len, sp, bp);
+                    CHECK(tw_take_blob(&d1, &d1.choice[0].f[TW_F_RE_DATA], &size) == NULL &&
+                              size == 0, "decode %zu: taken twice", r);
+                    free(blob);
+                }
+            }
+        }
+        if (expect) {
+            /* truncated inside the string: an error, and nothing leaks */
+            d1.decode = 1;
+            CHECK(scan_path(doc, 60 + len / 2, TW_SCAN_PATH_AUTO, 1024, &d1) == TW_ERR_SYNTAX,
+                  "decode %zu: truncated", r);
+            /* every allocation failing: the same records, no blob */
+            for (long k = 0; k < 3; k++) {
+                g_fail_after = k;
+                CHECK(scan_path(doc, n, TW_SCAN_PATH_AUTO, 1024, &d1) == TW_OK,
+                      "decode %zu: nomem %ld", r, k);
+                g_fail_after = -1;
+                CHECK(doc_eq(&d0, &d1), "decode %zu: nomem %ld records", r, k);
+            }
+        }
+    }
+    /* A superseded duplicate's blob is not the record's and is freed. */
+    {
+        size_t n = 0;
+        memset(content, 'A', 8192);
+        n += (size_t)snprintf(doc, 64, "{\"choices\":[{\"token_ids\":[],\"routed_experts\":\"");
+        memcpy(doc + n, content, 8192);
+        n += 8192;
+        n += (size_t)snprintf(doc + n, 64, "\",\"routed_experts\":{\"data\":\"");
+        memcpy(doc + n, content, 4096);
+        n += 4096;
+        n += (size_t)snprintf(doc + n, 64, "\"}}]}");
+        d1.decode = 1;
+        CHECK(scan_path(doc, n, TW_SCAN_PATH_AUTO, 1024, &d1) == TW_OK, "duplicate: scan");
+        CHECK(d1.nblobs == 2 && d1.choice[0].f[TW_F_ROUTED].blob == 0 &&
+                  d1.choice[0].f[TW_F_RE_DATA].blob == 2,
+              "duplicate: blobs %zu", d1.nblobs);
+    }
+    tw_doc_free(&d0);
+    tw_doc_free(&d1);
+    printf("decode: %zu rounds, %zu plain long strings, %zu blobs checked\n", rounds, plain, blobs);
+    free(content);
+    free(doc);
+    free(want);
+}
+
 /* Stripping an accepted document gives an accepted document with the same
    structure whose blankable values are empty. */
 static void check_strip_invariants(const char *buf, size_t len, const tw_doc *d, const char *what)
@@ -978,6 +1188,8 @@ int main(int argc, char **argv)
     test_depth();
     test_helpers();
     test_nomem();
+    test_uint_arrays();
+    test_decode();
     test_fuzz(fuzz);
     for (int i = first_file; i < argc; i++)
         test_file(argv[i]);
