@@ -1703,7 +1703,7 @@ size_t tw_native_number(const char *s, size_t len, double *out)
 /* Keys and ids                                                              */
 /* ------------------------------------------------------------------------ */
 
-enum { TWN_K_OTHER, TWN_K_TOKEN, TWN_K_TOKEN_ID, TWN_K_LOGPROB, TWN_K_TOP };
+enum { TWN_K_OTHER, TWN_K_TOKEN, TWN_K_TOKEN_ID, TWN_K_LOGPROB, TWN_K_TOP, TWN_K_SLP };
 
 static inline int twn_classify(const uint8_t *s, size_t n)
 {
@@ -1716,6 +1716,8 @@ static inline int twn_classify(const uint8_t *s, size_t n)
         return memcmp(s, "token_id", 8) == 0 ? TWN_K_TOKEN_ID : TWN_K_OTHER;
     case 12:
         return memcmp(s, "top_logprobs", 12) == 0 ? TWN_K_TOP : TWN_K_OTHER;
+    case 16:
+        return memcmp(s, "sampling_logprob", 16) == 0 ? TWN_K_SLP : TWN_K_OTHER;
     default:
         return TWN_K_OTHER;
     }
@@ -1726,7 +1728,7 @@ static inline int twn_classify(const uint8_t *s, size_t n)
 static inline const uint8_t *twn_key(const uint8_t *p, const uint8_t *e, int *kind)
 {
     const uint8_t *r, *end;
-    uint8_t tmp[16];
+    uint8_t tmp[17];
     size_t n = 0;
     if (TWN_LIKELY(e - p >= 16)) {
         /* the usual keys with their closing quote, 8 bytes at a time */
@@ -1759,7 +1761,7 @@ static inline const uint8_t *twn_key(const uint8_t *p, const uint8_t *e, int *ki
         *kind = twn_classify(p, (size_t)(r - p));
         return r + 1;
     }
-    /* escapes: decode (ASCII only, at most 15 characters can match) */
+    /* escapes: decode (ASCII only, at most 16 characters can match) */
     end = twn_skip_string(p, e);
     *kind = TWN_K_OTHER;
     if (end <= p)
@@ -1883,9 +1885,23 @@ static inline const uint8_t *twn_token_id(const uint8_t *p, const uint8_t *e, in
 /* Fields of one entry or candidate object (last occurrence of each key). */
 typedef struct {
     int64_t tid, tok; /* id from "token_id" / "token", -1 if not an id */
-    double lp;
+    double lp, slp;   /* "logprob", "sampling_logprob" */
     uint8_t has_tid, lp_ok;
+    uint8_t lp_kind, slp_kind; /* TW_NATIVE_V_* of those values */
 } twn_obj;
+
+/* p at a value: its TW_NATIVE_V_* class (a number is read by the caller). */
+static inline uint8_t twn_kind(uint8_t c)
+{
+    switch (c) {
+    case 'n': return TW_NATIVE_V_NULL;
+    case '"': return TW_NATIVE_V_STRING;
+    case 't': case 'f': return TW_NATIVE_V_BOOL;
+    case '[': return TW_NATIVE_V_ARRAY;
+    case '{': return TW_NATIVE_V_OBJECT;
+    default: return TW_NATIVE_V_NUMBER;
+    }
+}
 
 /* The candidates of one entry: written from k0; code is the entry's
    candidates verdict (TW_NATIVE_MISSING_TOP until an array is read). */
@@ -2082,9 +2098,10 @@ static const uint8_t *twn_object(twn_ctx *x, const uint8_t *p, twn_obj *o, twn_t
     int is_int;
     o->tid = -1;
     o->tok = -1;
-    o->lp = 0.0;
+    o->lp = o->slp = 0.0;
     o->has_tid = 0;
     o->lp_ok = 0;
+    o->lp_kind = o->slp_kind = TW_NATIVE_V_MISSING;
     p = twn_ws(p + 1, e);
     if (p < e && *p == '}')
         return p + 1;
@@ -2097,6 +2114,7 @@ static const uint8_t *twn_object(twn_ctx *x, const uint8_t *p, twn_obj *o, twn_t
             return e;
         switch (kind) {
         case TWN_K_LOGPROB:
+            o->lp_kind = twn_kind(*p);
             if (*p == '-' || tw_is_digit(*p)) {
                 p = twn_number(p, e, &o->lp, &is_int);
                 o->lp_ok = 1;
@@ -2104,6 +2122,13 @@ static const uint8_t *twn_object(twn_ctx *x, const uint8_t *p, twn_obj *o, twn_t
                 o->lp_ok = 0;
                 p = twn_skip_value(p, e);
             }
+            break;
+        case TWN_K_SLP:
+            o->slp_kind = twn_kind(*p);
+            if (*p == '-' || tw_is_digit(*p))
+                p = twn_number(p, e, &o->slp, &is_int);
+            else
+                p = twn_skip_value(p, e);
             break;
         case TWN_K_TOKEN:
             if (*p == '"') {
@@ -2319,4 +2344,87 @@ int tw_native_parse(const char *buf, const tw_value *content, size_t n,
     if (want_top)
         res->ncand = k;
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Flat arrays of the OpenAI-compatible completions format                   */
+/* ------------------------------------------------------------------------ */
+
+/* The first element of the recorded array arr (or its ']'), NULL if arr is
+   not an array; *e gets the end of its text. */
+static const uint8_t *twn_array_begin(const char *buf, const tw_value *arr, const uint8_t **e)
+{
+    if (!twn_content_ok(arr))
+        return NULL;
+    *e = (const uint8_t *)buf + arr->end;
+    return twn_ws((const uint8_t *)buf + arr->start + 1, *e);
+}
+
+/* p just after an element: the next element (or the closing ']'). */
+static inline const uint8_t *twn_array_next(const uint8_t *p, const uint8_t *e)
+{
+    p = twn_ws(p, e);
+    if (p < e && *p == ',')
+        p = twn_ws(p + 1, e);
+    return p;
+}
+
+ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out)
+{
+    const uint8_t *e = NULL, *p = twn_array_begin(buf, arr, &e);
+    size_t i = 0;
+    if (!p)
+        return 0;
+    while (p < e && *p != ']') {
+        int is_int;
+        if (*p != '-' && !tw_is_digit(*p))
+            return (ptrdiff_t)i;
+        p = twn_array_next(twn_number(p, e, &out[i++], &is_int), e);
+    }
+    return -1;
+}
+
+size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids)
+{
+    const uint8_t *e = NULL, *p = twn_array_begin(buf, arr, &e);
+    size_t i = 0, named = 0;
+    if (!p)
+        return 0;
+    while (p < e && *p != ']') {
+        int64_t id = -1;
+        if (*p == '"')
+            p = twn_token(p + 1, e, &id);
+        else
+            p = twn_skip_value(p, e);
+        ids[i++] = id;
+        named += id >= 0;
+        p = twn_array_next(p, e);
+    }
+    return named;
+}
+
+ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
+                            double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind)
+{
+    const uint8_t *e = NULL, *p = twn_array_begin(buf, content, &e);
+    twn_ctx x;
+    size_t i = 0;
+    if (!p)
+        return 0;
+    memset(&x, 0, sizeof x);
+    x.e = e;
+    while (p < e && *p != ']') {
+        twn_obj o;
+        if (*p != '{')
+            return (ptrdiff_t)i;
+        p = twn_object(&x, p, &o, NULL);
+        ids[i] = o.has_tid ? o.tid : o.tok;
+        lp[i] = o.lp;
+        lp_kind[i] = o.lp_kind;
+        slp[i] = o.slp;
+        slp_kind[i] = o.slp_kind;
+        i++;
+        p = twn_array_next(p, e);
+    }
+    return -1;
 }

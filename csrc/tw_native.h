@@ -170,6 +170,45 @@ int tw_native_parse(const char *buf, const tw_value *content, size_t n,
  */
 size_t tw_native_number(const char *s, size_t len, double *out);
 
+/*
+ * Flat arrays recorded by tw_scan (arr: a TW_T_ARRAY value), as the
+ * OpenAI-compatible completions format sends them; out/ids hold
+ * arr->count elements.
+ *
+ * tw_native_numbers: logprobs.token_logprobs.  out[i] = the value of
+ * element i (numbers as above) for every element before the first one that
+ * is not a number (null, a string, ...); returns that element's index, or
+ * -1 when every element is a number (0 if arr is not an array).
+ *
+ * tw_native_token_strings: logprobs.tokens.  ids[i] = the id a
+ * "token_id:N" string names (the "token" rules above), -1 for any other
+ * string and for an element that is not a string; returns how many
+ * elements name an id.
+ */
+ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out);
+
+/* Classes of a value read by tw_native_records. */
+enum {
+    TW_NATIVE_V_MISSING = 0, /* the key is absent */
+    TW_NATIVE_V_NUMBER, TW_NATIVE_V_NULL, TW_NATIVE_V_STRING, TW_NATIVE_V_BOOL,
+    TW_NATIVE_V_ARRAY, TW_NATIVE_V_OBJECT
+};
+
+/*
+ * tw_native_records: logprobs.content of the OpenAI-compatible chat format,
+ * each entry's fields as the reference reads them.  For each element i
+ * before the first one that is not an object: ids[i] = the id the entry
+ * names (the id rules above: "token_id" when present, else "token"; -1 for
+ * none), lp[i]/lp_kind[i] its "logprob" and slp[i]/slp_kind[i] its
+ * "sampling_logprob" (the value when the class is TW_NATIVE_V_NUMBER, 0.0
+ * otherwise; the last occurrence of a key wins).  Returns the index of the
+ * first element that is not an object, or -1.  Every array holds
+ * content->count elements.
+ */
+ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
+                            double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind);
+size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids);
+
 #ifdef __cplusplus
 }
 #endif

@@ -623,7 +623,9 @@ enum {
     TWS_C_SM_IDS,   /* choice.sampling_mask.ids */
     TWS_C_SM_COUNTS,
     TWS_C_KT,       /* choice.kept_tokens */
-    TWS_C_RE        /* choice.routed_experts */
+    TWS_C_RE,       /* choice.routed_experts */
+    TWS_C_RAW,      /* choice.raw_output */
+    TWS_C_RAW_CL    /* choice.raw_output.completion_logprobs */
 };
 
 /* Record targets: none, root fields, or TWS_T_F0 + TW_F_*. */
@@ -641,7 +643,7 @@ static const uint32_t TWS_BLANK_ARR =
     TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) | TWS_BIT(TWS_F(TW_F_CP_OFFSETS)) |
     TWS_BIT(TWS_F(TW_F_SAMPLING_MASK)) | TWS_BIT(TWS_T_PROMPT);
 
-#define TWS_FB(f) (1u << (f))
+#define TWS_FB(f) (UINT32_C(1) << (f))
 
 typedef struct {
     uint8_t ctx;      /* container the key is in */
@@ -650,7 +652,7 @@ typedef struct {
     uint8_t tgt;      /* record target of the value */
     uint8_t ctx_obj;  /* context if the value is an object */
     uint8_t ctx_arr;  /* context if the value is an array */
-    uint16_t clear;   /* TW_F_* bits cleared when the key occurs */
+    uint32_t clear;   /* TW_F_* bits cleared when the key occurs */
 } tws_rule;
 
 #define TWS_RULE(ctx, name, tgt, cobj, carr, clear) \
@@ -662,7 +664,28 @@ static const tws_rule TWS_RULES[] = {
     TWS_RULE(TWS_C_CHOICE, "token_ids", TWS_F(TW_F_TOKEN_IDS), 0, 0,
              TWS_FB(TW_F_TOKEN_IDS)),
     TWS_RULE(TWS_C_CHOICE, "logprobs", TWS_F(TW_F_LOGPROBS), TWS_C_LOGPROBS, 0,
-             TWS_FB(TW_F_LOGPROBS) | TWS_FB(TW_F_LOGPROBS_CONTENT)),
+             TWS_FB(TW_F_LOGPROBS) | TWS_FB(TW_F_LOGPROBS_CONTENT) |
+                 TWS_FB(TW_F_LP_TOKEN_LOGPROBS) | TWS_FB(TW_F_LP_TOKENS) |
+                 TWS_FB(TW_F_LP_TOKEN_IDS) | TWS_FB(TW_F_LP_TEXT_OFFSET) |
+                 TWS_FB(TW_F_LP_TOP)),
+    TWS_RULE(TWS_C_CHOICE, "prompt_token_ids", TWS_F(TW_F_PROMPT_IDS), 0, 0,
+             TWS_FB(TW_F_PROMPT_IDS)),
+    TWS_RULE(TWS_C_CHOICE, "raw_output", TWS_F(TW_F_RAW_OUTPUT), TWS_C_RAW, 0,
+             TWS_FB(TW_F_RAW_OUTPUT) | TWS_FB(TW_F_RO_TOKEN_IDS) | TWS_FB(TW_F_RO_CONTENT)),
+    TWS_RULE(TWS_C_RAW, "completion_token_ids", TWS_F(TW_F_RO_TOKEN_IDS), 0, 0,
+             TWS_FB(TW_F_RO_TOKEN_IDS)),
+    TWS_RULE(TWS_C_RAW, "completion_logprobs", 0, TWS_C_RAW_CL, 0, TWS_FB(TW_F_RO_CONTENT)),
+    TWS_RULE(TWS_C_RAW_CL, "content", TWS_F(TW_F_RO_CONTENT), 0, 0, TWS_FB(TW_F_RO_CONTENT)),
+    TWS_RULE(TWS_C_LOGPROBS, "token_logprobs", TWS_F(TW_F_LP_TOKEN_LOGPROBS), 0, 0,
+             TWS_FB(TW_F_LP_TOKEN_LOGPROBS)),
+    TWS_RULE(TWS_C_LOGPROBS, "tokens", TWS_F(TW_F_LP_TOKENS), 0, 0,
+             TWS_FB(TW_F_LP_TOKENS)),
+    TWS_RULE(TWS_C_LOGPROBS, "token_ids", TWS_F(TW_F_LP_TOKEN_IDS), 0, 0,
+             TWS_FB(TW_F_LP_TOKEN_IDS)),
+    TWS_RULE(TWS_C_LOGPROBS, "text_offset", TWS_F(TW_F_LP_TEXT_OFFSET), 0, 0,
+             TWS_FB(TW_F_LP_TEXT_OFFSET)),
+    TWS_RULE(TWS_C_LOGPROBS, "top_logprobs", TWS_F(TW_F_LP_TOP), 0, 0,
+             TWS_FB(TW_F_LP_TOP)),
     TWS_RULE(TWS_C_CHOICE, "completion_logprobs", 0, TWS_C_CL, 0,
              TWS_FB(TW_F_CL_DATA)),
     TWS_RULE(TWS_C_CHOICE, "compact_logprobs", 0, TWS_C_CP, 0,
@@ -883,6 +906,19 @@ static const uint8_t *tws_string_b64(tw_doc *d, const uint8_t *s,
     return q;
 }
 
+/* A choice object certain to fail validation (see "Choice records"). */
+static int tws_choice_fails(const tw_doc *d, const tw_choice *c)
+{
+    if (c->f[TW_F_TOKEN_IDS].type == TW_T_ARRAY)
+        return 0;
+    if (!d->openai)
+        return 1;
+    return c->f[TW_F_RAW_OUTPUT].type != TW_T_OBJECT &&
+           c->f[TW_F_LOGPROBS_CONTENT].type != TW_T_ARRAY &&
+           c->f[TW_F_LP_TOKENS].type != TW_T_ARRAY &&
+           c->f[TW_F_LP_TOKEN_IDS].type != TW_T_ARRAY;
+}
+
 #define TWS_FAIL(at, message)                  \
     do {                                       \
         d->err_pos = (size_t)((at) - b);       \
@@ -909,6 +945,10 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     const uint8_t *const end = b + len;
     const uint8_t *p = b, *q;
     const int lv = tws_level(d->path);
+    const uint32_t blank_str = d->openai ? 0 : TWS_BLANK_STR;
+    const uint32_t blank_arr =
+        d->openai ? TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) | TWS_BIT(TWS_T_PROMPT) : TWS_BLANK_ARR;
+    const int decode = d->decode && !d->openai;
     const size_t maxd = d->max_depth;
     tws_frame *st = (tws_frame *)d->stack, *top = NULL;
     size_t depth = 0, pci = 0;
@@ -986,7 +1026,7 @@ value_nows:
         goto element;
     case '"': {
         uint16_t blob = 0;
-        if (ptgt && d->decode && (TWS_B64 & TWS_BIT(ptgt)))
+        if (ptgt && decode && (TWS_B64 & TWS_BIT(ptgt)))
             q = tws_string_b64(d, p + 1, end, lv, &flags, &err, &blob);
         else
             q = tws_string(p + 1, end, lv, &flags, &err);
@@ -1001,7 +1041,7 @@ value_nows:
             v->end = (size_t)(q - b);
             v->has_escape = (flags & TWS_STR_ESCAPE) != 0;
             v->ascii = (flags & TWS_STR_NONASCII) == 0;
-            if ((TWS_BLANK_STR & TWS_BIT(ptgt)) && tws_add_blank(d, v->start, v->end))
+            if ((blank_str & TWS_BIT(ptgt)) && tws_add_blank(d, v->start, v->end))
                 TWS_NOMEM();
         }
         p = q + 1;
@@ -1096,13 +1136,12 @@ close: /* p is just past the closing bracket of top */
         if (!top->is_obj) {
             v->count = top->count;
             v->all_int = top->all_int;
-            if ((TWS_BLANK_ARR & TWS_BIT(top->tgt)) &&
+            if ((blank_arr & TWS_BIT(top->tgt)) &&
                 tws_add_blank(d, v->start + 1, v->end - 1))
                 TWS_NOMEM();
         }
     }
-    if (top->ctx == TWS_C_CHOICE &&
-        d->choice[top->ci].f[TW_F_TOKEN_IDS].type != TW_T_ARRAY)
+    if (top->ctx == TWS_C_CHOICE && tws_choice_fails(d, &d->choice[top->ci]))
         choices_done = 1; /* this choice fails validation: stop recording */
     depth--;
     top = depth ? &st[depth - 1] : NULL;
@@ -1408,6 +1447,32 @@ general:
             p = tws_skip_ws(p + 1, e);
     }
     return 0;
+}
+
+int tw_array_element(const char *buf, const tw_value *v, size_t index,
+                     size_t *start, size_t *end)
+{
+    const uint8_t *b = (const uint8_t *)buf, *p, *e;
+    size_t i = 0;
+    if (!v->present || v->type != TW_T_ARRAY || v->end - v->start < 2 || index >= v->count)
+        return -1;
+    p = b + v->start + 1;
+    e = b + v->end - 1;
+    p = tws_skip_ws(p, e);
+    for (;;) {
+        const uint8_t *q = tws_skip_value(p, e);
+        if (i == index) {
+            *start = (size_t)(p - b);
+            *end = (size_t)(q - b);
+            return 0;
+        }
+        i++;
+        p = tws_skip_ws(q, e);
+        if (p < e && *p == ',')
+            p = tws_skip_ws(p + 1, e);
+        if (p >= e)
+            return -1;
+    }
 }
 
 int tw_count_nested(const char *buf, const tw_value *v, size_t *total)

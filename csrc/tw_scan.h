@@ -52,6 +52,15 @@
  *     TW_F_KT_COUNTS         kept_tokens.counts
  *     TW_F_ROUTED            routed_experts      (whole value, any type)
  *     TW_F_RE_DATA           routed_experts.data
+ *     TW_F_PROMPT_IDS        prompt_token_ids
+ *     TW_F_RAW_OUTPUT        raw_output          (whole value, any type)
+ *     TW_F_LP_TOKEN_LOGPROBS logprobs.token_logprobs
+ *     TW_F_LP_TOKENS         logprobs.tokens
+ *     TW_F_LP_TOKEN_IDS      logprobs.token_ids
+ *     TW_F_LP_TEXT_OFFSET    logprobs.text_offset
+ *     TW_F_LP_TOP            logprobs.top_logprobs
+ *     TW_F_RO_TOKEN_IDS      raw_output.completion_token_ids
+ *     TW_F_RO_CONTENT        raw_output.completion_logprobs.content
  *   A path is followed only through objects: under "compact_logprobs": null
  *   (or a string, an array...) nothing is recorded.  Keys are compared after
  *   unescaping ("token\u005fids" is token_ids).
@@ -61,6 +70,12 @@
  * beneath it is cleared before the new value is scanned (a second
  * "compact_logprobs" whose object has no "offsets" leaves CP_OFFSETS absent;
  * a second root "choices" discards the records of the first one).
+ *
+ * OpenAI-compatible documents (doc->openai = 1): the same paths are
+ * recorded, but only token_ids and root.prompt_token_ids are blanked by
+ * the scan (everything else only on request, tw_blank_field), nothing is
+ * decoded during the scan, and the choice records follow the OpenAI rule
+ * below.
  *
  * Blanking: EVERY occurrence of a blankable value is blanked, also ones
  * superseded by a later duplicate key (harmless: a JSON parser keeps only
@@ -79,11 +94,13 @@
  * stripped copy, where the JSON parser discards it.
  *
  * Choice records (deviation from "one record per element", to bound memory:
- * a tw_choice is ~424 bytes, so "[{},{},...]" would otherwise amplify a
- * document ~140x): records are kept for elements 0, 1, ... up to and
+ * a tw_choice is ~710 bytes, so "[{},{},...]" would otherwise amplify a
+ * document ~240x): records are kept for elements 0, 1, ... up to and
  * including the first element that is certain to fail validation, which is
  *   - an element that is not an object (record with is_object = 0), or
- *   - an object whose (last) token_ids is absent or not an array;
+ *   - an object whose (last) token_ids is absent or not an array (with
+ *     doc->openai: and whose raw_output is not an object, and whose
+ *     logprobs holds no content, tokens or token_ids array);
  * later elements are still validated as JSON and counted in choices.count,
  * but get no record and nothing in them is blanked (the stripped copy keeps
  * them whole), so nchoices may be less than choices.count.  Choices are
@@ -175,6 +192,16 @@ enum {
     TW_F_KT_COUNTS,        /* kept_tokens.counts */
     TW_F_ROUTED,           /* routed_experts */
     TW_F_RE_DATA,          /* routed_experts.data */
+    /* OpenAI-compatible choices (/v1/completions, /v1/chat/completions) */
+    TW_F_PROMPT_IDS,       /* prompt_token_ids (per choice, as vLLM sends it) */
+    TW_F_RAW_OUTPUT,       /* raw_output (Fireworks; whole value) */
+    TW_F_LP_TOKEN_LOGPROBS, /* logprobs.token_logprobs */
+    TW_F_LP_TOKENS,        /* logprobs.tokens */
+    TW_F_LP_TOKEN_IDS,     /* logprobs.token_ids */
+    TW_F_LP_TEXT_OFFSET,   /* logprobs.text_offset */
+    TW_F_LP_TOP,           /* logprobs.top_logprobs */
+    TW_F_RO_TOKEN_IDS,     /* raw_output.completion_token_ids */
+    TW_F_RO_CONTENT,       /* raw_output.completion_logprobs.content */
     TW_NFIELDS
 };
 
@@ -200,6 +227,7 @@ typedef struct {
     int path;          /* TW_SCAN_PATH_*, default AUTO */
     size_t max_depth;  /* default 1024 (orjson's limit); 0 = unlimited */
     int decode;        /* 1: decode long base64 strings while scanning */
+    int openai;        /* 1: an OpenAI-compatible document (see above) */
     int b64_path;      /* TW_PATH_* (tw_base64.h) for that, default AUTO */
 
     /* Results of the last successful tw_scan. */
@@ -262,6 +290,13 @@ int tw_blank_field(tw_doc *doc, size_t ci, int field);
  * its size.  v must be a record of d's last scan.
  */
 uint8_t *tw_take_blob(tw_doc *d, const tw_value *v, size_t *len);
+
+/*
+ * [*start, *end): the text of element `index` of the array v.  Returns 0,
+ * or -1 if v is not an array or has no such element.
+ */
+int tw_array_element(const char *buf, const tw_value *v, size_t index,
+                     size_t *start, size_t *end);
 
 /*
  * Helpers over values recorded by a successful tw_scan of the same buf.

@@ -320,8 +320,27 @@ def _sglang_strip(item: dict[str, Any]) -> None:
     item["meta_info"].pop("output_token_logprobs")
 
 
-C = _openai.parse_completions_response
-CHAT = _openai.parse_chat_completions_response
+class _Parsers:
+    """Whose parse functions the formats call: the pure-Python reference (``_openai``) or the
+    compiled core (``_core``); tests set ``module``."""
+
+    module: Any = _openai
+
+
+PARSERS = _Parsers()
+
+
+def C(raw: Any, **kw: Any) -> Any:
+    return PARSERS.module.parse_completions_response(raw, **kw)
+
+
+def CHAT(raw: Any, **kw: Any) -> Any:
+    return PARSERS.module.parse_chat_completions_response(raw, **kw)
+
+
+def SGL(raw: Any, **kw: Any) -> Any:
+    return PARSERS.module.parse_sglang_generate_response(raw, **kw)
+
 
 FORMATS = [
     Format("vllm_completions", lambda e: vllm_completions(e, False), C, "dict-text", _arrays_value,
@@ -353,9 +372,9 @@ FORMATS = [
            lambda c: c["logprobs"]["token_ids"], _strip("logprobs.token_ids"), None, _texts_in_dicts, one_source=True),
     Format("together_chat", lambda e: together(e, True), CHAT, "dict-text", _arrays_value,
            lambda c: c["logprobs"]["token_ids"], _strip("logprobs.token_ids"), None, _texts_in_dicts, one_source=True),
-    Format("sglang", lambda e: sglang(e, False), _openai.parse_sglang_generate_response, "ids", _sglang_value,
+    Format("sglang", lambda e: sglang(e, False), SGL, "ids", _sglang_value,
            lambda c: c["output_ids"], _sglang_strip, _sglang_record, _sglang_text_heads),
-    Format("sglang_list", lambda e: sglang(e, True), _openai.parse_sglang_generate_response, "ids", _sglang_value,
+    Format("sglang_list", lambda e: sglang(e, True), SGL, "ids", _sglang_value,
            lambda c: c["output_ids"], _sglang_strip, _sglang_record, _sglang_text_heads),
 ]
 BY_NAME = {f.name: f for f in FORMATS}

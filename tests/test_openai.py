@@ -16,8 +16,13 @@ from hypothesis import strategies as st
 
 from tokenwire import MalformedResponseError, _openai
 
+from .conftest import _core
 from .openai_strategies import (
     BY_NAME,
+    C,
+    CHAT,
+    PARSERS,
+    SGL,
     FORMATS,
     SPELLINGS,
     Format,
@@ -33,6 +38,17 @@ from .openai_strategies import (
 )
 
 FORMAT_IDS = [f.name for f in FORMATS]
+
+
+@pytest.fixture(autouse=True, params=["python", "c"])
+def implementation(request):
+    """Every test runs on the pure-Python parsers and on the compiled core's."""
+    if request.param == "c":
+        if _core is None:
+            pytest.skip("the compiled core is not built")
+        PARSERS.module = _core
+    yield request.param
+    PARSERS.module = _openai
 HEAD_FORMATS = [f for f in FORMATS if f.heads in ("ids", "dict-ids")]
 
 
@@ -89,7 +105,7 @@ def test_seed_ids_shorter_than_logprobs_is_the_plus_one():
 
 
 def test_seed_with_exact_ids_gives_aligned_arrays():
-    r = _openai.parse_completions_response(dumps(seed_response(True)))
+    r = C(dumps(seed_response(True)))
     (c,) = r.choices
     assert c.completion_ids.dtype == np.int64 and c.completion_ids.tolist() == SEED_IDS
     assert c.completion_logprobs.dtype == np.float64 and c.completion_logprobs.tolist() == SEED_LOGPROBS
@@ -250,7 +266,7 @@ def test_three_sources_token_ids_token_strings_raw_output():
     ev = evidence([5, 6, 7], [-1.0, -2.0, -3.0])
     doc = vllm_completions([ev], True)
     doc["choices"][0]["raw_output"] = {"completion_token_ids": [5, 6, 7]}
-    assert _openai.parse_completions_response(dumps(doc)).choices[0].completion_ids.tolist() == [5, 6, 7]
+    assert C(dumps(doc)).choices[0].completion_ids.tolist() == [5, 6, 7]
     for path, expect in (("token_ids", "logprobs.tokens has 5, token_ids has 8"),
                          ("raw_output", "logprobs.tokens has 5, raw_output.completion_token_ids has 8")):
         broken = copy.deepcopy(doc)
@@ -280,7 +296,7 @@ def test_usage_of_several_choices_is_not_attributed():
     evs = [evidence([1, 2], [-1.0, -1.0]), evidence([3], [-1.0])]
     doc = vllm_completions(evs, False)
     doc["usage"]["completion_tokens"] = 2  # counts both choices together: not comparable per choice
-    assert len(_openai.parse_completions_response(dumps(doc)).choices) == 2
+    assert len(C(dumps(doc)).choices) == 2
     items = sglang(evs, True)
     items[1]["meta_info"]["completion_tokens"] = 2  # SGLang counts per item: attributable
     err = raises(BY_NAME["sglang"], items, "completion_tokens is 2 but the completion has 1")
@@ -377,7 +393,7 @@ def test_head_checked_against_the_candidates_own_distribution():
     doc = fireworks_content([ev], chat=True)
     for entry in doc["choices"][0]["logprobs"]["content"]:
         entry["sampling_logprob"] = -3.5
-    r = _openai.parse_chat_completions_response(dumps(doc), top_k=2)
+    r = CHAT(dumps(doc), top_k=2)
     assert r.choices[0].completion_logprobs.tolist() == [-3.5, -3.5]
     doc["choices"][0]["logprobs"]["content"][1]["logprob"] = -3.5
     raises(BY_NAME["fireworks_chat_content"], doc, "Sampler head and sampled-token logprob disagree", top_k=2)
@@ -407,12 +423,12 @@ def test_missing_heads_are_reported():
 
 def test_completions_prompt_ids_per_choice_and_on_the_response():
     evs = [evidence([1], [-1.0], [4, 5]), evidence([2], [-1.0], [4, 5])]
-    r = _openai.parse_completions_response(dumps(vllm_completions(evs, False)))
+    r = C(dumps(vllm_completions(evs, False)))
     assert r.prompt_token_ids.dtype == np.int64 and r.prompt_token_ids.tolist() == [4, 5]
     assert all(c.raw["prompt_token_ids"].tolist() == [4, 5] for c in r.choices)
     assert set(r.choices[0].raw) == {"text", "stop_reason", "prompt_logprobs", "prompt_token_ids"}
     evs[1].prompt = [4, 6]  # a batch of two prompts: no single prompt for the response
-    r = _openai.parse_completions_response(dumps(vllm_completions(evs, False)))
+    r = C(dumps(vllm_completions(evs, False)))
     assert r.prompt_token_ids is None and r.choices[1].raw["prompt_token_ids"].tolist() == [4, 6]
     doc = vllm_completions(evs, False)
     doc["choices"][1]["prompt_token_ids"] = [4, -6]
@@ -422,7 +438,7 @@ def test_completions_prompt_ids_per_choice_and_on_the_response():
 
 def test_chat_prompt_ids_at_the_top_level():
     doc = vllm_chat([evidence([1, 2], [-1.0, -2.0], [9, 8, 7])], False)
-    r = _openai.parse_chat_completions_response(dumps(doc))
+    r = CHAT(dumps(doc))
     assert r.prompt_token_ids.tolist() == [9, 8, 7]
     assert set(r.payload) == {"id", "object", "created", "model", "choices", "usage", "prompt_logprobs"} - {"choices"}
     assert set(r.choices[0].raw) == {"message", "stop_reason"}
@@ -432,29 +448,29 @@ def test_chat_prompt_ids_at_the_top_level():
 
 def test_raw_output_stays_in_raw():
     doc = fireworks_content([evidence([1, 2], [-1.0, -2.0])], chat=False)
-    c = _openai.parse_completions_response(dumps(doc)).choices[0]
+    c = C(dumps(doc)).choices[0]
     assert set(c.raw) == {"text", "raw_output"} and c.raw["raw_output"]["completion"] == "c"
 
 
 def test_sglang_single_and_list():
     ev = evidence([3, 4], [-1.0, -2.0])
-    r = _openai.parse_sglang_generate_response(dumps(sglang([ev], False)))
+    r = SGL(dumps(sglang([ev], False)))
     (c,) = r.choices
     assert r.request_id == "req-1" and c.finish_reason == "stop"
     assert c.raw["meta_info"]["finish_reason"] == {"type": "stop", "matched": 2}
     assert "output_token_logprobs" not in c.raw["meta_info"] and "output_ids" not in c.raw
-    r = _openai.parse_sglang_generate_response(dumps(sglang([ev, ev], True)))
+    r = SGL(dumps(sglang([ev, ev], True)))
     assert len(r.choices) == 2 and r.request_id is None and r.choices[1].index == 1
     with pytest.raises(MalformedResponseError, match="non-empty list"):
-        _openai.parse_sglang_generate_response(b"[]")
+        SGL(b"[]")
     with pytest.raises(MalformedResponseError, match="meta_info must be an object"):
-        _openai.parse_sglang_generate_response(b'{"output_ids": [1]}')
+        SGL(b'{"output_ids": [1]}')
     items = sglang([ev], False)
     items["meta_info"]["output_token_logprobs"][1] = [-1.0]
     assert raises(BY_NAME["sglang"], items, r"entry must be \[logprob, token_id, text\]").token == 1
 
 
-@pytest.mark.parametrize("parse", [_openai.parse_completions_response, _openai.parse_chat_completions_response])
+@pytest.mark.parametrize("parse", [C, CHAT])
 def test_document_shape(parse):
     for raw, message in ((b"[]", "must be a JSON object"), (b'{"choices": []}', "non-empty list"),
                          (b'{"choices": [3]}', "choice must be an object"), (b"{", "invalid JSON"),
@@ -490,7 +506,7 @@ def test_echo_is_named_when_the_extra_logprobs_are_the_prompt():
 def test_inputs_other_than_bytes():
     raw = dumps(vllm_chat([evidence([1], [-1.0])], True))
     for value in (raw, raw.decode(), bytearray(raw), memoryview(raw)):
-        assert _openai.parse_chat_completions_response(value).choices[0].completion_ids.tolist() == [1]
+        assert CHAT(value).choices[0].completion_ids.tolist() == [1]
 
 
 def test_errors_pickle_with_their_location():
@@ -508,7 +524,7 @@ def test_token_id_strings_follow_the_generate_rules():
         doc["choices"][0]["logprobs"]["content"][1]["token"] = bad
         assert raises(BY_NAME["vllm_chat_token_strings"], doc, "names no token id").token == 1
     doc["choices"][0]["logprobs"]["content"][1]["token"] = tid(2)
-    assert _openai.parse_chat_completions_response(dumps(doc)).choices[0].completion_ids.tolist() == [1, 2]
+    assert CHAT(dumps(doc)).choices[0].completion_ids.tolist() == [1, 2]
 
 
 def test_records_that_name_ids_win_over_text_only_logprobs():
@@ -518,7 +534,7 @@ def test_records_that_name_ids_win_over_text_only_logprobs():
     choice = doc["choices"][0]
     choice["logprobs"] = {"tokens": ["a", "b", "c"], "token_logprobs": [-1.25, -2.25, -3.25], "top_logprobs": None}
     del choice["raw_output"]["completion_token_ids"]
-    c = _openai.parse_completions_response(dumps(doc)).choices[0]
+    c = C(dumps(doc)).choices[0]
     assert c.completion_ids.tolist() == [4, 5, 6] and c.completion_logprobs.tolist() == [-1.0, -2.0, -3.0]
     assert c.raw["logprobs"]["tokens"] == ["a", "b", "c"]  # not read: left as sent
 
@@ -528,3 +544,98 @@ def test_token_strings_among_tokens_that_are_not_strings():
     doc["choices"][0]["logprobs"]["tokens"][2] = None
     err = raises(BY_NAME["vllm_completions_token_strings"], doc, 'token is not "token_id:N" while other tokens are')
     assert (err.field, err.token) == ("logprobs.tokens", 2)
+
+
+# --- the compiled core against the reference, on mutated documents ------------------------------
+
+_ODD_VALUES = [None, "x", True, False, [1], {"a": 1}, 0, 5, -5, 1e-7, 10**30, -(10**30), -9999, -9999.0,
+               -0.0, 1.5e-300, -1e-320, "token_id:7", "token_id:007", "token_id:4294967295",
+               "token_id:4294967296", "token_id:", "token_id:12a", "token_id:-1", " w", ""]
+_ARRAYS = ("token_logprobs", "tokens", "token_ids", "text_offset", "top_logprobs")
+
+
+def _comparable(value):
+    if isinstance(value, np.ndarray):
+        return ("array", str(value.dtype), value.tolist())
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    if hasattr(value, "offsets"):
+        return ("ragged", value.offsets.tolist(), value.values.tolist())
+    return value
+
+
+def openai_outcome(parse, raw, **kw):
+    try:
+        r = parse(raw, **kw)
+    except MalformedResponseError as exc:
+        reason = "invalid JSON" if exc.reason.startswith("invalid JSON") else exc.reason
+        return ("error", exc.choice, exc.field, exc.token, reason)
+    return ("ok", r.request_id, _comparable(r.usage), _comparable(r.prompt_token_ids), _comparable(r.payload),
+            [(c.index, _comparable(c.completion_ids), _comparable(c.completion_logprobs),
+              _comparable(c.completion_top_ids), _comparable(c.completion_top_logprobs), c.finish_reason,
+              _comparable(c.raw)) for c in r.choices])
+
+
+@st.composite
+def mutated_openai(draw):
+    fmt = draw(st.sampled_from([f for f in FORMATS if not f.name.startswith("sglang")]))
+    doc = fmt.build(draw(st.lists(evidences(max_tokens=8), min_size=1, max_size=3)))
+    for _ in range(draw(st.integers(0, 3))):
+        choice = draw(st.sampled_from(fmt.choices(doc)))
+        logprobs = choice.get("logprobs")
+        kind = draw(st.sampled_from(["value", "drop", "replace_array", "logprobs", "top", "ids", "entry",
+                                     "entry"]))
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        raw_output = choice.get("raw_output")
+        if isinstance(raw_output, dict) and draw(st.booleans()):
+            if isinstance(raw_output.get("completion_logprobs"), dict):
+                content = raw_output["completion_logprobs"].get("content")
+            if kind == "ids":
+                raw_output["completion_token_ids"] = draw(st.sampled_from([None, [], "x", [1.5], [-1], [2**32]]))
+                continue
+        if kind == "entry" and isinstance(content, list) and content:
+            at = draw(st.integers(0, len(content) - 1))
+            entry = content[at]
+            key = draw(st.sampled_from(["logprob", "sampling_logprob", "token", "token_id", None]))
+            if key is None:
+                content[at] = draw(st.sampled_from([None, 1, "x", []]))
+            elif isinstance(entry, dict) and draw(st.booleans()):
+                entry.pop(key, None)
+            elif isinstance(entry, dict):
+                entry[key] = draw(st.sampled_from(_ODD_VALUES))
+        elif kind in ("value", "drop", "replace_array") and isinstance(logprobs, dict):
+            name = draw(st.sampled_from([a for a in _ARRAYS if isinstance(logprobs.get(a), list)] or ["tokens"]))
+            array = logprobs.get(name)
+            if kind == "replace_array" or not isinstance(array, list):
+                logprobs[name] = draw(st.sampled_from([None, "x", 3, {}, []]))
+            elif array and kind == "value":
+                array[draw(st.integers(0, len(array) - 1))] = draw(st.sampled_from(_ODD_VALUES))
+            elif array:
+                del array[draw(st.integers(0, len(array) - 1))]
+        elif kind == "logprobs":
+            choice["logprobs"] = draw(st.sampled_from([None, [], "x", {}]))
+        elif kind == "top":
+            choice["top_logprobs_extra"] = {"token_ids": [1, 2]}  # same names at another path
+        elif kind == "ids":
+            value = draw(st.sampled_from([None, [], "x", [1.5], [-1], [2**32], [True]]))
+            choice[draw(st.sampled_from(["token_ids", "prompt_token_ids"]))] = value
+    raw = spell(doc, draw(st.sampled_from(SPELLINGS)))
+    if draw(st.booleans()):  # a repeated key: the last one wins in both
+        raw = raw.replace(b'"logprobs":', b'"logprobs": {"tokens": [1], "token_logprobs": [null]}, "logprobs":', 1)
+    if draw(st.booleans()):
+        raw = raw.replace(b'"logprob":', b'"logprob": "x", "token_id": 1, "logprob":', 1)
+    return fmt, raw
+
+
+@pytest.mark.skipif(_core is None, reason="the compiled core is not built")
+@settings(max_examples=600, deadline=None)
+@given(case=mutated_openai(), k=st.sampled_from([None, None, 1]))
+def test_core_matches_reference_on_mutated_documents(implementation, case, k):
+    if implementation != "c":
+        pytest.skip("one run is enough: it compares both implementations itself")
+    fmt, raw = case
+    name = "parse_chat_completions_response" if fmt.parse is CHAT else "parse_completions_response"
+    expected = openai_outcome(getattr(_openai, name), raw, top_k=k)
+    assert openai_outcome(getattr(_core, name), raw, top_k=k) == expected

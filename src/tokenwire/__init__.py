@@ -16,9 +16,6 @@ from ._heads import select_heads
 from ._openai import (
     chat_completions_request_params,
     completions_request_params,
-    parse_chat_completions_response,
-    parse_completions_response,
-    parse_sglang_generate_response,
     sglang_generate_request_params,
 )
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
@@ -87,6 +84,16 @@ else:
 implementation: str = "c" if _impl.__name__.endswith("_core") else "python"
 
 parse_generate_response = _impl.parse_generate_response
+if implementation == "c":
+    parse_completions_response = _impl.parse_completions_response
+    parse_chat_completions_response = _impl.parse_chat_completions_response
+    parse_sglang_generate_response = _impl.parse_sglang_generate_response
+else:
+    from ._openai import (
+        parse_chat_completions_response,
+        parse_completions_response,
+        parse_sglang_generate_response,
+    )
 b64decode = _impl.b64decode
 b64encode = _impl.b64encode
 

@@ -21,7 +21,7 @@ from libc.string cimport memcpy
 import orjson
 
 from ._errors import MalformedResponseError
-from . import _reference
+from . import _openai, _reference
 
 cnp.import_array()
 
@@ -214,16 +214,27 @@ cdef extern from "tw_scan.h" nogil:
         TW_F_KT_COUNTS
         TW_F_ROUTED
         TW_F_RE_DATA
+        TW_F_PROMPT_IDS
+        TW_F_RAW_OUTPUT
+        TW_F_LP_TOKEN_LOGPROBS
+        TW_F_LP_TOKENS
+        TW_F_LP_TOKEN_IDS
+        TW_F_LP_TEXT_OFFSET
+        TW_F_LP_TOP
+        TW_F_RO_TOKEN_IDS
+        TW_F_RO_CONTENT
+        TW_NFIELDS
     ctypedef struct tw_value:
         uint8_t present, type, has_escape, ascii, all_int
         uint16_t blob
         size_t start, end, count
     ctypedef struct tw_choice:
         uint8_t is_object
-        tw_value f[13]
+        tw_value f[TW_NFIELDS]
     ctypedef struct tw_doc:
         int decode
         int b64_path
+        int openai
         uint8_t top_is_object
         tw_value prompt_token_ids, choices
         tw_choice *choice
@@ -241,6 +252,7 @@ cdef extern from "tw_scan.h" nogil:
     size_t tw_unescape(const char *buf, const tw_value *v, char *dst)
     int tw_blank_field(tw_doc *doc, size_t ci, int field)
     uint8_t *tw_take_blob(tw_doc *doc, const tw_value *v, size_t *len)
+    int tw_array_element(const char *buf, const tw_value *v, size_t index, size_t *start, size_t *end)
 
 
 cdef extern from "tw_heads.h" nogil:
@@ -284,6 +296,13 @@ cdef extern from "tw_native.h" nogil:
         TW_NATIVE_OK
         TW_NATIVE_NOMEM
     void tw_native_cands_free(tw_native_cands *c)
+    ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out)
+    size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids)
+    enum:
+        TW_NATIVE_V_MISSING
+        TW_NATIVE_V_NUMBER
+    ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
+                                double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind)
     int tw_native_parse(const char *buf, const tw_value *content, size_t n, const int64_t *ids, int want_top,
                         double *sampled, int64_t *coff, double *entry_lps, tw_native_cands *cands,
                         tw_native_result *res)
@@ -321,7 +340,36 @@ _FIELDS = {
     "routed_experts": TW_F_ROUTED,
     "routed_experts.data": TW_F_RE_DATA,
     "logprobs.content": TW_F_LOGPROBS_CONTENT,
+    "raw_output": TW_F_RAW_OUTPUT,
+    "raw_output.completion_token_ids": TW_F_RO_TOKEN_IDS,
+    "raw_output.completion_logprobs.content": TW_F_RO_CONTENT,
 }
+# What the generate parser reads from the raw bytes besides what the scan blanks itself.
+_GENERATE_BLANK = (TW_F_LOGPROBS_CONTENT,)
+# Where the scanner records each value the OpenAI-compatible parsers read through their hooks.
+_OPENAI_FIELDS = {
+    "token_ids": TW_F_TOKEN_IDS,
+    "prompt_token_ids": TW_F_PROMPT_IDS,
+    "logprobs": TW_F_LOGPROBS,
+    "logprobs.token_logprobs": TW_F_LP_TOKEN_LOGPROBS,
+    "logprobs.tokens": TW_F_LP_TOKENS,
+    "logprobs.token_ids": TW_F_LP_TOKEN_IDS,
+    "logprobs.content": TW_F_LOGPROBS_CONTENT,
+    "raw_output": TW_F_RAW_OUTPUT,
+    "raw_output.completion_token_ids": TW_F_RO_TOKEN_IDS,
+    "raw_output.completion_logprobs.content": TW_F_RO_CONTENT,
+}
+# Read from the raw bytes (token_ids and the top-level prompt ids are blanked by the scan);
+# text_offset is read by nothing, top_logprobs only for heads.
+_OPENAI_BLANK = (TW_F_PROMPT_IDS, TW_F_LP_TOKEN_LOGPROBS, TW_F_LP_TOKENS, TW_F_LP_TOKEN_IDS,
+                 TW_F_LP_TEXT_OFFSET, TW_F_RO_TOKEN_IDS)
+_OPENAI_BLANK_NO_HEADS = _OPENAI_BLANK + (TW_F_LP_TOP, TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT)
+# Record lists read by tw_native_records, number lists by tw_native_numbers.
+_RECORD_FIELDS = {path: _OPENAI_FIELDS[path]
+                  for path in ("logprobs.content", "raw_output.completion_logprobs.content")}
+_NUMBER_FIELDS = {"logprobs.token_logprobs": TW_F_LP_TOKEN_LOGPROBS}
+# A value of each class tw_native_records reports, as json.loads would give it (for messages).
+_KIND_EXAMPLES = (None, 0.0, None, "", True, [], {})
 # tw_native's codes, as the reference names them.
 _NATIVE_CODES = (None, "not_object", "token", "number", "finite", "evidence", "missing_top",
                  "top_not_object", "top_no_id", "top_not_finite", "top_positive", "top_duplicate",
@@ -399,8 +447,10 @@ cdef class _Scan:
     def __dealloc__(self):
         tw_doc_free(&self.doc)
 
-    cdef object document(self, object raw):
-        """Scan ``raw`` and return the document with its big values blanked, parsed by orjson."""
+    cdef object document(self, object raw, tuple blank=_GENERATE_BLANK, bint openai=False):
+        """Scan ``raw`` and return the document with its big values blanked, parsed by orjson.
+        ``blank``: the choice fields also blanked (read from the raw bytes instead);
+        ``openai``: an OpenAI-compatible document (see tw_scan.h)."""
         cdef const unsigned char[::1] view = _bytes_view(raw)
         cdef size_t n = view.shape[0]
         cdef int rc
@@ -410,6 +460,7 @@ cdef class _Scan:
         self.path = _path
         self.doc.decode = 1
         self.doc.b64_path = _path
+        self.doc.openai = openai
         with nogil:
             rc = tw_scan(self.buf, n, &self.doc)
         if rc == TW_ERR_NOMEM:
@@ -418,10 +469,10 @@ cdef class _Scan:
             raise MalformedResponseError(
                 f"invalid JSON: {self.doc.err_msg.decode()} at byte {self.doc.err_pos}"
             )
-        # Native per-token records are read in C: orjson need not build their objects.
+        # Values read in C (native per-token records, ...): orjson need not build them.
         for i in range(self.doc.nchoices):
-            if self.doc.choice[i].f[TW_F_LOGPROBS_CONTENT].type == TW_T_ARRAY:
-                if tw_blank_field(&self.doc, i, TW_F_LOGPROBS_CONTENT) != TW_OK:
+            for field in blank:
+                if tw_blank_field(&self.doc, i, field) != TW_OK:
                     raise MemoryError()
         stripped = PyBytes_FromStringAndSize(NULL, tw_stripped_size(&self.doc, n))
         dst = PyBytes_AS_STRING(stripped)
@@ -444,15 +495,83 @@ cdef class _Scan:
     def has_record(self, index):
         return index is None or index < self.doc.nchoices
 
-    cdef const tw_value *value(self, object index, object path):
+    cdef const tw_value *value(self, object index, object path, dict fields=_FIELDS):
         """The record of ``path`` in choice ``index`` (None: the top level), or NULL when the
         scanner does not record that path (the parsed document then holds the value)."""
         if index is None:
             return &self.doc.prompt_token_ids if path == "prompt_token_ids" else NULL
-        field = _FIELDS.get(path)
+        field = fields.get(path)
         if field is None:
             return NULL
         return &self.doc.choice[<size_t>index].f[<int>field]
+
+    cdef const tw_value *array(self, object index, object path, dict fields):
+        """The record of ``path`` (as ``value``) when it is an array, else NULL."""
+        cdef const tw_value *v = self.value(index, path, fields)
+        return v if v != NULL and v.type == TW_T_ARRAY else NULL
+
+    cdef object text(self, const tw_value *v):
+        return PyBytes_FromStringAndSize(self.buf + v.start, v.end - v.start)
+
+    cdef object element(self, const tw_value *v, size_t index):
+        """Element ``index`` of the array ``v``, parsed."""
+        cdef size_t start = 0, end = 0
+        if tw_array_element(self.buf, v, index, &start, &end) != 0:
+            raise IndexError(index)
+        return orjson.loads(PyBytes_FromStringAndSize(self.buf + start, end - start))
+
+    cdef object numbers(self, const tw_value *v):
+        cdef ptrdiff_t bad
+        cdef double[::1] view
+        out = np.empty(v.count + 1, dtype=np.float64)  # one spare element: never empty
+        view = out
+        with nogil:
+            bad = tw_native_numbers(self.buf, v, &view[0])
+        if bad >= 0:
+            return out[:bad], bad
+        return out[: v.count], None
+
+    cdef object records(self, const tw_value *v):
+        """``logprobs.content`` entries: the _Records the reference's reader builds, its values
+        as a _RecordValues."""
+        cdef size_t n = v.count
+        cdef ptrdiff_t bad
+        cdef int64_t[::1] ids_view
+        cdef double[::1] lp_view, slp_view
+        cdef uint8_t[::1] lpk_view, slpk_view
+        ids = np.empty(n + 1, dtype=np.int64)
+        lp = np.empty(n + 1, dtype=np.float64)
+        slp = np.empty(n + 1, dtype=np.float64)
+        lp_kind = np.empty(n + 1, dtype=np.uint8)
+        slp_kind = np.empty(n + 1, dtype=np.uint8)
+        ids_view, lp_view, slp_view, lpk_view, slpk_view = ids, lp, slp, lp_kind, slp_kind
+        with nogil:
+            bad = tw_native_records(self.buf, v, &ids_view[0], &lp_view[0], &lpk_view[0],
+                                    &slp_view[0], &slpk_view[0])
+        end = n if bad < 0 else bad
+        sampling = bool((slp_kind[:end] != TW_NATIVE_V_MISSING).any())
+        mixed = None
+        if sampling:
+            missing = np.flatnonzero(slp_kind[:end] == TW_NATIVE_V_MISSING)
+            mixed = int(missing[0]) if len(missing) else None
+            values, kinds = slp[:end], slp_kind[:end]
+        else:
+            values, kinds = lp[:end], lp_kind[:end]
+        not_number = np.flatnonzero(kinds != TW_NATIVE_V_NUMBER)
+        first = int(not_number[0]) if len(not_number) else None
+        example = None if first is None else _KIND_EXAMPLES[kinds[first]]
+        return _openai._Records(
+            ids[:end], _RecordValues(values if first is None else values[:first], first, example),
+            "sampling_logprob" if sampling else "logprob", None if bad < 0 else bad, mixed)
+
+    cdef object token_strings(self, const tw_value *v):
+        cdef size_t named
+        cdef int64_t[::1] view
+        out = np.empty(v.count + 1, dtype=np.int64)
+        view = out
+        with nogil:
+            named = tw_native_token_strings(self.buf, v, &view[0])
+        return out[: v.count], named
 
     cdef object ints(self, const tw_value *v, uint64_t high):
         cdef size_t err = 0
@@ -619,8 +738,11 @@ class _Kernels(_reference._Choice):
         return Ragged(out_off, out_ids[:end]), Ragged(out_off.copy(), out_lps[:end]), None
 
 
-class _ScannedChoice(_Kernels):
-    """The reference's rules over values read straight from the raw bytes."""
+class _Scanned:
+    """A choice reader bound to the scan of its response: integer arrays at recorded paths
+    (``fields``) are read from the raw bytes, everything else as the next reader does."""
+
+    fields = _FIELDS
 
     def __init__(self, index, scan):
         super().__init__(index)
@@ -631,8 +753,12 @@ class _ScannedChoice(_Kernels):
 
     def ints(self, value, path, high):
         cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, path)
+        cdef const tw_value *v = scan.value(self.index, path, self.fields)
         return super().ints(value, path, high) if v == NULL else scan.ints(v, high)
+
+
+class _ScannedChoice(_Scanned, _Kernels):
+    """The reference's rules over values read straight from the raw bytes."""
 
     def nested(self, value, path):
         cdef _Scan scan = self.scan
@@ -710,3 +836,89 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
     scan = _Scan()
     document = scan.document(raw)
     return _reference.parse_document(document, k, require_logprobs, lambda i: _ScannedChoice(i, scan))
+
+
+class _RecordValues:
+    """The values of logprob records read in C: the numbers before the first value that is
+    not one, its index, and a value of its JSON type (to name it)."""
+
+    __slots__ = ("numbers", "bad", "example")
+
+    def __init__(self, numbers, bad, example):
+        self.numbers = numbers
+        self.bad = bad
+        self.example = example
+
+
+class _ScannedReader(_Scanned, _openai._Reader):
+    """The OpenAI-compatible parsers' rules over per-token arrays read straight from the raw
+    bytes (ids, ``token_logprobs``, ``"token_id:N"`` tokens, logprob records)."""
+
+    fields = _OPENAI_FIELDS
+
+    def records(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, _RECORD_FIELDS)
+        return super().records(value, path) if v == NULL else scan.records(v)
+
+    def numbers(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, _NUMBER_FIELDS)
+        if type(value) is _RecordValues:
+            return value.numbers, value.bad
+        return super().numbers(value, path) if v == NULL else scan.numbers(v)
+
+    def token_strings(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, _OPENAI_FIELDS)
+        return super().token_strings(value, path) if v == NULL else scan.token_strings(v)
+
+    def length(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, _OPENAI_FIELDS)
+        return super().length(value, path) if v == NULL else v.count
+
+    def element(self, value, path, index):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, _NUMBER_FIELDS)
+        if type(value) is _RecordValues:
+            return value.example
+        return super().element(value, path, index) if v == NULL else scan.element(v, index)
+
+    def original(self, value, path):
+        """``logprobs`` or ``raw_output`` as the document holds it (its arrays were left empty
+        in the parsed copy), when it is kept in ``GenerateChoice.raw``."""
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.value(self.index, path, _OPENAI_FIELDS)
+        if path not in ("logprobs", "raw_output") or v == NULL or v.type != TW_T_OBJECT:
+            return value
+        return orjson.loads(scan.text(v))
+
+
+cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint check_usage,
+                          object parse_document):
+    k = _reference._check_top_k(top_k)
+    scan = _Scan()
+    document = scan.document(raw, _OPENAI_BLANK_NO_HEADS if k is None else _OPENAI_BLANK, True)
+    if k is not None and _openai._has_keyed_heads(document):
+        # Heads keyed by strings: the reference reads them with their repeated keys kept.
+        return parse_document(_openai._load_keeping_repeats(raw), k, require_logprobs, check_usage)
+    return parse_document(document, k, require_logprobs, check_usage,
+                          lambda i: _ScannedReader(i, scan))
+
+
+def parse_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
+    """Parse and validate an OpenAI-compatible ``/v1/completions`` response (see the
+    package docs)."""
+    return _parse_openai(raw, top_k, require_logprobs, check_usage,
+                         _openai.parse_completions_document)
+
+
+def parse_chat_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
+    """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response (see the
+    package docs)."""
+    return _parse_openai(raw, top_k, require_logprobs, check_usage,
+                         _openai.parse_chat_completions_document)
+
+
+parse_sglang_generate_response = _openai.parse_sglang_generate_response

@@ -243,9 +243,13 @@ class _Reader(_Choice):
                 return np.array([float(v) for v in value[:index]], dtype=np.float64), index
         return np.array([float(v) for v in value], dtype=np.float64), None
 
-    def token_strings(self, value: list[Any], path: str) -> tuple[list[int | None], int]:
-        """The ids of ``"token_id:N"`` strings (None for any other token) and how many there
-        are."""
+    def element(self, value: list[Any], path: str, index: int) -> Any:
+        """Element ``index`` of the list at ``path``, as sent (to name a bad value)."""
+        return value[index]
+
+    def token_strings(self, value: list[Any], path: str) -> tuple[list[int | None] | np.ndarray, int]:
+        """The ids of ``"token_id:N"`` strings (None for any other token; a compiled reader
+        returns an int64 array with -1 there) and how many there are."""
         try:
             prefixes: set[Any] | None = {token[:9] for token in value}
         except TypeError:  # a token that is not a string: read them one by one
@@ -320,15 +324,19 @@ def _id_list(c: _Reader, value: Any, field: str) -> _IdSource:
     return _IdSource(field, _int_list(c, value, field, MAX_TOKEN_ID, f"{field} {_IDS_REASON}"))
 
 
-def _ids_from_records(c: _Reader, ids: list[int | None], field: str, reason: str) -> _IdSource | None:
-    """The ids the records name: none at all (None), or one for every record (else
-    ``reason`` at the first record naming none)."""
-    missing = [i for i, token_id in enumerate(ids) if token_id is None]
+def _ids_from_records(
+    c: _Reader, ids: list[int | None] | np.ndarray, field: str, reason: str
+) -> _IdSource | None:
+    """The ids the records name (None or -1: a record naming none): none at all (None), or
+    one for every record (else ``reason`` at the first record naming none)."""
+    if isinstance(ids, list):
+        ids = np.array([-1 if token_id is None else token_id for token_id in ids], dtype=np.int64)
+    missing = np.flatnonzero(ids < 0)
     if len(missing) == len(ids):
         return None
-    if missing:
-        c.fail(reason, field, missing[0])
-    return _IdSource(field, np.array(ids, dtype=np.int64))
+    if len(missing):
+        c.fail(reason, field, int(missing[0]))
+    return _IdSource(field, ids)
 
 
 def _check_alignment(
@@ -380,7 +388,7 @@ def _check_values(c: _Reader, logprobs: _Logprobs) -> np.ndarray:
     key = logprobs.key
     if at is None and logprobs.bad is not None:
         at = logprobs.bad
-        value = logprobs.raw[at]
+        value = c.element(logprobs.raw, logprobs.field, at)
         if value is None:
             c.fail(f"{key} is null: the token carries no sampling evidence", logprobs.field, at)
         c.fail(f"{key} must be a number, not {type(value).__name__}", logprobs.field, at)
@@ -512,7 +520,7 @@ def _content_logprobs(
         ]
         return _head_rows(c, field, rows, ids, own, k, candidates)
 
-    return _Logprobs(field, len(content), values, bad, records.values, records.value_key, heads)
+    return _Logprobs(field, c.length(content, field), values, bad, records.values, records.value_key, heads)
 
 
 def _array_logprobs(
@@ -525,7 +533,7 @@ def _array_logprobs(
     if not isinstance(sent, list):
         c.fail("logprobs.token_logprobs must be a list", field)
     values, bad = c.numbers(sent, field)
-    count = len(sent)
+    count = c.length(sent, field)
     records: list[_IdSource] = []
     if logprobs.get("token_ids") is not None:
         records.append(_id_list(c, logprobs["token_ids"], "logprobs.token_ids"))
@@ -686,7 +694,7 @@ def _parse_openai_choice(
             top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
         if from_choice:
             consumed.append("logprobs")
-    raw = {key: value for key, value in choice.items() if key not in consumed}
+    raw = {key: c.original(value, key) for key, value in choice.items() if key not in consumed}
     if prompt is not None:
         raw["prompt_token_ids"] = prompt
     return GenerateChoice(

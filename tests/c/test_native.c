@@ -1051,6 +1051,58 @@ static void bench_file(const char *path)
     tw_doc_free(&d);
 }
 
+/* tw_native_numbers and tw_native_token_strings on crafted arrays. */
+static void test_flat_arrays(void)
+{
+    static const struct {
+        const char *arr;
+        ptrdiff_t bad;
+        size_t n;
+        double want[8];
+    } nums[] = {
+        {"[]", -1, 0, {0}},
+        {"[-0.5, 0, -0, 1e-3 ,-1E+2,-0.0]", -1, 6, {-0.5, 0.0, 0.0, 1e-3, -100.0, -0.0}},
+        {"[12345678901234567890123, 5e-324, -9999]", -1, 3, {12345678901234567890123.0, 5e-324, -9999.0}},
+        {"[1, null, 2]", 1, 1, {1.0}},
+        {"[\"-1\"]", 0, 0, {0}},
+        {"[[1]]", 0, 0, {0}},
+        {"[true,1]", 0, 0, {0}},
+        {" [ -2.5 , {\"a\": 1} ]", 1, 1, {-2.5}},
+    };
+    static const char toks[] =
+        "[\"token_id:7\", \"token_id:007\", \"token_id:4294967295\", \"token_id:4294967296\","
+        " \"token_id:\", \"token_id:12a\", \"x\", 5, null, \"token_id:\\u0031\","
+        " \"\\u0074oken_id:9\", [\"token_id:1\"], \"token_id:-1\", {\"token_id\": 3},"
+        "\"token_id:123456789012\"]";
+    static const int64_t tok_ids[] = {7, 7, 4294967295, -1, -1, -1, -1, -1, -1, 1, 9, -1, -1, -1, -1};
+    for (size_t c = 0; c < sizeof nums / sizeof nums[0]; c++) {
+        char *buf;
+        tw_value v;
+        double out[9];
+        ptrdiff_t bad;
+        CHECK(prepare(nums[c].arr, &buf, &v), "numbers %zu: scan", c);
+        bad = tw_native_numbers(buf, &v, out);
+        CHECK(bad == nums[c].bad, "numbers %zu: bad %td, want %td", c, bad, nums[c].bad);
+        for (size_t i = 0; i < nums[c].n; i++)
+            CHECK(dbits(out[i]) == dbits(nums[c].want[i]), "numbers %zu[%zu]: %.17g", c, i, out[i]);
+        free(buf);
+    }
+    {
+        char *buf;
+        tw_value v;
+        int64_t ids[16];
+        size_t named;
+        CHECK(prepare(toks, &buf, &v), "tokens: scan");
+        CHECK(v.count == 15, "tokens: count %zu", v.count);
+        named = tw_native_token_strings(buf, &v, ids);
+        CHECK(named == 5, "tokens: %zu named", named);
+        for (size_t i = 0; i < 15; i++)
+            CHECK(ids[i] == tok_ids[i], "tokens[%zu]: %lld", i, (long long)ids[i]);
+        free(buf);
+    }
+    printf("flat arrays: numbers and token strings\n");
+}
+
 int main(int argc, char **argv)
 {
     size_t fuzz = 3000;
@@ -1075,6 +1127,7 @@ int main(int argc, char **argv)
     test_generated();
     test_nomem();
     test_blank_field();
+    test_flat_arrays();
     test_fuzz(fuzz);
     printf("%llu checks, %llu failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;

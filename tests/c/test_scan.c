@@ -807,6 +807,49 @@ static void test_uint_arrays(void)
     free(got);
 }
 
+/* OpenAI-compatible documents: the choice-record rule, what the scan
+   blanks, the extra paths; tw_array_element. */
+static void test_openai(void)
+{
+    static const char DOCO[] =
+        "{\"choices\":[{\"logprobs\":{\"tokens\":[\"a\"],\"token_logprobs\":[-1],"
+        "\"text_offset\":[0],\"top_logprobs\":null,\"token_ids\":[4]}},"
+        "{\"raw_output\":{},\"prompt_token_ids\":[1,2]},{\"x\":1},{\"token_ids\":[]}],"
+        "\"x\":{\"completion_logprobs\":{\"data\":\"AAAA\"}},\"prompt_token_ids\":[9]}";
+    static const char ARR[] = "{\"prompt_token_ids\":[1, \"a,]b\" , [2,[3]], {\"x\":[]} ,null]}";
+    static const char *const ELEMS[] = {"1", "\"a,]b\"", "[2,[3]]", "{\"x\":[]}", "null"};
+    tw_doc d;
+    size_t s = 0, e = 0;
+    tw_doc_init(&d);
+    CHECK(scan_path(DOCO, sizeof DOCO - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 1,
+          "openai off: %zu records", d.nchoices);
+    d.openai = 1;
+    CHECK(scan_path(DOCO, sizeof DOCO - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 3,
+          "openai: %zu records", d.nchoices);
+    if (d.nchoices == 3) {
+        const tw_choice *c = &d.choice[0];
+        CHECK(c->f[TW_F_LP_TOKENS].type == TW_T_ARRAY && c->f[TW_F_LP_TOKEN_LOGPROBS].count == 1 &&
+                  c->f[TW_F_LP_TEXT_OFFSET].type == TW_T_ARRAY && c->f[TW_F_LP_TOP].type == TW_T_NULL &&
+                  c->f[TW_F_LP_TOKEN_IDS].count == 1,
+              "openai: logprobs paths");
+        CHECK(d.choice[1].f[TW_F_RAW_OUTPUT].type == TW_T_OBJECT &&
+                  d.choice[1].f[TW_F_PROMPT_IDS].count == 2, "openai: raw_output, prompt ids");
+        CHECK(d.nblank == 1 && d.blank_bytes == 1, "openai: only the root prompt ids blanked (%zu)", d.nblank);
+        CHECK(tw_blank_field(&d, 0, TW_F_LP_TOKENS) == TW_OK && d.nblank == 2, "openai: blank on request");
+    }
+    d.openai = 0;
+    CHECK(scan_path(ARR, sizeof ARR - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK, "elements: scan");
+    for (size_t i = 0; i < 5; i++) {
+        int rc = tw_array_element(ARR, &d.prompt_token_ids, i, &s, &e);
+        CHECK(rc == 0 && e - s == strlen(ELEMS[i]) && memcmp(ARR + s, ELEMS[i], e - s) == 0,
+              "element %zu", i);
+    }
+    CHECK(tw_array_element(ARR, &d.prompt_token_ids, 5, &s, &e) == -1, "element past the end");
+    CHECK(tw_array_element(ARR, &d.choices, 0, &s, &e) == -1, "element of an absent array");
+    tw_doc_free(&d);
+    printf("openai: records, blanking, elements\n");
+}
+
 /* Decoding during the scan (doc->decode): a blob exactly when the string is
    long, plain and canonical base64 with a whole first block, holding
    tw_b64_decode's bytes; every record otherwise as without decoding; on
@@ -1189,6 +1232,7 @@ int main(int argc, char **argv)
     test_helpers();
     test_nomem();
     test_uint_arrays();
+    test_openai();
     test_decode();
     test_fuzz(fuzz);
     for (int i = first_file; i < argc; i++)
