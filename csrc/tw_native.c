@@ -2428,3 +2428,42 @@ ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *i
     }
     return -1;
 }
+
+ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
+                            uint8_t *kinds)
+{
+    const uint8_t *e = NULL, *p = twn_array_begin(buf, arr, &e);
+    size_t i = 0;
+    if (!p)
+        return 0;
+    while (p < e && *p != ']') {
+        size_t n = 0;
+        int is_int;
+        if (*p != '[')
+            return (ptrdiff_t)i;
+        ids[i] = -1;
+        values[i] = 0.0;
+        kinds[i] = TW_NATIVE_V_MISSING;
+        p = twn_ws(p + 1, e);
+        while (p < e && *p != ']') {
+            if (n == 0) {
+                kinds[i] = twn_kind(*p);
+                if (kinds[i] == TW_NATIVE_V_NUMBER)
+                    p = twn_number(p, e, &values[i], &is_int);
+                else
+                    p = twn_skip_value(p, e);
+            } else if (n == 1) {
+                p = twn_token_id(p, e, &ids[i]);
+            } else {
+                p = twn_skip_value(p, e);
+            }
+            n++;
+            p = twn_array_next(p, e);
+        }
+        if (n < 2 || n > 3)
+            return (ptrdiff_t)i;
+        i++;
+        p = twn_array_next(p < e ? p + 1 : e, e);
+    }
+    return -1;
+}

@@ -207,6 +207,17 @@ enum {
  */
 ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
                             double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind);
+
+/*
+ * tw_native_triples: SGLang's meta_info.output_token_logprobs, entries
+ * [logprob, token_id] or [logprob, token_id, text].  For each element i
+ * before the first one that is not an array of 2 or 3 elements: ids[i] =
+ * its token_id (the "token_id" rules above, -1 if not an id), values[i]
+ * and kinds[i] its logprob (as lp/lp_kind of tw_native_records).  Returns
+ * the index of that first element, or -1.
+ */
+ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
+                            uint8_t *kinds);
 size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids);
 
 #ifdef __cplusplus

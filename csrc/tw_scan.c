@@ -625,7 +625,10 @@ enum {
     TWS_C_KT,       /* choice.kept_tokens */
     TWS_C_RE,       /* choice.routed_experts */
     TWS_C_RAW,      /* choice.raw_output */
-    TWS_C_RAW_CL    /* choice.raw_output.completion_logprobs */
+    TWS_C_RAW_CL,   /* choice.raw_output.completion_logprobs */
+    TWS_C_SGL_ITEMS, /* SGLang: the root array of items */
+    TWS_C_SGL_ITEM, /* SGLang: an item (the root object, or an element) */
+    TWS_C_SGL_META  /* SGLang: item.meta_info */
 };
 
 /* Record targets: none, root fields, or TWS_T_F0 + TW_F_*. */
@@ -648,7 +651,7 @@ static const uint32_t TWS_BLANK_ARR =
 typedef struct {
     uint8_t ctx;      /* container the key is in */
     uint8_t len;
-    char name[20];
+    char name[24];
     uint8_t tgt;      /* record target of the value */
     uint8_t ctx_obj;  /* context if the value is an object */
     uint8_t ctx_arr;  /* context if the value is an array */
@@ -676,6 +679,13 @@ static const tws_rule TWS_RULES[] = {
              TWS_FB(TW_F_RO_TOKEN_IDS)),
     TWS_RULE(TWS_C_RAW, "completion_logprobs", 0, TWS_C_RAW_CL, 0, TWS_FB(TW_F_RO_CONTENT)),
     TWS_RULE(TWS_C_RAW_CL, "content", TWS_F(TW_F_RO_CONTENT), 0, 0, TWS_FB(TW_F_RO_CONTENT)),
+    TWS_RULE(TWS_C_SGL_ITEM, "output_ids", TWS_F(TW_F_SGL_IDS), 0, 0, TWS_FB(TW_F_SGL_IDS)),
+    TWS_RULE(TWS_C_SGL_ITEM, "meta_info", 0, TWS_C_SGL_META, 0,
+             TWS_FB(TW_F_SGL_TRIPLES) | TWS_FB(TW_F_SGL_TOP)),
+    TWS_RULE(TWS_C_SGL_META, "output_token_logprobs", TWS_F(TW_F_SGL_TRIPLES), 0, 0,
+             TWS_FB(TW_F_SGL_TRIPLES)),
+    TWS_RULE(TWS_C_SGL_META, "output_top_logprobs", TWS_F(TW_F_SGL_TOP), 0, 0,
+             TWS_FB(TW_F_SGL_TOP)),
     TWS_RULE(TWS_C_LOGPROBS, "token_logprobs", TWS_F(TW_F_LP_TOKEN_LOGPROBS), 0, 0,
              TWS_FB(TW_F_LP_TOKEN_LOGPROBS)),
     TWS_RULE(TWS_C_LOGPROBS, "tokens", TWS_F(TW_F_LP_TOKENS), 0, 0,
@@ -909,6 +919,9 @@ static const uint8_t *tws_string_b64(tw_doc *d, const uint8_t *s,
 /* A choice object certain to fail validation (see "Choice records"). */
 static int tws_choice_fails(const tw_doc *d, const tw_choice *c)
 {
+    if (d->sglang)
+        return c->f[TW_F_SGL_IDS].type != TW_T_ARRAY &&
+               c->f[TW_F_SGL_TRIPLES].type != TW_T_ARRAY;
     if (c->f[TW_F_TOKEN_IDS].type == TW_T_ARRAY)
         return 0;
     if (!d->openai)
@@ -945,10 +958,12 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     const uint8_t *const end = b + len;
     const uint8_t *p = b, *q;
     const int lv = tws_level(d->path);
-    const uint32_t blank_str = d->openai ? 0 : TWS_BLANK_STR;
+    const uint32_t blank_str = d->openai || d->sglang ? 0 : TWS_BLANK_STR;
     const uint32_t blank_arr =
-        d->openai ? TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) | TWS_BIT(TWS_T_PROMPT) : TWS_BLANK_ARR;
-    const int decode = d->decode && !d->openai;
+        d->sglang   ? 0
+        : d->openai ? TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) | TWS_BIT(TWS_T_PROMPT)
+                    : TWS_BLANK_ARR;
+    const int decode = d->decode && !d->openai && !d->sglang;
     const size_t maxd = d->max_depth;
     tws_frame *st = (tws_frame *)d->stack, *top = NULL;
     size_t depth = 0, pci = 0;
@@ -973,6 +988,16 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
         TWS_FAIL(p, "empty document");
     if (len >= 3 && b[0] == 0xEF && b[1] == 0xBB && b[2] == 0xBF)
         TWS_FAIL(p, "UTF-8 byte order mark is not allowed");
+    if (d->sglang) {
+        /* the root is an item, or an array of them */
+        const uint8_t *s = p;
+        while (s < end && tws_ws(*s))
+            s++;
+        pobj = TWS_C_SGL_ITEM;
+        parr = TWS_C_SGL_ITEMS;
+        if (s < end && *s == '{' && tws_add_choice(d, 1))
+            TWS_NOMEM();
+    }
 
 value: /* a value is expected (pending target/contexts set) */
     TWS_SKIP_WS();
@@ -1141,7 +1166,8 @@ close: /* p is just past the closing bracket of top */
                 TWS_NOMEM();
         }
     }
-    if (top->ctx == TWS_C_CHOICE && tws_choice_fails(d, &d->choice[top->ci]))
+    if ((top->ctx == TWS_C_CHOICE || top->ctx == TWS_C_SGL_ITEM) &&
+        tws_choice_fails(d, &d->choice[top->ci]))
         choices_done = 1; /* this choice fails validation: stop recording */
     depth--;
     top = depth ? &st[depth - 1] : NULL;
@@ -1151,11 +1177,11 @@ element: /* p at the first byte of an array element */
     top->count++;
     ptgt = TWS_T_NONE;
     pobj = parr = TWS_C_NONE;
-    if (top->ctx == TWS_C_CHOICES && !choices_done) {
+    if ((top->ctx == TWS_C_CHOICES || top->ctx == TWS_C_SGL_ITEMS) && !choices_done) {
         if (tws_add_choice(d, *p == '{'))
             TWS_NOMEM();
         if (*p == '{') {
-            pobj = TWS_C_CHOICE;
+            pobj = top->ctx == TWS_C_CHOICES ? TWS_C_CHOICE : TWS_C_SGL_ITEM;
             pci = d->nchoices - 1;
         } else {
             choices_done = 1; /* a non-object choice fails validation */

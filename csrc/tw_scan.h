@@ -61,6 +61,12 @@
  *     TW_F_LP_TOP            logprobs.top_logprobs
  *     TW_F_RO_TOKEN_IDS      raw_output.completion_token_ids
  *     TW_F_RO_CONTENT        raw_output.completion_logprobs.content
+ *   SGLang documents (doc->sglang = 1) have no "choices": the root object is
+ *   choice 0, or each element of a root array is a choice, with
+ *     TW_F_SGL_IDS           output_ids
+ *     TW_F_SGL_TRIPLES       meta_info.output_token_logprobs
+ *     TW_F_SGL_TOP           meta_info.output_top_logprobs
+ *   and nothing else; nothing is blanked but on request, nothing decoded.
  *   A path is followed only through objects: under "compact_logprobs": null
  *   (or a string, an array...) nothing is recorded.  Keys are compared after
  *   unescaping ("token\u005fids" is token_ids).
@@ -94,13 +100,15 @@
  * stripped copy, where the JSON parser discards it.
  *
  * Choice records (deviation from "one record per element", to bound memory:
- * a tw_choice is ~710 bytes, so "[{},{},...]" would otherwise amplify a
- * document ~240x): records are kept for elements 0, 1, ... up to and
+ * a tw_choice is ~810 bytes, so "[{},{},...]" would otherwise amplify a
+ * document ~270x): records are kept for elements 0, 1, ... up to and
  * including the first element that is certain to fail validation, which is
  *   - an element that is not an object (record with is_object = 0), or
  *   - an object whose (last) token_ids is absent or not an array (with
  *     doc->openai: and whose raw_output is not an object, and whose
- *     logprobs holds no content, tokens or token_ids array);
+ *     logprobs holds no content, tokens or token_ids array; with
+ *     doc->sglang: an item with neither output_ids nor
+ *     meta_info.output_token_logprobs an array);
  * later elements are still validated as JSON and counted in choices.count,
  * but get no record and nothing in them is blanked (the stripped copy keeps
  * them whole), so nchoices may be less than choices.count.  Choices are
@@ -202,6 +210,10 @@ enum {
     TW_F_LP_TOP,           /* logprobs.top_logprobs */
     TW_F_RO_TOKEN_IDS,     /* raw_output.completion_token_ids */
     TW_F_RO_CONTENT,       /* raw_output.completion_logprobs.content */
+    /* SGLang /generate items (doc->sglang) */
+    TW_F_SGL_IDS,          /* output_ids */
+    TW_F_SGL_TRIPLES,      /* meta_info.output_token_logprobs */
+    TW_F_SGL_TOP,          /* meta_info.output_top_logprobs */
     TW_NFIELDS
 };
 
@@ -228,6 +240,7 @@ typedef struct {
     size_t max_depth;  /* default 1024 (orjson's limit); 0 = unlimited */
     int decode;        /* 1: decode long base64 strings while scanning */
     int openai;        /* 1: an OpenAI-compatible document (see above) */
+    int sglang;        /* 1: an SGLang /generate document (see above) */
     int b64_path;      /* TW_PATH_* (tw_base64.h) for that, default AUTO */
 
     /* Results of the last successful tw_scan. */

@@ -578,12 +578,36 @@ def openai_outcome(parse, raw, **kw):
               _comparable(c.raw)) for c in r.choices])
 
 
+def _mutate_sglang(draw, item):
+    meta = item.get("meta_info")
+    entries = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
+    kind = draw(st.sampled_from(["entry", "entry", "entry", "ids", "meta", "entries"]))
+    if kind == "entry" and isinstance(entries, list) and entries:
+        at = draw(st.integers(0, len(entries) - 1))
+        where = draw(st.sampled_from(["whole", 0, 1, "length"]))
+        if where == "whole":
+            entries[at] = draw(st.sampled_from([None, [], [1], "x", {"a": 1}]))
+        elif where == "length":
+            entries[at] = entries[at][:2] if draw(st.booleans()) else [*entries[at], None, 1]
+        else:
+            entries[at][where] = draw(st.sampled_from(_ODD_VALUES))
+    elif kind == "ids":
+        item["output_ids"] = draw(st.sampled_from([None, [], "x", [1.5], [-1], [2**32], [True]]))
+    elif kind == "meta":
+        item["meta_info"] = draw(st.sampled_from([None, [], {}, {"output_token_logprobs": None}]))
+    elif kind == "entries" and isinstance(meta, dict):
+        meta["output_token_logprobs"] = draw(st.sampled_from([None, "x", [], {}]))
+
+
 @st.composite
 def mutated_openai(draw):
-    fmt = draw(st.sampled_from([f for f in FORMATS if not f.name.startswith("sglang")]))
+    fmt = draw(st.sampled_from(FORMATS))
     doc = fmt.build(draw(st.lists(evidences(max_tokens=8), min_size=1, max_size=3)))
     for _ in range(draw(st.integers(0, 3))):
         choice = draw(st.sampled_from(fmt.choices(doc)))
+        if fmt.name.startswith("sglang"):
+            _mutate_sglang(draw, choice)
+            continue
         logprobs = choice.get("logprobs")
         kind = draw(st.sampled_from(["value", "drop", "replace_array", "logprobs", "top", "ids", "entry",
                                      "entry"]))
@@ -636,6 +660,7 @@ def test_core_matches_reference_on_mutated_documents(implementation, case, k):
     if implementation != "c":
         pytest.skip("one run is enough: it compares both implementations itself")
     fmt, raw = case
-    name = "parse_chat_completions_response" if fmt.parse is CHAT else "parse_completions_response"
+    name = {CHAT: "parse_chat_completions_response", SGL: "parse_sglang_generate_response"}.get(
+        fmt.parse, "parse_completions_response")
     expected = openai_outcome(getattr(_openai, name), raw, top_k=k)
     assert openai_outcome(getattr(_core, name), raw, top_k=k) == expected

@@ -223,6 +223,9 @@ cdef extern from "tw_scan.h" nogil:
         TW_F_LP_TOP
         TW_F_RO_TOKEN_IDS
         TW_F_RO_CONTENT
+        TW_F_SGL_IDS
+        TW_F_SGL_TRIPLES
+        TW_F_SGL_TOP
         TW_NFIELDS
     ctypedef struct tw_value:
         uint8_t present, type, has_escape, ascii, all_int
@@ -235,6 +238,7 @@ cdef extern from "tw_scan.h" nogil:
         int decode
         int b64_path
         int openai
+        int sglang
         uint8_t top_is_object
         tw_value prompt_token_ids, choices
         tw_choice *choice
@@ -303,6 +307,8 @@ cdef extern from "tw_native.h" nogil:
         TW_NATIVE_V_NUMBER
     ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
                                 double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind)
+    ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
+                                uint8_t *kinds)
     int tw_native_parse(const char *buf, const tw_value *content, size_t n, const int64_t *ids, int want_top,
                         double *sampled, int64_t *coff, double *entry_lps, tw_native_cands *cands,
                         tw_native_result *res)
@@ -364,6 +370,13 @@ _OPENAI_FIELDS = {
 _OPENAI_BLANK = (TW_F_PROMPT_IDS, TW_F_LP_TOKEN_LOGPROBS, TW_F_LP_TOKENS, TW_F_LP_TOKEN_IDS,
                  TW_F_LP_TEXT_OFFSET, TW_F_RO_TOKEN_IDS)
 _OPENAI_BLANK_NO_HEADS = _OPENAI_BLANK + (TW_F_LP_TOP, TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT)
+# SGLang items.
+_SGLANG_FIELDS = {
+    "output_ids": TW_F_SGL_IDS,
+    "meta_info.output_token_logprobs": TW_F_SGL_TRIPLES,
+}
+_SGLANG_BLANK = (TW_F_SGL_IDS, TW_F_SGL_TRIPLES)
+_SGLANG_BLANK_NO_HEADS = _SGLANG_BLANK + (TW_F_SGL_TOP,)
 # Record lists read by tw_native_records, number lists by tw_native_numbers.
 _RECORD_FIELDS = {path: _OPENAI_FIELDS[path]
                   for path in ("logprobs.content", "raw_output.completion_logprobs.content")}
@@ -447,10 +460,11 @@ cdef class _Scan:
     def __dealloc__(self):
         tw_doc_free(&self.doc)
 
-    cdef object document(self, object raw, tuple blank=_GENERATE_BLANK, bint openai=False):
+    cdef object document(self, object raw, tuple blank=_GENERATE_BLANK, bint openai=False,
+                         bint sglang=False):
         """Scan ``raw`` and return the document with its big values blanked, parsed by orjson.
         ``blank``: the choice fields also blanked (read from the raw bytes instead);
-        ``openai``: an OpenAI-compatible document (see tw_scan.h)."""
+        ``openai``/``sglang``: an OpenAI-compatible / SGLang document (see tw_scan.h)."""
         cdef const unsigned char[::1] view = _bytes_view(raw)
         cdef size_t n = view.shape[0]
         cdef int rc
@@ -461,6 +475,7 @@ cdef class _Scan:
         self.doc.decode = 1
         self.doc.b64_path = _path
         self.doc.openai = openai
+        self.doc.sglang = sglang
         with nogil:
             rc = tw_scan(self.buf, n, &self.doc)
         if rc == TW_ERR_NOMEM:
@@ -557,12 +572,27 @@ cdef class _Scan:
             values, kinds = slp[:end], slp_kind[:end]
         else:
             values, kinds = lp[:end], lp_kind[:end]
-        not_number = np.flatnonzero(kinds != TW_NATIVE_V_NUMBER)
-        first = int(not_number[0]) if len(not_number) else None
-        example = None if first is None else _KIND_EXAMPLES[kinds[first]]
-        return _openai._Records(
-            ids[:end], _RecordValues(values if first is None else values[:first], first, example),
-            "sampling_logprob" if sampling else "logprob", None if bad < 0 else bad, mixed)
+        return _openai._Records(ids[:end], _record_values(values, kinds),
+                                "sampling_logprob" if sampling else "logprob",
+                                None if bad < 0 else bad, mixed)
+
+    cdef object triples(self, const tw_value *v):
+        """SGLang ``[logprob, token_id, text]`` entries: the _Records the reference's reader
+        builds, its values as a _RecordValues."""
+        cdef size_t n = v.count
+        cdef ptrdiff_t bad
+        cdef int64_t[::1] ids_view
+        cdef double[::1] values_view
+        cdef uint8_t[::1] kinds_view
+        ids = np.empty(n + 1, dtype=np.int64)
+        values = np.empty(n + 1, dtype=np.float64)
+        kinds = np.empty(n + 1, dtype=np.uint8)
+        ids_view, values_view, kinds_view = ids, values, kinds
+        with nogil:
+            bad = tw_native_triples(self.buf, v, &ids_view[0], &values_view[0], &kinds_view[0])
+        end = n if bad < 0 else bad
+        return _openai._Records(ids[:end], _record_values(values[:end], kinds[:end]), "logprob",
+                                None if bad < 0 else bad)
 
     cdef object token_strings(self, const tw_value *v):
         cdef size_t named
@@ -850,6 +880,15 @@ class _RecordValues:
         self.example = example
 
 
+def _record_values(values, kinds):
+    """The _RecordValues of record values of the given TW_NATIVE_V_* classes."""
+    not_number = np.flatnonzero(kinds != TW_NATIVE_V_NUMBER)
+    if not len(not_number):
+        return _RecordValues(values, None, None)
+    first = int(not_number[0])
+    return _RecordValues(values[:first], first, _KIND_EXAMPLES[kinds[first]])
+
+
 class _ScannedReader(_Scanned, _openai._Reader):
     """The OpenAI-compatible parsers' rules over per-token arrays read straight from the raw
     bytes (ids, ``token_logprobs``, ``"token_id:N"`` tokens, logprob records)."""
@@ -895,6 +934,43 @@ class _ScannedReader(_Scanned, _openai._Reader):
         return orjson.loads(scan.text(v))
 
 
+class _ScannedItem(_Scanned, _openai._Reader):
+    """SGLang's rules over ``output_ids`` and ``[logprob, token_id, text]`` entries read
+    straight from the raw bytes."""
+
+    fields = _SGLANG_FIELDS
+
+    def triples(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, self.fields)
+        return super().triples(value, path) if v == NULL else scan.triples(v)
+
+    def numbers(self, value, path):
+        if type(value) is _RecordValues:
+            return value.numbers, value.bad
+        return super().numbers(value, path)
+
+    def length(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, self.fields)
+        return super().length(value, path) if v == NULL else v.count
+
+    def element(self, value, path, index):
+        if type(value) is _RecordValues:
+            return value.example
+        return super().element(value, path, index)
+
+
+def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
+    """Parse and validate an SGLang ``/generate`` response (see the package docs)."""
+    k = _reference._check_top_k(top_k)
+    scan = _Scan()
+    document = scan.document(raw, _SGLANG_BLANK_NO_HEADS if k is None else _SGLANG_BLANK,
+                              False, True)
+    return _openai.parse_sglang_generate_document(document, k, require_logprobs, check_usage,
+                                                  lambda i: _ScannedItem(i, scan))
+
+
 cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint check_usage,
                           object parse_document):
     k = _reference._check_top_k(top_k)
@@ -920,5 +996,3 @@ def parse_chat_completions_response(raw, *, top_k=None, require_logprobs=True, c
     return _parse_openai(raw, top_k, require_logprobs, check_usage,
                          _openai.parse_chat_completions_document)
 
-
-parse_sglang_generate_response = _openai.parse_sglang_generate_response

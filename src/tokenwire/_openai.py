@@ -204,8 +204,8 @@ class _Records:
     """Logprob records read from a list of objects (``logprobs.content``) or of triples
     (SGLang): per token the id the record names (None: none), and the value it carries."""
 
-    ids: list[int | None]
-    values: list[Any]
+    ids: list[int | None] | np.ndarray  # a compiled reader: int64, -1 for none
+    values: list[Any] | Any  # a compiled reader: its own holder, read through its hooks
     value_key: str  # which key the values came from, for messages
     bad: int | None = None  # first entry that is not an object / a triple
     mixed: int | None = None  # first entry lacking `sampling_logprob` while others have it
@@ -283,7 +283,8 @@ class _Reader(_Choice):
         return records
 
     def triples(self, value: list[Any], path: str) -> _Records:
-        """SGLang's ``[logprob, token_id, text]`` entries (the text may be absent or null)."""
+        """SGLang's ``[logprob, token_id, text]`` entries (the text may be absent or null);
+        ids as in :meth:`records`."""
         records = _Records([], [], "logprob")
         for index, entry in enumerate(value):
             if not isinstance(entry, list) or not 2 <= len(entry) <= 3:
@@ -324,13 +325,19 @@ def _id_list(c: _Reader, value: Any, field: str) -> _IdSource:
     return _IdSource(field, _int_list(c, value, field, MAX_TOKEN_ID, f"{field} {_IDS_REASON}"))
 
 
+def _id_array(ids: list[int | None] | np.ndarray) -> np.ndarray:
+    """Ids named by records as int64, -1 where a record names none (a list holds None)."""
+    if isinstance(ids, list):
+        return np.array([-1 if token_id is None else token_id for token_id in ids], dtype=np.int64)
+    return ids
+
+
 def _ids_from_records(
     c: _Reader, ids: list[int | None] | np.ndarray, field: str, reason: str
 ) -> _IdSource | None:
     """The ids the records name (None or -1: a record naming none): none at all (None), or
     one for every record (else ``reason`` at the first record naming none)."""
-    if isinstance(ids, list):
-        ids = np.array([-1 if token_id is None else token_id for token_id in ids], dtype=np.int64)
+    ids = _id_array(ids)
     missing = np.flatnonzero(ids < 0)
     if len(missing) == len(ids):
         return None
@@ -847,12 +854,13 @@ def _parse_sglang_item(
         records = c.triples(entries, field)
         if records.bad is not None:
             c.fail("entry must be [logprob, token_id, text]", field, records.bad)
-        missing = [i for i, token_id in enumerate(records.ids) if token_id is None]
-        if missing:
-            c.fail("entry's token id must be in [0, 2**32)", field, missing[0])
-        sources.append(_IdSource(field, np.array(records.ids, dtype=np.int64)))
+        ids = _id_array(records.ids)
+        missing = np.flatnonzero(ids < 0)
+        if len(missing):
+            c.fail("entry's token id must be in [0, 2**32)", field, int(missing[0]))
+        sources.append(_IdSource(field, ids))
         read, bad = c.numbers(records.values, field)
-        logprobs = _Logprobs(field, len(entries), read, bad, records.values, records.value_key)
+        logprobs = _Logprobs(field, c.length(entries, field), read, bad, records.values, records.value_key)
     if item.get("output_ids") is not None:
         sources.append(_id_list(c, item["output_ids"], "output_ids"))
     if logprobs is None and (require_logprobs or k is not None or not sources):

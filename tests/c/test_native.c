@@ -1100,7 +1100,36 @@ static void test_flat_arrays(void)
             CHECK(ids[i] == tok_ids[i], "tokens[%zu]: %lld", i, (long long)ids[i]);
         free(buf);
     }
-    printf("flat arrays: numbers and token strings\n");
+    {
+        static const char trip[] =
+            "[[-0.5, 7, \"a\"], [-1, -0], [null, 4294967296, null], [\"x\", 1.0], [true, 3, \"t\"],"
+            " [[1], 2], [-2e-3,9,\"z\"], [1, 2, 3, 4]]";
+        static const int64_t want_ids[] = {7, 0, -1, -1, 3, 2, 9};
+        static const uint8_t want_kinds[] = {TW_NATIVE_V_NUMBER, TW_NATIVE_V_NUMBER, TW_NATIVE_V_NULL,
+                                             TW_NATIVE_V_STRING, TW_NATIVE_V_BOOL, TW_NATIVE_V_ARRAY,
+                                             TW_NATIVE_V_NUMBER};
+        char *buf;
+        tw_value v;
+        int64_t ids[8];
+        double values[8];
+        uint8_t kinds[8];
+        ptrdiff_t bad;
+        CHECK(prepare(trip, &buf, &v), "triples: scan");
+        bad = tw_native_triples(buf, &v, ids, values, kinds);
+        CHECK(bad == 7, "triples: bad %td", bad);
+        for (size_t i = 0; i < 7; i++)
+            CHECK(ids[i] == want_ids[i] && kinds[i] == want_kinds[i], "triples[%zu]: %lld %u", i,
+                  (long long)ids[i], kinds[i]);
+        CHECK(values[0] == -0.5 && values[1] == -1.0 && values[6] == -2e-3, "triples: values");
+        free(buf);
+        CHECK(prepare("[[1, 2], 5]", &buf, &v), "triples 2: scan");
+        CHECK(tw_native_triples(buf, &v, ids, values, kinds) == 1, "triples: not an array");
+        free(buf);
+        CHECK(prepare("[[1]]", &buf, &v), "triples 3: scan");
+        CHECK(tw_native_triples(buf, &v, ids, values, kinds) == 0, "triples: one element");
+        free(buf);
+    }
+    printf("flat arrays: numbers, token strings, triples\n");
 }
 
 int main(int argc, char **argv)

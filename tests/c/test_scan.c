@@ -837,6 +837,20 @@ static void test_openai(void)
         CHECK(d.nblank == 1 && d.blank_bytes == 1, "openai: only the root prompt ids blanked (%zu)", d.nblank);
         CHECK(tw_blank_field(&d, 0, TW_F_LP_TOKENS) == TW_OK && d.nblank == 2, "openai: blank on request");
     }
+    {
+        static const char ONE[] = " {\"output_ids\":[1,2],\"meta_info\":{\"output_token_logprobs\":"
+                                  "[[-1,1,null],[-2,2]],\"output_top_logprobs\":null}}";
+        static const char MANY[] = "[{\"output_ids\":[1]},{\"meta_info\":{}},{\"output_ids\":[]}]";
+        d.openai = 0;
+        d.sglang = 1;
+        CHECK(scan_path(ONE, sizeof ONE - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 1 &&
+                  d.choice[0].f[TW_F_SGL_IDS].count == 2 && d.choice[0].f[TW_F_SGL_TRIPLES].count == 2 &&
+                  d.choice[0].f[TW_F_SGL_TOP].type == TW_T_NULL && d.nblank == 0,
+              "sglang: one item");
+        CHECK(scan_path(MANY, sizeof MANY - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 2,
+              "sglang: %zu item records", d.nchoices);
+        d.sglang = 0;
+    }
     d.openai = 0;
     CHECK(scan_path(ARR, sizeof ARR - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK, "elements: scan");
     for (size_t i = 0; i < 5; i++) {
