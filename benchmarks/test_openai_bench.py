@@ -1,5 +1,6 @@
-"""An 8k-token vLLM ``/v1/completions`` response (``logprobs: 1``, ``return_token_ids``): exact
-ids and aligned logprobs through tokenwire, against ``orjson.loads`` of the same bytes."""
+"""8k-token OpenAI-compatible responses: vLLM ``/v1/completions`` (``logprobs: 1``,
+``return_token_ids``), vLLM ``/v1/chat/completions`` and SGLang ``/generate``: exact ids and
+aligned logprobs through tokenwire, against ``orjson.loads`` of the same bytes."""
 
 from __future__ import annotations
 
@@ -55,35 +56,73 @@ def completions_response(n: int, *, token_strings: bool, seed: int = 3) -> bytes
     })
 
 
+def chat_response(n: int, *, seed: int = 4) -> bytes:
+    """What vLLM sends to ``/v1/chat/completions`` for ``logprobs: true, top_logprobs: 1,
+    return_token_ids, return_tokens_as_token_ids``."""
+    ev = samples.evidence(n, 1, seed=seed)
+    ids = ev.ids.tolist()
+    logprobs = ev.logprobs.astype(np.float64).tolist()
+    top_ids = ev.cand_ids[:, 0].tolist()
+    top_lps = ev.cand_logprobs[:, 0].astype(np.float64).tolist()
+    content = [
+        {"token": f"token_id:{i}", "logprob": lp, "bytes": [116, 111, 107],
+         "top_logprobs": [{"token": f"token_id:{c}", "logprob": p, "bytes": [116]}]}
+        for i, lp, c, p in zip(ids, logprobs, top_ids, top_lps)
+    ]
+    choice = {"index": 0, "message": {"role": "assistant", "content": "x" * n, "tool_calls": []},
+              "logprobs": {"content": content}, "finish_reason": "length", "stop_reason": None,
+              "token_ids": ids}
+    return samples.dumps({
+        "id": "chatcmpl-bench", "object": "chat.completion", "created": 1764400000, "model": "Qwen/Qwen3-8B",
+        "choices": [choice], "usage": {"prompt_tokens": PROMPT, "total_tokens": PROMPT + n, "completion_tokens": n},
+        "prompt_token_ids": list(range(PROMPT)), "kv_transfer_params": None,
+    })
+
+
+def sglang_response(n: int, *, seed: int = 5) -> bytes:
+    """What SGLang's ``/generate`` sends for ``return_logprob: true``."""
+    ev = samples.evidence(n, 0, seed=seed)
+    ids = ev.ids.tolist()
+    logprobs = ev.logprobs.astype(np.float64).tolist()
+    meta = {"id": "req-bench", "finish_reason": {"type": "length", "length": n}, "prompt_tokens": PROMPT,
+            "completion_tokens": n, "cached_tokens": 0,
+            "output_token_logprobs": [[lp, i, None] for i, lp in zip(ids, logprobs)],
+            "input_token_logprobs": [[None, 1, None]]}
+    return samples.dumps({"text": "x" * n, "output_ids": ids, "meta_info": meta})
+
+
+# name: (bytes, tokenwire's parser, the reference's)
 WORKLOADS = {
-    "completions_8k": lambda: completions_response(TOKENS, token_strings=False),
-    "completions_8k_token_strings": lambda: completions_response(TOKENS, token_strings=True),
+    "completions_8k": (lambda: completions_response(TOKENS, token_strings=False), "parse_completions_response"),
+    "completions_8k_token_strings": (lambda: completions_response(TOKENS, token_strings=True),
+                                     "parse_completions_response"),
+    "chat_8k": (lambda: chat_response(TOKENS), "parse_chat_completions_response"),
+    "sglang_8k": (lambda: sglang_response(TOKENS), "parse_sglang_generate_response"),
 }
-# The facade's parser once it is exported (and compiled), else the reference.
-parse = getattr(tokenwire, "parse_completions_response", _openai.parse_completions_response)
 
 
 @pytest.fixture(params=list(WORKLOADS), scope="module")
 def workload(request):
-    return request.param, WORKLOADS[request.param]()
+    build, parser = WORKLOADS[request.param]
+    return request.param, build(), parser
 
 
 def test_tokenwire(benchmark, workload):
-    name, raw = workload
+    name, raw, parser = workload
     benchmark.group = name
     benchmark.extra_info["bytes"] = len(raw)
-    result = benchmark(parse, raw)
+    result = benchmark(getattr(tokenwire, parser), raw)
     (choice,) = result.choices
     assert len(choice.completion_ids) == len(choice.completion_logprobs) == TOKENS
 
 
 def test_reference(benchmark, workload):
-    name, raw = workload
+    name, raw, parser = workload
     benchmark.group = name
-    benchmark.pedantic(_openai.parse_completions_response, args=(raw,), rounds=5, iterations=1)
+    benchmark.pedantic(getattr(_openai, parser), args=(raw,), rounds=5, iterations=1)
 
 
 def test_orjson_loads(benchmark, workload):
-    name, raw = workload
+    name, raw, _ = workload
     benchmark.group = name
     benchmark(orjson.loads, raw)
