@@ -1,5 +1,6 @@
-"""A representative workload for valgrind memcheck: every sample, the adversarial corpus and
-the writers, on the scalar and AVX2 paths (valgrind cannot run AVX-512)."""
+"""A representative workload for valgrind memcheck: every sample, the adversarial corpus, the
+writers and the OpenAI-compatible and SGLang readers, on the scalar and AVX2 paths (valgrind
+cannot run AVX-512)."""
 
 import json
 from pathlib import Path
@@ -25,4 +26,26 @@ for path in [p for p in ("scalar", "avx2") if p in _core.simd_paths()]:
     tokenwire.dumps_generate_response({"choices": [{"token_ids": [0, 20], "compact_logprobs": field}]})
     for n in range(0, 70):
         tokenwire.b64decode(tokenwire.b64encode(bytes(range(n))))
+    # OpenAI-compatible and SGLang responses, whole, cut and with a bad value.
+    n = 300
+    ids = list(range(1000, 1000 + n))
+    lps = [-0.5 - i / 1000 for i in range(n)]
+    completions = {"choices": [{"index": 0, "token_ids": ids, "finish_reason": "stop",
+                                "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": lps,
+                                             "text_offset": list(range(n)), "top_logprobs": None}}],
+                   "usage": {"completion_tokens": n}}
+    chat = {"choices": [{"index": 0, "token_ids": ids, "finish_reason": "stop", "logprobs": {
+        "content": [{"token": f"token_id:{i}", "logprob": v, "top_logprobs": []} for i, v in zip(ids, lps)]}}]}
+    sglang = {"output_ids": ids, "meta_info": {"completion_tokens": n,
+                                               "output_token_logprobs": [[v, i, None] for i, v in zip(ids, lps)]}}
+    parsers = ((tokenwire.parse_completions_response, completions), (tokenwire.parse_chat_completions_response, chat),
+               (tokenwire.parse_sglang_generate_response, sglang))
+    for parse, doc in parsers:
+        good = json.dumps(doc).encode()
+        bad = good.replace(b"-0.501", b"null", 1)
+        for raw in (good, good[: len(good) // 2], bad):
+            try:
+                parse(raw)
+            except MalformedResponseError:
+                pass
 print("memcheck workload done")
