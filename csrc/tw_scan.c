@@ -995,8 +995,8 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
             s++;
         pobj = TWS_C_SGL_ITEM;
         parr = TWS_C_SGL_ITEMS;
-        if (s < end && *s == '{' && tws_add_choice(d, 1))
-            TWS_NOMEM();
+        if (s < end && *s != '[' && tws_add_choice(d, *s == '{'))
+            TWS_NOMEM(); /* a root that is not an array is item 0 (maybe not an object) */
     }
 
 value: /* a value is expected (pending target/contexts set) */

@@ -19,6 +19,21 @@ def write_seeds(directory: Path) -> None:
             routed = samples.routing(3, layers=2, topk=2) if transport == "packed" else None
             choice = samples.build_choice(ev, transport=transport, mask=mask, routed=routed)
             (directory / f"{transport}-{mask}.json").write_bytes(samples.dumps(samples.response([choice], prompt_tokens=2)))
+    ids, lps = [7, 8, 1 << 20], [-0.5, -1.25, -2.0]
+    tokens = [f"token_id:{i}" for i in ids]
+    openai = {
+        "completions": {"choices": [{"index": 0, "token_ids": ids, "finish_reason": "stop", "logprobs": {
+            "tokens": tokens, "token_logprobs": lps, "text_offset": [0, 1, 2],
+            "top_logprobs": [{t: v} for t, v in zip(tokens, lps)]}}], "usage": {"completion_tokens": 3}},
+        "chat": {"choices": [{"index": 0, "finish_reason": "stop", "logprobs": {"content": [
+            {"token": t, "logprob": v, "top_logprobs": [{"token": t, "logprob": v}]} for t, v in zip(tokens, lps)]},
+            "raw_output": {"completion_token_ids": ids}}], "prompt_token_ids": [1, 2]},
+        "sglang": [{"output_ids": ids, "meta_info": {"completion_tokens": 3,
+                                                     "output_token_logprobs": [[v, i, "t"] for i, v in zip(ids, lps)],
+                                                     "output_top_logprobs": [[[v, i, None]] for i, v in zip(ids, lps)]}}],
+    }
+    for name, doc in openai.items():
+        (directory / f"openai-{name}.json").write_bytes(json.dumps(doc).encode())
     corpus = Path(__file__).parent.parent / "tests" / "corpus"
     for name in json.loads((corpus / "expected.json").read_text()):
         raw = (corpus / f"{name}.json").read_bytes()
@@ -42,3 +57,21 @@ def outcome(impl, raw: bytes, top_k):
          c.raw)
         for c in r.choices
     ], r.payload)
+
+
+OPENAI_PARSERS = ("parse_completions_response", "parse_chat_completions_response", "parse_sglang_generate_response")
+
+
+def openai_outcome(parse, raw: bytes, top_k):
+    """The same for the OpenAI-compatible and SGLang parsers."""
+    try:
+        r = parse(raw, top_k=top_k)
+    except MalformedResponseError as exc:
+        reason = "invalid JSON" if exc.reason.startswith("invalid JSON") else exc.reason
+        return ("error", exc.choice, exc.field, exc.token, reason)
+    return ("ok", [
+        (c.completion_ids.tobytes(), None if c.completion_logprobs is None else c.completion_logprobs.tobytes(),
+         None if c.completion_top_ids is None else (c.completion_top_ids.offsets.tobytes(), c.completion_top_ids.values.tobytes(), c.completion_top_logprobs.values.tobytes()),
+         repr(c.raw), c.finish_reason)
+        for c in r.choices
+    ], repr(r.payload), repr(r.usage), None if r.prompt_token_ids is None else r.prompt_token_ids.tobytes())

@@ -664,3 +664,10 @@ def test_core_matches_reference_on_mutated_documents(implementation, case, k):
         fmt.parse, "parse_completions_response")
     expected = openai_outcome(getattr(_openai, name), raw, top_k=k)
     assert openai_outcome(getattr(_core, name), raw, top_k=k) == expected
+
+
+@pytest.mark.parametrize("raw", [b"9 ", b'"x"', b"null", b"true", b"[1]", b'[{"output_ids": [1]}, 2]'])
+def test_sglang_roots_and_items_that_are_not_objects(raw):
+    with pytest.raises(MalformedResponseError, match="must be an object") as info:
+        SGL(raw)
+    assert info.value.choice in (0, 1)

@@ -849,6 +849,8 @@ static void test_openai(void)
               "sglang: one item");
         CHECK(scan_path(MANY, sizeof MANY - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 2,
               "sglang: %zu item records", d.nchoices);
+        CHECK(scan_path(" 9 ", 3, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 1 &&
+                  !d.choice[0].is_object, "sglang: a scalar root is item 0, not an object");
         d.sglang = 0;
     }
     d.openai = 0;
