@@ -41,22 +41,33 @@ def write_seeds(directory: Path) -> None:
             (directory / f"corpus-{name}.json").write_bytes(raw)
 
 
-def outcome(impl, raw: bytes, top_k):
-    """Everything a parse returns, or the error's location and reason; any other exception
+def _sampled(c) -> tuple:
+    """A choice's ids, logprobs and head, as bytes."""
+    top = c.completion_top_ids
+    return (c.completion_ids.tobytes(), None if c.completion_logprobs is None else c.completion_logprobs.tobytes(),
+            None if top is None else (top.offsets.tobytes(), top.values.tobytes(), c.completion_top_logprobs.values.tobytes()))
+
+
+def _parsed(parse, raw: bytes, top_k, describe):
+    """``describe(response)``, or the error's location and reason; any other exception
     propagates (and is a finding)."""
     try:
-        r = impl.parse_generate_response(raw, top_k=top_k)
+        r = parse(raw, top_k=top_k)
     except MalformedResponseError as exc:
         reason = "invalid JSON" if exc.reason.startswith("invalid JSON") else exc.reason
         return ("error", exc.choice, exc.field, exc.token, reason)
-    return ("ok", [
-        (c.completion_ids.tobytes(), None if c.completion_logprobs is None else c.completion_logprobs.tobytes(),
-         None if c.completion_top_ids is None else (c.completion_top_ids.offsets.tobytes(), c.completion_top_ids.values.tobytes(), c.completion_top_logprobs.values.tobytes()),
+    return ("ok", describe(r))
+
+
+def outcome(impl, raw: bytes, top_k):
+    """Everything parse_generate_response returns, or where and why it failed."""
+    return _parsed(impl.parse_generate_response, raw, top_k, lambda r: ([
+        (*_sampled(c),
          None if c.sampling_mask is None else (c.sampling_mask.offsets.tobytes(), c.sampling_mask.values.tobytes()),
          None if c.routed_experts is None else (c.routed_experts.array.tobytes(), c.routed_experts.array.shape, c.routed_experts.start),
          c.raw)
         for c in r.choices
-    ], r.payload)
+    ], r.payload))
 
 
 OPENAI_PARSERS = ("parse_completions_response", "parse_chat_completions_response", "parse_sglang_generate_response")
@@ -64,14 +75,6 @@ OPENAI_PARSERS = ("parse_completions_response", "parse_chat_completions_response
 
 def openai_outcome(parse, raw: bytes, top_k):
     """The same for the OpenAI-compatible and SGLang parsers."""
-    try:
-        r = parse(raw, top_k=top_k)
-    except MalformedResponseError as exc:
-        reason = "invalid JSON" if exc.reason.startswith("invalid JSON") else exc.reason
-        return ("error", exc.choice, exc.field, exc.token, reason)
-    return ("ok", [
-        (c.completion_ids.tobytes(), None if c.completion_logprobs is None else c.completion_logprobs.tobytes(),
-         None if c.completion_top_ids is None else (c.completion_top_ids.offsets.tobytes(), c.completion_top_ids.values.tobytes(), c.completion_top_logprobs.values.tobytes()),
-         repr(c.raw), c.finish_reason)
-        for c in r.choices
-    ], repr(r.payload), repr(r.usage), None if r.prompt_token_ids is None else r.prompt_token_ids.tobytes())
+    return _parsed(parse, raw, top_k, lambda r: (
+        [(*_sampled(c), repr(c.raw), c.finish_reason) for c in r.choices],
+        repr(r.payload), repr(r.usage), None if r.prompt_token_ids is None else r.prompt_token_ids.tobytes()))
