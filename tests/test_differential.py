@@ -134,7 +134,7 @@ def test_renderers_comparison_covered_enough(renderers_client):
     if not COMPARED:
         pytest.skip("run together with test_reference_matches_renderers")
     accepted, rejected = COMPARED.count("ok"), COMPARED.count("error")
-    minimum = min(2000, EXAMPLES // 2)  # about a third of the cases carry a documented difference
+    minimum = min(2000, EXAMPLES * 2 // 5)  # a third to a half of the cases carry a documented difference
     print(f"renderers comparison: {accepted} accepted, {rejected} rejected by both")
     assert accepted + rejected >= minimum
     assert accepted >= minimum // 5 and rejected >= minimum // 5
