@@ -161,6 +161,53 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
     return TW_ROW_MISSING_SAMPLED;
 }
 
+/* The same rows with AVX2: every entry against the whole row, eight lanes at a time (lanes
+   past the row are masked off). An equal id with an unequal value anywhere is a disagreement;
+   comparing an entry with itself is harmless. */
+__attribute__((target("avx2"))) static int
+row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
+         float *out) {
+    __m256i a[4], valid[4];
+    __m256 va[4];
+    size_t nvec = (len + 7) / 8;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i bad = _mm256_setzero_si256();
+    for (size_t k = 0; k < nvec; k++) {
+        valid[k] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane);
+        a[k] = _mm256_maskload_epi32((const int *)(ids + 8 * k), valid[k]);
+        va[k] = _mm256_maskload_ps(vals + 8 * k, valid[k]);
+    }
+    for (size_t j = 0; j < len; j++) {
+        __m256i id = _mm256_set1_epi32((int)ids[j]);
+        __m256 v = _mm256_set1_ps(vals[j]);
+        for (size_t k = 0; k < nvec; k++) {
+            __m256i same = _mm256_and_si256(_mm256_cmpeq_epi32(a[k], id), valid[k]);
+            __m256i differ = _mm256_castps_si256(_mm256_cmp_ps(va[k], v, _CMP_NEQ_OQ));
+            bad = _mm256_or_si256(bad, _mm256_and_si256(same, differ));
+        }
+    }
+    if (!_mm256_testz_si256(bad, bad)) return TW_ROW_REPEAT_DISAGREE;
+    if (sampled_ok) {
+        __m256i s = _mm256_set1_epi32((int)sampled);
+        for (size_t k = 0; k < nvec; k++) {
+            unsigned hit = (unsigned)_mm256_movemask_ps(
+                _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpeq_epi32(a[k], s), valid[k])));
+            if (hit) {
+                float value = vals[8 * k + (size_t)__builtin_ctz(hit)];
+                if (value == (float)TW_SENTINEL) break;
+                *out = value;
+                return TW_ROW_OK;
+            }
+        }
+    }
+    return TW_ROW_MISSING_SAMPLED;
+}
+
+static int have_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+
 static int have_avx512cd(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd");
@@ -174,9 +221,12 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
         size_t len = (size_t)(offsets[t + 1] - offsets[t]);
         if (len > longest) longest = len;
     }
-    int vector = 0;
+    int vector = 0; /* 0: table, 2: AVX2, 3: AVX-512 (rows of up to 32 entries) */
 #ifdef TW_X86
-    vector = simd && have_avx512cd();
+    if (simd >= 3 && have_avx512cd())
+        vector = 3;
+    else if (simd >= 2 && have_avx2())
+        vector = 2;
 #else
     (void)simd;
 #endif
@@ -197,8 +247,10 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
         int64_t s = sampled[t];
         int ok = s >= 0 && s <= (int64_t)UINT32_MAX;
 #ifdef TW_X86
-        if (vector && len <= 32)
+        if (vector == 3 && len <= 32)
             r = row_avx512(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
+        else if (vector == 2 && len <= 32)
+            r = row_avx2(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
         else
 #endif
             r = row_hash(&table, (uint32_t)t + 1, ids + start, vals + start, len, (uint32_t)s,

@@ -1,5 +1,6 @@
-"""Compact rows of every length (the vector path covers rows of up to 32 entries, longer ones
-take the table path): repeats, their values and the sampled id, against the reference."""
+"""Compact rows of every length (the AVX-512 and AVX2 paths cover rows of up to 32 entries,
+longer ones and the scalar path take the table): repeats, their values and the sampled id,
+against the reference, on every SIMD path."""
 
 from __future__ import annotations
 

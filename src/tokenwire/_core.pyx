@@ -690,7 +690,7 @@ class _Kernels(_reference._Choice):
         cdef const int64_t[::1] offs = offsets
         cdef const int64_t *sampled_ids
         cdef float[::1] out
-        cdef int simd = _path == TW_PATH_AVX512
+        cdef int simd = _heads_path()
         sampled = np.zeros(n, dtype=np.float32)
         if n == 0:
             return sampled, None
