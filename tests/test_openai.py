@@ -19,12 +19,12 @@ from tokenwire import MalformedResponseError, _openai
 from .conftest import _core
 from .openai_strategies import (
     BY_NAME,
-    C,
     CHAT,
+    FORMATS,
     PARSERS,
     SGL,
-    FORMATS,
     SPELLINGS,
+    C,
     Format,
     evidence,
     evidences,

@@ -271,28 +271,30 @@ class _Reader(_Choice):
         sampler drew with) is read instead of ``logprob`` when the entries carry it."""
         sampling = any(isinstance(e, dict) and "sampling_logprob" in e for e in value)
         key = "sampling_logprob" if sampling else "logprob"
-        records = _Records([], [], key)
+        ids: list[int | None] = []
+        records = _Records(ids, [], key)
         for index, entry in enumerate(value):
             if not isinstance(entry, dict):
                 records.bad = index
                 break
             if sampling and key not in entry and records.mixed is None:
                 records.mixed = index
-            records.ids.append(_record_id(entry))
+            ids.append(_record_id(entry))
             records.values.append(entry.get(key))
         return records
 
     def triples(self, value: list[Any], path: str) -> _Records:
         """SGLang's ``[logprob, token_id, text]`` entries (the text may be absent or null);
         ids as in :meth:`records`."""
-        records = _Records([], [], "logprob")
+        ids: list[int | None] = []
+        records = _Records(ids, [], "logprob")
         for index, entry in enumerate(value):
             if not isinstance(entry, list) or not 2 <= len(entry) <= 3:
                 records.bad = index
                 break
             token_id = entry[1]
             valid = _is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID
-            records.ids.append(token_id if valid else None)
+            ids.append(token_id if valid else None)
             records.values.append(entry[0])
         return records
 
