@@ -585,7 +585,7 @@ def _mutate_sglang(draw, item):
     if kind == "entry" and isinstance(entries, list) and entries:
         at = draw(st.integers(0, len(entries) - 1))
         where = draw(st.sampled_from(["whole", 0, 1, "length"]))
-        if where == "whole":
+        if where == "whole" or not isinstance(entries[at], list) or len(entries[at]) < 2:
             entries[at] = draw(st.sampled_from([None, [], [1], "x", {"a": 1}]))
         elif where == "length":
             entries[at] = entries[at][:2] if draw(st.booleans()) else [*entries[at], None, 1]
