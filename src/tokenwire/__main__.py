@@ -98,34 +98,24 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     print("vs ref: speedup over the pure-Python reference; /orjson: time relative to orjson.loads(raw)")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _int_argument(minimum: int, expected: str, bound: str) -> Callable[[str], int]:
+    """An argparse type: an int of at least ``minimum``; the messages name what is expected."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {bound}, got {value}")
+        return value
+
+    return parse
 
 
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of processes, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 (every core) or more, got {value}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a count, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
-    return value
+_positive = _int_argument(1, "a positive integer", "a positive integer")
+_jobs = _int_argument(0, "a number of processes", "0 (every core) or more")
+_count = _int_argument(0, "a count", "0 or more")
 
 
 def _parser() -> argparse.ArgumentParser:

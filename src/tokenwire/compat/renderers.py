@@ -96,11 +96,8 @@ class _CompatibleError(MalformedResponseError):
         field: str | None = None,
         token: int | None = None,
     ) -> None:
-        self.reason = reason
-        self.choice = choice
-        self.field = field
-        self.token = token
-        ValueError.__init__(self, reason)
+        super().__init__(reason, choice=choice, field=field, token=token)
+        self.args = (reason,)  # str(exc): renderers' message, without the location
 
     @property
     def location(self) -> str:
