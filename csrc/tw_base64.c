@@ -592,12 +592,33 @@ TW_TARGET_AVX512 static size_t tw_enc_avx512(const uint8_t *s, size_t n,
 /* Public entry points                                                       */
 /* ------------------------------------------------------------------------ */
 
+/* Decode n (multiple of 4) unpadded characters into 3n/4 bytes on `path`
+   (SIMD for the bulk, scalar for the rest).  Returns nonzero if some
+   character is outside the alphabet. */
+static int tw_dec_body(const uint8_t *s, size_t n, uint8_t *d, int path)
+{
+    int bad = 0;
+    size_t i = 0;
+#ifdef TW_X86_SIMD
+    if (n >= 32) {
+        int p = tw_resolve(path);
+        if (p == TW_PATH_AVX512)
+            i = tw_dec_avx512(s, n, d, &bad);
+        else if (p == TW_PATH_AVX2)
+            i = tw_dec_avx2(s, n, d, &bad);
+    }
+#else
+    (void)path;
+#endif
+    return bad | tw_dec_scalar_body(s + i, n - i, d + i / 4 * 3);
+}
+
 ptrdiff_t tw_b64_decode(const char *src_, size_t len, uint8_t *dst, int path,
                         size_t *err_pos)
 {
     const uint8_t *s = (const uint8_t *)src_;
-    size_t body, i = 0, o;
-    int bad = 0;
+    size_t body, o;
+    int bad;
     uint8_t c2, c3;
     uint32_t q;
 
@@ -608,18 +629,7 @@ ptrdiff_t tw_b64_decode(const char *src_, size_t len, uint8_t *dst, int path,
        fail before writing anything. */
     if (TW_UNLIKELY(s[len - 1] == '=' && s[len - 2] == '=' && s[len - 3] == '='))
         goto fail;
-#ifdef TW_X86_SIMD
-    if (body >= 32) {
-        int p = tw_resolve(path);
-        if (p == TW_PATH_AVX512)
-            i = tw_dec_avx512(s, body, dst, &bad);
-        else if (p == TW_PATH_AVX2)
-            i = tw_dec_avx2(s, body, dst, &bad);
-    }
-#else
-    (void)path;
-#endif
-    bad |= tw_dec_scalar_body(s + i, body - i, dst + i / 4 * 3);
+    bad = tw_dec_body(s, body, dst, path);
     o = body / 4 * 3;
 
     /* Final quantum: "xxxx", "xxx=" or "xx==". */
@@ -659,25 +669,8 @@ size_t tw_b64_decode_prefix(const char *src, size_t avail, uint8_t *dst,
     enum { TW_PREFIX_BLOCK = 4096 };
     const uint8_t *s = (const uint8_t *)src;
     size_t done = 0;
-#ifdef TW_X86_SIMD
-    int p = tw_resolve(path);
-#else
-    (void)path;
-#endif
-    while (avail - done >= TW_PREFIX_BLOCK) {
-        int bad = 0;
-        size_t used = 0;
-#ifdef TW_X86_SIMD
-        if (p == TW_PATH_AVX512)
-            used = tw_dec_avx512(s + done, TW_PREFIX_BLOCK, dst, &bad);
-        else if (p == TW_PATH_AVX2)
-            used = tw_dec_avx2(s + done, TW_PREFIX_BLOCK, dst, &bad);
-#endif
-        if (!bad && used < TW_PREFIX_BLOCK)
-            bad = tw_dec_scalar_body(s + done + used, TW_PREFIX_BLOCK - used,
-                                     dst + used / 4 * 3);
-        if (bad)
-            break;
+    while (avail - done >= TW_PREFIX_BLOCK &&
+           !tw_dec_body(s + done, TW_PREFIX_BLOCK, dst, path)) {
         done += TW_PREFIX_BLOCK;
         dst += TW_PREFIX_BLOCK / 4 * 3;
     }

@@ -774,18 +774,20 @@ static void tws_free_blobs(tw_doc *d)
 
 void tw_doc_free(tw_doc *d)
 {
-    int path = d->path, decode = d->decode, b64_path = d->b64_path;
-    size_t max_depth = d->max_depth;
+    tw_doc settings;
     tws_free_blobs(d);
     free(d->blobs);
     free(d->choice);
     free(d->blank);
     free(d->stack);
-    memset(d, 0, sizeof *d);
-    d->path = path;
-    d->max_depth = max_depth;
-    d->decode = decode;
-    d->b64_path = b64_path;
+    tw_doc_init(&settings); /* keep every setting, nothing else */
+    settings.path = d->path;
+    settings.max_depth = d->max_depth;
+    settings.decode = d->decode;
+    settings.b64_path = d->b64_path;
+    settings.openai = d->openai;
+    settings.sglang = d->sglang;
+    *d = settings;
 }
 
 uint8_t *tw_take_blob(tw_doc *d, const tw_value *v, size_t *len)
@@ -990,12 +992,10 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
         TWS_FAIL(p, "UTF-8 byte order mark is not allowed");
     if (d->sglang) {
         /* the root is an item, or an array of them */
-        const uint8_t *s = p;
-        while (s < end && tws_ws(*s))
-            s++;
+        TWS_SKIP_WS();
         pobj = TWS_C_SGL_ITEM;
         parr = TWS_C_SGL_ITEMS;
-        if (s < end && *s != '[' && tws_add_choice(d, *s == '{'))
+        if (p < end && *p != '[' && tws_add_choice(d, *p == '{'))
             TWS_NOMEM(); /* a root that is not an array is item 0 (maybe not an object) */
     }
 

@@ -1,4 +1,6 @@
 #include "tw_validate.h"
+#include "tw_base64.h"
+#include "tw_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -193,7 +195,7 @@ row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, i
             unsigned hit = (unsigned)_mm256_movemask_ps(
                 _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpeq_epi32(a[k], s), valid[k])));
             if (hit) {
-                float value = vals[8 * k + (size_t)__builtin_ctz(hit)];
+                float value = vals[8 * k + tw_ctz32(hit)];
                 if (value == (float)TW_SENTINEL) break;
                 *out = value;
                 return TW_ROW_OK;
@@ -201,11 +203,6 @@ row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, i
         }
     }
     return TW_ROW_MISSING_SAMPLED;
-}
-
-static int have_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
 }
 
 static int have_avx512cd(void) {
@@ -225,20 +222,18 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
 #ifdef TW_X86
     if (simd >= 3 && have_avx512cd())
         vector = 3;
-    else if (simd >= 2 && have_avx2())
+    else if (simd >= 2 && tw_path_available(TW_PATH_AVX2))
         vector = 2;
 #else
     (void)simd;
 #endif
     tw_table table = {0};
-    int have_table = 0;
     if (!vector || longest > 32) {
         if (!table_init(&table, longest)) {
             table_free(&table);
             *kind = TW_ROW_NOMEM;
             return 0;
         }
-        have_table = 1;
     }
     ptrdiff_t failed = -1;
     int r = TW_ROW_OK;
@@ -260,7 +255,7 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
             break;
         }
     }
-    if (have_table) table_free(&table);
+    table_free(&table); /* all NULL when the table was not needed */
     *kind = r;
     return failed;
 }
