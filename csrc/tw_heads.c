@@ -1,4 +1,5 @@
 #include "tw_heads.h"
+#include "tw_util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -58,15 +59,7 @@ static void acc_add(exact_acc *a, double x) {
     for (unsigned i = w + 2; carry && i < ACC_LIMBS; i++) carry = ++a->w[i] == 0;
 }
 
-static unsigned top_bit(uint64_t v) { /* v != 0 */
-#if defined(__GNUC__) || defined(__clang__)
-    return 63u - (unsigned)__builtin_clzll(v);
-#else
-    unsigned b = 0;
-    while (v >>= 1) b++;
-    return b;
-#endif
-}
+static unsigned top_bit(uint64_t v) { return 63u - tw_clz64(v); } /* v != 0 */
 
 /* 64 bits of the accumulator starting at bit `from`. */
 static uint64_t acc_bits(const exact_acc *a, unsigned from) {
@@ -971,7 +964,7 @@ __attribute__((target(TW_AVX512_TARGET))) static int compact_row_avx512(const ui
             __m512i cb = _mm512_maskz_conflict_epi32(mb, b);
             repb = _mm512_test_epi32_mask(cb, cb);
             for (uint32_t left = mb & ~repb; left; left &= left - 1) {
-                unsigned j = (unsigned)__builtin_ctz(left);
+                unsigned j = tw_ctz32(left);
                 if (_mm512_mask_cmpeq_epi32_mask(ma, a, _mm512_set1_epi32((int)ids[16 + j])))
                     repb |= 1u << j;
             }
@@ -980,7 +973,7 @@ __attribute__((target(TW_AVX512_TARGET))) static int compact_row_avx512(const ui
     }
     /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
     for (uint32_t left = rep; left; left &= left - 1) {
-        unsigned j = (unsigned)__builtin_ctz(left);
+        unsigned j = tw_ctz32(left);
         uint32_t bits;
         memcpy(&bits, vals + j, sizeof bits);
         __m512i want = _mm512_set1_epi32((int)ids[j]), same = _mm512_set1_epi32((int)bits);

@@ -741,24 +741,6 @@ static inline int64_t twn_log2_pow5(int64_t q)
 /* ------------------------------------------------------------------------ */
 
 
-/* x != 0 */
-static inline unsigned twn_clz64(uint64_t x)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    return (unsigned)__builtin_clzll(x);
-#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_ARM64))
-    unsigned long i;
-    _BitScanReverse64(&i, x);
-    return 63u - (unsigned)i;
-#else
-    unsigned n = 0;
-    while (!(x >> 63)) {
-        x <<= 1;
-        n++;
-    }
-    return n;
-#endif
-}
 
 /* a * b = *hi * 2^64 + return value */
 static inline uint64_t twn_mul128(uint64_t a, uint64_t b, uint64_t *hi)
@@ -794,8 +776,6 @@ static inline double twn_from_bits(uint64_t b)
 /* Scanning kernels                                                          */
 /* ------------------------------------------------------------------------ */
 
-#define TWN_ONES UINT64_C(0x0101010101010101)
-#define TWN_HIGH UINT64_C(0x8080808080808080)
 
 
 #ifndef TWN_SSE2
@@ -803,39 +783,10 @@ static inline double twn_from_bits(uint64_t b)
    (a borrow can only mark bytes above a true match). */
 static inline uint64_t twn_eq8(uint64_t w, uint8_t c)
 {
-    uint64_t x = w ^ (TWN_ONES * c);
-    return (x - TWN_ONES) & ~x & TWN_HIGH;
+    uint64_t x = w ^ (TW_ONES * c);
+    return (x - TW_ONES) & ~x & TW_HIGH;
 }
 #endif
-
-/* End of the run of ASCII digits starting at p. */
-static inline const uint8_t *twn_digits(const uint8_t *p, const uint8_t *e)
-{
-#ifdef TWN_SSE2
-    while (e - p >= 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-        __m128i nd = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),
-                                  _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
-        uint32_t m = (uint32_t)_mm_movemask_epi8(nd);
-        if (m)
-            return p + tw_ctz32(m);
-        p += 16;
-    }
-#else
-    while (e - p >= 8) {
-        uint64_t w = tw_load_le64(p);
-        /* a non-digit byte has a high nibble != 3 or is > '9' */
-        uint64_t nd = ((w & (TWN_ONES * 0xF0)) ^ (TWN_ONES * 0x30)) |
-                      (((w + TWN_ONES * 0x06) & (TWN_ONES * 0xF0)) ^ (TWN_ONES * 0x30));
-        if (nd)
-            return p + tw_ctz64(nd) / 8;
-        p += 8;
-    }
-#endif
-    while (p < e && tw_is_digit(*p))
-        p++;
-    return p;
-}
 
 /* First '"' or '\\' in [p, e), or e. */
 static inline const uint8_t *twn_find_qb(const uint8_t *p, const uint8_t *e)
@@ -1081,13 +1032,6 @@ static const uint8_t *twn_skip_value(const uint8_t *p, const uint8_t *e)
 /* ------------------------------------------------------------------------ */
 
 
-static inline uint32_t twn_hex4(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v = v * 16 + (uint32_t)tw_hexval(p[i]);
-    return v;
-}
 
 /* Next character of a validated string body ending at se: its code point,
    0x80 for any raw non-ASCII byte (callers only compare against ASCII), and
@@ -1115,7 +1059,7 @@ static inline uint32_t twn_next_char(const uint8_t **sp, const uint8_t *se)
             *sp = se;
             return 0x80;
         }
-        cp = twn_hex4(s + 2);
+        cp = (uint32_t)tw_hex4(s + 2); /* validated: never -1 */
         *sp = s + 6; /* a following low surrogate decodes as >= 0x80 too */
         return cp;
     default: cp = s[1]; break; /* " \ / */
@@ -1165,7 +1109,7 @@ typedef struct {
 static inline void twn_split_at(uint64_t w, int64_t q, twn_split *s)
 {
     const uint64_t *t = TWN_POW5[q - TWN_QMIN];
-    unsigned lz = twn_clz64(w);
+    unsigned lz = tw_clz64(w);
     uint64_t a1, a0, b1, b0, lo, mid, hi, restmask;
     int64_t e2, g, d;
     int top;
@@ -1406,7 +1350,7 @@ static uint64_t twn_slow(const uint8_t *ip, const uint8_t *ie,
 /* Value of the 8 ASCII digits at p (most significant first). */
 static inline uint64_t twn_eight(const uint8_t *p)
 {
-    return tw_swar_digits8(tw_load_le64(p) - TWN_ONES * '0');
+    return tw_swar_digits8(tw_load_le64(p) - TW_ONES * '0');
 }
 
 static const uint64_t TWN_POW10_U64[20] = {
@@ -1452,8 +1396,8 @@ static const uint64_t TWN_POW5_U64[28] = {
    digits are moved to the top of the word and '0's put below them. */
 static inline uint64_t twn_short_digits(const uint8_t *p, size_t len)
 {
-    uint64_t v = (tw_load_le64(p) << (8 * (8 - len))) | (((TWN_ONES * '0') >> (8 * len - 1)) >> 1);
-    return tw_swar_digits8(v - TWN_ONES * '0');
+    uint64_t v = (tw_load_le64(p) << (8 * (8 - len))) | (((TW_ONES * '0') >> (8 * len - 1)) >> 1);
+    return tw_swar_digits8(v - TW_ONES * '0');
 }
 
 /* w * 10^len + value of the digits [p, p + len) (caller bounds the digit
@@ -1477,7 +1421,7 @@ static inline uint64_t twn_accum(uint64_t w, const uint8_t *p, size_t len, const
 /* Bits of u * 2^q, correctly rounded (u != 0, no overflow or underflow). */
 static uint64_t twn_scale2(uint64_t u, int64_t q)
 {
-    unsigned bl = 64u - twn_clz64(u);
+    unsigned bl = 64u - tw_clz64(u);
     uint64_t m;
     if (bl <= 53) { /* exact: m in [2^52, 2^53) */
         m = u << (53 - bl);
@@ -1638,11 +1582,11 @@ static const uint8_t *twn_number(const uint8_t *p, const uint8_t *e, double *out
 general:
 #endif
     ip = p;
-    p = ie = twn_digits(p, e);
+    p = ie = tw_digits(p, e);
     fp = fe = p;
     if (p < e && *p == '.') {
         fp = p + 1;
-        p = fe = twn_digits(fp, e);
+        p = fe = tw_digits(fp, e);
         integer = 0;
     }
     if (p < e && (*p | 0x20) == 'e') {
@@ -1681,15 +1625,15 @@ size_t tw_native_number(const char *s, size_t len, double *out)
     if (*q == '0')
         q++;
     else
-        q = twn_digits(q, e);
+        q = tw_digits(q, e);
     if (e - q >= 2 && q[0] == '.' && tw_is_digit(q[1]))
-        q = twn_digits(q + 1, e);
+        q = tw_digits(q + 1, e);
     if (q < e && (*q | 0x20) == 'e') {
         const uint8_t *x = q + 1;
         if (x < e && (*x == '+' || *x == '-'))
             x++;
         if (x < e && tw_is_digit(*x))
-            q = twn_digits(x, e);
+            q = tw_digits(x, e);
     }
     /* the rest of s may be read (it cannot continue the literal) unless
        it starts with a byte a literal could hold ("01", "1.5.", "1e") */
@@ -1832,8 +1776,7 @@ static inline const uint8_t *twn_token(const uint8_t *p, const uint8_t *e, int64
         p[8] == ':') {
         /* "token_id:" and 1..7 digits then the closing quote */
         uint64_t x = tw_load_le64(p + 9);
-        uint64_t nd = ((x & (TWN_ONES * 0xF0)) ^ (TWN_ONES * 0x30)) |
-                      (((x + TWN_ONES * 0x06) & (TWN_ONES * 0xF0)) ^ (TWN_ONES * 0x30));
+        uint64_t nd = tw_nondigit8(x);
         if (nd) {
             unsigned d = tw_ctz64(nd) / 8; /* first non-digit */
             if (d && p[9 + d] == '"') {
@@ -1866,7 +1809,7 @@ static inline const uint8_t *twn_token_id(const uint8_t *p, const uint8_t *e, in
     }
     if (s >= e || !tw_is_digit(*s))
         return twn_skip_value(p, e);
-    d = twn_digits(s, e);
+    d = tw_digits(s, e);
     if (d < e && (*d == '.' || (*d | 0x20) == 'e'))
         return twn_skip_value(p, e); /* a float */
     if (d - s > 10)

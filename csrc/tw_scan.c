@@ -57,25 +57,6 @@ static inline int tws_ws(uint8_t c)
 }
 
 
-/* End of the run of ASCII digits starting at p. */
-static inline const uint8_t *tws_digits(const uint8_t *p, const uint8_t *e)
-{
-#if defined(TWS_SSE2)
-    if (e - p >= 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-        __m128i nd = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),
-                                  _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
-        uint32_t m = (uint32_t)_mm_movemask_epi8(nd);
-        if (m)
-            return p + tw_ctz32(m);
-        p += 16;
-    }
-#endif
-    while (p < e && tw_is_digit(*p))
-        p++;
-    return p;
-}
-
 static inline const uint8_t *tws_skip_ws(const uint8_t *p, const uint8_t *e)
 {
     while (p < e && tws_ws(*p))
@@ -89,19 +70,6 @@ static inline int tws_special(uint8_t c)
     return (uint8_t)(c - 0x20) >= 0x60 || c == '"' || c == '\\';
 }
 
-
-/* Four hex digits at p (caller checked they exist), or -1. */
-static inline long tws_hex4(const uint8_t *p)
-{
-    long v = 0;
-    for (int i = 0; i < 4; i++) {
-        int h = tw_hexval(p[i]);
-        if (h < 0)
-            return -1;
-        v = v * 16 + h;
-    }
-    return v;
-}
 
 /* Length of the valid UTF-8 sequence (2..4 bytes) at p, or 0. */
 static inline size_t tws_utf8(const uint8_t *p, const uint8_t *end)
@@ -142,20 +110,18 @@ static inline size_t tws_utf8(const uint8_t *p, const uint8_t *end)
 
 enum { TWS_LV_SCALAR = 0, TWS_LV_SSE2 = 1, TWS_LV_AVX2 = 2 };
 
-#define TWS_ONES UINT64_C(0x0101010101010101)
-#define TWS_HIGH UINT64_C(0x8080808080808080)
 
 static const uint8_t *tws_skip_scalar(const uint8_t *p, const uint8_t *end)
 {
     while (end - p >= 8) {
         uint64_t w, q, s;
         memcpy(&w, p, 8);
-        q = w ^ (TWS_ONES * '"');
-        s = w ^ (TWS_ONES * '\\');
+        q = w ^ (TW_ONES * '"');
+        s = w ^ (TW_ONES * '\\');
         /* Any byte >= 0x80, < 0x20, == '"' or == '\\' (exact "any" tests). */
-        if ((w | ((w - TWS_ONES * 0x20) & ~w) | ((q - TWS_ONES) & ~q) |
-             ((s - TWS_ONES) & ~s)) &
-            TWS_HIGH)
+        if ((w | ((w - TW_ONES * 0x20) & ~w) | ((q - TW_ONES) & ~q) |
+             ((s - TW_ONES) & ~s)) &
+            TW_HIGH)
             break;
         p += 8;
     }
@@ -330,7 +296,7 @@ static const uint8_t *tws_escape(const uint8_t *p, const uint8_t *end, tws_err *
     }
     if (end - p < 6)
         goto truncated;
-    cp = tws_hex4(p + 2);
+    cp = tw_hex4(p + 2);
     if (cp < 0) {
         e->pos = p;
         e->msg = "invalid \\u escape in string";
@@ -350,7 +316,7 @@ static const uint8_t *tws_escape(const uint8_t *p, const uint8_t *end, tws_err *
     }
     if (end - p < 12)
         goto truncated;
-    lo = tws_hex4(p + 8);
+    lo = tw_hex4(p + 8);
     if (lo < 0) {
         e->pos = p + 6;
         e->msg = "invalid \\u escape in string";
@@ -495,7 +461,7 @@ static const uint8_t *tws_number(const uint8_t *p, const uint8_t *end,
             return NULL;
         }
     } else if ((unsigned)(*p - '1') < 9u) {
-        p = tws_digits(p + 1, end);
+        p = tw_digits(p + 1, end);
     } else {
         e->pos = p;
         e->msg = "invalid number: no digit after sign";
@@ -510,7 +476,7 @@ static const uint8_t *tws_number(const uint8_t *p, const uint8_t *end,
             e->msg = "invalid number: no digit after decimal point";
             return NULL;
         }
-        p = tws_digits(p + 1, end);
+        p = tw_digits(p + 1, end);
         integer = 0;
     }
     if (p < end && (*p | 0x20) == 'e') {
@@ -573,10 +539,10 @@ static size_t tws_unescape(const uint8_t *s, const uint8_t *e, uint8_t *d, size_
             s += 2;
             continue;
         }
-        cp = (uint32_t)tws_hex4(s + 2);
+        cp = (uint32_t)tw_hex4(s + 2);
         s += 6;
         if (cp >= 0xD800 && cp <= 0xDBFF) {
-            cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)tws_hex4(s + 2) - 0xDC00);
+            cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)tw_hex4(s + 2) - 0xDC00);
             s += 6;
         }
         if (cp < 0x80) {
@@ -1418,7 +1384,7 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
             uint64_t x;
             if (n - 1 >= 7 || (n > 1 && *p == '0'))
                 goto general;
-            x = tw_swar_digits8((tw_load_le64(p) ^ (TWS_ONES * '0')) << (8 * (8 - n)));
+            x = tw_swar_digits8((tw_load_le64(p) ^ (TW_ONES * '0')) << (8 * (8 - n)));
             if (x > max)
                 goto general;
             out[i++] = (int64_t)x;
@@ -1437,10 +1403,10 @@ general:
            eight bytes at a time; anything else (and the last few bytes)
            goes through tws_uint_elem. */
         if (TWS_LIKELY(e - p >= 8)) {
-            uint64_t w = tw_load_le64(p), dg = w ^ (TWS_ONES * '0');
+            uint64_t w = tw_load_le64(p), dg = w ^ (TW_ONES * '0');
             /* high bit of the first byte that is not a digit (bytes before
                it are 0..9, so the addition carries nothing into it) */
-            uint64_t nd = ((dg + TWS_ONES * 0x76) | dg) & TWS_HIGH;
+            uint64_t nd = ((dg + TW_ONES * 0x76) | dg) & TW_HIGH;
             unsigned n = nd ? tw_ctz64(nd) >> 3 : 8;
             uint8_t c = (uint8_t)(w >> (8 * (n & 7)));
             if (n - 1u < 7u && (c == ',' || c == ']' || tws_ws(c)) &&

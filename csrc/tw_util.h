@@ -9,6 +9,15 @@
 #include <intrin.h>
 #endif
 
+#if !defined(TW_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64))
+#define TW_UTIL_SSE2 1
+#include <emmintrin.h>
+#endif
+
+/* Every byte 0x01 / every byte's high bit, for 8-byte SWAR. */
+#define TW_ONES UINT64_C(0x0101010101010101)
+#define TW_HIGH UINT64_C(0x8080808080808080)
+
 /* Index of the lowest set bit of x (x != 0). */
 static inline unsigned tw_ctz64(uint64_t x)
 {
@@ -30,6 +39,25 @@ static inline unsigned tw_ctz64(uint64_t x)
 
 /* Index of the lowest set bit of x (x != 0). */
 static inline unsigned tw_ctz32(uint32_t x) { return tw_ctz64(x); }
+
+/* Number of leading zero bits of x (x != 0). */
+static inline unsigned tw_clz64(uint64_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return (unsigned)__builtin_clzll(x);
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_ARM64))
+    unsigned long i;
+    _BitScanReverse64(&i, x);
+    return 63u - (unsigned)i;
+#else
+    unsigned n = 0;
+    while (!(x >> 63)) {
+        x <<= 1;
+        n++;
+    }
+    return n;
+#endif
+}
 
 /* The 8 bytes at p as a little-endian word (byte 0 lowest) on any host. */
 static inline uint64_t tw_load_le64(const uint8_t *p)
@@ -66,6 +94,53 @@ static inline int tw_hexval(uint8_t c)
     if ((unsigned)(c - 'a') < 6u)
         return c - 'a' + 10;
     return -1;
+}
+
+/* Four hex digits at p (caller checked they exist), or -1. */
+static inline long tw_hex4(const uint8_t *p)
+{
+    long v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = tw_hexval(p[i]);
+        if (h < 0)
+            return -1;
+        v = v * 16 + h;
+    }
+    return v;
+}
+
+/* The high bit of every byte of w that is not an ASCII digit (a high
+   nibble other than 3, or above '9'); exact for every byte. */
+static inline uint64_t tw_nondigit8(uint64_t w)
+{
+    return ((w & (TW_ONES * 0xF0)) ^ (TW_ONES * 0x30)) |
+           (((w + TW_ONES * 0x06) & (TW_ONES * 0xF0)) ^ (TW_ONES * 0x30));
+}
+
+/* End of the run of ASCII digits starting at p. */
+static inline const uint8_t *tw_digits(const uint8_t *p, const uint8_t *e)
+{
+#ifdef TW_UTIL_SSE2
+    while (e - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i nd = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),
+                                  _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
+        uint32_t m = (uint32_t)_mm_movemask_epi8(nd);
+        if (m)
+            return p + tw_ctz32(m);
+        p += 16;
+    }
+#else
+    while (e - p >= 8) {
+        uint64_t nd = tw_nondigit8(tw_load_le64(p));
+        if (nd)
+            return p + tw_ctz64(nd) / 8;
+        p += 8;
+    }
+#endif
+    while (p < e && tw_is_digit(*p))
+        p++;
+    return p;
 }
 
 #endif
