@@ -387,7 +387,6 @@ _KIND_EXAMPLES = (None, 0.0, None, "", True, [], {})
 _NATIVE_CODES = (None, "not_object", "token", "number", "finite", "evidence", "missing_top",
                  "top_not_object", "top_no_id", "top_not_finite", "top_positive", "top_duplicate",
                  "sampled_not_number")
-_PROMPT = -1
 
 
 cdef object _decode(const char *buf, const tw_value *v, int path):
@@ -786,6 +785,11 @@ class _Scanned:
         cdef const tw_value *v = scan.value(self.index, path, self.fields)
         return super().ints(value, path, high) if v == NULL else scan.ints(v, high)
 
+    def length(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, self.fields)
+        return super().length(value, path) if v == NULL else v.count
+
 
 class _ScannedChoice(_Scanned, _Kernels):
     """The reference's rules over values read straight from the raw bytes."""
@@ -800,19 +804,14 @@ class _ScannedChoice(_Scanned, _Kernels):
         cdef const tw_value *v = scan.value(self.index, path)
         return super().blob(value, path) if v == NULL else scan.blob(v)
 
-    def length(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, path)
-        return v.count if v != NULL and v.type == TW_T_ARRAY else super().length(value, path)
-
     def original(self, value, path):
         """``logprobs`` with its ``content`` as the document holds it (the parsed copy's was
         left empty for the C reader)."""
         cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, "logprobs.content")
-        if path != "logprobs" or not isinstance(value, dict) or v == NULL or v.type != TW_T_ARRAY:
-            return value
-        return {**value, "content": orjson.loads(PyBytes_FromStringAndSize(scan.buf + v.start, v.end - v.start))}
+        cdef const tw_value *v = NULL
+        if path == "logprobs" and isinstance(value, dict):
+            v = scan.array(self.index, "logprobs.content", self.fields)
+        return value if v == NULL else {**value, "content": orjson.loads(scan.text(v))}
 
     def native_entries(self, content, ids, want_top):
         cdef _Scan scan = self.scan
@@ -902,39 +901,38 @@ class _ScannedReader(_Scanned, _openai._Reader):
 
     def numbers(self, value, path):
         cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, _NUMBER_FIELDS)
+        cdef const tw_value *v
         if type(value) is _RecordValues:
             return value.numbers, value.bad
+        v = scan.array(self.index, path, _NUMBER_FIELDS)
         return super().numbers(value, path) if v == NULL else scan.numbers(v)
 
     def token_strings(self, value, path):
         cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, _OPENAI_FIELDS)
+        cdef const tw_value *v = scan.array(self.index, path, self.fields)
         return super().token_strings(value, path) if v == NULL else scan.token_strings(v)
-
-    def length(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, _OPENAI_FIELDS)
-        return super().length(value, path) if v == NULL else v.count
 
     def element(self, value, path, index):
         cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, _NUMBER_FIELDS)
+        cdef const tw_value *v
         if type(value) is _RecordValues:
             return value.example
+        v = scan.array(self.index, path, _NUMBER_FIELDS)
         return super().element(value, path, index) if v == NULL else scan.element(v, index)
 
     def original(self, value, path):
         """``logprobs`` or ``raw_output`` as the document holds it (its arrays were left empty
         in the parsed copy), when it is kept in ``GenerateChoice.raw``."""
         cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, path, _OPENAI_FIELDS)
-        if path not in ("logprobs", "raw_output") or v == NULL or v.type != TW_T_OBJECT:
+        cdef const tw_value *v = NULL
+        if path in ("logprobs", "raw_output"):
+            v = scan.value(self.index, path, self.fields)
+        if v == NULL or v.type != TW_T_OBJECT:
             return value
         return orjson.loads(scan.text(v))
 
 
-class _ScannedItem(_Scanned, _openai._Reader):
+class _ScannedItem(_ScannedReader):
     """SGLang's rules over ``output_ids`` and ``[logprob, token_id, text]`` entries read
     straight from the raw bytes."""
 
@@ -944,21 +942,6 @@ class _ScannedItem(_Scanned, _openai._Reader):
         cdef _Scan scan = self.scan
         cdef const tw_value *v = scan.array(self.index, path, self.fields)
         return super().triples(value, path) if v == NULL else scan.triples(v)
-
-    def numbers(self, value, path):
-        if type(value) is _RecordValues:
-            return value.numbers, value.bad
-        return super().numbers(value, path)
-
-    def length(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, self.fields)
-        return super().length(value, path) if v == NULL else v.count
-
-    def element(self, value, path, index):
-        if type(value) is _RecordValues:
-            return value.example
-        return super().element(value, path, index)
 
 
 def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
