@@ -480,7 +480,7 @@ def test_inspect_field(tmp_path, capsys):
 
 def test_bench_reports_progress_on_long_runs(capsys, monkeypatch):
     monkeypatch.setattr(cli, "_median_seconds", lambda fn, budget: 1e-3)
-    rows = cli.bench(quick=True, as_json=True, names=["multi_choice"] * 4)  # ~2.4 s when timed
+    rows = cli.bench(quick=True, names=["multi_choice"] * 4)  # ~2.4 s when timed
     assert len(rows) == 4
     assert capsys.readouterr().err.count("multi_choice ...") == 4
     cli.bench(quick=True, names=["multi_choice"])  # ~0.6 s: quiet

@@ -40,7 +40,7 @@ def _tokens(response: tokenwire.GenerateResponse) -> int:
     return sum(len(c.completion_ids) for c in response.choices)
 
 
-def bench(quick: bool = False, as_json: bool = False, names: list[str] | None = None) -> list[dict[str, Any]]:
+def bench(quick: bool = False, names: list[str] | None = None) -> list[dict[str, Any]]:
     """Time every chosen workload. Progress goes to stderr (stdout stays a table or JSON)
     when the run is expected to last more than ~2 s, or once it has."""
     budget = 0.2 if quick else 1.0
@@ -183,7 +183,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "bench":
-        rows = bench(quick=args.quick, as_json=args.json, names=args.workload)
+        rows = bench(quick=args.quick, names=args.workload)
         if args.json:
             print(json.dumps({"implementation": tokenwire.implementation, "simd": tokenwire.simd_path(), "results": rows}, indent=2))
         else:

@@ -177,11 +177,11 @@ class Progress:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
+    for unit in ("B", "KB", "MB"):
+        if n < 1000:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1000
-    return f"{n:,.1f} TB"
+    return f"{n:,.1f} GB"
 
 
 def run(paths: list[str], options: Options, *, jobs: int = 1, input_kind: str = "auto",
