@@ -40,6 +40,8 @@ from ._reference import (
     _int_list,
     _is_int,
     _load,
+    _logprob_token_id,
+    _token_string_id,
 )
 from ._types import GenerateChoice, GenerateResponse, Ragged
 
@@ -175,26 +177,6 @@ def sglang_generate_request_params(
 # --- reading big values (the seam a compiled reader replaces) ------------------------------------
 
 
-def _token_string_id(token: Any) -> int | None:
-    """The id in a ``"token_id:N"`` string (ASCII digits, at most 2**32 - 1), else None."""
-    if isinstance(token, str) and token.startswith("token_id:"):
-        digits = token[9:]
-        if digits.isascii() and digits.isdigit():
-            token_id = int(digits)
-            if token_id <= MAX_TOKEN_ID:
-                return token_id
-    return None
-
-
-def _record_id(entry: dict[str, Any]) -> int | None:
-    """The id a logprob record names: its ``token_id`` field if present, else a
-    ``"token_id:N"`` token; None when it names none (or names it badly)."""
-    if "token_id" in entry:
-        token_id = entry["token_id"]
-        return token_id if _is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID else None
-    return _token_string_id(entry.get("token"))
-
-
 def _is_number(value: Any) -> bool:
     return type(value) is float or (type(value) is int and -_MAX_FLOAT_INT < value < _MAX_FLOAT_INT)
 
@@ -279,7 +261,7 @@ class _Reader(_Choice):
                 break
             if sampling and key not in entry and records.mixed is None:
                 records.mixed = index
-            ids.append(_record_id(entry))
+            ids.append(_logprob_token_id(entry))
             records.values.append(entry.get(key))
         return records
 
@@ -510,7 +492,7 @@ def _content_logprobs(
             for candidate in row:
                 if not isinstance(candidate, dict):
                     c.fail("Top logprob must be an object", field, index)
-                token_id = _record_id(candidate)
+                token_id = _logprob_token_id(candidate)
                 if token_id is None:
                     c.fail(
                         "top_logprobs candidates name decoded text, not token ids: unusable "
@@ -722,17 +704,16 @@ def _check_usage(usage: Any, choices: list[GenerateChoice], reader: Any) -> None
     only when there is one choice to attribute it to."""
     if not isinstance(usage, dict) or usage.get("completion_tokens") is None or len(choices) != 1:
         return
-    counted = usage["completion_tokens"]
-    c = reader(None)
+    _check_token_count(reader(None), usage["completion_tokens"], "usage.completion_tokens",
+                       len(choices[0].completion_ids))
+
+
+def _check_token_count(c: _Reader, counted: Any, field: str, n: int) -> None:
+    """A server's own count of completion tokens (``field``) agrees with the ``n`` ids."""
     if not _is_int(counted) or counted < 0:
-        c.fail("usage.completion_tokens must be a non-negative int", "usage.completion_tokens")
-    n = len(choices[0].completion_ids)
+        c.fail(f"{field} must be a non-negative int", field)
     if counted != n:
-        c.fail(
-            f"usage.completion_tokens is {counted} but the completion has {n} token ids "
-            f"({counted - n:+d})",
-            "usage.completion_tokens",
-        )
+        c.fail(f"{field} is {counted} but the completion has {n} token ids ({counted - n:+d})", field)
 
 
 def _has_keyed_heads(document: Any) -> bool:
@@ -874,18 +855,7 @@ def _parse_sglang_item(
     if logprobs is not None:
         values = sampled = _check_values(c, logprobs)
     if check_usage and meta.get("completion_tokens") is not None:
-        counted = meta["completion_tokens"]
-        if not _is_int(counted) or counted < 0:
-            c.fail(
-                "meta_info.completion_tokens must be a non-negative int",
-                "meta_info.completion_tokens",
-            )
-        if counted != len(ids):
-            c.fail(
-                f"meta_info.completion_tokens is {counted} but the completion has {len(ids)} "
-                f"token ids ({counted - len(ids):+d})",
-                "meta_info.completion_tokens",
-            )
+        _check_token_count(c, meta["completion_tokens"], "meta_info.completion_tokens", len(ids))
     if k is not None:
         field = "meta_info.output_top_logprobs"
         rows = _rows(c, meta.get("output_top_logprobs"), field, len(ids))

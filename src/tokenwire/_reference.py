@@ -375,18 +375,23 @@ def _parse_packed_logprobs(packed: Any, n: int, c: _Choice) -> np.ndarray:
 # --- sampled-token logprobs: native JSON ---------------------------------------------------------
 
 
+def _token_string_id(token: Any) -> int | None:
+    """The id in a ``"token_id:N"`` string (ASCII digits, at most 2**32 - 1), else None."""
+    if isinstance(token, str) and token.startswith("token_id:"):
+        digits = token[9:]
+        if digits.isascii() and digits.isdigit():
+            token_id = int(digits)
+            if token_id <= MAX_TOKEN_ID:
+                return token_id
+    return None
+
+
 def _logprob_token_id(entry: dict[str, Any]) -> int | None:
     """The id a logprob record names: ``token_id`` if present, else a ``"token_id:N"`` token."""
     if "token_id" in entry:
         token_id = entry["token_id"]
         return token_id if _is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID else None
-    token = entry.get("token")
-    if isinstance(token, str) and token.startswith("token_id:"):
-        digits = token[9:]
-        if digits.isascii() and digits.isdigit():
-            token_id = int(digits)
-            return token_id if token_id <= MAX_TOKEN_ID else None
-    return None
+    return _token_string_id(entry.get("token"))
 
 
 _NATIVE_SAMPLED = {
