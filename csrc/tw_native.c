@@ -1191,17 +1191,45 @@ static void twn_bn_mul_add(twn_bn *a, uint32_t m, uint32_t add)
         a->d[a->n++] = (uint32_t)c;
 }
 
+static const uint64_t TWN_POW5_U64[28] = {
+    UINT64_C(1),
+    UINT64_C(5),
+    UINT64_C(25),
+    UINT64_C(125),
+    UINT64_C(625),
+    UINT64_C(3125),
+    UINT64_C(15625),
+    UINT64_C(78125),
+    UINT64_C(390625),
+    UINT64_C(1953125),
+    UINT64_C(9765625),
+    UINT64_C(48828125),
+    UINT64_C(244140625),
+    UINT64_C(1220703125),
+    UINT64_C(6103515625),
+    UINT64_C(30517578125),
+    UINT64_C(152587890625),
+    UINT64_C(762939453125),
+    UINT64_C(3814697265625),
+    UINT64_C(19073486328125),
+    UINT64_C(95367431640625),
+    UINT64_C(476837158203125),
+    UINT64_C(2384185791015625),
+    UINT64_C(11920928955078125),
+    UINT64_C(59604644775390625),
+    UINT64_C(298023223876953125),
+    UINT64_C(1490116119384765625),
+    UINT64_C(7450580596923828125)};
+
 static void twn_bn_mul_pow5(twn_bn *a, int64_t k)
 {
-    static const uint32_t P5[14] = {1u, 5u, 25u, 125u, 625u, 3125u, 15625u,
-                                    78125u, 390625u, 1953125u, 9765625u,
-                                    48828125u, 244140625u, 1220703125u};
+    /* 5^13 is the largest power of 5 that fits the 32-bit multiplier */
     while (k >= 13) {
-        twn_bn_mul_add(a, P5[13], 0);
+        twn_bn_mul_add(a, (uint32_t)TWN_POW5_U64[13], 0);
         k -= 13;
     }
     if (k > 0)
-        twn_bn_mul_add(a, P5[k], 0);
+        twn_bn_mul_add(a, (uint32_t)TWN_POW5_U64[k], 0);
 }
 
 static void twn_bn_shl(twn_bn *a, int64_t bits)
@@ -1362,35 +1390,6 @@ static const uint64_t TWN_POW10_U64[20] = {
     UINT64_C(100000000000000000), UINT64_C(1000000000000000000),
     UINT64_C(10000000000000000000)};
 
-static const uint64_t TWN_POW5_U64[28] = {
-    UINT64_C(1),
-    UINT64_C(5),
-    UINT64_C(25),
-    UINT64_C(125),
-    UINT64_C(625),
-    UINT64_C(3125),
-    UINT64_C(15625),
-    UINT64_C(78125),
-    UINT64_C(390625),
-    UINT64_C(1953125),
-    UINT64_C(9765625),
-    UINT64_C(48828125),
-    UINT64_C(244140625),
-    UINT64_C(1220703125),
-    UINT64_C(6103515625),
-    UINT64_C(30517578125),
-    UINT64_C(152587890625),
-    UINT64_C(762939453125),
-    UINT64_C(3814697265625),
-    UINT64_C(19073486328125),
-    UINT64_C(95367431640625),
-    UINT64_C(476837158203125),
-    UINT64_C(2384185791015625),
-    UINT64_C(11920928955078125),
-    UINT64_C(59604644775390625),
-    UINT64_C(298023223876953125),
-    UINT64_C(1490116119384765625),
-    UINT64_C(7450580596923828125)};
 
 /* Value of the 1..8 ASCII digits at p when 8 bytes can be read there: the
    digits are moved to the top of the word and '0's put below them. */
@@ -2130,16 +2129,32 @@ static int twn_content_ok(const tw_value *v)
     return v && v->present && v->type == TW_T_ARRAY && v->end - v->start >= 2;
 }
 
+/* The first element of the recorded array arr (or its ']'), NULL if arr is
+   not an array; *e gets the end of its text. */
+static const uint8_t *twn_array_begin(const char *buf, const tw_value *arr, const uint8_t **e)
+{
+    if (!twn_content_ok(arr))
+        return NULL;
+    *e = (const uint8_t *)buf + arr->end;
+    return twn_ws((const uint8_t *)buf + arr->start + 1, *e);
+}
+
+/* p just after an element: the next element (or the closing ']'). */
+static inline const uint8_t *twn_array_next(const uint8_t *p, const uint8_t *e)
+{
+    p = twn_ws(p, e);
+    if (p < e && *p == ',')
+        p = twn_ws(p + 1, e);
+    return p;
+}
+
 int tw_native_count(const char *buf, const tw_value *content, size_t *total)
 {
-    const uint8_t *p, *e;
+    const uint8_t *e = NULL, *p = twn_array_begin(buf, content, &e);
     size_t t = 0;
     *total = 0;
-    if (!twn_content_ok(content))
+    if (!p)
         return TW_NATIVE_BAD_ARG;
-    p = (const uint8_t *)buf + content->start + 1;
-    e = (const uint8_t *)buf + content->end;
-    p = twn_ws(p, e);
     while (p < e && *p != ']') {
         if (*p == '{') {
             /* the room needed: the longest top_logprobs of the entry */
@@ -2182,9 +2197,7 @@ int tw_native_count(const char *buf, const tw_value *content, size_t *total)
         } else {
             p = twn_skip_value(p, e);
         }
-        p = twn_ws(p, e);
-        if (p < e && *p == ',')
-            p = twn_ws(p + 1, e);
+        p = twn_array_next(p, e);
     }
     *total = t;
     return TW_NATIVE_OK;
@@ -2292,25 +2305,6 @@ int tw_native_parse(const char *buf, const tw_value *content, size_t n,
 /* ------------------------------------------------------------------------ */
 /* Flat arrays of the OpenAI-compatible completions format                   */
 /* ------------------------------------------------------------------------ */
-
-/* The first element of the recorded array arr (or its ']'), NULL if arr is
-   not an array; *e gets the end of its text. */
-static const uint8_t *twn_array_begin(const char *buf, const tw_value *arr, const uint8_t **e)
-{
-    if (!twn_content_ok(arr))
-        return NULL;
-    *e = (const uint8_t *)buf + arr->end;
-    return twn_ws((const uint8_t *)buf + arr->start + 1, *e);
-}
-
-/* p just after an element: the next element (or the closing ']'). */
-static inline const uint8_t *twn_array_next(const uint8_t *p, const uint8_t *e)
-{
-    p = twn_ws(p, e);
-    if (p < e && *p == ',')
-        p = twn_ws(p + 1, e);
-    return p;
-}
 
 ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out)
 {
