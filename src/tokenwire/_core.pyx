@@ -103,6 +103,19 @@ cdef inline const char *_start(const unsigned char[::1] view) noexcept:
 DEF _NOGIL_MIN = 16384
 
 
+cdef int _acquire(object data, Py_buffer *buf, const char **src, Py_ssize_t *size) except -1:
+    """Point ``src``/``size`` at the bytes of ``data``: a str's UTF-8, or any C-contiguous
+    buffer, which ``buf`` then holds. Returns 1 when ``buf`` must be released."""
+    if isinstance(data, str):
+        src[0] = PyUnicode_AsUTF8AndSize(data, size)
+        return 0
+    if PyObject_GetBuffer(data, buf, PyBUF_C_CONTIGUOUS) < 0:
+        raise TypeError(f"expected str or a bytes-like object, not {type(data).__name__}")
+    src[0] = <const char *>buf.buf
+    size[0] = buf.len
+    return 1
+
+
 def b64decode(data, out=None):
     """Strictly decode base64 ``data`` (str or bytes-like) to a uint8 array, into ``out`` when given."""
     cdef Py_buffer buf
@@ -113,16 +126,7 @@ def b64decode(data, out=None):
     cdef uint8_t *dst
     cdef int path = _path
     cdef cnp.npy_intp dims[1]
-    cdef bint borrowed
-    if isinstance(data, str):
-        src = PyUnicode_AsUTF8AndSize(data, &size)
-        borrowed = False
-    else:
-        if PyObject_GetBuffer(data, &buf, PyBUF_C_CONTIGUOUS) < 0:
-            raise TypeError(f"expected str or a bytes-like object, not {type(data).__name__}")
-        borrowed = True
-        src = <const char *>buf.buf
-        size = buf.len
+    cdef bint borrowed = _acquire(data, &buf, &src, &size)
     try:
         need = tw_b64_decoded_size(src, <size_t>size)
         if need < 0:
@@ -130,16 +134,13 @@ def b64decode(data, out=None):
         if out is None:
             dims[0] = need
             result = cnp.PyArray_SimpleNew(1, dims, cnp.NPY_UINT8)
-        elif (type(out) is np.ndarray and cnp.PyArray_TYPE(out) == cnp.NPY_UINT8
-              and cnp.PyArray_IS_C_CONTIGUOUS(out) and cnp.PyArray_ISWRITEABLE(out)):
+        else:
+            if not (type(out) is np.ndarray and cnp.PyArray_TYPE(out) == cnp.NPY_UINT8
+                    and cnp.PyArray_IS_C_CONTIGUOUS(out) and cnp.PyArray_ISWRITEABLE(out)):
+                out = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
             if cnp.PyArray_SIZE(out) < need:
                 raise ValueError(f"output buffer holds {cnp.PyArray_SIZE(out)} bytes, {need} needed")
             result = out if cnp.PyArray_SIZE(out) == need else out[:need]
-        else:
-            result = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
-            if result.shape[0] < need:
-                raise ValueError(f"output buffer holds {result.shape[0]} bytes, {need} needed")
-            result = result[:need]
         if need == 0:
             return result
         dst = <uint8_t *>cnp.PyArray_DATA(result)
@@ -159,30 +160,21 @@ def b64decode(data, out=None):
 def b64encode(data):
     """Standard base64 with padding, as bytes (str or any contiguous buffer in)."""
     cdef Py_buffer buf
-    cdef const uint8_t *src
+    cdef const char *src
     cdef Py_ssize_t size = 0
     cdef size_t need
     cdef char *dst
     cdef int path = _path
-    cdef bint borrowed
-    if isinstance(data, str):
-        src = <const uint8_t *>PyUnicode_AsUTF8AndSize(data, &size)
-        borrowed = False
-    else:
-        if PyObject_GetBuffer(data, &buf, PyBUF_C_CONTIGUOUS) < 0:
-            raise TypeError(f"expected str or a bytes-like object, not {type(data).__name__}")
-        borrowed = True
-        src = <const uint8_t *>buf.buf
-        size = buf.len
+    cdef bint borrowed = _acquire(data, &buf, &src, &size)
     try:
         need = tw_b64_encoded_size(<size_t>size)
         result = PyBytes_FromStringAndSize(NULL, need)
         dst = PyBytes_AS_STRING(result)
         if size >= _NOGIL_MIN:
             with nogil:
-                tw_b64_encode(src, <size_t>size, dst, path)
+                tw_b64_encode(<const uint8_t *>src, <size_t>size, dst, path)
         else:
-            tw_b64_encode(src, <size_t>size, dst, path)
+            tw_b64_encode(<const uint8_t *>src, <size_t>size, dst, path)
         return result
     finally:
         if borrowed:
