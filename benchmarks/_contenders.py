@@ -6,8 +6,6 @@ from typing import Any
 
 import orjson
 
-from tokenwire import _reference, samples
-
 
 def renderers_parse(client: Any, raw: bytes, k: int | None) -> Any:
     """renderers' generate() path over the response, for every choice."""
@@ -42,5 +40,4 @@ def base64_spans(raw: bytes) -> list[bytes]:
     return spans
 
 
-WORKLOADS = list(samples.SAMPLES)
-__all__ = ["WORKLOADS", "_reference", "base64_spans", "renderers_parse"]
+__all__ = ["base64_spans", "renderers_parse"]

@@ -25,10 +25,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def moe_response(tokens: int) -> bytes:
-    completion = max(tokens // 4, 1)
-    ev = samples.evidence(completion, 0, seed=7)
-    choice = samples.build_choice(ev, transport="packed", routed=samples.routing(tokens - 1, seed=7))
-    return samples.dumps(samples.response([choice], prompt_tokens=tokens - completion, seed=7))
+    return samples.moe_response(tokens, max(tokens // 4, 1), seed=7)
 
 
 def best_seconds(fn, budget: float = 0.5) -> float:

@@ -37,10 +37,7 @@ def peak_growth(fn) -> tuple[int, object]:
 
 
 def moe_response(tokens: int) -> bytes:
-    completion = 8192
-    ev = samples.evidence(completion, 0, seed=5)
-    choice = samples.build_choice(ev, transport="packed", routed=samples.routing(tokens - 1, seed=5))
-    return samples.dumps(samples.response([choice], prompt_tokens=tokens - completion, seed=5))
+    return samples.moe_response(tokens, 8192, seed=5)
 
 
 def threads(raw: bytes, count: int, seconds: float = 2.0) -> float:

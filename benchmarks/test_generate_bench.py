@@ -6,9 +6,9 @@ import orjson
 import pytest
 
 import tokenwire
-from tokenwire import _reference, samples
+from tokenwire import _reference
 
-from ._contenders import WORKLOADS, base64_spans, renderers_parse
+from ._contenders import base64_spans, renderers_parse
 
 try:
     import renderers.client as renderers_client
@@ -19,11 +19,6 @@ try:
 except ImportError:
     pybase64 = None
 
-
-@pytest.fixture(params=WORKLOADS)
-def workload(request):
-    spec = samples.SAMPLES[request.param]
-    return spec.name, spec.raw, spec.top_k
 
 
 def test_tokenwire(benchmark, workload):

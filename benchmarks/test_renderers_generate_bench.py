@@ -21,8 +21,6 @@ import pytest
 from tokenwire import samples
 from tokenwire.compat import renderers as compat
 
-from ._contenders import WORKLOADS
-
 try:
     import httpx
     import renderers.client as renderers_client
@@ -75,11 +73,6 @@ def generate(raw: bytes, top_k: int | None) -> dict[str, Any]:
         max_prompt_len=1 << 20,  # no /models lookup
     ))
 
-
-@pytest.fixture(params=WORKLOADS)
-def workload(request):
-    spec = samples.SAMPLES[request.param]
-    return spec.name, spec.raw, spec.top_k
 
 
 def test_renderers_generate(benchmark, workload):

@@ -258,11 +258,16 @@ def _native_2k_top20() -> bytes:
     return dumps(response([build_choice(ev, transport="native")], prompt_tokens=1024, seed=3))
 
 
+def moe_response(tokens: int, completion: int, *, seed: int = 0) -> bytes:
+    """A response with packed logprobs for ``completion`` sampled tokens and MoE routing
+    (48 layers x top-8, uint8) for all ``tokens`` positions but the last, the prompt first."""
+    ev = evidence(completion, 0, seed=seed)
+    choice = build_choice(ev, transport="packed", routed=routing(tokens - 1, seed=seed))
+    return dumps(response([choice], prompt_tokens=tokens - completion, seed=seed))
+
+
 def _moe_16k() -> bytes:
-    prompt, completion = 8192, 8192
-    ev = evidence(completion, 0, seed=4)
-    choice = build_choice(ev, transport="packed", routed=routing(prompt + completion - 1, seed=4))
-    return dumps(response([choice], prompt_tokens=prompt, seed=4))
+    return moe_response(16384, 8192, seed=4)
 
 
 def _multi_choice() -> bytes:
