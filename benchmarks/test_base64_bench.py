@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 
 import numpy as np
 import pytest
@@ -26,17 +27,14 @@ def payload(request):
     return request.param, base64.b64encode(raw)
 
 
-@pytest.mark.parametrize("path", PATHS)
-def test_tokenwire_decode(benchmark, payload, path):
+@contextlib.contextmanager
+def _tokenwire_path(path):
+    """Our base64 path forced for the duration (skips where the CPU lacks it)."""
     if _core is None or path not in _core.simd_paths():
         pytest.skip(f"{path} is not available here")
-    size, text = payload
-    benchmark.group = f"b64decode {size}"
-    benchmark.extra_info["bytes"] = len(text)
-    out = np.empty(len(text) // 4 * 3, dtype=np.uint8)
     previous = _core.set_simd_path(path)
     try:
-        benchmark(_core.b64decode, text, out)
+        yield
     finally:
         _core.set_simd_path(previous)
 
@@ -46,14 +44,11 @@ def test_tokenwire_decode(benchmark, payload, path):
 PYBASE64_FLAGS = {"scalar": 0, "avx2": 64, "avx512": 128}
 
 
-@pytest.mark.skipif(pybase64 is None, reason="pybase64 is not installed")
-@pytest.mark.parametrize("path", ["default", *PATHS])
-def test_pybase64_decode(benchmark, payload, path):
-    size, text = payload
-    benchmark.group = f"b64decode {size}"
-    benchmark.extra_info["bytes"] = len(text)
+@contextlib.contextmanager
+def _pybase64_path(path):
+    """pybase64 forced onto ``path`` for the duration ("default": left alone)."""
     if path == "default":
-        benchmark(pybase64.b64decode, text, validate=True)
+        yield
         return
     module = pybase64._pybase64
     if not hasattr(module, "_set_simd_path"):
@@ -63,24 +58,39 @@ def test_pybase64_decode(benchmark, payload, path):
     try:
         if path != "scalar" and module._get_simd_path() != PYBASE64_FLAGS[path]:
             pytest.skip(f"pybase64 cannot run {path} here")
-        benchmark(pybase64.b64decode, text, validate=True)
+        yield
     finally:
         module._set_simd_path(previous)
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_tokenwire_decode(benchmark, payload, path):
+    size, text = payload
+    benchmark.group = f"b64decode {size}"
+    benchmark.extra_info["bytes"] = len(text)
+    out = np.empty(len(text) // 4 * 3, dtype=np.uint8)
+    with _tokenwire_path(path):
+        benchmark(_core.b64decode, text, out)
+
+
+@pytest.mark.skipif(pybase64 is None, reason="pybase64 is not installed")
+@pytest.mark.parametrize("path", ["default", *PATHS])
+def test_pybase64_decode(benchmark, payload, path):
+    size, text = payload
+    benchmark.group = f"b64decode {size}"
+    benchmark.extra_info["bytes"] = len(text)
+    with _pybase64_path(path):
+        benchmark(pybase64.b64decode, text, validate=True)
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_tokenwire_encode(benchmark, payload, path):
-    if _core is None or path not in _core.simd_paths():
-        pytest.skip(f"{path} is not available here")
     size, text = payload
     raw = base64.b64decode(text)
     benchmark.group = f"b64encode {size}"
     benchmark.extra_info["bytes"] = len(text)
-    previous = _core.set_simd_path(path)
-    try:
+    with _tokenwire_path(path):
         benchmark(_core.b64encode, raw)
-    finally:
-        _core.set_simd_path(previous)
 
 
 @pytest.mark.skipif(pybase64 is None, reason="pybase64 is not installed")
@@ -90,15 +100,5 @@ def test_pybase64_encode(benchmark, payload, path):
     raw = base64.b64decode(text)
     benchmark.group = f"b64encode {size}"
     benchmark.extra_info["bytes"] = len(text)
-    if path == "default":
+    with _pybase64_path(path):
         benchmark(pybase64.b64encode, raw)
-        return
-    module = pybase64._pybase64
-    previous = module._get_simd_path()
-    module._set_simd_path(PYBASE64_FLAGS[path])
-    try:
-        if path != "scalar" and module._get_simd_path() != PYBASE64_FLAGS[path]:
-            pytest.skip(f"pybase64 cannot run {path} here")
-        benchmark(pybase64.b64encode, raw)
-    finally:
-        module._set_simd_path(previous)
