@@ -162,7 +162,7 @@ def encode_compact_logprobs(
     bounds = _integers(offsets, "offsets")
     data = np.concatenate([row_ids.astype("<u4").view(np.uint8), values.view(np.uint8)])
     field = {
-        "data": Blob(_implementation().b64encode(data), data),
+        "data": _blob(data),
         "format": COMPACT_FORMAT,
         "offsets": bounds.tolist(),
         "num_top_logprobs": num_top_logprobs,
