@@ -265,11 +265,7 @@ cdef extern from "tw_heads.h" nogil:
 
 
 # tw_heads' codes, as the reference words them; and its path numbers for ours.
-_HEAD_REASONS = (None, "Sampler head and sampled-token logprob disagree",
-                 "Missing sampling-support probabilities",
-                 "Sampler probabilities must normalize over the recorded support",
-                 "Invalid sampler head probability mass",
-                 "Engine returned fewer top logprobs than requested")
+_HEAD_REASONS = (None, *_reference.HEAD_REASONS)
 
 
 cdef inline int _heads_path() noexcept:

@@ -500,6 +500,15 @@ def _parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: _Choice) ->
 # --- top-k head ----------------------------------------------------------------------------------
 
 
+# select_head's refusals; HEAD_REASONS lists them in the order of tw_heads' codes 1..5.
+_HEAD_DISAGREE = "Sampler head and sampled-token logprob disagree"
+_HEAD_MISSING_SUPPORT = "Missing sampling-support probabilities"
+_HEAD_NOT_NORMALIZED = "Sampler probabilities must normalize over the recorded support"
+_HEAD_BAD_MASS = "Invalid sampler head probability mass"
+_HEAD_TOO_FEW = "Engine returned fewer top logprobs than requested"
+HEAD_REASONS = (_HEAD_DISAGREE, _HEAD_MISSING_SUPPORT, _HEAD_NOT_NORMALIZED, _HEAD_BAD_MASS, _HEAD_TOO_FEW)
+
+
 def select_head(
     head: dict[int, float],
     sampled_id: int,
@@ -515,7 +524,7 @@ def select_head(
     if sampled_id in head and not math.isclose(
         head[sampled_id], sampled_logprob, rel_tol=1e-6, abs_tol=1e-5
     ):
-        raise MalformedResponseError("Sampler head and sampled-token logprob disagree")
+        raise MalformedResponseError(_HEAD_DISAGREE)
     # Candidates at the sentinel were filtered out by the sampler (-inf on the engine side).
     ranked = sorted(
         ((i, p) for i, p in head.items() if p != VLLM_LOGPROB_SENTINEL),
@@ -524,14 +533,12 @@ def select_head(
     if support is not None:
         support_set = set(support)
         if not support_set.issubset(i for i, _ in ranked):
-            raise MalformedResponseError("Missing sampling-support probabilities")
+            raise MalformedResponseError(_HEAD_MISSING_SUPPORT)
         ranked = [(i, p) for i, p in ranked if i in support_set]
         if not math.isclose(
             math.fsum(math.exp(p) for _, p in ranked), 1.0, rel_tol=0, abs_tol=1e-4
         ):
-            raise MalformedResponseError(
-                "Sampler probabilities must normalize over the recorded support"
-            )
+            raise MalformedResponseError(_HEAD_NOT_NORMALIZED)
     elif len(ranked) > k and ranked[k - 1][1] == ranked[k][1]:
         # A tie across the k-th place: keeping any of the tied candidates would make the
         # head depend on the order the engine happened to list them in.
@@ -540,9 +547,9 @@ def select_head(
     else:
         ranked = ranked[:k]
     if not ranked or math.fsum(math.exp(p) for _, p in ranked) > 1.0001:
-        raise MalformedResponseError("Invalid sampler head probability mass")
+        raise MalformedResponseError(_HEAD_BAD_MASS)
     if support is None and len(head) < k + 2:
-        raise MalformedResponseError("Engine returned fewer top logprobs than requested")
+        raise MalformedResponseError(_HEAD_TOO_FEW)
     return [i for i, _ in ranked], [p for _, p in ranked]
 
 
