@@ -643,11 +643,7 @@ static int select_one(const int64_t *ids, const double *lps, size_t len, int64_t
     }
     size_t kk = (uint64_t)k < m ? (size_t)k : m;
     rank_top(oid, olp, m, kk < m ? kk + 1 : m);
-    if (kk < m && olp[kk - 1] == olp[kk]) {
-        double boundary = olp[kk];
-        while (kk > 0 && olp[kk - 1] == boundary) kk--;
-    }
-    *r = kk;
+    *r = kept(olp, 0, m, k); /* ranked in place: shape 0 */
     return TW_HEAD_OK;
 }
 
