@@ -262,6 +262,12 @@ def _loads(raw: bytes) -> tuple[Any, str | None]:
         return None, f"invalid JSON: {exc}"
 
 
+def field_bytes(value: Any) -> bytes:
+    """The record a ``--field`` value stands for: a string is a response body stored as a JSON
+    string (its text), anything else is serialized again."""
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else orjson.dumps(value)
+
+
 def check_record(
     raw: bytes, fmt: str, field: tuple[str, ...] | None, top_k: int | None
 ) -> tuple[str | None, Defect | None]:
@@ -279,10 +285,9 @@ def check_record(
             document = resolve_field(document, field)
         except FieldMissing as exc:
             return None, Defect("unrecognized", prefix, str(exc))
+        raw = field_bytes(document)
         if isinstance(document, str):  # a response body stored as a JSON string
-            raw, document = document.encode("utf-8", "surrogatepass"), None
-        else:
-            raw = orjson.dumps(document)
+            document = None
     tried = FORMATS[fmt] if fmt != "auto" else GENERATE
     try:
         error = _run(tried, raw, top_k)

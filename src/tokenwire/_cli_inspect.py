@@ -12,7 +12,7 @@ import orjson
 
 import tokenwire
 
-from ._cli_formats import CLASSES, FieldMissing, check_record, resolve_field
+from ._cli_formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
 from ._cli_io import InputError, expand_paths, first_record
 
 __all__ = ["describe", "main"]
@@ -202,7 +202,7 @@ def main(args: Any) -> int:
             raise InputError(f"{source.name}: the record is not JSON ({exc}), so it has no --field") from None
         except FieldMissing as exc:
             raise InputError(f"{source.name}: {exc}") from None
-        raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else orjson.dumps(value)
+        raw = field_bytes(value)
     info = {"file": source.name, "line": number or None, **describe(raw, fmt=args.format, top_k=args.top_k)}
     if args.field:
         info["field"] = args.field
