@@ -117,6 +117,16 @@ def test_decodes_into_a_caller_buffer(impl):
         impl.b64decode(b"QUJDREVG", np.zeros(2, dtype=np.uint8))
 
 
+def test_refuses_a_read_only_caller_buffer(impl):
+    frozen = bytes(3)
+    locked = np.zeros(3, dtype=np.uint8)
+    locked.flags.writeable = False
+    for out in (frozen, locked, memoryview(bytearray(3)).toreadonly()):
+        with pytest.raises(ValueError, match="read-only"):
+            impl.b64decode(b"QUJD", out)
+    assert frozen == bytes(3) and not locked.any()
+
+
 def test_accepts_every_bytes_like(impl):
     for data in (b"QUJD", bytearray(b"QUJD"), memoryview(b"QUJD"), "QUJD", np.frombuffer(b"QUJD", np.uint8)):
         assert impl.b64decode(data).tobytes() == b"ABC"

@@ -140,6 +140,8 @@ def b64decode(data, out=None):
                 out = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
             if cnp.PyArray_SIZE(out) < need:
                 raise ValueError(f"output buffer holds {cnp.PyArray_SIZE(out)} bytes, {need} needed")
+            if not cnp.PyArray_ISWRITEABLE(out):
+                raise ValueError("output buffer is read-only")
             result = out if cnp.PyArray_SIZE(out) == need else out[:need]
         if need == 0:
             return result

@@ -78,6 +78,8 @@ def b64decode(data: Any, out: Any = None) -> np.ndarray:
     target = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
     if len(target) < len(decoded):
         raise ValueError(f"output buffer holds {len(target)} bytes, {len(decoded)} needed")
+    if not target.flags.writeable:
+        raise ValueError("output buffer is read-only")
     target[: len(decoded)] = np.frombuffer(decoded, dtype=np.uint8)
     return target[: len(decoded)]
 
