@@ -22,7 +22,7 @@ import orjson
 from ._errors import MalformedResponseError
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 
-__all__ = ["b64decode", "b64encode", "parse_generate_response", "select_head"]
+__all__ = ["b64decode", "b64encode", "parse_generate_response", "rows_to_lists", "select_head"]
 
 # vLLM writes this both for a missing logprob and as the clamp of -inf, so a sampled
 # token at this value carries no evidence; a top-k candidate at it was filtered out.
@@ -40,6 +40,33 @@ NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<
 _CONSUMED = ("index", "token_ids", "finish_reason", "sampling_mask", "kept_tokens", "routed_experts")
 
 _CANONICAL_B64 = re.compile(rb"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+
+def rows_to_lists(offsets: np.ndarray, *values: np.ndarray) -> list[list[list[Any]]]:
+    """Rows cut from flat arrays as Python lists: for each array in ``values``, the list of
+    ``values[offsets[i]:offsets[i + 1]].tolist()`` for every row ``i``.
+
+    The element types are ``ndarray.tolist()``'s (Python ints for integer arrays, floats for
+    float arrays). The compiled core builds the same lists without an intermediate flat list.
+    """
+    bounds = np.asarray(offsets).tolist()
+    n = len(bounds) - 1
+    out: list[list[list[Any]]] = []
+    for array in values:
+        array = np.asarray(array)
+        if n <= 0:
+            out.append([])
+            continue
+        start, end = bounds[0], bounds[n]
+        width = bounds[1] - start
+        if (0 <= start <= end <= len(array) and end - start == n * width
+                and all(b - a == width for a, b in zip(bounds, bounds[1:]))):
+            # Rows of one width (the usual head): one C call builds every list.
+            out.append(array[start:end].reshape(n, width).tolist())
+            continue
+        flat = array.tolist()
+        out.append([flat[a:b] for a, b in zip(bounds, bounds[1:])])
+    return out
 
 
 def _is_int(value: Any) -> bool:

@@ -43,9 +43,11 @@ class Ragged:
             yield self[i]
 
     def to_lists(self) -> list[list[Any]]:
-        bounds = self.offsets.tolist()
-        values = self.values.tolist()
-        return [values[a:b] for a, b in zip(bounds, bounds[1:])]
+        """The rows as Python lists (of ints, or of floats), as ``values.tolist()`` has them."""
+        import tokenwire
+
+        rows: list[list[Any]] = tokenwire._impl.rows_to_lists(self.offsets, self.values)[0]
+        return rows
 
     def __repr__(self) -> str:
         return f"Ragged(rows={len(self)}, values={len(self.values)}, dtype={self.values.dtype})"

@@ -369,21 +369,13 @@ def _check_k(k: Any) -> int | None:
     return k
 
 
-def _rows(rows: Ragged) -> list[list[Any]]:
-    """CSR rows as a list of Python lists (ints or floats)."""
-    offsets = rows.offsets
-    n = len(offsets) - 1
-    if n <= 0:
-        return []
-    start, end = int(offsets[0]), int(offsets[n])
-    values = rows.values[start:end]
-    width = int(offsets[1]) - start
-    if end - start == n * width and (n == 1 or bool((np.diff(offsets) == width).all())):
-        # Rows of one width (the usual head): one C call builds every list.
-        return values.reshape(n, width).tolist()
-    bounds = (offsets - start).tolist()
-    flat = values.tolist()
-    return [flat[a:b] for a, b in zip(bounds, bounds[1:])]
+def _rows(*rows: Ragged) -> list[list[list[Any]]]:
+    """CSR rows as lists of Python lists (ints or floats); rows cut at the same offsets (a
+    head's ids and logprobs) are built in one call."""
+    offsets = rows[0].offsets
+    if all(r.offsets is offsets or np.array_equal(r.offsets, offsets) for r in rows):
+        return tokenwire._impl.rows_to_lists(offsets, *(r.values for r in rows))
+    return [tokenwire._impl.rows_to_lists(r.offsets, r.values)[0] for r in rows]
 
 
 # --- the replacements ----------------------------------------------------------------------------
@@ -457,7 +449,8 @@ def _parse_compact_logprobs(
     sampled, top_ids, top_logprobs, _ = _reference._parse_compact_logprobs(choice, ids, k, c)
     if top_ids is None or top_logprobs is None:  # no head requested
         return sampled.tolist(), None, None
-    return sampled.tolist(), _rows(top_ids), _rows(top_logprobs)
+    head_ids, head_logprobs = _rows(top_ids, top_logprobs)
+    return sampled.tolist(), head_ids, head_logprobs
 
 
 def _parse_completion_logprobs(choice: Mapping[str, Any], completion_ids: list[int]) -> list[float]:
@@ -496,7 +489,7 @@ def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -
     c = _Reader()
     ids = _ids(c, completion_ids)
     rows = _reference._parse_sampling_mask(_choice(c, choice), ids, c)
-    return None if rows is None else _rows(rows)
+    return None if rows is None else _rows(rows)[0]
 
 
 def _select_sampler_head(
@@ -530,7 +523,8 @@ def _parse_completion_top_logprobs(
     if head is None:
         raise ValueError("k must be a positive int, not None")
     top_ids, top_logprobs, _ = _reference._parse_native_heads(choice, ids, head, c)
-    return _rows(top_ids), _rows(top_logprobs)
+    head_ids, head_logprobs = _rows(top_ids, top_logprobs)
+    return head_ids, head_logprobs
 
 
 # --- JSON ----------------------------------------------------------------------------------------
