@@ -204,17 +204,6 @@ class _Reader(_Choice):
         """Raise the error at this choice (typed: nothing after a failed rule runs)."""
         raise MalformedResponseError(reason, choice=self.index, field=field, token=token)
 
-    def ints(self, value: Any, path: str, high: int) -> tuple[np.ndarray, int, int | None] | None:
-        """As :meth:`_Choice.ints`, with one vectorized check for the common all-valid list."""
-        if isinstance(value, list) and {type(x) for x in value} <= {int}:
-            try:
-                values = np.array(value, dtype=np.int64)
-            except OverflowError:  # an id beyond int64: the element-wise reading names it
-                values = None
-            if values is not None and (not len(values) or 0 <= values.min() <= values.max() <= high):
-                return values, len(values), None
-        return super().ints(value, path, high)
-
     def numbers(self, value: list[Any], path: str) -> tuple[np.ndarray, int | None]:
         """A list of JSON numbers: the values before the first element that is not a number
         (float64), and that element's index (or None)."""

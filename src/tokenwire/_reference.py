@@ -9,6 +9,7 @@ The compiled core must make the same decision on every input and return the same
 
 from __future__ import annotations
 
+import array
 import ast
 import base64
 import math
@@ -52,19 +53,19 @@ def rows_to_lists(offsets: np.ndarray, *values: np.ndarray) -> list[list[list[An
     bounds = np.asarray(offsets).tolist()
     n = len(bounds) - 1
     out: list[list[list[Any]]] = []
-    for array in values:
-        array = np.asarray(array)
+    for given in values:
+        flat_values = np.asarray(given)
         if n <= 0:
             out.append([])
             continue
         start, end = bounds[0], bounds[n]
         width = bounds[1] - start
-        if (0 <= start <= end <= len(array) and end - start == n * width
+        if (0 <= start <= end <= len(flat_values) and end - start == n * width
                 and all(b - a == width for a, b in zip(bounds, bounds[1:]))):
             # Rows of one width (the usual head): one C call builds every list.
-            out.append(array[start:end].reshape(n, width).tolist())
+            out.append(flat_values[start:end].reshape(n, width).tolist())
             continue
-        flat = array.tolist()
+        flat = flat_values.tolist()
         out.append([flat[a:b] for a, b in zip(bounds, bounds[1:])])
     return out
 
@@ -140,6 +141,16 @@ class _Choice:
         None when ``value`` is not a list."""
         if not isinstance(value, list):
             return None
+        high = min(high, 2**63 - 1)  # the values are int64
+        if value and set(map(type, value)) == {int}:
+            # The common all-valid list in one C conversion; the element loop below runs
+            # only to find the first bad element.
+            try:
+                values = np.frombuffer(array.array("Q", value), dtype=np.uint64)
+            except OverflowError:  # a negative id, or one beyond 64 bits
+                values = None
+            if values is not None and int(values.max()) <= high:
+                return values.view(np.int64), len(value), None
         for i, x in enumerate(value):
             if not _is_int(x) or not 0 <= x <= high:
                 return np.array(value[:i], dtype=np.int64), len(value), i

@@ -20,7 +20,6 @@ renderers' own back; :func:`patched` does both around a block.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import importlib
 import inspect
@@ -157,18 +156,6 @@ class _Reader(_Base):  # type: ignore[misc, valid-type]
 
     def fail(self, reason: str, field: str | None = None, token: int | None = None):
         raise _error_type()(reason, choice=self.index, field=field, token=token)
-
-    def ints(self, value: Any, path: str, high: int) -> Any:
-        # One pass over the element types and one C conversion; the reference's element
-        # loop runs only to find the first bad element.
-        if type(value) is list and value and set(map(type, value)) == {int}:
-            try:
-                values = np.frombuffer(array.array("Q", value), dtype=np.uint64)
-            except OverflowError:  # a negative id, or one beyond 64 bits
-                values = None
-            if values is not None and int(values.max()) <= high:
-                return values.view(np.int64), len(value), None
-        return super().ints(value, path, high)
 
     def blob(self, value: Any, path: str) -> np.ndarray | None:
         if value is None:

@@ -1,7 +1,12 @@
-"""``rows_to_lists``: CSR rows as Python lists, the form renderers' callers receive heads and
+"""Python lists in and out.
+
+``rows_to_lists``: CSR rows as Python lists, the form renderers' callers receive heads and
 sampling masks in. The compiled core builds the lists itself; it must give exactly what the
 reference (numpy's ``tolist`` cut at the offsets) gives, element types included, for any
-offsets, and fall back to the reference for arrays it does not build from."""
+offsets, and fall back to the reference for arrays it does not build from.
+
+``ints``: a parsed JSON list of token ids (or offsets) read into an array, with the index of
+its first bad element; the compiled core's loop against the reference's."""
 
 from __future__ import annotations
 
@@ -140,3 +145,47 @@ def test_ragged_to_lists_uses_the_implementation():
     assert tokenwire._impl.rows_to_lists is (
         _core.rows_to_lists if tokenwire.implementation == "c" else _reference.rows_to_lists
     )
+
+
+def _reader(impl):
+    return (impl._Kernels if impl is not _reference else _reference._Choice)(0)
+
+
+ODD_ELEMENTS = [-1, 5, 2**31, 2**63, 2**64, -(2**70), True, False, 1.0, None, "1", [1]]
+
+
+@pytest.mark.parametrize("high", [4, 2**32 - 1, 2**63 - 1, 2**70])
+def test_ints_reads_a_list(impl, high):
+    reader = _reader(impl)
+    for value in ([], [0], [1, 2, 3], [4] * 9, [high % 2**63], [0, 2**32 - 1]):
+        values, length, bad = reader.ints(value, "token_ids", high)
+        if all(x <= high for x in value):
+            assert (values.tolist(), length, bad) == (value, len(value), None)
+            assert values.dtype == np.int64
+    assert reader.ints({"a": 1}, "token_ids", high) is None
+    assert reader.ints("1,2", "token_ids", high) is None
+
+
+@pytest.mark.parametrize("odd", ODD_ELEMENTS, ids=repr)
+@pytest.mark.parametrize("at", [0, 1, 5])
+def test_ints_stops_at_the_first_bad_element(impl, odd, at):
+    value = [1, 2, 3, 4, 0][:at] + [odd] + [1, "x"]
+    values, length, bad = _reader(impl).ints(value, "token_ids", 2**32 - 1)
+    ok = type(odd) is int and 0 <= odd < 2**32
+    assert length == len(value)
+    assert bad == (at + 2 if ok else at)
+    assert values.tolist() == value[:bad]
+
+
+@given(
+    value=st.lists(st.one_of(st.integers(0, 2**32 + 5), st.sampled_from(ODD_ELEMENTS)), max_size=40),
+    high=st.sampled_from([0, 7, 2**32 - 1, 2**63 - 1, 2**64]),
+)
+def test_ints_core_matches_reference(value, high):
+    if _core is None:
+        pytest.skip("the compiled core is not built")
+    expected = _reference._Choice(0).ints(value, "token_ids", high)
+    got = _core._Kernels(0).ints(value, "token_ids", high)
+    assert (got[0].tolist(), got[0].dtype, got[1:]) == (expected[0].tolist(), expected[0].dtype, expected[1:])
+    if expected[2] is None and value:  # the reference's one-conversion path, too
+        assert expected[0].tolist() == value
