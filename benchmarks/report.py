@@ -19,17 +19,19 @@ def contender(name: str) -> str:
 def main(path: str) -> None:
     data = json.load(open(path))
     groups: dict[str, dict[str, float]] = defaultdict(dict)
+    minima: dict[str, dict[str, float]] = defaultdict(dict)
     sizes: dict[str, int] = {}
     for bench in data["benchmarks"]:
         group = bench["group"] or bench["name"]
         groups[group][bench["name"]] = bench["stats"]["median"]
+        minima[group][bench["name"]] = bench["stats"]["min"]
         if "bytes" in bench.get("extra_info", {}):
             sizes[group] = bench["extra_info"]["bytes"]
     info = data.get("machine_info", {})
     print(f"Machine: {info.get('cpu', {}).get('brand_raw', platform.processor())}, "
           f"{info.get('cpu', {}).get('count', '?')} cores, Python {info.get('python_version', '?')}, "
           f"{data.get('datetime', '')}\n")
-    generate = {g: t for g, t in groups.items() if not g.startswith(("b64decode", "b64encode", "write"))}
+    generate = {g: t for g, t in groups.items() if not g.startswith(("b64decode", "b64encode", "write", "generate()"))}
     if generate:
         print("| workload | size | tokenwire | reference | renderers | orjson.loads | pybase64 spans | x renderers | x reference | / orjson | / pybase64 |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -50,6 +52,24 @@ def main(path: str) -> None:
             print(f"| {group} | {sizes.get(group, 0) / 2**20:.2f} MB | {ms('tokenwire')} | {ms('reference')} | "
                   f"{ms('renderers')} | {ms('orjson_loads')} | {ms('pybase64_spans')} | {ratio('renderers')} | "
                   f"{ratio('reference')} | {ratio('orjson_loads', True)} | {ratio('pybase64_spans', True)} |")
+        print()
+    drop_in = {g: t for g, t in groups.items() if g.startswith("generate()")}
+    if drop_in:
+        print("renderers' `generate()`, unpatched and patched (and, where timed, with parsers that only "
+              "make the return values); median / minimum, result freed outside the timed call:\n")
+        print("| workload | renderers | patched | speedup | return values only | bound |")
+        print("|---|---|---|---|---|---|")
+        for group, times in drop_in.items():
+            by = {contender(n): (t, minima[group][n]) for n, t in times.items()}
+            theirs, ours = by.get("renderers_generate"), by.get("renderers_generate_patched")
+            if theirs is None or ours is None:
+                continue
+            only = by.get("renderers_generate_return_values_only")
+            bound = "-" if only is None else f"{only[0] * 1e3:.2f} / {only[1] * 1e3:.2f} ms"
+            most = "-" if only is None else f"{theirs[0] / only[0]:.1f}x / {theirs[1] / only[1]:.1f}x"
+            print(f"| {group.removeprefix('generate() ')} | {theirs[0] * 1e3:.2f} / {theirs[1] * 1e3:.2f} ms | "
+                  f"{ours[0] * 1e3:.2f} / {ours[1] * 1e3:.2f} ms | {theirs[0] / ours[0]:.1f}x / "
+                  f"{theirs[1] / ours[1]:.1f}x | {bound} | {most} |")
         print()
     writes = {g: t for g, t in groups.items() if g.startswith("write")}
     for group, times in writes.items():
