@@ -134,6 +134,7 @@ def test_lists_are_owned_and_collectable():
     assert sys.getrefcount(rows) == 2
     assert all(sys.getrefcount(row) == 3 and gc.is_tracked(row) for row in rows)
     assert all(sys.getrefcount(x) == 3 for x in rows[5])
+    assert gc.is_tracked(rows)
     rows[7].append(rows)  # a cycle through a built row is collected
     del rows
     assert gc.collect() >= 1
