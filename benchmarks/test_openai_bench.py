@@ -56,18 +56,17 @@ def completions_response(n: int, *, token_strings: bool, seed: int = 3) -> bytes
     })
 
 
-def chat_response(n: int, *, seed: int = 4) -> bytes:
-    """What vLLM sends to ``/v1/chat/completions`` for ``logprobs: true, top_logprobs: 1,
+def chat_response(n: int, *, head: int = 1, seed: int = 4) -> bytes:
+    """What vLLM sends to ``/v1/chat/completions`` for ``logprobs: true, top_logprobs: head,
     return_token_ids, return_tokens_as_token_ids``."""
-    ev = samples.evidence(n, 1, seed=seed)
+    ev = samples.evidence(n, head, seed=seed)
     ids = ev.ids.tolist()
     logprobs = ev.logprobs.astype(np.float64).tolist()
-    top_ids = ev.cand_ids[:, 0].tolist()
-    top_lps = ev.cand_logprobs[:, 0].astype(np.float64).tolist()
+    rows = zip(ev.cand_ids[:, :head].tolist(), ev.cand_logprobs[:, :head].astype(np.float64).tolist())
     content = [
         {"token": f"token_id:{i}", "logprob": lp, "bytes": [116, 111, 107],
-         "top_logprobs": [{"token": f"token_id:{c}", "logprob": p, "bytes": [116]}]}
-        for i, lp, c, p in zip(ids, logprobs, top_ids, top_lps)
+         "top_logprobs": [{"token": f"token_id:{c}", "logprob": p, "bytes": [116]} for c, p in zip(cs, ps)]}
+        for i, lp, (cs, ps) in zip(ids, logprobs, rows)
     ]
     choice = {"index": 0, "message": {"role": "assistant", "content": "x" * n, "tool_calls": []},
               "logprobs": {"content": content}, "finish_reason": "length", "stop_reason": None,
@@ -91,38 +90,41 @@ def sglang_response(n: int, *, seed: int = 5) -> bytes:
     return samples.dumps({"text": "x" * n, "output_ids": ids, "meta_info": meta})
 
 
-# name: (bytes, tokenwire's parser, the reference's)
+# name: (bytes, tokenwire's parser[, the head size])
 WORKLOADS = {
     "completions_8k": (lambda: completions_response(TOKENS, token_strings=False), "parse_completions_response"),
     "completions_8k_token_strings": (lambda: completions_response(TOKENS, token_strings=True),
                                      "parse_completions_response"),
     "chat_8k": (lambda: chat_response(TOKENS), "parse_chat_completions_response"),
+    # A head of 5 from 7 candidates (k + 2, as a head needs).
+    "chat_8k_top5": (lambda: chat_response(TOKENS, head=7), "parse_chat_completions_response", 5),
     "sglang_8k": (lambda: sglang_response(TOKENS), "parse_sglang_generate_response"),
 }
 
 
 @pytest.fixture(params=list(WORKLOADS), scope="module")
 def workload(request):
-    build, parser = WORKLOADS[request.param]
-    return request.param, build(), parser
+    build, parser, *head = WORKLOADS[request.param]
+    return request.param, build(), parser, head[0] if head else None
 
 
 def test_tokenwire(benchmark, workload):
-    name, raw, parser = workload
+    name, raw, parser, k = workload
     benchmark.group = name
     benchmark.extra_info["bytes"] = len(raw)
-    result = benchmark(getattr(tokenwire, parser), raw)
+    result = benchmark(getattr(tokenwire, parser), raw, top_k=k)
     (choice,) = result.choices
     assert len(choice.completion_ids) == len(choice.completion_logprobs) == TOKENS
+    assert k is None or len(choice.completion_top_ids.values) == k * TOKENS
 
 
 def test_reference(benchmark, workload):
-    name, raw, parser = workload
+    name, raw, parser, k = workload
     benchmark.group = name
-    benchmark.pedantic(getattr(_openai, parser), args=(raw,), rounds=5, iterations=1)
+    benchmark.pedantic(getattr(_openai, parser), args=(raw,), kwargs={"top_k": k}, rounds=5, iterations=1)
 
 
 def test_orjson_loads(benchmark, workload):
-    name, raw, _ = workload
+    name, raw, _, _ = workload
     benchmark.group = name
     benchmark(orjson.loads, raw)

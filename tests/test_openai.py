@@ -399,6 +399,49 @@ def test_head_checked_against_the_candidates_own_distribution():
     raises(BY_NAME["fireworks_chat_content"], doc, "Sampler head and sampled-token logprob disagree", top_k=2)
 
 
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        (lambda row: row.__setitem__(1, 7), "Top logprob must be an object"),
+        (lambda row: row[1].update(token="w", token_id=None), "decoded text, not token ids"),
+        (lambda row: row[1].update(logprob=None), "Top logprob must be finite"),
+        (lambda row: row[1].update(logprob=0.5), "Top logprob cannot be positive"),
+        (lambda row: row.append(dict(row[0])), "Duplicate top logprob token id"),
+        # Candidate by candidate: the first candidate's fault, whichever rule it breaks.
+        (lambda row: (row[0].update(logprob="x"), row.__setitem__(2, None)), "Top logprob must be finite"),
+        (lambda row: (row[0].update(logprob=1.0), row.__setitem__(1, [])), "Top logprob cannot be positive"),
+    ],
+    ids=["not-object", "no-id", "not-finite", "positive", "duplicate", "order-finite", "order-positive"],
+)
+@pytest.mark.parametrize("name", ["vllm_chat_token_strings", "fireworks_chat_content"])
+def test_chat_candidate_rules(name, fault, reason):
+    fmt = BY_NAME[name]
+    ev = with_head(evidence([10, 20, 30], [-1.0] * 3), 2, [[5, 4, 3, 2]] * 3)
+    doc = fmt.build([ev])
+    content = fmt.choices(doc)[0]["logprobs"]["content"]
+    fault(content[1]["top_logprobs"])
+    err = raises(fmt, doc, reason, top_k=2)
+    assert (err.choice, err.field, err.token) == (0, "logprobs.content", 1)
+    assert fmt.parse(dumps(doc)).choices[0].completion_top_ids is None  # no head asked: fine
+
+
+def test_chat_head_without_the_entrys_own_logprob():
+    """A Fireworks entry without its own `logprob` has its head checked against the sampled
+    value (`sampling_logprob`), the others against their own."""
+    ev = with_head(evidence([10, 20], [-1.0] * 2), 2, [[5, 4, 3, 2]] * 2)
+    doc = fireworks_content([ev], chat=True)
+    content = doc["choices"][0]["logprobs"]["content"]
+    own = content[1]["logprob"]
+    del content[1]["logprob"]
+    content[1]["sampling_logprob"] = own
+    r = CHAT(dumps(doc), top_k=2)
+    assert r.choices[0].completion_top_ids.to_lists() == [[10, 11], [20, 21]]
+    content[1]["sampling_logprob"] = -3.5
+    err = raises(BY_NAME["fireworks_chat_content"], doc, "Sampler head and sampled-token logprob disagree",
+                 top_k=2)
+    assert err.token == 1
+
+
 def test_sampling_logprob_on_some_entries_only():
     doc, _ = base(BY_NAME["fireworks_chat_content"])
     del doc["choices"][0]["logprobs"]["content"][2]["sampling_logprob"]
@@ -599,10 +642,38 @@ def _mutate_sglang(draw, item):
         meta["output_token_logprobs"] = draw(st.sampled_from([None, "x", [], {}]))
 
 
+def _mutate_candidates(draw, entry):
+    """One fault (or two) in a logprob record's ``top_logprobs``, whose rules apply candidate
+    by candidate: an odd row, an odd candidate, an odd key of one, a repeated or positive
+    candidate."""
+    if not isinstance(entry, dict):
+        return
+    row = entry.get("top_logprobs")
+    if not isinstance(row, list) or not row or draw(st.integers(0, 5)) == 0:
+        entry["top_logprobs"] = draw(st.sampled_from([None, [], "x", {}, [None], 3]))
+        return
+    for _ in range(draw(st.integers(1, 2))):
+        at = draw(st.integers(0, len(row) - 1))
+        fault = draw(st.sampled_from(["odd", "key", "drop", "repeat", "positive"]))
+        if fault == "odd":
+            row[at] = draw(st.sampled_from([None, 1, "x", [], [1, 2]]))
+        elif not isinstance(row[at], dict):
+            continue
+        elif fault == "key":
+            row[at][draw(st.sampled_from(["logprob", "token", "token_id"]))] = draw(st.sampled_from(_ODD_VALUES))
+        elif fault == "drop":
+            row[at].pop(draw(st.sampled_from(["logprob", "token", "token_id"])), None)
+        elif fault == "repeat":
+            row.insert(draw(st.integers(0, len(row))), copy.deepcopy(row[at]))
+        else:
+            row[at]["logprob"] = draw(st.sampled_from([1e-5, 0.5, 2]))
+
+
 @st.composite
 def mutated_openai(draw):
     fmt = draw(st.sampled_from(FORMATS))
-    doc = fmt.build(draw(st.lists(evidences(max_tokens=8), min_size=1, max_size=3)))
+    with_heads = draw(st.sampled_from([None, 1]))  # candidates for a head of 1 (and 2 more)
+    doc = fmt.build(draw(st.lists(evidences(max_tokens=8, k=with_heads), min_size=1, max_size=3)))
     for _ in range(draw(st.integers(0, 3))):
         choice = draw(st.sampled_from(fmt.choices(doc)))
         if fmt.name.startswith("sglang"):
@@ -610,7 +681,7 @@ def mutated_openai(draw):
             continue
         logprobs = choice.get("logprobs")
         kind = draw(st.sampled_from(["value", "drop", "replace_array", "logprobs", "top", "ids", "entry",
-                                     "entry"]))
+                                     "entry", "candidate", "candidate"]))
         content = logprobs.get("content") if isinstance(logprobs, dict) else None
         raw_output = choice.get("raw_output")
         if isinstance(raw_output, dict) and draw(st.booleans()):
@@ -629,6 +700,8 @@ def mutated_openai(draw):
                 entry.pop(key, None)
             elif isinstance(entry, dict):
                 entry[key] = draw(st.sampled_from(_ODD_VALUES))
+        elif kind == "candidate" and isinstance(content, list) and content:
+            _mutate_candidates(draw, content[draw(st.integers(0, len(content) - 1))])
         elif kind in ("value", "drop", "replace_array") and isinstance(logprobs, dict):
             name = draw(st.sampled_from([a for a in _ARRAYS if isinstance(logprobs.get(a), list)] or ["tokens"]))
             array = logprobs.get(name)
@@ -655,7 +728,7 @@ def mutated_openai(draw):
 
 @pytest.mark.skipif(_core is None, reason="the compiled core is not built")
 @settings(max_examples=600, deadline=None)
-@given(case=mutated_openai(), k=st.sampled_from([None, None, 1]))
+@given(case=mutated_openai(), k=st.sampled_from([None, 1, 1]))
 def test_core_matches_reference_on_mutated_documents(implementation, case, k):
     if implementation != "c":
         pytest.skip("one run is enough: it compares both implementations itself")

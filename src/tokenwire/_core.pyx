@@ -451,6 +451,8 @@ _OPENAI_FIELDS = {
 _OPENAI_BLANK = (TW_F_PROMPT_IDS, TW_F_LP_TOKEN_LOGPROBS, TW_F_LP_TOKENS, TW_F_LP_TOKEN_IDS,
                  TW_F_LP_TEXT_OFFSET, TW_F_RO_TOKEN_IDS)
 _OPENAI_BLANK_NO_HEADS = _OPENAI_BLANK + (TW_F_LP_TOP, TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT)
+# With a head: logprob records are read in C too (their candidates by tw_native_parse).
+_OPENAI_BLANK_HEADS = _OPENAI_BLANK + (TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT)
 # SGLang items.
 _SGLANG_FIELDS = {
     "output_ids": TW_F_SGL_IDS,
@@ -625,6 +627,48 @@ cdef class _Scan:
         if bad >= 0:
             return out[:bad], bad
         return out[: v.count], None
+
+    cdef object native(self, const tw_value *v, object ids, bint want_top):
+        """tw_native_parse over the array ``v``: the reference's ``native_entries``."""
+        cdef size_t n = len(ids)
+        cdef tw_native_cands cands
+        cdef tw_native_result res
+        cdef int rc
+        cdef int top = want_top
+        cdef double[::1] sampled_view, entry_view
+        cdef int64_t[::1] coff_view
+        cdef const int64_t *ids_ptr
+        sampled = np.zeros(n + 1, dtype=np.float64)  # one spare element: never an empty view
+        entry_lps = np.zeros(n + 1, dtype=np.float64)
+        coff = np.zeros(n + 1, dtype=np.int64)
+        sampled_view, entry_view, coff_view = sampled, entry_lps, coff
+        ids_ptr = _i64(ids)
+        cands.ids = NULL
+        cands.lps = NULL
+        cands.cap = 0
+        cands.grow = 1
+        try:
+            with nogil:
+                rc = tw_native_parse(self.buf, v, n, ids_ptr, top, &sampled_view[0], &coff_view[0],
+                                     &entry_view[0], &cands, &res)
+            if rc == TW_NATIVE_NOMEM:
+                raise MemoryError()
+            if rc != TW_NATIVE_OK:
+                raise AssertionError(f"tokenwire: native records could not be read (code {rc})")
+            cand_ids = np.empty(res.ncand, dtype=np.int64)
+            cand_lps = np.empty(res.ncand, dtype=np.float64)
+            if res.ncand:
+                memcpy(cnp.PyArray_DATA(cand_ids), cands.ids, res.ncand * sizeof(int64_t))
+                memcpy(cnp.PyArray_DATA(cand_lps), cands.lps, res.ncand * sizeof(double))
+        finally:
+            tw_native_cands_free(&cands)
+        return _reference.NativeEntries(
+            sampled[:n],
+            None if res.sampled_err < 0 else (res.sampled_err, _NATIVE_CODES[res.sampled_code]),
+            _reference.Candidates(coff, cand_ids, cand_lps),
+            entry_lps[:n],
+            None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code]),
+        )
 
     cdef object records(self, const tw_value *v):
         """``logprobs.content`` entries: the _Records the reference's reader builds, its values
@@ -918,47 +962,9 @@ class _ScannedChoice(_Scanned, _Kernels):
     def native_entries(self, content, ids, want_top):
         cdef _Scan scan = self.scan
         cdef const tw_value *v = scan.value(self.index, "logprobs.content")
-        cdef size_t n = len(ids)
-        cdef tw_native_cands cands
-        cdef tw_native_result res
-        cdef int rc
-        cdef int top = bool(want_top)
-        cdef double[::1] sampled_view, entry_view
-        cdef int64_t[::1] coff_view
-        cdef const int64_t *ids_ptr
         if v == NULL or v.type != TW_T_ARRAY:
             return super().native_entries(content, ids, want_top)
-        sampled = np.zeros(n + 1, dtype=np.float64)  # one spare element: never an empty view
-        entry_lps = np.zeros(n + 1, dtype=np.float64)
-        coff = np.zeros(n + 1, dtype=np.int64)
-        sampled_view, entry_view, coff_view = sampled, entry_lps, coff
-        ids_ptr = _i64(ids)
-        cands.ids = NULL
-        cands.lps = NULL
-        cands.cap = 0
-        cands.grow = 1
-        try:
-            with nogil:
-                rc = tw_native_parse(scan.buf, v, n, ids_ptr, top, &sampled_view[0], &coff_view[0],
-                                     &entry_view[0], &cands, &res)
-            if rc == TW_NATIVE_NOMEM:
-                raise MemoryError()
-            if rc != TW_NATIVE_OK:
-                raise AssertionError(f"tokenwire: native records could not be read (code {rc})")
-            cand_ids = np.empty(res.ncand, dtype=np.int64)
-            cand_lps = np.empty(res.ncand, dtype=np.float64)
-            if res.ncand:
-                memcpy(cnp.PyArray_DATA(cand_ids), cands.ids, res.ncand * sizeof(int64_t))
-                memcpy(cnp.PyArray_DATA(cand_lps), cands.lps, res.ncand * sizeof(double))
-        finally:
-            tw_native_cands_free(&cands)
-        return _reference.NativeEntries(
-            sampled[:n],
-            None if res.sampled_err < 0 else (res.sampled_err, _NATIVE_CODES[res.sampled_code]),
-            _reference.Candidates(coff, cand_ids, cand_lps),
-            entry_lps[:n],
-            None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code]),
-        )
+        return scan.native(v, ids, want_top)
 
 
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
@@ -1022,6 +1028,20 @@ class _ScannedReader(_Scanned, _openai._Reader):
         v = scan.array(self.index, path, _NUMBER_FIELDS)
         return super().element(value, path, index) if v == NULL else scan.element(v, index)
 
+    heads = _Kernels.heads
+
+    def top_entries(self, content, path, ids):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, _RECORD_FIELDS)
+        if v == NULL or v.count != <size_t>len(ids):
+            return super().top_entries(self.full(content, path), path, ids)
+        return scan.native(v, ids, True)
+
+    def full(self, value, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, _RECORD_FIELDS)
+        return value if v == NULL else orjson.loads(scan.text(v))
+
     def original(self, value, path):
         """``logprobs`` or ``raw_output`` as the document holds it (its arrays were left empty
         in the parsed copy), when it is kept in ``GenerateChoice.raw``."""
@@ -1060,7 +1080,7 @@ cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint 
                           object parse_document):
     k = _reference._check_top_k(top_k)
     scan = _Scan()
-    document = scan.document(raw, _OPENAI_BLANK_NO_HEADS if k is None else _OPENAI_BLANK, True)
+    document = scan.document(raw, _OPENAI_BLANK_NO_HEADS if k is None else _OPENAI_BLANK_HEADS, True)
     if k is not None and _openai._has_keyed_heads(document):
         # Heads keyed by strings: the reference reads them with their repeated keys kept.
         return parse_document(_openai._load_keeping_repeats(raw), k, require_logprobs, check_usage)

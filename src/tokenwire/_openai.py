@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 
@@ -32,8 +33,10 @@ import numpy as np
 
 from ._errors import MalformedResponseError
 from ._reference import (
+    _NATIVE_TOP,
     MAX_TOKEN_ID,
     VLLM_LOGPROB_SENTINEL,
+    NativeEntries,
     _check_top_k,
     _Choice,
     _head_or_fail,
@@ -217,6 +220,16 @@ class _Reader(_Choice):
     def element(self, value: list[Any], path: str, index: int) -> Any:
         """Element ``index`` of the list at ``path``, as sent (to name a bad value)."""
         return value[index]
+
+    def top_entries(self, content: list[Any], path: str, ids: np.ndarray) -> NativeEntries:
+        """The head candidates of ``[{token, logprob, top_logprobs}]`` entries at ``path``
+        (one per id), read by the rules of vLLM's native records."""
+        return self.native_entries(content, ids, True)
+
+    def full(self, value: Any, path: str) -> Any:
+        """The value at ``path`` as the document holds it (a compiled reader may have left
+        it empty in the parsed copy)."""
+        return value
 
     def token_strings(self, value: list[Any], path: str) -> tuple[list[int | None] | np.ndarray, int]:
         """The ids of ``"token_id:N"`` strings (None for any other token; a compiled reader
@@ -456,6 +469,31 @@ def _load_keeping_repeats(raw: Any) -> Any:
 # --- OpenAI-compatible logprobs: the shapes servers send -----------------------------------------
 
 
+def _content_heads(
+    c: _Reader, content: list[Any], field: str, ids: np.ndarray, sampled: np.ndarray, k: int, no_id: str
+) -> tuple[Ragged, Ragged]:
+    """Heads of ``[{token, logprob, top_logprobs}]`` entries row by row, each checked against
+    the entry's own ``logprob`` when it is a number and the sampled value otherwise."""
+    rows = [entry.get("top_logprobs") for entry in content]
+
+    def candidates(index: int, row: Any) -> Iterator[tuple[int, Any]]:
+        if not isinstance(row, list):
+            c.fail("Missing requested top logprobs", field, index)
+        for candidate in row:
+            if not isinstance(candidate, dict):
+                c.fail("Top logprob must be an object", field, index)
+            token_id = _logprob_token_id(candidate)
+            if token_id is None:
+                c.fail(no_id, field, index)
+            yield token_id, candidate.get("logprob")
+
+    own = [
+        entry.get("logprob") if _is_number(entry.get("logprob")) else float(value)
+        for entry, value in zip(content, sampled)
+    ]
+    return _head_rows(c, field, rows, ids, own, k, candidates)
+
+
 def _content_logprobs(
     c: _Reader, content: list[Any], field: str, sources: list[_IdSource], endpoint: _Endpoint
 ) -> _Logprobs:
@@ -471,34 +509,30 @@ def _content_logprobs(
         sources.insert(0, source)
     values, bad = c.numbers(records.values, field)
 
+    no_id = (
+        f"top_logprobs candidates name decoded text, not token ids: unusable for a head; "
+        f"{endpoint.heads_advice}"
+    )
+
     def heads(c: _Reader, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
-        rows = [entry.get("top_logprobs") for entry in content]
-
-        def candidates(index: int, row: Any) -> list[tuple[int, Any]]:
-            if not isinstance(row, list):
-                c.fail("Missing requested top logprobs", field, index)
-            pairs = []
-            for candidate in row:
-                if not isinstance(candidate, dict):
-                    c.fail("Top logprob must be an object", field, index)
-                token_id = _logprob_token_id(candidate)
-                if token_id is None:
-                    c.fail(
-                        "top_logprobs candidates name decoded text, not token ids: unusable "
-                        f"for a head; {endpoint.heads_advice}",
-                        field,
-                        index,
-                    )
-                pairs.append((token_id, candidate.get("logprob")))
-            return pairs
-
-        # The head is checked against the value in the candidates' own distribution: a
-        # Fireworks entry's `logprob`, where `sampling_logprob` is what the sampler drew with.
-        own = [
-            entry.get("logprob") if _is_number(entry.get("logprob")) else float(value)
-            for entry, value in zip(content, sampled)
-        ]
-        return _head_rows(c, field, rows, ids, own, k, candidates)
+        # The candidates' rules, candidate by candidate, are those of vLLM's native records
+        # (one read of them, `top_entries`); each head is checked against the value in the
+        # candidates' own distribution: the entry's `logprob` (Fireworks' `sampling_logprob`
+        # is what the sampler drew with).
+        entries = c.top_entries(content, field, ids)
+        top_err = entries.top_err
+        if top_err is not None and top_err[1] == "sampled_not_number":
+            # An entry without a numeric `logprob` of its own: its head is checked against
+            # the sampled value instead, row by row.
+            return _content_heads(c, c.full(content, field), field, ids, sampled, k, no_id)
+        limit = len(ids) if top_err is None else top_err[0]
+        top_ids, top_logprobs, head_bad = c.heads(ids, entries.candidates, entries.entry_lps, k, None, limit)
+        if head_bad is not None:
+            c.fail(head_bad[1], field, head_bad[0])
+        if top_err is not None:
+            index, code = top_err
+            c.fail(no_id if code == "top_no_id" else _NATIVE_TOP[code], field, index)
+        return top_ids, top_logprobs
 
     return _Logprobs(field, c.length(content, field), values, bad, records.values, records.value_key, heads)
 
