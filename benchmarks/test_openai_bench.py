@@ -78,15 +78,19 @@ def chat_response(n: int, *, head: int = 1, seed: int = 4) -> bytes:
     })
 
 
-def sglang_response(n: int, *, seed: int = 5) -> bytes:
-    """What SGLang's ``/generate`` sends for ``return_logprob: true``."""
-    ev = samples.evidence(n, 0, seed=seed)
+def sglang_response(n: int, *, head: int = 0, seed: int = 5) -> bytes:
+    """What SGLang's ``/generate`` sends for ``return_logprob: true`` (and, with ``head``,
+    ``top_logprobs_num: head``)."""
+    ev = samples.evidence(n, head, seed=seed)
     ids = ev.ids.tolist()
     logprobs = ev.logprobs.astype(np.float64).tolist()
     meta = {"id": "req-bench", "finish_reason": {"type": "length", "length": n}, "prompt_tokens": PROMPT,
             "completion_tokens": n, "cached_tokens": 0,
             "output_token_logprobs": [[lp, i, None] for i, lp in zip(ids, logprobs)],
             "input_token_logprobs": [[None, 1, None]]}
+    if head:
+        rows = zip(ev.cand_ids.tolist(), ev.cand_logprobs.astype(np.float64).tolist())
+        meta["output_top_logprobs"] = [[[p, c, None] for c, p in zip(cs, ps)] for cs, ps in rows]
     return samples.dumps({"text": "x" * n, "output_ids": ids, "meta_info": meta})
 
 
@@ -99,6 +103,7 @@ WORKLOADS = {
     # A head of 5 from 7 candidates (k + 2, as a head needs).
     "chat_8k_top5": (lambda: chat_response(TOKENS, head=7), "parse_chat_completions_response", 5),
     "sglang_8k": (lambda: sglang_response(TOKENS), "parse_sglang_generate_response"),
+    "sglang_8k_top5": (lambda: sglang_response(TOKENS, head=7), "parse_sglang_generate_response", 5),
 }
 
 

@@ -1938,14 +1938,65 @@ static size_t twn_ht_build(twn_ctx *x, const int64_t *ids, size_t k0, size_t k)
 
 static const uint8_t *twn_object(twn_ctx *x, const uint8_t *p, twn_obj *o, twn_top *top);
 
+/* Duplicate ids within one row of candidates ids[k0..k). */
+typedef struct {
+    uint64_t bloom[4];
+    size_t mask;
+    unsigned bits;
+} twn_seen_set;
+
+static void twn_seen_init(twn_seen_set *s)
+{
+    memset(s, 0, sizeof *s);
+}
+
+/* Whether id is among x->c->ids[k0..k), remembering it when it is not: a
+   bloom filter and a scan up to TWN_LINEAR candidates, a hash table (x->ht,
+   rebuilt as the row grows) beyond.  1: seen, 0: new, -1: out of memory. */
+static int twn_seen(twn_ctx *x, twn_seen_set *s, size_t k0, size_t k, int64_t id)
+{
+    size_t cnt = k - k0, i;
+    if (cnt < TWN_LINEAR) {
+        unsigned h = (unsigned)(twn_hash(id) >> 56);
+        uint64_t bit = UINT64_C(1) << (h & 63);
+        int dup = 0;
+        if (s->bloom[h >> 6] & bit) {
+            const int64_t *ids = x->c->ids;
+            for (size_t j = k0; j < k; j++)
+                if (ids[j] == id) {
+                    dup = 1;
+                    break;
+                }
+        }
+        s->bloom[h >> 6] |= bit;
+        return dup;
+    }
+    if (!s->mask || 4 * cnt > s->mask + 1) {
+        s->mask = twn_ht_build(x, x->c->ids, k0, k);
+        if (!s->mask)
+            return -1;
+        s->bits = 0;
+        while ((size_t)1 << s->bits <= s->mask)
+            s->bits++;
+    }
+    i = (size_t)(twn_hash(id) >> (64 - s->bits));
+    while (x->ht[i]) {
+        if (x->ht[i] == (uint64_t)id + 1)
+            return 1;
+        i = (i + 1) & s->mask;
+    }
+    x->ht[i] = (uint64_t)id + 1;
+    return 0;
+}
+
 /* p at the '[' of a "top_logprobs" value: read it into top (from top->k0). */
 static const uint8_t *twn_top_array(twn_ctx *x, const uint8_t *p, twn_top *top)
 {
     const uint8_t *e = x->e;
-    size_t k = top->k0, mask = 0;
-    unsigned bits = 0;
-    uint64_t bloom[4] = {0, 0, 0, 0};
+    size_t k = top->k0;
+    twn_seen_set seen;
     int code = TW_NATIVE_OK;
+    twn_seen_init(&seen);
     p = twn_ws(p + 1, e);
     if (p < e && *p == ']') {
         top->k = k;
@@ -1967,41 +2018,9 @@ static const uint8_t *twn_top_array(twn_ctx *x, const uint8_t *p, twn_top *top)
             } else if (o.lp > 1e-6) {
                 code = TW_NATIVE_TOP_POSITIVE;
             } else {
-                size_t cnt = k - top->k0;
-                int dup = 0;
-                if (cnt < TWN_LINEAR) {
-                    unsigned h = (unsigned)(twn_hash(id) >> 56);
-                    uint64_t bit = UINT64_C(1) << (h & 63);
-                    if (bloom[h >> 6] & bit) {
-                        const int64_t *ids = x->c->ids;
-                        for (size_t j = top->k0; j < k; j++)
-                            if (ids[j] == id) {
-                                dup = 1;
-                                break;
-                            }
-                    }
-                    bloom[h >> 6] |= bit;
-                } else {
-                    size_t i;
-                    if (!mask || 4 * cnt > mask + 1) {
-                        mask = twn_ht_build(x, x->c->ids, top->k0, k);
-                        if (!mask)
-                            return e;
-                        bits = 0;
-                        while ((size_t)1 << bits <= mask)
-                            bits++;
-                    }
-                    i = (size_t)(twn_hash(id) >> (64 - bits));
-                    while (x->ht[i]) {
-                        if (x->ht[i] == (uint64_t)id + 1) {
-                            dup = 1;
-                            break;
-                        }
-                        i = (i + 1) & mask;
-                    }
-                    if (!dup)
-                        x->ht[i] = (uint64_t)id + 1;
-                }
+                int dup = twn_seen(x, &seen, top->k0, k, id);
+                if (dup < 0)
+                    return e;
                 if (dup) {
                     code = TW_NATIVE_TOP_DUPLICATE;
                 } else {
@@ -2403,4 +2422,131 @@ ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, 
         p = twn_array_next(p < e ? p + 1 : e, e);
     }
     return -1;
+}
+
+/* p at the '[' of one row of [logprob, token_id(, text)] candidates: append
+   them from k (ids, logprobs; NaN for a logprob that is not a number) and
+   return the position after the row, *k the new end and *code
+   TW_NATIVE_TOP_NO_ID when an element is not such an array or names no id. */
+static const uint8_t *twn_triple_row(twn_ctx *x, const uint8_t *p, size_t *k, int *code)
+{
+    const uint8_t *e = x->e;
+    p = twn_ws(p + 1, e);
+    while (p < e && *p != ']') {
+        size_t n = 0;
+        int is_int;
+        int64_t id = -1;
+        double value = NAN;
+        if (*p != '[') {
+            *code = TW_NATIVE_TOP_NO_ID;
+            return twn_skip_container(p, e, NULL);
+        }
+        p = twn_ws(p + 1, e);
+        while (p < e && *p != ']') {
+            if (n == 0 && twn_kind(*p) == TW_NATIVE_V_NUMBER)
+                p = twn_number(p, e, &value, &is_int);
+            else if (n == 1)
+                p = twn_token_id(p, e, &id);
+            else
+                p = twn_skip_value(p, e);
+            n++;
+            p = twn_array_next(p, e);
+        }
+        if (n < 2 || n > 3 || id < 0) {
+            *code = TW_NATIVE_TOP_NO_ID;
+            return twn_skip_container(p < e ? p + 1 : e, e, NULL);
+        }
+        if (!twn_room(x, *k))
+            return e;
+        x->c->ids[*k] = id;
+        x->c->lps[*k] = value;
+        (*k)++;
+        p = twn_array_next(p < e ? p + 1 : e, e);
+    }
+    return p < e ? p + 1 : e;
+}
+
+int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                           tw_native_cands *cands, tw_native_result *res)
+{
+    const uint8_t *p, *e;
+    twn_ctx x;
+    size_t k = 0, i;
+    int rc = TW_NATIVE_OK;
+
+    res->sampled_err = -1;
+    res->sampled_code = TW_NATIVE_OK;
+    res->top_err = -1;
+    res->top_code = TW_NATIVE_OK;
+    res->ncand = 0;
+    if (!twn_content_ok(arr) || arr->count != n || !coff || !cands)
+        return TW_NATIVE_BAD_ARG;
+    p = (const uint8_t *)buf + arr->start + 1;
+    e = (const uint8_t *)buf + arr->end;
+    memset(&x, 0, sizeof x);
+    x.e = e;
+    x.c = cands;
+    coff[0] = 0;
+    for (i = 0; i < n; i++) {
+        int code = TW_NATIVE_OK;
+        size_t k0 = k, end = k;
+        p = twn_ws(p, e);
+        if (p >= e) {
+            rc = TW_NATIVE_BAD_ARG;
+            break;
+        }
+        if (*p != '[') {
+            code = TW_NATIVE_MISSING_TOP;
+        } else {
+            const uint8_t *q = twn_ws(p + 1, e);
+            if (q < e && *q == ']') {
+                code = TW_NATIVE_MISSING_TOP;
+            } else {
+                /* the whole row's shape first, then its candidates in order */
+                p = twn_triple_row(&x, p, &end, &code);
+                if (x.nomem) {
+                    rc = TW_NATIVE_NOMEM;
+                    break;
+                }
+                if (code == TW_NATIVE_OK) {
+                    twn_seen_set seen;
+                    twn_seen_init(&seen);
+                    for (size_t j = k0; j < end && code == TW_NATIVE_OK; j++) {
+                        double lp = cands->lps[j];
+                        int dup;
+                        if (!isfinite(lp)) {
+                            code = TW_NATIVE_TOP_NOT_FINITE;
+                        } else if (lp > 1e-6) {
+                            code = TW_NATIVE_TOP_POSITIVE;
+                        } else {
+                            dup = twn_seen(&x, &seen, k0, j, cands->ids[j]);
+                            if (dup < 0) {
+                                rc = TW_NATIVE_NOMEM;
+                                break;
+                            }
+                            if (dup)
+                                code = TW_NATIVE_TOP_DUPLICATE;
+                        }
+                    }
+                    if (rc != TW_NATIVE_OK)
+                        break;
+                }
+            }
+        }
+        if (code != TW_NATIVE_OK) {
+            res->top_err = (ptrdiff_t)i;
+            res->top_code = code;
+            for (size_t j = i + 1; j <= n; j++)
+                coff[j] = (int64_t)k;
+            break;
+        }
+        k = end;
+        coff[i + 1] = (int64_t)k;
+        p = twn_ws(p, e);
+        if (p < e && *p == ',')
+            p++;
+    }
+    free(x.ht);
+    res->ncand = k;
+    return rc;
 }

@@ -220,6 +220,27 @@ ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, 
                             uint8_t *kinds);
 size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids);
 
+/*
+ * tw_native_triple_heads: SGLang's meta_info.output_top_logprobs read for
+ * heads: arr (arr->count == n) holds one row of [logprob, token_id] or
+ * [logprob, token_id, text] candidates per token.  For row i, the first of:
+ *   not an array, or an empty one              -> TW_NATIVE_MISSING_TOP
+ *   an element that is not an array of 2 or 3 elements, or whose token_id
+ *   is not an id (the whole row is read before any logprob is checked)
+ *                                              -> TW_NATIVE_TOP_NO_ID
+ *   then per candidate, in order: its logprob not a number, or not finite
+ *                                              -> TW_NATIVE_TOP_NOT_FINITE
+ *   logprob > 1e-6                             -> TW_NATIVE_TOP_POSITIVE
+ *   id already listed in the row               -> TW_NATIVE_TOP_DUPLICATE
+ * else the row's candidates are appended to cands (as tw_native_parse does,
+ * coff[i + 1] = candidates so far).  res->top_err / top_code: the first
+ * failing row (the rows after it are not read; their coff repeat the last
+ * count); sampled_err is -1.  Returns TW_NATIVE_OK, TW_NATIVE_NOMEM, or
+ * TW_NATIVE_BAD_ARG (arr not a recorded array, or arr->count != n).
+ */
+int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                           tw_native_cands *cands, tw_native_result *res);
+
 #ifdef __cplusplus
 }
 #endif

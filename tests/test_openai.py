@@ -425,6 +425,43 @@ def test_chat_candidate_rules(name, fault, reason):
     assert fmt.parse(dumps(doc)).choices[0].completion_top_ids is None  # no head asked: fine
 
 
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        (lambda row: row.__setitem__(1, 7), r"Top logprob must be \[logprob, token_id, text\]"),
+        (lambda row: row[1].__setitem__(1, "7"), r"Top logprob must be \[logprob, token_id, text\]"),
+        (lambda row: row.__setitem__(1, row[1][:1]), r"Top logprob must be \[logprob, token_id, text\]"),
+        (lambda row: row[1].__setitem__(0, None), "Top logprob must be finite"),
+        (lambda row: row[1].__setitem__(0, 0.5), "Top logprob cannot be positive"),
+        (lambda row: row.append(list(row[0])), "Duplicate top logprob token id"),
+        # The row's shape first, then its candidates one by one.
+        (lambda row: (row[0].__setitem__(0, "x"), row[2].__setitem__(1, -1)), r"\[logprob, token_id, text\]"),
+        (lambda row: (row[0].__setitem__(0, 1.0), row.append(list(row[1]))), "Top logprob cannot be positive"),
+    ],
+    ids=["not-triple", "string-id", "short", "not-finite", "positive", "duplicate", "shape-first", "in-order"],
+)
+def test_sglang_candidate_rules(fault, reason):
+    ev = with_head(evidence([10, 20, 30], [-1.0] * 3), 2, [[5, 4, 3, 2]] * 3)
+    item = sglang([ev], False)
+    fault(item["meta_info"]["output_top_logprobs"][1])
+    err = raises(BY_NAME["sglang"], item, reason, top_k=2)
+    assert (err.choice, err.field, err.token) == (0, "meta_info.output_top_logprobs", 1)
+    assert SGL(dumps(item)).choices[0].completion_top_ids is None  # no head asked: fine
+
+
+def test_sglang_heads_before_a_bad_row_come_first():
+    ev = with_head(evidence([10, 20, 30], [-1.0] * 3), 2, [[5, 4, 3, 2]] * 3)
+    item = sglang([ev], False)
+    rows = item["meta_info"]["output_top_logprobs"]
+    rows[0] = rows[0][:2]  # too few candidates for a head of 2: token 0
+    rows[2] = None  # and a missing row later
+    err = raises(BY_NAME["sglang"], item, "fewer top logprobs than requested", top_k=2)
+    assert err.token == 0
+    rows[0] = rows[1]
+    err = raises(BY_NAME["sglang"], item, "Missing requested top logprobs", top_k=2)
+    assert err.token == 2
+
+
 def test_chat_head_without_the_entrys_own_logprob():
     """A Fireworks entry without its own `logprob` has its head checked against the sampled
     value (`sampling_logprob`), the others against their own."""
@@ -624,8 +661,10 @@ def openai_outcome(parse, raw, **kw):
 def _mutate_sglang(draw, item):
     meta = item.get("meta_info")
     entries = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
-    kind = draw(st.sampled_from(["entry", "entry", "entry", "ids", "meta", "entries"]))
-    if kind == "entry" and isinstance(entries, list) and entries:
+    kind = draw(st.sampled_from(["entry", "entry", "entry", "ids", "meta", "entries", "top", "top"]))
+    if kind == "top" and isinstance(meta, dict):
+        _mutate_triple_rows(draw, meta)
+    elif kind == "entry" and isinstance(entries, list) and entries:
         at = draw(st.integers(0, len(entries) - 1))
         where = draw(st.sampled_from(["whole", 0, 1, "length"]))
         if where == "whole" or not isinstance(entries[at], list) or len(entries[at]) < 2:
@@ -640,6 +679,38 @@ def _mutate_sglang(draw, item):
         item["meta_info"] = draw(st.sampled_from([None, [], {}, {"output_token_logprobs": None}]))
     elif kind == "entries" and isinstance(meta, dict):
         meta["output_token_logprobs"] = draw(st.sampled_from([None, "x", [], {}]))
+
+
+def _mutate_triple_rows(draw, meta):
+    """A fault (or two) in SGLang's ``output_top_logprobs``: an odd list or row, an odd
+    triple, an odd logprob or id, a repeated or positive candidate."""
+    rows = meta.get("output_top_logprobs")
+    if not isinstance(rows, list) or not rows or draw(st.integers(0, 6)) == 0:
+        meta["output_top_logprobs"] = draw(st.sampled_from([None, [], "x", {}, [[]], [None]]))
+        return
+    for _ in range(draw(st.integers(1, 2))):
+        r = draw(st.integers(0, len(rows) - 1))
+        row = rows[r]
+        if not isinstance(row, list) or not row or draw(st.integers(0, 5)) == 0:
+            rows[r] = draw(st.sampled_from([None, [], "x", {}, [None], 3]))
+            continue
+        at = draw(st.integers(0, len(row) - 1))
+        fault = draw(st.sampled_from(["odd", "short", "long", "logprob", "id", "repeat", "positive"]))
+        triple = row[at]
+        if fault == "odd" or not isinstance(triple, list) or len(triple) < 2:
+            row[at] = draw(st.sampled_from([None, 1, "x", [], [1], {"a": 1}]))
+        elif fault == "short":
+            row[at] = triple[:2] if draw(st.booleans()) else triple[:1]
+        elif fault == "long":
+            row[at] = [*triple[:3], None, None][: draw(st.sampled_from([3, 4]))]
+        elif fault == "logprob":
+            triple[0] = draw(st.sampled_from(_ODD_VALUES))
+        elif fault == "id":
+            triple[1] = draw(st.sampled_from(_ODD_VALUES + [2**32, -1, 7.0]))
+        elif fault == "repeat":
+            row.insert(draw(st.integers(0, len(row))), list(triple))
+        else:
+            triple[0] = draw(st.sampled_from([1e-5, 0.5, 2]))
 
 
 def _mutate_candidates(draw, entry):

@@ -390,6 +390,8 @@ cdef extern from "tw_native.h" nogil:
                                 double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind)
     ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
                                 uint8_t *kinds)
+    int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                               tw_native_cands *cands, tw_native_result *res)
     int tw_native_parse(const char *buf, const tw_value *content, size_t n, const int64_t *ids, int want_top,
                         double *sampled, int64_t *coff, double *entry_lps, tw_native_cands *cands,
                         tw_native_result *res)
@@ -457,9 +459,10 @@ _OPENAI_BLANK_HEADS = _OPENAI_BLANK + (TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT)
 _SGLANG_FIELDS = {
     "output_ids": TW_F_SGL_IDS,
     "meta_info.output_token_logprobs": TW_F_SGL_TRIPLES,
+    "meta_info.output_top_logprobs": TW_F_SGL_TOP,
 }
-_SGLANG_BLANK = (TW_F_SGL_IDS, TW_F_SGL_TRIPLES)
-_SGLANG_BLANK_NO_HEADS = _SGLANG_BLANK + (TW_F_SGL_TOP,)
+# Everything is read in C, heads included (tw_native_triple_heads).
+_SGLANG_BLANK = (TW_F_SGL_IDS, TW_F_SGL_TRIPLES, TW_F_SGL_TOP)
 # Record lists read by tw_native_records, number lists by tw_native_numbers.
 _RECORD_FIELDS = {path: _OPENAI_FIELDS[path]
                   for path in ("logprobs.content", "raw_output.completion_logprobs.content")}
@@ -527,6 +530,28 @@ cdef object _adopt(uint8_t *data, size_t size):
 cdef inline const int64_t *_i64(object a):
     cdef int64_t[::1] v = a
     return &v[0] if v.shape[0] else NULL
+
+
+cdef inline void _cands_init(tw_native_cands *cands) noexcept:
+    """Empty candidate storage that the tw_native passes grow."""
+    cands.ids = NULL
+    cands.lps = NULL
+    cands.cap = 0
+    cands.grow = 1
+
+
+cdef object _candidates(int rc, object coff, const tw_native_cands *cands, size_t ncand):
+    """The candidates a tw_native pass wrote (its return code ``rc``), copied out."""
+    if rc == TW_NATIVE_NOMEM:
+        raise MemoryError()
+    if rc != TW_NATIVE_OK:
+        raise AssertionError(f"tokenwire: logprob records could not be read (code {rc})")
+    cand_ids = np.empty(ncand, dtype=np.int64)
+    cand_lps = np.empty(ncand, dtype=np.float64)
+    if ncand:
+        memcpy(cnp.PyArray_DATA(cand_ids), cands.ids, ncand * sizeof(int64_t))
+        memcpy(cnp.PyArray_DATA(cand_lps), cands.lps, ncand * sizeof(double))
+    return _reference.Candidates(coff, cand_ids, cand_lps)
 
 
 cdef class _Scan:
@@ -643,32 +668,39 @@ cdef class _Scan:
         coff = np.zeros(n + 1, dtype=np.int64)
         sampled_view, entry_view, coff_view = sampled, entry_lps, coff
         ids_ptr = _i64(ids)
-        cands.ids = NULL
-        cands.lps = NULL
-        cands.cap = 0
-        cands.grow = 1
+        _cands_init(&cands)
         try:
             with nogil:
                 rc = tw_native_parse(self.buf, v, n, ids_ptr, top, &sampled_view[0], &coff_view[0],
                                      &entry_view[0], &cands, &res)
-            if rc == TW_NATIVE_NOMEM:
-                raise MemoryError()
-            if rc != TW_NATIVE_OK:
-                raise AssertionError(f"tokenwire: native records could not be read (code {rc})")
-            cand_ids = np.empty(res.ncand, dtype=np.int64)
-            cand_lps = np.empty(res.ncand, dtype=np.float64)
-            if res.ncand:
-                memcpy(cnp.PyArray_DATA(cand_ids), cands.ids, res.ncand * sizeof(int64_t))
-                memcpy(cnp.PyArray_DATA(cand_lps), cands.lps, res.ncand * sizeof(double))
+            candidates = _candidates(rc, coff, &cands, res.ncand)
         finally:
             tw_native_cands_free(&cands)
         return _reference.NativeEntries(
             sampled[:n],
             None if res.sampled_err < 0 else (res.sampled_err, _NATIVE_CODES[res.sampled_code]),
-            _reference.Candidates(coff, cand_ids, cand_lps),
+            candidates,
             entry_lps[:n],
             None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code]),
         )
+
+    cdef object triple_heads(self, const tw_value *v):
+        """tw_native_triple_heads over the array ``v``: the reference's ``top_triples``."""
+        cdef size_t n = v.count
+        cdef tw_native_cands cands
+        cdef tw_native_result res
+        cdef int rc
+        cdef int64_t[::1] coff_view
+        coff = np.zeros(n + 1, dtype=np.int64)
+        coff_view = coff
+        _cands_init(&cands)
+        try:
+            with nogil:
+                rc = tw_native_triple_heads(self.buf, v, n, &coff_view[0], &cands, &res)
+            candidates = _candidates(rc, coff, &cands, res.ncand)
+        finally:
+            tw_native_cands_free(&cands)
+        return candidates, None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code])
 
     cdef object records(self, const tw_value *v):
         """``logprobs.content`` entries: the _Records the reference's reader builds, its values
@@ -1065,13 +1097,17 @@ class _ScannedItem(_ScannedReader):
         cdef const tw_value *v = scan.array(self.index, path, self.fields)
         return super().triples(value, path) if v == NULL else scan.triples(v)
 
+    def top_triples(self, rows, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, self.fields)
+        return super().top_triples(rows, path) if v == NULL else scan.triple_heads(v)
+
 
 def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
     """Parse and validate an SGLang ``/generate`` response (see the package docs)."""
     k = _reference._check_top_k(top_k)
     scan = _Scan()
-    document = scan.document(raw, _SGLANG_BLANK_NO_HEADS if k is None else _SGLANG_BLANK,
-                              False, True)
+    document = scan.document(raw, _SGLANG_BLANK, False, True)
     return _openai.parse_sglang_generate_document(document, k, require_logprobs, check_usage,
                                                   lambda i: _ScannedItem(i, scan))
 

@@ -36,6 +36,7 @@ from ._reference import (
     _NATIVE_TOP,
     MAX_TOKEN_ID,
     VLLM_LOGPROB_SENTINEL,
+    Candidates,
     NativeEntries,
     _check_top_k,
     _Choice,
@@ -225,6 +226,37 @@ class _Reader(_Choice):
         """The head candidates of ``[{token, logprob, top_logprobs}]`` entries at ``path``
         (one per id), read by the rules of vLLM's native records."""
         return self.native_entries(content, ids, True)
+
+    def top_triples(self, rows: list[Any], path: str) -> tuple[Candidates, tuple[int, str] | None]:
+        """SGLang's head candidates, a row of ``[logprob, token_id, text]`` per token: every
+        row's candidates before the first row that breaks a rule, and ``(index, code)`` of
+        that row (codes as :class:`NativeEntries`' ``top_err``). A row's shape (a non-empty
+        list of triples naming ids) is checked whole before its logprobs, one by one."""
+        out: list[list[tuple[int, float]]] = []
+        problem = None
+        for index, row in enumerate(rows):
+            if not isinstance(row, list) or not row:
+                problem = "missing_top"
+            else:
+                read = _Reader.triples(self, row, path)  # rows are never recorded values
+                if read.bad is not None or None in read.ids:
+                    problem = "top_no_id"
+                head: dict[int, float] = {}
+                for token_id, logprob in zip(read.ids, read.values) if problem is None else ():
+                    if not _is_number(logprob) or not math.isfinite(logprob):
+                        problem = "top_not_finite"
+                    elif logprob > 1e-6:
+                        problem = "top_positive"
+                    elif token_id in head:
+                        problem = "top_duplicate"
+                    else:
+                        head[cast(int, token_id)] = float(logprob)
+                        continue
+                    break
+            if problem is not None:
+                return Candidates.from_rows(out + [[]] * (len(rows) - len(out))), (index, problem)
+            out.append(list(head.items()))
+        return Candidates.from_rows(out), None
 
     def full(self, value: Any, path: str) -> Any:
         """The value at ``path`` as the document holds it (a compiled reader may have left
@@ -842,6 +874,9 @@ def parse_chat_completions_response(
 _SGLANG_CONSUMED = ("output_token_logprobs", "output_top_logprobs")
 
 
+_SGLANG_TOP = {"top_no_id": "Top logprob must be [logprob, token_id, text] with an id in [0, 2**32)"}
+
+
 def _parse_sglang_item(
     c: _Reader, item: Any, k: int | None, require_logprobs: bool, check_usage: bool
 ) -> GenerateChoice:
@@ -881,21 +916,18 @@ def _parse_sglang_item(
         _check_token_count(c, meta["completion_tokens"], "meta_info.completion_tokens", len(ids))
     if k is not None:
         field = "meta_info.output_top_logprobs"
-        rows = _rows(c, meta.get("output_top_logprobs"), field, len(ids))
-
-        def candidates(index: int, row: Any) -> list[tuple[int, Any]]:
-            if not isinstance(row, list):
-                c.fail("Missing requested top logprobs", field, index)
-            read = c.triples(row, field)
-            if read.bad is not None or None in read.ids:
-                c.fail(
-                    "Top logprob must be [logprob, token_id, text] with an id in [0, 2**32)",
-                    field,
-                    index,
-                )
-            return list(zip(cast("list[int]", read.ids), read.values))
-
-        top_ids, top_logprobs = _head_rows(c, field, rows, ids, sampled.tolist(), k, candidates)
+        rows = meta.get("output_top_logprobs")
+        if not isinstance(rows, list) or c.length(rows, field) != len(ids):
+            c.fail("Missing requested top logprobs", field)
+        candidates, top_err = c.top_triples(rows, field)
+        # Rows in order: a head that breaks a rule before the first bad row is reported first.
+        limit = len(ids) if top_err is None else top_err[0]
+        top_ids, top_logprobs, head_bad = c.heads(ids, candidates, sampled, k, None, limit)
+        if head_bad is not None:
+            c.fail(head_bad[1], field, head_bad[0])
+        if top_err is not None:
+            index, code = top_err
+            c.fail(_SGLANG_TOP.get(code) or _NATIVE_TOP[code], field, index)
     finish = meta.get("finish_reason")
     raw = {key: value for key, value in item.items() if key != "output_ids"}
     raw["meta_info"] = {key: value for key, value in meta.items() if key not in _SGLANG_CONSUMED}
