@@ -2424,6 +2424,52 @@ ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, 
     return -1;
 }
 
+/* The candidates x->c[k0..end) of one row, in order: a logprob that is not
+   finite (NaN: not a number), one > 1e-6, an id listed before; *code the
+   first failure (left as is when none).  -1 when out of memory, else 0. */
+static int twn_check_row(twn_ctx *x, size_t k0, size_t end, int *code)
+{
+    twn_seen_set seen;
+    twn_seen_init(&seen);
+    for (size_t j = k0; j < end; j++) {
+        double lp = x->c->lps[j];
+        int dup;
+        if (!isfinite(lp)) {
+            *code = TW_NATIVE_TOP_NOT_FINITE;
+            return 0;
+        }
+        if (lp > 1e-6) {
+            *code = TW_NATIVE_TOP_POSITIVE;
+            return 0;
+        }
+        dup = twn_seen(x, &seen, k0, j, x->c->ids[j]);
+        if (dup < 0)
+            return -1;
+        if (dup) {
+            *code = TW_NATIVE_TOP_DUPLICATE;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* Row i read with verdict code: 1 (stop) after recording a failure (the
+   rows after it get no candidates), else 0 with the row's candidates kept. */
+static int twn_row_end(tw_native_result *res, int64_t *coff, size_t n, size_t i, size_t *k,
+                       size_t end, int code)
+{
+    if (code != TW_NATIVE_OK) {
+        res->top_err = (ptrdiff_t)i;
+        res->top_code = code;
+        for (size_t j = i + 1; j <= n; j++)
+            coff[j] = (int64_t)*k;
+        return 1;
+    }
+    *k = end;
+    coff[i + 1] = (int64_t)end;
+    return 0;
+}
+
 /* p at the '[' of one row of [logprob, token_id(, text)] candidates: append
    them from k (ids, logprobs; NaN for a logprob that is not a number) and
    return the position after the row, *k the new end and *code
@@ -2508,43 +2554,206 @@ int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64
                     rc = TW_NATIVE_NOMEM;
                     break;
                 }
-                if (code == TW_NATIVE_OK) {
-                    twn_seen_set seen;
-                    twn_seen_init(&seen);
-                    for (size_t j = k0; j < end && code == TW_NATIVE_OK; j++) {
-                        double lp = cands->lps[j];
-                        int dup;
-                        if (!isfinite(lp)) {
-                            code = TW_NATIVE_TOP_NOT_FINITE;
-                        } else if (lp > 1e-6) {
-                            code = TW_NATIVE_TOP_POSITIVE;
-                        } else {
-                            dup = twn_seen(&x, &seen, k0, j, cands->ids[j]);
-                            if (dup < 0) {
-                                rc = TW_NATIVE_NOMEM;
-                                break;
-                            }
-                            if (dup)
-                                code = TW_NATIVE_TOP_DUPLICATE;
-                        }
-                    }
-                    if (rc != TW_NATIVE_OK)
-                        break;
+                if (code == TW_NATIVE_OK && twn_check_row(&x, k0, end, &code) < 0) {
+                    rc = TW_NATIVE_NOMEM;
+                    break;
                 }
             }
         }
-        if (code != TW_NATIVE_OK) {
-            res->top_err = (ptrdiff_t)i;
-            res->top_code = code;
-            for (size_t j = i + 1; j <= n; j++)
-                coff[j] = (int64_t)k;
+        if (twn_row_end(res, coff, n, i, &k, end, code))
             break;
-        }
-        k = end;
-        coff[i + 1] = (int64_t)k;
         p = twn_ws(p, e);
         if (p < e && *p == ',')
             p++;
+    }
+    free(x.ht);
+    res->ncand = k;
+    return rc;
+}
+
+/* FNV-1a over a key's bytes. */
+static uint64_t twn_key_hash(const uint8_t *s, size_t n)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+typedef struct {
+    const uint8_t *s;
+    size_t n;
+} twn_span;
+
+/* Pass 1 of tw_native_keyed_heads over row i (p at its '{'): whether a key
+   repeats an earlier key of the row (1, with its span), holds an escape (2),
+   or neither (0); -1 when out of memory.  *keys / *slots are scratch that
+   grows, freed by the caller. */
+static int twn_row_repeats(const uint8_t *p, const uint8_t *e, twn_span **keys, size_t *kcap,
+                           uint32_t **slots, size_t *scap, twn_span *rep)
+{
+    size_t nk = 0;
+    p = twn_ws(p + 1, e);
+    /* the keys first (the document is valid JSON: key, ':', value, ...) */
+    while (p < e && *p == '"') {
+        const uint8_t *ks = p + 1, *end = twn_skip_string(ks, e);
+        size_t n = (size_t)(end - 1 - ks);
+        if (memchr(ks, '\\', n))
+            return 2;
+        if (nk == *kcap) {
+            size_t ncap = *kcap ? 2 * *kcap : 64;
+            void *q = realloc(*keys, ncap * sizeof(twn_span));
+            if (!q)
+                return -1;
+            *keys = (twn_span *)q;
+            *kcap = ncap;
+        }
+        (*keys)[nk].s = ks;
+        (*keys)[nk].n = n;
+        nk++;
+        p = twn_ws(end, e);
+        p = twn_ws(p + 1, e); /* past ':' */
+        p = twn_ws(twn_skip_value(p, e), e);
+        if (p < e && *p == ',')
+            p = twn_ws(p + 1, e);
+    }
+    if (nk < 2)
+        return 0;
+    {
+        size_t size = 16, mask;
+        while (size < 2 * nk)
+            size *= 2;
+        if (size > *scap) {
+            void *q = realloc(*slots, size * sizeof(uint32_t));
+            if (!q)
+                return -1;
+            *slots = (uint32_t *)q;
+            *scap = size;
+        }
+        memset(*slots, 0, size * sizeof(uint32_t));
+        mask = size - 1;
+        for (size_t j = 0; j < nk; j++) {
+            const twn_span *kj = &(*keys)[j];
+            size_t at = (size_t)twn_key_hash(kj->s, kj->n) & mask;
+            while ((*slots)[at]) {
+                const twn_span *ki = &(*keys)[(*slots)[at] - 1];
+                if (ki->n == kj->n && memcmp(ki->s, kj->s, kj->n) == 0) {
+                    *rep = *kj;
+                    return 1;
+                }
+                at = (at + 1) & mask;
+            }
+            (*slots)[at] = (uint32_t)(j + 1);
+        }
+    }
+    return 0;
+}
+
+int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                          tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep)
+{
+    const uint8_t *p, *e;
+    twn_ctx x;
+    twn_span *keys = NULL;
+    uint32_t *slots = NULL;
+    size_t kcap = 0, scap = 0, k = 0, i;
+    int rc = TW_NATIVE_OK;
+
+    res->sampled_err = -1;
+    res->sampled_code = TW_NATIVE_OK;
+    res->top_err = -1;
+    res->top_code = TW_NATIVE_OK;
+    res->ncand = 0;
+    rep->row = -1;
+    rep->start = rep->end = 0;
+    rep->escaped = 0;
+    if (!twn_content_ok(arr) || arr->count != n || !coff || !cands)
+        return TW_NATIVE_BAD_ARG;
+    e = (const uint8_t *)buf + arr->end;
+    coff[0] = 0;
+
+    /* Pass 1: the first row that repeats a key, before any other rule. */
+    p = twn_ws((const uint8_t *)buf + arr->start + 1, e);
+    for (i = 0; i < n && p < e; i++) {
+        if (*p == '{') {
+            twn_span r;
+            int got = twn_row_repeats(p, e, &keys, &kcap, &slots, &scap, &r);
+            if (got < 0) {
+                rc = TW_NATIVE_NOMEM;
+                break;
+            }
+            if (got == 2) {
+                rep->escaped = 1;
+                break;
+            }
+            if (got == 1) {
+                rep->row = (ptrdiff_t)i;
+                rep->start = (size_t)(r.s - (const uint8_t *)buf);
+                rep->end = rep->start + r.n;
+                break;
+            }
+        }
+        p = twn_array_next(twn_skip_value(p, e), e);
+    }
+    free(keys);
+    free(slots);
+    if (rc != TW_NATIVE_OK || rep->escaped || rep->row >= 0) {
+        for (size_t j = 1; j <= n; j++)
+            coff[j] = 0;
+        return rc;
+    }
+
+    /* Pass 2: each row's keys whole (ids), then its candidates in order. */
+    memset(&x, 0, sizeof x);
+    x.e = e;
+    x.c = cands;
+    p = twn_ws((const uint8_t *)buf + arr->start + 1, e);
+    for (i = 0; i < n; i++) {
+        int code = TW_NATIVE_OK;
+        size_t k0 = k, end = k;
+        if (p >= e) {
+            rc = TW_NATIVE_BAD_ARG;
+            break;
+        }
+        const uint8_t *q = *p == '{' ? twn_ws(p + 1, e) : e;
+        if (q >= e || *q == '}') {
+            code = TW_NATIVE_MISSING_TOP;
+        } else {
+            p = twn_ws(p + 1, e);
+            while (p < e && *p == '"') {
+                int64_t id = -1;
+                double value = NAN;
+                int is_int;
+                p = twn_ws(twn_token(p + 1, e, &id), e);
+                p = twn_ws(p + 1, e); /* past ':' */
+                if (twn_kind(*p) == TW_NATIVE_V_NUMBER)
+                    p = twn_number(p, e, &value, &is_int);
+                else
+                    p = twn_skip_value(p, e);
+                if (id < 0)
+                    code = TW_NATIVE_TOP_NO_ID;
+                if (!twn_room(&x, end)) {
+                    rc = TW_NATIVE_NOMEM;
+                    break;
+                }
+                cands->ids[end] = id;
+                cands->lps[end] = value;
+                end++;
+                p = twn_ws(p, e);
+                if (p < e && *p == ',')
+                    p = twn_ws(p + 1, e);
+            }
+            if (rc != TW_NATIVE_OK)
+                break;
+            p = p < e ? p + 1 : e; /* past '}' */
+            if (code == TW_NATIVE_OK && twn_check_row(&x, k0, end, &code) < 0) {
+                rc = TW_NATIVE_NOMEM;
+                break;
+            }
+        }
+        if (twn_row_end(res, coff, n, i, &k, end, code))
+            break;
+        p = twn_array_next(p, e);
     }
     free(x.ht);
     res->ncand = k;

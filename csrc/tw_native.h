@@ -241,6 +241,33 @@ size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *id
 int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
                            tw_native_cands *cands, tw_native_result *res);
 
+/*
+ * tw_native_keyed_heads: /v1/completions' logprobs.top_logprobs read for
+ * heads: arr (arr->count == n) holds one {"token_id:N": logprob, ...} object
+ * per token.  First, over every row that is an object: the first row with a
+ * key that repeats an earlier key of that row (rep->row, and [rep->start,
+ * rep->end) the repeated key's text in buf); a key holding an escape stops
+ * this pass with rep->escaped = 1 (its keys would have to be decoded to be
+ * compared; the caller reads the rows another way).  Then, when neither, for
+ * row i the first of:
+ *   not an object, or an empty one             -> TW_NATIVE_MISSING_TOP
+ *   a key that is not "token_id:N" (the "token" rules above; every key of
+ *   the row is read before any logprob is checked) -> TW_NATIVE_TOP_NO_ID
+ *   then per candidate, in key order: its logprob not a number, or not
+ *   finite -> TW_NATIVE_TOP_NOT_FINITE; > 1e-6 -> TW_NATIVE_TOP_POSITIVE;
+ *   an id already listed in the row            -> TW_NATIVE_TOP_DUPLICATE
+ * else the candidates are appended as by tw_native_triple_heads.  Returns
+ * TW_NATIVE_OK, TW_NATIVE_NOMEM or TW_NATIVE_BAD_ARG.
+ */
+typedef struct {
+    ptrdiff_t row;     /* -1: no row repeats a key */
+    size_t start, end; /* the repeated key's text (between its quotes) */
+    int escaped;
+} tw_native_repeat;
+
+int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                          tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep);
+
 #ifdef __cplusplus
 }
 #endif

@@ -449,6 +449,42 @@ def test_sglang_candidate_rules(fault, reason):
     assert SGL(dumps(item)).choices[0].completion_top_ids is None  # no head asked: fine
 
 
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        (lambda row: row.update({" w": -1.0}), "keyed by decoded text"),
+        (lambda row: row.update({"token_id:020": -1.0}), "Duplicate top logprob token id"),
+        (lambda row: row.update({"token_id:9": None}), "Top logprob must be finite"),
+        (lambda row: row.update({"token_id:9": 0.5}), "Top logprob cannot be positive"),
+        # The row's keys first, then its candidates one by one.
+        (lambda row: (row.update({"token_id:21": "x"}), row.update({"text": -1.0})), "keyed by decoded text"),
+        (lambda row: (row.update({"token_id:21": 1.0}), row.update({"token_id:020": -1.0})),
+         "Top logprob cannot be positive"),
+    ],
+    ids=["text-key", "same-id", "not-finite", "positive", "keys-first", "in-order"],
+)
+def test_keyed_candidate_rules(fault, reason):
+    fmt = BY_NAME["vllm_completions_token_strings"]
+    ev = with_head(evidence([10, 20, 30], [-1.0] * 3), 2, [[5, 4, 3, 2]] * 3)
+    doc = fmt.build([ev])
+    fault(doc["choices"][0]["logprobs"]["top_logprobs"][1])
+    err = raises(fmt, doc, reason, top_k=2)
+    assert (err.choice, err.field, err.token) == (0, "logprobs.top_logprobs", 1)
+    assert fmt.parse(dumps(doc)).choices[0].completion_top_ids is None  # no head asked: fine
+
+
+def test_keys_repeated_through_an_escape():
+    """Keys are compared as JSON reads them: "token_id:\\u0035" repeats "token_id:5"."""
+    fmt = BY_NAME["vllm_completions_token_strings"]
+    ev = with_head(evidence([10, 20, 30], [-1.0] * 3), 2, [[5, 4, 3, 2]] * 3)
+    raw = dumps(fmt.build([ev]))
+    escaped = raw.replace(b'"token_id:21":', b'"token_id:\\u0032\\u0031":', 1)
+    assert fmt.parse(escaped, top_k=2).choices[0].completion_top_ids.to_lists()[1] == [20, 21]
+    repeated = raw.replace(b'"token_id:21":', b'"token_id:2\\u0030": -1.0, "token_id:20":', 1)
+    err = raises(fmt, repeated, "repeats the key 'token_id:20'", top_k=2)
+    assert err.token == 1
+
+
 def test_sglang_heads_before_a_bad_row_come_first():
     ev = with_head(evidence([10, 20, 30], [-1.0] * 3), 2, [[5, 4, 3, 2]] * 3)
     item = sglang([ev], False)
@@ -713,6 +749,29 @@ def _mutate_triple_rows(draw, meta):
             triple[0] = draw(st.sampled_from([1e-5, 0.5, 2]))
 
 
+def _mutate_keyed_rows(draw, rows):
+    """A fault (or two) in completions' ``top_logprobs`` objects: an odd row, a text key, a
+    key naming an id twice ("token_id:07"), an odd or positive logprob."""
+    for _ in range(draw(st.integers(1, 2))):
+        r = draw(st.integers(0, len(rows) - 1))
+        row = rows[r]
+        if not isinstance(row, dict) or not row or draw(st.integers(0, 5)) == 0:
+            rows[r] = draw(st.sampled_from([None, {}, [], "x", 3, [["token_id:1", -1.0]]]))
+            continue
+        key = draw(st.sampled_from(list(row)))
+        fault = draw(st.sampled_from(["text", "leading-zero", "logprob", "positive", "odd-key"]))
+        if fault == "text":
+            row[" w" + key[-1:]] = row.pop(key)
+        elif fault == "leading-zero" and key.startswith("token_id:"):
+            row["token_id:0" + key[9:]] = row[key]
+        elif fault == "odd-key":
+            row[draw(st.sampled_from(["token_id:", "token_id:-1", "token_id:4294967296", "token_id:1a", ""]))] = -1.0
+        elif fault == "logprob":
+            row[key] = draw(st.sampled_from(_ODD_VALUES))
+        else:
+            row[key] = draw(st.sampled_from([1e-5, 0.5, 2]))
+
+
 def _mutate_candidates(draw, entry):
     """One fault (or two) in a logprob record's ``top_logprobs``, whose rules apply candidate
     by candidate: an odd row, an odd candidate, an odd key of one, a repeated or positive
@@ -773,6 +832,8 @@ def mutated_openai(draw):
                 entry[key] = draw(st.sampled_from(_ODD_VALUES))
         elif kind == "candidate" and isinstance(content, list) and content:
             _mutate_candidates(draw, content[draw(st.integers(0, len(content) - 1))])
+        elif kind == "candidate" and isinstance(logprobs, dict) and isinstance(logprobs.get("top_logprobs"), list):
+            _mutate_keyed_rows(draw, logprobs["top_logprobs"])
         elif kind in ("value", "drop", "replace_array") and isinstance(logprobs, dict):
             name = draw(st.sampled_from([a for a in _ARRAYS if isinstance(logprobs.get(a), list)] or ["tokens"]))
             array = logprobs.get(name)
@@ -794,6 +855,8 @@ def mutated_openai(draw):
         raw = raw.replace(b'"logprobs":', b'"logprobs": {"tokens": [1], "token_logprobs": [null]}, "logprobs":', 1)
     if draw(st.booleans()):
         raw = raw.replace(b'"logprob":', b'"logprob": "x", "token_id": 1, "logprob":', 1)
+    if draw(st.integers(0, 3)) == 0:  # a keyed head row that repeats its first key
+        raw = re.sub(rb'\{\s*("token_id:[0-9]+")\s*:\s*([^,}]+)', rb"{\1: \2, \1: \2", raw, count=1)
     return fmt, raw
 
 

@@ -1,6 +1,7 @@
 # cython: language_level=3, freethreading_compatible=True
 """The compiled core: C kernels over raw buffers, the GIL released around every hot loop."""
 
+import json
 import os
 import warnings
 
@@ -390,6 +391,13 @@ cdef extern from "tw_native.h" nogil:
                                 double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind)
     ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
                                 uint8_t *kinds)
+    ctypedef struct tw_native_repeat:
+        ptrdiff_t row
+        size_t start
+        size_t end
+        int escaped
+    int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                              tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep)
     int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
                                tw_native_cands *cands, tw_native_result *res)
     int tw_native_parse(const char *buf, const tw_value *content, size_t n, const int64_t *ids, int want_top,
@@ -447,14 +455,16 @@ _OPENAI_FIELDS = {
     "raw_output": TW_F_RAW_OUTPUT,
     "raw_output.completion_token_ids": TW_F_RO_TOKEN_IDS,
     "raw_output.completion_logprobs.content": TW_F_RO_CONTENT,
+    "logprobs.top_logprobs": TW_F_LP_TOP,
 }
 # Read from the raw bytes (token_ids and the top-level prompt ids are blanked by the scan);
 # text_offset is read by nothing, top_logprobs only for heads.
 _OPENAI_BLANK = (TW_F_PROMPT_IDS, TW_F_LP_TOKEN_LOGPROBS, TW_F_LP_TOKENS, TW_F_LP_TOKEN_IDS,
                  TW_F_LP_TEXT_OFFSET, TW_F_RO_TOKEN_IDS)
 _OPENAI_BLANK_NO_HEADS = _OPENAI_BLANK + (TW_F_LP_TOP, TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT)
-# With a head: logprob records are read in C too (their candidates by tw_native_parse).
-_OPENAI_BLANK_HEADS = _OPENAI_BLANK + (TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT)
+# With a head too: record candidates are read by tw_native_parse, keyed rows by
+# tw_native_keyed_heads.
+_OPENAI_BLANK_HEADS = _OPENAI_BLANK_NO_HEADS
 # SGLang items.
 _SGLANG_FIELDS = {
     "output_ids": TW_F_SGL_IDS,
@@ -701,6 +711,31 @@ cdef class _Scan:
         finally:
             tw_native_cands_free(&cands)
         return candidates, None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code])
+
+    cdef object keyed_heads(self, const tw_value *v):
+        """tw_native_keyed_heads over the array ``v``: the reference's ``keyed_rows``, except
+        that a key with an escape gives ``True`` for the repeat (the caller reads the rows)."""
+        cdef size_t n = v.count
+        cdef tw_native_cands cands
+        cdef tw_native_result res
+        cdef tw_native_repeat rep
+        cdef int rc
+        cdef int64_t[::1] coff_view
+        coff = np.zeros(n + 1, dtype=np.int64)
+        coff_view = coff
+        _cands_init(&cands)
+        try:
+            with nogil:
+                rc = tw_native_keyed_heads(self.buf, v, n, &coff_view[0], &cands, &res, &rep)
+            candidates = _candidates(rc, coff, &cands, res.ncand)
+        finally:
+            tw_native_cands_free(&cands)
+        if rep.escaped:
+            return candidates, None, True
+        if rep.row >= 0:
+            key = json.loads(b'"' + PyBytes_FromStringAndSize(self.buf + rep.start, rep.end - rep.start) + b'"')
+            return candidates, None, (rep.row, key)
+        return candidates, None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code]), None
 
     cdef object records(self, const tw_value *v):
         """``logprobs.content`` entries: the _Records the reference's reader builds, its values
@@ -1069,6 +1104,17 @@ class _ScannedReader(_Scanned, _openai._Reader):
             return super().top_entries(self.full(content, path), path, ids)
         return scan.native(v, ids, True)
 
+    def keyed_rows(self, rows, path):
+        cdef _Scan scan = self.scan
+        cdef const tw_value *v = scan.array(self.index, path, self.fields)
+        if v == NULL:
+            return super().keyed_rows(rows, path)
+        candidates, top_err, repeat = scan.keyed_heads(v)
+        if repeat is True:  # a key with an escape: the rows as the reference reads them
+            rows = json.loads(scan.text(v), object_pairs_hook=_openai._keep_repeats)
+            return super().keyed_rows(rows, path)
+        return candidates, top_err, repeat
+
     def full(self, value, path):
         cdef _Scan scan = self.scan
         cdef const tw_value *v = scan.array(self.index, path, _RECORD_FIELDS)
@@ -1116,10 +1162,7 @@ cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint 
                           object parse_document):
     k = _reference._check_top_k(top_k)
     scan = _Scan()
-    document = scan.document(raw, _OPENAI_BLANK_NO_HEADS if k is None else _OPENAI_BLANK_HEADS, True)
-    if k is not None and _openai._has_keyed_heads(document):
-        # Heads keyed by strings: the reference reads them with their repeated keys kept.
-        return parse_document(_openai._load_keeping_repeats(raw), k, require_logprobs, check_usage)
+    document = scan.document(raw, _OPENAI_BLANK_HEADS, True)
     return parse_document(document, k, require_logprobs, check_usage,
                           lambda i: _ScannedReader(i, scan))
 

@@ -197,6 +197,37 @@ class _Records:
     mixed: int | None = None  # first entry lacking `sampling_logprob` while others have it
 
 
+def _candidate_rows(
+    rows: list[Any], pairs: Any
+) -> tuple[Candidates, tuple[int, str] | None]:
+    """Head candidates row by row. ``pairs(row)`` lists a row's ``(token_id, logprob)``
+    (None: no row there; an id of None: a candidate naming none); a row's ids are checked
+    whole, then its candidates one by one. Every row's candidates before the first row that
+    breaks a rule, and ``(index, code)`` of that row (codes as ``NativeEntries.top_err``)."""
+    out: list[list[tuple[int, float]]] = []
+    for index, row in enumerate(rows):
+        listed = pairs(row)
+        problem = "missing_top" if listed is None else None
+        if listed is not None and any(token_id is None for token_id, _ in listed):
+            problem = "top_no_id"
+        head: dict[int, float] = {}
+        for token_id, logprob in listed if problem is None else ():
+            if not _is_number(logprob) or not math.isfinite(logprob):
+                problem = "top_not_finite"
+            elif logprob > 1e-6:
+                problem = "top_positive"
+            elif token_id in head:
+                problem = "top_duplicate"
+            else:
+                head[token_id] = float(logprob)
+                continue
+            break
+        if problem is not None:
+            return Candidates.from_rows(out + [[] for _ in range(len(rows) - len(out))]), (index, problem)
+        out.append(list(head.items()))
+    return Candidates.from_rows(out), None
+
+
 class _Reader(_Choice):
     """One choice being parsed: where its errors are located, and how its big values are read.
 
@@ -232,31 +263,32 @@ class _Reader(_Choice):
         row's candidates before the first row that breaks a rule, and ``(index, code)`` of
         that row (codes as :class:`NativeEntries`' ``top_err``). A row's shape (a non-empty
         list of triples naming ids) is checked whole before its logprobs, one by one."""
-        out: list[list[tuple[int, float]]] = []
-        problem = None
-        for index, row in enumerate(rows):
+
+        def pairs(row: Any) -> list[tuple[int | None, Any]] | None:
             if not isinstance(row, list) or not row:
-                problem = "missing_top"
-            else:
-                read = _Reader.triples(self, row, path)  # rows are never recorded values
-                if read.bad is not None or None in read.ids:
-                    problem = "top_no_id"
-                head: dict[int, float] = {}
-                for token_id, logprob in zip(read.ids, read.values) if problem is None else ():
-                    if not _is_number(logprob) or not math.isfinite(logprob):
-                        problem = "top_not_finite"
-                    elif logprob > 1e-6:
-                        problem = "top_positive"
-                    elif token_id in head:
-                        problem = "top_duplicate"
-                    else:
-                        head[cast(int, token_id)] = float(logprob)
-                        continue
-                    break
-            if problem is not None:
-                return Candidates.from_rows(out + [[]] * (len(rows) - len(out))), (index, problem)
-            out.append(list(head.items()))
-        return Candidates.from_rows(out), None
+                return None
+            read = _Reader.triples(self, row, path)  # rows are never recorded values
+            return [(None, None)] if read.bad is not None else list(zip(read.ids, read.values))
+
+        return _candidate_rows(rows, pairs)
+
+    def keyed_rows(
+        self, rows: list[Any], path: str
+    ) -> tuple[Candidates, tuple[int, str] | None, tuple[int, str] | None]:
+        """Completions' head candidates, a ``{"token_id:N": logprob}`` object per token: as
+        :meth:`top_triples` (a row's keys are checked whole before its logprobs), and before
+        that the first row that repeats a key, with the key (``rows`` must then have been read
+        with repeated keys kept, see ``_Repeated``)."""
+        for index, row in enumerate(rows):
+            if isinstance(row, _Repeated):
+                return Candidates.from_rows([[] for _ in rows]), None, (index, row.repeated[0])
+
+        def pairs(row: Any) -> list[tuple[int | None, Any]] | None:
+            if not isinstance(row, dict) or not row:
+                return None
+            return [(_token_string_id(key), value) for key, value in row.items()]
+
+        return (*_candidate_rows(rows, pairs), None)
 
     def full(self, value: Any, path: str) -> Any:
         """The value at ``path`` as the document holds it (a compiled reader may have left
@@ -463,12 +495,6 @@ def _head_rows(
     return Ragged.from_lists(top_ids, np.int64), Ragged.from_lists(top_logprobs, np.float64)
 
 
-def _rows(c: _Reader, value: Any, field: str, count: int) -> list[Any]:
-    if not isinstance(value, list) or len(value) != count:
-        c.fail("Missing requested top logprobs", field)
-    return value
-
-
 class _Repeated(dict):
     """A JSON object that repeated a key; ``repeated`` holds those keys. orjson keeps the
     last value of a repeated key, so a head is read from a re-parse that keeps them all."""
@@ -603,34 +629,32 @@ def _array_logprobs(
 
     def heads(c: _Reader, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         field = "logprobs.top_logprobs"
-        rows = _rows(c, logprobs.get("top_logprobs"), field, count)
-        for index, row in enumerate(rows):  # before any other rule: the loudest symptom
-            if isinstance(row, _Repeated):
+        rows = logprobs.get("top_logprobs")
+        if not isinstance(rows, list) or c.length(rows, field) != count:
+            c.fail("Missing requested top logprobs", field)
+        candidates, top_err, repeated = c.keyed_rows(rows, field)
+        if repeated is not None:  # before any other rule: the loudest symptom
+            c.fail(
+                f"top_logprobs repeats the key {repeated[1]!r}: candidates sent under one key "
+                "are never merged",
+                field,
+                repeated[0],
+            )
+        limit = count if top_err is None else top_err[0]
+        top_ids, top_logprobs, head_bad = c.heads(ids, candidates, sampled, k, None, limit)
+        if head_bad is not None:
+            c.fail(head_bad[1], field, head_bad[0])
+        if top_err is not None:
+            index, code = top_err
+            if code == "top_no_id":
                 c.fail(
-                    f"top_logprobs repeats the key {row.repeated[0]!r}: candidates sent under "
-                    "one key are never merged",
+                    "top_logprobs is keyed by decoded text, not token ids: unusable for a head "
+                    f"(two ids that decode alike share one key); {endpoint.heads_advice}",
                     field,
                     index,
                 )
-
-        def candidates(index: int, row: Any) -> list[tuple[int, Any]]:
-            if not isinstance(row, dict):
-                c.fail("Missing requested top logprobs", field, index)
-            pairs = []
-            for key, logprob in row.items():
-                token_id = _token_string_id(key)
-                if token_id is None:
-                    c.fail(
-                        "top_logprobs is keyed by decoded text, not token ids: unusable for a "
-                        "head (two ids that decode alike share one key); "
-                        f"{endpoint.heads_advice}",
-                        field,
-                        index,
-                    )
-                pairs.append((token_id, logprob))
-            return pairs
-
-        return _head_rows(c, field, rows, ids, sampled.tolist(), k, candidates)
+            c.fail(_NATIVE_TOP[code], field, index)
+        return top_ids, top_logprobs
 
     return _Logprobs(field, count, values, bad, sent, "logprob", heads)
 
