@@ -15,15 +15,16 @@ TOKENS = 8192
 PROMPT = 512
 
 
-def completions_response(n: int, *, token_strings: bool, seed: int = 3) -> bytes:
-    """What vLLM sends for ``logprobs: 1, return_token_ids: true`` (and, with
-    ``token_strings``, ``return_tokens_as_token_ids: true``), serialized as vLLM does."""
-    ev = samples.evidence(n, 1, seed=seed)
+def completions_response(n: int, *, token_strings: bool, head: int = 1, seed: int = 3) -> bytes:
+    """What vLLM sends for ``logprobs: head, return_token_ids: true`` (and, with
+    ``token_strings``, ``return_tokens_as_token_ids: true``), serialized as vLLM does: each
+    token's ``top_logprobs`` object holds the ``head`` most likely tokens and the sampled one."""
+    ev = samples.evidence(n, head, seed=seed)
     rng = np.random.default_rng(seed)
     ids = ev.ids.tolist()
     logprobs = ev.logprobs.astype(np.float64).tolist()
-    top_ids = ev.cand_ids[:, 0].tolist()
-    top_lps = ev.cand_logprobs[:, 0].astype(np.float64).tolist()
+    top_ids = ev.cand_ids[:, :head].tolist()
+    top_lps = ev.cand_logprobs[:, :head].astype(np.float64).tolist()
 
     def token(i: int) -> str:
         return f"token_id:{i}" if token_strings else f" w{i % 7919}"
@@ -38,7 +39,8 @@ def completions_response(n: int, *, token_strings: bool, seed: int = 3) -> bytes
             "token_logprobs": logprobs,
             "tokens": tokens,
             "top_logprobs": [
-                {token(c): p, token(i): lp} for i, lp, c, p in zip(ids, logprobs, top_ids, top_lps)
+                {**{token(c): p for c, p in zip(cs, ps)}, token(i): lp}
+                for i, lp, cs, ps in zip(ids, logprobs, top_ids, top_lps)
             ],
         },
         "finish_reason": "length",
@@ -99,6 +101,8 @@ WORKLOADS = {
     "completions_8k": (lambda: completions_response(TOKENS, token_strings=False), "parse_completions_response"),
     "completions_8k_token_strings": (lambda: completions_response(TOKENS, token_strings=True),
                                      "parse_completions_response"),
+    "completions_8k_top5": (lambda: completions_response(TOKENS, token_strings=True, head=7),
+                            "parse_completions_response", 5),
     "chat_8k": (lambda: chat_response(TOKENS), "parse_chat_completions_response"),
     # A head of 5 from 7 candidates (k + 2, as a head needs).
     "chat_8k_top5": (lambda: chat_response(TOKENS, head=7), "parse_chat_completions_response", 5),
