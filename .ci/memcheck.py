@@ -48,4 +48,21 @@ for path in [p for p in ("scalar", "avx2") if p in _core.simd_paths()]:
                 parse(raw)
             except MalformedResponseError:
                 pass
+    # The same with heads of 2 from 4 candidates (and 80 in one row: the hashed duplicate check),
+    # whole, with a bad candidate, a repeated key and an escaped key.
+    cands = [[(i + j, v - j) for j in range(80 if t == 7 else 4)] for t, (i, v) in enumerate(zip(ids, lps))]
+    completions["choices"][0]["logprobs"]["top_logprobs"] = [{f"token_id:{c}": p for c, p in row} for row in cands]
+    chat["choices"][0]["logprobs"]["content"] = [
+        {"token": f"token_id:{i}", "logprob": v, "top_logprobs": [{"token": f"token_id:{c}", "logprob": p}
+                                                                 for c, p in row]}
+        for i, v, row in zip(ids, lps, cands)]
+    sglang["meta_info"]["output_top_logprobs"] = [[[p, c, None] for c, p in row] for row in cands]
+    for parse, doc in parsers:
+        good = json.dumps(doc).encode()
+        for raw in (good, good.replace(b"-1.511", b"0.5", 1), good.replace(b'"token_id:1009": -0.509',
+                    b'"token_id:1009": -0.509, "token_id:1009": -0.509', 1), good.replace(b'"token_id:1', b'"token_id:\\u0031', 3)):
+            try:
+                parse(raw, top_k=2)
+            except MalformedResponseError:
+                pass
 print("memcheck workload done")
