@@ -24,3 +24,16 @@ def test_c_kernel_suite(target, tmp_path):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert " 0 failures" in result.stdout
+
+
+@pytest.mark.skipif(sys.platform != "linux" or not shutil.which("cc"), reason="needs a C compiler (Linux)")
+@pytest.mark.parametrize("check", [
+    ["check_scan.py", "--rounds", "200", "--no-samples"],
+    ["check_native.py", "--rounds", "100", "--numbers", "500"],
+    ["check_heads.py", "--heads", "5000"],
+], ids=["scan", "native", "heads"])
+def test_ctypes_differential_checks(check):
+    """The ctypes checks of the kernels against orjson and the Python reference (their long
+    runs are `make scan-check native-check heads-check`), briefly: they stay runnable."""
+    result = subprocess.run([sys.executable, *check], cwd=HERE, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

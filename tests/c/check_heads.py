@@ -26,15 +26,14 @@ from __future__ import annotations
 import argparse
 import ctypes as C
 import math
-import os
 import random
 import struct
-import subprocess
 import sys
 import time
 import types
 from pathlib import Path
 
+import clib
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,30 +61,7 @@ PATH_NAMES = {0: "scalar", 2: "avx2", 3: "avx512"}
 
 
 def build(sanitize: bool) -> Path:
-    OUT.mkdir(parents=True, exist_ok=True)
-    lib = OUT / ("libtwheads_san.so" if sanitize else "libtwheads.so")
-    cmd = [
-        os.environ.get("CC", "cc"),
-        "-std=c11",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-shared",
-        "-fPIC",
-        "-I",
-        str(ROOT / "csrc"),
-        str(ROOT / "csrc" / "tw_heads.c"),
-        "-o",
-        str(lib),
-        "-lm",
-    ]
-    if sanitize:
-        cmd += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-                "-fno-sanitize-recover=all"]
-    else:
-        cmd += ["-O2"]
-    subprocess.run(cmd, check=True)
-    return lib
+    return clib.build(OUT, "twheads", ["tw_heads.c"], sanitize=sanitize)
 
 
 P64 = C.POINTER(C.c_int64)
@@ -574,18 +550,8 @@ def main() -> int:
         return 0
 
     lib_path = build(args.sanitize)
-    if args.sanitize and "libasan" not in os.environ.get("LD_PRELOAD", ""):
-        cc = os.environ.get("CC", "cc")
-        asan = subprocess.run(
-            [cc, "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        env = dict(
-            os.environ,
-            LD_PRELOAD=asan,
-            ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
-            UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
-        )
-        return subprocess.call([sys.executable, *sys.argv], env=env)
+    if args.sanitize and (status := clib.rerun_under_asan()) is not None:
+        return status
 
     lib = Lib(lib_path)
     rng = random.Random(args.seed)

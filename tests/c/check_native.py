@@ -42,12 +42,12 @@ import os
 import random
 import re
 import struct
-import subprocess
 import sys
 import time
 from decimal import Decimal, getcontext
 from pathlib import Path
 
+import clib
 import numpy as np
 import orjson
 
@@ -174,23 +174,8 @@ def build(sanitize: bool, portable: bool = False) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     shim = OUT / "shim.c"
     shim.write_text(SHIM)
-    lib = OUT / ("libtwnative%s%s.so" % ("_san" if sanitize else "", "_portable" if portable else ""))
-    cmd = [
-        os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-        "-I", str(ROOT / "csrc"),
-        str(ROOT / "csrc" / "tw_scan.c"), str(ROOT / "csrc" / "tw_native.c"),
-        str(ROOT / "csrc" / "tw_base64.c"), str(shim),
-        "-o", str(lib),
-    ]
-    if sanitize:
-        cmd += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-                "-fno-sanitize-recover=all"]
-    else:
-        cmd += ["-O2"]
-    if portable:
-        cmd += ["-DTW_NO_SIMD"]
-    subprocess.run(cmd, check=True)
-    return lib
+    return clib.build(OUT, "twnative", ["tw_scan.c", "tw_native.c", "tw_base64.c", shim],
+                      sanitize=sanitize, portable=portable)
 
 
 class Lib:
@@ -769,7 +754,7 @@ def code_of(reason: str, table) -> int:
 def ref_sampled(choice, ids):
     c = R._Choice(0)
     try:
-        values = R._parse_native_logprobs(choice, np.array(ids, dtype=np.int64), c)
+        values, _ = R._parse_native_logprobs(choice, np.array(ids, dtype=np.int64), c)
         return -1, OK, values
     except MalformedResponseError as exc:
         assert exc.token is not None, exc
@@ -781,15 +766,21 @@ def ref_sampled(choice, ids):
 
 
 def ref_top(choice, ids):
+    """The reference's head candidates of each entry before the first failing one, with the
+    entry's own logprob (what the heads are then selected from)."""
     c = R._Choice(0)
     heads = []
 
-    def record(c_, field, index, head, sampled_id, sampled_logprob, k, support):
-        heads.append((list(head.items()), float(sampled_logprob)))
-        return [], []
+    def record(self, ids_, candidates, sampled_lps, k, supports, limit):
+        bounds = candidates.offsets.tolist()
+        for t in range(limit):
+            a, b = bounds[t], bounds[t + 1]
+            heads.append((list(zip(candidates.ids[a:b].tolist(), candidates.logprobs[a:b].tolist())),
+                          float(sampled_lps[t])))
+        return None, None, None
 
-    saved = R._head_or_fail
-    R._head_or_fail = record
+    saved = R._Choice.heads
+    R._Choice.heads = record
     try:
         R._parse_native_heads(choice, np.array(ids, dtype=np.int64), 20, c)
         return -1, OK, heads
@@ -797,7 +788,7 @@ def ref_top(choice, ids):
         assert exc.token is not None, exc
         return exc.token, code_of(exc.reason, TOP_CODES), heads
     finally:
-        R._head_or_fail = saved
+        R._Choice.heads = saved
 
 
 def check_doc(lib: Lib, raw: bytes, ids, content, stats) -> None:
@@ -878,14 +869,10 @@ def main() -> int:
     ap.add_argument("--portable", action="store_true", help="build with -DTW_NO_SIMD")
     args = ap.parse_args()
 
-    if args.sanitize and "TW_NATIVE_CHECK_CHILD" not in os.environ:
-        build(True, args.portable)
-        asan = subprocess.run([os.environ.get("CC", "cc"), "-print-file-name=libasan.so"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        env = dict(os.environ, TW_NATIVE_CHECK_CHILD="1", LD_PRELOAD=asan,
-                   ASAN_OPTIONS="detect_leaks=0")
-        return subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env).returncode
-
+    if args.sanitize:
+        build(True, args.portable)  # compile errors show in the parent
+        if (status := clib.rerun_under_asan()) is not None:
+            return status
     lib = Lib(build(args.sanitize, args.portable))
     rng = random.Random(args.seed)
     check_table()

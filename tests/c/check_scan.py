@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes as C
-import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import clib
 import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,13 +48,14 @@ class TwValue(C.Structure):
         ("has_escape", C.c_uint8),
         ("ascii", C.c_uint8),
         ("all_int", C.c_uint8),
+        ("blob", C.c_uint16),
         ("start", C.c_size_t),
         ("end", C.c_size_t),
         ("count", C.c_size_t),
     ]
 
 
-NFIELDS = 13
+NFIELDS = 25  # TW_NFIELDS; the generate fields (FIELDS below) come first
 
 
 class TwChoice(C.Structure):
@@ -70,6 +70,10 @@ class TwDoc(C.Structure):
     _fields_ = [
         ("path", C.c_int),
         ("max_depth", C.c_size_t),
+        ("decode", C.c_int),
+        ("openai", C.c_int),
+        ("sglang", C.c_int),
+        ("b64_path", C.c_int),
         ("top_is_object", C.c_uint8),
         ("prompt_token_ids", TwValue),
         ("choices", TwValue),
@@ -80,9 +84,12 @@ class TwDoc(C.Structure):
         ("blank_bytes", C.c_size_t),
         ("err_pos", C.c_size_t),
         ("err_msg", C.c_char_p),
+        ("blobs", C.c_void_p),
+        ("nblobs", C.c_size_t),
         ("choice_cap", C.c_size_t),
         ("blank_cap", C.c_size_t),
         ("stack_cap", C.c_size_t),
+        ("blobs_cap", C.c_size_t),
         ("stack", C.c_void_p),
     ]
 
@@ -107,35 +114,7 @@ FIELDS = [
 
 
 def build(sanitize: bool) -> Path:
-    OUT.mkdir(parents=True, exist_ok=True)
-    lib = OUT / ("libtwscan_san.so" if sanitize else "libtwscan.so")
-    cmd = [
-        os.environ.get("CC", "cc"),
-        "-std=c11",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-shared",
-        "-fPIC",
-        "-I",
-        str(ROOT / "csrc"),
-        str(ROOT / "csrc" / "tw_scan.c"),
-        str(ROOT / "csrc" / "tw_base64.c"),
-        "-o",
-        str(lib),
-    ]
-    if sanitize:
-        cmd += [
-            "-O1",
-            "-g",
-            "-fno-omit-frame-pointer",
-            "-fsanitize=address,undefined",
-            "-fno-sanitize-recover=all",
-        ]
-    else:
-        cmd += ["-O2"]
-    subprocess.run(cmd, check=True)
-    return lib
+    return clib.build(OUT, "twscan", ["tw_scan.c", "tw_base64.c"], sanitize=sanitize)
 
 
 class Scanner:
@@ -873,18 +852,8 @@ def main() -> int:
     args = ap.parse_args()
 
     lib = build(args.sanitize)
-    if args.sanitize and "libasan" not in os.environ.get("LD_PRELOAD", ""):
-        cc = os.environ.get("CC", "cc")
-        asan = subprocess.run(
-            [cc, "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        env = dict(
-            os.environ,
-            LD_PRELOAD=asan,
-            ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
-            UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
-        )
-        return subprocess.call([sys.executable, *sys.argv], env=env)
+    if args.sanitize and (status := clib.rerun_under_asan()) is not None:
+        return status
 
     sc = Scanner(lib)
     rng = random.Random(args.seed)
