@@ -1,6 +1,7 @@
 """The C kernels' own test programs (tests/c): base64, the structural scanner, the native
 record reader and head selection, each against an independent reference written in C,
-including the exact-sum decisions at the head-mass and normalization thresholds."""
+including the exact-sum decisions at the head-mass and normalization thresholds; and, briefly,
+the ctypes checks of the same kernels against orjson and the Python reference."""
 
 from __future__ import annotations
 
