@@ -417,6 +417,8 @@ def test_errors_without_traceback(tmp_path, capsys):
     # In process: main() returns 2 with a message instead of raising.
     assert cli.main(["check", path, "--field", "a..b"]) == 2
     assert "--field 'a..b': empty path component" in capsys.readouterr().err
+    assert cli.main(["inspect", path, "--field", "a."]) == 2
+    assert "--field 'a.': empty path component" in capsys.readouterr().err
     assert cli.main(["inspect", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:

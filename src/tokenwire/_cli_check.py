@@ -22,7 +22,7 @@ import orjson
 import tokenwire
 
 from ._cli_formats import CLASSES, check_record
-from ._cli_io import Chunk, InputError, Reader, Source, expand_paths, read_chunks
+from ._cli_io import Chunk, InputError, Reader, Source, expand_paths, field_path, read_chunks
 
 __all__ = ["Options", "Tally", "check_chunk", "run"]
 
@@ -337,10 +337,7 @@ def _cpus() -> int:
 
 def main(args: Any) -> int:
     """Run ``tokenwire check`` from parsed arguments; the exit status."""
-    field_path = tuple(args.field.split(".")) if args.field else None
-    if field_path is not None and not all(field_path):
-        raise InputError(f"--field {args.field!r}: empty path component")
-    options = Options(format=args.format, field=field_path, top_k=args.top_k, examples=args.examples)
+    options = Options(format=args.format, field=field_path(args.field), top_k=args.top_k, examples=args.examples)
     jobs = args.jobs or _cpus()
     tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress)
     if args.report == "json":

@@ -13,7 +13,7 @@ import orjson
 import tokenwire
 
 from ._cli_formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
-from ._cli_io import InputError, expand_paths, first_record
+from ._cli_io import InputError, expand_paths, field_path, first_record
 
 __all__ = ["describe", "main"]
 
@@ -186,6 +186,7 @@ def text(info: dict[str, Any], out: TextIO) -> None:
 
 def main(args: Any) -> int:
     """Run ``tokenwire inspect`` from parsed arguments; the exit status."""
+    path = field_path(args.field)
     if os.path.isdir(args.file):
         raise InputError(f"{args.file}: is a directory; inspect reads one file")
     (source,) = expand_paths([args.file])
@@ -194,8 +195,7 @@ def main(args: Any) -> int:
         what = f"no record on line {args.line}" if args.line else "no record"
         raise InputError(f"{source.name}: {what}")
     raw, number, _ = found
-    if args.field:
-        path = tuple(args.field.split("."))
+    if path is not None:
         try:
             value = resolve_field(orjson.loads(raw), path)
         except orjson.JSONDecodeError as exc:

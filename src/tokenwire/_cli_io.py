@@ -33,6 +33,16 @@ class InputError(Exception):
     """An input cannot be read: exit status 2, with this message."""
 
 
+def field_path(value: str | None) -> tuple[str, ...] | None:
+    """A ``--field`` option as its path components (None when not given)."""
+    if not value:
+        return None
+    path = tuple(value.split("."))
+    if not all(path):
+        raise InputError(f"--field {value!r}: empty path component")
+    return path
+
+
 @dataclass
 class Source:
     path: str  # "-" is standard input
