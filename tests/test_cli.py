@@ -219,6 +219,8 @@ def test_every_defect_class(tmp_path, capsys, mutation):
     (example,) = result["classes"][expected]["examples"]
     assert example["file"] == path and example["line"] == 2
     assert result["records"] == 2 and result["clean"] == 1
+    if mutation is m_chat_completion:
+        assert example["reason"].endswith("supported formats: generate (vLLM /inference/v1/generate)")
 
 
 def test_malformed_json_and_head_with_top_k(tmp_path, capsys):

@@ -300,7 +300,7 @@ def check_record(
         if fmt == "auto" and not tried.detect(document):
             other = next((f for f in FORMATS.values() if f is not tried and f.detect(document)), None)
             if other is None:
-                names = ", ".join(FORMATS)
+                names = ", ".join(f"{f.name} ({f.description})" for f in FORMATS.values())
                 reason = f"looks like {_describe(document)}; supported formats: {names}"
                 return None, _prefixed(Defect("unrecognized", "", reason), prefix)
             tried = other
