@@ -167,8 +167,9 @@ def m_compact_format():
     return doc, "malformed_packed"
 
 
-def m_chat_completion():
-    return {"id": "c", "object": "chat.completion", "choices": [{"index": 0, "message": {"content": "hi"}}]}, "unrecognized"
+def m_chat_chunk():
+    chunk = {"index": 0, "delta": {"content": "hi"}}
+    return {"id": "c", "object": "chat.completion.chunk", "choices": [chunk]}, "unrecognized"
 
 
 def m_no_choices():
@@ -219,8 +220,9 @@ def test_every_defect_class(tmp_path, capsys, mutation):
     (example,) = result["classes"][expected]["examples"]
     assert example["file"] == path and example["line"] == 2
     assert result["records"] == 2 and result["clean"] == 1
-    if mutation is m_chat_completion:
-        assert example["reason"].endswith("supported formats: generate (vLLM /inference/v1/generate)")
+    if mutation is m_chat_chunk:
+        assert example["reason"].startswith("looks like an OpenAI chat completion chunk")
+        assert "supported formats: generate (vLLM /inference/v1/generate), completions (" in example["reason"]
 
 
 def test_malformed_json_and_head_with_top_k(tmp_path, capsys):
@@ -490,3 +492,55 @@ def test_bench_reports_progress_on_long_runs(capsys, monkeypatch):
     cli.bench(quick=True, names=["multi_choice"])  # ~0.6 s: quiet
     assert capsys.readouterr().err == ""
 
+
+
+def _openai_docs():
+    """One clean response of each OpenAI-compatible and SGLang shape (from the parsers' own
+    strategies), each with its format's name."""
+    from .openai_strategies import FORMATS, evidence
+
+    ev = [evidence([10, 20, 30], [-1.0, -2.0, -0.5])]
+
+    def name(f: Any) -> str:
+        return "sglang" if f.name.startswith("sglang") else "chat" if "chat" in f.name else "completions"
+
+    return [(f.build(ev), name(f)) for f in FORMATS]
+
+
+def test_openai_compatible_and_sglang_formats(tmp_path, capsys):
+    docs = _openai_docs()
+    path = write(tmp_path / "mixed.jsonl", [line_of(doc) for doc, _ in docs] + [line_of(_packed())])
+    status, result = report(capsys, path)
+    assert status == 0 and result["clean"] == len(docs) + 1
+    expected: dict[str, int] = {"generate": 1}
+    for _, name in docs:
+        expected[name] = expected.get(name, 0) + 1
+    assert result["formats"] == expected
+    # Forced: every other record is a defect of that format.
+    status, result = report(capsys, path, "--format", "sglang")
+    assert status == 1 and result["formats"]["sglang"] == len(docs) + 1
+    assert result["clean"] == sum(name == "sglang" for _, name in docs)
+
+
+def test_openai_compatible_defects(tmp_path, capsys):
+    """A shifted logprob list, a usage count that disagrees, missing ids, a null logprob and a
+    bad head candidate land in their classes, with the histogram of the shift."""
+    (comp, _), (chat, _) = _openai_docs()[1], _openai_docs()[3]
+    shifted = copy.deepcopy(comp)
+    shifted["choices"][0]["logprobs"]["token_logprobs"].append(-1.0)
+    shifted["choices"][0]["logprobs"]["tokens"].append("token_id:40")
+    usage = copy.deepcopy(comp)
+    usage["usage"]["completion_tokens"] = 4
+    no_ids = copy.deepcopy(chat)
+    del no_ids["choices"][0]["token_ids"]
+    for entry in no_ids["choices"][0]["logprobs"]["content"]:
+        entry["token"] = " w"
+    null = copy.deepcopy(chat)
+    null["choices"][0]["logprobs"]["content"][1]["logprob"] = None
+    docs = [shifted, usage, no_ids, null]
+    status, result = report(capsys, write(tmp_path / "bad.jsonl", [line_of(d) for d in docs]))
+    assert status == 1
+    assert counts(result) == {"length_mismatch": 2, "missing_ids": 1, "bad_logprob": 1}
+    histogram = result["classes"]["length_mismatch"]["histogram"]
+    assert histogram == {"logprobs.token_logprobs": {"+1": 1}, "usage.completion_tokens": {"+1": 1}}
+    assert result["formats"] == {"completions": 2, "chat": 2}

@@ -3,7 +3,7 @@
 A format knows how to recognize a parsed record (``detect``), how to validate raw bytes
 (``validate``, raising :class:`MalformedResponseError`) and how to sort a rejection into a
 defect class (``classify``). ``FORMATS`` lists them in the order ``--format auto`` tries them;
-a new wire format (OpenAI completions or chat, SGLang) plugs in by adding a :class:`Format`.
+a new wire format plugs in by adding a :class:`Format`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ CLASSES: dict[str, str] = {
     "head": "head or sampling-support problem",
     "malformed_packed": "malformed base64/packed field",
     "malformed_json": "malformed JSON",
-    "unrecognized": "not a generate response",
+    "unrecognized": "not a response of a supported format",
     "other": "other",
 }
 
@@ -54,7 +54,7 @@ class Format:
     name: str
     description: str
     detect: Callable[[Any], bool]
-    validate: Callable[[bytes, int | None], None]
+    validate: Callable[[bytes, int | None], object]  # raises MalformedResponseError
     classify: Callable[[MalformedResponseError, Any], Defect]
 
 
@@ -62,6 +62,7 @@ class Format:
 
 _OPENAI_OBJECTS = {
     "text_completion": "an OpenAI completion",
+    "text.completion": "an OpenAI completion (Together's spelling)",
     "chat.completion": "an OpenAI chat completion",
     "chat.completion.chunk": "an OpenAI chat completion chunk",
 }
@@ -219,7 +220,87 @@ GENERATE = Format(
     _classify_generate,
 )
 
-FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE,)}
+
+
+# --- OpenAI-compatible and SGLang formats --------------------------------------------------------
+
+
+def _detect_completions(document: Any) -> bool:
+    return isinstance(document, dict) and document.get("object") in ("text_completion", "text.completion")
+
+
+def _detect_chat(document: Any) -> bool:
+    return isinstance(document, dict) and document.get("object") == "chat.completion"
+
+
+def _is_sglang_item(item: Any) -> bool:
+    return isinstance(item, dict) and "meta_info" in item and ("output_ids" in item or "text" in item)
+
+
+def _detect_sglang(document: Any) -> bool:
+    """One SGLang ``/generate`` item, or a batch of them."""
+    if isinstance(document, list):
+        return bool(document) and all(_is_sglang_item(item) for item in document)
+    return _is_sglang_item(document)
+
+
+# "completion has 6 token ids but 7 logprobs (+1): ids from token_ids, logprobs from logprobs.tokens"
+_OPENAI_COUNT = re.compile(r"completion has (\d+) token ids but (\d+) logprobs .*logprobs from ([\w.]+)")
+# "usage.completion_tokens is 7 but the completion has 6 token ids (+1)"
+_USAGE_COUNT = re.compile(r"^([\w.]+) is (\d+) but the completion has (\d+) token ids")
+# "token id sources disagree in length: token_ids has 6 ids, logprobs.tokens has 7 (+1)"
+_SOURCES_COUNT = re.compile(r"disagree in length: [\w.]+ has (\d+) ids, ([\w.]+) has (\d+)")
+
+# Reason fragments -> class, checked in order; the reasons are tokenwire._openai's messages.
+_OPENAI_BY_REASON: list[tuple[str, str]] = [
+    ("invalid JSON", "malformed_json"),
+    ("token id sources disagree", "id_mismatch"),
+    ("no exact completion token ids", "missing_ids"),
+    ("must hold token ids", "missing_ids"),
+    ("names no token id", "missing_ids"),
+    ('is not "token_id:N"', "missing_ids"),
+    ("Missing requested top logprobs", "head"),
+    ("Top logprob", "head"),
+    ("Duplicate top logprob", "head"),
+    ("top_logprobs", "head"),
+    ("Sampler ", "head"),
+    ("Invalid sampler head", "head"),
+    ("Engine returned fewer top logprobs", "head"),
+    ("logprob", "bad_logprob"),
+]
+
+
+def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
+    """Sort an OpenAI-compatible or SGLang rejection into a class; counts come from the
+    message, which names both sides."""
+    reason = exc.reason
+    where = location(exc.choice, exc.field, exc.token)
+    if (match := _OPENAI_COUNT.search(reason)) is not None:
+        return Defect("length_mismatch", where, reason, match[3], int(match[2]) - int(match[1]))
+    if (match := _USAGE_COUNT.search(reason)) is not None:
+        return Defect("length_mismatch", where, reason, match[1], int(match[2]) - int(match[3]))
+    if (match := _SOURCES_COUNT.search(reason)) is not None:
+        return Defect("length_mismatch", where, reason, match[2], int(match[3]) - int(match[1]))
+    for fragment, cls in _OPENAI_BY_REASON:
+        if fragment in reason:
+            return Defect(cls, where, reason)
+    return Defect("other", where, reason)
+
+
+def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str) -> Format:
+    def validate(raw: bytes, top_k: int | None) -> object:
+        return getattr(tokenwire, parser)(raw, top_k=top_k)
+
+    return Format(name, description, detect, validate, _classify_openai)
+
+
+COMPLETIONS = _openai_format("completions", "OpenAI-compatible /v1/completions", _detect_completions,
+                             "parse_completions_response")
+CHAT = _openai_format("chat", "OpenAI-compatible /v1/chat/completions", _detect_chat,
+                      "parse_chat_completions_response")
+SGLANG = _openai_format("sglang", "SGLang /generate", _detect_sglang, "parse_sglang_generate_response")
+
+FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE, COMPLETIONS, CHAT, SGLANG)}
 
 
 # --- one record ----------------------------------------------------------------------------------
@@ -291,6 +372,13 @@ def check_record(
     tried = FORMATS[fmt] if fmt != "auto" else GENERATE
     try:
         error = _run(tried, raw, top_k)
+        if error is None and fmt == "auto" and b'"object"' in raw:
+            # An OpenAI-compatible response can read as a generate response: name it by its type.
+            if document is None:
+                document, _ = _loads(raw)
+            other = next((f for f in FORMATS.values() if f is not GENERATE and f.detect(document)), None)
+            if other is not None:
+                tried, error = other, _run(other, raw, top_k)
         if error is None:
             return tried.name, None
         if document is None:
