@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 
@@ -40,11 +39,11 @@ from ._reference import (
     NativeEntries,
     _check_top_k,
     _Choice,
-    _head_or_fail,
     _int_list,
     _is_int,
     _load,
     _logprob_token_id,
+    _native_head,
     _token_string_id,
 )
 from ._types import GenerateChoice, GenerateResponse, Ragged
@@ -464,37 +463,6 @@ def _check_values(c: _Reader, logprobs: _Logprobs) -> np.ndarray:
     return values
 
 
-def _head_rows(
-    c: _Reader,
-    field: str,
-    rows: list[Any],
-    ids: np.ndarray,
-    sampled: list[float],
-    k: int,
-    candidates: Any,
-) -> tuple[Ragged, Ragged]:
-    """Heads through :func:`select_head`. ``candidates(index, row)`` lists a token's
-    candidates as ``(token_id, logprob)`` pairs, or fails."""
-    top_ids: list[list[int]] = []
-    top_logprobs: list[list[float]] = []
-    for index, (sampled_id, row) in enumerate(zip(ids.tolist(), rows)):
-        if not row:
-            c.fail("Missing requested top logprobs", field, index)
-        head: dict[int, float] = {}
-        for token_id, logprob in candidates(index, row):
-            if not _is_number(logprob) or not math.isfinite(logprob):
-                c.fail("Top logprob must be finite", field, index)
-            if logprob > 1e-6:
-                c.fail("Top logprob cannot be positive", field, index)
-            if token_id in head:
-                c.fail("Duplicate top logprob token id", field, index)
-            head[token_id] = float(logprob)
-        selected = _head_or_fail(c, field, index, head, sampled_id, sampled[index], k, None)
-        top_ids.append(selected[0])
-        top_logprobs.append(selected[1])
-    return Ragged.from_lists(top_ids, np.int64), Ragged.from_lists(top_logprobs, np.float64)
-
-
 class _Repeated(dict):
     """A JSON object that repeated a key; ``repeated`` holds those keys. orjson keeps the
     last value of a repeated key, so a head is read from a re-parse that keeps them all."""
@@ -527,29 +495,51 @@ def _load_keeping_repeats(raw: Any) -> Any:
 # --- OpenAI-compatible logprobs: the shapes servers send -----------------------------------------
 
 
-def _content_heads(
-    c: _Reader, content: list[Any], field: str, ids: np.ndarray, sampled: np.ndarray, k: int, no_id: str
+def _chosen_heads(
+    c: _Reader,
+    field: str,
+    ids: np.ndarray,
+    candidates: Candidates,
+    sampled: np.ndarray,
+    k: int,
+    top_err: tuple[int, str] | None,
+    no_id: str,
 ) -> tuple[Ragged, Ragged]:
-    """Heads of ``[{token, logprob, top_logprobs}]`` entries row by row, each checked against
-    the entry's own ``logprob`` when it is a number and the sampled value otherwise."""
-    rows = [entry.get("top_logprobs") for entry in content]
+    """The heads chosen from every token's candidates (``c.heads``), token by token: a head
+    that breaks a rule before the first row with bad candidates (``top_err``, codes as
+    ``NativeEntries.top_err``) is reported first, then that row's fault (``no_id``: the
+    message for a candidate that names no id)."""
+    limit = len(ids) if top_err is None else top_err[0]
+    top_ids, top_logprobs, head_bad = c.heads(ids, candidates, sampled, k, None, limit)
+    if head_bad is not None:
+        c.fail(head_bad[1], field, head_bad[0])
+    if top_err is not None:
+        index, code = top_err
+        c.fail(no_id if code == "top_no_id" else _NATIVE_TOP[code], field, index)
+    return top_ids, top_logprobs
 
-    def candidates(index: int, row: Any) -> Iterator[tuple[int, Any]]:
-        if not isinstance(row, list):
-            c.fail("Missing requested top logprobs", field, index)
-        for candidate in row:
-            if not isinstance(candidate, dict):
-                c.fail("Top logprob must be an object", field, index)
-            token_id = _logprob_token_id(candidate)
-            if token_id is None:
-                c.fail(no_id, field, index)
-            yield token_id, candidate.get("logprob")
 
+def _against_sampled(
+    content: list[Any], sampled: np.ndarray
+) -> tuple[Candidates, np.ndarray, tuple[int, str] | None]:
+    """The head candidates of ``[{token, logprob, top_logprobs}]`` entries as the native
+    records' rules read them (:func:`_native_head`), with each entry's own ``logprob`` where
+    it is a number and the sampled value where it is not; ``(index, code)`` of the first
+    entry whose candidates break a rule."""
+    rows: list[list[tuple[int, float]]] = []
+    top_err = None
+    for index, entry in enumerate(content):
+        head, problem = _native_head(entry)
+        if problem is not None:
+            top_err = (index, problem)
+            break
+        rows.append(list(head.items()))
+    rows += [[] for _ in range(len(content) - len(rows))]
     own = [
-        entry.get("logprob") if _is_number(entry.get("logprob")) else float(value)
-        for entry, value in zip(content, sampled)
+        entry.get("logprob") if _is_number(entry.get("logprob")) else value
+        for entry, value in zip(content, sampled.tolist())
     ]
-    return _head_rows(c, field, rows, ids, own, k, candidates)
+    return Candidates.from_rows(rows), np.array(own, dtype=np.float64), top_err
 
 
 def _content_logprobs(
@@ -567,30 +557,22 @@ def _content_logprobs(
         sources.insert(0, source)
     values, bad = c.numbers(records.values, field)
 
-    no_id = (
-        f"top_logprobs candidates name decoded text, not token ids: unusable for a head; "
-        f"{endpoint.heads_advice}"
-    )
-
     def heads(c: _Reader, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         # The candidates' rules, candidate by candidate, are those of vLLM's native records
         # (one read of them, `top_entries`); each head is checked against the value in the
         # candidates' own distribution: the entry's `logprob` (Fireworks' `sampling_logprob`
         # is what the sampler drew with).
         entries = c.top_entries(content, field, ids)
-        top_err = entries.top_err
+        candidates, own, top_err = entries.candidates, entries.entry_lps, entries.top_err
         if top_err is not None and top_err[1] == "sampled_not_number":
             # An entry without a numeric `logprob` of its own: its head is checked against
-            # the sampled value instead, row by row.
-            return _content_heads(c, c.full(content, field), field, ids, sampled, k, no_id)
-        limit = len(ids) if top_err is None else top_err[0]
-        top_ids, top_logprobs, head_bad = c.heads(ids, entries.candidates, entries.entry_lps, k, None, limit)
-        if head_bad is not None:
-            c.fail(head_bad[1], field, head_bad[0])
-        if top_err is not None:
-            index, code = top_err
-            c.fail(no_id if code == "top_no_id" else _NATIVE_TOP[code], field, index)
-        return top_ids, top_logprobs
+            # the sampled value instead.
+            candidates, own, top_err = _against_sampled(c.full(content, field), sampled)
+        no_id = (
+            "top_logprobs candidates name decoded text, not token ids: unusable for a head; "
+            f"{endpoint.heads_advice}"
+        )
+        return _chosen_heads(c, field, ids, candidates, own, k, top_err, no_id)
 
     return _Logprobs(field, c.length(content, field), values, bad, records.values, records.value_key, heads)
 
@@ -640,21 +622,11 @@ def _array_logprobs(
                 field,
                 repeated[0],
             )
-        limit = count if top_err is None else top_err[0]
-        top_ids, top_logprobs, head_bad = c.heads(ids, candidates, sampled, k, None, limit)
-        if head_bad is not None:
-            c.fail(head_bad[1], field, head_bad[0])
-        if top_err is not None:
-            index, code = top_err
-            if code == "top_no_id":
-                c.fail(
-                    "top_logprobs is keyed by decoded text, not token ids: unusable for a head "
-                    f"(two ids that decode alike share one key); {endpoint.heads_advice}",
-                    field,
-                    index,
-                )
-            c.fail(_NATIVE_TOP[code], field, index)
-        return top_ids, top_logprobs
+        no_id = (
+            "top_logprobs is keyed by decoded text, not token ids: unusable for a head "
+            f"(two ids that decode alike share one key); {endpoint.heads_advice}"
+        )
+        return _chosen_heads(c, field, ids, candidates, sampled, k, top_err, no_id)
 
     return _Logprobs(field, count, values, bad, sent, "logprob", heads)
 
@@ -898,7 +870,7 @@ def parse_chat_completions_response(
 _SGLANG_CONSUMED = ("output_token_logprobs", "output_top_logprobs")
 
 
-_SGLANG_TOP = {"top_no_id": "Top logprob must be [logprob, token_id, text] with an id in [0, 2**32)"}
+_SGLANG_NO_ID = "Top logprob must be [logprob, token_id, text] with an id in [0, 2**32)"
 
 
 def _parse_sglang_item(
@@ -944,14 +916,7 @@ def _parse_sglang_item(
         if not isinstance(rows, list) or c.length(rows, field) != len(ids):
             c.fail("Missing requested top logprobs", field)
         candidates, top_err = c.top_triples(rows, field)
-        # Rows in order: a head that breaks a rule before the first bad row is reported first.
-        limit = len(ids) if top_err is None else top_err[0]
-        top_ids, top_logprobs, head_bad = c.heads(ids, candidates, sampled, k, None, limit)
-        if head_bad is not None:
-            c.fail(head_bad[1], field, head_bad[0])
-        if top_err is not None:
-            index, code = top_err
-            c.fail(_SGLANG_TOP.get(code) or _NATIVE_TOP[code], field, index)
+        top_ids, top_logprobs = _chosen_heads(c, field, ids, candidates, sampled, k, top_err, _SGLANG_NO_ID)
     finish = meta.get("finish_reason")
     raw = {key: value for key, value in item.items() if key != "output_ids"}
     raw["meta_info"] = {key: value for key, value in meta.items() if key not in _SGLANG_CONSUMED}
