@@ -2222,6 +2222,16 @@ int tw_native_count(const char *buf, const tw_value *content, size_t *total)
     return TW_NATIVE_OK;
 }
 
+/* No failure yet, no candidates. */
+static void twn_result_init(tw_native_result *res)
+{
+    res->sampled_err = -1;
+    res->sampled_code = TW_NATIVE_OK;
+    res->top_err = -1;
+    res->top_code = TW_NATIVE_OK;
+    res->ncand = 0;
+}
+
 int tw_native_parse(const char *buf, const tw_value *content, size_t n,
                     const int64_t *ids, int want_top, double *sampled,
                     int64_t *coff, double *entry_lps, tw_native_cands *cands,
@@ -2232,11 +2242,7 @@ int tw_native_parse(const char *buf, const tw_value *content, size_t n,
     size_t k = 0;
     int s_on = 1, t_on = want_top != 0, rc = TW_NATIVE_OK;
 
-    res->sampled_err = -1;
-    res->sampled_code = TW_NATIVE_OK;
-    res->top_err = -1;
-    res->top_code = TW_NATIVE_OK;
-    res->ncand = 0;
+    twn_result_init(res);
     if (!twn_content_ok(content) || content->count != n || (n && (!ids || !sampled)) ||
         (t_on && (!coff || !entry_lps || !cands)))
         return TW_NATIVE_BAD_ARG;
@@ -2453,23 +2459,6 @@ static int twn_check_row(twn_ctx *x, size_t k0, size_t end, int *code)
     return 0;
 }
 
-/* Row i read with verdict code: 1 (stop) after recording a failure (the
-   rows after it get no candidates), else 0 with the row's candidates kept. */
-static int twn_row_end(tw_native_result *res, int64_t *coff, size_t n, size_t i, size_t *k,
-                       size_t end, int code)
-{
-    if (code != TW_NATIVE_OK) {
-        res->top_err = (ptrdiff_t)i;
-        res->top_code = code;
-        for (size_t j = i + 1; j <= n; j++)
-            coff[j] = (int64_t)*k;
-        return 1;
-    }
-    *k = end;
-    coff[i + 1] = (int64_t)end;
-    return 0;
-}
-
 /* p at the '[' of one row of [logprob, token_id(, text)] candidates: append
    them from k (ids, logprobs; NaN for a logprob that is not a number) and
    return the position after the row, *k the new end and *code
@@ -2512,19 +2501,26 @@ static const uint8_t *twn_triple_row(twn_ctx *x, const uint8_t *p, size_t *k, in
     return p < e ? p + 1 : e;
 }
 
-int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                           tw_native_cands *cands, tw_native_result *res)
+/* Reads one non-empty row of candidates (p at its opening bracket): appends
+   them from *k and returns the position after the row; *code a bad shape. */
+typedef const uint8_t *(*twn_row_reader)(twn_ctx *x, const uint8_t *p, size_t *k, int *code);
+
+/* The rows of arr (arr->count == n) read for heads: a row that is not a
+   non-empty container opened by `open` is TW_NATIVE_MISSING_TOP, else `read`
+   takes its shape whole, then twn_check_row its candidates in order; the
+   first failing row ends the pass (res->top_err / top_code; the rows after
+   it get no candidates). */
+static int twn_head_rows(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                         tw_native_cands *cands, tw_native_result *res, uint8_t open,
+                         twn_row_reader read)
 {
     const uint8_t *p, *e;
+    const uint8_t close = open == '[' ? ']' : '}';
     twn_ctx x;
     size_t k = 0, i;
     int rc = TW_NATIVE_OK;
 
-    res->sampled_err = -1;
-    res->sampled_code = TW_NATIVE_OK;
-    res->top_err = -1;
-    res->top_code = TW_NATIVE_OK;
-    res->ncand = 0;
+    twn_result_init(res);
     if (!twn_content_ok(arr) || arr->count != n || !coff || !cands)
         return TW_NATIVE_BAD_ARG;
     p = (const uint8_t *)buf + arr->start + 1;
@@ -2535,40 +2531,43 @@ int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64
     coff[0] = 0;
     for (i = 0; i < n; i++) {
         int code = TW_NATIVE_OK;
-        size_t k0 = k, end = k;
+        size_t end = k;
+        const uint8_t *q;
         p = twn_ws(p, e);
         if (p >= e) {
             rc = TW_NATIVE_BAD_ARG;
             break;
         }
-        if (*p != '[') {
+        q = *p == open ? twn_ws(p + 1, e) : e;
+        if (q >= e || *q == close) {
             code = TW_NATIVE_MISSING_TOP;
         } else {
-            const uint8_t *q = twn_ws(p + 1, e);
-            if (q < e && *q == ']') {
-                code = TW_NATIVE_MISSING_TOP;
-            } else {
-                /* the whole row's shape first, then its candidates in order */
-                p = twn_triple_row(&x, p, &end, &code);
-                if (x.nomem) {
-                    rc = TW_NATIVE_NOMEM;
-                    break;
-                }
-                if (code == TW_NATIVE_OK && twn_check_row(&x, k0, end, &code) < 0) {
-                    rc = TW_NATIVE_NOMEM;
-                    break;
-                }
+            p = read(&x, p, &end, &code);
+            if (x.nomem || (code == TW_NATIVE_OK && twn_check_row(&x, k, end, &code) < 0)) {
+                rc = TW_NATIVE_NOMEM;
+                break;
             }
         }
-        if (twn_row_end(res, coff, n, i, &k, end, code))
+        if (code != TW_NATIVE_OK) {
+            res->top_err = (ptrdiff_t)i;
+            res->top_code = code;
+            for (size_t j = i + 1; j <= n; j++)
+                coff[j] = (int64_t)k;
             break;
-        p = twn_ws(p, e);
-        if (p < e && *p == ',')
-            p++;
+        }
+        k = end;
+        coff[i + 1] = (int64_t)k;
+        p = twn_array_next(p, e);
     }
     free(x.ht);
     res->ncand = k;
     return rc;
+}
+
+int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                           tw_native_cands *cands, tw_native_result *res)
+{
+    return twn_head_rows(buf, arr, n, coff, cands, res, '[', twn_triple_row);
 }
 
 /* FNV-1a over a key's bytes. */
@@ -2649,21 +2648,47 @@ static int twn_row_repeats(const uint8_t *p, const uint8_t *e, twn_span **keys, 
     return 0;
 }
 
+/* One {"token_id:N": logprob, ...} row (p at its '{'): every key's id
+   (TW_NATIVE_TOP_NO_ID for one that names none) and logprob (NaN for one
+   that is not a number) appended from *k. */
+static const uint8_t *twn_keyed_row(twn_ctx *x, const uint8_t *p, size_t *k, int *code)
+{
+    const uint8_t *e = x->e;
+    p = twn_ws(p + 1, e);
+    while (p < e && *p == '"') {
+        int64_t id = -1;
+        double value = NAN;
+        int is_int;
+        p = twn_ws(twn_token(p + 1, e, &id), e);
+        p = twn_ws(p + 1, e); /* past ':' */
+        if (twn_kind(*p) == TW_NATIVE_V_NUMBER)
+            p = twn_number(p, e, &value, &is_int);
+        else
+            p = twn_skip_value(p, e);
+        if (id < 0)
+            *code = TW_NATIVE_TOP_NO_ID;
+        if (!twn_room(x, *k))
+            return e;
+        x->c->ids[*k] = id;
+        x->c->lps[*k] = value;
+        (*k)++;
+        p = twn_ws(p, e);
+        if (p < e && *p == ',')
+            p = twn_ws(p + 1, e);
+    }
+    return p < e ? p + 1 : e; /* past '}' */
+}
+
 int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
                           tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep)
 {
     const uint8_t *p, *e;
-    twn_ctx x;
     twn_span *keys = NULL;
     uint32_t *slots = NULL;
-    size_t kcap = 0, scap = 0, k = 0, i;
+    size_t kcap = 0, scap = 0, i;
     int rc = TW_NATIVE_OK;
 
-    res->sampled_err = -1;
-    res->sampled_code = TW_NATIVE_OK;
-    res->top_err = -1;
-    res->top_code = TW_NATIVE_OK;
-    res->ncand = 0;
+    twn_result_init(res);
     rep->row = -1;
     rep->start = rep->end = 0;
     rep->escaped = 0;
@@ -2703,59 +2728,6 @@ int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_
         return rc;
     }
 
-    /* Pass 2: each row's keys whole (ids), then its candidates in order. */
-    memset(&x, 0, sizeof x);
-    x.e = e;
-    x.c = cands;
-    p = twn_ws((const uint8_t *)buf + arr->start + 1, e);
-    for (i = 0; i < n; i++) {
-        int code = TW_NATIVE_OK;
-        size_t k0 = k, end = k;
-        if (p >= e) {
-            rc = TW_NATIVE_BAD_ARG;
-            break;
-        }
-        const uint8_t *q = *p == '{' ? twn_ws(p + 1, e) : e;
-        if (q >= e || *q == '}') {
-            code = TW_NATIVE_MISSING_TOP;
-        } else {
-            p = twn_ws(p + 1, e);
-            while (p < e && *p == '"') {
-                int64_t id = -1;
-                double value = NAN;
-                int is_int;
-                p = twn_ws(twn_token(p + 1, e, &id), e);
-                p = twn_ws(p + 1, e); /* past ':' */
-                if (twn_kind(*p) == TW_NATIVE_V_NUMBER)
-                    p = twn_number(p, e, &value, &is_int);
-                else
-                    p = twn_skip_value(p, e);
-                if (id < 0)
-                    code = TW_NATIVE_TOP_NO_ID;
-                if (!twn_room(&x, end)) {
-                    rc = TW_NATIVE_NOMEM;
-                    break;
-                }
-                cands->ids[end] = id;
-                cands->lps[end] = value;
-                end++;
-                p = twn_ws(p, e);
-                if (p < e && *p == ',')
-                    p = twn_ws(p + 1, e);
-            }
-            if (rc != TW_NATIVE_OK)
-                break;
-            p = p < e ? p + 1 : e; /* past '}' */
-            if (code == TW_NATIVE_OK && twn_check_row(&x, k0, end, &code) < 0) {
-                rc = TW_NATIVE_NOMEM;
-                break;
-            }
-        }
-        if (twn_row_end(res, coff, n, i, &k, end, code))
-            break;
-        p = twn_array_next(p, e);
-    }
-    free(x.ht);
-    res->ncand = k;
-    return rc;
+    /* Then each row's keys whole (ids), then its candidates in order. */
+    return twn_head_rows(buf, arr, n, coff, cands, res, '{', twn_keyed_row);
 }

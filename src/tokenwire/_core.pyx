@@ -694,27 +694,12 @@ cdef class _Scan:
             None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code]),
         )
 
-    cdef object triple_heads(self, const tw_value *v):
-        """tw_native_triple_heads over the array ``v``: the reference's ``top_triples``."""
-        cdef size_t n = v.count
-        cdef tw_native_cands cands
-        cdef tw_native_result res
-        cdef int rc
-        cdef int64_t[::1] coff_view
-        coff = np.zeros(n + 1, dtype=np.int64)
-        coff_view = coff
-        _cands_init(&cands)
-        try:
-            with nogil:
-                rc = tw_native_triple_heads(self.buf, v, n, &coff_view[0], &cands, &res)
-            candidates = _candidates(rc, coff, &cands, res.ncand)
-        finally:
-            tw_native_cands_free(&cands)
-        return candidates, None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code])
-
-    cdef object keyed_heads(self, const tw_value *v):
-        """tw_native_keyed_heads over the array ``v``: the reference's ``keyed_rows``, except
-        that a key with an escape gives ``True`` for the repeat (the caller reads the rows)."""
+    cdef object head_rows(self, const tw_value *v, bint keyed):
+        """Head candidate rows of the array ``v``: SGLang's triples (tw_native_triple_heads,
+        the reference's ``top_triples``) or, ``keyed``, completions' objects
+        (tw_native_keyed_heads, the reference's ``keyed_rows``). Returns the candidates, the
+        first bad row and the first row repeating a key (``True`` when a key holds an
+        escape: the caller reads the rows)."""
         cdef size_t n = v.count
         cdef tw_native_cands cands
         cdef tw_native_result res
@@ -723,10 +708,15 @@ cdef class _Scan:
         cdef int64_t[::1] coff_view
         coff = np.zeros(n + 1, dtype=np.int64)
         coff_view = coff
+        rep.row = -1
+        rep.escaped = 0
         _cands_init(&cands)
         try:
             with nogil:
-                rc = tw_native_keyed_heads(self.buf, v, n, &coff_view[0], &cands, &res, &rep)
+                if keyed:
+                    rc = tw_native_keyed_heads(self.buf, v, n, &coff_view[0], &cands, &res, &rep)
+                else:
+                    rc = tw_native_triple_heads(self.buf, v, n, &coff_view[0], &cands, &res)
             candidates = _candidates(rc, coff, &cands, res.ncand)
         finally:
             tw_native_cands_free(&cands)
@@ -1109,7 +1099,7 @@ class _ScannedReader(_Scanned, _openai._Reader):
         cdef const tw_value *v = scan.array(self.index, path, self.fields)
         if v == NULL:
             return super().keyed_rows(rows, path)
-        candidates, top_err, repeat = scan.keyed_heads(v)
+        candidates, top_err, repeat = scan.head_rows(v, True)
         if repeat is True:  # a key with an escape: the rows as the reference reads them
             rows = json.loads(scan.text(v), object_pairs_hook=_openai._keep_repeats)
             return super().keyed_rows(rows, path)
@@ -1146,7 +1136,7 @@ class _ScannedItem(_ScannedReader):
     def top_triples(self, rows, path):
         cdef _Scan scan = self.scan
         cdef const tw_value *v = scan.array(self.index, path, self.fields)
-        return super().top_triples(rows, path) if v == NULL else scan.triple_heads(v)
+        return super().top_triples(rows, path) if v == NULL else scan.head_rows(v, False)[:2]
 
 
 def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
