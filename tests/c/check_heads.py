@@ -36,7 +36,7 @@ from pathlib import Path
 import clib
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = clib.ROOT
 # The reference alone: a bare package object, so the compiled core (whatever state its
 # build is in) is never imported.
 _package = types.ModuleType("tokenwire")

@@ -51,7 +51,7 @@ import clib
 import numpy as np
 import orjson
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = clib.ROOT
 sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("TOKENWIRE_NO_EXTENSIONS", "1")  # only the reference is needed
 

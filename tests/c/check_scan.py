@@ -32,7 +32,7 @@ from pathlib import Path
 import clib
 import orjson
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = clib.ROOT
 OUT = Path("/tmp/tw_scan_check")
 sys.setrecursionlimit(50_000)
 
