@@ -1,5 +1,6 @@
 #include "tw_heads.h"
 #include "tw_util.h"
+#include "tw_mem.h"
 
 #include <errno.h>
 #include <math.h>
@@ -435,7 +436,7 @@ static int keep_support(int64_t *oid, double *olp, size_t m, const int32_t *sup,
     int32_t *sorted = local;
     if (slen > 256) {
         if (sc->cap < slen) {
-            int32_t *grown = realloc(sc->sup, slen * sizeof(int32_t));
+            int32_t *grown = tw_mem_realloc(sc->sup, slen * sizeof(int32_t));
             if (!grown) return TW_HEAD_NOMEM;
             sc->sup = grown;
             sc->cap = slen;
@@ -840,7 +841,7 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
             *code = bad;
         }
     }
-    free(sc.sup);
+    tw_mem_free(sc.sup);
     return failed;
 }
 
@@ -1011,13 +1012,13 @@ int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids
         while (bits < 33 && bits + 1 < sizeof(size_t) * 8 && ((size_t)1 << bits) < 2 * keys) bits++;
         size_t cap = (size_t)1 << bits;
         tb.bits = bits;
-        tb.keys = malloc(cap * sizeof(uint32_t));
-        tb.pos = malloc(cap * sizeof(size_t));
-        tb.stamps = calloc(cap, sizeof(uint64_t));
+        tb.keys = tw_mem_alloc(cap * sizeof(uint32_t));
+        tb.pos = tw_mem_alloc(cap * sizeof(size_t));
+        tb.stamps = tw_mem_calloc(cap, sizeof(uint64_t));
         if (!tb.keys || !tb.pos || !tb.stamps) {
-            free(tb.keys);
-            free(tb.pos);
-            free(tb.stamps);
+            tw_mem_free(tb.keys);
+            tw_mem_free(tb.pos);
+            tw_mem_free(tb.stamps);
             return TW_HEAD_NOMEM;
         }
     }
@@ -1042,9 +1043,9 @@ int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids
         o += (int64_t)c;
         coff[t + 1] = o;
     }
-    free(tb.keys);
-    free(tb.pos);
-    free(tb.stamps);
+    tw_mem_free(tb.keys);
+    tw_mem_free(tb.pos);
+    tw_mem_free(tb.stamps);
     (void)path;
     return TW_HEAD_OK;
 }

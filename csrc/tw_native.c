@@ -44,6 +44,7 @@
  */
 #include "tw_native.h"
 #include "tw_util.h"
+#include "tw_mem.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -1881,13 +1882,13 @@ static int twn_room(twn_ctx *x, size_t k)
         }
         ncap *= 2;
     }
-    q = realloc(c->ids, ncap * sizeof(int64_t));
+    q = tw_mem_realloc(c->ids, ncap * sizeof(int64_t));
     if (!q) {
         x->nomem = 1;
         return 0;
     }
     c->ids = (int64_t *)q;
-    q = realloc(c->lps, ncap * sizeof(double));
+    q = tw_mem_realloc(c->lps, ncap * sizeof(double));
     if (!q) {
         x->nomem = 1;
         return 0;
@@ -1917,7 +1918,7 @@ static size_t twn_ht_build(twn_ctx *x, const int64_t *ids, size_t k0, size_t k)
         bits++;
     }
     if (size > x->ht_alloc) {
-        void *q = realloc(x->ht, size * sizeof(uint64_t));
+        void *q = tw_mem_realloc(x->ht, size * sizeof(uint64_t));
         if (!q) {
             x->nomem = 1;
             return 0;
@@ -2136,8 +2137,8 @@ static const uint8_t *twn_object(twn_ctx *x, const uint8_t *p, twn_obj *o, twn_t
 
 void tw_native_cands_free(tw_native_cands *c)
 {
-    free(c->ids);
-    free(c->lps);
+    tw_mem_free(c->ids);
+    tw_mem_free(c->lps);
     c->ids = NULL;
     c->lps = NULL;
     c->cap = 0;
@@ -2321,7 +2322,7 @@ int tw_native_parse(const char *buf, const tw_value *content, size_t n,
         if (p < e && *p == ',')
             p++;
     }
-    free(x.ht);
+    tw_mem_free(x.ht);
     if (want_top)
         res->ncand = k;
     return rc;
@@ -2559,7 +2560,7 @@ static int twn_head_rows(const char *buf, const tw_value *arr, size_t n, int64_t
         coff[i + 1] = (int64_t)k;
         p = twn_array_next(p, e);
     }
-    free(x.ht);
+    tw_mem_free(x.ht);
     res->ncand = k;
     return rc;
 }
@@ -2601,7 +2602,7 @@ static int twn_row_repeats(const uint8_t *p, const uint8_t *e, twn_span **keys, 
             return 2;
         if (nk == *kcap) {
             size_t ncap = *kcap ? 2 * *kcap : 64;
-            void *q = realloc(*keys, ncap * sizeof(twn_span));
+            void *q = tw_mem_realloc(*keys, ncap * sizeof(twn_span));
             if (!q)
                 return -1;
             *keys = (twn_span *)q;
@@ -2623,7 +2624,7 @@ static int twn_row_repeats(const uint8_t *p, const uint8_t *e, twn_span **keys, 
         while (size < 2 * nk)
             size *= 2;
         if (size > *scap) {
-            void *q = realloc(*slots, size * sizeof(uint32_t));
+            void *q = tw_mem_realloc(*slots, size * sizeof(uint32_t));
             if (!q)
                 return -1;
             *slots = (uint32_t *)q;
@@ -2720,8 +2721,8 @@ int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_
         }
         p = twn_array_next(twn_skip_value(p, e), e);
     }
-    free(keys);
-    free(slots);
+    tw_mem_free(keys);
+    tw_mem_free(slots);
     if (rc != TW_NATIVE_OK || rep->escaped || rep->row >= 0) {
         for (size_t j = 1; j <= n; j++)
             coff[j] = 0;

@@ -109,8 +109,8 @@ typedef struct {
 
 /*
  * Candidate storage of the candidates pass: ids[0..cap) and lps[0..cap).
- *   grow = 1: the kernel enlarges ids/lps with realloc when needed (they
- *             must be NULL or heap blocks from malloc; cap 0 is fine, and
+ *   grow = 1: the kernel enlarges ids/lps with tw_mem_realloc when needed (they
+ *             must be NULL or blocks from tw_mem_alloc; cap 0 is fine, and
  *             they stay NULL when nothing is written); the caller keeps
  *             them for reuse across calls and releases them with
  *             tw_native_cands_free.  No counting pass is needed: copy
@@ -125,7 +125,7 @@ typedef struct {
     int grow;
 } tw_native_cands;
 
-/* free(ids), free(lps), cap = 0 (grow mode only). */
+/* tw_mem_free(ids), tw_mem_free(lps), cap = 0 (grow mode only). */
 void tw_native_cands_free(tw_native_cands *c);
 
 /*

@@ -18,6 +18,7 @@
 #include "tw_scan.h"
 #include "tw_base64.h"
 #include "tw_util.h"
+#include "tw_mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -734,7 +735,7 @@ void tw_doc_init(tw_doc *d)
 static void tws_free_blobs(tw_doc *d)
 {
     for (size_t i = 0; i < d->nblobs; i++)
-        free(d->blobs[i].data);
+        tw_mem_free(d->blobs[i].data);
     d->nblobs = 0;
 }
 
@@ -742,10 +743,10 @@ void tw_doc_free(tw_doc *d)
 {
     tw_doc settings;
     tws_free_blobs(d);
-    free(d->blobs);
-    free(d->choice);
-    free(d->blank);
-    free(d->stack);
+    tw_mem_free(d->blobs);
+    tw_mem_free(d->choice);
+    tw_mem_free(d->blank);
+    tw_mem_free(d->stack);
     tw_doc_init(&settings); /* keep every setting, nothing else */
     settings.path = d->path;
     settings.max_depth = d->max_depth;
@@ -782,7 +783,7 @@ static int tws_grow(void **arr, size_t *cap, size_t n, size_t size, size_t first
             return -1;
         ncap *= 2;
     }
-    q = realloc(*arr, ncap * size);
+    q = tw_mem_realloc(*arr, ncap * size);
     if (!q)
         return -1;
     *arr = q;
@@ -855,7 +856,7 @@ static const uint8_t *tws_string_b64(tw_doc *d, const uint8_t *s,
     }
     /* The string cannot decode to more than the rest of the document. */
     cap = avail / 4 * 3;
-    dst = (uint8_t *)malloc(cap);
+    dst = (uint8_t *)tw_mem_alloc(cap);
     if (!dst)
         return tws_string(s, end, lv, flags, e);
     n = tw_b64_decode_prefix((const char *)s, avail, dst, d->b64_path);
@@ -867,20 +868,18 @@ static const uint8_t *tws_string_b64(tw_doc *d, const uint8_t *s,
                             dst + n / 4 * 3, d->b64_path, NULL);
         if (got >= 0) {
             total = n / 4 * 3 + (size_t)got;
-            /* Keep a close fit as is: allocators reuse a block of the same
-               size for the next response without new page faults. */
-            if (cap - total > cap / 8) {
-                uint8_t *fit = (uint8_t *)realloc(dst, total);
-                if (fit)
-                    dst = fit;
-            }
+            /* tw_mem keeps a block that is at least half used, and moves
+               the bytes to a fitting one otherwise. */
+            uint8_t *fit = (uint8_t *)tw_mem_realloc(dst, total);
+            if (fit)
+                dst = fit;
             d->blobs[d->nblobs].data = dst;
             d->blobs[d->nblobs].len = total;
             *blob = (uint16_t)++d->nblobs;
             return q;
         }
     }
-    free(dst);
+    tw_mem_free(dst);
     return q;
 }
 

@@ -223,7 +223,7 @@ typedef struct {
 } tw_choice;
 
 /* A base64 value decoded during the scan (see "Decoding during the scan"):
-   data is malloc'd, owned by the tw_doc until tw_take_blob hands it over. */
+   data comes from tw_mem_alloc, owned by the tw_doc until tw_take_blob hands it over. */
 typedef struct {
     uint8_t *data;
     size_t len;
@@ -299,7 +299,7 @@ int tw_blank_field(tw_doc *doc, size_t ci, int field);
 /*
  * The buffer decoded for v during the scan, or NULL (decoding was off, the
  * string was short, not plain canonical base64, or the buffer was already
- * taken).  The caller owns the result (release it with free()); *len gets
+ * taken).  The caller owns the result (release it with tw_mem_free()); *len gets
  * its size.  v must be a record of d's last scan.
  */
 uint8_t *tw_take_blob(tw_doc *d, const tw_value *v, size_t *len);

@@ -1,6 +1,7 @@
 #include "tw_validate.h"
 #include "tw_base64.h"
 #include "tw_util.h"
+#include "tw_mem.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -70,16 +71,16 @@ static int table_init(tw_table *t, size_t longest) {
     while (((size_t)1 << bits) < 2 * longest) bits++;
     size_t cap = (size_t)1 << bits;
     t->bits = bits;
-    t->keys = malloc(cap * sizeof(uint32_t));
-    t->vals = malloc(cap * sizeof(float));
-    t->stamps = calloc(cap, sizeof(uint32_t));
+    t->keys = tw_mem_alloc(cap * sizeof(uint32_t));
+    t->vals = tw_mem_alloc(cap * sizeof(float));
+    t->stamps = tw_mem_calloc(cap, sizeof(uint32_t));
     return t->keys && t->vals && t->stamps;
 }
 
 static void table_free(tw_table *t) {
-    free(t->keys);
-    free(t->vals);
-    free(t->stamps);
+    tw_mem_free(t->keys);
+    tw_mem_free(t->vals);
+    tw_mem_free(t->stamps);
 }
 
 static inline size_t table_slot(const tw_table *t, uint32_t id) {
@@ -289,8 +290,8 @@ ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t 
                     if (row[i] == row[j]) { bad = 1; break; }
         } else if (!bad) {
             if (cap < len) {
-                int32_t *grown = realloc(scratch, len * sizeof(int32_t));
-                if (!grown) { free(scratch); *nomem = 1; return (ptrdiff_t)t; }
+                int32_t *grown = tw_mem_realloc(scratch, len * sizeof(int32_t));
+                if (!grown) { tw_mem_free(scratch); *nomem = 1; return (ptrdiff_t)t; }
                 scratch = grown;
                 cap = len;
             }
@@ -299,9 +300,9 @@ ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t 
             for (size_t i = 1; i < len; i++)
                 if (scratch[i] == scratch[i - 1]) { bad = 1; break; }
         }
-        if (bad) { free(scratch); return (ptrdiff_t)t; }
+        if (bad) { tw_mem_free(scratch); return (ptrdiff_t)t; }
     }
-    free(scratch);
+    tw_mem_free(scratch);
     return -1;
 }
 

@@ -35,13 +35,27 @@ def test_simd_switch():
 
 def test_bench_command_json():
     out = subprocess.run(
-        [sys.executable, "-m", "tokenwire", "bench", "--quick", "--json", "--workload", "multi_choice"],
+        [sys.executable, "-m", "tokenwire", "bench", "--quick", "--json", "--workload", "packed_128"],
         capture_output=True, text=True, check=True,
     )
     result = json.loads(out.stdout)
-    assert result["implementation"] == tokenwire.implementation
+    assert result["implementation"] == tokenwire.implementation and result["loop"] == "plain"
     (row,) = result["results"]
-    assert row["workload"] == "multi_choice" and row["tokens"] == 4096 and row["tokenwire_s"] > 0
+    assert row["workload"] == "packed_128" and row["responses"] >= 8 and 100 < row["tokens"] < 160
+    assert row["tokenwire_s"] > 0 and row["orjson_loads_s"] > 0 and row["warm_tokenwire_s"] > 0
+    assert row["tokenwire_faults_per_parse"] >= 0
+    assert "[1/1] packed_128" in out.stderr
+
+
+def test_bench_command_samples_json():
+    out = subprocess.run(
+        [sys.executable, "-m", "tokenwire", "bench", "--quick", "--json", "--samples"],
+        capture_output=True, text=True, check=True,
+    )
+    result = json.loads(out.stdout)
+    assert result["loop"] == "samples"
+    rows = {row["workload"]: row for row in result["results"]}
+    assert rows["multi_choice"]["tokens"] == 4096 and rows["multi_choice"]["tokenwire_s"] > 0
 
 
 def test_bench_command_rejects_unknown_workload():

@@ -1,6 +1,6 @@
 """tokenwire command line.
 
-  tokenwire bench             time the embedded sample workload
+  tokenwire bench             time the plain parse loop on the embedded workload generator
   tokenwire check PATH...     audit captured responses (JSON, JSONL, gzip) by defect class
   tokenwire inspect FILE      one response's fields, sizes, dtypes, shapes and token counts
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -21,19 +20,7 @@ import orjson
 
 import tokenwire
 from tokenwire import _reference, samples
-
-
-def _median_seconds(fn: Callable[[], Any], budget: float) -> float:
-    """Median of repeated runs, repeating until ``budget`` seconds are spent (at least 3 runs)."""
-    times: list[float] = []
-    spent = 0.0
-    while len(times) < 3 or (spent < budget and len(times) < 1000):
-        start = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - start
-        times.append(elapsed)
-        spent += elapsed
-    return statistics.median(times)
+from tokenwire._bench import median_seconds as _median_seconds
 
 
 def _tokens(response: tokenwire.GenerateResponse) -> int:
@@ -98,6 +85,33 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     print("vs ref: speedup over the pure-Python reference; /orjson: time relative to orjson.loads(raw)")
 
 
+def _bench_command(args: argparse.Namespace) -> int:
+    from tokenwire import _bench
+
+    if args.samples:
+        if args.workload:
+            print("tokenwire bench: error: --workload names plain-loop workloads; --samples times every sample",
+                  file=sys.stderr)
+            return 2
+        rows = bench(quick=args.quick)
+    else:
+        rows = _bench.plain_loop(
+            args.workload,
+            rounds=3 if args.quick else 5,
+            repeats=1 if args.quick else 3,
+            warm_budget=0.1 if args.quick else 0.5,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    if args.json:
+        print(json.dumps({"implementation": tokenwire.implementation, "simd": tokenwire.simd_path(),
+                          "loop": "samples" if args.samples else "plain", "results": rows}, indent=2))
+    elif args.samples:
+        _print_table(rows)
+    else:
+        _bench.print_table(rows)
+    return 0
+
+
 def _int_argument(minimum: int, expected: str, bound: str) -> Callable[[str], int]:
     """An argparse type: an int of at least ``minimum``; the messages name what is expected."""
 
@@ -127,10 +141,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tokenwire {tokenwire.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{bench,check,inspect}")
 
-    p_bench = sub.add_parser("bench", help="time the embedded sample workload")
-    p_bench.add_argument("--quick", action="store_true", help="short timing budget (for CI)")
+    from tokenwire import _bench
+
+    p_bench = sub.add_parser(
+        "bench",
+        help="time the plain parse loop on the embedded workload generator",
+        description=_bench.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p_bench.add_argument("--quick", action="store_true", help="fewer rounds and one process per contender (for CI)")
     p_bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p_bench.add_argument("--workload", action="append", choices=sorted(samples.SAMPLES), help="only this workload (repeatable)")
+    p_bench.add_argument("--workload", action="append", choices=sorted(samples.WORKLOADS),
+                         help="only this workload (repeatable)")
+    p_bench.add_argument("--samples", action="store_true",
+                         help="instead: the warm loop over the embedded samples, against the pure-Python reference too")
 
     formats = ["auto", *FORMATS]
     p_check = sub.add_parser(
@@ -183,12 +207,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "bench":
-        rows = bench(quick=args.quick, names=args.workload)
-        if args.json:
-            print(json.dumps({"implementation": tokenwire.implementation, "simd": tokenwire.simd_path(), "results": rows}, indent=2))
-        else:
-            _print_table(rows)
-        return 0
+        return _bench_command(args)
     from tokenwire import _cli_check, _cli_inspect
     from tokenwire._cli_io import InputError
 

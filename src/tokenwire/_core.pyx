@@ -29,6 +29,80 @@ from . import _openai, _reference
 cnp.import_array()
 
 
+# --- memory: every array a parse makes comes from tw_mem's size-class cache ----------------------
+
+cdef extern from "tw_mem.h" nogil:
+    void *tw_mem_alloc(size_t n)
+    void *tw_mem_calloc(size_t count, size_t size)
+    void *tw_mem_realloc(void *p, size_t n)
+    void tw_mem_free(void *p)
+    size_t tw_mem_set_limit(size_t bytes)
+    ctypedef struct tw_mem_stats:
+        size_t cached_bytes, cached_blocks, limit, hits, misses
+    void tw_mem_get_stats(tw_mem_stats *out)
+
+
+cdef extern from "numpy/arrayobject.h":
+    ctypedef struct PyDataMemAllocator:
+        void *ctx
+        void *(*alloc "malloc")(void *ctx, size_t size) noexcept nogil
+        void *(*zalloc "calloc")(void *ctx, size_t nelem, size_t elsize) noexcept nogil
+        void *(*resize "realloc")(void *ctx, void *ptr, size_t size) noexcept nogil
+        void (*release "free")(void *ctx, void *ptr, size_t size) noexcept nogil
+    ctypedef struct PyDataMem_Handler:
+        char name[127]
+        uint8_t version
+        PyDataMemAllocator allocator
+    object PyDataMem_SetHandler(object handler)
+
+
+cdef void *_np_alloc(void *ctx, size_t size) noexcept nogil:
+    return tw_mem_alloc(size)
+
+
+cdef void *_np_zalloc(void *ctx, size_t nelem, size_t elsize) noexcept nogil:
+    return tw_mem_calloc(nelem, elsize)
+
+
+cdef void *_np_resize(void *ctx, void *ptr, size_t size) noexcept nogil:
+    return tw_mem_realloc(ptr, size)
+
+
+cdef void _np_release(void *ctx, void *ptr, size_t size) noexcept nogil:
+    tw_mem_free(ptr)
+
+
+# numpy's allocator for the arrays made while a parse runs (the arrays keep it for their free).
+cdef PyDataMem_Handler _np_handler
+memcpy(_np_handler.name, b"tokenwire", 10)
+_np_handler.version = 1
+_np_handler.allocator.ctx = NULL
+_np_handler.allocator.alloc = _np_alloc
+_np_handler.allocator.zalloc = _np_zalloc
+_np_handler.allocator.resize = _np_resize
+_np_handler.allocator.release = _np_release
+_NP_HANDLER = PyCapsule_New(&_np_handler, "mem_handler", NULL)
+
+
+def set_memory_cache(limit):
+    """Bound the bytes tokenwire keeps cached for reuse by later parses (0 releases them all
+    and caches nothing). Returns the previous bound."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError("limit must be an int (bytes)")
+    if limit < 0:
+        raise ValueError("limit must be >= 0")
+    return tw_mem_set_limit(min(limit, 2**62))
+
+
+def memory_stats():
+    """The block cache now: cached bytes and blocks, its bound, and how many large requests
+    it served (hits) or passed to the system (misses)."""
+    cdef tw_mem_stats st
+    tw_mem_get_stats(&st)
+    return {"cached_bytes": st.cached_bytes, "cached_blocks": st.cached_blocks,
+            "limit": st.limit, "hits": st.hits, "misses": st.misses}
+
+
 cdef extern from "tw_base64.h" nogil:
     enum:
         TW_PATH_AUTO
@@ -520,16 +594,16 @@ cdef object _decode(const char *buf, const tw_value *v, int path):
 
 
 cdef void _free_blob(object capsule) noexcept:
-    free(PyCapsule_GetPointer(capsule, NULL))
+    tw_mem_free(PyCapsule_GetPointer(capsule, NULL))
 
 
 cdef object _adopt(uint8_t *data, size_t size):
-    """A uint8 array over ``data`` (malloc'd), which it owns from now on (freed with it)."""
+    """A uint8 array over ``data`` (from tw_mem), which it owns from now on (freed with it)."""
     cdef cnp.npy_intp dims[1]
     try:
         owner = PyCapsule_New(data, NULL, _free_blob)
     except BaseException:
-        free(data)
+        tw_mem_free(data)
         raise
     dims[0] = <cnp.npy_intp>size
     out = cnp.PyArray_SimpleNewFromData(1, dims, cnp.NPY_UINT8, data)
@@ -1027,9 +1101,13 @@ class _ScannedChoice(_Scanned, _Kernels):
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = _reference._check_top_k(top_k)
-    scan = _Scan()
-    document = scan.document(raw)
-    return _reference.parse_document(document, k, require_logprobs, lambda i: _ScannedChoice(i, scan))
+    previous = PyDataMem_SetHandler(_NP_HANDLER)
+    try:
+        scan = _Scan()
+        document = scan.document(raw)
+        return _reference.parse_document(document, k, require_logprobs, lambda i: _ScannedChoice(i, scan))
+    finally:
+        PyDataMem_SetHandler(previous)
 
 
 class _RecordValues:
@@ -1142,19 +1220,27 @@ class _ScannedItem(_ScannedReader):
 def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
     """Parse and validate an SGLang ``/generate`` response (see the package docs)."""
     k = _reference._check_top_k(top_k)
-    scan = _Scan()
-    document = scan.document(raw, _SGLANG_BLANK, False, True)
-    return _openai.parse_sglang_generate_document(document, k, require_logprobs, check_usage,
-                                                  lambda i: _ScannedItem(i, scan))
+    previous = PyDataMem_SetHandler(_NP_HANDLER)
+    try:
+        scan = _Scan()
+        document = scan.document(raw, _SGLANG_BLANK, False, True)
+        return _openai.parse_sglang_generate_document(document, k, require_logprobs, check_usage,
+                                                      lambda i: _ScannedItem(i, scan))
+    finally:
+        PyDataMem_SetHandler(previous)
 
 
 cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint check_usage,
                           object parse_document):
     k = _reference._check_top_k(top_k)
-    scan = _Scan()
-    document = scan.document(raw, _OPENAI_BLANK_HEADS, True)
-    return parse_document(document, k, require_logprobs, check_usage,
-                          lambda i: _ScannedReader(i, scan))
+    previous = PyDataMem_SetHandler(_NP_HANDLER)
+    try:
+        scan = _Scan()
+        document = scan.document(raw, _OPENAI_BLANK_HEADS, True)
+        return parse_document(document, k, require_logprobs, check_usage,
+                              lambda i: _ScannedReader(i, scan))
+    finally:
+        PyDataMem_SetHandler(previous)
 
 
 def parse_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):

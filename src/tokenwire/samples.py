@@ -18,7 +18,9 @@ import numpy as np
 __all__ = [
     "SAMPLES",
     "Sample",
+    "WORKLOADS",
     "TokenEvidence",
+    "Workload",
     "build_choice",
     "dumps",
     "evidence",
@@ -56,16 +58,27 @@ class TokenEvidence:
 
 
 def evidence(
-    n: int, m: int = 0, *, seed: int = 0, support: bool = False, width: int = 256
+    n: int,
+    m: int = 0,
+    *,
+    seed: int = 0,
+    support: bool = False,
+    width: int = 256,
+    scale: tuple[float, float] = (1.0, 7.0),
+    filtered: float = 0.0,
+    ties: float = 0.0,
 ) -> TokenEvidence:
     """Realistic per-token distributions: peaked or flat log-softmaxes over ``width`` candidates.
 
     With ``support``, a top-s filter is recorded per token (s in 1..m): the logprobs are
     renormalized over the support and every other candidate is at the sentinel, as an engine
-    with top-k/top-p sampling reports them.
+    with top-k/top-p sampling reports them. ``scale`` bounds the logit spread (small: flat,
+    large: peaked); a ``filtered`` share of rows ends in candidates a sampler filter left at
+    the sentinel, and a ``ties`` share repeats a logprob exactly across two neighbouring
+    places, as float32 logprobs of a flat distribution do.
     """
     rng = np.random.default_rng(seed)
-    scale = rng.uniform(1.0, 7.0, size=(n, 1))
+    scale = rng.uniform(scale[0], scale[1], size=(n, 1))
     logits = rng.standard_normal((n, width)) * scale
     logits -= logits.max(axis=1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
@@ -96,6 +109,29 @@ def evidence(
     top = order[:, :m]
     cand_ids = np.take_along_axis(vocab_of, top, axis=1).astype(np.int64)
     cand_lps = np.take_along_axis(lp32, top, axis=1)
+    if m > 1 and ties:
+        # An exact tie between two neighbouring places (the sampled token keeps its value).
+        rows = np.flatnonzero(rng.uniform(size=n) < ties)
+        place = rng.integers(1, m, size=len(rows))
+        cand_lps[rows, place - 1] = cand_lps[rows, place]
+    if m > 1 and filtered:
+        # A top-p/min-p filter cut the row: its last places are at the sentinel.
+        rows = np.flatnonzero(rng.uniform(size=n) < filtered)
+        cut = rng.integers(1, m, size=len(rows))
+        cols = np.arange(m)[None, :] >= cut[:, None]
+        block = cand_lps[rows]
+        block[cols] = SENTINEL
+        cand_lps[rows] = block
+        # The sampled token lies inside what the filter kept.
+        first_cut = np.where(cols.any(axis=1), cut, m)
+        for r, c in zip(rows.tolist(), first_cut.tolist()):
+            if ids[r] not in cand_ids[r, :c]:
+                ids[r] = cand_ids[r, 0]
+    if m and (ties or filtered):
+        # The sampled token's logprob is the one its candidate entry reports.
+        match = cand_ids == ids[:, None]
+        listed = match.any(axis=1)
+        lps[listed] = cand_lps[listed, match[listed].argmax(axis=1)]
     supports = None
     if kept is not None:
         supports = [cand_ids[t, : sizes[t]].tolist() for t in range(n)]
@@ -288,6 +324,89 @@ SAMPLES: dict[str, Sample] = {
         Sample("native_2k_top20", "2k tokens, native JSON with 22 top_logprobs, top-20 head", 20, _native_2k_top20),
         Sample("moe_16k", "16k-token MoE: 48 layers x top-8 uint8 routing, packed logprobs", None, _moe_16k),
         Sample("multi_choice", "n=4 choices, compact rows with CSR sampling masks, top-4 head", 4, _multi_choice),
+    )
+}
+
+
+def _varied(seed: int, tokens: int, m: int, *, support: bool = False) -> TokenEvidence:
+    """One response's evidence with the variety of real traffic: length within +-12% of
+    ``tokens``, a flat or a peaked distribution, and (without a recorded support) about 10%
+    of rows cut by a sampler filter and 5% with an exact tie between neighbouring places."""
+    rng = np.random.default_rng(10_000 + seed)
+    n = int(tokens * rng.uniform(0.88, 1.12))
+    scale = (0.3, 2.0) if seed % 2 else (2.0, 8.0)
+    extra = {} if support else {"filtered": 0.1, "ties": 0.05}
+    return evidence(n, m, seed=seed, support=support, scale=scale, **extra)
+
+
+def _plain_compact_top20(seed: int) -> bytes:
+    choice = build_choice(_varied(seed, 8192, 22), transport="compact")
+    return dumps(response([choice], prompt_tokens=2048, seed=seed))
+
+
+def _plain_compact_mask(seed: int) -> bytes:
+    mask = ("csr", "list")[seed % 4 == 3]  # mostly packed, now and then the list form
+    choice = build_choice(_varied(seed, 4096, 22, support=True), transport="compact", mask=mask)
+    return dumps(response([choice], prompt_tokens=1024, seed=seed))
+
+
+def _plain_compact_sampled(seed: int) -> bytes:
+    choice = build_choice(_varied(seed, 8192, 0), transport="compact")
+    return dumps(response([choice], prompt_tokens=2048, seed=seed))
+
+
+def _plain_native_top20(seed: int) -> bytes:
+    choice = build_choice(_varied(seed, 2048, 22), transport="native")
+    return dumps(response([choice], prompt_tokens=1024, seed=seed))
+
+
+def _plain_native_sampled(seed: int) -> bytes:
+    choice = build_choice(_varied(seed, 8192, 0), transport="native")
+    return dumps(response([choice], prompt_tokens=2048, seed=seed))
+
+
+def _plain_moe(seed: int) -> bytes:
+    return moe_response(16384, 8192, seed=seed)
+
+
+def _plain_multi_choice(seed: int) -> bytes:
+    choices = [
+        build_choice(_varied(8 * seed + i, 512, 0), transport="compact", index=i,
+                     finish_reason=("stop", "length")[i % 2])
+        for i in range(8)
+    ]
+    return dumps(response(choices, prompt_tokens=512, seed=seed))
+
+
+def _plain_packed_small(seed: int) -> bytes:
+    choice = build_choice(_varied(seed, 128, 0), transport="packed")
+    return dumps(response([choice], prompt_tokens=64, seed=seed))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A family of distinct responses (one per seed) for the plain-loop benchmark."""
+
+    name: str
+    description: str
+    top_k: int | None
+    build: Any
+
+    def responses(self, count: int, first_seed: int = 0) -> list[bytes]:
+        return [self.build(first_seed + i) for i in range(count)]
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("compact_top20_8k", "8k tokens, compact rows (filtered tails, ties), top-20 head", 20, _plain_compact_top20),
+        Workload("compact_top20_4k_mask", "4k tokens, compact rows, CSR/list sampling mask, top-20 head", 20, _plain_compact_mask),
+        Workload("compact_sampled_8k", "8k tokens, compact rows, sampled logprobs only", None, _plain_compact_sampled),
+        Workload("native_top20_2k", "2k tokens, native JSON records with 22 candidates, top-20 head", 20, _plain_native_top20),
+        Workload("native_sampled_8k", "8k tokens, native JSON records, sampled logprobs only", None, _plain_native_sampled),
+        Workload("moe_16k", "16k-token MoE routing (48 layers x top-8 uint8), packed logprobs", None, _plain_moe),
+        Workload("choices_8x512", "8 choices x 512 tokens, compact rows, no head", None, _plain_multi_choice),
+        Workload("packed_128", "128 tokens, packed float32 logprobs", None, _plain_packed_small),
     )
 }
 

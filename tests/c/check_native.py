@@ -72,6 +72,7 @@ SHIM = r"""
 #include <string.h>
 #include "tw_scan.h"
 #include "tw_native.h"
+#include "tw_mem.h"
 
 typedef struct {
     long long serr, scode, terr, tcode, ncand, total, rc, count_rc;
@@ -109,8 +110,8 @@ int chk_run(const char *buf, size_t len, const int64_t *ids, size_t n, int want_
     r->count_rc = tw_native_count(buf, v, &total);
     r->total = (long long)total;
     if (mode == 1) {
-        c.ids = (int64_t *)malloc((total ? total : 1) * sizeof(int64_t));
-        c.lps = (double *)malloc((total ? total : 1) * sizeof(double));
+        c.ids = (int64_t *)tw_mem_alloc((total ? total : 1) * sizeof(int64_t));
+        c.lps = (double *)tw_mem_alloc((total ? total : 1) * sizeof(double));
         c.cap = total;
         c.grow = 0;
     } else {
@@ -129,8 +130,8 @@ int chk_run(const char *buf, size_t len, const int64_t *ids, size_t n, int want_
             memcpy(clps, c.lps, k * sizeof(double));
         }
     }
-    free(c.ids);
-    free(c.lps);
+    tw_mem_free(c.ids);
+    tw_mem_free(c.lps);
     tw_doc_free(&d);
     return rc;
 }

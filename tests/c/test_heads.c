@@ -21,29 +21,30 @@
 #include <time.h>
 
 /* Allocation failure injection: the n-th allocation from now fails (-1: none). */
+#include "../../csrc/tw_mem.h"
 static long g_alloc_fail = -1;
 static void *test_malloc(size_t n) {
     if (g_alloc_fail == 0) return NULL;
     if (g_alloc_fail > 0) g_alloc_fail--;
-    return malloc(n);
+    return tw_mem_alloc(n);
 }
 static void *test_calloc(size_t n, size_t s) {
     if (g_alloc_fail == 0) return NULL;
     if (g_alloc_fail > 0) g_alloc_fail--;
-    return calloc(n, s);
+    return tw_mem_calloc(n, s);
 }
 static void *test_realloc(void *p, size_t n) {
     if (g_alloc_fail == 0) return NULL;
     if (g_alloc_fail > 0) g_alloc_fail--;
-    return realloc(p, n);
+    return tw_mem_realloc(p, n);
 }
-#define malloc(n) test_malloc(n)
-#define calloc(n, s) test_calloc(n, s)
-#define realloc(p, n) test_realloc(p, n)
+#define tw_mem_alloc(n) test_malloc(n)
+#define tw_mem_calloc(n, s) test_calloc(n, s)
+#define tw_mem_realloc(p, n) test_realloc(p, n)
 #include "../../csrc/tw_heads.c"
-#undef malloc
-#undef calloc
-#undef realloc
+#undef tw_mem_alloc
+#undef tw_mem_calloc
+#undef tw_mem_realloc
 
 #define TW_CHECK_MAX_REPORTS 30
 #include "tw_check.h"

@@ -30,18 +30,19 @@
    one after fails; -1 = never fail. */
 static long g_fail_after = -1;
 static long g_inject = -1; /* g_fail_after during run()'s parse */
+#include "../../csrc/tw_mem.h"
 static void *test_realloc(void *p, size_t n)
 {
     if (g_fail_after == 0)
         return NULL;
     if (g_fail_after > 0)
         g_fail_after--;
-    return realloc(p, n);
+    return tw_mem_realloc(p, n);
 }
-#define realloc test_realloc
+#define tw_mem_realloc test_realloc
 #include "../../csrc/tw_scan.c"
 #include "../../csrc/tw_native.c"
-#undef realloc
+#undef tw_mem_realloc
 
 #include "tw_check.h"
 

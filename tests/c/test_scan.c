@@ -23,6 +23,7 @@
 
 /* Allocation failure injection: the next g_fail_after reallocs (and mallocs)
    succeed, the one after fails; -1 = never fail. */
+#include "../../csrc/tw_mem.h"
 static long g_fail_after = -1;
 static void *test_realloc(void *p, size_t n)
 {
@@ -30,14 +31,14 @@ static void *test_realloc(void *p, size_t n)
         return NULL;
     if (g_fail_after > 0)
         g_fail_after--;
-    return realloc(p, n);
+    return tw_mem_realloc(p, n);
 }
 static void *test_malloc(size_t n) { return test_realloc(NULL, n); }
-#define realloc test_realloc
-#define malloc test_malloc
+#define tw_mem_realloc test_realloc
+#define tw_mem_alloc test_malloc
 #include "../../csrc/tw_scan.c"
-#undef realloc
-#undef malloc
+#undef tw_mem_realloc
+#undef tw_mem_alloc
 
 #include "tw_check.h"
 
@@ -957,7 +958,7 @@ static void test_decode(void)
                           "decode %zu (len %zu, path %d/%d): bytes differ", r, len, sp, bp);
                     CHECK(tw_take_blob(&d1, &d1.choice[0].f[TW_F_RE_DATA], &size) == NULL &&
                               size == 0, "decode %zu: taken twice", r);
-                    free(blob);
+                    tw_mem_free(blob);
                 }
             }
         }

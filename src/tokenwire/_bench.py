@@ -1,0 +1,183 @@
+"""``tokenwire bench``: the loop a trainer writes, timed as it runs.
+
+Headline, per workload of :data:`tokenwire.samples.WORKLOADS`: every contender
+(tokenwire, ``orjson.loads``) in a new interpreter, over the same distinct responses
+(lengths, flat and peaked distributions, filtered tails, ties, masks, several choices),
+each parsed, used (its arrays read) and dropped, round after round. Reported: the median
+time per parse, its ratio to ``orjson.loads`` of the same bytes, and minor page faults per
+parse once the loop is warm (``getrusage``: a count that does not jitter with load).
+Beside it, the warm figure: one response parsed again and again in this process, the best
+case a benchmark of one sample shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+CONTENDERS = ("tokenwire", "orjson.loads")
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _contender(name: str, top_k: int | None) -> tuple[Callable[[Any], Any], Callable[[Any], int]]:
+    """What a contender calls per response, and how its result is used."""
+    if name == "orjson.loads":
+        import orjson
+
+        return orjson.loads, lambda doc: len(doc["choices"][-1]["token_ids"])
+    import tokenwire
+
+    def parse(raw: Any) -> Any:
+        return tokenwire.parse_generate_response(raw, top_k=top_k)
+
+    def use(response: Any) -> int:
+        n = 0
+        for c in response.choices:
+            n += len(c.completion_ids)
+            if c.completion_logprobs is not None and len(c.completion_logprobs):
+                n += int(c.completion_logprobs[-1] < 0)
+            if c.completion_top_ids is not None:
+                n += len(c.completion_top_ids.values)
+        return n
+
+    return parse, use
+
+
+def run_loop(responses: list[bytes], contender: str, top_k: int | None, rounds: int) -> dict[str, float]:
+    """Parse-use-drop every response, ``rounds`` times; the first round warms the process."""
+    parse, use = _contender(contender, top_k)
+    times: list[float] = []
+    faults = parses = 0
+    for r in range(rounds):
+        before = _minor_faults()
+        for raw in responses:
+            start = time.perf_counter()
+            result = parse(raw)
+            use(result)
+            del result
+            times.append(time.perf_counter() - start)
+        if r:
+            faults += _minor_faults() - before
+            parses += len(responses)
+    return {"median_s": statistics.median(times), "faults_per_parse": faults / max(parses, 1)}
+
+
+def _fresh_process(path: str, contender: str, top_k: int | None, rounds: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-m", "tokenwire._bench", path, contender, str(top_k), str(rounds)],
+        check=True, capture_output=True, text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def median_seconds(fn: Callable[[], Any], budget: float) -> float:
+    """Median of repeated calls until ``budget`` seconds are spent (at least 3 calls)."""
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < 3 or (spent < budget and len(times) < 2000):
+        start = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - start
+        times.append(elapsed)
+        spent += elapsed
+    return statistics.median(times)
+
+
+def plain_loop(
+    names: list[str] | None = None,
+    *,
+    responses: int = 8,
+    rounds: int = 5,
+    repeats: int = 3,
+    warm_budget: float = 0.5,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per workload (see the module docstring); ``repeats`` fresh processes per
+    contender, their medians' median reported."""
+    import orjson
+
+    import tokenwire
+    from tokenwire import samples
+
+    rows = []
+    chosen = names or list(samples.WORKLOADS)
+    with tempfile.TemporaryDirectory(prefix="tokenwire-bench-") as tmp:
+        for i, name in enumerate(chosen):
+            if progress:
+                progress(f"  [{i + 1}/{len(chosen)}] {name} ...")
+            workload = samples.WORKLOADS[name]
+            raws = workload.responses(max(responses, 1))
+            path = os.path.join(tmp, f"{name}.pickle")
+            with open(path, "wb") as f:
+                pickle.dump(raws, f)
+            row: dict[str, Any] = {
+                "workload": name,
+                "description": workload.description,
+                "responses": len(raws),
+                "bytes": sum(map(len, raws)) // len(raws),
+                "top_k": workload.top_k,
+            }
+            first = tokenwire.parse_generate_response(raws[0], top_k=workload.top_k)
+            row["tokens"] = sum(len(c.completion_ids) for c in first.choices)
+            for contender in CONTENDERS:
+                runs = [_fresh_process(path, contender, workload.top_k, rounds) for _ in range(max(repeats, 1))]
+                key = contender.replace(".", "_")
+                row[f"{key}_s"] = statistics.median(r["median_s"] for r in runs)
+                row[f"{key}_faults_per_parse"] = statistics.median(r["faults_per_parse"] for r in runs)
+            row["ratio_to_orjson_loads"] = row["tokenwire_s"] / row["orjson_loads_s"]
+            raw, k = raws[0], workload.top_k
+            row["warm_tokenwire_s"] = median_seconds(lambda: tokenwire.parse_generate_response(raw, top_k=k), warm_budget)
+            row["warm_orjson_loads_s"] = median_seconds(lambda: orjson.loads(raw), warm_budget)
+            row["warm_ratio_to_orjson_loads"] = row["warm_tokenwire_s"] / row["warm_orjson_loads_s"]
+            rows.append(row)
+    return rows
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}" if seconds < 0.01 else f"{seconds * 1e3:.2f}"
+
+
+def print_table(rows: list[dict[str, Any]], out: Any = None) -> None:
+    import tokenwire
+
+    out = out or sys.stdout
+    print(f"tokenwire {tokenwire.__version__}: implementation={tokenwire.implementation}, "
+          f"simd={tokenwire.simd_path()}, load average {os.getloadavg()[0]:.2f}", file=out)
+    print("plain loop: a new process per contender, distinct responses, parse-use-drop "
+          "(median ms per parse)", file=out)
+    header = (f"{'workload':<22} {'size':>8} {'tokens':>6} {'tokenwire':>10} {'orjson':>9} "
+              f"{'ratio':>7} {'faults':>7}   {'warm':>8} {'ratio':>7}")
+    print(header, file=out)
+    print("-" * len(header), file=out)
+    for r in rows:
+        print(f"{r['workload']:<22} {r['bytes'] / 2**20:>6.2f}MB {r['tokens']:>6} "
+              f"{_ms(r['tokenwire_s']):>10} {_ms(r['orjson_loads_s']):>9} "
+              f"{r['ratio_to_orjson_loads']:>6.2f}x {r['tokenwire_faults_per_parse']:>7.1f}   "
+              f"{_ms(r['warm_tokenwire_s']):>8} {r['warm_ratio_to_orjson_loads']:>6.2f}x", file=out)
+    print("ratio: tokenwire's time over orjson.loads(raw) of the same bytes; faults: minor page "
+          "faults per parse once warm;\nwarm: one response parsed repeatedly in one process "
+          "(the best case)", file=out)
+
+
+def _child(argv: list[str]) -> None:
+    path, contender, top_k, rounds = argv
+    with open(path, "rb") as f:
+        responses = pickle.load(f)
+    k = None if top_k == "None" else int(top_k)
+    print(json.dumps(run_loop(responses, contender, k, int(rounds))))
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1:])
