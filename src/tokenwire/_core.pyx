@@ -397,6 +397,7 @@ cdef extern from "tw_scan.h" nogil:
     ctypedef struct tw_doc:
         int decode
         int b64_path
+        uint32_t blank_fields
         int openai
         int sglang
         uint8_t top_is_object
@@ -641,32 +642,49 @@ cdef object _candidates(int rc, object coff, const tw_native_cands *cands, size_
 cdef class _Scan:
     """The raw bytes of one response and what the structural scanner recorded in them."""
     cdef const char *buf
+    cdef char *own  # a private copy of a mutable input (tw_mem), or NULL
     cdef tw_doc doc
     cdef int path
     cdef object keep
 
     def __cinit__(self):
         tw_doc_init(&self.doc)
+        self.own = NULL
 
     def __dealloc__(self):
         tw_doc_free(&self.doc)
+        tw_mem_free(self.own)
 
     cdef object document(self, object raw, tuple blank=_GENERATE_BLANK, bint openai=False,
                          bint sglang=False):
         """Scan ``raw`` and return the document with its big values blanked, parsed by orjson.
         ``blank``: the choice fields also blanked (read from the raw bytes instead);
         ``openai``/``sglang``: an OpenAI-compatible / SGLang document (see tw_scan.h)."""
-        cdef const unsigned char[::1] view = _bytes_view(raw)
+        mv = _bytes_view(raw)
+        cdef const unsigned char[::1] view = mv
         cdef size_t n = view.shape[0]
         cdef int rc
         cdef char *dst
-        self.keep = view
-        self.buf = _start(view)
+        if mv.readonly:
+            self.keep = view
+            self.buf = _start(view)
+        else:
+            # Another thread may rewrite a mutable buffer (a reused receive buffer) while
+            # the GIL is released: every pass then reads one private snapshot, so counts
+            # taken by one pass always hold for the next.
+            self.own = <char *>tw_mem_alloc(n + 1)
+            if self.own == NULL:
+                raise MemoryError()
+            memcpy(self.own, _start(view), n)
+            self.buf = self.own
         self.path = _path
         self.doc.decode = 1
         self.doc.b64_path = _path
         self.doc.openai = openai
         self.doc.sglang = sglang
+        self.doc.blank_fields = 0
+        for field in blank:  # values read in C: orjson need not build them
+            self.doc.blank_fields |= 1u << <int>field
         with nogil:
             rc = tw_scan(self.buf, n, &self.doc)
         if rc == TW_ERR_NOMEM:
@@ -675,11 +693,6 @@ cdef class _Scan:
             raise MalformedResponseError(
                 f"invalid JSON: {self.doc.err_msg.decode()} at byte {self.doc.err_pos}"
             )
-        # Values read in C (native per-token records, ...): orjson need not build them.
-        for i in range(self.doc.nchoices):
-            for field in blank:
-                if tw_blank_field(&self.doc, i, field) != TW_OK:
-                    raise MemoryError()
         stripped = PyBytes_FromStringAndSize(NULL, tw_stripped_size(&self.doc, n))
         dst = PyBytes_AS_STRING(stripped)
         with nogil:
@@ -1082,13 +1095,22 @@ class _ScannedChoice(_Scanned, _Kernels):
         return super().blob(value, path) if v == NULL else scan.blob(v)
 
     def original(self, value, path):
-        """``logprobs`` with its ``content`` as the document holds it (the parsed copy's was
-        left empty for the C reader)."""
+        """A value kept in ``GenerateChoice.raw`` as the document holds it: ``logprobs`` with
+        its ``content`` (left empty in the parsed copy for the C reader), and
+        ``completion_logprobs`` beside ``compact_logprobs`` with its ``data`` (blanked by the
+        scan)."""
         cdef _Scan scan = self.scan
         cdef const tw_value *v = NULL
-        if path == "logprobs" and isinstance(value, dict):
+        if not isinstance(value, dict):
+            return value
+        if path == "logprobs":
             v = scan.array(self.index, "logprobs.content", self.fields)
-        return value if v == NULL else {**value, "content": orjson.loads(scan.text(v))}
+            return value if v == NULL else {**value, "content": orjson.loads(scan.text(v))}
+        if path == "completion_logprobs":
+            v = scan.value(self.index, "completion_logprobs.data")
+            if v != NULL and v.type == TW_T_STRING:
+                return {**value, "data": orjson.loads(b'"' + scan.text(v) + b'"')}
+        return value
 
     def native_entries(self, content, ids, want_top):
         cdef _Scan scan = self.scan
