@@ -20,7 +20,7 @@ from tokenwire import Blob, MalformedResponseError, samples
 @pytest.fixture
 def writer(impl, monkeypatch):
     """The writers on one implementation (they run the facade's implementation)."""
-    monkeypatch.setattr(tokenwire, "_impl", impl)
+    monkeypatch.setattr(tokenwire._select, "kernels", impl)
     monkeypatch.setattr(tokenwire, "b64encode", impl.b64encode)
     return impl
 

@@ -44,9 +44,9 @@ class Ragged:
 
     def to_lists(self) -> list[list[Any]]:
         """The rows as Python lists (of ints, or of floats), as ``values.tolist()`` has them."""
-        import tokenwire
+        from . import _select
 
-        rows: list[list[Any]] = tokenwire._impl.rows_to_lists(self.offsets, self.values)[0]
+        rows: list[list[Any]] = _select.kernels.rows_to_lists(self.offsets, self.values)[0]
         return rows
 
     def __repr__(self) -> str:

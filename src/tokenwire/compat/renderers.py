@@ -38,7 +38,7 @@ import orjson
 
 import tokenwire
 
-from .. import _reference
+from .. import _reference, _select
 from .._errors import MalformedResponseError, location
 from .._types import Ragged
 
@@ -140,14 +140,13 @@ def __getattr__(name: str) -> Any:
 
 # --- reading a choice dict -----------------------------------------------------------------------
 
-# The compiled per-token kernels when the core is in use, the reference's loops otherwise.
-_Base: type = getattr(tokenwire._impl, "_Kernels", _reference._Choice)
-
-
-class _Reader(_Base):  # type: ignore[misc, valid-type]
+class _Reader(_reference._Choice):
     """tokenwire's rules over a parsed choice, as renderers' functions receive it: values
     come from the dict, base64 is decoded by ``tokenwire.b64decode`` and the per-token passes
     run in the compiled kernels (when built)."""
+
+    # The compiled per-token kernels when the core is in use, the reference's loops otherwise.
+    kernels = _select.kernels
 
     def __init__(self, index: int | None = None, decoded: dict[int, np.ndarray] | None = None) -> None:
         super().__init__(index)
@@ -361,8 +360,8 @@ def _rows(*rows: Ragged) -> list[list[list[Any]]]:
     head's ids and logprobs) are built in one call."""
     offsets = rows[0].offsets
     if all(r.offsets is offsets or np.array_equal(r.offsets, offsets) for r in rows):
-        return tokenwire._impl.rows_to_lists(offsets, *(r.values for r in rows))
-    return [tokenwire._impl.rows_to_lists(r.offsets, r.values)[0] for r in rows]
+        return _select.kernels.rows_to_lists(offsets, *(r.values for r in rows))
+    return [_select.kernels.rows_to_lists(r.offsets, r.values)[0] for r in rows]
 
 
 # --- the replacements ----------------------------------------------------------------------------
