@@ -152,20 +152,22 @@ def sdist_version(root: Path) -> str:
 
 def sdist_root(sdist: str | None, workdir: Path, version: str | None = None,
                python: str = sys.executable) -> Path:
-    """The extracted sdist of ``version``: ``sdist`` (an archive, its extracted directory, or a
-    directory holding ``renderers-<version>.tar.gz``) or a fresh download."""
+    """The extracted sdist of ``version``: from ``sdist`` (an archive, its extracted directory,
+    or a directory holding ``renderers-<version>.tar.gz``) when it holds that release, else a
+    fresh download. Without a ``version``, ``sdist`` itself, whichever release it holds."""
     work = workdir / (version or "given")
-    if sdist:
-        path = Path(sdist)
-        if path.is_dir() and not (path / SUITE).is_file():
-            archives = sorted(path.glob(f"renderers-{version}.tar.gz")) if version else []
-            path = archives[0] if archives else Path()
-        if path.is_dir() and (path / SUITE).is_file():
+    path = Path(sdist) if sdist else None
+    if path is not None and path.is_dir() and not (path / SUITE).is_file():
+        archives = sorted(path.glob(f"renderers-{version}.tar.gz")) if version else []
+        path = archives[0] if archives else None
+    if path is not None and path.is_dir():
+        if version is None or sdist_version(path) == version:
             return path
-        if path.is_file():
+    elif path is not None and path.is_file():
+        if version is None or path.name == f"renderers-{version}.tar.gz":
             return extract(path, work / "src")
-        if version is None:
-            raise SuiteUnavailable(f"no such sdist: {sdist}")
+    elif sdist and version is None:
+        raise SuiteUnavailable(f"no such sdist: {sdist}")
     if version is None:
         raise SuiteUnavailable("which renderers release? (an --sdist or a --version)")
     return extract(download(work / "download", version, python), work / "src")
@@ -291,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print both runs' output")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
+    if args.sdist and not Path(args.sdist).exists():
+        print(f"renderers suite unavailable: no such sdist: {args.sdist}", file=sys.stderr)
+        return 2
     single = args.sdist and Path(args.sdist).exists() and not args.versions and (
         Path(args.sdist).is_file() or (Path(args.sdist) / SUITE).is_file())
     wanted: list[str | None] = [None] if single else list(args.versions or versions())

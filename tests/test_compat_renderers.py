@@ -471,6 +471,46 @@ def test_renderers_suite_passes_patched(version, tmp_path):
         assert result.patched.count(outcome) == result.unpatched.count(outcome), outcome
 
 
+def _fake_sdist(directory: Any, version: str) -> Any:
+    import tarfile
+
+    top = directory / f"renderers-{version}"
+    (top / "tests").mkdir(parents=True)
+    (top / "tests" / "test_client.py").write_text("")
+    (top / "PKG-INFO").write_text(f"Metadata-Version: 2.4\nName: renderers\nVersion: {version}\n")
+    archive = directory / f"renderers-{version}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(top, arcname=top.name)
+    return archive
+
+
+def test_suite_takes_each_release_from_the_sdists_given(tmp_path, monkeypatch):
+    suite = run_renderers_suite
+    given = tmp_path / "given"
+    given.mkdir()
+    old, new = _fake_sdist(given, "0.1.13.dev13"), _fake_sdist(given, "0.1.13.dev17")
+
+    def no_download(dest, version, python=sys.executable):
+        raise suite.SuiteUnavailable(f"would download {version}")
+
+    monkeypatch.setattr(suite, "download", no_download)
+    work = tmp_path / "work"
+    for sdist, version, expected in [
+        (given, "0.1.13.dev17", "0.1.13.dev17"),  # a directory of archives
+        (new, "0.1.13.dev17", "0.1.13.dev17"),  # the archive itself
+        (new, None, "0.1.13.dev17"),  # whichever release it holds
+        (given / "renderers-0.1.13.dev13", "0.1.13.dev13", "0.1.13.dev13"),  # extracted
+    ]:
+        assert suite.sdist_version(suite.sdist_root(str(sdist), work, version)) == expected
+    for sdist, version in [(old, "0.1.13.dev17"), (given, "0.1.13.dev15"), (None, "0.1.13.dev16"),
+                           (given / "renderers-0.1.13.dev13", "0.1.13.dev17")]:
+        with pytest.raises(suite.SuiteUnavailable, match=f"would download {version}"):
+            suite.sdist_root(str(sdist) if sdist else None, work, version)
+    with pytest.raises(suite.SuiteUnavailable, match="no such sdist"):
+        suite.sdist_root(str(tmp_path / "missing.tar.gz"), work)
+    assert suite.main(["--sdist", str(tmp_path / "missing.tar.gz")]) == 2
+
+
 def test_suite_comparison_finds_every_difference():
     Run, compare = run_renderers_suite.Run, run_renderers_suite.compare
     mark = run_renderers_suite.PATCHED_MARK
