@@ -7,6 +7,7 @@ from ._types import GenerateChoice as GenerateChoice
 from ._types import GenerateResponse as GenerateResponse
 from ._types import Ragged as Ragged
 from ._types import RoutedExperts as RoutedExperts
+from ._audit import Verdict as Verdict
 
 __version__: str
 implementation: str
@@ -40,3 +41,7 @@ def select_heads(
     candidate_ids: Any, candidate_logprobs: Any, candidate_offsets: Any, sampled_ids: Any,
     sampled_logprobs: Any, k: int, *, num_top: int | None = ..., support_ids: Any = ..., support_offsets: Any = ...,
 ) -> tuple[Ragged, Ragged]: ...
+def audit(
+    raw: bytes | bytearray | memoryview | str, format: str = ..., *, field: str | tuple[str, ...] | None = ...,
+    top_k: int | None = ...,
+) -> Verdict: ...

@@ -160,6 +160,15 @@ def _parser() -> argparse.ArgumentParser:
                          help="examples shown per defect class (default 3)")
     p_check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                          help="progress on stderr (default: only when stderr is a terminal)")
+    p_check.add_argument("--records", metavar="OUT",
+                         help="also write one row per record (position, verdict, counts) to OUT: "
+                         ".parquet (needs pyarrow) or .jsonl")
+    p_check.add_argument("--column", action="append", metavar="[NAME=]PATH",
+                         help="with --records: one more column, the value at this dotted path of each "
+                         "record (e.g. meta.step; repeatable)")
+    p_check.add_argument("--ray", metavar="ADDRESS",
+                         help="check on a Ray cluster: local (start one here), auto (join the running "
+                         "one) or a cluster address; needs ray (pip install 'tokenwire[ray]')")
 
     p_inspect = sub.add_parser(
         "inspect",
