@@ -22,7 +22,7 @@ import orjson
 import tokenwire
 
 from ._cli_formats import CLASSES, Defect, check_record
-from ._cli_records import RecordsWriter, parse_columns, record_row
+from ._cli_records import parse_columns, record_row, records_sink
 from ._cli_io import Chunk, InputError, Reader, Source, expand_paths, field_path, read_chunks
 
 __all__ = ["Options", "Tally", "check_chunk", "run"]
@@ -175,6 +175,8 @@ class Progress:
         if self.total:
             text += f" / {_size(self.total)} ({min(done / self.total, 1):.0%})"
         text += f", {records:,} records, {records / elapsed:,.0f} records/s, {done / elapsed / 1e6:,.0f} MB/s"
+        if self.total and 0 < done < self.total:
+            text += f", ETA {_duration((self.total - done) * elapsed / done)}"
         if self.tty:
             self.stream.write(f"\r\x1b[K{text}")
             self.drawn = True
@@ -186,6 +188,12 @@ class Progress:
         if self.drawn:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds + 0.5), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def _size(n: float) -> str:
@@ -352,25 +360,20 @@ def main(args: Any) -> int:
     options = Options(format=args.format, field=field_path(args.field), top_k=args.top_k, examples=args.examples)
     columns = parse_columns(getattr(args, "column", None))
     records_path = getattr(args, "records", None)
-    writer = RecordsWriter(records_path, columns) if records_path else None
-    if writer is not None:
+    if records_path:
         options = replace(options, records=True, columns=columns)
     jobs = args.jobs or _cpus()
-    try:
+    with records_sink(records_path, columns) as sink:
         if getattr(args, "ray", None):
-            from .ray import check as ray_check
+            from .ray import run as ray_run
 
-            tally = ray_check(args.paths, options, address=args.ray, input_kind=args.input,
-                              progress=args.progress, sink=writer.write if writer else None)
+            try:
+                tally = ray_run(args.paths, options, address=args.ray, input_kind=args.input,
+                                progress=args.progress, sink=sink)
+            except ImportError as exc:
+                raise InputError(f"--ray: {exc}") from None
         else:
-            tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress,
-                        sink=writer.write if writer else None)
-    except BaseException:
-        if writer is not None:
-            writer.discard()
-        raise
-    if writer is not None:
-        writer.close()
+            tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress, sink=sink)
     if args.report == "json":
         sys.stdout.write(orjson.dumps(json_report(tally), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

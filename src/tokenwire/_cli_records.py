@@ -4,6 +4,8 @@ the columns the user names), written as Parquet or JSON lines for query engines.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -12,7 +14,7 @@ from ._audit import Verdict, verdict
 from ._cli_formats import Defect, FieldMissing, resolve_field
 from ._cli_io import InputError, field_path
 
-__all__ = ["COLUMNS", "RecordsWriter", "parse_columns", "record_row"]
+__all__ = ["COLUMNS", "RecordsWriter", "parse_columns", "record_row", "records_sink"]
 
 # The fixed columns, in order, with their Arrow types; user columns (``--column``) follow as strings.
 COLUMNS: dict[str, str] = {
@@ -143,3 +145,21 @@ class RecordsWriter:
         finally:
             if os.path.exists(self.path):
                 os.remove(self.path)
+
+
+@contextmanager
+def records_sink(
+    path: str | None, columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+) -> Iterator[Callable[[list[dict[str, Any]]], None] | None]:
+    """What takes the rows of a run writing to ``path`` (None: no rows wanted); the file is
+    complete when the run is, and removed when the run fails or is interrupted."""
+    if path is None:
+        yield None
+        return
+    writer = RecordsWriter(path, columns)
+    try:
+        yield writer.write
+    except BaseException:
+        writer.discard()
+        raise
+    writer.close()
