@@ -132,3 +132,10 @@ def test_records_errors(tmp_path, capsys):
     assert status == 2 and "column 'model' already exists" in err
     status, _, err = check(capsys, path, "--records", str(tmp_path / "no" / "o.jsonl"))
     assert status == 2 and "cannot write" in err
+
+
+def test_row_columns_follow_the_schema():
+    from tokenwire._cli_records import COLUMNS, record_row
+
+    row = record_row(b"{}", None, None, {}, {"file": "f", "line": 1}, (("step", ("step",)),))
+    assert list(row) == [*COLUMNS, "step"]

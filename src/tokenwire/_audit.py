@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ._cli_formats import CLASSES, FORMATS, Defect, check_record
@@ -43,7 +43,11 @@ class Verdict:
     model: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not dataclasses.asdict, which deep-copies every value: this runs once per record.
+        return {name: getattr(self, name) for name in _FIELDS}
+
+
+_FIELDS = tuple(f.name for f in fields(Verdict))
 
 
 def _text(value: Any) -> str | None:

@@ -38,7 +38,6 @@ COLUMNS: dict[str, str] = {
     "request_id": "string",
     "model": "string",
 }
-_VERDICT_COLUMNS = [name for name in COLUMNS if name not in ("file", "line", "element")]
 
 
 def parse_columns(values: list[str] | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -72,8 +71,7 @@ def record_row(
     """The row of one record: its position, its verdict and the ``columns`` read from it."""
     judged: Verdict = verdict(len(raw), fmt, defect, facts)
     row = {"file": position["file"], "line": position.get("line"), "element": position.get("element")}
-    values = judged.as_dict()
-    row.update((name, values[name]) for name in _VERDICT_COLUMNS)
+    row.update(judged.as_dict())  # the verdict's fields are the columns after the position
     if columns:
         try:
             document = orjson.loads(raw)
