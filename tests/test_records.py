@@ -139,3 +139,22 @@ def test_row_columns_follow_the_schema():
 
     row = record_row(b"{}", None, None, {}, {"file": "f", "line": 1}, (("step", ("step",)),))
     assert list(row) == [*COLUMNS, "step"]
+
+
+def test_both_implementations_write_the_same_rows(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    records, _ = planted(seed_lines=1)
+    path = write(tmp_path / "capture.jsonl", records)
+    rows = []
+    for switch in ("0", "1"):
+        out = tmp_path / f"rows{switch}.jsonl"
+        ran = subprocess.run(
+            [sys.executable, "-m", "tokenwire", "check", path, "--field", "response", "--records", str(out)],
+            env={**os.environ, "TOKENWIRE_NO_EXTENSIONS": switch}, capture_output=True, text=True,
+        )
+        assert ran.returncode == 1, ran.stderr
+        rows.append(out.read_text())
+    assert rows[0] == rows[1] and rows[0].count("\n") == len(records)
