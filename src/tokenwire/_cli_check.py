@@ -21,9 +21,9 @@ import orjson
 
 import tokenwire
 
-from ._cli_formats import CLASSES, Defect, check_record
-from ._cli_records import parse_columns, record_row, records_sink
+from ._cli_formats import CLASSES, check_record
 from ._cli_io import Chunk, InputError, Reader, Source, expand_paths, field_path, read_chunks
+from ._cli_records import invalid_json_row, parse_columns, record_row, records_sink
 
 __all__ = ["Options", "Tally", "check_chunk", "run"]
 
@@ -100,8 +100,7 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
         result["classes"]["malformed_json"] += 1
         result["examples"]["malformed_json"] = [{"file": chunk.name, "location": "", "reason": error}]
         if options.records:
-            defect = Defect("malformed_json", "", error)
-            result["rows"] = [record_row(text, None, defect, {}, {"file": chunk.name}, options.columns)]
+            result["rows"] = [invalid_json_row(text, error, {"file": chunk.name}, options.columns)]
         return result
     for number, item in enumerate(items, 1):
         _add(result, orjson.dumps(item), options, {"file": chunk.name, "element": number})

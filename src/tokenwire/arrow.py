@@ -28,11 +28,11 @@ a copy; a batch of several choices copies each column once, into one contiguous 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 
 from ._types import GenerateChoice, GenerateResponse, Ragged, _require
 
@@ -133,7 +133,7 @@ def routing_column(arrays: Sequence[np.ndarray | None]) -> Any:
 def _text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return orjson.dumps(value).decode()
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _request_id(response: GenerateResponse) -> str | None:
