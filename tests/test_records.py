@@ -137,8 +137,10 @@ def test_records_errors(tmp_path, capsys):
 def test_row_columns_follow_the_schema():
     from tokenwire._cli_records import COLUMNS, record_row
 
-    row = record_row(b"{}", None, None, {}, {"file": "f", "line": 1}, (("step", ("step",)),))
+    row = record_row(2, b"{}", None, None, {}, {"file": "f", "line": 1}, (("step", ("step",)),))
     assert list(row) == [*COLUMNS, "step"]
+    unheld = record_row(5, None, None, None, {}, {"file": "f", "line": 2}, (("step", ("step",)),))
+    assert unheld["bytes"] == 5 and unheld["step"] is None
 
 
 def test_both_implementations_write_the_same_rows(tmp_path):

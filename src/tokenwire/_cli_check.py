@@ -49,7 +49,7 @@ def _add(result: dict[str, Any], raw: bytes, options: Options, position: dict[st
     facts: dict[str, Any] | None = {} if options.records else None
     fmt, defect = check_record(raw, options.format, options.field, options.top_k, facts)
     if facts is not None:
-        result.setdefault("rows", []).append(record_row(raw, fmt, defect, facts, position, options.columns))
+        result.setdefault("rows", []).append(record_row(len(raw), raw, fmt, defect, facts, position, options.columns))
     if fmt is not None:
         result["formats"][fmt] += 1
     if defect is None:

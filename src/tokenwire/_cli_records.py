@@ -65,16 +65,17 @@ def _column_value(document: Any, path: tuple[str, ...]) -> str | None:
 
 
 def record_row(
-    raw: bytes, fmt: str | None, defect: Defect | None, facts: dict[str, Any],
+    size: int, raw: bytes | None, fmt: str | None, defect: Defect | None, facts: dict[str, Any],
     position: dict[str, Any], columns: tuple[tuple[str, tuple[str, ...]], ...],
 ) -> dict[str, Any]:
-    """The row of one record: its position, its verdict and the ``columns`` read from it."""
-    judged: Verdict = verdict(len(raw), fmt, defect, facts)
+    """The row of one record of ``size`` bytes: its position, its verdict and the ``columns``
+    read from ``raw`` (null without it: a record that was not held)."""
+    judged: Verdict = verdict(size, fmt, defect, facts)
     row = {"file": position["file"], "line": position.get("line"), "element": position.get("element")}
     row.update(judged.as_dict())  # the verdict's fields are the columns after the position
     if columns:
         try:
-            document = orjson.loads(raw)
+            document = orjson.loads(raw) if raw is not None else None
         except orjson.JSONDecodeError:
             document = None
         for name, path in columns:
@@ -86,7 +87,7 @@ def invalid_json_row(
     raw: bytes, reason: str, position: dict[str, Any], columns: tuple[tuple[str, tuple[str, ...]], ...]
 ) -> dict[str, Any]:
     """The row of a record that is not JSON (a JSON-array file that does not parse)."""
-    return record_row(raw, None, Defect("malformed_json", "", reason), {}, position, columns)
+    return record_row(len(raw), raw, None, Defect("malformed_json", "", reason), {}, position, columns)
 
 
 class RecordsWriter:
