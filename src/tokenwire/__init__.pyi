@@ -2,12 +2,12 @@ from typing import Any
 
 import numpy as np
 
+from ._audit import Verdict as Verdict
 from ._errors import MalformedResponseError as MalformedResponseError
 from ._types import GenerateChoice as GenerateChoice
 from ._types import GenerateResponse as GenerateResponse
 from ._types import Ragged as Ragged
 from ._types import RoutedExperts as RoutedExperts
-from ._audit import Verdict as Verdict
 
 __version__: str
 implementation: str

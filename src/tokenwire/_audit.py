@@ -84,7 +84,7 @@ def audit(
 
 def verdict(size: int, fmt: str | None, defect: Defect | None, facts: dict[str, Any]) -> Verdict:
     """The verdict on a record of ``size`` bytes from what ``check_record`` found."""
-    common = {
+    common: dict[str, Any] = {
         "format": fmt,
         "bytes": size,
         "request_id": _text(facts.get("request_id")),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 import importlib
 import operator
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any, overload
 
 import numpy as np
@@ -46,8 +46,11 @@ class Ragged:
             if step == 1:
                 # offsets[start] need not be 0: every consumer reads rows through the offsets.
                 return Ragged(self.offsets[start : max(start, stop) + 1], self.values)
-            rows = range(start, stop, step)
-            return Ragged.from_lists([self[r] for r in rows], self.values.dtype)
+            picked = np.arange(start, stop, step)
+            offsets = np.zeros(len(picked) + 1, dtype=np.int64)
+            np.cumsum(np.diff(self.offsets)[picked], out=offsets[1:])
+            parts = [self[int(r)] for r in picked]
+            return Ragged(offsets, np.concatenate(parts) if parts else self.values[:0].copy())
         i = operator.index(i)
         if i < 0:
             i += n
