@@ -121,3 +121,17 @@ def test_ray_missing(tmp_path, capsys, monkeypatch):
     status, out, err = check(capsys, str(tmp_path / "a.jsonl"), "--ray", "local")
     assert status == 2 and out == ""
     assert "pip install 'tokenwire[ray]'" in err and "Traceback" not in err
+
+
+def test_no_cluster_to_join(tmp_path, capsys, monkeypatch):
+    (tmp_path / "a.jsonl").write_bytes(b"{}\n")
+
+    def refuse(ray, address):
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(tokenwire.ray, "_require", lambda *a: object())
+    monkeypatch.setattr(tokenwire.ray, "_connect", refuse)
+    status, out, err = check(capsys, str(tmp_path / "a.jsonl"), "--ray", "auto", "--records", str(tmp_path / "v.jsonl"))
+    assert status == 2 and out == ""
+    assert err.startswith("tokenwire check: error: --ray auto: Could not find any running Ray instance")
+    assert not (tmp_path / "v.jsonl").exists()  # no rows file is left behind

@@ -369,8 +369,8 @@ def main(args: Any) -> int:
             try:
                 tally = ray_run(args.paths, options, address=args.ray, input_kind=args.input,
                                 progress=args.progress, sink=sink)
-            except ImportError as exc:
-                raise InputError(f"--ray: {exc}") from None
+            except (ImportError, ConnectionError) as exc:  # no ray, or no cluster at that address
+                raise InputError(f"--ray {args.ray}: {exc}") from None
         else:
             tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress, sink=sink)
     if args.report == "json":
