@@ -195,6 +195,20 @@ def test_record_batch_nulls_and_many_responses(impl, pa):
     assert batch.column("completion_top_ids")[5].as_py() == _moe(impl).choices[0].completion_top_ids.to_lists()
 
 
+def test_table_shares_memory(impl, pa):
+    responses = [_multi(impl), _moe(impl)]
+    table = tokenwire.arrow.table(responses)
+    assert table.num_rows == 5 and table.column("completion_ids").num_chunks == 5
+    assert table.to_pylist() == tokenwire.arrow.record_batch(responses).to_pylist()
+    choices = [c for r in responses for c in r.choices]
+    for chunk, choice in zip(table.column("completion_top_ids").chunks, choices):
+        assert chunk.values.values.buffers()[1].address == _address(choice.completion_top_ids.values)
+    assert tokenwire.arrow.table([]).num_rows == 0
+    mixed = tokenwire.arrow.table([responses[0], impl.parse_generate_response(samples.sample("native_8k"))])
+    assert mixed.schema.field("completion_logprobs").type == pa.large_list(pa.float64())  # float32 widened
+    assert mixed.column("completion_top_ids").null_count == 1
+
+
 def test_parquet_round_trip(impl, pa, tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     response = _multi(impl)

@@ -23,7 +23,9 @@ column                      Arrow type
 A field a choice lacks (no ``top_k``, no mask, no routing) is null in its row. Arrow's
 offsets are int64 like ``Ragged``'s, so a batch of one choice wraps the parsed arrays without
 a copy; a batch of several choices copies each column once, into one contiguous Arrow buffer
-(Arrow's layout holds a column in one buffer). Needs pyarrow (``pip install 'tokenwire[arrow]'``).
+(Arrow's layout holds a column in one buffer). ``table(responses)`` copies nothing: a
+``pyarrow.Table`` whose chunks are one-choice batches. Needs pyarrow
+(``pip install 'tokenwire[arrow]'``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import numpy as np
 
 from ._types import GenerateChoice, GenerateResponse, Ragged, _require
 
-__all__ = ["SCHEMA_FIELDS", "record_batch"]
+__all__ = ["SCHEMA_FIELDS", "record_batch", "table"]
 
 SCHEMA_FIELDS = (
     "request_id",
@@ -166,3 +168,47 @@ def record_batch(responses: GenerateResponse | Iterable[GenerateResponse]) -> An
         "routed_experts_start": pa.array([None if r is None else r.start for r in routed], type=pa.int64()),
     }
     return pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
+
+
+def table(responses: GenerateResponse | Iterable[GenerateResponse]) -> Any:
+    """The rows ``record_batch`` makes, as a ``pyarrow.Table`` of one-choice chunks that wrap
+    the parsed arrays without a copy (``combine_chunks()`` makes it one batch). A column whose
+    type differs between choices (float32 and float64 logprobs) is widened where needed: a copy
+    of those chunks only."""
+    pa = _pa()
+    if isinstance(responses, GenerateResponse):
+        responses = [responses]
+    batches = [
+        record_batch(GenerateResponse([choice], r.request_id, r.usage, r.prompt_token_ids, r.payload))
+        for r in responses
+        for choice in r.choices
+    ]
+    if not batches:
+        return pa.Table.from_batches([], schema=record_batch([]).schema)
+    schema = _common_schema(pa, batches)
+    return pa.Table.from_batches([_conformed(pa, b, schema) for b in batches], schema=schema)
+
+
+def _common_schema(pa: Any, batches: list[Any]) -> Any:
+    """Each column's type where some choice has it (a column null in a chunk takes it)."""
+    fields = []
+    for i, name in enumerate(batches[0].schema.names):
+        present = [b.schema.field(i) for b in batches if b.column(i).null_count < b.num_rows]
+        if not present:
+            fields.append(batches[0].schema.field(i))
+            continue
+        unified = pa.unify_schemas([pa.schema([f]) for f in present], promote_options="permissive")
+        fields.append(unified.field(name))
+    return pa.schema(fields)
+
+
+def _conformed(pa: Any, batch: Any, schema: Any) -> Any:
+    columns = []
+    for column, wanted in zip(batch.columns, schema):
+        if column.type != wanted.type:
+            if column.null_count == batch.num_rows:
+                column = pa.nulls(batch.num_rows, wanted.type)
+            else:
+                column = column.cast(wanted.type)
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
