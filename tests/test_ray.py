@@ -135,3 +135,9 @@ def test_no_cluster_to_join(tmp_path, capsys, monkeypatch):
     assert status == 2 and out == ""
     assert err.startswith("tokenwire check: error: --ray auto: Could not find any running Ray instance")
     assert not (tmp_path / "v.jsonl").exists()  # no rows file is left behind
+
+
+def test_standard_input_is_not_for_ray(capsys, monkeypatch):
+    monkeypatch.setattr(tokenwire.ray, "_require", lambda *a: object())
+    status, out, err = check(capsys, "-", "--ray", "auto")
+    assert status == 2 and "standard input cannot be checked on Ray" in err
