@@ -130,6 +130,10 @@ def test_records_errors(tmp_path, capsys):
     assert status == 2 and "name a .parquet, .jsonl or .ndjson file" in err
     status, _, err = check(capsys, path, "--records", str(tmp_path / "o.jsonl"), "--column", "model")
     assert status == 2 and "column 'model' already exists" in err
+    status, _, err = check(capsys, path, "--column", "step")
+    assert status == 2 and "give --records OUT too" in err
+    status, _, err = check(capsys, path, "--records", str(tmp_path / "o.jsonl"), "--column", "x=")
+    assert status == 2 and "empty path" in err
     status, _, err = check(capsys, path, "--records", str(tmp_path / "no" / "o.jsonl"))
     assert status == 2 and "cannot write" in err
 

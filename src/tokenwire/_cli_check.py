@@ -359,6 +359,8 @@ def main(args: Any) -> int:
     options = Options(format=args.format, field=field_path(args.field), top_k=args.top_k, examples=args.examples)
     columns = parse_columns(getattr(args, "column", None))
     records_path = getattr(args, "records", None)
+    if columns and not records_path:
+        raise InputError("--column adds a column to the --records rows: give --records OUT too")
     if records_path:
         options = replace(options, records=True, columns=columns)
     jobs = args.jobs or _cpus()

@@ -16,7 +16,8 @@ from ._cli_io import InputError, field_path
 
 __all__ = ["COLUMNS", "RecordsWriter", "invalid_json_row", "parse_columns", "record_row", "records_sink"]
 
-# The fixed columns, in order, with their Arrow types; user columns (``--column``) follow as strings.
+# The fixed columns, in order, with the pyarrow factories of their types; user columns
+# (``--column``) follow as strings.
 COLUMNS: dict[str, str] = {
     "file": "string",
     "line": "int64",
@@ -46,11 +47,11 @@ def parse_columns(values: list[str] | None) -> tuple[tuple[str, tuple[str, ...]]
     for value in values or []:
         name, _, path = value.rpartition("=")
         name = name or path
+        if not path:
+            raise InputError(f"--column {value!r}: empty path")
         if name in COLUMNS or name in (c for c, _ in columns):
             raise InputError(f"--column {value!r}: column {name!r} already exists (name it: --column NAME={path})")
         columns.append((name, field_path(path) or ()))
-        if not path:
-            raise InputError(f"--column {value!r}: empty path")
     return tuple(columns)
 
 
