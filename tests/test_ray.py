@@ -140,4 +140,5 @@ def test_no_cluster_to_join(tmp_path, capsys, monkeypatch):
 def test_standard_input_is_not_for_ray(capsys, monkeypatch):
     monkeypatch.setattr(tokenwire.ray, "_require", lambda *a: object())
     status, out, err = check(capsys, "-", "--ray", "auto")
+    assert out == ""
     assert status == 2 and "standard input cannot be checked on Ray" in err
