@@ -1,7 +1,7 @@
 """tokenwire command line.
 
   tokenwire bench             time the embedded sample workload
-  tokenwire check PATH...     audit captured responses (JSON, JSONL, gzip) by defect class
+  tokenwire check PATH...     audit captured responses (JSON, JSONL, gzip, zstd) by defect class
   tokenwire inspect FILE      one response's fields, sizes, dtypes, shapes and token counts
 
 Exit status: 0 success (check: no defect), 1 defects found, 2 usage error or unreadable input.
@@ -136,13 +136,13 @@ def _parser() -> argparse.ArgumentParser:
     p_check = sub.add_parser(
         "check",
         help="audit captured responses and summarize defects by class",
-        description="Validate every response in JSON, JSONL or gzip files (told apart by content, "
+        description="Validate every response in JSON, JSONL, gzip or zstd files (told apart by content, "
         "not by name), stream them in constant memory and summarize the defects by class. "
         "Exit status: 0 clean, 1 defects found, 2 usage error or unreadable input.",
     )
     p_check.add_argument("paths", nargs="+", metavar="PATH",
-                         help="files (plain or gzip), directories (searched for *.json, *.jsonl, "
-                         "*.ndjson, optionally .gz), or - for standard input")
+                         help="files (plain, gzip or zstd), directories (searched for *.json, *.jsonl, "
+                         "*.ndjson, optionally .gz or .zst), or - for standard input")
     p_check.add_argument("--format", choices=formats, default="auto",
                          help="response format; auto detects it per record (default: auto)")
     p_check.add_argument("--field", metavar="PATH",
@@ -173,11 +173,11 @@ def _parser() -> argparse.ArgumentParser:
     p_inspect = sub.add_parser(
         "inspect",
         help="show one response's fields, sizes, dtypes, shapes and token counts",
-        description="Show the first record of a JSON, JSONL or gzip file (or the one on --line): "
+        description="Show the first record of a JSON, JSONL, gzip or zstd file (or the one on --line): "
         "every field's wire form and size, what tokenwire decodes it to, and the first defect. "
         "Exit status: 0 valid, 1 defective, 2 usage error or unreadable input.",
     )
-    p_inspect.add_argument("file", metavar="FILE", help="a file (plain or gzip), or - for standard input")
+    p_inspect.add_argument("file", metavar="FILE", help="a file (plain, gzip or zstd), or - for standard input")
     p_inspect.add_argument("--line", type=_positive, metavar="N",
                            help="the record on line N of a JSONL file (element N of a JSON array)")
     p_inspect.add_argument("--field", metavar="PATH", help="the response is under this dotted key of the record")
