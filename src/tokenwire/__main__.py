@@ -1,7 +1,7 @@
 """tokenwire command line.
 
   tokenwire bench             time the embedded sample workload
-  tokenwire check PATH...     audit captured responses (JSON, JSONL, gzip, zstd) by defect class
+  tokenwire check PATH...     audit captured responses (JSON, JSONL, gzip) by defect class
   tokenwire inspect FILE      one response's fields, sizes, dtypes, shapes and token counts
 
 Exit status: 0 success (check: no defect), 1 defects found, 2 usage error or unreadable input.
