@@ -209,7 +209,8 @@ def run(paths: list[str], options: Options, *, jobs: int = 1, input_kind: str = 
     input cannot be opened; a file that fails midway is reported in ``Tally.errors`` and the
     run goes on with the next one."""
     sources = expand_paths(paths)
-    tally = Tally(options, sources, sink=sink)
+    tally = Tally(options, sources)
+    tally.sink = sink
     sizes = [s.size for s in sources]
     total = None if None in sizes else sum(sizes)  # type: ignore[arg-type]
     show = sys.stderr.isatty() if progress is None else progress

@@ -24,12 +24,12 @@ __all__ = [
 
 BLOCK = 4 << 20  # bytes read at a time; a chunk is one block cut at its last newline
 _GZIP_MAGIC = b"\x1f\x8b"
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_COMPRESSED_SUFFIXES = (".gz", ".zst")
 _BOM = b"\xef\xbb\xbf"
 _CAPTURE_SUFFIXES = (".json", ".jsonl", ".ndjson")
 # Errors a stream raises on a damaged file (BadGzipFile is an OSError).
 READ_ERRORS = (OSError, EOFError, zlib.error)
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_COMPRESSED_SUFFIXES = (".gz", ".zst")
 
 
 class InputError(Exception):
@@ -88,16 +88,14 @@ def expand_paths(paths: list[str]) -> list[Source]:
             sources.extend(_source(p) for p in found)
         else:
             sources.append(_source(path))
+    _zstd_readable(sources)
     return sources
 
 
 def _source(path: str) -> Source:
     try:
         with open(path, "rb") as f:
-            status = os.fstat(f.fileno())
-            size = status.st_size
-            if stat.S_ISREG(status.st_mode) and f.read(4) == _ZSTD_MAGIC:
-                _zstd_stream(f, path)  # no decompressor: stop before any work
+            size = os.fstat(f.fileno()).st_size
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     return Source(path, path, size)
@@ -201,6 +199,20 @@ def _zstd_stream(file: IO[bytes], name: str) -> tuple[Any, type[BaseException]]:
             "pip install 'tokenwire[zstd]'"
         ) from None
     return _ZstdFrames(file, zstandard), zstandard.ZstdError
+
+
+def _zstd_readable(sources: list[Source]) -> None:
+    """Stop before any work when a zstd input cannot be decompressed here."""
+    for source in sources:
+        try:
+            # Only a regular file is peeked at: opening a FIFO waits, reading one takes its data.
+            if source.path == "-" or not stat.S_ISREG(os.stat(source.path).st_mode):
+                continue
+            with open(source.path, "rb") as f:
+                if f.read(4) == _ZSTD_MAGIC:
+                    _zstd_stream(f, source.name)
+        except OSError as exc:
+            raise InputError(f"{source.name}: cannot read: {exc.strerror or exc}") from None
 
 
 def sniff(block: bytes) -> str:
