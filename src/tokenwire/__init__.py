@@ -34,7 +34,9 @@ __all__ = [
     "MalformedResponseError",
     "Ragged",
     "RoutedExperts",
+    "Verdict",
     "__version__",
+    "audit",
     "b64decode",
     "b64encode",
     "chat_completions_request_params",
@@ -72,6 +74,8 @@ else:
     )
 b64decode = _impl.b64decode
 b64encode = _impl.b64encode
+
+from ._audit import Verdict, audit  # noqa: E402  (it validates with the parsers chosen above)
 
 
 def simd_paths() -> list[str]:
