@@ -17,10 +17,9 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import orjson
-
 import tokenwire
 
+from . import _json
 from ._cli_formats import CLASSES, check_record
 from ._cli_io import Chunk, InputError, Reader, Source, expand_paths, field_path, read_chunks
 
@@ -84,8 +83,8 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
         _add(result, text, options, {"file": chunk.name})
         return result
     try:
-        items, error = orjson.loads(text), ""
-    except orjson.JSONDecodeError as exc:
+        items, error = _json.loads(text), ""
+    except _json.JSONDecodeError as exc:
         items, error = None, f"invalid JSON: {exc}"
     if not isinstance(items, list):  # only when invalid: "[" starts an array
         result["records"] += 1
@@ -95,7 +94,7 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
         result["examples"]["malformed_json"] = [{"file": chunk.name, "location": "", "reason": error}]
         return result
     for number, item in enumerate(items, 1):
-        _add(result, orjson.dumps(item), options, {"file": chunk.name, "element": number})
+        _add(result, _json.dumps(item), options, {"file": chunk.name, "element": number})
     return result
 
 
@@ -341,7 +340,7 @@ def main(args: Any) -> int:
     jobs = args.jobs or _cpus()
     tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress)
     if args.report == "json":
-        sys.stdout.write(orjson.dumps(json_report(tally), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(_json.dumps(json_report(tally), indent=True).decode() + "\n")
     else:
         text_report(tally, sys.stdout)
     sys.stdout.flush()
