@@ -61,7 +61,9 @@ class OptionalBuildExt(build_ext):
         if REQUIRE_EXTENSIONS:
             raise
         OptionalBuildExt.gave_up = True
-        sys.stderr.write(FALLBACK_WARNING.format(reason=f"{type(exc).__name__}: {exc}") + "\n")
+        reason = f"{type(exc).__name__}: {exc}"  # a failed compile quotes the whole command line
+        reason = reason if len(reason) <= 160 else reason[:157] + "..."
+        sys.stderr.write(FALLBACK_WARNING.format(reason=reason) + "\n")
 
 
 class FallbackAwareWheel(bdist_wheel):
