@@ -18,9 +18,8 @@ def parse_generate_response(
     """Parse and validate a vLLM ``/inference/v1/generate`` response body.
 
     Args:
-        raw: the response body as sent (UTF-8 bytes, any bytes-like object, or str). Every
-            legal JSON spelling is accepted; base64 fields are decoded without copies of the
-            text.
+        raw: the response body as sent (UTF-8 bytes, any bytes-like object, or str); any
+            legal JSON spelling of it (whitespace, key order, ``\\/`` escapes) reads alike.
         top_k: with an int ``k``, also select each token's action-independent top-``k`` head
             from the candidates the response carries (``k + 2`` per token are required).
         require_logprobs: when True (the default), every choice must carry its sampled-token

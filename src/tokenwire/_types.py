@@ -92,9 +92,10 @@ class GenerateChoice:
         completion_logprobs: each sampled token's logprob, shape ``(n,)``: float32 from the
             packed or compact transports, float64 from JSON; None only when the parser was
             called with ``require_logprobs=False`` and the choice has none.
-        completion_top_ids: with ``top_k``, each token's head ids (int64 or uint32 by
-            transport) as :class:`Ragged`, one row per token; else None.
-        completion_top_logprobs: the head's logprobs, aligned with ``completion_top_ids``.
+        completion_top_ids: with ``top_k``, each token's head ids (int64) as :class:`Ragged`,
+            one row per token; else None.
+        completion_top_logprobs: the head's logprobs (float32 from the compact transport,
+            float64 from JSON), aligned with ``completion_top_ids``.
         sampling_mask: the sampler's kept support per token (int32 :class:`Ragged`), if sent.
         routed_experts: MoE routing replay (:class:`RoutedExperts`), if sent.
         finish_reason: as sent (``"stop"``, ``"length"``, ...; SGLang's ``type``).
