@@ -1,10 +1,14 @@
 """Build the compiled core (src/tokenwire/_core.pyx over csrc/*.c).
 
+Without a working C compiler the build falls back to the pure-Python reference and says so;
+the wheel it then makes holds no compiled code and is tagged ``py3-none-any``, so no installer
+mistakes it for a platform build.
+
 Environment switches, read at build time:
   TOKENWIRE_NO_EXTENSIONS=1     build nothing; the package runs on its pure-Python reference
   TOKENWIRE_REQUIRE_EXTENSIONS=1  a failed compile is an error (set automatically under CIBUILDWHEEL=1)
   TOKENWIRE_SANITIZE=address,undefined  build with those sanitizers (gcc/clang)
-  TOKENWIRE_DEBUG=1             -O0 -g, assertions kept
+  TOKENWIRE_DEBUG=1             -O0 -g, assertions kept, symbols kept (release builds are stripped)
 """
 
 import os
@@ -12,6 +16,7 @@ import sys
 from glob import glob
 
 from setuptools import Extension, setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_ext import build_ext
 
 
@@ -25,8 +30,20 @@ SANITIZE = os.environ.get("TOKENWIRE_SANITIZE", "").strip()
 DEBUG = _flag("TOKENWIRE_DEBUG")
 
 
+FALLBACK_WARNING = """
+WARNING: tokenwire's compiled core could not be built ({reason}).
+Installing the pure-Python reference implementation only: correct, but far slower.
+For the fast build, install a C compiler (gcc or clang; MSVC on Windows) and the Python
+development headers, then reinstall from source:
+    pip install --force-reinstall --no-cache-dir --no-binary tokenwire tokenwire
+or install a prebuilt wheel on a platform that has one.
+"""
+
+
 class OptionalBuildExt(build_ext):
     """Fall back to the pure-Python reference when no compiler works, unless told not to."""
+
+    gave_up = False
 
     def run(self):
         try:
@@ -43,10 +60,23 @@ class OptionalBuildExt(build_ext):
     def _give_up(self, exc):
         if REQUIRE_EXTENSIONS:
             raise
-        sys.stderr.write(
-            f"\nWARNING: tokenwire's compiled core could not be built ({exc!r});\n"
-            "installing the pure-Python reference implementation only.\n\n"
-        )
+        OptionalBuildExt.gave_up = True
+        reason = f"{type(exc).__name__}: {exc}"  # a failed compile quotes the whole command line
+        reason = reason if len(reason) <= 160 else reason[:157] + "..."
+        sys.stderr.write(FALLBACK_WARNING.format(reason=reason) + "\n")
+
+
+class FallbackAwareWheel(bdist_wheel):
+    """Builds first, so a wheel whose compiled core fell back is tagged pure (py3-none-any)."""
+
+    def run(self):
+        if not self.skip_build:
+            self.run_command("build")
+            self.skip_build = True
+        if OptionalBuildExt.gave_up:
+            self.root_is_pure = True
+            self.distribution.ext_modules = []  # and installed as pure: no platlib scheme
+        super().run()
 
 
 def extensions():
@@ -67,6 +97,9 @@ def extensions():
         if SANITIZE:
             compile_args += [f"-fsanitize={SANITIZE}", "-fno-sanitize-recover=all"]
             link_args += [f"-fsanitize={SANITIZE}"]
+        elif not DEBUG:
+            # Python's own CFLAGS often carry -g: debug info would make the module ~6x larger.
+            link_args += ["-Wl,-S,-x"] if sys.platform == "darwin" else ["-s"]
     if not DEBUG and not SANITIZE:
         macros.append(("NDEBUG", "1"))
     ext = Extension(
@@ -91,4 +124,7 @@ def extensions():
     )
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
+setup(
+    ext_modules=extensions(),
+    cmdclass={"build_ext": OptionalBuildExt, "bdist_wheel": FallbackAwareWheel},
+)

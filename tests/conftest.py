@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 import pytest
 
+if os.environ.get("TOKENWIRE_NO_ORJSON", "") not in ("", "0"):
+    # The run without orjson: importing it fails outright, so nothing can lean on it unseen.
+    sys.modules["orjson"] = None  # type: ignore[assignment]
+
 import tokenwire
-from tokenwire import _reference
+from tokenwire import _json, _reference
 
 try:
     from tokenwire import _core
@@ -62,7 +67,8 @@ def pytest_report_header(config):
     paths = _core.simd_paths() if _core is not None else []
     missing = [p for p in ALL_PATHS if p not in paths]
     return [
-        f"tokenwire: implementation={tokenwire.implementation}, simd paths={paths or 'none'}"
+        f"tokenwire: implementation={tokenwire.implementation}, simd paths={paths or 'none'}, "
+        f"json={_json.backend}"
         + (f", not testable here: {missing}" if missing else ""),
     ]
 

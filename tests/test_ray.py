@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 
-import orjson
+from tokenwire import _json
 import pytest
 
 import tokenwire.ray
@@ -58,7 +58,7 @@ def test_ray_matches_one_machine(tmp_path, capsys):
         f.write(b"".join(r + b"\n" for r in records[:third]))
     (tmp_path / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(data))
     (tmp_path / "c.jsonl").write_bytes(b"\n" + data[: len(data) // 2] + b"\n" + data)  # ranges of lines
-    (tmp_path / "d.json").write_bytes(b"[" + b",".join(orjson.dumps(orjson.loads(r)) for r in records[:5]) + b"]")
+    (tmp_path / "d.json").write_bytes(b"[" + b",".join(_json.dumps(_json.loads(r)) for r in records[:5]) + b"]")
     status, out, _ = check(capsys, *paths, "--field", "response", "--report", "json",
                            "--records", str(tmp_path / "one.parquet"), "--column", "step", "--column", "worker")
     one = json.loads(out)

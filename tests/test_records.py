@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-import orjson
+from tokenwire import _json
 import pytest
 
 import tokenwire
@@ -27,7 +27,7 @@ def planted(seed_lines: int = 3) -> tuple[list[bytes], Counter]:
         nonlocal step
         step += 1
         record = {"step": step, "worker": f"w{step % 4}", "response": doc}
-        records.append(raw if raw is not None else orjson.dumps(record))
+        records.append(raw if raw is not None else _json.dumps(record))
         if cls is not None:
             expected[cls] += 1
 

@@ -7,14 +7,13 @@ import json
 import math
 
 import numpy as np
-import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tokenwire
-from tokenwire import Blob, MalformedResponseError, samples
+from tokenwire import Blob, MalformedResponseError, _json, samples
 
 
 @pytest.fixture
@@ -92,7 +91,7 @@ def test_byte_identity_with_the_stdlib_serializer(writer, value, blobs):
     encoded = [Blob(tokenwire.b64encode(b), np.frombuffer(b, np.uint8)) for b in blobs]
     payload = {"x": value, "blobs": encoded, "nested": [{"data": b} for b in encoded]}
     assert tokenwire.dumps_generate_response(payload) == stdlib(payload)
-    assert orjson.loads(orjson.dumps({"blobs": encoded}, default=tokenwire.json_default)) == {"blobs": [str(b) for b in encoded]}
+    assert _json.loads(_json.dumps({"blobs": encoded}, default=tokenwire.json_default)) == {"blobs": [str(b) for b in encoded]}
 
 
 def test_samples_rewritten_byte_for_byte(writer):

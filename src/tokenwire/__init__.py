@@ -7,6 +7,7 @@ pure-Python reference is (no compiled core, a non-CPython interpreter, or
 
 from __future__ import annotations
 
+from ._docs import document
 from ._errors import MalformedResponseError
 from ._heads import select_heads
 from ._openai import (
@@ -74,6 +75,17 @@ else:
     )
 b64decode = _impl.b64decode
 b64encode = _impl.b64encode
+document(
+    globals(),
+    [
+        "b64decode",
+        "b64encode",
+        "parse_chat_completions_response",
+        "parse_completions_response",
+        "parse_generate_response",
+        "parse_sglang_generate_response",
+    ],
+)
 
 from ._audit import Verdict, audit  # noqa: E402  (it validates with the parsers chosen above)
 

@@ -15,17 +15,135 @@ _impl: Any  # the implementation module in use (the compiled core or the referen
 
 def parse_generate_response(
     raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ...
-) -> GenerateResponse: ...
-def b64decode(data: bytes | bytearray | memoryview | str | Any, out: Any = ...) -> np.ndarray: ...
+) -> GenerateResponse:
+    """Parse and validate a vLLM ``/inference/v1/generate`` response body.
+
+    Args:
+        raw: the response body as sent (UTF-8 bytes, any bytes-like object, or str); any
+            legal JSON spelling of it (whitespace, key order, ``\\/`` escapes) reads alike.
+        top_k: with an int ``k``, also select each token's action-independent top-``k`` head
+            from the candidates the response carries (``k + 2`` per token are required).
+        require_logprobs: when True (the default), every choice must carry its sampled-token
+            logprobs (``compact_logprobs``, ``completion_logprobs`` or ``logprobs``).
+
+    Returns:
+        GenerateResponse: one GenerateChoice per entry of ``choices``, with
+        ``completion_ids`` (int64), ``completion_logprobs`` (float32 or float64), the heads,
+        ``sampling_mask`` and ``routed_experts`` when present.
+
+    Raises:
+        MalformedResponseError: the response breaks the contract (invalid JSON, a missing or
+            misaligned field, a logprob that is not sampling evidence, a head that breaks the
+            selection rules); its ``choice``, ``field`` and ``token`` say where.
+        ValueError: ``top_k`` is not a positive int or None.
+        TypeError: ``raw`` is neither str nor bytes-like.
+
+    Example:
+        >>> body = (b'{"choices":[{"token_ids":[7,8],"logprobs":{"content":['
+        ...         b'{"token":"token_id:7","logprob":-0.5},{"token":"token_id:8","logprob":-1.0}]}}]}')
+        >>> choice = tokenwire.parse_generate_response(body).choices[0]
+        >>> choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
+        ([7, 8], [-0.5, -1.0])
+    """
+def b64decode(data: bytes | bytearray | memoryview | str | Any, out: Any = ...) -> np.ndarray:
+    """Strictly decode standard base64 (RFC 4648 alphabet, padding required, no whitespace).
+
+    Args:
+        data: the base64 text, as str (ASCII) or any bytes-like object.
+        out: optionally a writable, C-contiguous uint8 array to decode into; it must hold at
+            least the decoded length.
+
+    Returns:
+        numpy.ndarray: the decoded bytes as uint8; with ``out``, a view of its first bytes.
+
+    Raises:
+        MalformedResponseError: ``data`` is not strict base64 (a ValueError).
+        ValueError: ``out`` is too small.
+        TypeError: ``data`` is neither str nor bytes-like.
+
+    Example:
+        >>> tokenwire.b64decode(b"AQID").tolist()
+        [1, 2, 3]
+    """
 def simd_paths() -> list[str]: ...
 def simd_path() -> str | None: ...
-def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse: ...
-def parse_chat_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse: ...
-def parse_sglang_generate_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse: ...
+def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse:
+    """Parse and validate an OpenAI-compatible ``/v1/completions`` response body (vLLM,
+    Fireworks, Together) into exact completion ids and their aligned logprobs: the ids the
+    server sent (``token_ids``, ``"token_id:N"`` tokens), never a re-tokenization of the text.
+
+    Args:
+        raw: the response body as sent (UTF-8 bytes, any bytes-like object, or str).
+        top_k: with an int ``k``, also select each token's top-``k`` head, by the same rules
+            as :func:`parse_generate_response` (``k + 2`` candidates per token required).
+        require_logprobs: when True (the default), every choice must carry logprobs; the
+            error names the request flag to set when they are missing.
+        check_usage: when True (the default), ``usage.completion_tokens`` must agree with
+            the number of ids. Request the ids with :func:`completions_request_params`.
+
+    Returns:
+        GenerateResponse: ``completion_ids`` int64 and ``completion_logprobs`` float64 per
+        choice; with ``top_k``, ``completion_top_ids``/``completion_top_logprobs`` as Ragged.
+
+    Raises:
+        MalformedResponseError: as :func:`parse_generate_response`; when the ids or the
+            logprobs are missing, the message names the request flag to set.
+        ValueError, TypeError: as :func:`parse_generate_response`.
+
+    Example:
+        >>> body = (b'{"choices":[{"index":0,"token_ids":[5,6],"logprobs":'
+        ...         b'{"tokens":["a","b"],"token_logprobs":[-0.1,-0.2]}}]}')
+        >>> tokenwire.parse_completions_response(body).choices[0].completion_ids.tolist()
+        [5, 6]
+    """
+def parse_chat_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse:
+    """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response body
+    (vLLM, Fireworks, Together): the ids from ``token_ids`` or each ``logprobs.content``
+    record's ``token_id``, with their aligned logprobs.
+
+    Takes, returns and raises as :func:`parse_completions_response`; request the ids with
+    :func:`chat_completions_request_params`.
+
+    Example:
+        >>> body = (b'{"choices":[{"index":0,"token_ids":[5],"logprobs":{"content":'
+        ...         b'[{"token":"a","logprob":-0.1}]}}]}')
+        >>> tokenwire.parse_chat_completions_response(body).choices[0].completion_logprobs.tolist()
+        [-0.1]
+    """
+def parse_sglang_generate_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse:
+    """Parse and validate an SGLang ``/generate`` response body (one object, or a list for a
+    batch or ``n > 1``): ``output_ids`` with ``meta_info.output_token_logprobs``, each
+    ``[logprob, token_id, text]``; ``finish_reason`` is ``meta_info.finish_reason.type``.
+
+    Takes, returns and raises as :func:`parse_completions_response` (``check_usage``
+    compares ``meta_info.completion_tokens``); request the ids with
+    :func:`sglang_generate_request_params`.
+
+    Example:
+        >>> body = (b'{"output_ids":[5,6],"meta_info":{"output_token_logprobs":'
+        ...         b'[[-0.1,5,null],[-0.2,6,null]]}}')
+        >>> tokenwire.parse_sglang_generate_response(body).choices[0].completion_ids.tolist()
+        [5, 6]
+    """
 def completions_request_params(params: dict[str, Any], *, top_k: int | None = ...) -> dict[str, Any]: ...
 def chat_completions_request_params(params: dict[str, Any], *, top_k: int | None = ...) -> dict[str, Any]: ...
 def sglang_generate_request_params(params: dict[str, Any], *, top_k: int | None = ...) -> dict[str, Any]: ...
-def b64encode(data: bytes | bytearray | memoryview | str | Any) -> bytes: ...
+def b64encode(data: bytes | bytearray | memoryview | str | Any) -> bytes:
+    """Standard base64 with padding, as ASCII bytes.
+
+    Args:
+        data: any bytes-like object (a numpy array's raw bytes, say), or str (encoded as UTF-8).
+
+    Returns:
+        bytes: the base64 text.
+
+    Raises:
+        TypeError: ``data`` is neither str nor bytes-like.
+
+    Example:
+        >>> tokenwire.b64encode(bytes([1, 2, 3]))
+        b'AQID'
+    """
 def dumps_generate_response(payload: Any) -> bytes: ...
 def encode_packed(array: Any) -> dict[str, Any]: ...
 def encode_compact_logprobs(ids: Any, logprobs: Any, offsets: Any, num_top_logprobs: int, *, completion_ids: Any = ...) -> dict[str, Any]: ...

@@ -16,10 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 import tokenwire
-from tokenwire import _reference, samples
+from tokenwire import _json, _reference, samples
 from tokenwire._bench import median_seconds as _median_seconds
 
 
@@ -44,7 +42,7 @@ def bench(quick: bool = False, names: list[str] | None = None) -> list[dict[str,
         parsed = tokenwire.parse_generate_response(raw, top_k=k)
         t_tw = _median_seconds(lambda: tokenwire.parse_generate_response(raw, top_k=k), budget)
         t_ref = _median_seconds(lambda: _reference.parse_generate_response(raw, top_k=k), budget)
-        t_orjson = _median_seconds(lambda: orjson.loads(raw), budget)
+        t_orjson = _median_seconds(lambda: _json.loads(raw), budget)
         tokens = _tokens(parsed)
         rows.append(
             {
@@ -71,7 +69,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     )
     header = (
         f"{'workload':<18} {'size':>9} {'tokens':>7} {'tokenwire':>10} {'reference':>10} "
-        f"{'orjson.loads':>12} {'vs ref':>8} {'/orjson':>8} {'tokens/s':>10}"
+        f"{_json.backend + '.loads':>12} {'vs ref':>8} {'/' + _json.backend:>8} {'tokens/s':>10}"
     )
     print(header)
     print("-" * len(header))
@@ -82,7 +80,10 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
             f"{r['orjson_loads_s'] * 1e3:>10.2f}ms {r['speedup_vs_reference']:>7.1f}x "
             f"{r['ratio_to_orjson_loads']:>7.2f}x {r['tokens_per_s'] / 1e6:>8.1f}M"
         )
-    print("vs ref: speedup over the pure-Python reference; /orjson: time relative to orjson.loads(raw)")
+    print(
+        "vs ref: speedup over the pure-Python reference; "
+        f"/{_json.backend}: time relative to {_json.backend}.loads(raw)"
+    )
 
 
 def _bench_command(args: argparse.Namespace) -> int:

@@ -23,6 +23,12 @@ class Verdict:
     its count minus the token count (+1: one logprob more than ids). ``request_id`` and
     ``model`` are the response's own where it names them; ``choices`` and ``tokens``
     (completion tokens, every choice) are known for a valid response.
+
+    Example::
+
+        >>> verdict = tokenwire.audit(b'{"choices":[{"token_ids":[7],"logprobs":null}]}')
+        >>> verdict.defect, verdict.choice, verdict.field
+        ('bad_logprob', 0, 'logprobs')
     """
 
     valid: bool

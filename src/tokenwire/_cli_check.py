@@ -17,10 +17,9 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
-import orjson
-
 import tokenwire
 
+from . import _json
 from ._cli_formats import CLASSES, check_record
 from ._cli_io import Chunk, InputError, Reader, Source, expand_paths, field_path, read_chunks
 from ._cli_records import invalid_json_row, parse_columns, record_row, records_sink
@@ -90,8 +89,8 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
         _add(result, text, options, {"file": chunk.name})
         return result
     try:
-        items, error = orjson.loads(text), ""
-    except orjson.JSONDecodeError as exc:
+        items, error = _json.loads(text), ""
+    except _json.JSONDecodeError as exc:
         items, error = None, f"invalid JSON: {exc}"
     if not isinstance(items, list):  # only when invalid: "[" starts an array
         result["records"] += 1
@@ -103,7 +102,7 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
             result["rows"] = [invalid_json_row(text, error, {"file": chunk.name}, options.columns)]
         return result
     for number, item in enumerate(items, 1):
-        _add(result, orjson.dumps(item), options, {"file": chunk.name, "element": number})
+        _add(result, _json.dumps(item), options, {"file": chunk.name, "element": number})
     return result
 
 
@@ -377,7 +376,7 @@ def main(args: Any) -> int:
         else:
             tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress, sink=sink)
     if args.report == "json":
-        sys.stdout.write(orjson.dumps(json_report(tally), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(_json.dumps(json_report(tally), indent=True).decode() + "\n")
     else:
         text_report(tally, sys.stdout)
     sys.stdout.flush()

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
 import tokenwire
+from tokenwire import _json
 from tokenwire._errors import MalformedResponseError, location
 
 __all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "check_record", "resolve_field"]
@@ -342,15 +342,15 @@ def resolve_field(document: Any, path: tuple[str, ...]) -> Any:
 
 def _loads(raw: bytes) -> tuple[Any, str | None]:
     try:
-        return orjson.loads(raw), None
-    except orjson.JSONDecodeError as exc:
+        return _json.loads(raw), None
+    except _json.JSONDecodeError as exc:
         return None, f"invalid JSON: {exc}"
 
 
 def field_bytes(value: Any) -> bytes:
     """The record a ``--field`` value stands for: a string is a response body stored as a JSON
     string (its text), anything else is serialized again."""
-    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else orjson.dumps(value)
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else _json.dumps(value)
 
 
 def check_record(

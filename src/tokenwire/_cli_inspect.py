@@ -8,10 +8,10 @@ import sys
 from typing import Any, TextIO
 
 import numpy as np
-import orjson
 
 import tokenwire
 
+from . import _json
 from ._cli_formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
 from ._cli_io import InputError, expand_paths, field_path, first_record
 
@@ -93,7 +93,7 @@ def _decoded_choice(choice: dict[str, Any], parsed: tokenwire.GenerateChoice) ->
 
 def _fields(document: dict[str, Any], decoded: dict[str, list[str]], skip: str = "") -> list[dict[str, Any]]:
     return [
-        {"field": key, "wire": _wire(value), "bytes": len(orjson.dumps(value)),
+        {"field": key, "wire": _wire(value), "bytes": len(_json.dumps(value)),
          "decoded": decoded.get(key, [])}
         for key, value in document.items()
         if key != skip
@@ -112,8 +112,8 @@ def describe(raw: bytes, *, fmt: str = "auto", top_k: int | None = None) -> dict
         "reason": defect.reason,
     }
     try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        document = _json.loads(raw)
+    except _json.JSONDecodeError:
         return info
     parsed = None
     if defect is None and found == "generate":
@@ -137,7 +137,7 @@ def describe(raw: bytes, *, fmt: str = "auto", top_k: int | None = None) -> dict
                 "index": i,
                 "tokens": len(ids) if isinstance(ids, list) else None,
                 "finish_reason": choice.get("finish_reason"),
-                "bytes": len(orjson.dumps(choice)),
+                "bytes": len(_json.dumps(choice)),
             }
             decoded = _decoded_choice(choice, parsed.choices[i]) if parsed is not None else {}
             entry["fields"] = _fields(choice, decoded)
@@ -197,8 +197,8 @@ def main(args: Any) -> int:
     raw, number, _ = found
     if path is not None:
         try:
-            value = resolve_field(orjson.loads(raw), path)
-        except orjson.JSONDecodeError as exc:
+            value = resolve_field(_json.loads(raw), path)
+        except _json.JSONDecodeError as exc:
             raise InputError(f"{source.name}: the record is not JSON ({exc}), so it has no --field") from None
         except FieldMissing as exc:
             raise InputError(f"{source.name}: {exc}") from None
@@ -207,7 +207,7 @@ def main(args: Any) -> int:
     if args.field:
         info["field"] = args.field
     if args.json:
-        sys.stdout.write(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(_json.dumps(info, indent=True).decode() + "\n")
     else:
         text(info, sys.stdout)
     return 0 if info["valid"] else 1

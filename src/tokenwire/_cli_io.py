@@ -255,7 +255,7 @@ def first_record(source: Source, kind: str = "auto", line: int | None = None) ->
     """The first record of a source (or the one on ``line``): its bytes, its line (JSONL) or
     element number (JSON array, 1-based; 0 for a single document), and the kind read.
     None when there is no such record."""
-    import orjson
+    from . import _json
 
     reader = Reader(source)
     try:
@@ -265,13 +265,13 @@ def first_record(source: Source, kind: str = "auto", line: int | None = None) ->
                 if not text.startswith(b"["):
                     return (text, 0, "json") if text and line in (None, 1) else None
                 try:
-                    items = orjson.loads(text)
-                except orjson.JSONDecodeError:
+                    items = _json.loads(text)
+                except _json.JSONDecodeError:
                     return text, 0, "json"  # the malformed document itself
                 wanted = (line or 1) - 1
                 if not isinstance(items, list) or wanted >= len(items):
                     return None
-                return orjson.dumps(items[wanted]), wanted + 1, "json"
+                return _json.dumps(items[wanted]), wanted + 1, "json"
             for offset, record in enumerate(chunk.data.split(b"\n")):
                 number = chunk.first_line + offset
                 record = record.strip()

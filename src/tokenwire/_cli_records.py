@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import orjson
 
+from . import _json
 from ._audit import Verdict, verdict
 from ._cli_formats import Defect, FieldMissing, resolve_field
 from ._cli_io import InputError, field_path
@@ -62,7 +62,7 @@ def _column_value(document: Any, path: tuple[str, ...]) -> str | None:
         return None
     if value is None or isinstance(value, str):
         return value
-    return orjson.dumps(value).decode()
+    return _json.dumps(value).decode()
 
 
 def record_row(
@@ -76,8 +76,8 @@ def record_row(
     row.update(judged.as_dict())  # the verdict's fields are the columns after the position
     if columns:
         try:
-            document = orjson.loads(raw) if raw is not None else None
-        except orjson.JSONDecodeError:
+            document = _json.loads(raw) if raw is not None else None
+        except _json.JSONDecodeError:
             document = None
         for name, path in columns:
             row[name] = _column_value(document, path)
@@ -138,7 +138,7 @@ class RecordsWriter:
             table = self._pa.Table.from_pylist(self._pending, schema=self.schema)
             self._out.write_table(table)
         else:
-            self._out.write(b"".join(orjson.dumps(row) + b"\n" for row in self._pending))
+            self._out.write(b"".join(_json.dumps(row) + b"\n" for row in self._pending))
         self._pending = []
 
     def close(self) -> None:

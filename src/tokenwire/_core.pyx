@@ -22,10 +22,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-import orjson
-
 from ._errors import MalformedResponseError
-from . import _openai, _reference
+from . import _json, _openai, _reference
 
 cnp.import_array()
 
@@ -699,8 +697,8 @@ cdef class _Scan:
         with nogil:
             tw_strip(self.buf, n, &self.doc, dst)
         try:
-            return orjson.loads(stripped)
-        except orjson.JSONDecodeError as exc:
+            return _json.loads(stripped)
+        except _json.JSONDecodeError as exc:
             raise MalformedResponseError(f"invalid JSON: {exc}") from None
 
     cdef object blob(self, const tw_value *v):
@@ -738,7 +736,7 @@ cdef class _Scan:
         cdef size_t start = 0, end = 0
         if tw_array_element(self.buf, v, index, &start, &end) != 0:
             raise IndexError(index)
-        return orjson.loads(PyBytes_FromStringAndSize(self.buf + start, end - start))
+        return _json.loads(PyBytes_FromStringAndSize(self.buf + start, end - start))
 
     cdef object numbers(self, const tw_value *v):
         cdef ptrdiff_t bad
@@ -1116,11 +1114,11 @@ class _ScannedChoice(_Scanned, _reference._Choice):
             return value
         if path == "logprobs":
             v = scan.array(self.index, "logprobs.content", self.fields)
-            return value if v == NULL else {**value, "content": orjson.loads(scan.text(v))}
+            return value if v == NULL else {**value, "content": _json.loads(scan.text(v))}
         if path == "completion_logprobs":
             v = scan.value(self.index, "completion_logprobs.data")
             if v != NULL and v.type == TW_T_STRING:
-                return {**value, "data": orjson.loads(b'"' + scan.text(v) + b'"')}
+                return {**value, "data": _json.loads(b'"' + scan.text(v) + b'"')}
         return value
 
     def native_entries(self, content, ids, want_top):
@@ -1219,7 +1217,7 @@ class _ScannedReader(_Scanned, _openai._Reader):
     def full(self, value, path):
         cdef _Scan scan = self.scan
         cdef const tw_value *v = scan.array(self.index, path, _RECORD_FIELDS)
-        return value if v == NULL else orjson.loads(scan.text(v))
+        return value if v == NULL else _json.loads(scan.text(v))
 
     def original(self, value, path):
         """``logprobs`` or ``raw_output`` as the document holds it (its arrays were left empty
@@ -1230,7 +1228,7 @@ class _ScannedReader(_Scanned, _openai._Reader):
             v = scan.value(self.index, path, self.fields)
         if v == NULL or v.type != TW_T_OBJECT:
             return value
-        return orjson.loads(scan.text(v))
+        return _json.loads(scan.text(v))
 
 
 class _ScannedItem(_ScannedReader):

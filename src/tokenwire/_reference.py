@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
+from . import _json
 from ._errors import MalformedResponseError
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 
@@ -778,8 +778,8 @@ def _load(raw: Any) -> Any:
                 f"expected str or a bytes-like object, not {type(raw).__name__}"
             ) from None
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        return _json.loads(raw)
+    except _json.JSONDecodeError as exc:
         raise MalformedResponseError(f"invalid JSON: {exc}") from None
 
 

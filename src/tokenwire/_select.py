@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import warnings
+from importlib.util import find_spec
 from types import ModuleType
 
 from . import _reference
@@ -33,9 +34,20 @@ def _choose() -> ModuleType:
     except ImportError as exc:
         if _wanted("TOKENWIRE_REQUIRE_EXTENSIONS"):
             raise
+        if find_spec(f"{__package__}._core") is None:
+            # Python would say "cannot import name '_core' ... circular import": not the cause.
+            problem = (
+                "tokenwire's compiled core is not built/installed (this copy was installed "
+                "without it, most likely from source on a machine without a working C compiler)"
+            )
+        else:
+            problem = f"tokenwire's compiled core is installed but failed to load ({exc})"
         warnings.warn(
-            f"tokenwire's compiled core is not available ({exc}); using the pure-Python "
-            "reference implementation, which is correct but far slower.",
+            f"{problem}; using the pure-Python reference implementation, which is correct but "
+            "far slower. For the fast build, install a C compiler and reinstall from source "
+            "(pip install --force-reinstall --no-cache-dir --no-binary tokenwire tokenwire), "
+            "or install a prebuilt wheel for this platform. TOKENWIRE_NO_EXTENSIONS=1 "
+            "selects the reference without this warning.",
             RuntimeWarning,
             stacklevel=3,
         )

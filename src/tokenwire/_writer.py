@@ -12,9 +12,8 @@ import secrets
 from typing import Any
 
 import numpy as np
-import orjson
 
-from . import _reference, _select
+from . import _json, _reference, _select
 from ._reference import COMPACT_FORMAT, MAX_TOKEN_ID
 
 __all__ = [
@@ -31,7 +30,7 @@ __all__ = [
 class Blob:
     """The base64 text of a packed array, kept as ASCII bytes rather than a Python str.
 
-    ``dumps_generate_response`` splices it into the output; for ``orjson.dumps`` pass
+    ``dumps_generate_response`` splices it into the output; for ``orjson.dumps`` or ``json.dumps`` pass
     ``default=tokenwire.json_default``; ``str(blob)`` gives the text for other serializers.
     """
 
@@ -62,9 +61,9 @@ class Blob:
 
 
 def json_default(value: Any) -> Any:
-    """``default=`` for ``orjson.dumps``: writes a :class:`Blob` as its JSON string."""
+    """``default=`` for ``orjson.dumps`` or ``json.dumps``: writes a :class:`Blob` as its JSON string."""
     if isinstance(value, Blob):
-        return orjson.Fragment(b'"' + value.text + b'"')
+        return _json.fragment(b'"' + value.text + b'"')
     raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 
 

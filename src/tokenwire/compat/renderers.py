@@ -38,11 +38,10 @@ from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 import numpy as np
-import orjson
 
 import tokenwire
 
-from .. import _reference, _select
+from .. import _json, _reference, _select
 from .._errors import MalformedResponseError, location
 from .._types import Ragged
 
@@ -640,8 +639,8 @@ def _loads(raw: Any) -> tuple[Any, dict[int, np.ndarray]]:
             return payload, decoded
         decoded.clear()
     try:
-        return orjson.loads(raw), decoded
-    except orjson.JSONDecodeError as exc:
+        return _json.loads(raw), decoded
+    except _json.JSONDecodeError as exc:
         error = exc
     payload = _loads_with_literals(raw)
     if payload is None:
@@ -672,8 +671,8 @@ def _loads_spliced(data: bytes, decoded: dict[int, np.ndarray]) -> Any:
         return None
     pieces.append(data[cursor:])
     try:
-        payload = orjson.loads(b"".join(pieces))
-    except orjson.JSONDecodeError:
+        payload = _json.loads(b"".join(pieces))
+    except _json.JSONDecodeError:
         return None
     choices = payload.get("choices") if isinstance(payload, dict) else None
     if not isinstance(choices, list):
@@ -729,8 +728,8 @@ def _loads_with_literals(raw: Any) -> Any:
     if not found:
         return None
     try:
-        payload = orjson.loads(marked)
-    except orjson.JSONDecodeError as exc:
+        payload = _json.loads(marked)
+    except _json.JSONDecodeError as exc:
         raise _error_type()(f"invalid JSON: {exc}") from None
     placed = 0
 

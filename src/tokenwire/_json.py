@@ -1,0 +1,166 @@
+"""The JSON reader and writer for the parts of a document that are not read in C.
+
+orjson when it may be used; the standard library's ``json`` otherwise, held to orjson's
+rules where they differ (no NaN or Infinity, no number that overflows a double, integers
+beyond 64 bits read as floats, UTF-8 only, no lone surrogate, nesting at most 1024 deep),
+so a document is accepted or rejected, and read, the same either way. (One difference is
+left: the standard library's parser recurses, so it stops near the interpreter's recursion
+limit, about 1000 levels, where orjson allows 1024. Responses nest a few levels deep.)
+
+orjson is not used when ``TOKENWIRE_NO_ORJSON=1`` or on a free-threaded interpreter running
+without the GIL: importing orjson there turns the GIL back on for the whole process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["JSONDecodeError", "backend", "dumps", "fragment", "loads"]
+
+JSONDecodeError = json.JSONDecodeError  # orjson's own error derives from it
+
+_MAX_DEPTH = 1024  # orjson's limit; deeper documents are rejected, as orjson does
+_INT64_MIN = -(2**63)
+_UINT64_MAX = 2**64 - 1
+
+
+def _orjson_allowed() -> bool:
+    if os.environ.get("TOKENWIRE_NO_ORJSON", "").strip().lower() not in ("", "0", "false", "no"):
+        return False
+    gil_enabled = getattr(sys, "_is_gil_enabled", None)
+    return gil_enabled is None or gil_enabled()
+
+
+def _import_orjson() -> Any:
+    if not _orjson_allowed():
+        return None
+    try:
+        import orjson
+    except ImportError:
+        return None
+    return orjson
+
+
+_orjson = _import_orjson()
+backend: str = "orjson" if _orjson is not None else "json"
+
+
+def _reject(message: str, text: str, pos: int = 0) -> JSONDecodeError:
+    return JSONDecodeError(message, text, pos)
+
+
+def _parse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError("number is infinity when parsed as double")
+    return value
+
+
+def _parse_int(text: str) -> int | float:
+    value = int(text)
+    return value if _INT64_MIN <= value <= _UINT64_MAX else float(text)
+
+
+_decoder = json.JSONDecoder(
+    parse_constant=_parse_constant, parse_float=_parse_float, parse_int=_parse_int
+)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of arrays and objects, outside strings. Measured only when the
+    text holds more than ``_MAX_DEPTH`` openers at all, which few documents do."""
+    if text.count("[") + text.count("{") <= _MAX_DEPTH:
+        return 0
+    import numpy as np
+
+    codes = np.frombuffer(_STRING.sub('""', text).encode("utf-8", "replace"), np.uint8)
+    opens = (codes == ord("[")) | (codes == ord("{"))
+    closes = (codes == ord("]")) | (codes == ord("}"))
+    return int(np.cumsum(opens.astype(np.int64) - closes).max())
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _stdlib_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """Parse one JSON document (UTF-8 bytes or str) as orjson would; raises
+    :class:`JSONDecodeError`."""
+    if isinstance(data, str):
+        text = data
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise _reject("str is not valid UTF-8: surrogates not allowed", text, exc.start) from None
+    else:
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _reject("str is not valid UTF-8", "", exc.start) from None
+    if text.startswith("\ufeff"):
+        raise _reject("UTF-8 byte order mark (BOM) is not supported", text)
+    if _depth(text) > _MAX_DEPTH:
+        raise _reject("depth limit exceeded", text)
+    try:
+        value = _decoder.decode(text)
+    except JSONDecodeError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise _reject(str(exc), text) from None
+    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
+        raise _reject("lone surrogate in string", text)
+    return value
+
+
+# orjson's own function when it is used: the compiled core calls this per document.
+loads: Callable[[bytes | bytearray | memoryview | str], Any] = (
+    _orjson.loads if _orjson is not None else _stdlib_loads
+)
+
+
+def dumps(value: Any, *, default: Any = None, indent: bool = False) -> bytes:
+    """Compact UTF-8 JSON (two-space indented with ``indent=True``), as orjson writes it."""
+    if _orjson is not None:
+        return _orjson.dumps(value, default=default, option=_orjson.OPT_INDENT_2 if indent else 0)
+    text = json.dumps(
+        value,
+        default=default,
+        ensure_ascii=False,
+        allow_nan=False,
+        indent=2 if indent else None,
+        separators=(",", ": ") if indent else (",", ":"),
+    )
+    return text.encode("utf-8")
+
+
+def fragment(text: bytes) -> Any:
+    """``text`` (already JSON) for a ``default=`` hook to return: orjson writes it as it is;
+    the standard library gets the equivalent str, which it writes as a JSON string."""
+    if _orjson is not None:
+        return _orjson.Fragment(text)
+    return json.loads(text)
