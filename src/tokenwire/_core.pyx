@@ -23,6 +23,7 @@ from libc.string cimport memcpy
 
 import orjson
 
+from ._args import output_bytes
 from ._errors import MalformedResponseError
 from . import _openai, _reference
 
@@ -39,7 +40,8 @@ cdef extern from "tw_base64.h" nogil:
     int tw_path_best()
     const char *tw_path_name(int path)
     ptrdiff_t tw_b64_decoded_size(const char *src, size_t len)
-    ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, int path, size_t *err_pos)
+    ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, size_t cap, int path,
+                            size_t *err_pos)
     size_t tw_b64_encoded_size(size_t n)
     size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
 
@@ -86,7 +88,10 @@ if _forced:
 cdef object _bytes_view(object data):
     """A flat byte view of str (as UTF-8) or any contiguous buffer; no copy for buffers."""
     if isinstance(data, str):
-        data = (<str>data).encode("utf-8")
+        try:
+            data = (<str>data).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: what orjson.loads says of such a str
+            raise MalformedResponseError("invalid JSON: str is not valid UTF-8: surrogates not allowed") from None
     try:
         return memoryview(data).cast("B")
     except TypeError:
@@ -129,6 +134,8 @@ def b64decode(data, out=None):
     cdef uint8_t *dst
     cdef int path = _path
     cdef cnp.npy_intp dims[1]
+    if isinstance(data, str) and not (<str>data).isascii():  # never base64 (nor always UTF-8)
+        raise MalformedResponseError("invalid base64")
     cdef bint borrowed = _acquire(data, &buf, &src, &size)
     try:
         need = tw_b64_decoded_size(src, <size_t>size)
@@ -138,23 +145,23 @@ def b64decode(data, out=None):
             dims[0] = need
             result = cnp.PyArray_SimpleNew(1, dims, cnp.NPY_UINT8)
         else:
-            if not (type(out) is np.ndarray and cnp.PyArray_TYPE(out) == cnp.NPY_UINT8
+            if not (type(out) is np.ndarray and cnp.PyArray_NDIM(out) == 1
+                    and cnp.PyArray_TYPE(out) == cnp.NPY_UINT8
                     and cnp.PyArray_IS_C_CONTIGUOUS(out) and cnp.PyArray_ISWRITEABLE(out)):
-                out = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
+                out = output_bytes(out)
             if cnp.PyArray_SIZE(out) < need:
                 raise ValueError(f"output buffer holds {cnp.PyArray_SIZE(out)} bytes, {need} needed")
-            if not cnp.PyArray_ISWRITEABLE(out):
-                raise ValueError("output buffer is read-only")
             result = out if cnp.PyArray_SIZE(out) == need else out[:need]
         if need == 0:
             return result
         dst = <uint8_t *>cnp.PyArray_DATA(result)
+        # need bounds the writes: a buffer rewritten by another thread may change its padding.
         if size >= _NOGIL_MIN:
             with nogil:
-                got = tw_b64_decode(src, <size_t>size, dst, path, &err)
+                got = tw_b64_decode(src, <size_t>size, dst, <size_t>need, path, &err)
         else:
-            got = tw_b64_decode(src, <size_t>size, dst, path, &err)
-        if got < 0:
+            got = tw_b64_decode(src, <size_t>size, dst, <size_t>need, path, &err)
+        if got != need:
             raise MalformedResponseError("invalid base64")
         return result
     finally:
@@ -513,7 +520,7 @@ cdef object _decode(const char *buf, const tw_value *v, int path):
             return out
         target = out
         with nogil:
-            got = tw_b64_decode(src, length, &target[0], path, &err)
+            got = tw_b64_decode(src, length, &target[0], <size_t>need, path, &err)
         return out if got >= 0 else None
     finally:
         free(tmp)
@@ -946,7 +953,9 @@ class _Kernels(_reference._Choice):
         cdef int code = 0
         cdef int simd = _heads_path()
         cdef ptrdiff_t bad
-        cdef int64_t kk = k
+        # A head wider than any row decides exactly as k = 2**62 does (every row has fewer
+        # than k + 2 candidates), and a top_k of 2**63 or more must not overflow int64.
+        cdef int64_t kk = min(k, 2**62)
         total = max(int(candidates.offsets[n]) - int(candidates.offsets[0]), 1)
         out_off = np.zeros(n + 1, dtype=np.int64)
         out_ids = np.empty(total, dtype=np.int64)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ._args import output_bytes
 from ._errors import MalformedResponseError
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 
@@ -103,11 +104,9 @@ def b64decode(data: Any, out: Any = None) -> np.ndarray:
         raise MalformedResponseError("invalid base64")
     if out is None:
         return np.frombuffer(bytearray(decoded), dtype=np.uint8)
-    target = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
+    target = output_bytes(out)
     if len(target) < len(decoded):
         raise ValueError(f"output buffer holds {len(target)} bytes, {len(decoded)} needed")
-    if not target.flags.writeable:
-        raise ValueError("output buffer is read-only")
     target[: len(decoded)] = np.frombuffer(decoded, dtype=np.uint8)
     return target[: len(decoded)]
 
