@@ -24,7 +24,7 @@ from libc.string cimport memcpy
 import orjson
 
 from ._args import output_bytes
-from ._errors import MalformedResponseError
+from ._errors import MalformedResponseError, invalid_json
 from . import _openai, _reference
 
 cnp.import_array()
@@ -620,7 +620,7 @@ cdef class _Scan:
         try:
             return orjson.loads(stripped)
         except orjson.JSONDecodeError as exc:
-            raise MalformedResponseError(f"invalid JSON: {exc}") from None
+            raise invalid_json(exc) from None
 
     cdef object blob(self, const tw_value *v):
         """The bytes of the base64 string ``v`` as a uint8 array, or None when they are not
@@ -1110,7 +1110,7 @@ class _ScannedReader(_Scanned, _openai._Reader):
             return super().keyed_rows(rows, path)
         candidates, top_err, repeat = scan.head_rows(v, True)
         if repeat is True:  # a key with an escape: the rows as the reference reads them
-            rows = json.loads(scan.text(v), object_pairs_hook=_openai._keep_repeats)
+            rows = _openai._load_keeping_repeats(scan.text(v))
             return super().keyed_rows(rows, path)
         return candidates, top_err, repeat
 

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 
 from ._args import output_bytes
-from ._errors import MalformedResponseError
+from ._errors import MalformedResponseError, invalid_json
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 
 __all__ = ["b64decode", "b64encode", "parse_generate_response", "rows_to_lists", "select_head"]
@@ -34,6 +34,7 @@ COMPACT_FORMAT = "u32-f32-le-v1"
 MAX_TOKEN_ID = 2**32 - 1
 MAX_MASK_ID = 2**31 - 1  # sampling masks are int32 on the wire
 MAX_OFFSET = 2**63 - 1  # offsets index an int64-addressed buffer
+MAX_DIMS = 64  # numpy's limit on an array's dimensions
 PACKED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
 ROUTED_DTYPES = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "int32": np.dtype("<i4")}
 NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i4": "int32"}
@@ -73,6 +74,12 @@ def rows_to_lists(offsets: np.ndarray, *values: np.ndarray) -> list[list[list[An
 
 def _is_int(value: Any) -> bool:
     return type(value) is int
+
+
+def _named(table: dict[str, Any], name: Any) -> Any:
+    """``table[name]`` for a str ``name`` that is a key, else None (a JSON array or object
+    names nothing, and cannot even be looked up)."""
+    return table.get(name) if isinstance(name, str) else None
 
 
 def _b64(data: Any) -> bytes | None:
@@ -388,7 +395,7 @@ def _parse_packed_logprobs(packed: Any, n: int, c: _Choice) -> np.ndarray:
     field = "completion_logprobs"
     if not isinstance(packed, dict):
         c.fail("Engine response choice.completion_logprobs must be an object.", field)
-    dtype = PACKED_DTYPES.get(packed.get("dtype"))  # type: ignore[arg-type]
+    dtype = _named(PACKED_DTYPES, packed.get("dtype"))
     if dtype is None:
         c.fail("Unsupported packed logprob dtype (float32 or float64)", field + ".dtype")
     raw = c.blob(packed.get("data"), field + ".data")
@@ -700,7 +707,7 @@ def _parse_npy(raw: np.ndarray, c: _Choice) -> np.ndarray:
     if (
         not isinstance(header, dict)
         or header.get("fortran_order") is not False
-        or header.get("descr") not in NPY_DESCRS
+        or _named(NPY_DESCRS, header.get("descr")) is None
         or not isinstance(header.get("shape"), tuple)
     ):
         c.fail("routed_experts .npy header is invalid", field)
@@ -719,6 +726,12 @@ def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: _Choice) -> np.nda
             f"{len(data)} decoded bytes",
             field + ".shape",
         )
+    # What numpy can shape even when the bytes match: a zero dimension makes no bytes of the others.
+    if len(shape) > MAX_DIMS:
+        c.fail(f"routed_experts shape has {len(shape)} dimensions (at most {MAX_DIMS})", field + ".shape")
+    if math.prod(d for d in shape if d) * dtype.itemsize > MAX_OFFSET:
+        c.fail(f"routed_experts shape {shape} is too big for an array (its non-zero dimensions span "
+               "more than 2**63 - 1 bytes)", field + ".shape")
     return data.view(dtype).reshape(shape)
 
 
@@ -732,7 +745,7 @@ def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
     if not isinstance(value, dict):
         c.fail("routed_experts must be an object or a base64 .npy string", field)
     dtype_name = value.get("dtype", "uint8")
-    if dtype_name not in ROUTED_DTYPES:
+    if _named(ROUTED_DTYPES, dtype_name) is None:
         c.fail("Unsupported routed_experts dtype (uint8, uint16 or int32)", field + ".dtype")
     start = value.get("start")
     if start is not None and (not _is_int(start) or start < 0):
@@ -763,7 +776,7 @@ def _load(raw: Any) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise MalformedResponseError(f"invalid JSON: {exc}") from None
+        raise invalid_json(exc) from None
 
 
 def _parse_choice(c: _Choice, choice: Any, k: int | None, require_logprobs: bool) -> GenerateChoice:
