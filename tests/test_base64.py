@@ -149,6 +149,25 @@ def test_output_buffer_of_any_shape_is_its_bytes(impl):
         impl.b64decode(b"QUJD", out=np.zeros(8, np.uint8)[::2])
     with pytest.raises(TypeError, match="out must be"):
         impl.b64decode(b"QUJD", out=12)
+    # An object array's items are pointers: writing bytes over them would crash the interpreter.
+    for items in (np.array([None] * 8, dtype=object), np.zeros(2, "i4,i4")):
+        with pytest.raises(TypeError, match="plain numbers or bytes"):
+            impl.b64decode(b"QUJD", out=items)
+
+
+def test_argument_errors_come_before_content_errors(impl):
+    """The input's type, then the output buffer, then the size the padding promises, then the
+    characters: the same exception in both implementations whatever is wrong at once."""
+    with pytest.raises(TypeError, match="expected str"):
+        impl.b64decode(12, out=np.zeros(8, object))
+    with pytest.raises(TypeError, match="C-contiguous"):
+        impl.b64decode(np.frombuffer(b"QUJDQUJD", np.uint8)[::2])
+    with pytest.raises(TypeError, match="plain numbers"):
+        impl.b64decode(b"QUJ", out=np.zeros(8, object))
+    with pytest.raises(ValueError, match="needed"):
+        impl.b64decode(b"\xdb\xfe\xd0\xfe", out=np.zeros(0, np.uint8))
+    with pytest.raises(MalformedResponseError):
+        impl.b64decode(b"\xdb\xfe\xd0\xfe", out=np.zeros(3, np.uint8))
 
 
 def test_non_ascii_str_is_invalid_base64(impl):

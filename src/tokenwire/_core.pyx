@@ -23,7 +23,7 @@ from libc.string cimport memcpy
 
 import orjson
 
-from ._args import output_bytes
+from ._args import check_input, output_bytes
 from ._errors import MalformedResponseError, invalid_json
 from . import _openai, _reference
 
@@ -134,6 +134,13 @@ def b64decode(data, out=None):
     cdef uint8_t *dst
     cdef int path = _path
     cdef cnp.npy_intp dims[1]
+    # The arguments first (the input, then the output buffer), then the content: as the reference.
+    if not (type(data) is bytes or isinstance(data, str)):
+        check_input(data)
+    if out is not None and not (type(out) is np.ndarray and cnp.PyArray_NDIM(out) == 1
+                                and cnp.PyArray_TYPE(out) == cnp.NPY_UINT8
+                                and cnp.PyArray_IS_C_CONTIGUOUS(out) and cnp.PyArray_ISWRITEABLE(out)):
+        out = output_bytes(out)
     if isinstance(data, str) and not (<str>data).isascii():  # never base64 (nor always UTF-8)
         raise MalformedResponseError("invalid base64")
     cdef bint borrowed = _acquire(data, &buf, &src, &size)
@@ -145,10 +152,6 @@ def b64decode(data, out=None):
             dims[0] = need
             result = cnp.PyArray_SimpleNew(1, dims, cnp.NPY_UINT8)
         else:
-            if not (type(out) is np.ndarray and cnp.PyArray_NDIM(out) == 1
-                    and cnp.PyArray_TYPE(out) == cnp.NPY_UINT8
-                    and cnp.PyArray_IS_C_CONTIGUOUS(out) and cnp.PyArray_ISWRITEABLE(out)):
-                out = output_bytes(out)
             if cnp.PyArray_SIZE(out) < need:
                 raise ValueError(f"output buffer holds {cnp.PyArray_SIZE(out)} bytes, {need} needed")
             result = out if cnp.PyArray_SIZE(out) == need else out[:need]

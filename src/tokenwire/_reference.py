@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ._args import output_bytes
+from ._args import check_input, output_bytes
 from ._errors import MalformedResponseError, invalid_json
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 
@@ -100,20 +100,23 @@ def _b64(data: Any) -> bytes | None:
 
 def b64decode(data: Any, out: Any = None) -> np.ndarray:
     """Strictly decode base64 ``data`` to a uint8 array (into ``out`` when given)."""
+    check_input(data)
+    target = None if out is None else output_bytes(out)
+    text = data.encode("ascii", "replace") if isinstance(data, str) else memoryview(data).cast("B")
+    # The size the length and the padding promise decides whether out is big enough, before
+    # the characters are read (as the compiled core decodes straight into out).
+    tail = bytes(text[-3:])
+    pads = len(tail) - len(tail.rstrip(b"="))
+    if len(text) % 4 or pads > 2 or (isinstance(data, str) and not data.isascii()):
+        raise MalformedResponseError("invalid base64")
+    need = len(text) // 4 * 3 - pads
+    if target is not None and len(target) < need:
+        raise ValueError(f"output buffer holds {len(target)} bytes, {need} needed")
     decoded = _b64(data)
     if decoded is None:
-        if not isinstance(data, str):
-            try:
-                memoryview(data)
-            except TypeError:
-                raise TypeError(f"expected str or a bytes-like object, not {type(data).__name__}"
-                ) from None
         raise MalformedResponseError("invalid base64")
-    if out is None:
+    if target is None:
         return np.frombuffer(bytearray(decoded), dtype=np.uint8)
-    target = output_bytes(out)
-    if len(target) < len(decoded):
-        raise ValueError(f"output buffer holds {len(target)} bytes, {len(decoded)} needed")
     target[: len(decoded)] = np.frombuffer(decoded, dtype=np.uint8)
     return target[: len(decoded)]
 
