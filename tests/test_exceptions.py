@@ -108,3 +108,24 @@ def test_orjson_out_of_memory_is_memory_error(impl, name, monkeypatch):
     monkeypatch.setattr(orjson, "loads", exhausted)
     with pytest.raises(MemoryError):
         parser(impl, name)(b'{"choices": []}')
+
+
+def test_the_renderers_drop_in_reads_a_str_or_runs_out_of_memory_as_the_parsers_do(monkeypatch):
+    with pytest.raises(renderers.MalformedGenerateResponseError, match="invalid JSON"):
+        renderers.parse_generate_response('{"choices": [], "x": "\ud800"}')
+
+    def exhausted(raw):
+        raise orjson.JSONDecodeError("Not enough memory to allocate buffer for parsing", "", 0)
+
+    monkeypatch.setattr(orjson, "loads", exhausted)
+    with pytest.raises(MemoryError):
+        renderers.parse_generate_response(b'{"choices": []}')
+
+
+def test_numpy_integers_are_ints_for_the_parsers_too(impl):
+    native = orjson.dumps({"choices": [{"token_ids": [1], "logprobs": {"content": [
+        {"token": "token_id:1", "logprob": -0.1, "top_logprobs": [{"token": "token_id:1", "logprob": -0.1}]}]}}]})
+    rejects(impl, native, "fewer top logprobs than requested", top_k=np.int64(1))
+    for bad in (True, 1.0, np.float64(1.0), 0, np.int64(0)):
+        with pytest.raises((TypeError, ValueError), match="top_k"):
+            parser(impl, "parse_generate_response")(native, top_k=bad)

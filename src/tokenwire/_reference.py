@@ -763,6 +763,8 @@ def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
 
 
 def _check_top_k(top_k: Any) -> int | None:
+    if isinstance(top_k, np.integer):  # numpy integers are ints (np.bool_ is not one)
+        top_k = int(top_k)
     if top_k is not None and (not _is_int(top_k) or top_k < 1):
         raise ValueError(f"top_k must be a positive int or None, not {top_k!r}")
     return top_k
