@@ -135,3 +135,33 @@ def test_compact_rows_shorter_than_their_ids_are_refused(heads_impl):
     # Once read past the end of the logprobs (a value from whatever memory followed).
     with pytest.raises(ValueError, match="candidate ids but"):
         tokenwire.select_heads(np.arange(3), np.array([-0.5], np.float32), [0, 3], [0], [-0.5], k=1, num_top=3)
+
+
+def test_offsets_rewritten_by_another_thread_meanwhile(heads_impl):
+    """The kernels run without the GIL and trust the offsets they were given: those are a
+    private copy, so a caller's array changed meanwhile cannot move a read or write."""
+    import threading
+
+    n = 20000
+    ids = np.tile(np.arange(4), n)
+    values = np.tile(np.log([0.4, 0.3, 0.2, 0.1]), n)
+    offsets = np.arange(0, 4 * n + 1, 4, dtype=np.int64)
+    sampled, sampled_lps = np.zeros(n, np.int64), np.full(n, np.log(0.4))
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            offsets[1:-1] = 4 * n  # every row but the first empty, the last one huge
+            offsets[1:-1] = np.arange(4, 4 * n, 4)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for _ in range(30 if heads_impl is not _reference else 2):
+            try:
+                tokenwire.select_heads(ids, values, offsets, sampled, sampled_lps, 2)
+            except (ValueError, MalformedResponseError):
+                pass
+    finally:
+        stop.set()
+        thread.join()
