@@ -165,3 +165,15 @@ def test_offsets_rewritten_by_another_thread_meanwhile(heads_impl):
     finally:
         stop.set()
         thread.join()
+
+
+def test_candidate_logprobs_follow_the_parsers_rule(heads_impl):
+    """Finite and at most 1e-6: above 709 math.exp overflows and NaN orders nothing, so both
+    implementations refuse them the same way before any head is chosen."""
+    for bad in (710.0, 0.5, math.nan, math.inf, -math.inf):
+        for compact in (False, True):
+            lps = np.array([-0.1, -0.2, -0.3, -0.4, bad, -0.6])
+            kw = {"num_top": 2} if compact else {}
+            with pytest.raises(MalformedResponseError, match="finite and at most 1e-6") as info:
+                tokenwire.select_heads([0, 1, 2, 3, 4, 5], lps, [0, 3, 6], [0, 3], [-0.1, -0.4], 1, **kw)
+            assert info.value.token == 1

@@ -44,7 +44,8 @@ def select_heads(
     distinct ids; without it every row must list distinct ids. A recorded support
     (``support_ids``/``support_offsets``, CSR) makes each head exactly its support.
     Returns ``(ids, logprobs)`` as :class:`Ragged`; raises :class:`MalformedResponseError`
-    located at the first token whose head breaks a rule.
+    located at the first token whose head breaks a rule (a candidate logprob that is not finite
+    or above 1e-6 first), and ValueError/TypeError for arrays that do not fit together.
     """
     k = int_arg(k, "k", 1)
     compact = num_top is not None
@@ -58,6 +59,12 @@ def select_heads(
         raise ValueError(f"{len(ids)} candidate ids but {len(logprobs)} logprobs")
     offsets = _offsets(candidate_offsets, len(ids), "candidate_offsets")
     n = len(offsets) - 1
+    # The parsers' rule for a candidate (math.exp of a value above 709 overflows, and NaN
+    # orders nothing), checked for the whole array first as the compact parser does.
+    unusable = np.flatnonzero(~np.isfinite(logprobs) | (logprobs > 1e-6))
+    if len(unusable):
+        row = int(np.searchsorted(offsets, unusable[0], side="right")) - 1
+        raise MalformedResponseError("Top logprob must be finite and at most 1e-6", field="heads", token=row)
     sampled = int_array(sampled_ids, "sampled_ids", np.int64, -INT64_MAX - 1, INT64_MAX)
     sampled_lps = real_array(sampled_logprobs, "sampled_logprobs", np.float64)
     if len(sampled) != n or len(sampled_lps) != n:
