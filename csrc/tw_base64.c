@@ -613,11 +613,11 @@ static int tw_dec_body(const uint8_t *s, size_t n, uint8_t *d, int path)
     return bad | tw_dec_scalar_body(s + i, n - i, d + i / 4 * 3);
 }
 
-ptrdiff_t tw_b64_decode(const char *src_, size_t len, uint8_t *dst, int path,
-                        size_t *err_pos)
+ptrdiff_t tw_b64_decode(const char *src_, size_t len, uint8_t *dst,
+                        size_t cap, int path, size_t *err_pos)
 {
     const uint8_t *s = (const uint8_t *)src_;
-    size_t body, o;
+    size_t body, o, last;
     int bad;
     uint8_t c2, c3;
     uint32_t q;
@@ -629,29 +629,36 @@ ptrdiff_t tw_b64_decode(const char *src_, size_t len, uint8_t *dst, int path,
        fail before writing anything. */
     if (TW_UNLIKELY(s[len - 1] == '=' && s[len - 2] == '=' && s[len - 3] == '='))
         goto fail;
-    bad = tw_dec_body(s, body, dst, path);
     o = body / 4 * 3;
+    /* The body fills o bytes whatever its characters are; the last quantum
+       at least one more. */
+    if (TW_UNLIKELY(cap <= o)) goto fail;
+    bad = tw_dec_body(s, body, dst, path);
 
-    /* Final quantum: "xxxx", "xxx=" or "xx==". */
+    /* Final quantum: "xxxx", "xxx=" or "xx==".  Each byte is read once, and
+       its size checked against cap, since src may change under us. */
     s += body;
     c2 = s[2];
     c3 = s[3];
-    if (c3 != '=') {
-        q = TW_Q(s);
+    last = c3 != '=' ? 3 : c2 != '=' ? 2 : 1;
+    if (TW_UNLIKELY(cap - o < last)) {
+        s -= body;
+        goto fail;
+    }
+    if (last == 3) {
+        q = tw_dec0[s[0]] | tw_dec1[s[1]] | tw_dec2[c2] | tw_dec3[c3];
         dst[o] = (uint8_t)q;
         dst[o + 1] = (uint8_t)(q >> 8);
         dst[o + 2] = (uint8_t)(q >> 16);
-        o += 3;
-    } else if (c2 != '=') {
+    } else if (last == 2) {
         q = tw_dec0[s[0]] | tw_dec1[s[1]] | tw_dec2[c2];
         dst[o] = (uint8_t)q;
         dst[o + 1] = (uint8_t)(q >> 8);
-        o += 2;
     } else {
         q = tw_dec0[s[0]] | tw_dec1[s[1]];
         dst[o] = (uint8_t)q;
-        o += 1;
     }
+    o += last;
     if (TW_LIKELY(!bad && (q >> 24) == 0)) return (ptrdiff_t)o;
     s -= body;
 

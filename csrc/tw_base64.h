@@ -48,10 +48,15 @@ const char *tw_path_name(int path);
 ptrdiff_t tw_b64_decoded_size(const char *src, size_t len);
 
 /*
- * Strict decode of src[0:len] into dst, whose capacity must be at least
- * tw_b64_decoded_size(src, len) bytes: nothing is written beyond that many
- * bytes, and nothing at all when it is -1 (dst may then be NULL, as it may
- * for len == 0).
+ * Strict decode of src[0:len] into dst[0:cap].  Nothing is ever written at
+ * or beyond dst + cap, and nothing at all when tw_b64_decoded_size(src, len)
+ * is -1 (dst may then be NULL, as it may for len == 0).  A capacity of
+ * tw_b64_decoded_size(src, len) is enough; a smaller one makes a valid
+ * input fail.  The capacity is what keeps the output in bounds when src is
+ * a buffer that another thread rewrites during the call (a reused receive
+ * buffer): its padding, and so its decoded size, may change after the
+ * caller sized dst.  Such an input gives -1 or some bytes, never a write
+ * past dst + cap.
  *
  * Valid input: len % 4 == 0; every character is in A-Z a-z 0-9 + /,
  * except that the last quantum may end in "=" or "==" (padding).  The
@@ -63,7 +68,8 @@ ptrdiff_t tw_b64_decoded_size(const char *src, size_t len);
  * everything else they accept is accepted here with identical bytes.
  * src and dst must not overlap.
  *
- * Returns the number of bytes written (>= 0), or -1 on invalid input.
+ * Returns the number of bytes written (>= 0), or -1 on invalid input or
+ * when the decoding needs more than cap bytes.
  * On -1, if err_pos is not NULL, *err_pos is set as follows:
  *   - err_pos < len: offset of the first byte that cannot appear at its
  *     position in a valid string of length len.  That is the first byte
@@ -74,12 +80,14 @@ ptrdiff_t tw_b64_decoded_size(const char *src, size_t len);
  *     non-'='), is reported where it stands.
  *   - err_pos == len: every byte is acceptable at its position but
  *     len % 4 != 0 (bad length / incomplete padding, e.g. "AB=").
- * Character errors take precedence over the length error.  On error the
+ * Character errors take precedence over the length error; a decoding that
+ * does not fit in cap reports the first error in src, or len when there is
+ * none.  On error the
  * content of dst is unspecified (bytes within the capacity may have been
  * written).
  */
-ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, int path,
-                        size_t *err_pos);
+ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst,
+                        size_t cap, int path, size_t *err_pos);
 
 /*
  * Decode a leading run of whole alphabet characters of src[0:avail] (the

@@ -872,7 +872,8 @@ static const uint8_t *tws_string_b64(tw_doc *d, const uint8_t *s,
     q = tws_string(s + n, end, lv, flags, e);
     if (q && n && !*flags) {
         got = tw_b64_decode((const char *)(s + n), (size_t)(q - (s + n)),
-                            dst + n / 4 * 3, d->b64_path, NULL);
+                            dst + n / 4 * 3, cap - n / 4 * 3, d->b64_path,
+                            NULL);
         if (got >= 0) {
             total = n / 4 * 3 + (size_t)got;
             /* tw_mem keeps a block that is at least half used, and moves

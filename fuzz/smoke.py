@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
-TARGETS = ["fuzz_generate.py", "fuzz_openai.py", "fuzz_base64.py", "fuzz_writer.py"]
+TARGETS = ["fuzz_generate.py", "fuzz_openai.py", "fuzz_base64.py", "fuzz_writer.py", "fuzz_arguments.py"]
 
 
 def main() -> int:

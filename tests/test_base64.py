@@ -134,3 +134,105 @@ def test_accepts_every_bytes_like(impl):
         impl.b64decode(12)
     with pytest.raises(MalformedResponseError):
         impl.b64decode("QUJ\u00e9")
+
+
+def test_output_buffer_of_any_shape_is_its_bytes(impl):
+    out = np.full((2, 5), 7, np.uint8)
+    view = impl.b64decode(b"QUJD", out=out)
+    assert view.shape == (3,) and view.tobytes() == b"ABC" and np.shares_memory(view, out)
+    assert out.reshape(-1)[3:].tolist() == [7] * 7
+    words = np.zeros(2, np.uint32)
+    assert impl.b64decode(b"QUJD", out=words).tobytes() == b"ABC"
+    for empty in (np.array(5, np.uint8), np.zeros((0, 3), np.uint8), bytearray()):
+        assert impl.b64decode(b"", out=empty).shape == (0,)
+    with pytest.raises(ValueError, match="contiguous"):
+        impl.b64decode(b"QUJD", out=np.zeros(8, np.uint8)[::2])
+    with pytest.raises(TypeError, match="out must be"):
+        impl.b64decode(b"QUJD", out=12)
+    # An object array's items are pointers: writing bytes over them would crash the interpreter.
+    for items in (np.array([None] * 8, dtype=object), np.zeros(2, "i4,i4")):
+        with pytest.raises(TypeError, match="plain numbers or bytes"):
+            impl.b64decode(b"QUJD", out=items)
+
+
+def test_argument_errors_come_before_content_errors(impl):
+    """The input's type, then the output buffer, then the size the padding promises, then the
+    characters: the same exception in both implementations whatever is wrong at once."""
+    with pytest.raises(TypeError, match="expected str"):
+        impl.b64decode(12, out=np.zeros(8, object))
+    with pytest.raises(TypeError, match="C-contiguous"):
+        impl.b64decode(np.frombuffer(b"QUJDQUJD", np.uint8)[::2])
+    with pytest.raises(TypeError, match="plain numbers"):
+        impl.b64decode(b"QUJ", out=np.zeros(8, object))
+    with pytest.raises(ValueError, match="needed"):
+        impl.b64decode(b"\xdb\xfe\xd0\xfe", out=np.zeros(0, np.uint8))
+    with pytest.raises(MalformedResponseError):
+        impl.b64decode(b"\xdb\xfe\xd0\xfe", out=np.zeros(3, np.uint8))
+
+
+def test_non_ascii_str_is_invalid_base64(impl):
+    for text in ("\ud800", "QUJ\udfff", "QU\u00e9D"):
+        with pytest.raises(MalformedResponseError, match="invalid base64"):
+            impl.b64decode(text)
+
+
+def _race(data: bytearray, flip, call, rounds: int) -> None:
+    """Call ``call`` ``rounds`` times while another thread runs ``flip`` on ``data`` in a loop."""
+    import threading
+
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            flip(data)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for _ in range(rounds):
+            call()
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_decode_of_a_buffer_rewritten_meanwhile_stays_in_bounds(impl):
+    # The padding decides the output size; another thread flips it between "AA" and "==".
+    # Megabytes, so that the decode runs long enough without the GIL for the writer to act.
+    data = bytearray(b"A" * (1 << 21))
+    out = np.full(len(data), 0x5A, np.uint8)
+
+    def flip(buf):
+        buf[-2:] = b"=="
+        buf[-2:] = b"AA"
+
+    def call():
+        for target in (None, out):
+            try:
+                got = impl.b64decode(data, out=target)
+            except MalformedResponseError:
+                continue
+            if target is out:
+                # The padding's bytes are the only ones a stale size could spill.
+                assert (out[len(got):len(got) + 8] == 0x5A).all(), "a write past the decoded size"
+                out[len(got):len(got) + 8] = 0x5A
+
+    # The reference decodes a snapshot (bytes(data)): a few rounds show it, and take seconds.
+    _race(data, flip, call, 3 if impl is _reference else 60)
+
+
+def test_encode_of_a_buffer_resized_meanwhile(impl):
+    data = bytearray(b"\x01" * (1 << 16))
+
+    def flip(buf):
+        try:
+            buf.extend(b"\x02\x03")
+            del buf[-2:]
+        except BufferError:  # the buffer is exported to the encoder
+            pass
+
+    def call():
+        text = impl.b64encode(data)
+        assert len(base64.b64decode(text, validate=True)) in (len(data), len(data) - 2, len(data) + 2)
+
+    _race(data, flip, call, 400)

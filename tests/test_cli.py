@@ -427,7 +427,7 @@ def test_errors_without_traceback(tmp_path, capsys):
     assert "is a directory" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["check", path, "--jobs", "-1"])
-    assert exit_info.value.code == 2 and "expected 0 (every core) or more" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "expected 0 (every core) to 1024, got -1" in capsys.readouterr().err
 
 
 def test_progress_lines():
@@ -546,3 +546,178 @@ def test_openai_compatible_defects(tmp_path, capsys):
     histogram = result["classes"]["length_mismatch"]["histogram"]
     assert histogram == {"logprobs.token_logprobs": {"+1": 1}, "usage.completion_tokens": {"+1": 1}}
     assert result["formats"] == {"completions": 2, "chat": 2}
+
+
+# --- bounds: workers, non-regular files, record sizes, one verdict --------------------------------
+
+
+def test_jobs_are_capped_by_the_work_and_the_machine(tmp_path, capsys, monkeypatch):
+    started = []
+
+    class Pool(_cli_check.ProcessPoolExecutor):
+        def __init__(self, jobs, **kw):
+            started.append(jobs)
+            super().__init__(jobs, **kw)
+
+    monkeypatch.setattr(_cli_check, "ProcessPoolExecutor", Pool)
+    path = write(tmp_path / "two.jsonl", [line_of(_packed()), line_of(_native())])
+    assert report(capsys, path, "--jobs", "1024")[1]["records"] == 2
+    assert started == []  # one block of input: one process
+    monkeypatch.setattr(_cli_io, "BLOCK", 1000)
+    assert report(capsys, path, "--jobs", "1024")[1]["records"] == 2
+    assert started and started[0] <= min(_cli_check._cpus(), 2 * len(line_of(_native())) // 1000 + 2)
+    for jobs in ("1025", "10" * 15, "-1"):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["check", path, "--jobs", jobs])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --jobs/-j: expected 0 (every core) to 1024" in err and "Traceback" not in err
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_end_with_the_main_process():
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "tokenwire", "check", "-", "--jobs", "2"],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        record = line_of(_packed()) + b"\n"
+        proc.stdin.write(record * ((_cli_io.BLOCK // len(record)) + 2))  # a first chunk; then it waits
+        proc.stdin.flush()
+        deadline = time.monotonic() + 60
+        while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if len(workers) < 2 and _cli_check._cpus() < 2:
+            pytest.skip("one core: a single process does the work")
+        assert len(workers) >= 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while (alive := [w for w in workers if _alive(w)]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive, "workers outlived the main process"
+    finally:
+        proc.kill()
+        proc.stdin.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_non_regular_files_are_refused(tmp_path):
+    (tmp_path / "d").mkdir()
+    write(tmp_path / "d" / "a.jsonl", [line_of(_packed())])
+    os.mkfifo(tmp_path / "d" / "pipe.jsonl")
+    for args, kind, commands in (([str(tmp_path / "d")], "a FIFO", ("check",)),
+                                 ([str(tmp_path / "d" / "pipe.jsonl")], "a FIFO", ("check", "inspect")),
+                                 (["/dev/zero"], "a character device", ("check", "inspect"))):
+        for command in commands:
+            out = subprocess.run([sys.executable, "-m", "tokenwire", command, *args],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 2 and f"is {kind}, not a regular file" in out.stderr, out.stderr
+            assert "Traceback" not in out.stderr
+
+
+def test_records_over_the_size_limit_are_a_defect_class(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(_cli_io, "BLOCK", 64)
+    monkeypatch.setattr(_cli_io, "MAX_RECORD", 1000)
+    good = line_of(_packed())
+    monkeypatch.setattr(_cli_io, "MAX_RECORD", len(good) + 10)
+    huge = b'{"x": "' + b"a" * (3 * len(good)) + b'"}'
+    path = write(tmp_path / "big.jsonl", [good, huge, good, huge])
+    status, result = report(capsys, path)
+    assert status == 1 and result["records"] == 4 and counts(result) == {"too_large": 2}
+    examples = result["classes"]["too_large"]["examples"]
+    assert [e["line"] for e in examples] == [2, 4]
+    assert f"{len(huge):,} bytes, more than the" in examples[0]["reason"]
+    assert result["bytes"] == 2 * len(good) + 2 * len(huge)
+    # The last line without its newline, and a whole JSON document.
+    (tmp_path / "tail.jsonl").write_bytes(good + b"\n" + huge)
+    assert counts(report(capsys, str(tmp_path / "tail.jsonl"))[1]) == {"too_large": 1}
+    (tmp_path / "doc.json").write_bytes(b"[" + b",".join([good] * 3) + b"]")
+    result = report(capsys, str(tmp_path / "doc.json"))[1]
+    assert counts(result) == {"too_large": 1} and "line" not in result["classes"]["too_large"]["examples"][0]
+    assert cli.main(["inspect", path, "--line", "2"]) == 2
+    assert "more than the" in capsys.readouterr().err
+    assert cli.main(["inspect", path, "--line", "3"]) == 0
+
+
+def test_the_verdict_is_the_librarys_on_the_same_bytes(tmp_path, capsys):
+    import tokenwire
+
+    good = line_of(_packed())
+    records = [b"\xef\xbb\xbf" + good, good + b"\x0b\x0c", b"\x0c" + good, b" \t" + good + b" \r", good]
+    path = tmp_path / "edges.jsonl"
+    path.write_bytes(b"\n".join(records) + b"\n")
+    status, result = report(capsys, str(path), "--examples", "10")
+    verdicts = []
+    for record in records:
+        try:
+            tokenwire.parse_generate_response(record)
+            verdicts.append(None)
+        except tokenwire.MalformedResponseError:
+            verdicts.append("malformed_json")
+    assert verdicts == ["malformed_json"] * 3 + [None, None]
+    assert result["records"] == 5 and counts(result) == {"malformed_json": 3}
+    assert sorted(e["line"] for e in result["classes"]["malformed_json"]["examples"]) == [1, 2, 3]
+    assert cli.main(["inspect", str(path)]) == 1
+    assert "malformed JSON" in capsys.readouterr().out
+
+
+def _deep(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_values_nested_deeper_than_orjson_writes(tmp_path, capsys):
+    doc = _packed()
+    doc["extra"] = _deep(600)
+    array = tmp_path / "deep.json"
+    array.write_text(json.dumps([doc, doc]))
+    status, result = report(capsys, str(array))
+    assert status == 0 and result["records"] == 2
+    wrapped = write(tmp_path / "wrapped.jsonl", [json.dumps({"r": doc, "deep": _deep(900)}).encode()])
+    assert report(capsys, wrapped, "--field", "r")[0] == 0
+    assert report(capsys, wrapped, "--field", "deep")[1]["classes"]["unrecognized"]["count"] == 1
+    for args, status in (([str(array), "--line", "2"], 0), ([wrapped, "--field", "r"], 0), ([wrapped], 1)):
+        assert cli.main(["inspect", *args]) == status, args  # a verdict, never a traceback
+        capsys.readouterr()
+
+
+def test_out_of_memory_is_an_error_of_the_run_not_a_defect(tmp_path, capsys, monkeypatch):
+    from tokenwire import _json
+
+    path = write(tmp_path / "x.jsonl", [line_of(_packed())])
+    real = _json.loads
+
+    def exhausted(raw):
+        if len(raw) > 100:  # what orjson says when an allocation fails
+            raise _json.JSONDecodeError("Not enough memory to allocate buffer for parsing", "", 0)
+        return real(raw)
+
+    monkeypatch.setattr(_json, "loads", exhausted)
+    status, out, err = check(capsys, path)
+    assert status == 2 and "malformed" not in out
+    assert "out of memory while checking this record" in err and "Traceback" not in err

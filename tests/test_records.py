@@ -17,9 +17,10 @@ from .test_cli import MUTATIONS, _native, _packed, check, line_of, m_native_lost
 _CLASS_OF = {m.__name__: m()[1] for m in MUTATIONS}
 
 
-def planted(seed_lines: int = 3) -> tuple[list[bytes], Counter]:
+def planted(seed_lines: int = 3, oversized: int = 0) -> tuple[list[bytes], Counter]:
     """Clean records and, mutation ``i`` planted ``i % 3 + 1`` times, defects of every class;
-    each record carries the metadata a trainer's capture does."""
+    each record carries the metadata a trainer's capture does. ``oversized``: the size of one
+    more record, padded past the reader's limit (0: none)."""
     records, expected = [], Counter()
     step = 0
 
@@ -40,6 +41,8 @@ def planted(seed_lines: int = 3) -> tuple[list[bytes], Counter]:
             add(doc, cls)
     for _ in range(2):
         add(None, "malformed_json", raw=b'{"step": 99, "response": {"choices": [')
+    if oversized:
+        add(None, "too_large", raw=_json.dumps({"step": 100, "response": _packed(), "pad": "x" * oversized}))
     return records, expected
 
 
@@ -80,10 +83,13 @@ def test_records_jsonl(tmp_path, capsys):
     assert rows[-1]["step"] is None and rows[-1]["defect"] == "malformed_json"
 
 
-def test_records_parquet_with_duckdb(tmp_path, capsys):
+def test_records_parquet_with_duckdb(tmp_path, capsys, monkeypatch):
     pytest.importorskip("pyarrow")
     duckdb = pytest.importorskip("duckdb")
-    records, expected = planted()
+    # The reader holds no record over MAX_RECORD (1 GiB); at its least (one block) a record
+    # of a few MiB plants the too_large class.
+    monkeypatch.setattr(tokenwire._cli_io, "MAX_RECORD", tokenwire._cli_io.BLOCK)
+    records, expected = planted(oversized=tokenwire._cli_io.BLOCK + 1024)
     assert set(expected) == set(tokenwire._audit.CLASSES)  # every class is planted
     path = write(tmp_path / "capture.jsonl.gz", records, gz=True)
     out = tmp_path / "verdicts.parquet"

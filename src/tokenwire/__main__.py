@@ -113,23 +113,26 @@ def _bench_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _int_argument(minimum: int, expected: str, bound: str) -> Callable[[str], int]:
-    """An argparse type: an int of at least ``minimum``; the messages name what is expected."""
+def _int_argument(minimum: int, expected: str, bound: str, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an int of at least ``minimum`` (and at most ``maximum``); the
+    messages name what is expected."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected {bound}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"expected {bound}, got {text if len(text) <= 24 else text[:21] + '...'}")
         return value
 
     return parse
 
 
 _positive = _int_argument(1, "a positive integer", "a positive integer")
-_jobs = _int_argument(0, "a number of processes", "0 (every core) or more")
+# More workers than cores (or than chunks of input) are never started; beyond this a value is a typo.
+_MAX_JOBS = 1024
+_jobs = _int_argument(0, "a number of processes", f"0 (every core) to {_MAX_JOBS}", _MAX_JOBS)
 _count = _int_argument(0, "a count", "0 or more")
 
 
@@ -175,7 +178,8 @@ def _parser() -> argparse.ArgumentParser:
                          "list elements by index)")
     p_check.add_argument("--top-k", type=_positive, metavar="K", help="also select and validate top-K heads")
     p_check.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
-                         help="worker processes (default 1; 0: one per core)")
+                         help=f"worker processes (default 1; 0: one per core; N <= {_MAX_JOBS}); never "
+                         "more than the cores, nor than the 4 MB blocks of uncompressed input")
     p_check.add_argument("--input", choices=["auto", "json", "jsonl"], default="auto",
                          help="json: each file is one document (or an array of responses); jsonl: one "
                          "record per line; auto: JSON lines unless the file starts a pretty-printed "
@@ -231,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tokenwire {args.command}: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print(f"tokenwire {args.command}: error: out of memory", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # the reader of stdout went away (| head)
         sys.stderr.close()
         return 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
@@ -19,10 +20,21 @@ from typing import Any, TextIO
 
 import tokenwire
 
-from . import _json
-from ._cli_formats import CLASSES, check_record
-from ._cli_io import Chunk, InputError, Reader, Source, expand_paths, field_path, read_chunks
-from ._cli_records import invalid_json_row, parse_columns, record_row, records_sink
+from . import _cli_io, _json
+from ._cli_formats import CLASSES, Defect, check_record
+from ._cli_io import (
+    JSON_SPACE,
+    Chunk,
+    InputError,
+    Reader,
+    Source,
+    expand_paths,
+    field_path,
+    json_bytes,
+    read_chunks,
+)
+from ._cli_records import parse_columns, record_row, records_sink
+from ._errors import invalid_json
 
 __all__ = ["Options", "Tally", "check_chunk", "run"]
 
@@ -39,16 +51,27 @@ class Options:
 
 def _new_result() -> dict[str, Any]:
     return {"records": 0, "bytes": 0, "defective": 0, "formats": Counter(), "classes": Counter(),
-            "histogram": {}, "examples": {}}
+            "histogram": {}, "examples": {}, "errors": []}
 
 
 def _add(result: dict[str, Any], raw: bytes, options: Options, position: dict[str, Any]) -> None:
-    result["records"] += 1
-    result["bytes"] += len(raw)
     facts: dict[str, Any] | None = {} if options.records else None
-    fmt, defect = check_record(raw, options.format, options.field, options.top_k, facts)
-    if facts is not None:
-        result.setdefault("rows", []).append(record_row(len(raw), raw, fmt, defect, facts, position, options.columns))
+    try:
+        fmt, defect = check_record(raw, options.format, options.field, options.top_k, facts)
+    except MemoryError:  # says nothing of the record: the run is incomplete, not the record bad
+        result["errors"].append(f"{_position(position)}: out of memory while checking this record "
+                                f"({_size(len(raw))}); it is not counted")
+        return
+    _count(result, len(raw), fmt, defect, options, position, raw, facts)
+
+
+def _count(result: dict[str, Any], size: int, fmt: str | None, defect: Defect | None, options: Options,
+           position: dict[str, Any], raw: bytes | None = None, facts: dict[str, Any] | None = None) -> None:
+    if options.records:
+        result.setdefault("rows", []).append(
+            record_row(size, raw, fmt, defect, facts or {}, position, options.columns))
+    result["records"] += 1
+    result["bytes"] += size
     if fmt is not None:
         result["formats"][fmt] += 1
     if defect is None:
@@ -65,10 +88,33 @@ def _add(result: dict[str, Any], raw: bytes, options: Options, position: dict[st
 _OPTIONS = Options()
 
 
-def _init_worker(options: Options) -> None:
+def _init_worker(options: Options, parent: int) -> None:
     global _OPTIONS
     _OPTIONS = options
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    _die_with(parent)
+
+
+def _die_with(parent: int) -> None:
+    """End this worker when the main process ends, however it ends (a SIGKILL included), so
+    no worker outlives the run."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0:  # PR_SET_PDEATHSIG (Linux)
+            if os.getppid() != parent:  # the parent ended before the request took effect
+                os._exit(1)
+            return
+    except (OSError, AttributeError):  # not Linux
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
@@ -76,33 +122,36 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
     options = options or _OPTIONS
     result = _new_result()
     result["file"] = chunk.name
+    if chunk.kind == "oversized":
+        position = {"file": chunk.name, **({"line": chunk.first_line} if chunk.first_line else {})}
+        reason = f"{chunk.size:,} bytes, more than the {_cli_io.MAX_RECORD:,}-byte limit on one record"
+        _count(result, chunk.size, None, Defect("too_large", "", reason), options, position)
+        return result
     if chunk.kind == "jsonl":
+        # The line as it is, less the JSON whitespace around it: what the parsers skip too.
         for offset, line in enumerate(chunk.data.split(b"\n")):
-            record = line.strip()
+            record = line.strip(JSON_SPACE)
             if record:
                 _add(result, record, options, {"file": chunk.name, "line": chunk.first_line + offset})
         return result
-    text = chunk.data.strip()
+    text = chunk.data.strip(JSON_SPACE)
     if not text:
         return result
     if not text.startswith(b"["):
         _add(result, text, options, {"file": chunk.name})
         return result
     try:
-        items, error = _json.loads(text), ""
+        items = _json.loads(text)
     except _json.JSONDecodeError as exc:
-        items, error = None, f"invalid JSON: {exc}"
-    if not isinstance(items, list):  # only when invalid: "[" starts an array
-        result["records"] += 1
-        result["bytes"] += len(text)
-        result["defective"] += 1
-        result["classes"]["malformed_json"] += 1
-        result["examples"]["malformed_json"] = [{"file": chunk.name, "location": "", "reason": error}]
-        if options.records:
-            result["rows"] = [invalid_json_row(text, error, {"file": chunk.name}, options.columns)]
+        error = invalid_json(exc)
+        if isinstance(error, MemoryError):
+            result["errors"].append(f"{chunk.name}: out of memory while reading the array of responses")
+        else:  # "[" starts an array: only invalid JSON makes it something else
+            _count(result, len(text), None, Defect("malformed_json", "", str(error)), options,
+                   {"file": chunk.name}, text)
         return result
     for number, item in enumerate(items, 1):
-        _add(result, _json.dumps(item), options, {"file": chunk.name, "element": number})
+        _add(result, json_bytes(item), options, {"file": chunk.name, "element": number})
     return result
 
 
@@ -135,6 +184,7 @@ class Tally:
         for cls, shown in result["examples"].items():
             mine = self.examples.setdefault(cls, [])
             mine.extend(shown[: self.options.examples - len(mine)])
+        self.errors.extend(result["errors"])
         counts = self.per_file.setdefault(result["file"], [0, 0])
         counts[0] += result["records"]
         counts[1] += result["defective"]
@@ -208,6 +258,7 @@ def run(paths: list[str], options: Options, *, jobs: int = 1, input_kind: str = 
     input cannot be opened; a file that fails midway is reported in ``Tally.errors`` and the
     run goes on with the next one."""
     sources = expand_paths(paths)
+    jobs = min(jobs, _cpus(), _chunks(sources))
     tally = Tally(options, sources)
     tally.sink = sink
     sizes = [s.size for s in sources]
@@ -241,7 +292,7 @@ def run(paths: list[str], options: Options, *, jobs: int = 1, input_kind: str = 
                 tally.merge(check_chunk(chunk, options))
                 meter.update(done(), tally.records)
         else:
-            with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(options,)) as pool:
+            with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(options, os.getpid())) as pool:
                 pending: deque = deque()
                 for chunk in chunks():
                     pending.append(pool.submit(check_chunk, chunk))
@@ -352,6 +403,14 @@ def _cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def _chunks(sources: list[Source]) -> int:
+    """How many chunks the sources can make at most (a worker more would have nothing to do);
+    a stream or a compressed file sets no bound."""
+    if any(s.size is None or s.compressed for s in sources):
+        return sys.maxsize
+    return max(sum(-(-s.size // _cli_io.BLOCK) for s in sources), 1)  # type: ignore[operator]
 
 
 def main(args: Any) -> int:

@@ -18,7 +18,9 @@ import numpy as np
 
 import tokenwire
 from tokenwire import _json
-from tokenwire._errors import MalformedResponseError, location
+from tokenwire._cli_io import json_bytes
+from tokenwire._errors import MalformedResponseError, invalid_json, location
+from tokenwire._reference import _named
 
 __all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "check_record", "resolve_field"]
 
@@ -32,6 +34,7 @@ CLASSES: dict[str, str] = {
     "malformed_packed": "malformed base64/packed field",
     "malformed_json": "malformed JSON",
     "unrecognized": "not a response of a supported format",
+    "too_large": "record larger than the size limit",
     "other": "other",
 }
 
@@ -75,7 +78,7 @@ _OPENAI_OBJECTS = {
 def _detect_generate(document: Any) -> bool:
     """A vLLM ``/inference/v1/generate`` response: an object with ``choices`` or
     ``prompt_token_ids`` and no OpenAI ``object`` type."""
-    if not isinstance(document, dict) or document.get("object") in _OPENAI_OBJECTS:
+    if not isinstance(document, dict) or _named(_OPENAI_OBJECTS, document.get("object")) is not None:
         return False
     if "choices" not in document:
         return "prompt_token_ids" in document
@@ -313,7 +316,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE, COMPLETIONS, CHAT, S
 def _describe(document: Any) -> str:
     """What an unrecognized record looks like, for its message."""
     if isinstance(document, dict):
-        kind = _OPENAI_OBJECTS.get(document.get("object"))  # type: ignore[arg-type]
+        kind = _named(_OPENAI_OBJECTS, document.get("object"))
         if kind is not None:
             return f"{kind} (object {document['object']!r})"
         if "meta_info" in document and "text" in document:
@@ -344,13 +347,16 @@ def _loads(raw: bytes) -> tuple[Any, str | None]:
     try:
         return _json.loads(raw), None
     except _json.JSONDecodeError as exc:
-        return None, f"invalid JSON: {exc}"
+        error = invalid_json(exc)
+        if isinstance(error, MemoryError):
+            raise error from None
+        return None, str(error)
 
 
 def field_bytes(value: Any) -> bytes:
     """The record a ``--field`` value stands for: a string is a response body stored as a JSON
     string (its text), anything else is serialized again."""
-    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else _json.dumps(value)
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else json_bytes(value)
 
 
 def check_record(
@@ -407,7 +413,9 @@ def check_record(
         defect = tried.classify(error, document)
         defect.choice, defect.field, defect.token = error.choice, error.field, error.token
         return tried.name, _prefixed(defect, prefix)
-    except Exception as exc:  # a bug, or MemoryError: reported, never fatal to the run
+    except MemoryError:  # the run's problem, not the record's: the caller reports it
+        raise
+    except Exception as exc:  # a bug: reported, never fatal to the run
         return None, _prefixed(Defect("other", "", f"{type(exc).__name__}: {exc}"), prefix)
 
 

@@ -13,7 +13,7 @@ import tokenwire
 
 from . import _json
 from ._cli_formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
-from ._cli_io import InputError, expand_paths, field_path, first_record
+from ._cli_io import InputError, expand_paths, field_path, first_record, json_bytes
 
 __all__ = ["describe", "main"]
 
@@ -93,7 +93,7 @@ def _decoded_choice(choice: dict[str, Any], parsed: tokenwire.GenerateChoice) ->
 
 def _fields(document: dict[str, Any], decoded: dict[str, list[str]], skip: str = "") -> list[dict[str, Any]]:
     return [
-        {"field": key, "wire": _wire(value), "bytes": len(_json.dumps(value)),
+        {"field": key, "wire": _wire(value), "bytes": len(json_bytes(value)),
          "decoded": decoded.get(key, [])}
         for key, value in document.items()
         if key != skip
@@ -137,7 +137,7 @@ def describe(raw: bytes, *, fmt: str = "auto", top_k: int | None = None) -> dict
                 "index": i,
                 "tokens": len(ids) if isinstance(ids, list) else None,
                 "finish_reason": choice.get("finish_reason"),
-                "bytes": len(_json.dumps(choice)),
+                "bytes": len(json_bytes(choice)),
             }
             decoded = _decoded_choice(choice, parsed.choices[i]) if parsed is not None else {}
             entry["fields"] = _fields(choice, decoded)

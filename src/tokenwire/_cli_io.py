@@ -1,5 +1,11 @@
 """Reading captured responses for the command line: plain, gzip or zstd files (told apart by
-their magic bytes), JSON documents or JSON lines, streamed in blocks so memory stays flat."""
+their magic bytes), JSON documents or JSON lines, streamed in blocks so memory stays flat.
+
+A record is handed on as the file holds it, less the JSON whitespace around it (which every
+parser skips): a byte order mark or a form feed stays, so the verdict is the library's on the
+same bytes. A record larger than ``MAX_RECORD`` is never held: it comes as an ``"oversized"``
+chunk that says where it is and how big it was.
+"""
 
 from __future__ import annotations
 
@@ -12,18 +18,29 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+
+from . import _json, _stdjson
+
 __all__ = [
     "BLOCK",
     "Chunk",
     "InputError",
+    "JSON_SPACE",
+    "MAX_RECORD",
     "Source",
     "expand_paths",
     "first_record",
+    "json_bytes",
     "read_chunks",
 ]
 
 BLOCK = 4 << 20  # bytes read at a time; a chunk is one block cut at its last newline
+MAX_RECORD = 1 << 30  # the largest record held in memory (at least BLOCK)
+JSON_SPACE = b" \t\n\r"  # what JSON allows around a document
 _GZIP_MAGIC = b"\x1f\x8b"
+# What a path that is not a regular file is, for the message refusing it.
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
 _BOM = b"\xef\xbb\xbf"
 _CAPTURE_SUFFIXES = (".json", ".jsonl", ".ndjson")
 # Errors a stream raises on a damaged file (BadGzipFile is an OSError).
@@ -51,17 +68,20 @@ class Source:
     path: str  # "-" is standard input
     name: str  # as reports show it
     size: int | None  # bytes on disk (None: standard input)
+    compressed: bool = False  # gzip or zstd: the size says little of the records'
 
 
 @dataclass
 class Chunk:
-    """Complete lines of one file (``kind`` "jsonl"; ``first_line`` numbers the first), or a
-    whole JSON document (``kind`` "json")."""
+    """Complete lines of one file (``kind`` "jsonl"; ``first_line`` numbers the first), a
+    whole JSON document (``kind`` "json"), or a record larger than ``MAX_RECORD`` (``kind``
+    "oversized": its line, or 0 for a whole document, and its ``size``; no data)."""
 
     name: str
     first_line: int
     kind: str
     data: bytes
+    size: int = 0
 
 
 def expand_paths(paths: list[str]) -> list[Source]:
@@ -94,11 +114,18 @@ def expand_paths(paths: list[str]) -> list[Source]:
 
 def _source(path: str) -> Source:
     try:
+        # stat first: opening a FIFO would wait for a writer, and a device may never end.
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise InputError(f"{path}: is {kind}, not a regular file; stream it in as - (standard input)")
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
+            magic = f.read(4)
+            compressed = magic[:2] == _GZIP_MAGIC or magic == _ZSTD_MAGIC
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return Source(path, path, size)
+    return Source(path, path, size, compressed)
 
 
 class Reader:
@@ -225,43 +252,85 @@ def sniff(block: bytes) -> str:
 def read_chunks(reader: Reader, kind: str = "auto") -> Iterator[Chunk]:
     """The chunks of one source; ``kind``: ``"auto"`` (sniffed), ``"json"`` or ``"jsonl"``."""
     name = reader.source.name
-    first = reader.read(BLOCK).removeprefix(_BOM)
+    first = reader.read(BLOCK)
     if kind == "auto":
         kind = sniff(first)
     if kind == "json":
-        parts = [first]
+        parts: list[bytes] | None = [first]
+        size = len(first)
         while block := reader.read(BLOCK):
-            parts.append(block)
-        yield Chunk(name, 1, "json", b"".join(parts))
+            size += len(block)
+            if size > MAX_RECORD:
+                parts = None  # counted to the end, never held
+            elif parts is not None:
+                parts.append(block)
+        yield Chunk(name, 1, "json", b"".join(parts)) if parts is not None else Chunk(name, 0, "oversized", b"", size)
         return
+    yield from _lines(reader, name, first)
+
+
+def _lines(reader: Reader, name: str, block: bytes) -> Iterator[Chunk]:
+    """JSON lines from ``block`` on: chunks of whole lines, and each line longer than
+    ``MAX_RECORD`` as an "oversized" chunk (read to its newline, never held)."""
     line = 1
     pending: list[bytes] = []  # the start of a line longer than a block
-    block = first
+    held = 0  # bytes in pending
+    skipped: int | None = None  # bytes so far of an oversized line
     while block:
-        cut = block.rfind(b"\n")
-        if cut < 0:
-            pending.append(block)
-        else:
-            data = b"".join([*pending, block[: cut + 1]]) if pending else block[: cut + 1]
-            pending = [block[cut + 1 :]] if cut + 1 < len(block) else []
-            yield Chunk(name, line, "jsonl", data)
-            line += data.count(b"\n")
-        block = reader.read(BLOCK)
-    if pending:
+        if skipped is None:
+            end = block.find(b"\n")
+            if end >= 0 and held + end <= MAX_RECORD:
+                cut = block.rfind(b"\n")
+                data = b"".join([*pending, block[: cut + 1]]) if pending else block[: cut + 1]
+                rest = block[cut + 1 :]
+                pending, held = ([rest], len(rest)) if rest else ([], 0)
+                yield Chunk(name, line, "jsonl", data)
+                line += data.count(b"\n")
+                block = reader.read(BLOCK)
+                continue
+            if end < 0 and held + len(block) <= MAX_RECORD:
+                pending.append(block)
+                held += len(block)
+                block = reader.read(BLOCK)
+                continue
+            skipped, pending, held = held, [], 0  # over the limit: counted from here on
+        end = block.find(b"\n")
+        if end < 0:
+            skipped += len(block)
+            block = reader.read(BLOCK)
+            continue
+        yield Chunk(name, line, "oversized", b"", skipped + end)
+        line, skipped = line + 1, None
+        block = block[end + 1 :] or reader.read(BLOCK)
+    if skipped is not None:
+        yield Chunk(name, line, "oversized", b"", skipped)
+    elif pending:
         yield Chunk(name, line, "jsonl", b"".join(pending))
+
+
+def json_bytes(value: Any) -> bytes:
+    """A parsed JSON value as compact JSON again (orjson's, or the standard library's for a
+    value nested deeper than orjson writes)."""
+    try:
+        return _json.dumps(value)
+    except (TypeError, RecursionError):  # orjson writes at most 254 levels
+        return _stdjson.dumps(value)
 
 
 def first_record(source: Source, kind: str = "auto", line: int | None = None) -> tuple[bytes, int, str] | None:
     """The first record of a source (or the one on ``line``): its bytes, its line (JSONL) or
     element number (JSON array, 1-based; 0 for a single document), and the kind read.
     None when there is no such record."""
-    from . import _json
-
     reader = Reader(source)
     try:
         for chunk in read_chunks(reader, kind):
+            if chunk.kind == "oversized":
+                if line is None or chunk.first_line in (0, line):
+                    raise InputError(f"{source.name}: the record is {chunk.size:,} bytes, more than the "
+                                     f"{MAX_RECORD:,}-byte limit")
+                continue
             if chunk.kind == "json":
-                text = chunk.data.strip()
+                text = chunk.data.strip(JSON_SPACE)
                 if not text.startswith(b"["):
                     return (text, 0, "json") if text and line in (None, 1) else None
                 try:
@@ -271,10 +340,13 @@ def first_record(source: Source, kind: str = "auto", line: int | None = None) ->
                 wanted = (line or 1) - 1
                 if not isinstance(items, list) or wanted >= len(items):
                     return None
-                return _json.dumps(items[wanted]), wanted + 1, "json"
-            for offset, record in enumerate(chunk.data.split(b"\n")):
+                return json_bytes(items[wanted]), wanted + 1, "json"
+            lines = chunk.data.split(b"\n")
+            if chunk.data.endswith(b"\n"):
+                lines.pop()  # what follows the last newline is the next chunk's
+            for offset, record in enumerate(lines):
                 number = chunk.first_line + offset
-                record = record.strip()
+                record = record.strip(JSON_SPACE)
                 if (line is None and record) or number == line:
                     return (record, number, "jsonl") if record else None
                 if line is not None and number > line:

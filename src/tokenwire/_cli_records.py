@@ -14,7 +14,7 @@ from ._audit import Verdict, verdict
 from ._cli_formats import Defect, FieldMissing, resolve_field
 from ._cli_io import InputError, field_path
 
-__all__ = ["COLUMNS", "RecordsWriter", "invalid_json_row", "parse_columns", "record_row", "records_sink"]
+__all__ = ["COLUMNS", "RecordsWriter", "parse_columns", "record_row", "records_sink"]
 
 # The fixed columns, in order, with the pyarrow factories of their types; user columns
 # (``--column``) follow as strings.
@@ -82,13 +82,6 @@ def record_row(
         for name, path in columns:
             row[name] = _column_value(document, path)
     return row
-
-
-def invalid_json_row(
-    raw: bytes, reason: str, position: dict[str, Any], columns: tuple[tuple[str, tuple[str, ...]], ...]
-) -> dict[str, Any]:
-    """The row of a record that is not JSON (a JSON-array file that does not parse)."""
-    return record_row(len(raw), raw, None, Defect("malformed_json", "", reason), {}, position, columns)
 
 
 class RecordsWriter:

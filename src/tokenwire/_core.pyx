@@ -22,7 +22,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-from ._errors import MalformedResponseError
+from ._args import check_input, output_bytes
+from ._errors import MalformedResponseError, invalid_json
 from . import _json, _openai, _reference
 
 cnp.import_array()
@@ -112,7 +113,8 @@ cdef extern from "tw_base64.h" nogil:
     int tw_path_best()
     const char *tw_path_name(int path)
     ptrdiff_t tw_b64_decoded_size(const char *src, size_t len)
-    ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, int path, size_t *err_pos)
+    ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, size_t cap, int path,
+                            size_t *err_pos)
     size_t tw_b64_encoded_size(size_t n)
     size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
 
@@ -159,7 +161,10 @@ if _forced:
 cdef object _bytes_view(object data):
     """A flat byte view of str (as UTF-8) or any contiguous buffer; no copy for buffers."""
     if isinstance(data, str):
-        data = (<str>data).encode("utf-8")
+        try:
+            data = (<str>data).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: what orjson.loads says of such a str
+            raise MalformedResponseError("invalid JSON: str is not valid UTF-8: surrogates not allowed") from None
     try:
         return memoryview(data).cast("B")
     except TypeError:
@@ -202,6 +207,15 @@ def b64decode(data, out=None):
     cdef uint8_t *dst
     cdef int path = _path
     cdef cnp.npy_intp dims[1]
+    # The arguments first (the input, then the output buffer), then the content: as the reference.
+    if not (type(data) is bytes or isinstance(data, str)):
+        check_input(data)
+    if out is not None and not (type(out) is np.ndarray and cnp.PyArray_NDIM(out) == 1
+                                and cnp.PyArray_TYPE(out) == cnp.NPY_UINT8
+                                and cnp.PyArray_IS_C_CONTIGUOUS(out) and cnp.PyArray_ISWRITEABLE(out)):
+        out = output_bytes(out)
+    if isinstance(data, str) and not (<str>data).isascii():  # never base64 (nor always UTF-8)
+        raise MalformedResponseError("invalid base64")
     cdef bint borrowed = _acquire(data, &buf, &src, &size)
     try:
         need = tw_b64_decoded_size(src, <size_t>size)
@@ -211,23 +225,19 @@ def b64decode(data, out=None):
             dims[0] = need
             result = cnp.PyArray_SimpleNew(1, dims, cnp.NPY_UINT8)
         else:
-            if not (type(out) is np.ndarray and cnp.PyArray_TYPE(out) == cnp.NPY_UINT8
-                    and cnp.PyArray_IS_C_CONTIGUOUS(out) and cnp.PyArray_ISWRITEABLE(out)):
-                out = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
             if cnp.PyArray_SIZE(out) < need:
                 raise ValueError(f"output buffer holds {cnp.PyArray_SIZE(out)} bytes, {need} needed")
-            if not cnp.PyArray_ISWRITEABLE(out):
-                raise ValueError("output buffer is read-only")
             result = out if cnp.PyArray_SIZE(out) == need else out[:need]
         if need == 0:
             return result
         dst = <uint8_t *>cnp.PyArray_DATA(result)
+        # need bounds the writes: a buffer rewritten by another thread may change its padding.
         if size >= _NOGIL_MIN:
             with nogil:
-                got = tw_b64_decode(src, <size_t>size, dst, path, &err)
+                got = tw_b64_decode(src, <size_t>size, dst, <size_t>need, path, &err)
         else:
-            got = tw_b64_decode(src, <size_t>size, dst, path, &err)
-        if got < 0:
+            got = tw_b64_decode(src, <size_t>size, dst, <size_t>need, path, &err)
+        if got != need:
             raise MalformedResponseError("invalid base64")
         return result
     finally:
@@ -587,7 +597,7 @@ cdef object _decode(const char *buf, const tw_value *v, int path):
             return out
         target = out
         with nogil:
-            got = tw_b64_decode(src, length, &target[0], path, &err)
+            got = tw_b64_decode(src, length, &target[0], <size_t>need, path, &err)
         return out if got >= 0 else None
     finally:
         free(tmp)
@@ -699,7 +709,7 @@ cdef class _Scan:
         try:
             return _json.loads(stripped)
         except _json.JSONDecodeError as exc:
-            raise MalformedResponseError(f"invalid JSON: {exc}") from None
+            raise invalid_json(exc) from None
 
     cdef object blob(self, const tw_value *v):
         """The bytes of the base64 string ``v`` as a uint8 array, or None when they are not
@@ -1036,7 +1046,9 @@ def heads(ids, candidates, sampled_lps, k, supports, limit):
     cdef int code = 0
     cdef int simd = _heads_path()
     cdef ptrdiff_t bad
-    cdef int64_t kk = k
+    # A head wider than any row decides exactly as k = 2**62 does (every row has fewer
+    # than k + 2 candidates), and a top_k of 2**63 or more must not overflow int64.
+    cdef int64_t kk = min(k, 2**62)
     total = max(int(candidates.offsets[n]) - int(candidates.offsets[0]), 1)
     out_off = np.zeros(n + 1, dtype=np.int64)
     out_ids = np.empty(total, dtype=np.int64)
@@ -1210,7 +1222,7 @@ class _ScannedReader(_Scanned, _openai._Reader):
             return super().keyed_rows(rows, path)
         candidates, top_err, repeat = scan.head_rows(v, True)
         if repeat is True:  # a key with an escape: the rows as the reference reads them
-            rows = json.loads(scan.text(v), object_pairs_hook=_openai._keep_repeats)
+            rows = _openai._load_keeping_repeats(scan.text(v))
             return super().keyed_rows(rows, path)
         return candidates, top_err, repeat
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["MalformedResponseError", "location"]
+__all__ = ["MalformedResponseError", "invalid_json", "location"]
 
 
 def location(choice: int | None, field: str | None, token: int | None) -> str:
@@ -50,3 +50,12 @@ class MalformedResponseError(ValueError):
 
 def _rebuild(cls, reason, choice, field, token):
     return cls(reason, choice=choice, field=field, token=token)
+
+
+def invalid_json(exc: Exception) -> Exception:
+    """What a JSON parser's error means: MemoryError when the parser ran out of memory (orjson
+    reports that as a decode error; the document may be valid), else the document is not JSON."""
+    text = str(exc)
+    if "memory" in text.lower():
+        return MemoryError(f"out of memory while parsing JSON: {text}")
+    return MalformedResponseError(f"invalid JSON: {text}")

@@ -7,23 +7,18 @@ from typing import Any
 import numpy as np
 
 from . import _reference, _select
+from ._args import INT64_MAX, int_arg, int_array, real_array
 from ._errors import MalformedResponseError
+from ._reference import MAX_MASK_ID, MAX_TOKEN_ID
 from ._types import Ragged
 
 __all__ = ["select_heads"]
 
 
-def _array(values: Any, dtype: Any, name: str) -> np.ndarray:
-    array = np.ascontiguousarray(values)
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be 1-D")
-    if np.dtype(dtype).kind in "iu" and array.size and array.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers, not {array.dtype}")
-    return np.ascontiguousarray(array, dtype=dtype)
-
-
 def _offsets(values: Any, size: int, name: str) -> np.ndarray:
-    offsets = _array(values, np.int64, name)
+    # A private copy: the kernels size their output and bound their reads by it, without the
+    # GIL, so another thread writing to the caller's array must not change it after the check.
+    offsets = int_array(values, name, np.int64, 0, INT64_MAX).copy()
     if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != size or (np.diff(offsets) < 0).any():
         raise ValueError(f"{name} must start at 0, never decrease and end at {size}")
     return offsets
@@ -49,34 +44,43 @@ def select_heads(
     distinct ids; without it every row must list distinct ids. A recorded support
     (``support_ids``/``support_offsets``, CSR) makes each head exactly its support.
     Returns ``(ids, logprobs)`` as :class:`Ragged`; raises :class:`MalformedResponseError`
-    located at the first token whose head breaks a rule.
+    located at the first token whose head breaks a rule (a candidate logprob that is not finite
+    or above 1e-6 first), and ValueError/TypeError for arrays that do not fit together.
     """
-    if _reference._check_top_k(k) is None:
-        raise ValueError("k must be a positive int")
-    ids = _array(candidate_ids, np.int64, "candidate_ids")
+    k = int_arg(k, "k", 1)
+    compact = num_top is not None
+    if compact:
+        num_top = int_arg(num_top, "num_top", -1)
+    # Compact rows are what the wire carries: u32 ids and f32 values.
+    ids = int_array(candidate_ids, "candidate_ids", np.int64, 0 if compact else -INT64_MAX - 1,
+                    MAX_TOKEN_ID if compact else INT64_MAX)
+    logprobs = real_array(candidate_logprobs, "candidate_logprobs", np.float32 if compact else np.float64)
+    if len(logprobs) != len(ids):
+        raise ValueError(f"{len(ids)} candidate ids but {len(logprobs)} logprobs")
     offsets = _offsets(candidate_offsets, len(ids), "candidate_offsets")
     n = len(offsets) - 1
-    sampled = _array(sampled_ids, np.int64, "sampled_ids")
-    sampled_lps = _array(sampled_logprobs, np.float64, "sampled_logprobs")
+    # The parsers' rule for a candidate (math.exp of a value above 709 overflows, and NaN
+    # orders nothing), checked for the whole array first as the compact parser does.
+    unusable = np.flatnonzero(~np.isfinite(logprobs) | (logprobs > 1e-6))
+    if len(unusable):
+        row = int(np.searchsorted(offsets, unusable[0], side="right")) - 1
+        raise MalformedResponseError("Top logprob must be finite and at most 1e-6", field="heads", token=row)
+    sampled = int_array(sampled_ids, "sampled_ids", np.int64, -INT64_MAX - 1, INT64_MAX)
+    sampled_lps = real_array(sampled_logprobs, "sampled_logprobs", np.float64)
     if len(sampled) != n or len(sampled_lps) != n:
         raise ValueError(f"{n} tokens of candidates but {len(sampled)} sampled ids and {len(sampled_lps)} logprobs")
     supports = None
     if support_ids is not None or support_offsets is not None:
-        values = _array(support_ids, np.int32, "support_ids")
+        if support_ids is None or support_offsets is None:
+            raise ValueError("support_ids and support_offsets go together")
+        values = int_array(support_ids, "support_ids", np.int32, 0, MAX_MASK_ID)
         supports = Ragged(_offsets(support_offsets, len(values), "support_offsets"), values)
         if len(supports) != n:
             raise ValueError(f"{len(supports)} supports for {n} tokens")
     kernels = _select.kernels
-    if num_top is not None:
-        if ids.size and (ids.min() < 0 or ids.max() > _reference.MAX_TOKEN_ID):
-            raise ValueError("compact candidate ids must be in [0, 2**32)")
-        candidates = kernels.compact_candidates(
-            ids.astype(np.uint32), _array(candidate_logprobs, np.float32, "candidate_logprobs"), offsets, num_top
-        )
+    if compact:
+        candidates = kernels.compact_candidates(ids.astype(np.uint32), logprobs, offsets, num_top)
     else:
-        logprobs = _array(candidate_logprobs, np.float64, "candidate_logprobs")
-        if len(logprobs) != len(ids):
-            raise ValueError(f"{len(ids)} candidate ids but {len(logprobs)} logprobs")
         rows = np.repeat(np.arange(n), np.diff(offsets))
         order = np.lexsort((ids, rows))
         repeated = np.flatnonzero((np.diff(ids[order]) == 0) & (np.diff(rows[order]) == 0))

@@ -23,13 +23,13 @@ functions), exactly as the generate parser's ``_Choice`` is replaced by the comp
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 
 import numpy as np
 
+from . import _stdjson
 from ._errors import MalformedResponseError
 from ._reference import (
     _NATIVE_TOP,
@@ -489,7 +489,7 @@ def _load_keeping_repeats(raw: Any) -> Any:
     Only called after orjson accepted ``raw``, so the text is valid JSON."""
     if not isinstance(raw, (bytes, str)):
         raw = memoryview(raw).cast("B").tobytes()
-    return json.loads(raw, object_pairs_hook=_keep_repeats)
+    return _stdjson.loads(raw, _keep_repeats)
 
 
 # --- OpenAI-compatible logprobs: the shapes servers send -----------------------------------------

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from . import _json
-from ._errors import MalformedResponseError
+from ._args import check_input, output_bytes
+from ._errors import MalformedResponseError, invalid_json
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 
 __all__ = ["b64decode", "b64encode", "parse_generate_response", "rows_to_lists", "select_head"]
@@ -34,6 +35,7 @@ COMPACT_FORMAT = "u32-f32-le-v1"
 MAX_TOKEN_ID = 2**32 - 1
 MAX_MASK_ID = 2**31 - 1  # sampling masks are int32 on the wire
 MAX_OFFSET = 2**63 - 1  # offsets index an int64-addressed buffer
+MAX_DIMS = 64  # numpy's limit on an array's dimensions
 PACKED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
 ROUTED_DTYPES = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "int32": np.dtype("<i4")}
 NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i4": "int32"}
@@ -75,6 +77,12 @@ def _is_int(value: Any) -> bool:
     return type(value) is int
 
 
+def _named(table: dict[str, Any], name: Any) -> Any:
+    """``table[name]`` for a str ``name`` that is a key, else None (a JSON array or object
+    names nothing, and cannot even be looked up)."""
+    return table.get(name) if isinstance(name, str) else None
+
+
 def _b64(data: Any) -> bytes | None:
     """Canonical base64 (standard alphabet, padded, nothing else) or None."""
     if isinstance(data, str):
@@ -93,22 +101,23 @@ def _b64(data: Any) -> bytes | None:
 
 def b64decode(data: Any, out: Any = None) -> np.ndarray:
     """Strictly decode base64 ``data`` to a uint8 array (into ``out`` when given)."""
+    check_input(data)
+    target = None if out is None else output_bytes(out)
+    text = data.encode("ascii", "replace") if isinstance(data, str) else memoryview(data).cast("B")
+    # The size the length and the padding promise decides whether out is big enough, before
+    # the characters are read (as the compiled core decodes straight into out).
+    tail = bytes(text[-3:])
+    pads = len(tail) - len(tail.rstrip(b"="))
+    if len(text) % 4 or pads > 2 or (isinstance(data, str) and not data.isascii()):
+        raise MalformedResponseError("invalid base64")
+    need = len(text) // 4 * 3 - pads
+    if target is not None and len(target) < need:
+        raise ValueError(f"output buffer holds {len(target)} bytes, {need} needed")
     decoded = _b64(data)
     if decoded is None:
-        if not isinstance(data, str):
-            try:
-                memoryview(data)
-            except TypeError:
-                raise TypeError(f"expected str or a bytes-like object, not {type(data).__name__}"
-                ) from None
         raise MalformedResponseError("invalid base64")
-    if out is None:
+    if target is None:
         return np.frombuffer(bytearray(decoded), dtype=np.uint8)
-    target = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
-    if len(target) < len(decoded):
-        raise ValueError(f"output buffer holds {len(target)} bytes, {len(decoded)} needed")
-    if not target.flags.writeable:
-        raise ValueError("output buffer is read-only")
     target[: len(decoded)] = np.frombuffer(decoded, dtype=np.uint8)
     return target[: len(decoded)]
 
@@ -405,7 +414,7 @@ def _parse_packed_logprobs(packed: Any, n: int, c: _Choice) -> np.ndarray:
     field = "completion_logprobs"
     if not isinstance(packed, dict):
         c.fail("Engine response choice.completion_logprobs must be an object.", field)
-    dtype = PACKED_DTYPES.get(packed.get("dtype"))  # type: ignore[arg-type]
+    dtype = _named(PACKED_DTYPES, packed.get("dtype"))
     if dtype is None:
         c.fail("Unsupported packed logprob dtype (float32 or float64)", field + ".dtype")
     raw = c.blob(packed.get("data"), field + ".data")
@@ -717,7 +726,7 @@ def _parse_npy(raw: np.ndarray, c: _Choice) -> np.ndarray:
     if (
         not isinstance(header, dict)
         or header.get("fortran_order") is not False
-        or header.get("descr") not in NPY_DESCRS
+        or _named(NPY_DESCRS, header.get("descr")) is None
         or not isinstance(header.get("shape"), tuple)
     ):
         c.fail("routed_experts .npy header is invalid", field)
@@ -736,6 +745,12 @@ def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: _Choice) -> np.nda
             f"{len(data)} decoded bytes",
             field + ".shape",
         )
+    # What numpy can shape even when the bytes match: a zero dimension makes no bytes of the others.
+    if len(shape) > MAX_DIMS:
+        c.fail(f"routed_experts shape has {len(shape)} dimensions (at most {MAX_DIMS})", field + ".shape")
+    if math.prod(d for d in shape if d) * dtype.itemsize > MAX_OFFSET:
+        c.fail(f"routed_experts shape {shape} is too big for an array (its non-zero dimensions span "
+               "more than 2**63 - 1 bytes)", field + ".shape")
     return data.view(dtype).reshape(shape)
 
 
@@ -749,7 +764,7 @@ def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
     if not isinstance(value, dict):
         c.fail("routed_experts must be an object or a base64 .npy string", field)
     dtype_name = value.get("dtype", "uint8")
-    if dtype_name not in ROUTED_DTYPES:
+    if _named(ROUTED_DTYPES, dtype_name) is None:
         c.fail("Unsupported routed_experts dtype (uint8, uint16 or int32)", field + ".dtype")
     start = value.get("start")
     if start is not None and (not _is_int(start) or start < 0):
@@ -764,6 +779,8 @@ def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
 
 
 def _check_top_k(top_k: Any) -> int | None:
+    if isinstance(top_k, np.integer):  # numpy integers are ints (np.bool_ is not one)
+        top_k = int(top_k)
     if top_k is not None and (not _is_int(top_k) or top_k < 1):
         raise ValueError(f"top_k must be a positive int or None, not {top_k!r}")
     return top_k
@@ -780,7 +797,7 @@ def _load(raw: Any) -> Any:
     try:
         return _json.loads(raw)
     except _json.JSONDecodeError as exc:
-        raise MalformedResponseError(f"invalid JSON: {exc}") from None
+        raise invalid_json(exc) from None
 
 
 def _parse_choice(c: _Choice, choice: Any, k: int | None, require_logprobs: bool) -> GenerateChoice:

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from . import _json, _reference, _select
-from ._reference import COMPACT_FORMAT, MAX_TOKEN_ID
+from ._args import int_arg, int_array, real_array
+from ._errors import MalformedResponseError
+from ._reference import COMPACT_FORMAT, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 
 __all__ = [
     "Blob",
@@ -32,13 +34,40 @@ class Blob:
 
     ``dumps_generate_response`` splices it into the output; for ``orjson.dumps`` or ``json.dumps`` pass
     ``default=tokenwire.json_default``; ``str(blob)`` gives the text for other serializers.
+    ``Blob(text)`` checks that ``text`` is canonical base64 (``array``, when given, must be
+    its decoding), since its bytes are spliced into JSON unquoted; a blob cannot be changed.
     """
 
-    __slots__ = ("array", "text")
+    __slots__ = ("_array", "_text")
 
-    def __init__(self, text: bytes, array: np.ndarray) -> None:
-        self.text = text
-        self.array = array  # the encoded bytes (uint8), for validation with the reader's rules
+    def __init__(self, text: bytes | str, array: Any = None) -> None:
+        if isinstance(text, str):
+            text = text.encode("ascii", "replace")
+        try:
+            decoded = _select.kernels.b64decode(text)
+        except (MalformedResponseError, TypeError):
+            raise ValueError("Blob text must be canonical base64 bytes (A-Z a-z 0-9 + /, '=' padding)") from None
+        if array is not None and not np.array_equal(np.ascontiguousarray(array).reshape(-1).view(np.uint8), decoded):
+            raise ValueError("Blob array must be the bytes its text decodes to")
+        self._text = bytes(text)
+        self._array = decoded
+
+    @classmethod
+    def _encoded(cls, text: bytes, array: np.ndarray) -> Blob:
+        """The encoders' own blob: ``text`` is ``b64encode(array)``, no need to check it."""
+        blob = cls.__new__(cls)
+        blob._text = text
+        blob._array = array
+        return blob
+
+    @property
+    def text(self) -> bytes:
+        return self._text
+
+    @property
+    def array(self) -> np.ndarray:
+        """The encoded bytes (uint8), for validation with the reader's rules."""
+        return self._array
 
     def __str__(self) -> str:
         return self.text.decode("ascii")
@@ -97,19 +126,19 @@ def _row_firsts(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
 def _blob(array: np.ndarray) -> Blob:
     raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    return Blob(_select.kernels.b64encode(raw), raw)
+    return Blob._encoded(_select.kernels.b64encode(raw), raw)
 
 
-def _integers(values: Any, name: str) -> np.ndarray:
-    array = np.asarray(values)
-    if array.size and array.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers, not {array.dtype}")
-    return array.astype(np.int64, copy=False).reshape(-1) if array.size else np.zeros(0, np.int64)
+def _ids(values: Any, name: str, high: int = MAX_TOKEN_ID) -> np.ndarray:
+    """Token ids of any shape, flattened to int64, each checked to lie in ``[0, high]``."""
+    return int_array(values, name, np.int64, 0, high, flat=True)
 
 
-def _check_ids(array: np.ndarray, name: str, high: int = MAX_TOKEN_ID) -> None:
-    if array.size and (array.min() < 0 or array.max() > high):
-        raise ValueError(f"{name} must hold ids in [0, {high}]")
+def _rows_for(sampled: np.ndarray, rows: int) -> np.ndarray:
+    """The sampled ids given for ``rows`` rows: one per row."""
+    if len(sampled) != rows:
+        raise ValueError(f"{len(sampled)} completion ids for {rows} rows")
+    return sampled
 
 
 _PACKED = {"float32": "<f4", "float64": "<f8", "int32": "<i4"}
@@ -147,27 +176,34 @@ def encode_compact_logprobs(
     ``completion_ids`` are the sampled ids the rows must hold; by default the first id of each
     row, where the engine's flat storage puts the sampled token.
     """
-    row_ids = _integers(ids, "ids")
-    _check_ids(row_ids, "ids")
-    values = np.ascontiguousarray(logprobs, dtype="<f4").reshape(-1)
-    if len(values) != len(row_ids):
-        raise ValueError(f"{len(row_ids)} ids but {len(values)} logprobs")
-    bounds = _integers(offsets, "offsets")
+    row_ids = _ids(ids, "ids")
+    exact = real_array(logprobs, "logprobs", np.float64, flat=True)
+    if len(exact) != len(row_ids):
+        raise ValueError(f"{len(row_ids)} ids but {len(exact)} logprobs")
+    values = exact.astype("<f4")
+    # The wire holds float32: a value that only rounds to vLLM's sentinel would read as missing.
+    rounded = np.flatnonzero((values == VLLM_LOGPROB_SENTINEL) & (exact != VLLM_LOGPROB_SENTINEL))
+    if len(rounded):
+        at = int(rounded[0])
+        raise ValueError(f"logprobs[{at}] = {float(exact[at])!r} becomes -9999.0 in float32, vLLM's sentinel for a "
+                         "missing or clamped logprob; pass -9999.0 itself for a filtered-out candidate")
+    bounds = int_array(offsets, "offsets", np.int64, 0, MAX_OFFSET, flat=True)
+    if not len(bounds) or bounds[0] != 0 or bounds[-1] != len(row_ids) or (np.diff(bounds) <= 0).any():
+        raise ValueError(f"offsets must start at 0, rise at every row (the sampled token opens it) and end "
+                         f"at {len(row_ids)}, the number of ids")
+    top = int_arg(num_top_logprobs, "num_top_logprobs", -1)
     data = np.concatenate([row_ids.astype("<u4").view(np.uint8), values.view(np.uint8)])
     field = {
         "data": _blob(data),
         "format": COMPACT_FORMAT,
         "offsets": bounds.tolist(),
-        "num_top_logprobs": num_top_logprobs,
+        "num_top_logprobs": top,
     }
-    n = max(len(bounds) - 1, 0)
+    n = len(bounds) - 1
     if completion_ids is None:
         sampled = _row_firsts(row_ids, bounds)
     else:
-        sampled = _integers(completion_ids, "completion_ids")
-        _check_ids(sampled, "completion_ids")
-        if len(sampled) != n:
-            raise ValueError(f"{len(sampled)} completion ids for {n} rows")
+        sampled = _rows_for(_ids(completion_ids, "completion_ids"), n)
     _reference._parse_compact_logprobs({"compact_logprobs": field}, np.asarray(sampled, np.int64), None, _given_choice())
     return field
 
@@ -175,23 +211,17 @@ def encode_compact_logprobs(
 def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = None) -> dict[str, Any]:
     """The packed CSR sampling mask ``{"ids", "counts"}`` (int32): row ``t`` holds ``counts[t]``
     ids. With ``completion_ids``, every row must also hold its sampled id."""
-    support = np.asarray(ids)
-    sizes = np.asarray(counts)
-    for name, array in (("ids", support), ("counts", sizes)):
-        if array.size and array.dtype.kind not in "iu":
-            raise TypeError(f"{name} must hold integers, not {array.dtype}")
-        if array.size and (array.min() < 0 or array.max() > _reference.MAX_MASK_ID):
-            raise ValueError(f"{name} must hold int32 values >= 0")
-    field = {
-        "ids": encode_packed(support.astype(np.int32).reshape(-1)),
-        "counts": encode_packed(sizes.astype(np.int32).reshape(-1)),
-    }
+    support = _ids(ids, "ids", _reference.MAX_MASK_ID).astype(np.int32)
+    sizes = _ids(counts, "counts", _reference.MAX_MASK_ID).astype(np.int32)
+    if int(sizes.sum(dtype=np.int64)) != len(support):
+        raise ValueError(f"counts add up to {int(sizes.sum(dtype=np.int64))} but there are {len(support)} ids")
+    field = {"ids": encode_packed(support), "counts": encode_packed(sizes)}
     if completion_ids is None:
         # Without the sampled ids, every other rule still holds: take each row's first id.
-        bounds = np.concatenate([[0], np.cumsum(sizes.astype(np.int64).reshape(-1))])
-        sampled = _row_firsts(support.astype(np.int64).reshape(-1), bounds)
+        bounds = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        sampled = _row_firsts(support.astype(np.int64), bounds)
     else:
-        sampled = _integers(completion_ids, "completion_ids")
+        sampled = _rows_for(_ids(completion_ids, "completion_ids"), len(sizes))
     _reference._parse_sampling_mask({"sampling_mask": field}, np.asarray(sampled, np.int64), _given_choice())
     return field
 
@@ -205,7 +235,10 @@ def encode_routed_experts(array: Any, start: int | None = 0) -> dict[str, Any]:
     routing = np.asarray(array)
     name = routing.dtype.name
     if name not in _ROUTED or routing.ndim < 1:
-        raise TypeError(f"routed experts are uint8, uint16 or int32 arrays, not {name}")
+        raise TypeError(f"routed experts are uint8, uint16 or int32 arrays of 1 or more dimensions, "
+                        f"not a {routing.ndim}-D {name} array")
+    if start is not None:
+        start = int_arg(start, "start", 0)
     routing = np.ascontiguousarray(routing, dtype=_ROUTED[name])
     field = {"data": _blob(routing), "shape": list(routing.shape), "start": start, "dtype": name}
     _reference._parse_routed_experts(field, _given_choice())

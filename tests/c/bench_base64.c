@@ -40,7 +40,7 @@ static double time_it(int decode, const void *in, size_t n, void *out, int path,
         if (decode) {
             size_t e;
             for (i = 0; i < iters; i++)
-                g_sink = tw_b64_decode((const char *)in, n, (uint8_t *)out, path, &e);
+                g_sink = tw_b64_decode((const char *)in, n, (uint8_t *)out, n / 4 * 3, path, &e);
         } else {
             for (i = 0; i < iters; i++)
                 g_sink = (ptrdiff_t)tw_b64_encode((const uint8_t *)in, n, (char *)out, path);
@@ -72,7 +72,7 @@ int main(int argc, char **argv)
             double td, te, t0;
             long iters = 1;
             if (!tw_path_available(path)) continue;
-            if (tw_b64_decode(enc, S, dec, path, NULL) != (ptrdiff_t)raw_n ||
+            if (tw_b64_decode(enc, S, dec, raw_n, path, NULL) != (ptrdiff_t)raw_n ||
                 memcmp(dec, raw, raw_n) != 0) {
                 printf("decode mismatch\n");
                 return 1;

@@ -41,7 +41,7 @@ def load(path):
     lib = ctypes.CDLL(path)
     lib.tw_b64_decode.restype = ctypes.c_ssize_t
     lib.tw_b64_decode.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
-                                  ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
+                                  ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
     lib.tw_b64_decoded_size.restype = ctypes.c_ssize_t
     lib.tw_b64_decoded_size.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.tw_b64_encode.restype = ctypes.c_size_t
@@ -90,7 +90,7 @@ class Checker:
         buf = ctypes.create_string_buffer(max(cap, 0) + 1)
         for p in self.paths:
             err = ctypes.c_size_t(12345)
-            r = self.lib.tw_b64_decode(s, len(s), buf, p, ctypes.byref(err))
+            r = self.lib.tw_b64_decode(s, len(s), buf, max(cap, 0), p, ctypes.byref(err))
             name = self.lib.tw_path_name(p).decode()
             if r >= 0:
                 got = buf.raw[:r]

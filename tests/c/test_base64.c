@@ -141,7 +141,7 @@ static void check_decode(const uint8_t *s0, size_t len, const char *what)
         ptrdiff_t r;
         uint8_t *out = (uint8_t *)malloc(capz + GUARD);
         memset(out, 0xA5, capz + GUARD);
-        r = tw_b64_decode((const char *)s, len, cap >= 0 ? out : NULL, path, &err);
+        r = tw_b64_decode((const char *)s, len, cap >= 0 ? out : NULL, capz, path, &err);
         CHECK(r == ref, "%s: path %s len %zu: ret %td != ref %td", what,
               tw_path_name(path), len, r, ref);
         if (r >= 0 && r == ref)
@@ -186,7 +186,7 @@ static void check_encode(const uint8_t *data, size_t n)
         {
             const uint8_t *s = place((const uint8_t *)out, elen);
             size_t err = 0;
-            dr = tw_b64_decode((const char *)s, elen, back, path, &err);
+            dr = tw_b64_decode((const char *)s, elen, back, n, path, &err);
             CHECK(dr == (ptrdiff_t)n && (n == 0 || memcmp(back, data, n) == 0),
                   "roundtrip path %s n %zu: %td", tw_path_name(path), n, dr);
         }
@@ -247,13 +247,19 @@ int main(int argc, char **argv)
     {
         uint8_t o[4];
         size_t e = 0;
-        CHECK(tw_b64_decode("QR==", 4, o, 0, &e) == 1 && o[0] == 'A', "QR==");
-        CHECK(tw_b64_decode("", 0, NULL, 0, &e) == 0, "empty");
-        CHECK(tw_b64_decode("AB=", 3, NULL, 0, &e) == -1 && e == 3, "AB=");
-        CHECK(tw_b64_decode("AB=C", 4, o, 0, &e) == -1 && e == 2, "AB=C");
-        CHECK(tw_b64_decode("A===", 4, NULL, 0, &e) == -1 && e == 1, "A===");
-        CHECK(tw_b64_decode("AB!=", 4, o, 0, &e) == -1 && e == 2, "AB!=");
-        CHECK(tw_b64_decode("AB\n=", 4, o, 99, &e) == -1 && e == 2, "path 99");
+        CHECK(tw_b64_decode("QR==", 4, o, sizeof o, 0, &e) == 1 && o[0] == 'A', "QR==");
+        CHECK(tw_b64_decode("", 0, NULL, 0, 0, &e) == 0, "empty");
+        CHECK(tw_b64_decode("AB=", 3, NULL, 0, 0, &e) == -1 && e == 3, "AB=");
+        CHECK(tw_b64_decode("AB=C", 4, o, sizeof o, 0, &e) == -1 && e == 2, "AB=C");
+        CHECK(tw_b64_decode("A===", 4, NULL, 0, 0, &e) == -1 && e == 1, "A===");
+        CHECK(tw_b64_decode("AB!=", 4, o, sizeof o, 0, &e) == -1 && e == 2, "AB!=");
+        CHECK(tw_b64_decode("AB\n=", 4, o, sizeof o, 99, &e) == -1 && e == 2, "path 99");
+        /* The capacity bounds every write, whatever the padding says. */
+        memset(o, 0x5A, sizeof o);
+        CHECK(tw_b64_decode("QUJD", 4, o, 2, 0, &e) == -1 && e == 4 && o[2] == 0x5A, "cap 2 of 3");
+        CHECK(tw_b64_decode("QUI=", 4, o, 1, 0, &e) == -1 && o[1] == 0x5A, "cap 1 of 2");
+        CHECK(tw_b64_decode("QUJDQUJD", 8, o, 3, 0, &e) == -1 && o[3] == 0x5A, "cap 3 of 6");
+        CHECK(tw_b64_decode("QUJD", 4, o, 3, 0, &e) == 3, "cap exact");
     }
 
     /* 1. Encode / round trip, lengths 0..200 and a few larger ones. */

@@ -929,8 +929,8 @@ static void test_decode(void)
         n += len;
         n += (size_t)snprintf(doc + n, 64, "\"}]}");
         valid = !memchr(content, '\\', len) && !memchr(content, 0xc3, len) &&
-                tw_b64_decode(content, len, want, TW_PATH_SCALAR, NULL) >= 0;
-        got = valid ? tw_b64_decode(content, len, want, TW_PATH_SCALAR, NULL) : -1;
+                tw_b64_decode(content, len, want, len / 4 * 3, TW_PATH_SCALAR, NULL) >= 0;
+        got = valid ? tw_b64_decode(content, len, want, len / 4 * 3, TW_PATH_SCALAR, NULL) : -1;
         expect = valid && len >= TW_SCAN_FUSE_MIN && !memchr(content, '=', TW_SCAN_FUSE_MIN);
         plain += expect;
         d0.decode = 0;

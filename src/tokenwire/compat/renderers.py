@@ -42,7 +42,7 @@ import numpy as np
 import tokenwire
 
 from .. import _json, _reference, _select
-from .._errors import MalformedResponseError, location
+from .._errors import MalformedResponseError, invalid_json, location
 from .._types import Ragged
 
 # MalformedGenerateResponseError is made on first use (see __getattr__).
@@ -631,7 +631,10 @@ _DATA_PLACES = (
 
 def _loads(raw: Any) -> tuple[Any, dict[int, np.ndarray]]:
     """The document, and the payloads decoded on the way (by the id of their view)."""
-    data = raw.encode() if isinstance(raw, str) else raw
+    try:
+        data = raw.encode() if isinstance(raw, str) else raw
+    except UnicodeEncodeError:  # a lone surrogate: as tokenwire's parsers say of such a str
+        raise _error_type()("invalid JSON: str is not valid UTF-8: surrogates not allowed") from None
     decoded: dict[int, np.ndarray] = {}
     if isinstance(data, bytes):
         payload = _loads_spliced(data, decoded)
@@ -644,8 +647,14 @@ def _loads(raw: Any) -> tuple[Any, dict[int, np.ndarray]]:
         error = exc
     payload = _loads_with_literals(raw)
     if payload is None:
-        raise _error_type()(f"invalid JSON: {error}")
+        raise _invalid(error)
     return payload, decoded
+
+
+def _invalid(exc: Exception) -> Exception:
+    """orjson's error as this module reports it (MemoryError when it ran out of memory)."""
+    error = invalid_json(exc)
+    return error if isinstance(error, MemoryError) else _error_type()(str(error))
 
 
 def _loads_spliced(data: bytes, decoded: dict[int, np.ndarray]) -> Any:
@@ -730,7 +739,7 @@ def _loads_with_literals(raw: Any) -> Any:
     try:
         payload = _json.loads(marked)
     except _json.JSONDecodeError as exc:
-        raise _error_type()(f"invalid JSON: {exc}") from None
+        raise _invalid(exc) from None
     placed = 0
 
     def place(holder: Any) -> None:

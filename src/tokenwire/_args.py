@@ -1,0 +1,82 @@
+"""Checks of the arguments that callers (not responses) give: each raises TypeError or ValueError
+naming the argument, before any kernel sees the value."""
+
+from __future__ import annotations
+
+import operator
+import re
+from typing import Any
+
+import numpy as np
+
+INT64_MAX = 2**63 - 1
+# struct formats of the items of a buffer that may be overwritten with arbitrary bytes
+_PLAIN = re.compile(r"[@=<>!]?[bBhHiIlLqQnNefd?c]")
+
+
+def int_arg(value: Any, name: str, low: int, high: int = INT64_MAX) -> int:
+    """``value`` as a Python int in ``[low, high]``: an int or a numpy integer, never a bool."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    value = operator.index(value)
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], not {value}")
+    return value
+
+
+def _vector(values: Any, name: str, flat: bool, kinds: str, what: str) -> np.ndarray:
+    array = np.asarray(values)
+    if flat:
+        array = array.reshape(-1)
+    elif array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, not {array.ndim}-D")
+    # An empty list is a float64 array: emptiness excuses a wrong number kind, not a non-number.
+    if array.dtype.kind not in kinds and (array.size or array.dtype.kind not in "fiub"):
+        raise TypeError(f"{name} must hold {what}, not {array.dtype}")
+    return array
+
+
+def int_array(values: Any, name: str, dtype: Any, low: int, high: int, *, flat: bool = False) -> np.ndarray:
+    """``values`` as a C-contiguous 1-D array of ``dtype`` (any shape flattened when ``flat``),
+    every value an integer in ``[low, high]`` checked before the cast (which could wrap)."""
+    array = _vector(values, name, flat, "iu", "integers")
+    if array.size and (array.min() < low or array.max() > high):
+        raise ValueError(f"{name} must hold integers in [{low}, {high}]")
+    return np.ascontiguousarray(array, dtype=dtype)
+
+
+def real_array(values: Any, name: str, dtype: Any, *, flat: bool = False) -> np.ndarray:
+    """``values`` as a C-contiguous 1-D array of the float ``dtype`` (any shape flattened when
+    ``flat``); real numbers only."""
+    return np.ascontiguousarray(_vector(values, name, flat, "fiu", "real numbers"), dtype=dtype)
+
+
+def check_input(data: Any) -> None:
+    """``data`` is a str or a C-contiguous bytes-like object (the checks of a decoder's
+    arguments go in this order: the input, then the output buffer, then the content)."""
+    if isinstance(data, str):
+        return
+    try:
+        contiguous = memoryview(data).c_contiguous
+    except TypeError:
+        contiguous = False
+    if not contiguous:
+        raise TypeError(f"expected str or a C-contiguous bytes-like object, not {type(data).__name__}")
+
+
+def output_bytes(out: Any) -> np.ndarray:
+    """The bytes of a caller's output buffer as a writable 1-D uint8 array over the same memory:
+    any writable C-contiguous buffer, whatever its shape and item type, is its bytes in order."""
+    try:
+        view = memoryview(out)
+    except TypeError:
+        raise TypeError(f"out must be a writable bytes-like object, not {type(out).__name__}") from None
+    if not _PLAIN.fullmatch(view.format):  # an object array's items are pointers: never bytes to overwrite
+        raise TypeError(f"out must hold plain numbers or bytes, not items of format {view.format!r}")
+    if view.readonly:
+        raise ValueError("output buffer is read-only")
+    if not view.c_contiguous:
+        raise ValueError("output buffer must be C-contiguous")
+    if view.nbytes == 0:  # memoryview cannot cast a view with a zero in its shape
+        return np.zeros(0, dtype=np.uint8)
+    return np.frombuffer(view.cast("B"), dtype=np.uint8)
