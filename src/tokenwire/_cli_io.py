@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 
-from . import _json, _stdjson
+from . import _json
 
 __all__ = [
     "BLOCK",
@@ -314,7 +314,7 @@ def json_bytes(value: Any) -> bytes:
     try:
         return _json.dumps(value)
     except (TypeError, RecursionError):  # orjson writes at most 254 levels
-        return _stdjson.dumps(value)
+        return _json.dumps_deep(value)
 
 
 def first_record(source: Source, kind: str = "auto", line: int | None = None) -> tuple[bytes, int, str] | None:

@@ -3,9 +3,11 @@
 orjson when it may be used; the standard library's ``json`` otherwise, held to orjson's
 rules where they differ (no NaN or Infinity, no number that overflows a double, integers
 beyond 64 bits read as floats, UTF-8 only, no lone surrogate, nesting at most 1024 deep),
-so a document is accepted or rejected, and read, the same either way. (One difference is
-left: the standard library's parser recurses, so it stops near the interpreter's recursion
-limit, about 1000 levels, where orjson allows 1024. Responses nest a few levels deep.)
+so a document is accepted or rejected, and read, the same either way. The standard library's
+parser recurses: it runs with the recursion limit raised for orjson's 1024 levels.
+
+The standard library also does the two things orjson does not: keep an object's repeated keys
+(``loads_keeping``) and write values nested deeper than orjson's 254 levels (``dumps_deep``).
 
 orjson is not used when ``TOKENWIRE_NO_ORJSON=1`` or on a free-threaded interpreter running
 without the GIL: importing orjson there turns the GIL back on for the whole process.
@@ -17,10 +19,12 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["JSONDecodeError", "backend", "dumps", "fragment", "loads"]
+__all__ = ["JSONDecodeError", "backend", "dumps", "dumps_deep", "fragment", "loads", "loads_keeping"]
 
 JSONDecodeError = json.JSONDecodeError  # orjson's own error derives from it
 
@@ -68,6 +72,30 @@ def _parse_float(text: str) -> float:
 def _parse_int(text: str) -> int | float:
     value = int(text)
     return value if _INT64_MIN <= value <= _UINT64_MAX else float(text)
+
+
+_lock = threading.Lock()
+_users = 0
+_saved_limit = 0
+
+
+@contextmanager
+def _headroom() -> Iterator[None]:
+    """The recursion limit raised by orjson's depth while any thread needs it (the limit is
+    process-wide: the first user raises it, the last restores it)."""
+    global _users, _saved_limit
+    with _lock:
+        if _users == 0:
+            _saved_limit = sys.getrecursionlimit()
+            sys.setrecursionlimit(_saved_limit + 2 * _MAX_DEPTH)
+        _users += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _users -= 1
+            if _users == 0:
+                sys.setrecursionlimit(_saved_limit)
 
 
 _decoder = json.JSONDecoder(
@@ -127,7 +155,8 @@ def _stdlib_loads(data: bytes | bytearray | memoryview | str) -> Any:
     if _depth(text) > _MAX_DEPTH:
         raise _reject("depth limit exceeded", text)
     try:
-        value = _decoder.decode(text)
+        with _headroom():
+            value = _decoder.decode(text)
     except JSONDecodeError:
         raise
     except (ValueError, RecursionError) as exc:
@@ -164,3 +193,18 @@ def fragment(text: bytes) -> Any:
     if _orjson is not None:
         return _orjson.Fragment(text)
     return json.loads(text)
+
+
+def loads_keeping(raw: bytes | str, object_pairs_hook: Callable[[list[tuple[str, Any]]], Any]) -> Any:
+    """``json.loads`` of text orjson accepted, objects built by ``object_pairs_hook`` (which
+    sees every key, repeats included); integers as orjson reads them."""
+    with _headroom():
+        return json.loads(raw, object_pairs_hook=object_pairs_hook, parse_int=_parse_int)
+
+
+def dumps_deep(value: Any) -> bytes:
+    """Compact UTF-8 JSON of a parsed value however deep it nests (lone surrogates kept as
+    orjson read them)."""
+    with _headroom():
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.encode("utf-8", "surrogatepass")

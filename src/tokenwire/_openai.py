@@ -29,7 +29,7 @@ from typing import Any, NoReturn, cast
 
 import numpy as np
 
-from . import _stdjson
+from . import _json
 from ._errors import MalformedResponseError
 from ._reference import (
     _NATIVE_TOP,
@@ -489,7 +489,7 @@ def _load_keeping_repeats(raw: Any) -> Any:
     Only called after orjson accepted ``raw``, so the text is valid JSON."""
     if not isinstance(raw, (bytes, str)):
         raw = memoryview(raw).cast("B").tobytes()
-    return _stdjson.loads(raw, _keep_repeats)
+    return _json.loads_keeping(raw, _keep_repeats)
 
 
 # --- OpenAI-compatible logprobs: the shapes servers send -----------------------------------------
