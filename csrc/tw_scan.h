@@ -95,9 +95,9 @@
  * Blanking on request: tw_blank_field adds one recorded value of a choice
  * (an array: everything between the brackets; a string: its content) to the
  * blank list after tw_scan, e.g. logprobs.content when the caller reads it
- * with tw_native (the stripped copy then has "content":[]).  Only the
- * recorded (last) occurrence is blanked; an earlier duplicate stays in the
- * stripped copy, where the JSON parser discards it.
+ * with the record readers (tw_records.h; the stripped copy then has
+ * "content":[]).  Only the recorded (last) occurrence is blanked; an earlier
+ * duplicate stays in the stripped copy, where the JSON parser discards it.
  *
  * Choice records (deviation from "one record per element", to bound memory:
  * a tw_choice is ~810 bytes, so "[{},{},...]" would otherwise amplify a

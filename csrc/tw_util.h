@@ -18,9 +18,11 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define TW_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TW_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define TW_ALWAYS_INLINE __attribute__((always_inline))
 #else
 #define TW_LIKELY(x) (x)
 #define TW_UNLIKELY(x) (x)
+#define TW_ALWAYS_INLINE
 #endif
 
 /* Every byte 0x01 / every byte's high bit, for 8-byte SWAR. */
@@ -144,18 +146,21 @@ typedef uint64_t (*tw_mark8)(uint64_t w);
 #define TW_MARK16(f) ((tw_mark16)0)
 #endif
 
-/* The first marked byte in [p, e), or a position fewer than 8 bytes before e (the caller goes on
-   byte by byte): 16 bytes per step with m16 when simd (the SIMD paths), then 8 with m8.
+/* The first marked byte in [p, e), or a position fewer than 16 bytes before e (the caller goes
+   on byte by byte): 16 bytes per step with m16 when simd (the SIMD paths), else 8 with m8.
    Callers pass constant functions, which the compiler inlines. */
 static inline const uint8_t *tw_skip_unmarked(const uint8_t *p, const uint8_t *e, int simd,
                                               tw_mark16 m16, tw_mark8 m8)
 {
 #ifdef TW_X86_SIMD
-    while (simd && e - p >= 16) {
-        uint32_t m = m16(p);
-        if (m)
-            return p + tw_ctz32(m);
-        p += 16;
+    if (simd) {
+        while (e - p >= 16) {
+            uint32_t m = m16(p);
+            if (m)
+                return p + tw_ctz32(m);
+            p += 16;
+        }
+        return p;
     }
 #else
     (void)simd;
