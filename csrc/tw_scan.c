@@ -739,6 +739,13 @@ static int tws_add_blank(tw_doc *d, size_t start, size_t end)
     void *arr = d->blank;
     if (start >= end)
         return 0;
+    /* Spans are added as their values close, so a container closes after the
+       values inside it: spans it contains are the last ones, and it replaces
+       them.  The list stays sorted and disjoint in one pass. */
+    while (d->nblank > 0 && d->blank[d->nblank - 1].start >= start) {
+        d->nblank--;
+        d->blank_bytes -= d->blank[d->nblank].end - d->blank[d->nblank].start;
+    }
     if (tws_grow(&arr, &d->blank_cap, d->nblank, sizeof(tw_span), 16))
         return -1;
     d->blank = (tw_span *)arr;
@@ -859,11 +866,13 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     const uint8_t *const end = b + len;
     const uint8_t *p = b, *q;
     const int simd = tw_path_resolve(d->path) != TW_PATH_SCALAR;
-    const uint32_t blank_str = d->openai || d->sglang ? 0 : TWS_BLANK_STR;
+    /* The caller's blank_fields, as record-target bits. */
+    const uint32_t extra = (d->blank_fields & ((UINT32_C(1) << TW_NFIELDS) - 1)) << TWS_T_F0;
+    const uint32_t blank_str = (d->openai || d->sglang ? 0 : TWS_BLANK_STR) | extra;
     const uint32_t blank_arr =
-        d->sglang   ? 0
-        : d->openai ? TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) | TWS_BIT(TWS_T_PROMPT)
-                    : TWS_BLANK_ARR;
+        (d->sglang   ? 0
+         : d->openai ? TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) | TWS_BIT(TWS_T_PROMPT)
+                     : TWS_BLANK_ARR) | extra;
     const int decode = d->decode && !d->openai && !d->sglang;
     const size_t maxd = d->max_depth;
     tws_frame *st = (tws_frame *)d->stack, *top = NULL;

@@ -92,7 +92,14 @@
  *   TOKEN_IDS, CP_OFFSETS, SAMPLING_MASK, and root.prompt_token_ids.
  * Blanking only removes bytes, so the stripped copy is never longer.
  *
- * Blanking on request: tw_blank_field adds one recorded value of a choice
+ * Blanking on request, during the scan: doc->blank_fields names more fields
+ * (bit TW_F_x), blanked like the ones above wherever they are recorded (an
+ * array's interior, a string's content), every occurrence, in the same pass;
+ * the cost stays linear in the document however many choices and duplicate
+ * keys it has.  Spans that a later blanked container holds are merged into
+ * it as it closes.
+ *
+ * Blanking on request, after the scan: tw_blank_field adds one recorded value of a choice
  * (an array: everything between the brackets; a string: its content) to the
  * blank list after tw_scan, e.g. logprobs.content when the caller reads it
  * with the record readers (tw_records.h; the stripped copy then has
@@ -230,6 +237,9 @@ typedef struct {
     int openai;        /* 1: an OpenAI-compatible document (see above) */
     int sglang;        /* 1: an SGLang /generate document (see above) */
     int b64_path;      /* TW_PATH_* for that, default AUTO */
+    uint32_t blank_fields; /* bit f (TW_F_*): blank that field too, wherever it is
+                              recorded: an array's interior or a string's
+                              content (default 0; see tw_blank_field) */
 
     /* Results of the last successful tw_scan. */
     uint8_t top_is_object;
@@ -280,7 +290,8 @@ void tw_strip(const char *buf, size_t len, const tw_doc *doc, char *out);
  * no-op when ci >= nchoices, the value is absent, not an array or string,
  * empty, or already blanked.  Call after a successful tw_scan and before
  * tw_stripped_size / tw_strip.  Returns TW_OK or TW_ERR_NOMEM (the blank
- * list is then unchanged).
+ * list is then unchanged).  Each call may move the spans after it: for many
+ * choices set blank_fields before the scan instead.
  */
 int tw_blank_field(tw_doc *doc, size_t ci, int field);
 

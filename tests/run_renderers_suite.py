@@ -1,25 +1,34 @@
 #!/usr/bin/env python3
-"""renderers' own client tests, without and with tokenwire's replacements patched in.
+"""renderers' own client tests, without and with tokenwire's replacements patched in, for
+each renderers release the drop-in follows.
 
-Runs ``tests/test_client.py`` of the renderers sdist twice with
-``python -m pytest -q -p no:cacheprovider --rootdir <sdist>``: once as it is, once with
-``-p tokenwire.compat.renderers_plugin``. Succeeds when every test that passes without the
-patch passes with it, the same tests are skipped for the same reasons, and the patch was in
-place for the whole patched run.
+For every release (default: each of ``tokenwire.compat.renderers.SUPPORTED_VERSIONS``), runs
+``tests/test_client.py`` of that release's sdist twice with
+``python -m pytest -q -p no:cacheprovider --rootdir <sdist>``, with the sdist's own
+``renderers`` package first on the path (whatever renderers the interpreter has installed):
+once as it is, once with ``-p tokenwire.compat.renderers_plugin``. A release succeeds when every
+test that passes without the patch passes with it, the same tests are skipped for the same
+reasons, the patch was in place for the whole patched run, and the drop-in followed that
+release.
 
-    python tests/run_renderers_suite.py                       # downloads the sdist with pip
+    python tests/run_renderers_suite.py                          # every release, pip-downloaded
+    python tests/run_renderers_suite.py --version 0.1.13.dev17   # one release (repeatable)
     python tests/run_renderers_suite.py --sdist renderers-0.1.13.dev13.tar.gz
     python tests/run_renderers_suite.py --sdist /path/to/renderers-0.1.13.dev13  # extracted
+    python tests/run_renderers_suite.py --sdist /path/to/downloads  # renderers-V.tar.gz inside
 
-``--sdist`` (the archive, its extracted directory, or a directory holding the archive, as
-``pip download -d`` leaves it) may also come from ``TOKENWIRE_RENDERERS_SDIST``. Exit status: 0 the patched run
-matches, 1 it does not, 2 the suite could not be run (no sdist, renderers not importable).
+``--sdist`` (one archive, its extracted directory, or a directory holding ``renderers-V.tar.gz``
+archives as ``pip download -d`` leaves them; a release missing there is downloaded) may also
+come from ``TOKENWIRE_RENDERERS_SDIST``. Exit status: 0 every patched run matches, 1 one does
+not, 2 a suite could not be run (no sdist, renderers not importable).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -28,11 +37,20 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-VERSION = "0.1.13.dev13"
 SUITE = "tests/test_client.py"
+CLIENT = "renderers/client.py"
 PLUGIN = "tokenwire.compat.renderers_plugin"
 # What the plugin prints when the patch was in place from collection to the end.
 PATCHED_MARK = "tokenwire: renderers.client stayed patched for the whole session"
+# ... followed by the release the drop-in followed.
+FOLLOWED = re.compile(re.escape(PATCHED_MARK) + r" \(renderers (\S+)\)")
+
+
+def versions() -> tuple[str, ...]:
+    """The releases the drop-in follows, oldest first."""
+    from tokenwire.compat.renderers import SUPPORTED_VERSIONS
+
+    return SUPPORTED_VERSIONS
 
 
 class SuiteUnavailable(RuntimeError):
@@ -61,6 +79,8 @@ class Run:
 class Comparison:
     unpatched: Run
     patched: Run
+    version: str = "?"
+    client: str = ""  # sha256 of the release's renderers/client.py (first 12 digits)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -69,7 +89,7 @@ class Comparison:
 
     def report(self) -> str:
         lines = [
-            f"renderers {VERSION} {SUITE}",
+            f"renderers {self.version} {SUITE} (client.py sha256 {self.client or '?'})",
             f"  unpatched: {self.unpatched.summary()}",
             f"  patched:   {self.patched.summary()}",
         ]
@@ -79,23 +99,28 @@ class Comparison:
         return "\n".join(lines)
 
 
-def download(dest: Path, python: str = sys.executable, timeout: float = 120) -> Path:
-    """The renderers sdist, fetched with pip into ``dest``."""
+def download(dest: Path, version: str, python: str = sys.executable, timeout: float = 120) -> Path:
+    """The sdist of renderers ``version``, fetched with pip into ``dest`` (tried twice)."""
     command = [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "--disable-pip-version-check", "-q", f"renderers=={VERSION}", "-d", str(dest)]
-    try:
-        subprocess.run(command, check=True, capture_output=True, text=True, timeout=timeout)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        detail = getattr(exc, "stderr", "") or ""
-        raise SuiteUnavailable(f"pip download renderers=={VERSION} failed: {detail.strip()[-500:]}") from exc
-    found = sorted(dest.glob("renderers-*.tar.gz"))
+               "--disable-pip-version-check", "-q", f"renderers=={version}", "-d", str(dest)]
+    detail = ""
+    for _ in range(2):
+        try:
+            subprocess.run(command, check=True, capture_output=True, text=True, timeout=timeout)
+            break
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            detail = str(getattr(exc, "stderr", "") or exc)
+    else:
+        raise SuiteUnavailable(f"pip download renderers=={version} failed: {detail.strip()[-500:]}")
+    found = sorted(dest.glob(f"renderers-{version}.tar.gz"))
     if not found:
-        raise SuiteUnavailable(f"pip download left no renderers sdist in {dest}")
+        raise SuiteUnavailable(f"pip download left no renderers-{version}.tar.gz in {dest}")
     return found[0]
 
 
 def extract(archive: Path, dest: Path) -> Path:
     """Unpack the sdist (no member may leave ``dest``) and return its top directory."""
+    dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive) as tar:
         root = dest.resolve()
         for member in tar.getmembers():
@@ -114,24 +139,42 @@ def extract(archive: Path, dest: Path) -> Path:
     return tops[0]
 
 
-def sdist_root(sdist: str | None, workdir: Path, python: str = sys.executable) -> Path:
-    """The extracted sdist: ``sdist`` (an archive or a directory) or a fresh download."""
-    if sdist:
-        path = Path(sdist)
-        if path.is_dir() and not (path / SUITE).is_file():
-            archives = sorted(path.glob(f"renderers-{VERSION}.tar.gz"))
-            if not archives:
-                raise SuiteUnavailable(f"{path} holds neither {SUITE} nor renderers-{VERSION}.tar.gz")
-            path = archives[0]
-        if path.is_dir():
+def sdist_version(root: Path) -> str:
+    """The release an extracted sdist holds (its PKG-INFO)."""
+    try:
+        for line in (root / "PKG-INFO").read_text(encoding="utf-8").splitlines():
+            if line.startswith("Version:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    raise SuiteUnavailable(f"{root}: no PKG-INFO with a Version")
+
+
+def sdist_root(sdist: str | None, workdir: Path, version: str | None = None,
+               python: str = sys.executable) -> Path:
+    """The extracted sdist of ``version``: from ``sdist`` (an archive, its extracted directory,
+    or a directory holding ``renderers-<version>.tar.gz``) when it holds that release, else a
+    fresh download. Without a ``version``, ``sdist`` itself, whichever release it holds."""
+    work = workdir / (version or "given")
+    path = Path(sdist) if sdist else None
+    if path is not None and path.is_dir() and not (path / SUITE).is_file():
+        archives = sorted(path.glob(f"renderers-{version}.tar.gz")) if version else []
+        path = archives[0] if archives else None
+    if path is not None and path.is_dir():
+        if version is None or sdist_version(path) == version:
             return path
-        if not path.is_file():
-            raise SuiteUnavailable(f"no such sdist: {path}")
-        (workdir / "src").mkdir(parents=True, exist_ok=True)
-        return extract(path, workdir / "src")
-    (workdir / "download").mkdir(parents=True, exist_ok=True)
-    (workdir / "src").mkdir(parents=True, exist_ok=True)
-    return extract(download(workdir / "download", python), workdir / "src")
+    elif path is not None and path.is_file():
+        if version is None or path.name == f"renderers-{version}.tar.gz":
+            return extract(path, work / "src")
+    elif sdist and version is None:
+        raise SuiteUnavailable(f"no such sdist: {sdist}")
+    if version is None:
+        raise SuiteUnavailable("which renderers release? (an --sdist or a --version)")
+    return extract(download(work / "download", version, python), work / "src")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
 def parse_junit(path: Path) -> tuple[dict[str, str], dict[str, str]]:
@@ -162,10 +205,8 @@ def run_pytest(root: Path, junit: Path, *, patched: bool, python: str = sys.exec
     if patched:
         command[3:3] = ["-p", PLUGIN]
     command += extra or []
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTEST_ADDOPTS", None)  # both runs exactly as written here
-    env.pop("TOKENWIRE_RENDERERS_PATCH", None)
-    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(command, cwd=root, env=environment(root), capture_output=True, text=True,
+                          timeout=timeout)
     output = done.stdout + done.stderr
     if not junit.is_file():
         raise SuiteUnavailable(f"pytest wrote no results (exit {done.returncode}):\n{output[-2000:]}")
@@ -173,13 +214,30 @@ def run_pytest(root: Path, junit: Path, *, patched: bool, python: str = sys.exec
     return Run(outcomes, skips, output, done.returncode)
 
 
-def compare(unpatched: Run, patched: Run) -> Comparison:
-    result = Comparison(unpatched, patched)
+def environment(root: Path) -> dict[str, str]:
+    """The sdist's renderers package first on the path, and both runs exactly as written here."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("TOKENWIRE_RENDERERS_PATCH", None)
+    return env
+
+
+def compare(unpatched: Run, patched: Run, version: str | None = None) -> Comparison:
+    result = Comparison(unpatched, patched, version or "?")
     problems = result.problems
     if not unpatched.outcomes:
         problems.append("the unpatched run collected no tests")
     if PATCHED_MARK not in patched.output:
         problems.append("the patched run does not report the patch in place for the whole session")
+    if version is not None:
+        followed = FOLLOWED.search(patched.output)
+        if followed is None or followed.group(1) != version:
+            problems.append(f"the drop-in did not follow renderers {version} "
+                            f"(it followed {followed.group(1) if followed else 'nothing it reported'})")
+    for outcome in ("passed", "skipped"):
+        if unpatched.count(outcome) != patched.count(outcome):
+            problems.append(f"{unpatched.count(outcome)} {outcome} unpatched, {patched.count(outcome)} patched")
     for name in sorted(set(unpatched.outcomes) | set(patched.outcomes)):
         before, after = unpatched.outcomes.get(name), patched.outcomes.get(name)
         if before is None or after is None:
@@ -193,41 +251,71 @@ def compare(unpatched: Run, patched: Run) -> Comparison:
     return result
 
 
-def run_suite(sdist: str | None = None, *, python: str = sys.executable, extra: list[str] | None = None,
-              workdir: Path | None = None) -> Comparison:
-    """Both runs and their comparison. Raises :class:`SuiteUnavailable` when the suite
-    cannot run here."""
-    probe = subprocess.run([python, "-c", "import renderers.client, tokenwire.compat.renderers"],
-                           capture_output=True, text=True)
-    if probe.returncode:
-        raise SuiteUnavailable(f"renderers or tokenwire is not importable by {python}: {probe.stderr.strip()[-500:]}")
+def run_suite(sdist: str | None = None, *, version: str | None = None, python: str = sys.executable,
+              extra: list[str] | None = None, workdir: Path | None = None) -> Comparison:
+    """Both runs of one release's suite and their comparison: ``version``'s sdist (from
+    ``sdist`` or downloaded), or the single sdist ``sdist``. Raises
+    :class:`SuiteUnavailable` when the suite cannot run here."""
     with tempfile.TemporaryDirectory(prefix="tokenwire-renderers-") as tmp:
         work = Path(workdir or tmp)
-        root = sdist_root(sdist, work, python)
-        unpatched = run_pytest(root, work / "unpatched.xml", patched=False, python=python, extra=extra)
-        patched = run_pytest(root, work / "patched.xml", patched=True, python=python, extra=extra)
-        return compare(unpatched, patched)
+        root = sdist_root(sdist, work, version, python)
+        release = sdist_version(root)
+        if version is not None and release != version:
+            raise SuiteUnavailable(f"{root} holds renderers {release}, not {version}")
+        probe = subprocess.run(
+            [python, "-c", "import renderers, renderers.client, tokenwire.compat.renderers; "
+                           "print(renderers.__version__); print(renderers.__file__)"],
+            cwd=root, env=environment(root), capture_output=True, text=True,
+        )
+        if probe.returncode:
+            raise SuiteUnavailable(f"renderers or tokenwire is not importable by {python}: "
+                                   f"{probe.stderr.strip()[-500:]}")
+        imported, location = (probe.stdout.splitlines() + ["", ""])[:2]
+        if imported != release or root.resolve() not in Path(location).resolve().parents:
+            raise SuiteUnavailable(f"the sdist's renderers {release} is not the one imported "
+                                   f"({imported} from {location})")
+        tag = release.replace("/", "_")
+        unpatched = run_pytest(root, work / f"{tag}-unpatched.xml", patched=False, python=python, extra=extra)
+        patched = run_pytest(root, work / f"{tag}-patched.xml", patched=True, python=python, extra=extra)
+        result = compare(unpatched, patched, release)
+        result.client = digest(root / CLIENT)
+        return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sdist", default=os.environ.get("TOKENWIRE_RENDERERS_SDIST"),
-                        help="renderers sdist (.tar.gz) or its extracted directory; default: pip download")
+                        help="renderers sdist (.tar.gz), its extracted directory, or a directory of "
+                             "renderers-V.tar.gz archives; default: pip download")
+    parser.add_argument("--version", action="append", dest="versions", metavar="VERSION",
+                        help="a renderers release to run (repeatable); default: every supported one")
     parser.add_argument("--python", default=sys.executable, help="interpreter to run pytest with")
     parser.add_argument("--verbose", action="store_true", help="print both runs' output")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
-    try:
-        result = run_suite(args.sdist, python=args.python, extra=args.pytest_args)
-    except SuiteUnavailable as exc:
-        print(f"renderers suite unavailable: {exc}", file=sys.stderr)
+    if args.sdist and not Path(args.sdist).exists():
+        print(f"renderers suite unavailable: no such sdist: {args.sdist}", file=sys.stderr)
         return 2
-    if args.verbose or not result.ok:
-        for label, run in (("unpatched", result.unpatched), ("patched", result.patched)):
-            print(f"----- {label} run (exit {run.returncode}) -----")
-            print(run.output[-6000:])
-    print(result.report())
-    return 0 if result.ok else 1
+    single = args.sdist and Path(args.sdist).exists() and not args.versions and (
+        Path(args.sdist).is_file() or (Path(args.sdist) / SUITE).is_file())
+    wanted: list[str | None] = [None] if single else list(args.versions or versions())
+    failed = unavailable = False
+    with tempfile.TemporaryDirectory(prefix="tokenwire-renderers-") as tmp:
+        for version in wanted:
+            try:
+                result = run_suite(args.sdist, version=version, python=args.python,
+                                   extra=args.pytest_args, workdir=Path(tmp))
+            except SuiteUnavailable as exc:
+                print(f"renderers {version or args.sdist}: suite unavailable: {exc}", file=sys.stderr)
+                unavailable = True
+                continue
+            if args.verbose or not result.ok:
+                for label, run in (("unpatched", result.unpatched), ("patched", result.patched)):
+                    print(f"----- {result.version} {label} run (exit {run.returncode}) -----")
+                    print(run.output[-3000:])
+            print(result.report())
+            failed |= not result.ok
+    return 1 if failed else 2 if unavailable else 0
 
 
 if __name__ == "__main__":

@@ -434,9 +434,11 @@ def test_progress_lines():
     stream = io.StringIO()
     meter = _cli_check.Progress(True, total=4_000_000, stream=stream)
     meter.last -= 10
+    meter.started -= 10
     meter.update(1_000_000, 500)
     text = stream.getvalue()
     assert text.startswith("1.0 MB / 4.0 MB (25%), 500 records, ") and "records/s" in text
+    assert text.rstrip().endswith(", ETA 30s")  # 3 MB left at 0.1 MB/s
     quiet = io.StringIO()
     _cli_check.Progress(False, total=None, stream=quiet).update(1, 1)
     assert quiet.getvalue() == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib.metadata
 import json
 import math
 import os
@@ -161,17 +162,102 @@ def _compact(rows: list[list[tuple[int, float]]], num_top: int = 3) -> dict[str,
 LP = {i: math.log(p) for i, p in {1: 0.6, 2: 0.25, 3: 0.1, 4: 0.04, 5: 0.01}.items()}
 
 
-def test_return_types_are_python_lists(renderers_client):
+def _release(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
+    """The drop-in follows ``version`` for this test, whatever renderers is installed."""
+    monkeypatch.setattr(compat, "_followed", (version, compat._RELEASES[version]))
+
+
+@pytest.mark.parametrize("version", compat.SUPPORTED_VERSIONS)
+def test_return_types_follow_the_release(renderers_client, monkeypatch, version):
+    """completion_logprobs: Python floats up to 0.1.13.dev16, a float32 array from dev17;
+    heads are lists of Python ints and floats in every release."""
+    _release(monkeypatch, version)
+    arrays = version == "0.1.13.dev17"
     row = [(2, LP[2]), (1, LP[1]), (2, LP[2]), (3, LP[3]), (4, LP[4]), (5, LP[5])]
     choice = {"token_ids": [2, 2], "compact_logprobs": _compact([row, row], 5)}
-    ours = compat._parse_compact_logprobs(choice, [2, 2], 2)
-    assert ours == renderers_client._parse_compact_logprobs(choice, [2, 2], 2)
-    sampled, top_ids, top_logprobs = ours
-    assert type(sampled) is list and all(type(x) is float for x in sampled)
+    sampled, top_ids, top_logprobs = ours = compat._parse_compact_logprobs(choice, [2, 2], 2)
+    if compat._installed_version() == version:
+        assert _same(ours, renderers_client._parse_compact_logprobs(choice, [2, 2], 2))
+    if arrays:
+        assert type(sampled) is np.ndarray and sampled.dtype == np.float32 and sampled.shape == (2,)
+    else:
+        assert type(sampled) is list and all(type(x) is float for x in sampled)
+    assert np.asarray(sampled, np.float64).tolist() == [float(np.float32(LP[2]))] * 2
     assert all(type(r) is list and all(type(i) is int for i in r) for r in top_ids)
     assert all(type(r) is list and all(type(p) is float for p in r) for r in top_logprobs)
-    assert compat._parse_compact_logprobs(choice, (2, 2), None) == (sampled, None, None)
-    assert compat._parse_compact_logprobs(choice, np.array([2, 2]), None) == (sampled, None, None)
+    for ids in ((2, 2), np.array([2, 2])):
+        assert _same(compat._parse_compact_logprobs(choice, ids, None), (sampled, None, None))
+    # Packed float32 and float64, native JSON: one logprob per token, of the release's type.
+    values = np.array([-0.1, -0.25], np.float64)
+    for dtype in ("float32", "float64"):
+        packed = {"data": base64.b64encode(values.astype(dtype).tobytes()).decode(), "shape": [2], "dtype": dtype}
+        for got in (compat._parse_packed_completion_logprobs(packed, [3, 4]),
+                    compat._parse_completion_logprobs({"completion_logprobs": packed}, [3, 4])):
+            if arrays:
+                assert type(got) is np.ndarray and got.dtype == np.float32
+                assert got.tolist() == values.astype(np.float32).tolist()
+            else:
+                assert type(got) is list and got == values.astype(dtype).tolist()
+    native = {"logprobs": {"content": [{"token": "token_id:3", "logprob": -0.1}, {"token_id": 4, "logprob": -0.25}]}}
+    got = compat._parse_completion_logprobs(native, [3, 4])
+    if arrays:  # rounded to float32, as renderers does from this release on
+        assert type(got) is np.ndarray and got.dtype == np.float32 and got.tolist() == values.astype(np.float32).tolist()
+    else:
+        assert got == [-0.1, -0.25] and all(type(x) is float for x in got)
+    empty = compat._parse_completion_logprobs({"logprobs": {"content": []}}, [])
+    if arrays:
+        assert (empty.dtype, empty.shape) == (np.float32, (0,))
+    else:
+        assert empty == []
+
+
+def test_float32_logprobs_are_handed_over_without_a_copy():
+    values = np.array([-0.5, -0.25], np.float32)
+    assert compat._FLOAT32_ARRAYS.logprobs(values) is values
+    widened = compat._FLOAT32_ARRAYS.logprobs(values.astype(np.float64))
+    assert widened.dtype == np.float32 and widened.tolist() == values.tolist()
+
+
+def test_the_installed_release_is_followed(renderers_client, monkeypatch):
+    import renderers
+
+    monkeypatch.setattr(compat, "_followed", None)
+    assert compat.renderers_version() == renderers.__version__ == compat._installed_version()
+    assert renderers.__version__ in compat.SUPPORTED_VERSIONS
+    # Without renderers, the newest release's types.
+    monkeypatch.setattr(compat, "_installed_version", lambda: None)
+    monkeypatch.setattr(compat, "_followed", None)
+    assert compat.renderers_version() == compat.SUPPORTED_VERSIONS[-1]
+    assert list(compat.SUPPORTED_VERSIONS) == [f"0.1.13.dev{n}" for n in range(13, 18)]
+
+
+def test_an_unknown_release_is_refused(renderers_client, monkeypatch):
+    monkeypatch.setattr(compat, "_installed_version", lambda: "0.1.14")
+    monkeypatch.setattr(compat, "_followed", None)
+    theirs = _client_names(renderers_client)
+    with pytest.raises(RuntimeError) as info:
+        compat.patch()
+    message = str(info.value)
+    assert "does not support renderers 0.1.14" in message
+    assert all(version in message for version in compat.SUPPORTED_VERSIONS)
+    assert not compat.is_patched() and _client_names(renderers_client) == theirs
+    with pytest.raises(RuntimeError, match="does not support renderers 0.1.14"):
+        compat._parse_completion_logprobs({"logprobs": {"content": []}}, [])
+    with pytest.raises(RuntimeError, match="does not support renderers 0.1.14"):
+        compat.renderers_version()
+
+
+def test_patch_follows_the_release_imported(renderers_client, monkeypatch):
+    """patch() reads the release again (the loaded package's version wins over metadata)."""
+    import renderers
+
+    monkeypatch.setattr(compat, "_followed", ("0.1.13.dev13" if renderers.__version__ != "0.1.13.dev13"
+                                              else "0.1.13.dev17", compat._FLOAT_LISTS))
+    with compat.patched():
+        assert compat.renderers_version() == renderers.__version__
+    monkeypatch.setattr(renderers, "__version__", "0+unknown")  # a source checkout
+    monkeypatch.setattr(compat, "_followed", None)
+    assert compat.renderers_version() == importlib.metadata.version("renderers")
 
 
 def test_parse_generate_response_returns_views(renderers_client):
@@ -365,17 +451,64 @@ def test_plugin_patches_before_collection(renderers_client, tmp_path, args, env,
 # --- renderers' own suite ------------------------------------------------------------------------
 
 
-def test_renderers_suite_passes_patched(renderers_client, tmp_path):
-    """renderers' tests/test_client.py: everything that passes without the patch passes with
-    it, with the same skips (the sdist from TOKENWIRE_RENDERERS_SDIST, or downloaded)."""
+@pytest.mark.parametrize("version", compat.SUPPORTED_VERSIONS)
+def test_renderers_suite_passes_patched(version, tmp_path):
+    """renderers' tests/test_client.py of each release the drop-in follows, that release's own
+    package imported: everything that passes without the patch passes with it, with the same
+    skips (sdists from TOKENWIRE_RENDERERS_SDIST, or downloaded; in CI they must be had)."""
     try:
-        result = run_renderers_suite.run_suite(os.environ.get("TOKENWIRE_RENDERERS_SDIST"), workdir=tmp_path)
+        result = run_renderers_suite.run_suite(os.environ.get("TOKENWIRE_RENDERERS_SDIST"), version=version,
+                                               workdir=tmp_path)
     except run_renderers_suite.SuiteUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"renderers {version}: {exc}")
         pytest.skip(str(exc))
     print(result.report())
     assert result.ok, result.report()
+    assert result.version == version
     assert result.unpatched.count("passed") > 0
-    assert result.patched.count("passed") == result.unpatched.count("passed")
+    for outcome in ("passed", "skipped"):
+        assert result.patched.count(outcome) == result.unpatched.count(outcome), outcome
+
+
+def _fake_sdist(directory: Any, version: str) -> Any:
+    import tarfile
+
+    top = directory / f"renderers-{version}"
+    (top / "tests").mkdir(parents=True)
+    (top / "tests" / "test_client.py").write_text("")
+    (top / "PKG-INFO").write_text(f"Metadata-Version: 2.4\nName: renderers\nVersion: {version}\n")
+    archive = directory / f"renderers-{version}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(top, arcname=top.name)
+    return archive
+
+
+def test_suite_takes_each_release_from_the_sdists_given(tmp_path, monkeypatch):
+    suite = run_renderers_suite
+    given = tmp_path / "given"
+    given.mkdir()
+    old, new = _fake_sdist(given, "0.1.13.dev13"), _fake_sdist(given, "0.1.13.dev17")
+
+    def no_download(dest, version, python=sys.executable):
+        raise suite.SuiteUnavailable(f"would download {version}")
+
+    monkeypatch.setattr(suite, "download", no_download)
+    work = tmp_path / "work"
+    for sdist, version, expected in [
+        (given, "0.1.13.dev17", "0.1.13.dev17"),  # a directory of archives
+        (new, "0.1.13.dev17", "0.1.13.dev17"),  # the archive itself
+        (new, None, "0.1.13.dev17"),  # whichever release it holds
+        (given / "renderers-0.1.13.dev13", "0.1.13.dev13", "0.1.13.dev13"),  # extracted
+    ]:
+        assert suite.sdist_version(suite.sdist_root(str(sdist), work, version)) == expected
+    for sdist, version in [(old, "0.1.13.dev17"), (given, "0.1.13.dev15"), (None, "0.1.13.dev16"),
+                           (given / "renderers-0.1.13.dev13", "0.1.13.dev17")]:
+        with pytest.raises(suite.SuiteUnavailable, match=f"would download {version}"):
+            suite.sdist_root(str(sdist) if sdist else None, work, version)
+    with pytest.raises(suite.SuiteUnavailable, match="no such sdist"):
+        suite.sdist_root(str(tmp_path / "missing.tar.gz"), work)
+    assert suite.main(["--sdist", str(tmp_path / "missing.tar.gz")]) == 2
 
 
 def test_suite_comparison_finds_every_difference():
@@ -392,13 +525,33 @@ def test_suite_comparison_finds_every_difference():
     ]:
         result = compare(before, Run(outcomes, skips, output, 1))
         assert not result.ok and any(expected in p for p in result.problems), (expected, result.problems)
+    # Which release the drop-in followed, from the plugin's closing line.
+    after = Run(dict(before.outcomes), dict(before.skips), f"{mark} (renderers 0.1.13.dev17)\n", 1)
+    assert compare(before, after, "0.1.13.dev17").ok
+    result = compare(before, after, "0.1.13.dev13")
+    assert [p for p in result.problems if "did not follow renderers 0.1.13.dev13 (it followed 0.1.13.dev17)" in p]
+    assert not compare(before, Run(dict(before.outcomes), dict(before.skips), mark, 1), "0.1.13.dev17").ok
 
 
 # --- differential: ours against renderers' originals ---------------------------------------------
 
 
+def _same(ours: Any, theirs: Any) -> bool:
+    """Equal values of the same kinds: arrays of one dtype and shape, lists and tuples
+    element by element, anything else by ``==``."""
+    if isinstance(theirs, np.ndarray) or isinstance(ours, np.ndarray):
+        return (type(ours) is type(theirs) and ours.dtype == theirs.dtype and ours.shape == theirs.shape
+                and np.array_equal(ours, theirs, equal_nan=True))
+    if type(theirs) in (list, tuple):
+        return type(ours) is type(theirs) and len(ours) == len(theirs) and all(map(_same, ours, theirs))
+    return bool(ours == theirs)
+
+
 def _normal(value: Any) -> Any:
-    """A parsed document with every base64 payload as text (views and strings alike)."""
+    """A parsed document with every base64 payload as text (views and strings alike), and
+    arrays as their dtype and values."""
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape, value.tolist())
     if isinstance(value, dict):
         return {k: _normal(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -451,9 +604,12 @@ def _steps(client: Any, raw: bytes, k: int | None) -> list[tuple[str, tuple]]:
 
 
 def _python_values(value: Any) -> bool:
-    """Lists of Python ints and floats all the way down (None allowed), as renderers returns."""
+    """Lists of Python ints and floats all the way down (None allowed), as renderers returns;
+    a float32 array where the release followed returns one."""
     if value is None or type(value) in (int, float):
         return True
+    if type(value) is np.ndarray:
+        return compat._follow() is compat._FLOAT32_ARRAYS and value.dtype == np.float32 and value.ndim == 1
     if type(value) in (list, tuple):
         return all(_python_values(v) for v in value)
     return False
@@ -495,7 +651,7 @@ def test_replacements_match_renderers(renderers_client, case):
                 return
             assert _normal(a[1]) == _normal(b[1])
         else:
-            assert a[1] == b[1], (name, case.mutation)
+            assert _same(a[1], b[1]), (name, case.mutation)
             assert _python_values(a[1]), name
     documented = case.mutation in strategies.STRICTER_THAN_RENDERERS
     # Documented too: tokenwire validates a sampling mask also when no head is selected.

@@ -285,3 +285,15 @@ def test_ragged():
     with pytest.raises(IndexError):
         r[3]
     assert copy.deepcopy(r).to_lists() == r.to_lists()
+
+
+def test_unused_packed_logprobs_pass_through_whole(impl):
+    """compact_logprobs wins over completion_logprobs; the packed object stays in ``raw`` as
+    the server sent it, its base64 included (the compiled core's scan blanks that string)."""
+    rows = [[(7, -0.5)], [(8, -0.25)]]
+    packed = {"data": b64([-0.5, -0.25], "<f4"), "dtype": "float32", "shape": [2]}
+    choice = {"token_ids": [7, 8], "compact_logprobs": compact(rows), "completion_logprobs": packed}
+    raw = json.dumps({"choices": [choice]}).replace("/", "\\/")
+    parsed = impl.parse_generate_response(raw).choices[0]
+    assert parsed.raw["completion_logprobs"] == packed
+    assert parsed.completion_logprobs.tolist() == [-0.5, -0.25]

@@ -20,7 +20,7 @@ from tokenwire import Blob, MalformedResponseError, samples
 @pytest.fixture
 def writer(impl, monkeypatch):
     """The writers on one implementation (they run the facade's implementation)."""
-    monkeypatch.setattr(tokenwire, "_impl", impl)
+    monkeypatch.setattr(tokenwire._select, "kernels", impl)
     monkeypatch.setattr(tokenwire, "b64encode", impl.b64encode)
     return impl
 
@@ -132,8 +132,10 @@ def test_renderers_accepts_encoder_output(writer, renderers_client):
     document = json.loads(tokenwire.dumps_generate_response({"choices": [choice]}))
     c = renderers_client.parse_generate_response(json.dumps(document).encode())["choices"][0]
     sampled, top_ids, _ = renderers_client._parse_compact_logprobs(c, c["token_ids"], 4)
-    assert sampled == ev.logprobs.astype(np.float64).tolist() and len(top_ids) == 40
-    assert renderers_client._parse_packed_completion_logprobs(c["completion_logprobs"], c["token_ids"]) == sampled
+    # A list of floats, or from renderers 0.1.13.dev17 a float32 array.
+    assert np.asarray(sampled, np.float64).tolist() == ev.logprobs.astype(np.float64).tolist() and len(top_ids) == 40
+    packed = renderers_client._parse_packed_completion_logprobs(c["completion_logprobs"], c["token_ids"])
+    assert np.asarray(packed, np.float64).tolist() == np.asarray(sampled, np.float64).tolist()
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,6 @@ pure-Python reference is (no compiled core, a non-CPython interpreter, or
 
 from __future__ import annotations
 
-import os
-import platform
-import warnings
-
 from ._errors import MalformedResponseError
 from ._heads import select_heads
 from ._openai import (
@@ -18,6 +14,8 @@ from ._openai import (
     completions_request_params,
     sglang_generate_request_params,
 )
+from ._select import impl as _impl
+from ._select import implementation
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 from ._writer import (
     Blob,
@@ -36,7 +34,9 @@ __all__ = [
     "MalformedResponseError",
     "Ragged",
     "RoutedExperts",
+    "Verdict",
     "__version__",
+    "audit",
     "b64decode",
     "b64encode",
     "chat_completions_request_params",
@@ -61,28 +61,6 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def _wanted(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
-
-
-if _wanted("TOKENWIRE_NO_EXTENSIONS") or platform.python_implementation() != "CPython":
-    from . import _reference as _impl
-else:
-    try:
-        from . import _core as _impl  # type: ignore[no-redef]
-    except ImportError as exc:
-        if _wanted("TOKENWIRE_REQUIRE_EXTENSIONS"):
-            raise
-        warnings.warn(
-            f"tokenwire's compiled core is not available ({exc}); using the pure-Python "
-            "reference implementation, which is correct but far slower.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        from . import _reference as _impl
-
-implementation: str = "c" if _impl.__name__.endswith("_core") else "python"
-
 parse_generate_response = _impl.parse_generate_response
 if implementation == "c":
     parse_completions_response = _impl.parse_completions_response
@@ -96,6 +74,8 @@ else:
     )
 b64decode = _impl.b64decode
 b64encode = _impl.b64encode
+
+from ._audit import Verdict, audit  # noqa: E402  (it validates with the parsers chosen above)
 
 
 def simd_paths() -> list[str]:

@@ -2,6 +2,7 @@ from typing import Any
 
 import numpy as np
 
+from ._audit import Verdict as Verdict
 from ._errors import MalformedResponseError as MalformedResponseError
 from ._types import GenerateChoice as GenerateChoice
 from ._types import GenerateResponse as GenerateResponse
@@ -40,3 +41,7 @@ def select_heads(
     candidate_ids: Any, candidate_logprobs: Any, candidate_offsets: Any, sampled_ids: Any,
     sampled_logprobs: Any, k: int, *, num_top: int | None = ..., support_ids: Any = ..., support_offsets: Any = ...,
 ) -> tuple[Ragged, Ragged]: ...
+def audit(
+    raw: bytes | bytearray | memoryview | str, format: str = ..., *, field: str | tuple[str, ...] | None = ...,
+    top_k: int | None = ...,
+) -> Verdict: ...

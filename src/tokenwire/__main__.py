@@ -160,13 +160,13 @@ def _parser() -> argparse.ArgumentParser:
     p_check = sub.add_parser(
         "check",
         help="audit captured responses and summarize defects by class",
-        description="Validate every response in JSON, JSONL or gzip files (told apart by content, "
+        description="Validate every response in JSON, JSONL, gzip or zstd files (told apart by content, "
         "not by name), stream them in constant memory and summarize the defects by class. "
         "Exit status: 0 clean, 1 defects found, 2 usage error or unreadable input.",
     )
     p_check.add_argument("paths", nargs="+", metavar="PATH",
-                         help="files (plain or gzip), directories (searched for *.json, *.jsonl, "
-                         "*.ndjson, optionally .gz), or - for standard input")
+                         help="files (plain, gzip or zstd), directories (searched for *.json, *.jsonl, "
+                         "*.ndjson, optionally .gz or .zst), or - for standard input")
     p_check.add_argument("--format", choices=formats, default="auto",
                          help="response format; auto detects it per record (default: auto)")
     p_check.add_argument("--field", metavar="PATH",
@@ -184,15 +184,24 @@ def _parser() -> argparse.ArgumentParser:
                          help="examples shown per defect class (default 3)")
     p_check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                          help="progress on stderr (default: only when stderr is a terminal)")
+    p_check.add_argument("--records", metavar="OUT",
+                         help="also write one row per record (position, verdict, counts) to OUT: "
+                         ".parquet (needs pyarrow) or .jsonl")
+    p_check.add_argument("--column", action="append", metavar="[NAME=]PATH",
+                         help="with --records: one more column, the value at this dotted path of each "
+                         "record (e.g. meta.step; repeatable)")
+    p_check.add_argument("--ray", metavar="ADDRESS",
+                         help="check on a Ray cluster: local (start one here), auto (join the running "
+                         "one) or a cluster address; needs ray (pip install 'tokenwire[ray]')")
 
     p_inspect = sub.add_parser(
         "inspect",
         help="show one response's fields, sizes, dtypes, shapes and token counts",
-        description="Show the first record of a JSON, JSONL or gzip file (or the one on --line): "
+        description="Show the first record of a JSON, JSONL, gzip or zstd file (or the one on --line): "
         "every field's wire form and size, what tokenwire decodes it to, and the first defect. "
         "Exit status: 0 valid, 1 defective, 2 usage error or unreadable input.",
     )
-    p_inspect.add_argument("file", metavar="FILE", help="a file (plain or gzip), or - for standard input")
+    p_inspect.add_argument("file", metavar="FILE", help="a file (plain, gzip or zstd), or - for standard input")
     p_inspect.add_argument("--line", type=_positive, metavar="N",
                            help="the record on line N of a JSONL file (element N of a JSON array)")
     p_inspect.add_argument("--field", metavar="PATH", help="the response is under this dotted key of the record")

@@ -14,7 +14,7 @@ import time
 from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 import orjson
@@ -23,6 +23,7 @@ import tokenwire
 
 from ._cli_formats import CLASSES, check_record
 from ._cli_io import Chunk, InputError, Reader, Source, expand_paths, field_path, read_chunks
+from ._cli_records import invalid_json_row, parse_columns, record_row, records_sink
 
 __all__ = ["Options", "Tally", "check_chunk", "run"]
 
@@ -33,6 +34,8 @@ class Options:
     field: tuple[str, ...] | None = None
     top_k: int | None = None
     examples: int = 3
+    records: bool = False  # one row per record in the result's "rows" (--records)
+    columns: tuple[tuple[str, tuple[str, ...]], ...] = ()  # --column: (name, path in the record)
 
 
 def _new_result() -> dict[str, Any]:
@@ -43,7 +46,10 @@ def _new_result() -> dict[str, Any]:
 def _add(result: dict[str, Any], raw: bytes, options: Options, position: dict[str, Any]) -> None:
     result["records"] += 1
     result["bytes"] += len(raw)
-    fmt, defect = check_record(raw, options.format, options.field, options.top_k)
+    facts: dict[str, Any] | None = {} if options.records else None
+    fmt, defect = check_record(raw, options.format, options.field, options.top_k, facts)
+    if facts is not None:
+        result.setdefault("rows", []).append(record_row(len(raw), raw, fmt, defect, facts, position, options.columns))
     if fmt is not None:
         result["formats"][fmt] += 1
     if defect is None:
@@ -93,6 +99,8 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
         result["defective"] += 1
         result["classes"]["malformed_json"] += 1
         result["examples"]["malformed_json"] = [{"file": chunk.name, "location": "", "reason": error}]
+        if options.records:
+            result["rows"] = [invalid_json_row(text, error, {"file": chunk.name}, options.columns)]
         return result
     for number, item in enumerate(items, 1):
         _add(result, orjson.dumps(item), options, {"file": chunk.name, "element": number})
@@ -115,6 +123,7 @@ class Tally:
     per_file: dict[str, list[int]] = field(default_factory=dict)  # name -> [records, defective]
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)  # inputs that failed midway
+    sink: Any = None  # called with each result's rows, in input order (--records)
 
     def merge(self, result: dict[str, Any]) -> None:
         self.records += result["records"]
@@ -130,6 +139,8 @@ class Tally:
         counts = self.per_file.setdefault(result["file"], [0, 0])
         counts[0] += result["records"]
         counts[1] += result["defective"]
+        if self.sink is not None and result.get("rows"):
+            self.sink(result["rows"])
 
     @property
     def status(self) -> int:
@@ -163,6 +174,8 @@ class Progress:
         if self.total:
             text += f" / {_size(self.total)} ({min(done / self.total, 1):.0%})"
         text += f", {records:,} records, {records / elapsed:,.0f} records/s, {done / elapsed / 1e6:,.0f} MB/s"
+        if self.total and 0 < done < self.total:
+            text += f", ETA {_duration((self.total - done) * elapsed / done)}"
         if self.tty:
             self.stream.write(f"\r\x1b[K{text}")
             self.drawn = True
@@ -176,6 +189,12 @@ class Progress:
             self.stream.flush()
 
 
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds + 0.5), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
 def _size(n: float) -> str:
     for unit in ("B", "KB", "MB"):
         if n < 1000:
@@ -185,12 +204,13 @@ def _size(n: float) -> str:
 
 
 def run(paths: list[str], options: Options, *, jobs: int = 1, input_kind: str = "auto",
-        progress: bool | None = None) -> Tally:
+        progress: bool | None = None, sink: Any = None) -> Tally:
     """Check every record of ``paths``. Raises :class:`InputError` before any work when an
     input cannot be opened; a file that fails midway is reported in ``Tally.errors`` and the
     run goes on with the next one."""
     sources = expand_paths(paths)
     tally = Tally(options, sources)
+    tally.sink = sink
     sizes = [s.size for s in sources]
     total = None if None in sizes else sum(sizes)  # type: ignore[arg-type]
     show = sys.stderr.isatty() if progress is None else progress
@@ -338,8 +358,24 @@ def _cpus() -> int:
 def main(args: Any) -> int:
     """Run ``tokenwire check`` from parsed arguments; the exit status."""
     options = Options(format=args.format, field=field_path(args.field), top_k=args.top_k, examples=args.examples)
+    columns = parse_columns(getattr(args, "column", None))
+    records_path = getattr(args, "records", None)
+    if columns and not records_path:
+        raise InputError("--column adds a column to the --records rows: give --records OUT too")
+    if records_path:
+        options = replace(options, records=True, columns=columns)
     jobs = args.jobs or _cpus()
-    tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress)
+    with records_sink(records_path, columns) as sink:
+        if getattr(args, "ray", None):
+            from .ray import run as ray_run
+
+            try:
+                tally = ray_run(args.paths, options, address=args.ray, input_kind=args.input,
+                                progress=args.progress, sink=sink)
+            except (ImportError, ConnectionError) as exc:  # no ray, or no cluster at that address
+                raise InputError(f"--ray {args.ray}: {exc}") from None
+        else:
+            tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress, sink=sink)
     if args.report == "json":
         sys.stdout.write(orjson.dumps(json_report(tally), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

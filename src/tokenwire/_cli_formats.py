@@ -47,6 +47,10 @@ class Defect:
     reason: str
     histogram: str | None = None
     difference: int | None = None
+    # Where MalformedResponseError put it (None for a record that could not be read).
+    choice: int | None = None
+    field: str | None = None
+    token: int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,8 @@ def _detect_generate(document: Any) -> bool:
     return not (isinstance(first, dict) and ("message" in first or "delta" in first))
 
 
-def _validate_generate(raw: bytes, top_k: int | None) -> None:
-    tokenwire.parse_generate_response(raw, top_k=top_k)
+def _validate_generate(raw: bytes, top_k: int | None) -> object:
+    return tokenwire.parse_generate_response(raw, top_k=top_k)
 
 
 _NATIVE_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprob count \((\d+)\)")
@@ -350,11 +354,14 @@ def field_bytes(value: Any) -> bytes:
 
 
 def check_record(
-    raw: bytes, fmt: str, field: tuple[str, ...] | None, top_k: int | None
+    raw: bytes, fmt: str, field: tuple[str, ...] | None, top_k: int | None,
+    facts: dict[str, Any] | None = None,
 ) -> tuple[str | None, Defect | None]:
     """Validate one record: ``(format name, None)`` when clean, ``(format or None, defect)``.
 
-    ``fmt`` is a key of ``FORMATS`` or ``"auto"``; ``field`` the ``--field`` path.
+    ``fmt`` is a key of ``FORMATS`` or ``"auto"``; ``field`` the ``--field`` path. A ``facts``
+    dict receives what the response says of itself where it can be read: ``request_id``,
+    ``model``, and for a valid one ``choices`` and ``tokens`` (completion tokens).
     """
     prefix = ".".join(field) if field else ""
     document: Any = None
@@ -371,14 +378,14 @@ def check_record(
             document = None
     tried = FORMATS[fmt] if fmt != "auto" else GENERATE
     try:
-        error = _run(tried, raw, top_k)
+        error = _run(tried, raw, top_k, facts)
         if error is None and fmt == "auto" and b'"object"' in raw:
             # An OpenAI-compatible response can read as a generate response: name it by its type.
             if document is None:
                 document, _ = _loads(raw)
             other = next((f for f in FORMATS.values() if f is not GENERATE and f.detect(document)), None)
             if other is not None:
-                tried, error = other, _run(other, raw, top_k)
+                tried, error = other, _run(other, raw, top_k, facts)
         if error is None:
             return tried.name, None
         if document is None:
@@ -392,21 +399,43 @@ def check_record(
                 reason = f"looks like {_describe(document)}; supported formats: {names}"
                 return None, _prefixed(Defect("unrecognized", "", reason), prefix)
             tried = other
-            error = _run(tried, raw, top_k)
+            error = _run(tried, raw, top_k, facts)
             if error is None:
                 return tried.name, None
-        return tried.name, _prefixed(tried.classify(error, document), prefix)
+        if facts is not None:
+            _identity(document, facts)
+        defect = tried.classify(error, document)
+        defect.choice, defect.field, defect.token = error.choice, error.field, error.token
+        return tried.name, _prefixed(defect, prefix)
     except Exception as exc:  # a bug, or MemoryError: reported, never fatal to the run
         return None, _prefixed(Defect("other", "", f"{type(exc).__name__}: {exc}"), prefix)
 
 
-def _run(fmt: Format, raw: bytes, top_k: int | None) -> MalformedResponseError | None:
+def _run(fmt: Format, raw: bytes, top_k: int | None, facts: dict[str, Any] | None = None) -> MalformedResponseError | None:
     try:
-        fmt.validate(raw, top_k)
+        parsed = fmt.validate(raw, top_k)
     except MalformedResponseError as exc:
         # Without its traceback the rejected document is freed before the record is reloaded.
         return exc.with_traceback(None)
+    if facts is not None and isinstance(parsed, tokenwire.GenerateResponse):
+        facts["choices"] = len(parsed.choices)
+        facts["tokens"] = sum(len(c.completion_ids) for c in parsed.choices)
+        facts["request_id"] = parsed.request_id
+        facts["model"] = parsed.payload.get("model")
     return None
+
+
+def _identity(document: Any, facts: dict[str, Any]) -> None:
+    """The request id and model a rejected response names, where it names them."""
+    if isinstance(document, list) and document:  # an SGLang batch
+        document = document[0]
+    if isinstance(document, dict):
+        meta = document.get("meta_info")
+        rid = document.get("request_id", document.get("id"))
+        if rid is None and isinstance(meta, dict):
+            rid = meta.get("id")
+        facts["request_id"] = rid
+        facts["model"] = document.get("model")
 
 
 def _prefixed(defect: Defect, prefix: str) -> Defect:

@@ -1,10 +1,11 @@
-"""Reading captured responses for the command line: plain or gzip files (told apart by their
-magic bytes), JSON documents or JSON lines, streamed in blocks so memory stays flat."""
+"""Reading captured responses for the command line: plain, gzip or zstd files (told apart by
+their magic bytes), JSON documents or JSON lines, streamed in blocks so memory stays flat."""
 
 from __future__ import annotations
 
 import gzip
 import os
+import stat
 import sys
 import zlib
 from collections.abc import Iterator
@@ -27,6 +28,8 @@ _BOM = b"\xef\xbb\xbf"
 _CAPTURE_SUFFIXES = (".json", ".jsonl", ".ndjson")
 # Errors a stream raises on a damaged file (BadGzipFile is an OSError).
 READ_ERRORS = (OSError, EOFError, zlib.error)
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_COMPRESSED_SUFFIXES = (".gz", ".zst")
 
 
 class InputError(Exception):
@@ -63,7 +66,7 @@ class Chunk:
 
 def expand_paths(paths: list[str]) -> list[Source]:
     """The files to read: each path as given, directories searched recursively for
-    ``*.json``, ``*.jsonl`` and ``*.ndjson`` (each optionally ``.gz``). Every file is opened
+    ``*.json``, ``*.jsonl`` and ``*.ndjson`` (each optionally ``.gz`` or ``.zst``). Every file is opened
     once here, so an unreadable one stops the run before any work."""
     sources: list[Source] = []
     for path in paths:
@@ -75,7 +78,9 @@ def expand_paths(paths: list[str]) -> list[Source]:
             for root, dirs, files in os.walk(path):
                 dirs.sort()
                 for name in sorted(files):
-                    stem = name[:-3] if name.endswith(".gz") else name
+                    stem = name
+                    for suffix in _COMPRESSED_SUFFIXES:
+                        stem = stem.removesuffix(suffix)
                     if stem.endswith(_CAPTURE_SUFFIXES):
                         found.append(os.path.join(root, name))
             if not found:
@@ -83,6 +88,7 @@ def expand_paths(paths: list[str]) -> list[Source]:
             sources.extend(_source(p) for p in found)
         else:
             sources.append(_source(path))
+    _zstd_readable(sources)
     return sources
 
 
@@ -107,17 +113,28 @@ class Reader:
                 self.file: IO[bytes] = sys.stdin.buffer
             else:
                 self.file = open(source.path, "rb")
-            magic = self.file.peek(2)[:2]  # type: ignore[union-attr]
+            magic = self.file.peek(4)[:4]  # type: ignore[union-attr]
         except OSError as exc:
             raise InputError(f"{source.name}: cannot read: {exc.strerror or exc}") from None
-        self.gzip = magic == _GZIP_MAGIC
-        self.stream: Any = gzip.GzipFile(fileobj=self.file, mode="rb") if self.gzip else self.file
+        self.gzip = magic[:2] == _GZIP_MAGIC
+        self.zstd = magic == _ZSTD_MAGIC
+        self._errors: tuple[type[BaseException], ...] = READ_ERRORS
+        self.stream: Any = self.file
+        if self.gzip:
+            self.stream = gzip.GzipFile(fileobj=self.file, mode="rb")
+        elif self.zstd:
+            try:
+                self.stream, error = _zstd_stream(self.file, source.name)
+            except InputError:
+                self.close()
+                raise
+            self._errors = (*READ_ERRORS, error)
 
     def read(self, size: int) -> bytes:
         try:
             data = self.stream.read(size)
-        except READ_ERRORS as exc:
-            what = "gzip stream" if self.gzip else "file"
+        except self._errors as exc:
+            what = "gzip stream" if self.gzip else "zstd stream" if self.zstd else "file"
             raise InputError(f"{self.source.name}: damaged {what}: {exc}") from None
         self._consumed += len(data)
         return data
@@ -131,6 +148,71 @@ class Reader:
     def close(self) -> None:
         if self.file is not sys.stdin.buffer:
             self.file.close()
+
+
+class _ZstdFrames:
+    """zstd frames one after another (as ``zstd`` and ``cat a.zst b.zst`` write them),
+    decompressed as they are read. A stream that ends inside a frame is damaged: ``EOFError``,
+    as gzip raises, where ``zstandard``'s own stream reader would return the part silently."""
+
+    _INPUT = 1 << 17  # compressed bytes fed at a time: bounds the output held at once
+
+    def __init__(self, file: IO[bytes], zstandard: Any) -> None:
+        self._file = file
+        self._context = zstandard.ZstdDecompressor()
+        self._frame = self._context.decompressobj()
+        self._in_frame = False
+        self._out = bytearray()
+
+    def read(self, size: int) -> bytes:
+        while len(self._out) < size:
+            data = self._file.read(self._INPUT)
+            if not data:
+                if self._in_frame:
+                    raise EOFError("the stream ends inside a frame (truncated)")
+                break
+            while data:
+                if self._frame.eof:
+                    self._frame = self._context.decompressobj()
+                self._out += self._frame.decompress(data)
+                self._in_frame = not self._frame.eof
+                data = self._frame.unused_data if self._frame.eof else b""
+        block = bytes(self._out[:size])
+        del self._out[:size]
+        return block
+
+
+def _zstd_stream(file: IO[bytes], name: str) -> tuple[Any, type[BaseException]]:
+    """A zstd stream over ``file`` and the error its damage raises: the standard library's
+    (Python 3.14) or the ``zstandard`` package's."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found]
+
+        return zstd.ZstdFile(file), zstd.ZstdError
+    except ImportError:
+        pass
+    try:
+        import zstandard
+    except ImportError:
+        raise InputError(
+            f"{name}: reading zstd needs the zstandard package, which is not installed: "
+            "pip install 'tokenwire[zstd]'"
+        ) from None
+    return _ZstdFrames(file, zstandard), zstandard.ZstdError
+
+
+def _zstd_readable(sources: list[Source]) -> None:
+    """Stop before any work when a zstd input cannot be decompressed here."""
+    for source in sources:
+        try:
+            # Only a regular file is peeked at: opening a FIFO waits, reading one takes its data.
+            if source.path == "-" or not stat.S_ISREG(os.stat(source.path).st_mode):
+                continue
+            with open(source.path, "rb") as f:
+                if f.read(4) == _ZSTD_MAGIC:
+                    _zstd_stream(f, source.name)
+        except OSError as exc:
+            raise InputError(f"{source.name}: cannot read: {exc.strerror or exc}") from None
 
 
 def sniff(block: bytes) -> str:

@@ -3,6 +3,7 @@
 
 import json
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -422,6 +423,7 @@ cdef extern from "tw_scan.h" nogil:
         int path
         int decode
         int b64_path
+        uint32_t blank_fields
         int openai
         int sglang
         uint8_t top_is_object
@@ -663,33 +665,50 @@ cdef object _candidates(int rc, object coff, const tw_native_cands *cands, size_
 cdef class _Scan:
     """The raw bytes of one response and what the structural scanner recorded in them."""
     cdef const char *buf
+    cdef char *own  # a private copy of a mutable input (tw_mem), or NULL
     cdef tw_doc doc
     cdef int path
     cdef object keep
 
     def __cinit__(self):
         tw_doc_init(&self.doc)
+        self.own = NULL
 
     def __dealloc__(self):
         tw_doc_free(&self.doc)
+        tw_mem_free(self.own)
 
     cdef object document(self, object raw, tuple blank=_GENERATE_BLANK, bint openai=False,
                          bint sglang=False):
         """Scan ``raw`` and return the document with its big values blanked, parsed by orjson.
         ``blank``: the choice fields also blanked (read from the raw bytes instead);
         ``openai``/``sglang``: an OpenAI-compatible / SGLang document (see tw_scan.h)."""
-        cdef const unsigned char[::1] view = _bytes_view(raw)
+        mv = _bytes_view(raw)
+        cdef const unsigned char[::1] view = mv
         cdef size_t n = view.shape[0]
         cdef int rc
         cdef char *dst
-        self.keep = view
-        self.buf = _start(view)
+        if mv.readonly:
+            self.keep = view
+            self.buf = _start(view)
+        else:
+            # Another thread may rewrite a mutable buffer (a reused receive buffer) while
+            # the GIL is released: every pass then reads one private snapshot, so counts
+            # taken by one pass always hold for the next.
+            self.own = <char *>tw_mem_alloc(n + 1)
+            if self.own == NULL:
+                raise MemoryError()
+            memcpy(self.own, _start(view), n)
+            self.buf = self.own
         self.path = _path
         self.doc.path = _path
         self.doc.decode = 1
         self.doc.b64_path = _path
         self.doc.openai = openai
         self.doc.sglang = sglang
+        self.doc.blank_fields = 0
+        for field in blank:  # values read in C: orjson need not build them
+            self.doc.blank_fields |= 1u << <int>field
         with nogil:
             rc = tw_scan(self.buf, n, &self.doc)
         if rc == TW_ERR_NOMEM:
@@ -698,11 +717,6 @@ cdef class _Scan:
             raise MalformedResponseError(
                 f"invalid JSON: {self.doc.err_msg.decode()} at byte {self.doc.err_pos}"
             )
-        # Values read in C (native per-token records, ...): orjson need not build them.
-        for i in range(self.doc.nchoices):
-            for field in blank:
-                if tw_blank_field(&self.doc, i, field) != TW_OK:
-                    raise MemoryError()
         stripped = PyBytes_FromStringAndSize(NULL, tw_stripped_size(&self.doc, n))
         dst = PyBytes_AS_STRING(stripped)
         with nogil:
@@ -917,157 +931,165 @@ cdef class _Scan:
         return Ragged(offsets, values), rows, None
 
 
-class _Kernels(_reference._Choice):
-    """The reference's per-token loops, in C (the values still come from the parsed document)."""
+# --- the kernels: the reference's per-token loops as free functions, in C ------------------------
 
-    def ints(self, value, path, high):
-        """The reference's ``ints`` over a list, one pass in C."""
-        if type(value) is not list:
-            return super().ints(value, path, high)
-        cdef list items = value
-        cdef Py_ssize_t i = 0, n = len(items)
-        cdef long long x, top = min(high, 2**63 - 1)
-        cdef int overflow = 0
-        out = np.empty(n, dtype=np.int64)
-        cdef int64_t[::1] o = out
-        while i < n:
-            item = items[i]
-            if type(item) is not int:
-                break
-            x = PyLong_AsLongLongAndOverflow(item, &overflow)
-            if overflow or x < 0 or x > top:
-                break
-            o[i] = x
-            i += 1
-        return (out, n, None) if i == n else (out[:i], n, i)
 
-    def first_bad(self, rule, values):
-        cdef ptrdiff_t bad = -1
-        cdef size_t n = len(values)
-        cdef const float[::1] f32
-        cdef const double[::1] f64
-        cdef const int32_t[::1] i32
-        if n == 0:
-            return -1
-        if rule == "negative":
-            i32 = values
+def int_list(value, high):
+    """The reference's ``int_list``, one pass in C over a list."""
+    if type(value) is not list:
+        return _reference.int_list(value, high)
+    cdef list items = value
+    cdef Py_ssize_t i = 0, n = len(items)
+    cdef long long x, top = min(high, 2**63 - 1)
+    cdef int overflow = 0
+    out = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] o = out
+    while i < n:
+        item = items[i]
+        if type(item) is not int:
+            break
+        x = PyLong_AsLongLongAndOverflow(item, &overflow)
+        if overflow or x < 0 or x > top:
+            break
+        o[i] = x
+        i += 1
+    return (out, n, None) if i == n else (out[:i], n, i)
+
+
+def first_bad(rule, values):
+    cdef ptrdiff_t bad = -1
+    cdef size_t n = len(values)
+    cdef const float[::1] f32
+    cdef const double[::1] f64
+    cdef const int32_t[::1] i32
+    if n == 0:
+        return -1
+    if rule == "negative":
+        i32 = values
+        with nogil:
+            bad = tw_i32_negative(&i32[0], n)
+    elif values.dtype.itemsize == 8:
+        f64 = values
+        with nogil:
+            bad = tw_packed_f64_bad(&f64[0], n)
+    else:
+        f32 = values
+        if rule == "packed":
             with nogil:
-                bad = tw_i32_negative(&i32[0], n)
-        elif values.dtype.itemsize == 8:
-            f64 = values
-            with nogil:
-                bad = tw_packed_f64_bad(&f64[0], n)
+                bad = tw_packed_f32_bad(&f32[0], n)
         else:
-            f32 = values
-            if rule == "packed":
-                with nogil:
-                    bad = tw_packed_f32_bad(&f32[0], n)
-            else:
-                with nogil:
-                    bad = tw_compact_values_bad(&f32[0], n)
-        return bad
-
-    def first_bad_support(self, ids, rows, limit):
-        cdef ptrdiff_t bad = -1
-        cdef int nomem = 0
-        cdef size_t count = limit
-        cdef const int64_t *sampled
-        cdef const int64_t[::1] offs = rows.offsets
-        cdef const int32_t[::1] vals = rows.values if len(rows.values) else np.zeros(1, dtype=np.int32)
-        if count == 0:
-            return -1
-        sampled = _i64(ids)
-        with nogil:
-            bad = tw_support_rows(&vals[0], &offs[0], count, sampled, &nomem)
-        if nomem:
-            raise MemoryError()
-        return bad
-
-    def compact_rows(self, ids, row_ids, row_values, offsets):
-        cdef size_t n = len(ids)
-        cdef int kind = 0
-        cdef ptrdiff_t row = -1
-        cdef const uint32_t[::1] rids
-        cdef const float[::1] vals
-        cdef const int64_t[::1] offs = offsets
-        cdef const int64_t *sampled_ids
-        cdef float[::1] out
-        cdef int simd = _path
-        sampled = np.zeros(n, dtype=np.float32)
-        if n == 0:
-            return sampled, None
-        rids = row_ids
-        vals = row_values
-        out = sampled
-        sampled_ids = _i64(ids)
-        with nogil:
-            row = tw_compact_rows(&rids[0], &vals[0], &offs[0], n, sampled_ids, &out[0], &kind, simd)
-        if row < 0:
-            return sampled, None
-        if kind == TW_ROW_NOMEM:
-            raise MemoryError()
-        return sampled, (row, "Repeated compact logprobs disagree" if kind == TW_ROW_REPEAT_DISAGREE
-                         else "Missing compact sampled-token evidence")
-
-
-    def compact_candidates(self, row_ids, row_values, offsets, num_top):
-        cdef size_t n = len(offsets) - 1
-        cdef const int64_t[::1] roff = offsets
-        cdef const uint32_t[::1] rids = row_ids if len(row_ids) else np.zeros(1, np.uint32)
-        cdef const float[::1] rvals = row_values if len(row_values) else np.zeros(1, np.float32)
-        cdef int64_t top = min(num_top, 2**62)
-        cdef int rc
-        cdef int simd = _path
-        total = max(int(offsets[n]), 1)
-        coff = np.zeros(n + 1, dtype=np.int64)
-        cand_ids = np.empty(total, dtype=np.int64)
-        cand_lps = np.empty(total, dtype=np.float64)
-        cdef int64_t[::1] coff_view = coff, ids_view = cand_ids
-        cdef double[::1] lps_view = cand_lps
-        with nogil:
-            rc = tw_compact_candidates(n, &roff[0], &rids[0], &rvals[0], top, &coff_view[0],
-                                       &ids_view[0], &lps_view[0], simd)
-        if rc == TW_HEAD_NOMEM:
-            raise MemoryError()
-        end = int(coff[n])
-        return _reference.Candidates(coff, cand_ids[:end], cand_lps[:end])
-
-    def heads(self, ids, candidates, sampled_lps, k, supports, limit):
-        cdef size_t n = limit
-        cdef const int64_t[::1] coff = candidates.offsets
-        cdef const int64_t[::1] cids = candidates.ids if len(candidates.ids) else np.zeros(1, np.int64)
-        cdef const double[::1] clps = candidates.logprobs if len(candidates.logprobs) else np.zeros(1)
-        cdef const int64_t *sampled_ids = _i64(ids) if len(ids) else NULL
-        cdef const double[::1] slps = sampled_lps if len(sampled_lps) else np.zeros(1)
-        cdef const int64_t *soff = NULL
-        cdef const int32_t *sup = NULL
-        cdef const int64_t[::1] soff_view
-        cdef const int32_t[::1] sup_view
-        cdef int code = 0
-        cdef int simd = _path
-        cdef ptrdiff_t bad
-        cdef int64_t kk = k
-        total = max(int(candidates.offsets[n]) - int(candidates.offsets[0]), 1)
-        out_off = np.zeros(n + 1, dtype=np.int64)
-        out_ids = np.empty(total, dtype=np.int64)
-        out_lps = np.empty(total, dtype=np.float64)
-        cdef int64_t[::1] off_view = out_off, oid_view = out_ids
-        cdef double[::1] olp_view = out_lps
-        if supports is not None:
-            soff_view = supports.offsets
-            sup_view = supports.values if len(supports.values) else np.zeros(1, np.int32)
-            soff = &soff_view[0]
-            sup = &sup_view[0]
-        if n:
             with nogil:
-                bad = tw_select_heads(n, &coff[0], &cids[0], &clps[0], sampled_ids, &slps[0], kk, soff,
-                                      sup, &off_view[0], &oid_view[0], &olp_view[0], &code, simd)
-            if bad >= 0:
-                if code == TW_HEAD_NOMEM:
-                    raise MemoryError()
-                return None, None, (bad, _HEAD_REASONS[code])
-        end = int(out_off[n])
-        return Ragged(out_off, out_ids[:end]), Ragged(out_off.copy(), out_lps[:end]), None
+                bad = tw_compact_values_bad(&f32[0], n)
+    return bad
+
+
+def first_bad_support(ids, rows, limit):
+    cdef ptrdiff_t bad = -1
+    cdef int nomem = 0
+    cdef size_t count = limit
+    cdef const int64_t *sampled
+    cdef const int64_t[::1] offs = rows.offsets
+    cdef const int32_t[::1] vals = rows.values if len(rows.values) else np.zeros(1, dtype=np.int32)
+    if count == 0:
+        return -1
+    sampled = _i64(ids)
+    with nogil:
+        bad = tw_support_rows(&vals[0], &offs[0], count, sampled, &nomem)
+    if nomem:
+        raise MemoryError()
+    return bad
+
+
+def compact_rows(ids, row_ids, row_values, offsets):
+    cdef size_t n = len(ids)
+    cdef int kind = 0
+    cdef ptrdiff_t row = -1
+    cdef const uint32_t[::1] rids
+    cdef const float[::1] vals
+    cdef const int64_t[::1] offs = offsets
+    cdef const int64_t *sampled_ids
+    cdef float[::1] out
+    cdef int simd = _path
+    sampled = np.zeros(n, dtype=np.float32)
+    if n == 0:
+        return sampled, None
+    rids = row_ids
+    vals = row_values
+    out = sampled
+    sampled_ids = _i64(ids)
+    with nogil:
+        row = tw_compact_rows(&rids[0], &vals[0], &offs[0], n, sampled_ids, &out[0], &kind, simd)
+    if row < 0:
+        return sampled, None
+    if kind == TW_ROW_NOMEM:
+        raise MemoryError()
+    return sampled, (row, "Repeated compact logprobs disagree" if kind == TW_ROW_REPEAT_DISAGREE
+                     else "Missing compact sampled-token evidence")
+
+
+def compact_candidates(row_ids, row_values, offsets, num_top):
+    cdef size_t n = len(offsets) - 1
+    cdef const int64_t[::1] roff = offsets
+    cdef const uint32_t[::1] rids = row_ids if len(row_ids) else np.zeros(1, np.uint32)
+    cdef const float[::1] rvals = row_values if len(row_values) else np.zeros(1, np.float32)
+    cdef int64_t top = min(num_top, 2**62)
+    cdef int rc
+    cdef int simd = _path
+    total = max(int(offsets[n]), 1)
+    coff = np.zeros(n + 1, dtype=np.int64)
+    cand_ids = np.empty(total, dtype=np.int64)
+    cand_lps = np.empty(total, dtype=np.float64)
+    cdef int64_t[::1] coff_view = coff, ids_view = cand_ids
+    cdef double[::1] lps_view = cand_lps
+    with nogil:
+        rc = tw_compact_candidates(n, &roff[0], &rids[0], &rvals[0], top, &coff_view[0],
+                                   &ids_view[0], &lps_view[0], simd)
+    if rc == TW_HEAD_NOMEM:
+        raise MemoryError()
+    end = int(coff[n])
+    return _reference.Candidates(coff, cand_ids[:end], cand_lps[:end])
+
+
+def heads(ids, candidates, sampled_lps, k, supports, limit):
+    cdef size_t n = limit
+    cdef const int64_t[::1] coff = candidates.offsets
+    cdef const int64_t[::1] cids = candidates.ids if len(candidates.ids) else np.zeros(1, np.int64)
+    cdef const double[::1] clps = candidates.logprobs if len(candidates.logprobs) else np.zeros(1)
+    cdef const int64_t *sampled_ids = _i64(ids) if len(ids) else NULL
+    cdef const double[::1] slps = sampled_lps if len(sampled_lps) else np.zeros(1)
+    cdef const int64_t *soff = NULL
+    cdef const int32_t *sup = NULL
+    cdef const int64_t[::1] soff_view
+    cdef const int32_t[::1] sup_view
+    cdef int code = 0
+    cdef int simd = _path
+    cdef ptrdiff_t bad
+    cdef int64_t kk = k
+    total = max(int(candidates.offsets[n]) - int(candidates.offsets[0]), 1)
+    out_off = np.zeros(n + 1, dtype=np.int64)
+    out_ids = np.empty(total, dtype=np.int64)
+    out_lps = np.empty(total, dtype=np.float64)
+    cdef int64_t[::1] off_view = out_off, oid_view = out_ids
+    cdef double[::1] olp_view = out_lps
+    if supports is not None:
+        soff_view = supports.offsets
+        sup_view = supports.values if len(supports.values) else np.zeros(1, np.int32)
+        soff = &soff_view[0]
+        sup = &sup_view[0]
+    if n:
+        with nogil:
+            bad = tw_select_heads(n, &coff[0], &cids[0], &clps[0], sampled_ids, &slps[0], kk, soff,
+                                  sup, &off_view[0], &oid_view[0], &olp_view[0], &code, simd)
+        if bad >= 0:
+            if code == TW_HEAD_NOMEM:
+                raise MemoryError()
+            return None, None, (bad, _HEAD_REASONS[code])
+    end = int(out_off[n])
+    return Ragged(out_off, out_ids[:end]), Ragged(out_off.copy(), out_lps[:end]), None
+
+
+# This module as the namespace of the kernels above (what the readers below hand the rules).
+_KERNELS = sys.modules[__name__]
 
 
 class _Scanned:
@@ -1094,8 +1116,10 @@ class _Scanned:
         return super().length(value, path) if v == NULL else v.count
 
 
-class _ScannedChoice(_Scanned, _Kernels):
+class _ScannedChoice(_Scanned, _reference._Choice):
     """The reference's rules over values read straight from the raw bytes."""
+
+    kernels = _KERNELS
 
     def nested(self, value, path):
         cdef _Scan scan = self.scan
@@ -1108,13 +1132,22 @@ class _ScannedChoice(_Scanned, _Kernels):
         return super().blob(value, path) if v == NULL else scan.blob(v)
 
     def original(self, value, path):
-        """``logprobs`` with its ``content`` as the document holds it (the parsed copy's was
-        left empty for the C reader)."""
+        """A value kept in ``GenerateChoice.raw`` as the document holds it: ``logprobs`` with
+        its ``content`` (left empty in the parsed copy for the C reader), and
+        ``completion_logprobs`` beside ``compact_logprobs`` with its ``data`` (blanked by the
+        scan)."""
         cdef _Scan scan = self.scan
         cdef const tw_value *v = NULL
-        if path == "logprobs" and isinstance(value, dict):
+        if not isinstance(value, dict):
+            return value
+        if path == "logprobs":
             v = scan.array(self.index, "logprobs.content", self.fields)
-        return value if v == NULL else {**value, "content": orjson.loads(scan.text(v))}
+            return value if v == NULL else {**value, "content": orjson.loads(scan.text(v))}
+        if path == "completion_logprobs":
+            v = scan.value(self.index, "completion_logprobs.data")
+            if v != NULL and v.type == TW_T_STRING:
+                return {**value, "data": orjson.loads(b'"' + scan.text(v) + b'"')}
+        return value
 
     def native_entries(self, content, ids, want_top):
         cdef _Scan scan = self.scan
@@ -1189,7 +1222,7 @@ class _ScannedReader(_Scanned, _openai._Reader):
         v = scan.array(self.index, path, _NUMBER_FIELDS)
         return super().element(value, path, index) if v == NULL else scan.element(v, index)
 
-    heads = _Kernels.heads
+    kernels = _KERNELS
 
     def top_entries(self, content, path, ids):
         cdef _Scan scan = self.scan

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _reference
+from . import _reference, _select
 from ._errors import MalformedResponseError
 from ._types import Ragged
 
@@ -66,13 +66,11 @@ def select_heads(
         supports = Ragged(_offsets(support_offsets, len(values), "support_offsets"), values)
         if len(supports) != n:
             raise ValueError(f"{len(supports)} supports for {n} tokens")
-    import tokenwire
-
-    c = getattr(tokenwire._impl, "_Kernels", _reference._Choice)(None)
+    kernels = _select.kernels
     if num_top is not None:
         if ids.size and (ids.min() < 0 or ids.max() > _reference.MAX_TOKEN_ID):
             raise ValueError("compact candidate ids must be in [0, 2**32)")
-        candidates = c.compact_candidates(
+        candidates = kernels.compact_candidates(
             ids.astype(np.uint32), _array(candidate_logprobs, np.float32, "candidate_logprobs"), offsets, num_top
         )
     else:
@@ -85,7 +83,7 @@ def select_heads(
         if len(repeated):
             raise MalformedResponseError("Duplicate top logprob token id", field="heads", token=int(rows[order][repeated].min()))
         candidates = _reference.Candidates(offsets, ids, logprobs)
-    top_ids, top_logprobs, bad = c.heads(sampled, candidates, sampled_lps, k, supports, n)
+    top_ids, top_logprobs, bad = kernels.heads(sampled, candidates, sampled_lps, k, supports, n)
     if bad is not None:
         raise MalformedResponseError(bad[1], field="heads", token=bad[0])
     return top_ids, top_logprobs

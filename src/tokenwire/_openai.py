@@ -510,7 +510,7 @@ def _chosen_heads(
     ``NativeEntries.top_err``) is reported first, then that row's fault (``no_id``: the
     message for a candidate that names no id)."""
     limit = len(ids) if top_err is None else top_err[0]
-    top_ids, top_logprobs, head_bad = c.heads(ids, candidates, sampled, k, None, limit)
+    top_ids, top_logprobs, head_bad = c.kernels.heads(ids, candidates, sampled, k, None, limit)
     if head_bad is not None:
         c.fail(head_bad[1], field, head_bad[0])
     if top_err is not None:

@@ -14,6 +14,7 @@ import ast
 import base64
 import math
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,15 +120,129 @@ def b64encode(data: Any) -> bytes:
     return base64.b64encode(memoryview(data).cast("B"))
 
 
+# --- the per-token loops (kernels): free functions; the compiled core has the same ones in C ---
+
+
+def int_list(value: Any, high: int) -> tuple[np.ndarray, int, int | None] | None:
+    """An int list: its values before the first bad element (int64), its length, and the
+    index of the first element that is not an int in ``[0, high]`` (or None). None when
+    ``value`` is not a list."""
+    if not isinstance(value, list):
+        return None
+    high = min(high, 2**63 - 1)  # the values are int64
+    if value and set(map(type, value)) == {int}:
+        # The common all-valid list in one C conversion; the element loop below runs
+        # only to find the first bad element.
+        try:
+            values = np.frombuffer(array.array("Q", value), dtype=np.uint64)
+        except OverflowError:  # a negative id, or one beyond 64 bits
+            values = None
+        if values is not None and int(values.max()) <= high:
+            return values.view(np.int64), len(value), None
+    for i, x in enumerate(value):
+        if not _is_int(x) or not 0 <= x <= high:
+            return np.array(value[:i], dtype=np.int64), len(value), i
+    return np.array(value, dtype=np.int64), len(value), None
+
+
+def first_bad(rule: str, values: np.ndarray) -> int:
+    """Index of the first value breaking ``rule``, or -1. ``"packed"``: finite and above the
+    sentinel; ``"compact"``: finite and at most 1e-6; ``"negative"``: not below zero."""
+    if rule == "packed":
+        ok = np.isfinite(values) & (values > VLLM_LOGPROB_SENTINEL)
+    elif rule == "compact":
+        ok = np.isfinite(values) & ~(values > 1e-6)
+    else:
+        ok = values >= 0
+    bad = np.flatnonzero(~ok)
+    return int(bad[0]) if len(bad) else -1
+
+
+def first_bad_support(ids: np.ndarray, rows: Ragged, limit: int) -> int:
+    """First of the first ``limit`` supports that is empty, repeats an id, or misses the
+    sampled id; -1 when there is none."""
+    for index, (sampled, support) in enumerate(zip(ids.tolist()[:limit], rows_to_lists(rows.offsets, rows.values)[0])):
+        if not support or len(set(support)) != len(support) or sampled not in support:
+            return index
+    return -1
+
+
+def compact_rows(
+    ids: np.ndarray, row_ids: np.ndarray, row_values: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, tuple[int, str] | None]:
+    """The per-row rules of compact logprobs: the sampled values (float32), and the first
+    row that breaks a rule with its reason (or None)."""
+    sampled = np.zeros(len(ids), dtype=np.float32)
+    bounds = offsets.tolist()
+    for index, token_id in enumerate(ids.tolist()):
+        start, end = bounds[index], bounds[index + 1]
+        items = list(zip(row_ids[start:end].tolist(), row_values[start:end].tolist()))
+        # The engine's flat storage may repeat the sampled id inside its row; a dict
+        # keeps the first position and the last value, exactly as vLLM's own dict would.
+        row = dict(items)
+        if any(row[i] != p for i, p in items):
+            return sampled, (index, "Repeated compact logprobs disagree")
+        if token_id not in row or row[token_id] == VLLM_LOGPROB_SENTINEL:
+            return sampled, (index, "Missing compact sampled-token evidence")
+        sampled[index] = row[token_id]
+    return sampled, None
+
+
+def compact_candidates(
+    row_ids: np.ndarray, row_values: np.ndarray, offsets: np.ndarray, num_top: int
+) -> Candidates:
+    """The head candidates of each compact row: its first ``max(num_top, 1)`` distinct ids
+    in row order (a dict built from the row keeps the first position of a repeat)."""
+    rows = []
+    bounds = offsets.tolist()
+    for index in range(len(bounds) - 1):
+        start, end = bounds[index], bounds[index + 1]
+        row = dict(zip(row_ids[start:end].tolist(), row_values[start:end].tolist()))
+        rows.append(list(row.items())[: max(num_top, 1)])
+    return Candidates.from_rows(rows)
+
+
+def heads(
+    ids: np.ndarray,
+    candidates: Candidates,
+    sampled_lps: np.ndarray,
+    k: int,
+    supports: Ragged | None,
+    limit: int,
+) -> tuple[Ragged, Ragged, tuple[int, str] | None]:
+    """The head of each of the first ``limit`` tokens (ids int64, logprobs float64), and
+    the first token whose head breaks a rule with the reason (or None)."""
+    top_ids: list[list[int]] = []
+    top_logprobs: list[list[float]] = []
+    bounds = candidates.offsets.tolist()
+    cand_ids, cand_lps = candidates.ids.tolist(), candidates.logprobs.tolist()
+    ids_list, sampled = ids.tolist(), sampled_lps.tolist()
+    bad = None
+    for t in range(limit):
+        head = dict(zip(cand_ids[bounds[t] : bounds[t + 1]], cand_lps[bounds[t] : bounds[t + 1]]))
+        support = supports[t].tolist() if supports is not None else None
+        try:
+            chosen_ids, chosen_lps = select_head(head, ids_list[t], sampled[t], k, support)
+        except MalformedResponseError as exc:
+            bad = (t, exc.reason)
+            break
+        top_ids.append(chosen_ids)
+        top_logprobs.append(chosen_lps)
+    return Ragged.from_lists(top_ids, np.int64), Ragged.from_lists(top_logprobs, np.float64), bad
+
+
 class _Choice:
     """One choice being parsed (``index`` None: the top level): where its errors are located,
     and how its big values are read.
 
-    The reference reads the big values (int lists, base64 strings) from the parsed document
-    and runs the per-token loops in Python; the compiled core subclasses this to read the
-    same values straight from the raw bytes and to run those loops in C. Every rule, and the
-    order the rules are checked in, is written once, in the functions below.
+    The reference reads the big values (int lists, base64 strings) from the parsed document;
+    the compiled core subclasses this to read the same values straight from the raw bytes.
+    The per-token loops are the free functions of ``kernels``: this module's, or the compiled
+    core's. Every rule, and the order the rules are checked in, is written once, in the
+    functions below.
     """
+
+    kernels: Any = None  # this module (set below); a subclass names the compiled core
 
     def __init__(self, index: int | None) -> None:
         self.index = index
@@ -136,25 +251,8 @@ class _Choice:
         raise MalformedResponseError(reason, choice=self.index, field=field, token=token)
 
     def ints(self, value: Any, path: str, high: int) -> tuple[np.ndarray, int, int | None] | None:
-        """An int list: its values before the first bad element (int64), its length, and the
-        index of the first element that is not an int in ``[0, high]`` (or None).
-        None when ``value`` is not a list."""
-        if not isinstance(value, list):
-            return None
-        high = min(high, 2**63 - 1)  # the values are int64
-        if value and set(map(type, value)) == {int}:
-            # The common all-valid list in one C conversion; the element loop below runs
-            # only to find the first bad element.
-            try:
-                values = np.frombuffer(array.array("Q", value), dtype=np.uint64)
-            except OverflowError:  # a negative id, or one beyond 64 bits
-                values = None
-            if values is not None and int(values.max()) <= high:
-                return values.view(np.int64), len(value), None
-        for i, x in enumerate(value):
-            if not _is_int(x) or not 0 <= x <= high:
-                return np.array(value[:i], dtype=np.int64), len(value), i
-        return np.array(value, dtype=np.int64), len(value), None
+        """The int list at ``path`` (see :func:`int_list`)."""
+        return self.kernels.int_list(value, high)
 
     def nested(self, value: list[Any], path: str) -> tuple[Ragged, int, int | None]:
         """A list of int lists: its rows before the first row that is not a list of ints in
@@ -168,59 +266,6 @@ class _Choice:
         """The bytes of a canonical base64 string (a new uint8 array), or None."""
         raw = _b64(value)
         return None if raw is None else np.frombuffer(bytearray(raw), dtype=np.uint8)
-
-    def first_bad(self, rule: str, values: np.ndarray) -> int:
-        """Index of the first value breaking ``rule``, or -1. ``"packed"``: finite and above the
-        sentinel; ``"compact"``: finite and at most 1e-6; ``"negative"``: not below zero."""
-        if rule == "packed":
-            ok = np.isfinite(values) & (values > VLLM_LOGPROB_SENTINEL)
-        elif rule == "compact":
-            ok = np.isfinite(values) & ~(values > 1e-6)
-        else:
-            ok = values >= 0
-        bad = np.flatnonzero(~ok)
-        return int(bad[0]) if len(bad) else -1
-
-    def first_bad_support(self, ids: np.ndarray, rows: Ragged, limit: int) -> int:
-        """First of the first ``limit`` supports that is empty, repeats an id, or misses the
-        sampled id; -1 when there is none."""
-        for index, (sampled, support) in enumerate(zip(ids.tolist()[:limit], rows.to_lists())):
-            if not support or len(set(support)) != len(support) or sampled not in support:
-                return index
-        return -1
-
-    def compact_rows(
-        self, ids: np.ndarray, row_ids: np.ndarray, row_values: np.ndarray, offsets: np.ndarray
-    ) -> tuple[np.ndarray, tuple[int, str] | None]:
-        """The per-row rules of compact logprobs: the sampled values (float32), and the first
-        row that breaks a rule with its reason (or None)."""
-        sampled = np.zeros(len(ids), dtype=np.float32)
-        bounds = offsets.tolist()
-        for index, token_id in enumerate(ids.tolist()):
-            start, end = bounds[index], bounds[index + 1]
-            items = list(zip(row_ids[start:end].tolist(), row_values[start:end].tolist()))
-            # The engine's flat storage may repeat the sampled id inside its row; a dict
-            # keeps the first position and the last value, exactly as vLLM's own dict would.
-            row = dict(items)
-            if any(row[i] != p for i, p in items):
-                return sampled, (index, "Repeated compact logprobs disagree")
-            if token_id not in row or row[token_id] == VLLM_LOGPROB_SENTINEL:
-                return sampled, (index, "Missing compact sampled-token evidence")
-            sampled[index] = row[token_id]
-        return sampled, None
-
-    def compact_candidates(
-        self, row_ids: np.ndarray, row_values: np.ndarray, offsets: np.ndarray, num_top: int
-    ) -> Candidates:
-        """The head candidates of each compact row: its first ``max(num_top, 1)`` distinct ids
-        in row order (a dict built from the row keeps the first position of a repeat)."""
-        rows = []
-        bounds = offsets.tolist()
-        for index in range(len(bounds) - 1):
-            start, end = bounds[index], bounds[index + 1]
-            row = dict(zip(row_ids[start:end].tolist(), row_values[start:end].tolist()))
-            rows.append(list(row.items())[: max(num_top, 1)])
-        return Candidates.from_rows(rows)
 
     def native_entries(self, content: list[Any], ids: np.ndarray, want_top: bool) -> NativeEntries:
         """Both passes over native ``logprobs.content`` records (see :class:`NativeEntries`)."""
@@ -260,35 +305,6 @@ class _Choice:
             rows.append(list(head.items()))
         rows += [[] for _ in range(len(ids_list) - len(rows))]
         return NativeEntries(sampled, sampled_err, Candidates.from_rows(rows), entry_lps, top_err)
-
-    def heads(
-        self,
-        ids: np.ndarray,
-        candidates: Candidates,
-        sampled_lps: np.ndarray,
-        k: int,
-        supports: Ragged | None,
-        limit: int,
-    ) -> tuple[Ragged, Ragged, tuple[int, str] | None]:
-        """The head of each of the first ``limit`` tokens (ids int64, logprobs float64), and
-        the first token whose head breaks a rule with the reason (or None)."""
-        top_ids: list[list[int]] = []
-        top_logprobs: list[list[float]] = []
-        bounds = candidates.offsets.tolist()
-        cand_ids, cand_lps = candidates.ids.tolist(), candidates.logprobs.tolist()
-        ids_list, sampled = ids.tolist(), sampled_lps.tolist()
-        bad = None
-        for t in range(limit):
-            head = dict(zip(cand_ids[bounds[t] : bounds[t + 1]], cand_lps[bounds[t] : bounds[t + 1]]))
-            support = supports[t].tolist() if supports is not None else None
-            try:
-                chosen_ids, chosen_lps = select_head(head, ids_list[t], sampled[t], k, support)
-            except MalformedResponseError as exc:
-                bad = (t, exc.reason)
-                break
-            top_ids.append(chosen_ids)
-            top_logprobs.append(chosen_lps)
-        return Ragged.from_lists(top_ids, np.int64), Ragged.from_lists(top_logprobs, np.float64), bad
 
     def length(self, value: list[Any], path: str) -> int:
         """The length of the JSON array at ``path`` (the compiled core counts it in the raw
@@ -406,7 +422,7 @@ def _parse_packed_logprobs(packed: Any, n: int, c: _Choice) -> np.ndarray:
     )
     if len(values) != n:
         c.fail(problem, field)
-    bad = c.first_bad("packed", values)
+    bad = c.kernels.first_bad("packed", values)
     if bad >= 0:
         c.fail(problem, field, bad)
     return values
@@ -512,7 +528,7 @@ def _parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: _Choice) ->
             values = raw.view("<i4")
             if not bare and not _shape_is(packed.get("shape"), len(values)):
                 c.fail("Invalid packed sampling mask", f"{field}.{name}.shape")
-            negative = c.first_bad("negative", values)
+            negative = c.kernels.first_bad("negative", values)
             if negative >= 0:
                 c.fail("Invalid packed sampling mask", f"{field}.{name}", negative)
             arrays[name] = values
@@ -529,7 +545,7 @@ def _parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: _Choice) ->
     else:
         c.fail("Sampling mask token count mismatch", field)
     # The first row that breaks a rule: malformed (bad_row) or not a valid support.
-    bad = c.first_bad_support(ids, rows, len(ids) if bad_row is None else bad_row)
+    bad = c.kernels.first_bad_support(ids, rows, len(ids) if bad_row is None else bad_row)
     if bad >= 0:
         c.fail("Invalid recorded sampling support", field, bad)
     if bad_row is not None:
@@ -631,24 +647,24 @@ def _parse_compact_logprobs(
         c.fail("Invalid compact logprob buffer length", field + ".data")
     row_ids = raw[: count * 4].view("<u4")
     row_values = raw[count * 4 :].view("<f4")
-    bad = c.first_bad("compact", row_values)
+    bad = c.kernels.first_bad("compact", row_values)
     if bad >= 0:
         row = int(np.searchsorted(offsets, bad, side="right")) - 1
         c.fail("Invalid compact logprob values", field, row)
     if k is None:
         # Without a head the rows' own errors come first (renderers never looks at the mask
         # then); with one, the support decides the head, so it is checked before the rows.
-        sampled, bad = c.compact_rows(ids, row_ids, row_values, offsets)
+        sampled, bad = c.kernels.compact_rows(ids, row_ids, row_values, offsets)
         if bad is not None:
             c.fail(bad[1], field, bad[0])
         return sampled, None, None, _parse_sampling_mask(choice, ids, c)
     supports = _parse_sampling_mask(choice, ids, c)
-    sampled, bad = c.compact_rows(ids, row_ids, row_values, offsets)
-    candidates = c.compact_candidates(row_ids, row_values, offsets, num_top)
+    sampled, bad = c.kernels.compact_rows(ids, row_ids, row_values, offsets)
+    candidates = c.kernels.compact_candidates(row_ids, row_values, offsets, num_top)
     # Rows are checked in order, a row's own rules before its head: a head error in an
     # earlier row comes first, then the row error.
     limit = len(ids) if bad is None else bad[0]
-    top_ids, top_logprobs, head_bad = c.heads(ids, candidates, sampled.astype(np.float64), k, supports, limit)
+    top_ids, top_logprobs, head_bad = c.kernels.heads(ids, candidates, sampled.astype(np.float64), k, supports, limit)
     if head_bad is not None:
         c.fail(head_bad[1], field, head_bad[0])
     if bad is not None:
@@ -668,7 +684,7 @@ def _parse_native_heads(
     if entries is None:  # the sampled logprobs came from another transport
         entries = c.native_entries(content, ids, True)
     limit = len(ids) if entries.top_err is None else entries.top_err[0]
-    top_ids, top_logprobs, head_bad = c.heads(ids, entries.candidates, entries.entry_lps, k, supports, limit)
+    top_ids, top_logprobs, head_bad = c.kernels.heads(ids, entries.candidates, entries.entry_lps, k, supports, limit)
     if head_bad is not None:
         c.fail(head_bad[1], field, head_bad[0])
     if entries.top_err is not None:
@@ -838,3 +854,6 @@ def parse_generate_response(
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = _check_top_k(top_k)
     return parse_document(_load(raw), k, require_logprobs)
+
+
+_Choice.kernels = sys.modules[__name__]

@@ -6,7 +6,6 @@ arrays instead of base64 text), so a server cannot emit what tokenwire would rej
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import secrets
@@ -15,7 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from . import _reference
+from . import _reference, _select
 from ._reference import COMPACT_FORMAT, MAX_TOKEN_ID
 
 __all__ = [
@@ -69,27 +68,22 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 
 
-def _implementation():
-    import tokenwire
+class _Given(_reference._Choice):
+    """A choice whose base64 fields are the encoder's own blobs (no decoding), checked by the
+    readers' rules with the kernels in use."""
 
-    return tokenwire._impl
+    @property  # type: ignore[override]
+    def kernels(self) -> Any:
+        return _select.kernels
 
-
-@functools.cache
-def _given_class(base: type) -> type:
-    class _Given(base):  # type: ignore[misc, valid-type]
-        """A reader's choice whose base64 fields are the encoder's own blobs (no decoding)."""
-
-        def blob(self, value, path):
-            if isinstance(value, Blob):
-                return value.array
-            return super().blob(value, path)
-
-    return _Given
+    def blob(self, value, path):
+        if isinstance(value, Blob):
+            return value.array
+        return super().blob(value, path)
 
 
 def _given_choice() -> Any:
-    return _given_class(getattr(_implementation(), "_Kernels", _reference._Choice))(None)
+    return _Given(None)
 
 
 def _row_firsts(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -104,7 +98,7 @@ def _row_firsts(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
 def _blob(array: np.ndarray) -> Blob:
     raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    return Blob(_implementation().b64encode(raw), raw)
+    return Blob(_select.kernels.b64encode(raw), raw)
 
 
 def _integers(values: Any, name: str) -> np.ndarray:
@@ -133,7 +127,7 @@ def encode_packed(array: Any) -> dict[str, Any]:
     field = {"data": _blob(values), "shape": [len(values)], "dtype": name}
     c = _given_choice()
     if name == "int32":
-        bad = c.first_bad("negative", values)
+        bad = c.kernels.first_bad("negative", values)
         if bad >= 0:
             c.fail("Invalid packed sampling mask", "data", bad)
     else:

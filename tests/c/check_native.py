@@ -775,7 +775,7 @@ def ref_top(choice, ids):
     c = R._Choice(0)
     heads = []
 
-    def record(self, ids_, candidates, sampled_lps, k, supports, limit):
+    def record(ids_, candidates, sampled_lps, k, supports, limit):
         bounds = candidates.offsets.tolist()
         for t in range(limit):
             a, b = bounds[t], bounds[t + 1]
@@ -783,8 +783,8 @@ def ref_top(choice, ids):
                           float(sampled_lps[t])))
         return None, None, None
 
-    saved = R._Choice.heads
-    R._Choice.heads = record
+    saved = R.heads
+    R.heads = record
     try:
         R._parse_native_heads(choice, np.array(ids, dtype=np.int64), 20, c)
         return -1, OK, heads
@@ -792,7 +792,7 @@ def ref_top(choice, ids):
         assert exc.token is not None, exc
         return exc.token, code_of(exc.reason, TOP_CODES), heads
     finally:
-        R._Choice.heads = saved
+        R.heads = saved
 
 
 def check_doc(lib: Lib, raw: bytes, ids, content, stats) -> None:

@@ -74,6 +74,7 @@ class TwDoc(C.Structure):
         ("openai", C.c_int),
         ("sglang", C.c_int),
         ("b64_path", C.c_int),
+        ("blank_fields", C.c_uint32),
         ("top_is_object", C.c_uint8),
         ("prompt_token_ids", TwValue),
         ("choices", TwValue),

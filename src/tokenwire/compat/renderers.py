@@ -1,12 +1,15 @@
 """renderers' generate-client parsers on tokenwire's readers: a drop-in replacement.
 
 The functions below have the signatures and return types of their namesakes in
-``renderers.client`` (renderers 0.1.13.dev13): lists of Python ints and floats where renderers
-returns lists, ``None`` where it returns ``None``, and ``parse_generate_response`` returns the
-parsed document with the base64 ``data`` of ``routed_experts`` and ``compact_logprobs`` as
-``memoryview`` objects. They make tokenwire's decisions, which are renderers' decisions
-except where tokenwire is deliberately stricter (see ``docs/migrating-from-renderers.md``),
-with the per-token loops in tokenwire's compiled kernels when the core is built.
+``renderers.client`` of the installed renderers release (:data:`SUPPORTED_VERSIONS`; see
+:func:`renderers_version`): lists of Python ints and floats where renderers returns lists,
+``None`` where it returns ``None``, numpy arrays where it returns arrays (``completion_logprobs``
+as ``float32`` from 0.1.13.dev17 on, handed over without a copy when tokenwire read ``float32``),
+and ``parse_generate_response`` returns the parsed document with the base64 ``data`` of
+``routed_experts`` and ``compact_logprobs`` as ``memoryview`` objects. They make tokenwire's
+decisions, which are renderers' decisions except where tokenwire is deliberately stricter (see
+``docs/migrating-from-renderers.md``), with the per-token loops in tokenwire's compiled kernels
+when the core is built.
 
 Every rejection raises :data:`MalformedGenerateResponseError`, which is both a
 ``tokenwire.MalformedResponseError`` and (when renderers is importable) renderers' own
@@ -15,37 +18,38 @@ Every rejection raises :data:`MalformedGenerateResponseError`, which is both a
 
 :func:`patch` puts these functions into ``renderers.client`` (and every ``renderers`` module
 that re-exports them), so ``renderers.client.generate`` runs on them; :func:`unpatch` puts
-renderers' own back; :func:`patched` does both around a block.
+renderers' own back; :func:`patched` does both around a block. A renderers release not in
+:data:`SUPPORTED_VERSIONS` is refused: :func:`patch` and the functions raise ``RuntimeError``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
 import inspect
 import math
 import re
 import secrets
 import sys
 import threading
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from itertools import chain, repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 
 import tokenwire
 
-from .. import _reference
+from .. import _reference, _select
 from .._errors import MalformedResponseError, location
 from .._types import Ragged
 
 # MalformedGenerateResponseError is made on first use (see __getattr__).
 __all__ = [
-    "RENDERERS_VERSION",
     "REPLACED",
+    "SUPPORTED_VERSIONS",
     "_parse_compact_logprobs",
     "_parse_completion_logprobs",
     "_parse_completion_top_logprobs",
@@ -57,11 +61,10 @@ __all__ = [
     "parse_generate_response",
     "patch",
     "patched",
+    "renderers_version",
     "unpatch",
 ]
 
-# The renderers release whose rules, messages and signatures these functions reproduce.
-RENDERERS_VERSION = "0.1.13.dev13"
 _CLIENT = "renderers.client"
 # What patch() replaces in renderers.client, in the order renderers defines them.
 REPLACED = (
@@ -74,6 +77,85 @@ REPLACED = (
     "_parse_completion_top_logprobs",
 )
 _IDS_REASON = "token_ids must hold token ids in [0, 2**32)"
+
+
+# --- the renderers release followed --------------------------------------------------------------
+
+
+def _float_list(values: np.ndarray) -> list[float]:
+    return values.tolist()
+
+
+def _float32_array(values: np.ndarray) -> np.ndarray:
+    # tokenwire's own array when it read float32 (compact rows, packed float32): no copy.
+    return values if values.dtype == np.float32 else values.astype(np.float32)
+
+
+class _Release(NamedTuple):
+    """What one renderers release's ``renderers/client.py`` returns where releases differ
+    (their rules and messages are the same in every supported release)."""
+
+    # completion_logprobs (of _parse_packed_completion_logprobs, _parse_compact_logprobs,
+    # _parse_completion_logprobs and so of generate()), from tokenwire's array.
+    logprobs: Callable[[np.ndarray], Any]
+
+
+_FLOAT_LISTS = _Release(logprobs=_float_list)  # a list of Python floats
+_FLOAT32_ARRAYS = _Release(logprobs=_float32_array)  # a float32 numpy array
+
+# Every renderers release this module follows, oldest first. Releases whose client.py
+# returns the same share an entry (0.1.13.dev14 to dev16 changed other modules only).
+_RELEASES: dict[str, _Release] = {
+    "0.1.13.dev13": _FLOAT_LISTS,
+    "0.1.13.dev14": _FLOAT_LISTS,
+    "0.1.13.dev15": _FLOAT_LISTS,
+    "0.1.13.dev16": _FLOAT_LISTS,
+    "0.1.13.dev17": _FLOAT32_ARRAYS,
+}
+SUPPORTED_VERSIONS: tuple[str, ...] = tuple(_RELEASES)
+# (version, release) once known; re-read by patch().
+_followed: tuple[str, _Release] | None = None
+
+
+def _installed_version() -> str | None:
+    """The version of the renderers that ``import renderers`` gives: the loaded package's own
+    ``__version__`` once it is imported, its installed metadata before; None when absent."""
+    found = getattr(sys.modules.get("renderers"), "__version__", None)
+    if isinstance(found, str) and found != "0+unknown":  # (a source checkout says so)
+        return found
+    try:
+        return importlib.metadata.version("renderers")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _follow(refresh: bool = False) -> _Release:
+    """The release these functions follow (see :func:`renderers_version`)."""
+    global _followed
+    followed = _followed
+    if followed is None or refresh:
+        installed = _installed_version()
+        version = SUPPORTED_VERSIONS[-1] if installed is None else installed
+        release = _RELEASES.get(version)
+        if release is None:
+            raise RuntimeError(
+                f"tokenwire.compat.renderers does not support renderers {version}; it follows "
+                f"renderers {', '.join(SUPPORTED_VERSIONS)}. Install one of those "
+                f"(pip install 'renderers=={SUPPORTED_VERSIONS[-1]}'), or use tokenwire's own "
+                "API (tokenwire.parse_generate_response)."
+            )
+        followed = _followed = (version, release)
+    return followed[1]
+
+
+def renderers_version() -> str:
+    """The renderers release whose return types these functions have: the installed one
+    (the loaded package's version once ``renderers`` is imported), the newest of
+    :data:`SUPPORTED_VERSIONS` when renderers is not installed. Raises ``RuntimeError``
+    naming the supported releases when the installed one is not among them."""
+    _follow()
+    assert _followed is not None
+    return _followed[0]
 
 
 # --- the error -----------------------------------------------------------------------------------
@@ -140,14 +222,13 @@ def __getattr__(name: str) -> Any:
 
 # --- reading a choice dict -----------------------------------------------------------------------
 
-# The compiled per-token kernels when the core is in use, the reference's loops otherwise.
-_Base: type = getattr(tokenwire._impl, "_Kernels", _reference._Choice)
-
-
-class _Reader(_Base):  # type: ignore[misc, valid-type]
+class _Reader(_reference._Choice):
     """tokenwire's rules over a parsed choice, as renderers' functions receive it: values
     come from the dict, base64 is decoded by ``tokenwire.b64decode`` and the per-token passes
     run in the compiled kernels (when built)."""
+
+    # The compiled per-token kernels when the core is in use, the reference's loops otherwise.
+    kernels = _select.kernels
 
     def __init__(self, index: int | None = None, decoded: dict[int, np.ndarray] | None = None) -> None:
         super().__init__(index)
@@ -361,8 +442,8 @@ def _rows(*rows: Ragged) -> list[list[list[Any]]]:
     head's ids and logprobs) are built in one call."""
     offsets = rows[0].offsets
     if all(r.offsets is offsets or np.array_equal(r.offsets, offsets) for r in rows):
-        return tokenwire._impl.rows_to_lists(offsets, *(r.values for r in rows))
-    return [tokenwire._impl.rows_to_lists(r.offsets, r.values)[0] for r in rows]
+        return _select.kernels.rows_to_lists(offsets, *(r.values for r in rows))
+    return [_select.kernels.rows_to_lists(r.offsets, r.values)[0] for r in rows]
 
 
 # --- the replacements ----------------------------------------------------------------------------
@@ -380,6 +461,7 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
     must be well formed. ``data`` is found wherever it is in the object and ``\\/`` escapes
     are read, where renderers' byte splice needs ``data`` first and keeps the backslash.
     """
+    _follow()
     payload, decoded = _loads(raw)
     top = _Reader(None)
     if not isinstance(payload, dict):
@@ -408,25 +490,31 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
     return payload
 
 
-def _parse_packed_completion_logprobs(packed: Mapping[str, Any], completion_ids: list[int]) -> list[float]:
-    """renderers' ``_parse_packed_completion_logprobs``: one float per completion token.
+def _parse_packed_completion_logprobs(
+    packed: Mapping[str, Any], completion_ids: list[int]
+) -> list[float] | np.ndarray:
+    """renderers' ``_parse_packed_completion_logprobs``: one logprob per completion token (a
+    list of floats, or from 0.1.13.dev17 a float32 array: the decoded one when sent as float32).
 
     Stricter: canonical base64, dtype ``float32`` or ``float64``, ``shape == [n]`` when sent.
     """
+    release = _follow()
     c = _Reader()
     values = _reference._parse_packed_logprobs(_plain(packed), len(completion_ids), c)
-    return values.tolist()
+    return release.logprobs(values)
 
 
 def _parse_compact_logprobs(
     choice: Mapping[str, Any], completion_ids: list[int], k: int | None
-) -> tuple[list[float], list[list[int]] | None, list[list[float]] | None]:
-    """renderers' ``_parse_compact_logprobs``: the sampled logprobs, and with ``k`` the head
-    ids and logprobs of every token.
+) -> tuple[list[float] | np.ndarray, list[list[int]] | None, list[list[float]] | None]:
+    """renderers' ``_parse_compact_logprobs``: the sampled logprobs (a list of floats, or from
+    0.1.13.dev17 tokenwire's float32 array), and with ``k`` the head ids and logprobs of every
+    token (lists in every release).
 
     Stricter: ``completion_ids`` must hold ids in ``[0, 2**32)``, and a sampling mask (or
     ``kept_tokens``) that is present is validated also without ``k``.
     """
+    release = _follow()
     c = _Reader()
     ids = _ids(c, completion_ids)
     choice = _choice(c, choice)
@@ -435,19 +523,23 @@ def _parse_compact_logprobs(
         c.fail("Unsupported compact logprob format", "compact_logprobs.format")
     sampled, top_ids, top_logprobs, _ = _reference._parse_compact_logprobs(choice, ids, k, c)
     if top_ids is None or top_logprobs is None:  # no head requested
-        return sampled.tolist(), None, None
+        return release.logprobs(sampled), None, None
     head_ids, head_logprobs = _rows(top_ids, top_logprobs)
-    return sampled.tolist(), head_ids, head_logprobs
+    return release.logprobs(sampled), head_ids, head_logprobs
 
 
-def _parse_completion_logprobs(choice: Mapping[str, Any], completion_ids: list[int]) -> list[float]:
+def _parse_completion_logprobs(
+    choice: Mapping[str, Any], completion_ids: list[int]
+) -> list[float] | np.ndarray:
     """renderers' ``_parse_completion_logprobs``: packed ``completion_logprobs`` when sent,
-    else native ``logprobs.content``; one float per completion token.
+    else native ``logprobs.content``; one logprob per completion token (a list of floats, or
+    from 0.1.13.dev17 a float32 array, native JSON logprobs rounded to float32 as there).
 
     Stricter: as :func:`_parse_packed_completion_logprobs`; ``"token_id:N"`` takes ASCII
     digits only; a sampling mask that is present is validated (when ``logprobs.content``
     holds one record per token; otherwise renderers' head call reports that first).
     """
+    release = _follow()
     c = _Reader()
     ids = _ids(c, completion_ids)
     choice = _choice(c, choice)
@@ -463,7 +555,7 @@ def _parse_completion_logprobs(choice: Mapping[str, Any], completion_ids: list[i
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if isinstance(content, list) and c.length(content, "logprobs.content") == len(ids):
         _reference._parse_sampling_mask(choice, ids, c)
-    return values.tolist()
+    return release.logprobs(values)
 
 
 def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -> list[list[int]] | None:
@@ -473,6 +565,7 @@ def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -
     ``kept_tokens`` (an older server's name for the same CSR) is read when
     ``sampling_mask`` is absent.
     """
+    _follow()
     c = _Reader()
     ids = _ids(c, completion_ids)
     rows = _reference._parse_sampling_mask(_choice(c, choice), ids, c)
@@ -488,6 +581,7 @@ def _select_sampler_head(
 ) -> tuple[list[int], list[float]]:
     """renderers' ``_select_sampler_head`` (tokenwire's ``select_head``): an
     action-independent head of ``k`` candidates, or exactly the recorded support."""
+    _follow()
     try:
         return _reference.select_head(head, sampled_id, sampled_logprob, k, support)
     except MalformedResponseError as exc:
@@ -503,6 +597,7 @@ def _parse_completion_top_logprobs(
     Stricter: every entry must be an object with a numeric ``logprob``; ``"token_id:N"``
     takes ASCII digits only.
     """
+    _follow()
     c = _Reader()
     ids = _ids(c, completion_ids)
     choice = _choice(c, choice)
@@ -687,19 +782,7 @@ def _shape(function: Any) -> list[tuple[str, Any, bool]]:
 
 
 def _check_renderers(client: Any) -> None:
-    try:
-        from importlib.metadata import version
-
-        installed = version("renderers")
-    except Exception:
-        installed = None
-    if installed is not None and installed != RENDERERS_VERSION:
-        warnings.warn(
-            f"tokenwire.compat.renderers reproduces renderers {RENDERERS_VERSION}; "
-            f"renderers {installed} is installed. Run tests/run_renderers_suite.py against it.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    _follow(refresh=True)  # the release just imported; refused when unknown
     for name in REPLACED:
         theirs = getattr(client, name, None)
         if theirs is None:
@@ -713,7 +796,9 @@ def _check_renderers(client: Any) -> None:
 
 def patch() -> None:
     """Replace renderers' parsers in ``renderers.client`` and in every loaded ``renderers``
-    module that re-exports them. Idempotent; :func:`unpatch` undoes it.
+    module that re-exports them. Idempotent; :func:`unpatch` undoes it. Raises
+    ``RuntimeError`` (and patches nothing) when the imported renderers is not one of
+    :data:`SUPPORTED_VERSIONS`, or its functions' signatures are not the ones replaced.
 
     Code that already holds renderers' functions (``from renderers.client import ...`` run
     before the patch) keeps them; patch first (the pytest plugin does so before collection).

@@ -7,7 +7,8 @@ test module runs ``from renderers.client import ...``, and removed when the sess
 Disable it with ``--tokenwire-no-patch`` or ``TOKENWIRE_RENDERERS_PATCH=0``.
 
 The header of the run says whether the patch is active; the terminal summary says whether it
-was still in place at the end (a test that unpatches it is reported).
+was still in place at the end (a test that unpatches it is reported) and which renderers
+release the drop-in followed.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def _patch(config: pytest.Config) -> None:
             f"tokenwire.compat.renderers_plugin: renderers is not importable ({exc}); "
             f"install renderers or pass {OPTION}"
         ) from exc
+    except RuntimeError as exc:  # a renderers release the drop-in does not know
+        raise pytest.UsageError(f"tokenwire.compat.renderers_plugin: {exc}; or pass {OPTION}") from exc
     _state["patched"] = True
 
 
@@ -84,7 +87,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     import tokenwire
 
     if _state["patched"]:
-        return f"{HEADER} (tokenwire {tokenwire.__version__}, implementation {tokenwire.implementation})"
+        from . import renderers as compat
+
+        return (f"{HEADER} (tokenwire {tokenwire.__version__}, implementation {tokenwire.implementation}, "
+                f"renderers {compat.renderers_version()})")
     return f"tokenwire: renderers.client not patched ({_state['disabled'] or 'disabled'})"
 
 
@@ -94,7 +100,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from . import renderers as compat
 
     if compat.is_patched():
-        terminalreporter.write_line(SUMMARY)
+        terminalreporter.write_line(f"{SUMMARY} (renderers {compat.renderers_version()})")
     else:
         terminalreporter.write_line("tokenwire: renderers.client was unpatched during the session")
 
