@@ -12,25 +12,16 @@
  * the scalar code does the rest and the padding.
  *
  * The SIMD kernels are compiled with GCC/Clang function target attributes,
- * so the file builds with default flags; the path is chosen at run time.
+ * so the file builds with default flags; the path is chosen at run time
+ * (tw_cpu.h).
  */
 #include "tw_base64.h"
+#include "tw_util.h"
 
 #include <string.h>
 
-#if (defined(__x86_64__) || defined(_M_X64)) && \
-    (defined(__GNUC__) || defined(__clang__)) && !defined(_MSC_VER) && \
-    !defined(TW_NO_SIMD)
-#if defined(__clang__) ? (__clang_major__ >= 8) : (__GNUC__ >= 8)
-#define TW_X86_SIMD 1
-#endif
-#endif
-
 #ifdef TW_X86_SIMD
 #include <immintrin.h>
-#define TW_TARGET_AVX2 __attribute__((target("avx2")))
-#define TW_TARGET_AVX512 \
-    __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vbmi")))
 #endif
 
 /* TW_LE enables little-endian shortcuts; TW_GENERIC_ENDIAN forces the
@@ -44,13 +35,6 @@
 #define TW_LE 1
 #endif
 
-#if defined(__GNUC__) || defined(__clang__)
-#define TW_LIKELY(x) __builtin_expect(!!(x), 1)
-#define TW_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#else
-#define TW_LIKELY(x) (x)
-#define TW_UNLIKELY(x) (x)
-#endif
 
 /* ------------------------------------------------------------------------ */
 /* Tables (constant, built by the preprocessor)                              */
@@ -153,87 +137,6 @@ static inline uint64_t tw_load_be64(const uint8_t *p)
 }
 
 static inline void tw_put2(char *p, uint32_t x12) { memcpy(p, tw_enc2[x12], 2); }
-
-/* ------------------------------------------------------------------------ */
-/* CPU detection                                                             */
-/* ------------------------------------------------------------------------ */
-
-/* The GCC and Clang runtimes behind __builtin_cpu_supports report AVX and
-   AVX-512 features only when the OS has enabled the matching register state
-   (XCR0, read with xgetbv), so no separate check is needed here.  The
-   feature bits are computed once by the runtime; __builtin_cpu_init makes
-   the query valid even from code that runs before constructors. */
-static int tw_cpu_avx2(void)
-{
-#ifdef TW_X86_SIMD
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-#else
-    return 0;
-#endif
-}
-
-static int tw_cpu_avx512(void)
-{
-#ifdef TW_X86_SIMD
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512vbmi");
-#else
-    return 0;
-#endif
-}
-
-int tw_path_available(int path)
-{
-    switch (path) {
-    case TW_PATH_AUTO:
-    case TW_PATH_SCALAR:
-        return 1;
-    case TW_PATH_AVX2:
-        return tw_cpu_avx2();
-    case TW_PATH_AVX512:
-        return tw_cpu_avx512();
-    default:
-        return 0;
-    }
-}
-
-int tw_path_best(void)
-{
-    if (tw_cpu_avx512()) return TW_PATH_AVX512;
-    if (tw_cpu_avx2()) return TW_PATH_AVX2;
-    return TW_PATH_SCALAR;
-}
-
-const char *tw_path_name(int path)
-{
-    switch (path) {
-    case TW_PATH_AUTO:
-        return "auto";
-    case TW_PATH_SCALAR:
-        return "scalar";
-    case TW_PATH_AVX2:
-        return "avx2";
-    case TW_PATH_AVX512:
-        return "avx512";
-    default:
-        return "unknown";
-    }
-}
-
-#ifdef TW_X86_SIMD
-static int tw_resolve(int path)
-{
-    if (path == TW_PATH_SCALAR) return TW_PATH_SCALAR;
-    if ((path == TW_PATH_AVX2 || path == TW_PATH_AVX512) &&
-        tw_path_available(path))
-        return path;
-    return tw_path_best();
-}
-#endif
 
 /* ------------------------------------------------------------------------ */
 /* Sizes and error location                                                  */
@@ -601,7 +504,7 @@ static int tw_dec_body(const uint8_t *s, size_t n, uint8_t *d, int path)
     size_t i = 0;
 #ifdef TW_X86_SIMD
     if (n >= 32) {
-        int p = tw_resolve(path);
+        int p = tw_path_resolve(path);
         if (p == TW_PATH_AVX512)
             i = tw_dec_avx512(s, n, d, &bad);
         else if (p == TW_PATH_AVX2)
@@ -690,7 +593,7 @@ size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
     char *d;
 #ifdef TW_X86_SIMD
     if (len >= 32) {
-        int p = tw_resolve(path);
+        int p = tw_path_resolve(path);
         if (p == TW_PATH_AVX512)
             i = tw_enc_avx512(src, whole, dst);
         else if (p == TW_PATH_AVX2)

@@ -11,32 +11,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tw_cpu.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum {
-    TW_PATH_AUTO = 0,   /* best path available on this CPU */
-    TW_PATH_SCALAR = 1, /* portable table-driven code */
-    TW_PATH_AVX2 = 2,   /* x86-64 AVX2 */
-    TW_PATH_AVX512 = 3  /* x86-64 AVX-512 F/BW/VL/VBMI */
-};
-
-/* 1 if this CPU (and this build) can run `path`; TW_PATH_AUTO and
-   TW_PATH_SCALAR always give 1, unknown values give 0. */
-int tw_path_available(int path);
-
-/* The path TW_PATH_AUTO resolves to on this CPU (best available). */
-int tw_path_best(void);
-
-/* "auto", "scalar", "avx2", "avx512"; "unknown" for anything else. */
-const char *tw_path_name(int path);
-
 /*
- * Path arguments of the codec functions below: TW_PATH_AUTO picks
- * tw_path_best(); a path that is not available on this CPU, or an unknown
- * value, is replaced by tw_path_best() as well (so a call never executes
- * instructions the CPU lacks).  All paths give identical results.
+ * Path arguments of the codec functions below: a TW_PATH_* (tw_cpu.h),
+ * resolved with tw_path_resolve.  All paths give identical results.
  */
 
 /*

@@ -1,4 +1,5 @@
 #include "tw_heads.h"
+#include "tw_cpu.h"
 #include "tw_util.h"
 #include "tw_mem.h"
 
@@ -7,12 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(TW_NO_SIMD)
-#define TW_X86 1
+#ifdef TW_X86_SIMD
 #include <immintrin.h>
-#define TW_AVX2_TARGET "avx2,fma"
-#define TW_AVX512_TARGET "avx2,avx512f,avx512cd,avx512vl,avx512bw,avx512dq,bmi2,popcnt,fma"
 #endif
 
 /* vLLM's value for a filtered-out candidate. */
@@ -235,7 +232,7 @@ static inline int sum_verdict(const double *v, size_t r, int has_sup, double s, 
 
 static inline int too_few(size_t len, int64_t k) { return (int64_t)len - 2 < k; }
 
-#ifdef TW_X86
+#ifdef TW_X86_SIMD
 /*
  * The vector code's fast exp, for x in [-700, 1]: the range reduction (as in fast_exp) and the
  * scaling by 2^k in double, exp(r) by its Taylor polynomial of degree 6 in single precision,
@@ -250,7 +247,7 @@ static inline int too_few(size_t len, int64_t k) { return (int64_t)len - 2 < k; 
 #define F5 (1.0f / 120.0f)
 #define F6 (1.0f / 720.0f)
 
-__attribute__((target(TW_AVX512_TARGET))) static inline void fast_exp16_avx512(__m512d x0, __m512d x1,
+TW_TARGET_AVX512 static inline void fast_exp16_avx512(__m512d x0, __m512d x1,
                                                                               __m512d *e0,
                                                                               __m512d *e1) {
     const __m512d shift = _mm512_set1_pd(SHIFT), invln2 = _mm512_set1_pd(INVLN2);
@@ -274,7 +271,7 @@ __attribute__((target(TW_AVX512_TARGET))) static inline void fast_exp16_avx512(_
     *e1 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1)), s1);
 }
 
-__attribute__((target(TW_AVX2_TARGET))) static inline void fast_exp8_avx2(__m256d x0, __m256d x1,
+TW_TARGET_AVX2 static inline void fast_exp8_avx2(__m256d x0, __m256d x1,
                                                                          __m256d *e0, __m256d *e1) {
     const __m256d shift = _mm256_set1_pd(SHIFT), invln2 = _mm256_set1_pd(INVLN2);
     const __m256d ln2hi = _mm256_set1_pd(LN2HI), ln2lo = _mm256_set1_pd(LN2LO);
@@ -297,37 +294,7 @@ __attribute__((target(TW_AVX2_TARGET))) static inline void fast_exp8_avx2(__m256
     *e1 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)), s1);
 }
 
-static int have_avx512(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512cd") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("bmi2") &&
-           __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("fma");
-}
-
-static int have_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 #endif
-
-int tw_heads_best_path(void) {
-#ifdef TW_X86
-    if (have_avx512()) return TW_HEADS_AVX512;
-    if (have_avx2()) return TW_HEADS_AVX2;
-#endif
-    return TW_HEADS_SCALAR;
-}
-
-static int resolve_path(int simd) {
-    if (simd == TW_HEADS_SCALAR) return TW_HEADS_SCALAR;
-#ifdef TW_X86
-    if (simd == TW_HEADS_AVX512 && have_avx512()) return TW_HEADS_AVX512;
-    if (simd == TW_HEADS_AVX2 && have_avx2()) return TW_HEADS_AVX2;
-#endif
-    return tw_heads_best_path();
-}
 
 /* ------------------------------------------------------------------------------------------
  * Ranking: (value desc, id asc) on parallel id/value arrays.
@@ -499,8 +466,8 @@ static void sweep_scalar(const int64_t *ids, const double *lps, size_t n, uint64
     }
 }
 
-#ifdef TW_X86
-__attribute__((target(TW_AVX2_TARGET))) static void sweep_avx2(const int64_t *ids, const double *lps,
+#ifdef TW_X86_SIMD
+TW_TARGET_AVX2 static void sweep_avx2(const int64_t *ids, const double *lps,
                                                               size_t n, uint64_t *up,
                                                               uint64_t *sent) {
     const __m256d sentinel = _mm256_set1_pd(HEAD_SENTINEL);
@@ -538,8 +505,8 @@ __attribute__((target(TW_AVX2_TARGET))) static void sweep_avx2(const int64_t *id
 static void sweep(int path, const int64_t *ids, const double *lps, size_t n, uint64_t *up,
                   uint64_t *sent) {
     up[(n + 63) / 64] = sent[(n + 63) / 64] = 0; /* the word to spare */
-#ifdef TW_X86
-    if (path == TW_HEADS_AVX2 || path == TW_HEADS_AVX512) {
+#ifdef TW_X86_SIMD
+    if (path == TW_PATH_AVX2 || path == TW_PATH_AVX512) {
         sweep_avx2(ids, lps, n, up, sent);
         return;
     }
@@ -670,8 +637,8 @@ static int exps_scalar(const double *v, size_t n, double *e) {
     return bad;
 }
 
-#ifdef TW_X86
-__attribute__((target(TW_AVX512_TARGET))) static int exps_avx512(const double *v, size_t n,
+#ifdef TW_X86_SIMD
+TW_TARGET_AVX512 static int exps_avx512(const double *v, size_t n,
                                                                 double *e) {
     const __m512d lo = _mm512_set1_pd(FEXP_LO), one = _mm512_set1_pd(1.0);
     __mmask8 bad = 0;
@@ -693,7 +660,7 @@ __attribute__((target(TW_AVX512_TARGET))) static int exps_avx512(const double *v
     return bad != 0;
 }
 
-__attribute__((target(TW_AVX2_TARGET))) static int exps_avx2(const double *v, size_t n, double *e) {
+TW_TARGET_AVX2 static int exps_avx2(const double *v, size_t n, double *e) {
     const __m256d lo = _mm256_set1_pd(FEXP_LO), one = _mm256_set1_pd(1.0);
     __m256d bad = _mm256_setzero_pd();
     size_t i = 0;
@@ -714,9 +681,9 @@ __attribute__((target(TW_AVX2_TARGET))) static int exps_avx2(const double *v, si
 #endif
 
 static int exps(int path, const double *v, size_t n, double *e) {
-#ifdef TW_X86
-    if (path == TW_HEADS_AVX512) return exps_avx512(v, n, e);
-    if (path == TW_HEADS_AVX2) return exps_avx2(v, n, e);
+#ifdef TW_X86_SIMD
+    if (path == TW_PATH_AVX512) return exps_avx512(v, n, e);
+    if (path == TW_PATH_AVX2) return exps_avx2(v, n, e);
 #endif
     (void)path;
     return exps_scalar(v, n, e);
@@ -753,7 +720,7 @@ static ptrdiff_t check_sums(int path, size_t from, size_t to, const int64_t *cof
                             double *sums, int *code) {
     double e[EXP_CHUNK];
     /* the relative part of the estimate's error bound, by the fast exp's precision */
-    double rel = path == TW_HEADS_SCALAR ? 0x1p-37 : 0x1p-16;
+    double rel = path == TW_PATH_SCALAR ? 0x1p-37 : 0x1p-16;
     for (size_t t = from; t < to;) {
         int64_t base = out_off[t];
         size_t u = t;
@@ -799,8 +766,8 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
                           const double *cand_lps, const int64_t *sampled_ids,
                           const double *sampled_lps, int64_t k, const int64_t *soff,
                           const int32_t *sup, int64_t *out_off, int64_t *out_ids,
-                          double *out_lps, int *code, int simd) {
-    int path = resolve_path(simd);
+                          double *out_lps, int *code, int path) {
+    path = tw_path_resolve(path);
     int has_sup = soff != NULL;
     scratch sc = {NULL, 0};
     ptrdiff_t failed = -1;
@@ -913,8 +880,8 @@ static size_t compact_row_table(id_table *tb, uint64_t stamp, const uint32_t *id
     return c;
 }
 
-#ifdef TW_X86
-__attribute__((target(TW_AVX512_TARGET))) static inline void store_lanes(__m512i ids, __m512 vals,
+#ifdef TW_X86_SIMD
+TW_TARGET_AVX512 static inline void store_lanes(__m512i ids, __m512 vals,
                                                                         unsigned cnt, int64_t *oid,
                                                                         double *olp) {
     __mmask8 m0 = cnt >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << cnt) - 1);
@@ -929,7 +896,7 @@ __attribute__((target(TW_AVX512_TARGET))) static inline void store_lanes(__m512i
 
 /* Rows of up to 32 entries by conflict detection; 0 (nothing written) when a repeated id
    does not carry identical bits everywhere (a zero of either sign), left to the scalar code. */
-__attribute__((target(TW_AVX512_TARGET))) static int compact_row_avx512(const uint32_t *ids,
+TW_TARGET_AVX512 static int compact_row_avx512(const uint32_t *ids,
                                                                         const float *vals, size_t len,
                                                                         uint64_t take, int64_t *oid,
                                                                         double *olp, size_t *count) {
@@ -996,8 +963,8 @@ __attribute__((target(TW_AVX512_TARGET))) static int compact_row_avx512(const ui
 
 int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
                           const float *row_vals, int64_t num_top, int64_t *coff,
-                          int64_t *cand_ids, double *cand_lps, int simd) {
-    int path = resolve_path(simd);
+                          int64_t *cand_ids, double *cand_lps, int path) {
+    path = tw_path_resolve(path);
     uint64_t take = num_top < 1 ? 1 : (uint64_t)num_top;
     size_t longest = 0;
     for (size_t t = 0; t < n; t++) {
@@ -1029,8 +996,8 @@ int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids
         const uint32_t *ids = row_ids + roff[t];
         const float *vals = row_vals + roff[t];
         int done = 0;
-#ifdef TW_X86
-        if (path == TW_HEADS_AVX512 && len <= 32)
+#ifdef TW_X86_SIMD
+        if (path == TW_PATH_AVX512 && len <= 32)
             done = compact_row_avx512(ids, vals, len, take, cand_ids + o, cand_lps + o, &c);
 #endif
         if (!done) {

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tw_cpu.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,18 +34,8 @@ enum {
     TW_HEAD_NOMEM = 6            /* no memory for scratch space: report as MemoryError */
 };
 
-/* Code paths (the `simd` arguments). A path this CPU (or build) lacks is replaced by
-   TW_HEADS_AUTO, so a call never executes instructions the CPU does not have. Every
-   path makes the same decisions and writes the same output. */
-enum {
-    TW_HEADS_SCALAR = 0, /* portable C */
-    TW_HEADS_AUTO = 1,   /* the best path available */
-    TW_HEADS_AVX2 = 2,   /* x86-64 AVX2 + FMA */
-    TW_HEADS_AVX512 = 3  /* x86-64 AVX-512 F/CD/VL/BW/DQ + BMI2 */
-};
-
-/* The path TW_HEADS_AUTO resolves to on this CPU. */
-int tw_heads_best_path(void);
+/* The `path` arguments: a TW_PATH_* (tw_cpu.h), resolved with tw_path_resolve. Every path
+   makes the same decisions and writes the same output. */
 
 /*
  * Token t's candidates are cand_ids/cand_lps[coff[t] .. coff[t+1]), in engine order, with
@@ -80,7 +72,7 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
                           const double *cand_lps, const int64_t *sampled_ids,
                           const double *sampled_lps, int64_t k, const int64_t *soff,
                           const int32_t *sup, int64_t *out_off, int64_t *out_ids,
-                          double *out_lps, int *code, int simd);
+                          double *out_lps, int *code, int path);
 
 /*
  * The candidates of compact rows: row t is row_ids/row_vals[roff[t] .. roff[t+1]), and
@@ -93,7 +85,7 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
  */
 int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
                           const float *row_vals, int64_t num_top, int64_t *coff,
-                          int64_t *cand_ids, double *cand_lps, int simd);
+                          int64_t *cand_ids, double *cand_lps, int path);
 
 /* math.fsum(math.exp(v) for v in p): exp() from the C library, summed exactly and rounded
    once to nearest-even. NaN if any exp is NaN, else +inf if any is +inf or the sum

@@ -8,14 +8,17 @@
  * path it is (root object, choices array, a choice, compact_logprobs, ...);
  * keys are compared only inside such containers, so ignored subtrees cost a
  * plain validation.  String contents are skipped with a kernel that finds
- * the first byte that is '"', '\\', < 0x20 or >= 0x80 (SSE2 / AVX2 / 8-byte
- * SWAR); escapes and non-ASCII bytes are then validated by scalar code and
- * the kernel resumes after them.
+ * the first byte that is '"', '\\', < 0x20 or >= 0x80 (AVX2 with an SSE2
+ * probe on the SIMD paths, 8-byte SWAR on TW_PATH_SCALAR); escapes and
+ * non-ASCII bytes are then validated by scalar code and the kernel resumes
+ * after them.
  *
  * The SIMD kernels use GCC/Clang function target attributes, so the file
- * builds with default flags; AVX2 is chosen at run time.
+ * builds with default flags; tw_doc.path picks the path at run time
+ * (tw_cpu.h).
  */
 #include "tw_scan.h"
+#include "tw_cpu.h"
 #include "tw_base64.h"
 #include "tw_util.h"
 #include "tw_mem.h"
@@ -23,15 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if !defined(TW_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64))
+/* SSE2 (the x86-64 baseline) serves as the short-string probe and the
+   integer-run parser of the SIMD paths; TW_PATH_SCALAR runs none of it. */
+#ifdef TW_X86_SIMD
 #define TWS_SSE2 1
 #include <emmintrin.h>
-#if (defined(__GNUC__) || defined(__clang__)) && \
-    (defined(__clang__) ? (__clang_major__ >= 8) : (__GNUC__ >= 8))
-#define TWS_AVX2 1
 #include <immintrin.h>
-#define TWS_TARGET_AVX2 __attribute__((target("avx2")))
-#endif
 #endif
 
 #if defined(_MSC_VER) && !defined(__clang__)
@@ -109,8 +109,6 @@ static inline size_t tws_utf8(const uint8_t *p, const uint8_t *end)
 /* String skip kernels: first byte in [p, end) with tws_special, or end      */
 /* ------------------------------------------------------------------------ */
 
-enum { TWS_LV_SCALAR = 0, TWS_LV_SSE2 = 1, TWS_LV_AVX2 = 2 };
-
 
 static const uint8_t *tws_skip_scalar(const uint8_t *p, const uint8_t *end)
 {
@@ -143,20 +141,7 @@ static inline uint32_t tws_mask16(const uint8_t *p)
     return (uint32_t)_mm_movemask_epi8(m);
 }
 
-static const uint8_t *tws_skip_sse2(const uint8_t *p, const uint8_t *end)
-{
-    while (end - p >= 16) {
-        uint32_t m = tws_mask16(p);
-        if (m)
-            return p + tw_ctz32(m);
-        p += 16;
-    }
-    return tws_skip_scalar(p, end);
-}
-#endif
-
-#ifdef TWS_AVX2
-TWS_TARGET_AVX2 static inline __m256i tws_special32(__m256i v)
+TW_TARGET_AVX2 static inline __m256i tws_special32(__m256i v)
 {
     return _mm256_or_si256(
         _mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('"')),
@@ -164,7 +149,7 @@ TWS_TARGET_AVX2 static inline __m256i tws_special32(__m256i v)
         _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v));
 }
 
-TWS_TARGET_AVX2 static const uint8_t *tws_skip_avx2(const uint8_t *p,
+TW_TARGET_AVX2 static const uint8_t *tws_skip_avx2(const uint8_t *p,
                                                     const uint8_t *end)
 {
     while (end - p >= 64) {
@@ -197,72 +182,21 @@ TWS_TARGET_AVX2 static const uint8_t *tws_skip_avx2(const uint8_t *p,
 }
 #endif
 
-static inline const uint8_t *tws_skip(const uint8_t *p, const uint8_t *end, int lv)
+/* simd: 0 on TW_PATH_SCALAR, else 1 (AVX2 serves both SIMD paths). */
+static inline const uint8_t *tws_skip(const uint8_t *p, const uint8_t *end, int simd)
 {
 #ifdef TWS_SSE2
-    if (lv != TWS_LV_SCALAR && end - p >= 16) {
+    if (simd && end - p >= 16) {
         /* Most strings are short: probe 16 bytes inline first. */
         uint32_t m = tws_mask16(p);
         if (m)
             return p + tw_ctz32(m);
-        p += 16;
-#ifdef TWS_AVX2
-        if (lv == TWS_LV_AVX2)
-            return tws_skip_avx2(p, end);
-#endif
-        return tws_skip_sse2(p, end);
+        return tws_skip_avx2(p + 16, end);
     }
 #else
-    (void)lv;
+    (void)simd;
 #endif
     return tws_skip_scalar(p, end);
-}
-
-static int tws_cpu_avx2(void)
-{
-#ifdef TWS_AVX2
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-#else
-    return 0;
-#endif
-}
-
-int tw_scan_path_available(int path)
-{
-    switch (path) {
-    case TW_SCAN_PATH_AUTO:
-    case TW_SCAN_PATH_SCALAR:
-        return 1;
-    case TW_SCAN_PATH_SSE2:
-#ifdef TWS_SSE2
-        return 1;
-#else
-        return 0;
-#endif
-    case TW_SCAN_PATH_AVX2:
-    case TW_SCAN_PATH_AVX512:
-        return tws_cpu_avx2();
-    default:
-        return 0;
-    }
-}
-
-static int tws_level(int path)
-{
-#ifdef TWS_SSE2
-    int best = tws_cpu_avx2() ? TWS_LV_AVX2 : TWS_LV_SSE2;
-#else
-    int best = TWS_LV_SCALAR;
-#endif
-    switch (path) {
-    case TW_SCAN_PATH_SCALAR:
-        return TWS_LV_SCALAR;
-    case TW_SCAN_PATH_SSE2:
-        return best >= TWS_LV_SSE2 ? TWS_LV_SSE2 : best;
-    default:
-        return best;
-    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -337,13 +271,13 @@ truncated:
 
 /* p: first content byte after the opening quote.  Returns the closing
    quote, or NULL with *e set.  *flags gets TWS_STR_ESCAPE/NONASCII. */
-static const uint8_t *tws_string(const uint8_t *p, const uint8_t *end, int lv,
+static const uint8_t *tws_string(const uint8_t *p, const uint8_t *end, int simd,
                                  unsigned *flags, tws_err *e)
 {
     unsigned f = 0;
     for (;;) {
         uint8_t c;
-        p = tws_skip(p, end, lv);
+        p = tws_skip(p, end, simd);
         if (TWS_UNLIKELY(p >= end)) {
             e->pos = end;
             e->msg = TWS_MSG_END;
@@ -446,7 +380,7 @@ static int tws_number_is_inf(const uint8_t *s, const uint8_t *e)
 }
 
 /* p at '-' or a digit.  Returns the end of the number or NULL. */
-static const uint8_t *tws_number(const uint8_t *p, const uint8_t *end,
+static const uint8_t *tws_number(const uint8_t *p, const uint8_t *end, int simd,
                                  int *is_int, tws_err *e)
 {
     const uint8_t *s = p;
@@ -462,7 +396,7 @@ static const uint8_t *tws_number(const uint8_t *p, const uint8_t *end,
             return NULL;
         }
     } else if ((unsigned)(*p - '1') < 9u) {
-        p = tw_digits(p + 1, end);
+        p = tw_digits(p + 1, end, simd);
     } else {
         e->pos = p;
         e->msg = "invalid number: no digit after sign";
@@ -477,7 +411,7 @@ static const uint8_t *tws_number(const uint8_t *p, const uint8_t *end,
             e->msg = "invalid number: no digit after decimal point";
             return NULL;
         }
-        p = tw_digits(p + 1, end);
+        p = tw_digits(p + 1, end, simd);
         integer = 0;
     }
     if (p < end && (*p | 0x20) == 'e') {
@@ -728,7 +662,7 @@ typedef struct {
 void tw_doc_init(tw_doc *d)
 {
     memset(d, 0, sizeof *d);
-    d->path = TW_SCAN_PATH_AUTO;
+    d->path = TW_PATH_AUTO;
     d->max_depth = 1024;
 }
 
@@ -843,7 +777,7 @@ static int tws_add_choice(tw_doc *d, int is_object)
  * tws_string; *blob gets the 1-based index of the decoded buffer, or 0.
  */
 static const uint8_t *tws_string_b64(tw_doc *d, const uint8_t *s,
-                                     const uint8_t *end, int lv,
+                                     const uint8_t *end, int simd,
                                      unsigned *flags, tws_err *e,
                                      uint16_t *blob)
 {
@@ -853,23 +787,23 @@ static const uint8_t *tws_string_b64(tw_doc *d, const uint8_t *s,
     ptrdiff_t got;
     *blob = 0;
     if (avail < TW_SCAN_FUSE_MIN || d->nblobs >= 0xFFFF ||
-        tws_skip(s, s + TW_SCAN_FUSE_MIN, lv) != s + TW_SCAN_FUSE_MIN)
-        return tws_string(s, end, lv, flags, e);
+        tws_skip(s, s + TW_SCAN_FUSE_MIN, simd) != s + TW_SCAN_FUSE_MIN)
+        return tws_string(s, end, simd, flags, e);
     if (d->nblobs == d->blobs_cap) {
         void *arr = d->blobs;
         if (tws_grow(&arr, &d->blobs_cap, d->nblobs, sizeof(tw_blob), 4))
-            return tws_string(s, end, lv, flags, e);
+            return tws_string(s, end, simd, flags, e);
         d->blobs = (tw_blob *)arr;
     }
     /* The string cannot decode to more than the rest of the document. */
     cap = avail / 4 * 3;
     dst = (uint8_t *)tw_mem_alloc(cap);
     if (!dst)
-        return tws_string(s, end, lv, flags, e);
+        return tws_string(s, end, simd, flags, e);
     n = tw_b64_decode_prefix((const char *)s, avail, dst, d->b64_path);
     /* The prefix is alphabet characters only: flags of the rest are those
        of the whole string. */
-    q = tws_string(s + n, end, lv, flags, e);
+    q = tws_string(s + n, end, simd, flags, e);
     if (q && n && !*flags) {
         got = tw_b64_decode((const char *)(s + n), (size_t)(q - (s + n)),
                             dst + n / 4 * 3, cap - n / 4 * 3, d->b64_path,
@@ -932,7 +866,7 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     const uint8_t *const b = (const uint8_t *)buf;
     const uint8_t *const end = b + len;
     const uint8_t *p = b, *q;
-    const int lv = tws_level(d->path);
+    const int simd = tw_path_resolve(d->path) != TW_PATH_SCALAR;
     /* The caller's blank_fields, as record-target bits. */
     const uint32_t extra = (d->blank_fields & ((UINT32_C(1) << TW_NFIELDS) - 1)) << TWS_T_F0;
     const uint32_t blank_str = (d->openai || d->sglang ? 0 : TWS_BLANK_STR) | extra;
@@ -1027,9 +961,9 @@ value_nows:
     case '"': {
         uint16_t blob = 0;
         if (ptgt && decode && (TWS_B64 & TWS_BIT(ptgt)))
-            q = tws_string_b64(d, p + 1, end, lv, &flags, &err, &blob);
+            q = tws_string_b64(d, p + 1, end, simd, &flags, &err, &blob);
         else
-            q = tws_string(p + 1, end, lv, &flags, &err);
+            q = tws_string(p + 1, end, simd, &flags, &err);
         if (!q)
             TWS_FAIL_E();
         if (ptgt) {
@@ -1049,7 +983,7 @@ value_nows:
     }
     case '-': case '0': case '1': case '2': case '3': case '4':
     case '5': case '6': case '7': case '8': case '9':
-        q = tws_number(p, end, &is_int, &err);
+        q = tws_number(p, end, simd, &is_int, &err);
         if (!q)
             TWS_FAIL_E();
         if (ptgt) {
@@ -1167,7 +1101,7 @@ element: /* p at the first byte of an array element */
 key: /* p at the first byte of an object key */
     if (*p != '"')
         TWS_FAIL(p, "unexpected character, expected a string key");
-    q = tws_string(p + 1, end, lv, &flags, &err);
+    q = tws_string(p + 1, end, simd, &flags, &err);
     if (!q)
         TWS_FAIL_E();
     ptgt = TWS_T_NONE;
@@ -1355,7 +1289,7 @@ static const uint8_t *tws_skip_value(const uint8_t *p, const uint8_t *e)
 }
 
 int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
-                        int64_t *out, size_t *err_index)
+                        int64_t *out, size_t *err_index, int path)
 {
     const uint8_t *p, *e;
     size_t i = 0;
@@ -1369,6 +1303,8 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
     e = (const uint8_t *)buf + v->end - 1;
     p = tws_skip_ws(p, e);
 #ifdef TWS_SSE2
+    if (tw_path_resolve(path) == TW_PATH_SCALAR)
+        goto general;
     /* Compact runs ("123,45,6789,"): comma positions from a 64-byte mask,
        so each element's parse depends on no other; stops at the first
        block holding anything but digits and commas, or an element of more
@@ -1405,6 +1341,8 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
     }
 general:
     p = tws_skip_ws(p, e);
+#else
+    (void)path;
 #endif
     while (p < e && i < v->count) {
         uint64_t x;

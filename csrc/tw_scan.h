@@ -102,9 +102,9 @@
  * Blanking on request, after the scan: tw_blank_field adds one recorded value of a choice
  * (an array: everything between the brackets; a string: its content) to the
  * blank list after tw_scan, e.g. logprobs.content when the caller reads it
- * with tw_native (the stripped copy then has "content":[]).  Only the
- * recorded (last) occurrence is blanked; an earlier duplicate stays in the
- * stripped copy, where the JSON parser discards it.
+ * with the record readers (tw_records.h; the stripped copy then has
+ * "content":[]).  Only the recorded (last) occurrence is blanked; an earlier
+ * duplicate stays in the stripped copy, where the JSON parser discards it.
  *
  * Choice records (deviation from "one record per element", to bound memory:
  * a tw_choice is ~810 bytes, so "[{},{},...]" would otherwise amplify a
@@ -145,6 +145,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tw_cpu.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -154,20 +156,6 @@ enum { TW_OK = 0, TW_ERR_SYNTAX = -1, TW_ERR_NOMEM = -2 };
 
 /* Strings shorter than this are never decoded during the scan. */
 #define TW_SCAN_FUSE_MIN 4096
-
-/* Code paths for the string skipper (tw_doc.path).  Numbering matches
-   TW_PATH_* in tw_base64.h for 0..3.  AUTO (and AVX512, which has no
-   separate kernel here) pick the best available; an unavailable path falls
-   back to the best available one.  All paths give identical results. */
-enum {
-    TW_SCAN_PATH_AUTO = 0,
-    TW_SCAN_PATH_SCALAR = 1, /* portable 8-byte SWAR */
-    TW_SCAN_PATH_AVX2 = 2,   /* x86-64 AVX2, 64 bytes per step */
-    TW_SCAN_PATH_AVX512 = 3, /* = AVX2 */
-    TW_SCAN_PATH_SSE2 = 4    /* x86-64 baseline, 16 bytes per step */
-};
-/* 1 if `path` can run on this CPU/build (AUTO and SCALAR always can). */
-int tw_scan_path_available(int path);
 
 /* Value types (tw_value.type). */
 enum {
@@ -243,12 +231,12 @@ typedef struct {
 
 typedef struct {
     /* Settings: tw_doc_init sets the defaults; change them before tw_scan. */
-    int path;          /* TW_SCAN_PATH_*, default AUTO */
+    int path;          /* TW_PATH_* (tw_cpu.h), default AUTO */
     size_t max_depth;  /* default 1024 (orjson's limit); 0 = unlimited */
     int decode;        /* 1: decode long base64 strings while scanning */
     int openai;        /* 1: an OpenAI-compatible document (see above) */
     int sglang;        /* 1: an SGLang /generate document (see above) */
-    int b64_path;      /* TW_PATH_* (tw_base64.h) for that, default AUTO */
+    int b64_path;      /* TW_PATH_* for that, default AUTO */
     uint32_t blank_fields; /* bit f (TW_F_*): blank that field too, wherever it is
                               recorded: an array's interior or a string's
                               content (default 0; see tw_blank_field) */
@@ -330,10 +318,11 @@ int tw_array_element(const char *buf, const tw_value *v, size_t index,
  * exponent) with value in [0, max]; "-0" is 0 and valid.  max is clamped to
  * INT64_MAX.  Returns 0, or -1 with *err_index = index of the first bad
  * element (a non-number, a fraction/exponent, a negative or too large
- * value); -1 with *err_index = 0 if v is not an array.
+ * value); -1 with *err_index = 0 if v is not an array.  path: a TW_PATH_*
+ * (tw_cpu.h); every path gives the same result.
  */
 int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
-                        int64_t *out, size_t *err_index);
+                        int64_t *out, size_t *err_index, int path);
 
 /*
  * List of lists (the sampling_mask list form); rows = v->count.

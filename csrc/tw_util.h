@@ -9,9 +9,20 @@
 #include <intrin.h>
 #endif
 
-#if !defined(TW_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64))
-#define TW_UTIL_SSE2 1
+#include "tw_cpu.h"
+
+#ifdef TW_X86_SIMD
 #include <emmintrin.h>
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TW_LIKELY(x) __builtin_expect(!!(x), 1)
+#define TW_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define TW_ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define TW_LIKELY(x) (x)
+#define TW_UNLIKELY(x) (x)
+#define TW_ALWAYS_INLINE
 #endif
 
 /* Every byte 0x01 / every byte's high bit, for 8-byte SWAR. */
@@ -117,27 +128,66 @@ static inline uint64_t tw_nondigit8(uint64_t w)
            (((w + TW_ONES * 0x06) & (TW_ONES * 0xF0)) ^ (TW_ONES * 0x30));
 }
 
-/* End of the run of ASCII digits starting at p. */
-static inline const uint8_t *tw_digits(const uint8_t *p, const uint8_t *e)
+/* Value of the 1..8 ASCII digits at p when 8 bytes can be read there: the
+   digits are moved to the top of the word and '0's put below them. */
+static inline uint64_t tw_short_digits(const uint8_t *p, size_t len)
 {
-#ifdef TW_UTIL_SSE2
-    while (e - p >= 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-        __m128i nd = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),
-                                  _mm_cmpgt_epi8(v, _mm_set1_epi8('9')));
-        uint32_t m = (uint32_t)_mm_movemask_epi8(nd);
-        if (m)
-            return p + tw_ctz32(m);
-        p += 16;
+    uint64_t v = (tw_load_le64(p) << (8 * (8 - len))) | (((TW_ONES * '0') >> (8 * len - 1)) >> 1);
+    return tw_swar_digits8(v - TW_ONES * '0');
+}
+
+/* The marked bytes of a block: of the 16 at p as a movemask (SSE2), or of the word w as the high
+   bit of each marked byte (SWAR; exact for the lowest marked byte). */
+typedef uint32_t (*tw_mark16)(const uint8_t *p);
+typedef uint64_t (*tw_mark8)(uint64_t w);
+#ifdef TW_X86_SIMD
+#define TW_MARK16(f) (f)
+#else
+#define TW_MARK16(f) ((tw_mark16)0)
+#endif
+
+/* The first marked byte in [p, e), or a position fewer than 16 bytes before e (the caller goes
+   on byte by byte): 16 bytes per step with m16 when simd (the SIMD paths), else 8 with m8.
+   Callers pass constant functions, which the compiler inlines. */
+static inline const uint8_t *tw_skip_unmarked(const uint8_t *p, const uint8_t *e, int simd,
+                                              tw_mark16 m16, tw_mark8 m8)
+{
+#ifdef TW_X86_SIMD
+    if (simd) {
+        while (e - p >= 16) {
+            uint32_t m = m16(p);
+            if (m)
+                return p + tw_ctz32(m);
+            p += 16;
+        }
+        return p;
     }
 #else
+    (void)simd;
+    (void)m16;
+#endif
     while (e - p >= 8) {
-        uint64_t nd = tw_nondigit8(tw_load_le64(p));
-        if (nd)
-            return p + tw_ctz64(nd) / 8;
+        uint64_t m = m8(tw_load_le64(p));
+        if (m)
+            return p + tw_ctz64(m) / 8;
         p += 8;
     }
+    return p;
+}
+
+#ifdef TW_X86_SIMD
+static inline uint32_t tw_nondigit16(const uint8_t *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return (uint32_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),
+                                                    _mm_cmpgt_epi8(v, _mm_set1_epi8('9'))));
+}
 #endif
+
+/* End of the run of ASCII digits starting at p; simd: as tw_skip_unmarked. */
+static inline const uint8_t *tw_digits(const uint8_t *p, const uint8_t *e, int simd)
+{
+    p = tw_skip_unmarked(p, e, simd, TW_MARK16(tw_nondigit16), tw_nondigit8);
     while (p < e && tw_is_digit(*p))
         p++;
     return p;

@@ -1,5 +1,5 @@
 #include "tw_validate.h"
-#include "tw_base64.h"
+#include "tw_cpu.h"
 #include "tw_util.h"
 #include "tw_mem.h"
 
@@ -7,9 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(TW_NO_SIMD)
-#define TW_X86 1
+#ifdef TW_X86_SIMD
 #include <immintrin.h>
 #endif
 
@@ -118,12 +116,12 @@ static int row_hash(tw_table *t, uint32_t stamp, const uint32_t *ids, const floa
     return TW_ROW_MISSING_SAMPLED;
 }
 
-#ifdef TW_X86
+#ifdef TW_X86_SIMD
 /* Repeated ids within one vector of 16 lanes (lanes outside m are zero and come last, so
    they are never an earlier lane of a valid one): vpconflictd marks every lane whose id
    occurs in an earlier lane; each such lane must carry the value of the latest earlier
    occurrence, which by induction makes all occurrences agree. */
-__attribute__((target("avx512f,avx512cd"))) static inline int
+TW_TARGET_AVX512 static inline int
 dup_disagree(__m512i ids, __m512 vals, __mmask16 m) {
     __m512i conflicts = _mm512_maskz_conflict_epi32(m, ids);
     __mmask16 repeated = _mm512_test_epi32_mask(conflicts, conflicts);
@@ -134,7 +132,7 @@ dup_disagree(__m512i ids, __m512 vals, __mmask16 m) {
 }
 
 /* Rows of at most 32 entries, which is every row a top-k request up to k = 29 produces. */
-__attribute__((target("avx512f,avx512cd"))) static int
+TW_TARGET_AVX512 static int
 row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
            int sampled_ok, float *out) {
     __mmask16 ma = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
@@ -167,7 +165,7 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
 /* The same rows with AVX2: every entry against the whole row, eight lanes at a time (lanes
    past the row are masked off). An equal id with an unequal value anywhere is a disagreement;
    comparing an entry with itself is harmless. */
-__attribute__((target("avx2"))) static int
+TW_TARGET_AVX2 static int
 row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
          float *out) {
     __m256i a[4], valid[4];
@@ -206,28 +204,18 @@ row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, i
     return TW_ROW_MISSING_SAMPLED;
 }
 
-static int have_avx512cd(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd");
-}
 #endif
 
 ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets,
-                          size_t n, const int64_t *sampled, float *out, int *kind, int simd) {
+                          size_t n, const int64_t *sampled, float *out, int *kind, int path) {
     size_t longest = 0;
     for (size_t t = 0; t < n; t++) {
         size_t len = (size_t)(offsets[t + 1] - offsets[t]);
         if (len > longest) longest = len;
     }
-    int vector = 0; /* 0: table, 2: AVX2, 3: AVX-512 (rows of up to 32 entries) */
-#ifdef TW_X86
-    if (simd >= 3 && have_avx512cd())
-        vector = 3;
-    else if (simd >= 2 && tw_path_available(TW_PATH_AVX2))
-        vector = 2;
-#else
-    (void)simd;
-#endif
+    /* TW_PATH_SCALAR: the table; AVX2 / AVX512: rows of up to 32 entries by vector. */
+    int vector = tw_path_resolve(path);
+    if (vector == TW_PATH_SCALAR) vector = 0;
     tw_table table = {0};
     if (!vector || longest > 32) {
         if (!table_init(&table, longest)) {
@@ -242,10 +230,10 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
         size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
         int64_t s = sampled[t];
         int ok = s >= 0 && s <= (int64_t)UINT32_MAX;
-#ifdef TW_X86
-        if (vector == 3 && len <= 32)
+#ifdef TW_X86_SIMD
+        if (vector == TW_PATH_AVX512 && len <= 32)
             r = row_avx512(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
-        else if (vector == 2 && len <= 32)
+        else if (vector == TW_PATH_AVX2 && len <= 32)
             r = row_avx2(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
         else
 #endif

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tw_cpu.h"
+
 /* vLLM's missing/clamped logprob value. */
 #define TW_SENTINEL (-9999.0)
 
@@ -28,12 +30,12 @@ enum { TW_ROW_OK = 0, TW_ROW_REPEAT_DISAGREE = 1, TW_ROW_MISSING_SAMPLED = 2, TW
  * the sampled id is in the row with a value other than the sentinel (else MISSING_SAMPLED).
  * Writes the sampled value to out[t]. Returns -1, or the failing row with *kind set
  * (TW_ROW_NOMEM: no memory for the scratch table, row 0 reported).
- * simd = 0 forces the portable hash-table path; 2 lets rows of up to 32 entries use AVX2
- * (all-pairs compares), 3 AVX-512 conflict detection, each where the CPU has it (3 falls back
- * to AVX2, then to the table).
+ * path (TW_PATH_*, tw_cpu.h, resolved with tw_path_resolve): TW_PATH_SCALAR is the portable
+ * hash table; AVX2 checks rows of up to 32 entries with all-pairs compares, AVX512 with
+ * conflict detection (longer rows use the table on every path).
  */
 ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets,
-                          size_t n, const int64_t *sampled, float *out, int *kind, int simd);
+                          size_t n, const int64_t *sampled, float *out, int *kind, int path);
 
 /*
  * Recorded supports (sampling masks) in CSR form: each row non-empty, without

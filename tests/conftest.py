@@ -1,5 +1,7 @@
-"""Every test that takes ``impl`` runs against both implementations; ``simd`` runs a test on
-every base64 path this CPU has (the run lists the paths it skipped and why)."""
+"""Every test that takes ``impl`` runs against both implementations, the compiled core once
+per code path this CPU has; ``simd`` runs a test on every such path. A path is forced for
+every C kernel at once (scanner, record readers, head selection, validation, base64); the
+run lists the paths it skipped and why."""
 
 from __future__ import annotations
 
@@ -46,21 +48,19 @@ def impl(request):
     if request.param == "python":
         yield _reference
         return
-    previous = _core.set_simd_path(request.param)
-    yield _core
-    _core.set_simd_path(previous)
+    with _core.simd_path_forced(request.param):
+        yield _core
 
 
 @pytest.fixture(params=ALL_PATHS)
 def simd(request):
-    """Force one base64 path of the compiled core for the duration of a test."""
+    """Force one code path of the compiled core for the duration of a test."""
     if _core is None:
         pytest.skip(_NO_CORE)
     if request.param not in _core.simd_paths():
         pytest.skip(f"this CPU cannot run the {request.param} path")
-    previous = _core.set_simd_path(request.param)
-    yield request.param
-    _core.set_simd_path(previous)
+    with _core.simd_path_forced(request.param):
+        yield request.param
 
 
 def pytest_report_header(config):

@@ -58,12 +58,9 @@ def outcome(impl, case: strategies.Case) -> tuple:
 @given(strategies.cases())
 def test_core_matches_reference(case):
     expected = outcome(_reference, case)
-    for path in _core.simd_paths():  # every SIMD path the CPU has, against the same oracle
-        previous = _core.set_simd_path(path)
-        try:
+    for path in _core.simd_paths():  # every code path the CPU has, against the same oracle
+        with _core.simd_path_forced(path):
             assert outcome(_core, case) == expected, path
-        finally:
-            _core.set_simd_path(previous)
 
 
 def renderers_outcome(client, case: strategies.Case) -> tuple:
@@ -212,11 +209,8 @@ def test_long_base64_values_match_reference(case):
     raw, _ = case
     expected = outcome(_reference, strategies.Case(raw=raw, top_k=None))
     for path in _core.simd_paths():
-        previous = _core.set_simd_path(path)
-        try:
+        with _core.simd_path_forced(path):
             assert outcome(_core, strategies.Case(raw=raw, top_k=None)) == expected, path
-        finally:
-            _core.set_simd_path(previous)
 
 
 @pytest.mark.skipif(_core is None, reason="the compiled core is not built")

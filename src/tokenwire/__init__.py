@@ -91,14 +91,15 @@ from ._audit import Verdict, audit  # noqa: E402  (it validates with the parsers
 
 
 def simd_paths() -> list[str]:
-    """The base64 code paths this CPU and build can run, best last."""
+    """The code paths of the C kernels this CPU and build can run, best last."""
     if implementation != "c":
         return []
     return _impl.simd_paths()
 
 
 def simd_path() -> str | None:
-    """The base64 code path in use (``TOKENWIRE_SIMD`` forces one), or None without the core."""
+    """The code path every C kernel takes (``TOKENWIRE_SIMD`` forces one), or None without the
+    core."""
     if implementation != "c":
         return None
     return _impl.simd_path()

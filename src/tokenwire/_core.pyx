@@ -103,7 +103,7 @@ def memory_stats():
             "limit": st.limit, "hits": st.hits, "misses": st.misses}
 
 
-cdef extern from "tw_base64.h" nogil:
+cdef extern from "tw_cpu.h" nogil:
     enum:
         TW_PATH_AUTO
         TW_PATH_SCALAR
@@ -112,6 +112,9 @@ cdef extern from "tw_base64.h" nogil:
     int tw_path_available(int path)
     int tw_path_best()
     const char *tw_path_name(int path)
+
+
+cdef extern from "tw_base64.h" nogil:
     ptrdiff_t tw_b64_decoded_size(const char *src, size_t len)
     ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, size_t cap, int path,
                             size_t *err_pos)
@@ -121,13 +124,15 @@ cdef extern from "tw_base64.h" nogil:
 
 _PATHS = {"scalar": TW_PATH_SCALAR, "avx2": TW_PATH_AVX2, "avx512": TW_PATH_AVX512}
 
-# The one process-wide setting: which base64 path runs. Read from TOKENWIRE_SIMD at import,
-# changed only by set_simd_path() (tests use it to cover every path).
+# The one process-wide setting: the code path of every C kernel (the structural scanner, the
+# record readers, head selection, row validation, base64), one TW_PATH_* of tw_cpu.h. Read
+# from TOKENWIRE_SIMD at import, changed only by set_simd_path() (tests use it, or
+# simd_path_forced, to cover every path); each parse reads it once when it starts.
 cdef int _path = tw_path_best()
 
 
 def simd_paths():
-    """Names of the base64 paths this CPU can run, best last."""
+    """Names of the code paths this CPU can run, best last."""
     return [name for name, p in _PATHS.items() if tw_path_available(p)]
 
 
@@ -136,7 +141,8 @@ def simd_path():
 
 
 def set_simd_path(name):
-    """Force a base64 path (``None`` or ``"auto"``: the best one). Returns the previous name."""
+    """Force the code path of every C kernel (``None`` or ``"auto"``: the best one). Returns
+    the previous name."""
     global _path
     previous = simd_path()
     if name is None or name == "auto":
@@ -148,6 +154,24 @@ def set_simd_path(name):
     else:
         _path = _PATHS[name]
     return previous
+
+
+class simd_path_forced:
+    """``with simd_path_forced("scalar"): ...`` runs every C kernel on that path inside the
+    block and restores the previous path on leaving it (for tests: the setting is
+    process-wide, so concurrent parses in other threads see it too)."""
+
+    def __init__(self, name):
+        self.name = name
+        self.previous = None
+
+    def __enter__(self):
+        self.previous = set_simd_path(self.name)
+        return self.name
+
+    def __exit__(self, *exc):
+        set_simd_path(self.previous)
+        return False
 
 
 _forced = os.environ.get("TOKENWIRE_SIMD", "").strip().lower()
@@ -404,6 +428,7 @@ cdef extern from "tw_scan.h" nogil:
         uint8_t is_object
         tw_value f[TW_NFIELDS]
     ctypedef struct tw_doc:
+        int path
         int decode
         int b64_path
         uint32_t blank_fields
@@ -420,7 +445,7 @@ cdef extern from "tw_scan.h" nogil:
     void tw_doc_free(tw_doc *d)
     size_t tw_stripped_size(const tw_doc *doc, size_t len)
     void tw_strip(const char *buf, size_t len, const tw_doc *doc, char *out)
-    int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max, int64_t *out, size_t *err_index)
+    int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max, int64_t *out, size_t *err_index, int path)
     int tw_count_nested(const char *buf, const tw_value *v, size_t *total)
     int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max, int64_t *offsets, int32_t *values, size_t *err_row)
     size_t tw_unescape(const char *buf, const tw_value *v, char *dst)
@@ -442,15 +467,11 @@ cdef extern from "tw_heads.h" nogil:
                               int64_t *cand_ids, double *cand_lps, int simd)
 
 
-# tw_heads' codes, as the reference words them; and its path numbers for ours.
+# tw_heads' codes, as the reference words them.
 _HEAD_REASONS = (None, *_reference.HEAD_REASONS)
 
 
-cdef inline int _heads_path() noexcept:
-    return 0 if _path == TW_PATH_SCALAR else (2 if _path == TW_PATH_AVX2 else 3)
-
-
-cdef extern from "tw_native.h" nogil:
+cdef extern from "tw_records.h" nogil:
     ctypedef struct tw_native_result:
         ptrdiff_t sampled_err
         int sampled_code
@@ -466,27 +487,28 @@ cdef extern from "tw_native.h" nogil:
         TW_NATIVE_OK
         TW_NATIVE_NOMEM
     void tw_native_cands_free(tw_native_cands *c)
-    ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out)
-    size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids)
+    ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out, int path)
+    size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids, int path)
     enum:
         TW_NATIVE_V_MISSING
         TW_NATIVE_V_NUMBER
     ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
-                                double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind)
+                                double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind, int path)
     ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
-                                uint8_t *kinds)
+                                uint8_t *kinds, int path)
     ctypedef struct tw_native_repeat:
         ptrdiff_t row
         size_t start
         size_t end
         int escaped
     int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                              tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep)
+                              tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep,
+                              int path)
     int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                               tw_native_cands *cands, tw_native_result *res)
+                               tw_native_cands *cands, tw_native_result *res, int path)
     int tw_native_parse(const char *buf, const tw_value *content, size_t n, const int64_t *ids, int want_top,
                         double *sampled, int64_t *coff, double *entry_lps, tw_native_cands *cands,
-                        tw_native_result *res)
+                        tw_native_result *res, int path)
 
 
 cdef extern from "tw_validate.h" nogil:
@@ -687,6 +709,7 @@ cdef class _Scan:
             memcpy(self.own, _start(view), n)
             self.buf = self.own
         self.path = _path
+        self.doc.path = _path
         self.doc.decode = 1
         self.doc.b64_path = _path
         self.doc.openai = openai
@@ -754,7 +777,7 @@ cdef class _Scan:
         out = np.empty(v.count + 1, dtype=np.float64)  # one spare element: never empty
         view = out
         with nogil:
-            bad = tw_native_numbers(self.buf, v, &view[0])
+            bad = tw_native_numbers(self.buf, v, &view[0], self.path)
         if bad >= 0:
             return out[:bad], bad
         return out[: v.count], None
@@ -778,7 +801,7 @@ cdef class _Scan:
         try:
             with nogil:
                 rc = tw_native_parse(self.buf, v, n, ids_ptr, top, &sampled_view[0], &coff_view[0],
-                                     &entry_view[0], &cands, &res)
+                                     &entry_view[0], &cands, &res, self.path)
             candidates = _candidates(rc, coff, &cands, res.ncand)
         finally:
             tw_native_cands_free(&cands)
@@ -810,9 +833,11 @@ cdef class _Scan:
         try:
             with nogil:
                 if keyed:
-                    rc = tw_native_keyed_heads(self.buf, v, n, &coff_view[0], &cands, &res, &rep)
+                    rc = tw_native_keyed_heads(self.buf, v, n, &coff_view[0], &cands, &res, &rep,
+                                               self.path)
                 else:
-                    rc = tw_native_triple_heads(self.buf, v, n, &coff_view[0], &cands, &res)
+                    rc = tw_native_triple_heads(self.buf, v, n, &coff_view[0], &cands, &res,
+                                                self.path)
             candidates = _candidates(rc, coff, &cands, res.ncand)
         finally:
             tw_native_cands_free(&cands)
@@ -839,7 +864,7 @@ cdef class _Scan:
         ids_view, lp_view, slp_view, lpk_view, slpk_view = ids, lp, slp, lp_kind, slp_kind
         with nogil:
             bad = tw_native_records(self.buf, v, &ids_view[0], &lp_view[0], &lpk_view[0],
-                                    &slp_view[0], &slpk_view[0])
+                                    &slp_view[0], &slpk_view[0], self.path)
         end = n if bad < 0 else bad
         sampling = bool((slp_kind[:end] != TW_NATIVE_V_MISSING).any())
         mixed = None
@@ -866,7 +891,8 @@ cdef class _Scan:
         kinds = np.empty(n + 1, dtype=np.uint8)
         ids_view, values_view, kinds_view = ids, values, kinds
         with nogil:
-            bad = tw_native_triples(self.buf, v, &ids_view[0], &values_view[0], &kinds_view[0])
+            bad = tw_native_triples(self.buf, v, &ids_view[0], &values_view[0], &kinds_view[0],
+                                    self.path)
         end = n if bad < 0 else bad
         return _openai._Records(ids[:end], _record_values(values[:end], kinds[:end]), "logprob",
                                 None if bad < 0 else bad)
@@ -877,7 +903,7 @@ cdef class _Scan:
         out = np.empty(v.count + 1, dtype=np.int64)
         view = out
         with nogil:
-            named = tw_native_token_strings(self.buf, v, &view[0])
+            named = tw_native_token_strings(self.buf, v, &view[0], self.path)
         return out[: v.count], named
 
     cdef object ints(self, const tw_value *v, uint64_t high):
@@ -890,7 +916,7 @@ cdef class _Scan:
         if v.count:
             view = out
             with nogil:
-                rc = tw_parse_uint_array(self.buf, v, high, &view[0], &err)
+                rc = tw_parse_uint_array(self.buf, v, high, &view[0], &err, self.path)
         if rc < 0:
             return out[:err], v.count, err
         return out, v.count, None
@@ -991,7 +1017,7 @@ def compact_rows(ids, row_ids, row_values, offsets):
     cdef const int64_t[::1] offs = offsets
     cdef const int64_t *sampled_ids
     cdef float[::1] out
-    cdef int simd = _heads_path()
+    cdef int simd = _path
     sampled = np.zeros(n, dtype=np.float32)
     if n == 0:
         return sampled, None
@@ -1016,7 +1042,7 @@ def compact_candidates(row_ids, row_values, offsets, num_top):
     cdef const float[::1] rvals = row_values if len(row_values) else np.zeros(1, np.float32)
     cdef int64_t top = min(num_top, 2**62)
     cdef int rc
-    cdef int simd = _heads_path()
+    cdef int simd = _path
     total = max(int(offsets[n]), 1)
     coff = np.zeros(n + 1, dtype=np.int64)
     cand_ids = np.empty(total, dtype=np.int64)
@@ -1044,7 +1070,7 @@ def heads(ids, candidates, sampled_lps, k, supports, limit):
     cdef const int64_t[::1] soff_view
     cdef const int32_t[::1] sup_view
     cdef int code = 0
-    cdef int simd = _heads_path()
+    cdef int simd = _path
     cdef ptrdiff_t bad
     # A head wider than any row decides exactly as k = 2**62 does (every row has fewer
     # than k + 2 candidates), and a top_k of 2**63 or more must not overflow int64.

@@ -57,7 +57,7 @@ REASONS = {
 }
 NAMES = {v: k for k, v in REASONS.items()} | {0: "ok", 6: "nomem"}
 SHORT = {0: "ok", 1: "disagree", 2: "missing-support", 3: "normalize", 4: "mass", 5: "fewer"}
-PATH_NAMES = {0: "scalar", 2: "avx2", 3: "avx512"}
+PATH_NAMES = {1: "scalar", 2: "avx2", 3: "avx512"}
 
 
 def build(sanitize: bool) -> Path:
@@ -89,10 +89,11 @@ class Lib:
         lib.tw_fsum_exp.argtypes = [PD, C.c_size_t]
         lib.tw_fsum_nonneg.restype = C.c_double
         lib.tw_fsum_nonneg.argtypes = [PD, C.c_size_t]
-        lib.tw_heads_best_path.restype = C.c_int
+        lib.tw_path_available.restype = C.c_int
+        lib.tw_path_available.argtypes = [C.c_int]
         self.lib = lib
-        best = lib.tw_heads_best_path()
-        self.paths = [0] + ([2] if best >= 2 else []) + ([3] if best == 3 else [])
+        # TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512 (tw_cpu.h) where this CPU has them
+        self.paths = [p for p in (1, 2, 3) if lib.tw_path_available(p)]
 
     def fsum_nonneg(self, xs: list[float]) -> float:
         a = np.array(xs, dtype=np.float64)

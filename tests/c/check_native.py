@@ -1,11 +1,13 @@
-"""Differential check of csrc/tw_native.c against the pure-Python reference.
+"""Differential check of the record readers (csrc/tw_records.c, tw_number.c) against the
+pure-Python reference, on every path this CPU has (TW_PATH_*, tw_cpu.h).
 
-Builds tw_scan.c + tw_native.c (and a small C shim) into a shared library in /tmp,
+Builds tw_scan.c + tw_records.c + tw_number.c (and a small C shim) into a shared library in /tmp,
 loads it with ctypes, and checks:
 
-  * the 128-bit power-of-five table and the exponent formula of tw_native.c
+  * the 128-bit power-of-five table (csrc/tw_pow5_table.h, as its generator
+    csrc/gen_pow5_table.py writes it) and the exponent formula of tw_number.c
     against exact integer arithmetic;
-  * tw_native_number against float() on random decimal literals: 1-25 digits,
+  * tw_number_parse against float() on random decimal literals: 1-25 digits,
     17 significant digits, exponents up to +-350, subnormals, -0.0, integers
     without a fraction, long digit strings (up to 1200 digits), values at, just
     below and just above halfway points between doubles, exact float32 values;
@@ -56,6 +58,10 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("TOKENWIRE_NO_EXTENSIONS", "1")  # only the reference is needed
 
 from tokenwire import _reference as R  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "csrc"))
+import gen_pow5_table  # noqa: E402
+from gen_pow5_table import QMAX, QMIN, pow5_entry  # noqa: E402
 from tokenwire._errors import MalformedResponseError  # noqa: E402
 
 OUT = Path("/tmp/tw_native_check")
@@ -71,7 +77,7 @@ SHIM = r"""
 #include <stdlib.h>
 #include <string.h>
 #include "tw_scan.h"
-#include "tw_native.h"
+#include "tw_records.h"
 #include "tw_mem.h"
 
 typedef struct {
@@ -83,7 +89,7 @@ typedef struct {
    Returns 0, or -1 (scan failed), -2 (no content array / count != n). */
 int chk_run(const char *buf, size_t len, const int64_t *ids, size_t n, int want_top,
             int mode, double *sampled, int64_t *coff, double *elps, int64_t *cids,
-            double *clps, size_t ccap, chk_res *r)
+            double *clps, size_t ccap, chk_res *r, int path)
 {
     tw_doc d;
     tw_native_cands c;
@@ -94,6 +100,7 @@ int chk_run(const char *buf, size_t len, const int64_t *ids, size_t n, int want_
     memset(r, 0, sizeof *r);
     memset(&c, 0, sizeof c);
     tw_doc_init(&d);
+    d.path = path;
     if (tw_scan(buf, len, &d) != TW_OK) {
         tw_doc_free(&d);
         return -1;
@@ -107,7 +114,7 @@ int chk_run(const char *buf, size_t len, const int64_t *ids, size_t n, int want_
         tw_doc_free(&d);
         return -2;
     }
-    r->count_rc = tw_native_count(buf, v, &total);
+    r->count_rc = tw_native_count(buf, v, &total, path);
     r->total = (long long)total;
     if (mode == 1) {
         c.ids = (int64_t *)tw_mem_alloc((total ? total : 1) * sizeof(int64_t));
@@ -117,7 +124,7 @@ int chk_run(const char *buf, size_t len, const int64_t *ids, size_t n, int want_
     } else {
         c.grow = 1;
     }
-    r->rc = tw_native_parse(buf, v, n, ids, want_top, sampled, coff, elps, &c, &res);
+    r->rc = tw_native_parse(buf, v, n, ids, want_top, sampled, coff, elps, &c, &res, path);
     r->serr = res.sampled_err;
     r->scode = res.sampled_code;
     r->terr = res.top_err;
@@ -175,21 +182,29 @@ def build(sanitize: bool, portable: bool = False) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     shim = OUT / "shim.c"
     shim.write_text(SHIM)
-    return clib.build(OUT, "twnative", ["tw_scan.c", "tw_native.c", "tw_base64.c", shim],
+    return clib.build(OUT, "twnative", ["tw_scan.c", "tw_records.c", "tw_number.c", "tw_base64.c", shim],
                       sanitize=sanitize, portable=portable)
 
 
 class Lib:
     def __init__(self, path: Path):
         lib = C.CDLL(str(path))
-        lib.tw_native_number.restype = C.c_size_t
-        lib.tw_native_number.argtypes = [C.c_char_p, C.c_size_t, C.POINTER(C.c_double)]
+        lib.tw_number_parse.restype = C.c_size_t
+        lib.tw_number_parse.argtypes = [C.c_char_p, C.c_size_t, C.POINTER(C.c_double), C.c_int]
+        lib.tw_path_available.restype = C.c_int
+        lib.tw_path_available.argtypes = [C.c_int]
+        lib.tw_path_name.restype = C.c_char_p
+        lib.tw_path_name.argtypes = [C.c_int]
+        # TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512 (tw_cpu.h) where this CPU has them
+        self.paths = [p for p in (1, 2, 3) if lib.tw_path_available(p)]
+        self.path = self.paths[-1]  # the path number() and run() take
         lib.chk_run.restype = C.c_int
         P = np.ctypeslib.ndpointer
         lib.chk_run.argtypes = [
             C.c_char_p, C.c_size_t, P(np.int64, flags="C"), C.c_size_t, C.c_int, C.c_int,
             P(np.float64, flags="C"), P(np.int64, flags="C"), P(np.float64, flags="C"),
             P(np.int64, flags="C"), P(np.float64, flags="C"), C.c_size_t, C.POINTER(ChkRes),
+            C.c_int,
         ]
         lib.chk_strip.restype = C.c_longlong
         lib.chk_strip.argtypes = [C.c_char_p, C.c_size_t, C.c_char_p, C.c_int]
@@ -198,7 +213,7 @@ class Lib:
     def number(self, text: str, pad: str = "") -> tuple[int, float]:
         b = (text + pad).encode()
         out = C.c_double()
-        n = self.lib.tw_native_number(b, len(b), C.byref(out))
+        n = self.lib.tw_number_parse(b, len(b), C.byref(out), self.path)
         return n, out.value
 
     def run(self, raw: bytes, ids: list[int], want_top: bool, mode: int, ccap: int):
@@ -211,7 +226,7 @@ class Lib:
         clps = np.zeros(max(ccap, 1))
         res = ChkRes()
         rc = self.lib.chk_run(raw, len(raw), ids_a, n, int(want_top), mode, sampled, coff, elps,
-                              cids, clps, ccap, C.byref(res))
+                              cids, clps, ccap, C.byref(res), self.path)
         return rc, res, sampled[:n], coff, elps[:n], cids, clps
 
     def strip(self, raw: bytes, times: int) -> bytes | None:
@@ -230,21 +245,9 @@ def bits(x: float) -> int:
 # Table
 # ---------------------------------------------------------------------------
 
-QMIN, QMAX = -343, 308
-
-
-def pow5_entry(q: int) -> int:
-    """T(q): 128 bits, T <= 5^q * 2^-s(q) < T + 1, s(q) = floor(q log2 5) - 127."""
-    if q >= 0:
-        p = 5 ** q
-        bl = p.bit_length()
-        return p << (128 - bl) if bl <= 128 else p >> (bl - 128)
-    p = 5 ** (-q)
-    return (1 << (127 + p.bit_length())) // p
-
-
 def check_table() -> None:
-    src = (ROOT / "csrc" / "tw_native.c").read_text()
+    src = (ROOT / "csrc" / "tw_pow5_table.h").read_text()
+    assert src == gen_pow5_table.render(), "csrc/tw_pow5_table.h differs from its generator's output"
     rows = re.findall(r"\{0x([0-9a-f]{16})u, 0x([0-9a-f]{16})u\}, /\* (-?\d+) \*/", src)
     assert len(rows) == QMAX - QMIN + 1, f"table has {len(rows)} rows"
     for hi, lo, q in rows:
@@ -877,11 +880,15 @@ def main() -> int:
     lib = Lib(build(args.sanitize, args.portable))
     rng = random.Random(args.seed)
     check_table()
-    check_numbers(lib, rng, args.numbers)
-    check_samples(lib)
+    print(f"paths: {[lib.lib.tw_path_name(p).decode() for p in lib.paths]}")
+    for path in lib.paths:
+        lib.path = path
+        check_numbers(lib, rng, args.numbers // len(lib.paths))
+        check_samples(lib)
     t0 = time.time()
     stats = {"docs": 0, "entries": 0, "s_err": {}, "t_err": {}}
     for r in range(args.rounds):
+        lib.path = lib.paths[r % len(lib.paths)]
         gen = Gen(rng)
         want_top = rng.random() < 0.7
         tree, ids, content = gen.document(want_top)
@@ -903,7 +910,8 @@ def main() -> int:
         except AssertionError as exc:
             path = OUT / f"fail_{args.seed}_{r}.json"
             path.write_bytes(raw)
-            print(f"round {r}: {exc}\n  document saved to {path}", file=sys.stderr)
+            print(f"round {r} ({lib.lib.tw_path_name(lib.path).decode()} path): {exc}\n"
+                  f"  document saved to {path}", file=sys.stderr)
             return 1
     names = ["OK", "ENTRY_NOT_OBJECT", "TOKEN_MISMATCH", "NOT_A_NUMBER", "NOT_FINITE",
              "NO_EVIDENCE", "MISSING_TOP", "TOP_NOT_OBJECT", "TOP_NO_ID", "TOP_NOT_FINITE",

@@ -6,7 +6,7 @@ whitespace, escapes, duplicate keys and decoys; tricky numbers and strings; nest
 around orjson's depth limit; random mutations and truncations of those and of
 sample-like responses) asserts that:
 
-  * every code path (scalar, SSE2, AVX2) gives the same result;
+  * every code path (scalar, AVX2, AVX-512) gives the same result;
   * tw_scan accepts exactly when orjson.loads accepts;
   * on accepted documents every recorded value is right: present/type, the span
     text parses back to the value at that path, count/all_int/has_escape/ascii;
@@ -96,7 +96,7 @@ class TwDoc(C.Structure):
 
 
 T_NONE, T_NULL, T_FALSE, T_TRUE, T_NUMBER, T_STRING, T_ARRAY, T_OBJECT = range(8)
-PATH_IDS = {"scalar": 1, "sse2": 4, "avx2": 2}
+PATH_IDS = {"scalar": 1, "avx2": 2, "avx512": 3}  # TW_PATH_* (tw_cpu.h)
 FIELDS = [
     ("token_ids",),
     ("logprobs",),
@@ -128,9 +128,9 @@ class Scanner:
         lib.tw_stripped_size.argtypes = [C.POINTER(TwDoc), C.c_size_t]
         lib.tw_stripped_size.restype = C.c_size_t
         lib.tw_strip.argtypes = [C.c_char_p, C.c_size_t, C.POINTER(TwDoc), C.c_char_p]
-        lib.tw_scan_path_available.argtypes = [C.c_int]
+        lib.tw_path_available.argtypes = [C.c_int]
         self.lib = lib
-        self.paths = [p for p in PATH_IDS if lib.tw_scan_path_available(PATH_IDS[p])]
+        self.paths = [p for p in PATH_IDS if lib.tw_path_available(PATH_IDS[p])]
         self.doc = TwDoc()
         lib.tw_doc_init(C.byref(self.doc))
 

@@ -25,7 +25,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(HERE, "..", "..", "csrc", "tw_base64.c")
+CSRC = os.path.join(HERE, "..", "..", "csrc")
+SRC = [os.path.join(CSRC, "tw_base64.c"), os.path.join(CSRC, "tw_cpu.c")]
 ALPHA = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 EXCESS_PAD = re.compile(rb"(?:[A-Za-z0-9+/]{4})*=+")
 
@@ -33,7 +34,7 @@ EXCESS_PAD = re.compile(rb"(?:[A-Za-z0-9+/]{4})*=+")
 def build(tmpdir):
     cc = os.environ.get("CC", "cc")
     out = os.path.join(tmpdir, "libtw_base64.so")
-    subprocess.check_call([cc, "-O2", "-shared", "-fPIC", "-o", out, SRC])
+    subprocess.check_call([cc, "-O2", "-shared", "-fPIC", "-o", out, *SRC])
     return out
 
 

@@ -21,7 +21,7 @@ def build(out: Path, name: str, sources: Sequence[str | Path], *, sanitize: bool
     out.mkdir(parents=True, exist_ok=True)
     lib = out / f"lib{name}{'_san' if sanitize else ''}{'_portable' if portable else ''}.so"
     cmd = [os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-           "-I", str(CSRC), *(str(s if isinstance(s, Path) else CSRC / s) for s in [*sources, "tw_mem.c"]),
+           "-I", str(CSRC), *(str(s if isinstance(s, Path) else CSRC / s) for s in [*sources, "tw_mem.c", "tw_cpu.c"]),
            "-o", str(lib), "-lm"]
     if sanitize:
         cmd += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",

@@ -1075,10 +1075,9 @@ static int bench(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    int best = tw_heads_best_path();
-    paths[npaths++] = TW_HEADS_SCALAR;
-    if (best >= TW_HEADS_AVX2) paths[npaths++] = TW_HEADS_AVX2;
-    if (best == TW_HEADS_AVX512) paths[npaths++] = TW_HEADS_AVX512;
+    paths[npaths++] = TW_PATH_SCALAR;
+    if (tw_path_available(TW_PATH_AVX2)) paths[npaths++] = TW_PATH_AVX2;
+    if (tw_path_available(TW_PATH_AVX512)) paths[npaths++] = TW_PATH_AVX512;
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(argc > 2 ? argv[2] : NULL);
     long count = argc > 1 ? strtol(argv[1], NULL, 10) : 3000;
     printf("paths: scalar%s%s\n", npaths > 1 ? ", avx2" : "", npaths > 2 ? ", avx512" : "");

@@ -1,5 +1,6 @@
 /*
- * Standalone tests and benchmark for csrc/tw_native.c.
+ * Standalone tests and benchmark for the record readers (csrc/tw_records.c)
+ * and the number conversion (csrc/tw_number.c).
  *
  *   make -C tests/c native-test    (rules in tests/c/Makefile), or:
  *   cc -O2 -Wall -Wextra -std=c11 -Icsrc -o /tmp/test_native tests/c/test_native.c
@@ -7,9 +8,11 @@
  *   /tmp/test_native --fuzz N              the same with N random mutations
  *   /tmp/test_native --bench file.json ... kernel time on choices[0]
  *
- * This file includes csrc/tw_scan.c and csrc/tw_native.c itself (link
- * neither), with realloc redirected so that allocation failures can be
- * injected.  Build it with -DTW_NO_SIMD too for the portable code paths.
+ * This file includes csrc/tw_scan.c, tw_number.c and tw_records.c itself
+ * (link none of them), with realloc redirected so that allocation failures
+ * can be injected.  Every test runs on every path this CPU has (TW_PATH_*,
+ * scanner and readers alike); build it with -DTW_NO_SIMD too for a build
+ * with the portable code only.
  *
  * Every content array is validated by tw_scan inside a small document, then
  * copied to an exactly-sized heap block and parsed from there, so a read
@@ -26,6 +29,11 @@
 #include <string.h>
 #include <time.h>
 
+/* The path every kernel call of a test run takes (main runs the tests on each
+   path this CPU has). */
+#include "../../csrc/tw_cpu.h"
+static int g_path = TW_PATH_AUTO;
+
 /* Allocation failure injection: the next g_fail_after reallocs succeed, the
    one after fails; -1 = never fail. */
 static long g_fail_after = -1;
@@ -41,7 +49,8 @@ static void *test_realloc(void *p, size_t n)
 }
 #define tw_mem_realloc test_realloc
 #include "../../csrc/tw_scan.c"
-#include "../../csrc/tw_native.c"
+#include "../../csrc/tw_number.c"
+#include "../../csrc/tw_records.c"
 #undef tw_mem_realloc
 
 #include "tw_check.h"
@@ -69,7 +78,7 @@ static uint64_t dbits(double x)
 /* Numbers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* tw_native_number(s) must consume all of s and equal `want` bit for bit,
+/* tw_number_parse(s, g_path) must consume all of s and equal `want` bit for bit,
    alone in an exact heap block (overreads show) and followed by 64 bytes of
    JSON punctuation (room for the SIMD reads). */
 static void num_is(const char *s, double want)
@@ -87,7 +96,7 @@ static void num_is(const char *s, double want)
         if (pad)
             for (size_t i = 0; i < 64; i++)
                 b[n + i] = PAD[i % (sizeof PAD - 1)];
-        used = tw_native_number(b, len, &got);
+        used = tw_number_parse(b, len, &got, g_path);
         CHECK(used == n && dbits(got) == dbits(want),
               "number %.80s (pad %d): used %zu/%zu, %.17g != %.17g", s, pad, used, n, got, want);
     }
@@ -123,21 +132,21 @@ static void test_numbers(void)
     num_is("-0", 0.0); /* an integer literal: the int 0 */
     {
         double v;
-        CHECK(tw_native_number("-00", 3, &v) == 2, "-00 consumes -0");
-        CHECK(tw_native_number("1.5x", 4, &v) == 3 && v == 1.5, "1.5x");
-        CHECK(tw_native_number("01", 2, &v) == 1 && v == 0.0, "01");
-        CHECK(tw_native_number("1e5e", 4, &v) == 3 && v == 1e5, "1e5e");
-        CHECK(tw_native_number("", 0, &v) == 0, "empty");
-        CHECK(tw_native_number("-", 1, &v) == 0, "-");
-        CHECK(tw_native_number(".5", 2, &v) == 0, ".5");
-        CHECK(tw_native_number("1.", 2, &v) == 1 && v == 1.0, "1.");
-        CHECK(tw_native_number("1e", 2, &v) == 1 && v == 1.0, "1e");
-        CHECK(tw_native_number("1e+", 3, &v) == 1 && v == 1.0, "1e+");
-        CHECK(tw_native_number("1.5e-x", 6, &v) == 3 && v == 1.5, "1.5e-x");
-        CHECK(tw_native_number("-x", 2, &v) == 0, "-x");
-        CHECK(tw_native_number("+1", 2, &v) == 0, "+1");
-        CHECK(tw_native_number("1e400", 5, &v) == 5 && isinf(v) && v > 0, "1e400 -> inf");
-        CHECK(tw_native_number("-1e400", 6, &v) == 6 && isinf(v) && v < 0, "-1e400 -> -inf");
+        CHECK(tw_number_parse("-00", 3, &v, g_path) == 2, "-00 consumes -0");
+        CHECK(tw_number_parse("1.5x", 4, &v, g_path) == 3 && v == 1.5, "1.5x");
+        CHECK(tw_number_parse("01", 2, &v, g_path) == 1 && v == 0.0, "01");
+        CHECK(tw_number_parse("1e5e", 4, &v, g_path) == 3 && v == 1e5, "1e5e");
+        CHECK(tw_number_parse("", 0, &v, g_path) == 0, "empty");
+        CHECK(tw_number_parse("-", 1, &v, g_path) == 0, "-");
+        CHECK(tw_number_parse(".5", 2, &v, g_path) == 0, ".5");
+        CHECK(tw_number_parse("1.", 2, &v, g_path) == 1 && v == 1.0, "1.");
+        CHECK(tw_number_parse("1e", 2, &v, g_path) == 1 && v == 1.0, "1e");
+        CHECK(tw_number_parse("1e+", 3, &v, g_path) == 1 && v == 1.0, "1e+");
+        CHECK(tw_number_parse("1.5e-x", 6, &v, g_path) == 3 && v == 1.5, "1.5e-x");
+        CHECK(tw_number_parse("-x", 2, &v, g_path) == 0, "-x");
+        CHECK(tw_number_parse("+1", 2, &v, g_path) == 0, "+1");
+        CHECK(tw_number_parse("1e400", 5, &v, g_path) == 5 && isinf(v) && v > 0, "1e400 -> inf");
+        CHECK(tw_number_parse("-1e400", 6, &v, g_path) == 6 && isinf(v) && v < 0, "-1e400 -> -inf");
     }
     /* long digit strings */
     memset(buf, '9', 1500);
@@ -226,6 +235,7 @@ static int prepare(const char *content, char **out, tw_value *v)
         exit(2);
     sprintf(doc, "%s%s%s", pre, content, post);
     tw_doc_init(&d);
+    d.path = g_path;
     ok = tw_scan(doc, strlen(doc), &d) == TW_OK && d.nchoices == 1 &&
          d.choice[0].f[TW_F_LOGPROBS_CONTENT].type == TW_T_ARRAY;
     if (ok) {
@@ -264,7 +274,7 @@ static void run(run_t *r, const char *content, const int64_t *ids, size_t nids, 
     r->c.grow = 1;
     g_fail_after = g_inject; /* allocation failures in the parse only */
     r->rc = tw_native_parse(r->buf, &r->v, r->n, idv, want_top, r->sampled, r->coff, r->elps,
-                            &r->c, &r->res);
+                            &r->c, &r->res, g_path);
     g_fail_after = -1;
     free(idv);
 }
@@ -429,7 +439,7 @@ static void test_not_finite(void)
     v.type = TW_T_ARRAY;
     v.end = n;
     v.count = 1;
-    CHECK(tw_native_parse(b, &v, 1, &id, 1, s, co, el, &c, &res) == TW_NATIVE_OK &&
+    CHECK(tw_native_parse(b, &v, 1, &id, 1, s, co, el, &c, &res, g_path) == TW_NATIVE_OK &&
               res.sampled_err == 0 && res.sampled_code == TW_NATIVE_NOT_FINITE && res.top_err == 0 &&
               res.top_code == TW_NATIVE_TOP_NOT_FINITE,
           "not finite: (%td, %d) (%td, %d)", res.sampled_err, res.sampled_code, res.top_err,
@@ -575,23 +585,23 @@ static void test_outputs(void)
         int64_t id[4] = {0, 0, 0, 0};
         size_t total = 99;
         CHECK(prepare("[{},{}]", &b, &v), "prepare");
-        CHECK(tw_native_parse(b, &v, 3, id, 0, s, NULL, NULL, NULL, &res) == TW_NATIVE_BAD_ARG,
+        CHECK(tw_native_parse(b, &v, 3, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_BAD_ARG,
               "count != n");
-        CHECK(tw_native_parse(b, &v, 2, id, 1, s, NULL, NULL, NULL, &res) == TW_NATIVE_BAD_ARG,
+        CHECK(tw_native_parse(b, &v, 2, id, 1, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_BAD_ARG,
               "want_top without outputs");
-        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res) == TW_NATIVE_OK &&
+        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_OK &&
                   res.sampled_err == 0 && res.sampled_code == TW_NATIVE_TOKEN_MISMATCH,
               "sampled only without top outputs");
         v.type = TW_T_OBJECT;
-        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res) == TW_NATIVE_BAD_ARG,
+        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_BAD_ARG,
               "not an array");
-        CHECK(tw_native_count(b, &v, &total) == TW_NATIVE_BAD_ARG && total == 0, "count bad");
+        CHECK(tw_native_count(b, &v, &total, g_path) == TW_NATIVE_BAD_ARG && total == 0, "count bad");
         v.present = 0;
-        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res) == TW_NATIVE_BAD_ARG,
+        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_BAD_ARG,
               "absent");
         free(b);
         CHECK(prepare("[]", &b, &v), "prepare []");
-        CHECK(tw_native_parse(b, &v, 0, NULL, 0, s, NULL, NULL, NULL, &res) == TW_NATIVE_OK &&
+        CHECK(tw_native_parse(b, &v, 0, NULL, 0, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_OK &&
                   res.sampled_err == -1,
               "empty content");
         free(b);
@@ -621,7 +631,7 @@ static void test_count(void)
             CHECK(0, "count case %zu invalid", i);
             continue;
         }
-        CHECK(tw_native_count(b, &v, &total) == TW_NATIVE_OK && total == CASES[i].total,
+        CHECK(tw_native_count(b, &v, &total, g_path) == TW_NATIVE_OK && total == CASES[i].total,
               "count %zu: %zu != %zu", i, total, CASES[i].total);
         free(b);
     }
@@ -738,7 +748,7 @@ static void test_generated(void)
                         ok &= r.c.ids[i * k + j] == (int64_t)((i * 100003 + j * 7919) % 4294967296ULL);
                 CHECK(ok, "gen %zu: candidate ids", sh);
             }
-            CHECK(tw_native_count(r.buf, &r.v, &total) == 0 && total == n * k, "gen %zu: count %zu",
+            CHECK(tw_native_count(r.buf, &r.v, &total, g_path) == 0 && total == n * k, "gen %zu: count %zu",
                   sh, total);
             /* fixed arrays: exactly the count is enough, one less is not */
             if (r.rc == 0 && r.res.top_err == -1 && total) {
@@ -749,12 +759,12 @@ static void test_generated(void)
                 if (!c.ids || !c.lps)
                     exit(2);
                 c.cap = total;
-                CHECK(tw_native_parse(r.buf, &r.v, n, ids, 1, r.sampled, r.coff, r.elps, &c, &res) ==
+                CHECK(tw_native_parse(r.buf, &r.v, n, ids, 1, r.sampled, r.coff, r.elps, &c, &res, g_path) ==
                               TW_NATIVE_OK &&
                           res.ncand == total,
                       "fixed exact");
                 c.cap = total - 1;
-                CHECK(tw_native_parse(r.buf, &r.v, n, ids, 1, r.sampled, r.coff, r.elps, &c, &res) ==
+                CHECK(tw_native_parse(r.buf, &r.v, n, ids, 1, r.sampled, r.coff, r.elps, &c, &res, g_path) ==
                           TW_NATIVE_NOMEM,
                       "fixed too small");
                 free(c.ids);
@@ -831,6 +841,7 @@ static void test_blank_field(void)
     char *s;
     size_t nb;
     tw_doc_init(&d);
+    d.path = g_path;
     CHECK(tw_scan(DOC, sizeof DOC - 1, &d) == TW_OK && d.nchoices == 4, "blank doc");
     nb = d.nblank;
     for (int t = 0; t < 2; t++) /* twice: idempotent */
@@ -946,9 +957,9 @@ static void test_fuzz(size_t rounds)
                 exit(2);
             for (size_t i = 0; i < v.count && i < 6; i++)
                 idv[i] = ids[i];
-            CHECK(tw_native_parse(buf, &v, v.count, idv, 1, s, co, el, &c, &rr.res) == 0,
+            CHECK(tw_native_parse(buf, &v, v.count, idv, 1, s, co, el, &c, &rr.res, g_path) == 0,
                   "fuzz parse");
-            CHECK(tw_native_count(buf, &v, &total) == 0 && rr.res.ncand <= total &&
+            CHECK(tw_native_count(buf, &v, &total, g_path) == 0 && rr.res.ncand <= total &&
                       (rr.res.top_err < 0 || co[v.count] == co[rr.res.top_err]),
                   "fuzz count %zu < %zu", total, rr.res.ncand);
             accepted++;
@@ -1001,6 +1012,7 @@ static void bench_file(const char *path)
         exit(2);
     fclose(f);
     tw_doc_init(&d);
+    d.path = g_path;
     if (tw_scan(buf, (size_t)m, &d) != TW_OK || d.nchoices < 1 ||
         d.choice[0].f[TW_F_LOGPROBS_CONTENT].type != TW_T_ARRAY) {
         printf("%s: no choices[0].logprobs.content\n", path);
@@ -1016,23 +1028,23 @@ static void bench_file(const char *path)
     el = (double *)calloc(n + 1, sizeof(double));
     if (!ids || !coff || !s || !el)
         exit(2);
-    if (tw_parse_uint_array(buf, &d.choice[0].f[TW_F_TOKEN_IDS], 0xFFFFFFFFu, ids, &err) != 0)
+    if (tw_parse_uint_array(buf, &d.choice[0].f[TW_F_TOKEN_IDS], 0xFFFFFFFFu, ids, &err, TW_PATH_AUTO) != 0)
         printf("  (token_ids unreadable: ids are 0)\n");
     for (int trial = 0; trial < 15; trial++) {
         for (int mode = 0; mode < 3; mode++) {
             double t0 = now();
             if (mode == 0)
-                tw_native_parse(buf, v, n, ids, 0, s, NULL, NULL, NULL, &res);
+                tw_native_parse(buf, v, n, ids, 0, s, NULL, NULL, NULL, &res, g_path);
             else if (mode == 1)
-                tw_native_parse(buf, v, n, ids, 1, s, coff, el, &c, &res);
+                tw_native_parse(buf, v, n, ids, 1, s, coff, el, &c, &res, g_path);
             else
-                tw_native_count(buf, v, &total);
+                tw_native_count(buf, v, &total, g_path);
             t0 = now() - t0;
             if (t0 < best[mode])
                 best[mode] = t0;
         }
     }
-    tw_native_parse(buf, v, n, ids, 1, s, coff, el, &c, &res);
+    tw_native_parse(buf, v, n, ids, 1, s, coff, el, &c, &res, g_path);
     printf("%s: %zu entries, %zu candidates (sampled: %td/%d, top: %td/%d), content %zu bytes\n",
            slash ? slash + 1 : path, n, res.ncand, res.sampled_err, res.sampled_code, res.top_err,
            res.top_code, v->end - v->start);
@@ -1082,7 +1094,7 @@ static void test_flat_arrays(void)
         double out[9];
         ptrdiff_t bad;
         CHECK(prepare(nums[c].arr, &buf, &v), "numbers %zu: scan", c);
-        bad = tw_native_numbers(buf, &v, out);
+        bad = tw_native_numbers(buf, &v, out, g_path);
         CHECK(bad == nums[c].bad, "numbers %zu: bad %td, want %td", c, bad, nums[c].bad);
         for (size_t i = 0; i < nums[c].n; i++)
             CHECK(dbits(out[i]) == dbits(nums[c].want[i]), "numbers %zu[%zu]: %.17g", c, i, out[i]);
@@ -1095,7 +1107,7 @@ static void test_flat_arrays(void)
         size_t named;
         CHECK(prepare(toks, &buf, &v), "tokens: scan");
         CHECK(v.count == 15, "tokens: count %zu", v.count);
-        named = tw_native_token_strings(buf, &v, ids);
+        named = tw_native_token_strings(buf, &v, ids, g_path);
         CHECK(named == 5, "tokens: %zu named", named);
         for (size_t i = 0; i < 15; i++)
             CHECK(ids[i] == tok_ids[i], "tokens[%zu]: %lld", i, (long long)ids[i]);
@@ -1116,7 +1128,7 @@ static void test_flat_arrays(void)
         uint8_t kinds[8];
         ptrdiff_t bad;
         CHECK(prepare(trip, &buf, &v), "triples: scan");
-        bad = tw_native_triples(buf, &v, ids, values, kinds);
+        bad = tw_native_triples(buf, &v, ids, values, kinds, g_path);
         CHECK(bad == 7, "triples: bad %td", bad);
         for (size_t i = 0; i < 7; i++)
             CHECK(ids[i] == want_ids[i] && kinds[i] == want_kinds[i], "triples[%zu]: %lld %u", i,
@@ -1124,10 +1136,10 @@ static void test_flat_arrays(void)
         CHECK(values[0] == -0.5 && values[1] == -1.0 && values[6] == -2e-3, "triples: values");
         free(buf);
         CHECK(prepare("[[1, 2], 5]", &buf, &v), "triples 2: scan");
-        CHECK(tw_native_triples(buf, &v, ids, values, kinds) == 1, "triples: not an array");
+        CHECK(tw_native_triples(buf, &v, ids, values, kinds, g_path) == 1, "triples: not an array");
         free(buf);
         CHECK(prepare("[[1]]", &buf, &v), "triples 3: scan");
-        CHECK(tw_native_triples(buf, &v, ids, values, kinds) == 0, "triples: one element");
+        CHECK(tw_native_triples(buf, &v, ids, values, kinds, g_path) == 0, "triples: one element");
         free(buf);
     }
     printf("flat arrays: numbers, token strings, triples\n");
@@ -1143,22 +1155,22 @@ int main(int argc, char **argv)
     }
     if (argc > 2 && strcmp(argv[1], "--fuzz") == 0)
         fuzz = (size_t)strtoull(argv[2], NULL, 10);
-#ifdef TWN_SSE2
-    printf("path: sse2\n");
-#else
-    printf("path: portable\n");
-#endif
-    test_numbers();
-    test_sampled_rules();
-    test_not_finite();
-    test_top_rules();
-    test_outputs();
-    test_count();
-    test_generated();
-    test_nomem();
-    test_blank_field();
-    test_flat_arrays();
-    test_fuzz(fuzz);
+    for (g_path = TW_PATH_SCALAR; g_path <= TW_PATH_AVX512; g_path++) {
+        if (!tw_path_available(g_path) || tw_path_resolve(g_path) != g_path)
+            continue;
+        printf("path: %s\n", tw_path_name(g_path));
+        test_numbers();
+        test_sampled_rules();
+        test_not_finite();
+        test_top_rules();
+        test_outputs();
+        test_count();
+        test_generated();
+        test_nomem();
+        test_blank_field();
+        test_flat_arrays();
+        test_fuzz(fuzz);
+    }
     printf("%llu checks, %llu failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }

@@ -12,7 +12,7 @@
  *
  * Every input is copied to the very end of an exactly-sized heap block, so
  * a read past `len` shows up under ASan/valgrind.  Every test runs on every
- * code path this CPU has (scalar, SSE2, AVX2) and the paths must agree.
+ * code path this CPU has (scalar, AVX2, AVX-512) and the paths must agree.
  * The differential test against orjson is tests/c/check_scan.py.
  */
 #define _POSIX_C_SOURCE 199309L
@@ -42,8 +42,8 @@ static void *test_malloc(size_t n) { return test_realloc(NULL, n); }
 
 #include "tw_check.h"
 
-static const int PATHS[] = {TW_SCAN_PATH_SCALAR, TW_SCAN_PATH_SSE2, TW_SCAN_PATH_AVX2};
-static const char *const PATH_NAMES[] = {"scalar", "sse2", "avx2"};
+static const int PATHS[] = {TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512};
+static const char *const PATH_NAMES[] = {"scalar", "avx2", "avx512"};
 #define NPATHS 3
 
 /* ---- deterministic PRNG (splitmix64) ---- */
@@ -119,7 +119,7 @@ static int scan_all(const char *s, size_t n, size_t max_depth, tw_doc *d)
     tw_doc_init(&o);
     for (int i = 0; i < NPATHS; i++) {
         int rc;
-        if (!tw_scan_path_available(PATHS[i]))
+        if (!tw_path_available(PATHS[i]))
             continue;
         if (!have) {
             rc0 = scan_path(s, n, PATHS[i], max_depth, d);
@@ -636,7 +636,7 @@ static void test_helpers(void)
             v.start = (size_t)(o - a);
             v.end = (size_t)(c - a) + 1;
             v.count = 8;
-            rc = tw_parse_uint_array(a, &v, cases[i].max, out, &err);
+            rc = tw_parse_uint_array(a, &v, cases[i].max, out, &err, PATHS[i % NPATHS]);
         }
         CHECK(rc == cases[i].rc && (rc == 0 || err == cases[i].err),
               "parse_uint_array %s: rc %d err %zu", a, rc, err);
@@ -655,12 +655,12 @@ static void test_helpers(void)
         int32_t vals[4];
         size_t err = 0, total = 0;
         CHECK(scan_all(b, strlen(b), 1024, &d) == TW_OK && d.nchoices == 3, "helpers doc");
-        CHECK(tw_parse_uint_array(b, &d.prompt_token_ids, 10, out, &err) == 0 && out[0] == 7 &&
+        CHECK(tw_parse_uint_array(b, &d.prompt_token_ids, 10, out, &err, TW_PATH_AUTO) == 0 && out[0] == 7 &&
                   out[2] == 9,
               "prompt ids");
-        CHECK(tw_parse_uint_array(b, &d.choices, 10, out, &err) == -1 && err == 0,
+        CHECK(tw_parse_uint_array(b, &d.choices, 10, out, &err, TW_PATH_AUTO) == -1 && err == 0,
               "choices not ints");
-        CHECK(tw_parse_uint_array(b, &d.choice[0].f[TW_F_LOGPROBS], 10, out, &err) == -1 &&
+        CHECK(tw_parse_uint_array(b, &d.choice[0].f[TW_F_LOGPROBS], 10, out, &err, TW_PATH_AUTO) == -1 &&
                   err == 0,
               "absent value");
         CHECK(tw_count_nested(b, &d.choice[0].f[TW_F_SAMPLING_MASK], &total) == 0 && total == 3,
@@ -788,17 +788,25 @@ static void test_uint_arrays(void)
             }
         }
         n += (size_t)sprintf(buf + n, "]}");
-        CHECK(scan_path(buf, n, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK, "uint %zu: scan", r);
+        CHECK(scan_path(buf, n, TW_PATH_AUTO, 1024, &d) == TW_OK, "uint %zu: scan", r);
         CHECK(d.prompt_token_ids.count == count, "uint %zu: count", r);
-        memset(got, 0x55, MAXN * sizeof(int64_t));
-        rc = tw_parse_uint_array(buf, &d.prompt_token_ids, max, got, &err);
-        if (bad_at < count) {
+        if (bad_at < count)
             failed_checked++;
-            CHECK(rc == -1 && err == bad_at, "uint %zu: rc %d err %zu, want %zu", r, rc, err, bad_at);
-            CHECK(memcmp(got, want, bad_at * sizeof(int64_t)) == 0, "uint %zu: prefix", r);
-        } else {
-            CHECK(rc == 0 && memcmp(got, want, count * sizeof(int64_t)) == 0,
-                  "uint %zu: rc %d, values differ (spaced %d)", r, rc, spaced);
+        for (int pi = 0; pi < NPATHS; pi++) {
+            if (!tw_path_available(PATHS[pi]))
+                continue;
+            memset(got, 0x55, MAXN * sizeof(int64_t));
+            rc = tw_parse_uint_array(buf, &d.prompt_token_ids, max, got, &err, PATHS[pi]);
+            if (bad_at < count) {
+                CHECK(rc == -1 && err == bad_at, "uint %zu %s: rc %d err %zu, want %zu", r,
+                      PATH_NAMES[pi], rc, err, bad_at);
+                CHECK(memcmp(got, want, bad_at * sizeof(int64_t)) == 0, "uint %zu %s: prefix", r,
+                      PATH_NAMES[pi]);
+            } else {
+                CHECK(rc == 0 && memcmp(got, want, count * sizeof(int64_t)) == 0,
+                      "uint %zu %s: rc %d, values differ (spaced %d)", r, PATH_NAMES[pi], rc,
+                      spaced);
+            }
         }
     }
     tw_doc_free(&d);
@@ -822,10 +830,10 @@ static void test_openai(void)
     tw_doc d;
     size_t s = 0, e = 0;
     tw_doc_init(&d);
-    CHECK(scan_path(DOCO, sizeof DOCO - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 1,
+    CHECK(scan_path(DOCO, sizeof DOCO - 1, TW_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 1,
           "openai off: %zu records", d.nchoices);
     d.openai = 1;
-    CHECK(scan_path(DOCO, sizeof DOCO - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 3,
+    CHECK(scan_path(DOCO, sizeof DOCO - 1, TW_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 3,
           "openai: %zu records", d.nchoices);
     if (d.nchoices == 3) {
         const tw_choice *c = &d.choice[0];
@@ -844,18 +852,18 @@ static void test_openai(void)
         static const char MANY[] = "[{\"output_ids\":[1]},{\"meta_info\":{}},{\"output_ids\":[]}]";
         d.openai = 0;
         d.sglang = 1;
-        CHECK(scan_path(ONE, sizeof ONE - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 1 &&
+        CHECK(scan_path(ONE, sizeof ONE - 1, TW_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 1 &&
                   d.choice[0].f[TW_F_SGL_IDS].count == 2 && d.choice[0].f[TW_F_SGL_TRIPLES].count == 2 &&
                   d.choice[0].f[TW_F_SGL_TOP].type == TW_T_NULL && d.nblank == 0,
               "sglang: one item");
-        CHECK(scan_path(MANY, sizeof MANY - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 2,
+        CHECK(scan_path(MANY, sizeof MANY - 1, TW_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 2,
               "sglang: %zu item records", d.nchoices);
-        CHECK(scan_path(" 9 ", 3, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 1 &&
+        CHECK(scan_path(" 9 ", 3, TW_PATH_AUTO, 1024, &d) == TW_OK && d.nchoices == 1 &&
                   !d.choice[0].is_object, "sglang: a scalar root is item 0, not an object");
         d.sglang = 0;
     }
     d.openai = 0;
-    CHECK(scan_path(ARR, sizeof ARR - 1, TW_SCAN_PATH_AUTO, 1024, &d) == TW_OK, "elements: scan");
+    CHECK(scan_path(ARR, sizeof ARR - 1, TW_PATH_AUTO, 1024, &d) == TW_OK, "elements: scan");
     for (size_t i = 0; i < 5; i++) {
         int rc = tw_array_element(ARR, &d.prompt_token_ids, i, &s, &e);
         CHECK(rc == 0 && e - s == strlen(ELEMS[i]) && memcmp(ARR + s, ELEMS[i], e - s) == 0,
@@ -934,9 +942,9 @@ static void test_decode(void)
         expect = valid && len >= TW_SCAN_FUSE_MIN && !memchr(content, '=', TW_SCAN_FUSE_MIN);
         plain += expect;
         d0.decode = 0;
-        CHECK(scan_path(doc, n, TW_SCAN_PATH_AUTO, 1024, &d0) == TW_OK, "decode %zu: scan", r);
+        CHECK(scan_path(doc, n, TW_PATH_AUTO, 1024, &d0) == TW_OK, "decode %zu: scan", r);
         for (int sp = 0; sp < NPATHS; sp++) {
-            if (!tw_scan_path_available(PATHS[sp]))
+            if (!tw_path_available(PATHS[sp]))
                 continue;
             for (int bp = 0; bp < 3; bp++) {
                 size_t size = 0;
@@ -965,12 +973,12 @@ static void test_decode(void)
         if (expect) {
             /* truncated inside the string: an error, and nothing leaks */
             d1.decode = 1;
-            CHECK(scan_path(doc, 60 + len / 2, TW_SCAN_PATH_AUTO, 1024, &d1) == TW_ERR_SYNTAX,
+            CHECK(scan_path(doc, 60 + len / 2, TW_PATH_AUTO, 1024, &d1) == TW_ERR_SYNTAX,
                   "decode %zu: truncated", r);
             /* every allocation failing: the same records, no blob */
             for (long k = 0; k < 3; k++) {
                 g_fail_after = k;
-                CHECK(scan_path(doc, n, TW_SCAN_PATH_AUTO, 1024, &d1) == TW_OK,
+                CHECK(scan_path(doc, n, TW_PATH_AUTO, 1024, &d1) == TW_OK,
                       "decode %zu: nomem %ld", r, k);
                 g_fail_after = -1;
                 CHECK(doc_eq(&d0, &d1), "decode %zu: nomem %ld records", r, k);
@@ -989,7 +997,7 @@ static void test_decode(void)
         n += 4096;
         n += (size_t)snprintf(doc + n, 64, "\"}}]}");
         d1.decode = 1;
-        CHECK(scan_path(doc, n, TW_SCAN_PATH_AUTO, 1024, &d1) == TW_OK, "duplicate: scan");
+        CHECK(scan_path(doc, n, TW_PATH_AUTO, 1024, &d1) == TW_OK, "duplicate: scan");
         CHECK(d1.nblobs == 2 && d1.choice[0].f[TW_F_ROUTED].blob == 0 &&
                   d1.choice[0].f[TW_F_RE_DATA].blob == 2,
               "duplicate: blobs %zu", d1.nblobs);
@@ -1057,7 +1065,7 @@ static void test_file(const char *path)
             int64_t *ids = (int64_t *)malloc((t->count + 1) * sizeof(int64_t));
             size_t err = 0;
             CHECK(ids && t->type == TW_T_ARRAY && t->all_int &&
-                      tw_parse_uint_array(buf, t, 4294967295u, ids, &err) == 0,
+                      tw_parse_uint_array(buf, t, 4294967295u, ids, &err, d.path) == 0,
                   "%s token_ids", path);
             free(ids);
         }
@@ -1160,7 +1168,7 @@ static void bench_one(const char *name, const char *buf, size_t n)
     for (int i = 0; i < NPATHS; i++) {
         double best = 1e30;
         size_t reps = 1 + (size_t)(400e6 / (double)(n + 1));
-        if (!tw_scan_path_available(PATHS[i]))
+        if (!tw_path_available(PATHS[i]))
             continue;
         d.path = PATHS[i];
         for (int trial = 0; trial < 7; trial++) {
@@ -1238,7 +1246,7 @@ int main(int argc, char **argv)
     }
     printf("paths:");
     for (int i = 0; i < NPATHS; i++)
-        if (tw_scan_path_available(PATHS[i]))
+        if (tw_path_available(PATHS[i]))
             printf(" %s", PATH_NAMES[i]);
     printf("\n");
     test_corpus();

@@ -1,6 +1,8 @@
 /*
- * tw_native - stock vLLM per-token logprobs (choices[i].logprobs.content)
- * read straight from the raw response bytes.
+ * tw_records - per-token JSON records read straight from the raw response
+ * bytes: stock vLLM per-token logprobs (choices[i].logprobs.content, the
+ * "native" format the tw_native_* names refer to), the OpenAI-compatible
+ * chat and completions records, SGLang's triples.
  *
  * The input is the logprobs.content value recorded by tw_scan (a tw_value of
  * type TW_T_ARRAY inside a document tw_scan accepted, so the JSON is known
@@ -61,17 +63,22 @@
  * the fixed two levels (entry, candidate); never reads outside the content
  * span [content->start, content->end).  Thread-safe on distinct outputs.
  */
-#ifndef TW_NATIVE_H
-#define TW_NATIVE_H
+#ifndef TW_RECORDS_H
+#define TW_RECORDS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tw_cpu.h"
 #include "tw_scan.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Every reader below takes a `path` (last argument): a TW_PATH_* (tw_cpu.h),
+   resolved with tw_path_resolve; every path gives the same results.  Numbers
+   are converted by tw_number (tw_number.h): the double Python's float() gives. */
 
 /* Codes of tw_native_result.sampled_code / top_code, and return values. */
 enum {
@@ -138,7 +145,7 @@ void tw_native_cands_free(tw_native_cands *c);
  * Returns TW_NATIVE_OK, or TW_NATIVE_BAD_ARG (*total = 0) if content is not
  * a recorded array.
  */
-int tw_native_count(const char *buf, const tw_value *content, size_t *total);
+int tw_native_count(const char *buf, const tw_value *content, size_t *total, int path);
 
 /*
  * Run both passes over content (n elements, content->count == n) for the
@@ -159,16 +166,7 @@ int tw_native_count(const char *buf, const tw_value *content, size_t *total);
 int tw_native_parse(const char *buf, const tw_value *content, size_t n,
                     const int64_t *ids, int want_top, double *sampled,
                     int64_t *coff, double *entry_lps, tw_native_cands *cands,
-                    tw_native_result *res);
-
-/*
- * The double of the JSON number literal (RFC 8259 grammar) that is the
- * longest prefix of s[0..len): same value as above (integer literal "-0" is
- * +0.0; a literal tw_scan would reject as infinite gives +-inf).  Returns
- * the length of that prefix ("1.5e" -> 3, "01" -> 1), or 0 if no prefix is
- * a number ("", "-", ".5", "+1").
- */
-size_t tw_native_number(const char *s, size_t len, double *out);
+                    tw_native_result *res, int path);
 
 /*
  * Flat arrays recorded by tw_scan (arr: a TW_T_ARRAY value), as the
@@ -185,7 +183,7 @@ size_t tw_native_number(const char *s, size_t len, double *out);
  * string and for an element that is not a string; returns how many
  * elements name an id.
  */
-ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out);
+ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out, int path);
 
 /* Classes of a value read by tw_native_records. */
 enum {
@@ -206,7 +204,8 @@ enum {
  * content->count elements.
  */
 ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
-                            double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind);
+                            double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind,
+                            int path);
 
 /*
  * tw_native_triples: SGLang's meta_info.output_token_logprobs, entries
@@ -217,8 +216,8 @@ ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *i
  * the index of that first element, or -1.
  */
 ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
-                            uint8_t *kinds);
-size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids);
+                            uint8_t *kinds, int path);
+size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids, int path);
 
 /*
  * tw_native_triple_heads: SGLang's meta_info.output_top_logprobs read for
@@ -239,7 +238,7 @@ size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *id
  * TW_NATIVE_BAD_ARG (arr not a recorded array, or arr->count != n).
  */
 int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                           tw_native_cands *cands, tw_native_result *res);
+                           tw_native_cands *cands, tw_native_result *res, int path);
 
 /*
  * tw_native_keyed_heads: /v1/completions' logprobs.top_logprobs read for
@@ -266,10 +265,11 @@ typedef struct {
 } tw_native_repeat;
 
 int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                          tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep);
+                          tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep,
+                          int path);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* TW_NATIVE_H */
+#endif /* TW_RECORDS_H */

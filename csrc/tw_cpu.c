@@ -1,0 +1,76 @@
+/* tw_cpu - CPU feature detection and path resolution.  See tw_cpu.h. */
+#include "tw_cpu.h"
+
+/* The GCC and Clang runtimes behind __builtin_cpu_supports report AVX and
+   AVX-512 features only when the OS has enabled the matching register state
+   (XCR0, read with xgetbv), so no separate check is needed here.  The
+   feature bits are computed once by the runtime; __builtin_cpu_init makes
+   the query valid even from code that runs before constructors. */
+static int tw_cpu_avx2(void)
+{
+#ifdef TW_X86_SIMD
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+           __builtin_cpu_supports("popcnt");
+#else
+    return 0;
+#endif
+}
+
+static int tw_cpu_avx512(void)
+{
+#ifdef TW_X86_SIMD
+    return tw_cpu_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vbmi");
+#else
+    return 0;
+#endif
+}
+
+int tw_path_available(int path)
+{
+    switch (path) {
+    case TW_PATH_AUTO:
+    case TW_PATH_SCALAR:
+        return 1;
+    case TW_PATH_AVX2:
+        return tw_cpu_avx2();
+    case TW_PATH_AVX512:
+        return tw_cpu_avx512();
+    default:
+        return 0;
+    }
+}
+
+int tw_path_best(void)
+{
+    if (tw_cpu_avx512()) return TW_PATH_AVX512;
+    if (tw_cpu_avx2()) return TW_PATH_AVX2;
+    return TW_PATH_SCALAR;
+}
+
+int tw_path_resolve(int path)
+{
+    if (path == TW_PATH_SCALAR) return TW_PATH_SCALAR;
+    if ((path == TW_PATH_AVX2 || path == TW_PATH_AVX512) && tw_path_available(path)) return path;
+    return tw_path_best();
+}
+
+const char *tw_path_name(int path)
+{
+    switch (path) {
+    case TW_PATH_AUTO:
+        return "auto";
+    case TW_PATH_SCALAR:
+        return "scalar";
+    case TW_PATH_AVX2:
+        return "avx2";
+    case TW_PATH_AVX512:
+        return "avx512";
+    default:
+        return "unknown";
+    }
+}

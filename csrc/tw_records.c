@@ -1,0 +1,1136 @@
+/*
+ * tw_records - per-token JSON records read from the raw bytes.
+ * See tw_records.h for the contract.
+ *
+ * Layout: a forward-only walk over the validated content array.  Each
+ * element object is read key by key (the key is classified by length and
+ * bytes; "token", "token_id", "logprob" and "top_logprobs" are decoded, any
+ * other value is skipped with tw_json.h's bracket/string-aware scan),
+ * keeping the last occurrence of every key; the top_logprobs array of an
+ * entry is decoded while it is read, and read again from scratch if the key
+ * repeats.  Numbers are converted by tw_number.c.
+ */
+#include "tw_records.h"
+#include "tw_cpu.h"
+#include "tw_json.h"
+#include "tw_mem.h"
+#include "tw_number.h"
+#include "tw_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Keys and ids                                                              */
+/* ------------------------------------------------------------------------ */
+
+enum { TWR_K_OTHER, TWR_K_TOKEN, TWR_K_TOKEN_ID, TWR_K_LOGPROB, TWR_K_TOP, TWR_K_SLP };
+
+static inline int twr_classify(const uint8_t *s, size_t n)
+{
+    switch (n) {
+    case 5:
+        return memcmp(s, "token", 5) == 0 ? TWR_K_TOKEN : TWR_K_OTHER;
+    case 7:
+        return memcmp(s, "logprob", 7) == 0 ? TWR_K_LOGPROB : TWR_K_OTHER;
+    case 8:
+        return memcmp(s, "token_id", 8) == 0 ? TWR_K_TOKEN_ID : TWR_K_OTHER;
+    case 12:
+        return memcmp(s, "top_logprobs", 12) == 0 ? TWR_K_TOP : TWR_K_OTHER;
+    case 16:
+        return memcmp(s, "sampling_logprob", 16) == 0 ? TWR_K_SLP : TWR_K_OTHER;
+    default:
+        return TWR_K_OTHER;
+    }
+}
+
+/* p just after the opening quote of a key: the position after its closing
+   quote, *kind its class. */
+static inline const uint8_t *twr_key(const uint8_t *p, const uint8_t *e, int *kind, int simd)
+{
+    const uint8_t *r, *end;
+    uint8_t tmp[17];
+    size_t n = 0;
+    if (TW_LIKELY(e - p >= 16)) {
+        /* the usual keys with their closing quote, 8 bytes at a time */
+        const uint64_t m48 = (UINT64_C(1) << 48) - 1, m40 = (UINT64_C(1) << 40) - 1;
+        uint64_t a = tw_load_le64(p);
+        if ((a & m48) == (tw_load_le64((const uint8_t *)"token\"\0") & m48)) {
+            *kind = TWR_K_TOKEN;
+            return p + 6;
+        }
+        if (a == tw_load_le64((const uint8_t *)"logprob\"")) {
+            *kind = TWR_K_LOGPROB;
+            return p + 8;
+        }
+        if ((a & m48) == (tw_load_le64((const uint8_t *)"bytes\"\0") & m48)) {
+            *kind = TWR_K_OTHER;
+            return p + 6;
+        }
+        if (a == tw_load_le64((const uint8_t *)"top_logp") &&
+            (tw_load_le64(p + 8) & m40) == (tw_load_le64((const uint8_t *)"robs\"\0\0\0") & m40)) {
+            *kind = TWR_K_TOP;
+            return p + 13;
+        }
+        if (a == tw_load_le64((const uint8_t *)"token_id") && p[8] == '"') {
+            *kind = TWR_K_TOKEN_ID;
+            return p + 9;
+        }
+    }
+    r = twj_find_qb(p, e, simd);
+    if (TW_LIKELY(r < e && *r == '"')) {
+        *kind = twr_classify(p, (size_t)(r - p));
+        return r + 1;
+    }
+    /* escapes: decode (ASCII only, at most 16 characters can match) */
+    end = twj_skip_string(p, e, simd);
+    *kind = TWR_K_OTHER;
+    if (end <= p)
+        return end;
+    {
+        const uint8_t *s = p, *se = end - 1;
+        while (s < se) {
+            uint32_t c = twj_next_char(&s, se);
+            if (c >= 0x80 || n == sizeof tmp)
+                return end;
+            tmp[n++] = (uint8_t)c;
+        }
+    }
+    *kind = twr_classify(tmp, n);
+    return end;
+}
+
+#define TWR_MAX_ID UINT64_C(0xFFFFFFFF)
+static const char TWR_TOKEN_PREFIX[] = "token_id:";
+
+/* Id named by the token string body [s, se) without escapes, or -1. */
+static inline int64_t twr_token_raw(const uint8_t *s, const uint8_t *se)
+{
+    uint64_t v = 0;
+    if (se - s < 10 || memcmp(s, TWR_TOKEN_PREFIX, 9) != 0)
+        return -1;
+    for (s += 9; s < se; s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (d >= 10u)
+            return -1;
+        v = v * 10 + d;
+        if (v > TWR_MAX_ID)
+            break;
+    }
+    for (; s < se; s++) /* too large: still all digits? either way no id */
+        if (!tw_is_digit(*s))
+            return -1;
+    return v > TWR_MAX_ID ? -1 : (int64_t)v;
+}
+
+/* Same with escapes decoded. */
+static int64_t twr_token_escaped(const uint8_t *s, const uint8_t *se)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    while (s < se) {
+        uint32_t c = twj_next_char(&s, se);
+        if (i < 9) {
+            if (c != (uint8_t)TWR_TOKEN_PREFIX[i])
+                return -1;
+        } else {
+            if (c - '0' >= 10u)
+                return -1;
+            if (v <= TWR_MAX_ID)
+                v = v * 10 + (c - '0');
+        }
+        i++;
+    }
+    return i < 10 || v > TWR_MAX_ID ? -1 : (int64_t)v;
+}
+
+/* p just after the opening quote of a "token" value: the position after
+   the closing quote, *id the id it names or -1. */
+static inline const uint8_t *twr_token(const uint8_t *p, const uint8_t *e, int64_t *id, int simd)
+{
+    const uint8_t *r, *end;
+    if (TW_LIKELY(e - p >= 24) && tw_load_le64(p) == tw_load_le64((const uint8_t *)"token_id") &&
+        p[8] == ':') {
+        /* "token_id:" and 1..7 digits then the closing quote */
+        uint64_t x = tw_load_le64(p + 9);
+        uint64_t nd = tw_nondigit8(x);
+        if (nd) {
+            unsigned d = tw_ctz64(nd) / 8; /* first non-digit */
+            if (d && p[9 + d] == '"') {
+                *id = (int64_t)tw_short_digits(p + 9, d);
+                return p + 10 + d;
+            }
+        }
+    }
+    r = twj_find_qb(p, e, simd);
+    if (TW_LIKELY(r < e && *r == '"')) {
+        *id = twr_token_raw(p, r);
+        return r + 1;
+    }
+    end = twj_skip_string(p, e, simd);
+    *id = end > p ? twr_token_escaped(p, end - 1) : -1;
+    return end;
+}
+
+/* p at a "token_id" value: the position after it, *id the id (an integer
+   literal in [0, 2^32); "-0" is 0) or -1. */
+static inline const uint8_t *twr_token_id(const uint8_t *p, const uint8_t *e, int64_t *id, int simd)
+{
+    const uint8_t *s = p, *d;
+    int neg = 0;
+    uint64_t v = 0;
+    *id = -1;
+    if (*s == '-') {
+        neg = 1;
+        s++;
+    }
+    if (s >= e || !tw_is_digit(*s))
+        return twj_skip_value(p, e, simd);
+    d = tw_digits(s, e, simd);
+    if (d < e && (*d == '.' || (*d | 0x20) == 'e'))
+        return twj_skip_value(p, e, simd); /* a float */
+    if (d - s > 10)
+        return d;
+    for (; s < d; s++)
+        v = v * 10 + (uint64_t)(*s - '0');
+    if (v <= TWR_MAX_ID && !(neg && v))
+        *id = (int64_t)v;
+    return d;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Objects                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Fields of one entry or candidate object (last occurrence of each key). */
+typedef struct {
+    int64_t tid, tok; /* id from "token_id" / "token", -1 if not an id */
+    double lp, slp;   /* "logprob", "sampling_logprob" */
+    uint8_t has_tid, lp_ok;
+    uint8_t lp_kind, slp_kind; /* TW_NATIVE_V_* of those values */
+} twr_obj;
+
+/* p at a value: its TW_NATIVE_V_* class (a number is read by the caller). */
+static inline uint8_t twr_kind(uint8_t c)
+{
+    switch (c) {
+    case 'n': return TW_NATIVE_V_NULL;
+    case '"': return TW_NATIVE_V_STRING;
+    case 't': case 'f': return TW_NATIVE_V_BOOL;
+    case '[': return TW_NATIVE_V_ARRAY;
+    case '{': return TW_NATIVE_V_OBJECT;
+    default: return TW_NATIVE_V_NUMBER;
+    }
+}
+
+/* The candidates of one entry: written from k0; code is the entry's
+   candidates verdict (TW_NATIVE_MISSING_TOP until an array is read). */
+typedef struct {
+    size_t k0, k;
+    int code;
+} twr_top;
+
+typedef struct {
+    const uint8_t *e;
+    tw_native_cands *c;
+    uint64_t *ht; /* duplicate-id table for long candidate lists */
+    size_t ht_alloc;
+    int nomem;
+    int simd; /* 0 on TW_PATH_SCALAR, 1 on the SIMD paths */
+} twr_ctx;
+
+#define TWR_LINEAR 64 /* candidates per entry checked with the bloom + scan */
+
+static int twr_room(twr_ctx *x, size_t k)
+{
+    tw_native_cands *c = x->c;
+    size_t ncap;
+    void *q;
+    if (k < c->cap)
+        return 1;
+    if (!c->grow) {
+        x->nomem = 1;
+        return 0;
+    }
+    ncap = c->cap < 1024 ? 1024 : c->cap;
+    while (ncap <= k) {
+        if (ncap > SIZE_MAX / 2 / sizeof(double)) {
+            x->nomem = 1;
+            return 0;
+        }
+        ncap *= 2;
+    }
+    q = tw_mem_realloc(c->ids, ncap * sizeof(int64_t));
+    if (!q) {
+        x->nomem = 1;
+        return 0;
+    }
+    c->ids = (int64_t *)q;
+    q = tw_mem_realloc(c->lps, ncap * sizeof(double));
+    if (!q) {
+        x->nomem = 1;
+        return 0;
+    }
+    c->lps = (double *)q;
+    c->cap = ncap;
+    return 1;
+}
+
+static inline uint64_t twr_hash(int64_t id)
+{
+    return (uint64_t)id * UINT64_C(0x9E3779B97F4A7C15);
+}
+
+/* Open-addressing set of the ids k0..k (all distinct) with at least
+   4 * (k - k0) slots; returns the slot mask, or 0 when out of memory. */
+static size_t twr_ht_build(twr_ctx *x, const int64_t *ids, size_t k0, size_t k)
+{
+    size_t cnt = k - k0, size = 256, mask;
+    unsigned bits = 8;
+    while (size < 4 * cnt) {
+        if (size > SIZE_MAX / 2 / sizeof(uint64_t)) {
+            x->nomem = 1;
+            return 0;
+        }
+        size *= 2;
+        bits++;
+    }
+    if (size > x->ht_alloc) {
+        void *q = tw_mem_realloc(x->ht, size * sizeof(uint64_t));
+        if (!q) {
+            x->nomem = 1;
+            return 0;
+        }
+        x->ht = (uint64_t *)q;
+        x->ht_alloc = size;
+    }
+    memset(x->ht, 0, size * sizeof(uint64_t));
+    mask = size - 1;
+    for (size_t j = k0; j < k; j++) {
+        size_t i = (size_t)(twr_hash(ids[j]) >> (64 - bits));
+        while (x->ht[i])
+            i = (i + 1) & mask;
+        x->ht[i] = (uint64_t)ids[j] + 1;
+    }
+    return mask;
+}
+
+static const uint8_t *twr_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top);
+
+/* Duplicate ids within one row of candidates ids[k0..k). */
+typedef struct {
+    uint64_t bloom[4];
+    size_t mask;
+    unsigned bits;
+} twr_seen_set;
+
+static void twr_seen_init(twr_seen_set *s)
+{
+    memset(s, 0, sizeof *s);
+}
+
+/* Whether id is among x->c->ids[k0..k), remembering it when it is not: a
+   bloom filter and a scan up to TWR_LINEAR candidates, a hash table (x->ht,
+   rebuilt as the row grows) beyond.  1: seen, 0: new, -1: out of memory. */
+static int twr_seen(twr_ctx *x, twr_seen_set *s, size_t k0, size_t k, int64_t id)
+{
+    size_t cnt = k - k0, i;
+    if (cnt < TWR_LINEAR) {
+        unsigned h = (unsigned)(twr_hash(id) >> 56);
+        uint64_t bit = UINT64_C(1) << (h & 63);
+        int dup = 0;
+        if (s->bloom[h >> 6] & bit) {
+            const int64_t *ids = x->c->ids;
+            for (size_t j = k0; j < k; j++)
+                if (ids[j] == id) {
+                    dup = 1;
+                    break;
+                }
+        }
+        s->bloom[h >> 6] |= bit;
+        return dup;
+    }
+    if (!s->mask || 4 * cnt > s->mask + 1) {
+        s->mask = twr_ht_build(x, x->c->ids, k0, k);
+        if (!s->mask)
+            return -1;
+        s->bits = 0;
+        while ((size_t)1 << s->bits <= s->mask)
+            s->bits++;
+    }
+    i = (size_t)(twr_hash(id) >> (64 - s->bits));
+    while (x->ht[i]) {
+        if (x->ht[i] == (uint64_t)id + 1)
+            return 1;
+        i = (i + 1) & s->mask;
+    }
+    x->ht[i] = (uint64_t)id + 1;
+    return 0;
+}
+
+/* p at the '[' of a "top_logprobs" value: read it into top (from top->k0). */
+static const uint8_t *twr_top_array(twr_ctx *x, const uint8_t *p, twr_top *top)
+{
+    const uint8_t *e = x->e;
+    size_t k = top->k0;
+    twr_seen_set seen;
+    int code = TW_NATIVE_OK;
+    twr_seen_init(&seen);
+    p = twj_ws(p + 1, e);
+    if (p < e && *p == ']') {
+        top->k = k;
+        top->code = TW_NATIVE_MISSING_TOP;
+        return p + 1;
+    }
+    while (p < e) {
+        if (*p != '{') {
+            code = TW_NATIVE_TOP_NOT_OBJECT;
+        } else {
+            twr_obj o;
+            int64_t id;
+            p = twr_object(x, p, &o, NULL);
+            id = o.has_tid ? o.tid : o.tok;
+            if (id < 0) {
+                code = TW_NATIVE_TOP_NO_ID;
+            } else if (!o.lp_ok || !isfinite(o.lp)) {
+                code = TW_NATIVE_TOP_NOT_FINITE;
+            } else if (o.lp > 1e-6) {
+                code = TW_NATIVE_TOP_POSITIVE;
+            } else {
+                int dup = twr_seen(x, &seen, top->k0, k, id);
+                if (dup < 0)
+                    return e;
+                if (dup) {
+                    code = TW_NATIVE_TOP_DUPLICATE;
+                } else {
+                    if (!twr_room(x, k))
+                        return e;
+                    x->c->ids[k] = id;
+                    x->c->lps[k] = o.lp;
+                    k++;
+                }
+            }
+        }
+        if (code != TW_NATIVE_OK) {
+            /* the first bad candidate decides: skip the rest of the array
+               (p is inside it, at its element or just after one) */
+            p = twj_skip_container(p, e, NULL, x->simd);
+            break;
+        }
+        p = twj_ws(p, e);
+        if (p < e && *p == ',') {
+            p = twj_ws(p + 1, e);
+            continue;
+        }
+        p = p < e ? p + 1 : e;
+        break;
+    }
+    top->k = k;
+    top->code = code;
+    return p;
+}
+
+/* twr_object for a constant simd (inlined twice: a run-time test in every byte search of the
+   hot loop costs about 5% on the SIMD paths). */
+static inline TW_ALWAYS_INLINE const uint8_t *twr_object_on(twr_ctx *x, const uint8_t *p, twr_obj *o,
+                                                            twr_top *top, const int simd)
+{
+    const uint8_t *e = x->e;
+    int is_int;
+    o->tid = -1;
+    o->tok = -1;
+    o->lp = o->slp = 0.0;
+    o->has_tid = 0;
+    o->lp_ok = 0;
+    o->lp_kind = o->slp_kind = TW_NATIVE_V_MISSING;
+    p = twj_ws(p + 1, e);
+    if (p < e && *p == '}')
+        return p + 1;
+    while (p < e) {
+        int kind;
+        p = twr_key(p + 1, e, &kind, simd); /* p was at the key's quote */
+        p = twj_ws(p, e);
+        p = twj_ws(p + 1, e); /* ':' */
+        if (p >= e)
+            return e;
+        switch (kind) {
+        case TWR_K_LOGPROB:
+            o->lp_kind = twr_kind(*p);
+            if (*p == '-' || tw_is_digit(*p)) {
+                p = tw_number_read(p, e, &o->lp, &is_int, simd);
+                o->lp_ok = 1;
+            } else {
+                o->lp_ok = 0;
+                p = twj_skip_value(p, e, simd);
+            }
+            break;
+        case TWR_K_SLP:
+            o->slp_kind = twr_kind(*p);
+            if (*p == '-' || tw_is_digit(*p))
+                p = tw_number_read(p, e, &o->slp, &is_int, simd);
+            else
+                p = twj_skip_value(p, e, simd);
+            break;
+        case TWR_K_TOKEN:
+            if (*p == '"') {
+                p = twr_token(p + 1, e, &o->tok, simd);
+            } else {
+                o->tok = -1;
+                p = twj_skip_value(p, e, simd);
+            }
+            break;
+        case TWR_K_TOKEN_ID:
+            o->has_tid = 1;
+            p = twr_token_id(p, e, &o->tid, simd);
+            break;
+        case TWR_K_TOP:
+            if (top && *p == '[') {
+                p = twr_top_array(x, p, top);
+                if (x->nomem)
+                    return e;
+                break;
+            }
+            if (top) {
+                top->k = top->k0;
+                top->code = TW_NATIVE_MISSING_TOP;
+            }
+            p = twj_skip_value(p, e, simd);
+            break;
+        default:
+            p = twj_skip_value(p, e, simd);
+            break;
+        }
+        p = twj_ws(p, e);
+        if (p < e && *p == ',') {
+            p = twj_ws(p + 1, e);
+            continue;
+        }
+        return p < e ? p + 1 : e;
+    }
+    return e;
+}
+
+/* p at the '{' of an object: read its fields into o (and, with top, its
+   "top_logprobs" into top); the position after the '}'. */
+static const uint8_t *twr_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top)
+{
+    return x->simd ? twr_object_on(x, p, o, top, 1) : twr_object_on(x, p, o, top, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public API                                                                */
+/* ------------------------------------------------------------------------ */
+
+void tw_native_cands_free(tw_native_cands *c)
+{
+    tw_mem_free(c->ids);
+    tw_mem_free(c->lps);
+    c->ids = NULL;
+    c->lps = NULL;
+    c->cap = 0;
+}
+
+static int twr_content_ok(const tw_value *v)
+{
+    return v && v->present && v->type == TW_T_ARRAY && v->end - v->start >= 2;
+}
+
+/* The first element of the recorded array arr (or its ']'), NULL if arr is
+   not an array; *e gets the end of its text, *simd the kernels for `path`. */
+static const uint8_t *twr_array_begin(const char *buf, const tw_value *arr, int path,
+                                      const uint8_t **e, int *simd)
+{
+    *simd = tw_path_resolve(path) != TW_PATH_SCALAR;
+    if (!twr_content_ok(arr))
+        return NULL;
+    *e = (const uint8_t *)buf + arr->end;
+    return twj_ws((const uint8_t *)buf + arr->start + 1, *e);
+}
+
+/* p just after an element: the next element (or the closing ']'). */
+static inline const uint8_t *twr_array_next(const uint8_t *p, const uint8_t *e)
+{
+    p = twj_ws(p, e);
+    if (p < e && *p == ',')
+        p = twj_ws(p + 1, e);
+    return p;
+}
+
+int tw_native_count(const char *buf, const tw_value *content, size_t *total, int path)
+{
+    int simd;
+    const uint8_t *e = NULL, *p = twr_array_begin(buf, content, path, &e, &simd);
+    size_t t = 0;
+    *total = 0;
+    if (!p)
+        return TW_NATIVE_BAD_ARG;
+    while (p < e && *p != ']') {
+        if (*p == '{') {
+            /* the room needed: the longest top_logprobs of the entry */
+            const uint8_t *q = twj_ws(p + 1, e);
+            size_t most = 0;
+            if (q < e && *q != '}') {
+                while (q < e) {
+                    int kind;
+                    q = twr_key(q + 1, e, &kind, simd);
+                    q = twj_ws(twj_ws(q, e) + 1, e);
+                    if (q >= e)
+                        break;
+                    if (kind == TWR_K_TOP && *q == '[') {
+                        const uint8_t *r = twj_ws(q + 1, e);
+                        if (r < e && *r == ']') {
+                            q = r + 1;
+                        } else {
+                            size_t commas = 0;
+                            q = twj_skip_container(q + 1, e, &commas, simd);
+                            if (commas + 1 > most)
+                                most = commas + 1;
+                        }
+                    } else {
+                        q = twj_skip_value(q, e, simd);
+                    }
+                    q = twj_ws(q, e);
+                    if (q < e && *q == ',') {
+                        q = twj_ws(q + 1, e);
+                        continue;
+                    }
+                    if (q < e)
+                        q++;
+                    break;
+                }
+            } else if (q < e) {
+                q++;
+            }
+            p = q;
+            t += most;
+        } else {
+            p = twj_skip_value(p, e, simd);
+        }
+        p = twr_array_next(p, e);
+    }
+    *total = t;
+    return TW_NATIVE_OK;
+}
+
+/* No failure yet, no candidates. */
+static void twr_result_init(tw_native_result *res)
+{
+    res->sampled_err = -1;
+    res->sampled_code = TW_NATIVE_OK;
+    res->top_err = -1;
+    res->top_code = TW_NATIVE_OK;
+    res->ncand = 0;
+}
+
+int tw_native_parse(const char *buf, const tw_value *content, size_t n,
+                    const int64_t *ids, int want_top, double *sampled,
+                    int64_t *coff, double *entry_lps, tw_native_cands *cands,
+                    tw_native_result *res, int path)
+{
+    const int simd = tw_path_resolve(path) != TW_PATH_SCALAR;
+    const uint8_t *p, *e;
+    twr_ctx x;
+    size_t k = 0;
+    int s_on = 1, t_on = want_top != 0, rc = TW_NATIVE_OK;
+
+    twr_result_init(res);
+    if (!twr_content_ok(content) || content->count != n || (n && (!ids || !sampled)) ||
+        (t_on && (!coff || !entry_lps || !cands)))
+        return TW_NATIVE_BAD_ARG;
+    p = (const uint8_t *)buf + content->start + 1;
+    e = (const uint8_t *)buf + content->end;
+    memset(&x, 0, sizeof x);
+    x.e = e;
+    x.simd = simd;
+    x.c = cands;
+    if (t_on)
+        coff[0] = 0;
+
+    for (size_t i = 0; i < n && (s_on || t_on); i++) {
+        int tcode = TW_NATIVE_OK;
+        p = twj_ws(p, e);
+        if (p >= e) {
+            rc = TW_NATIVE_BAD_ARG;
+            break;
+        }
+        if (*p != '{') {
+            if (s_on) {
+                res->sampled_err = (ptrdiff_t)i;
+                res->sampled_code = TW_NATIVE_ENTRY_NOT_OBJECT;
+                s_on = 0;
+            }
+            tcode = TW_NATIVE_MISSING_TOP;
+            p = twj_skip_value(p, e, simd);
+        } else {
+            twr_obj o;
+            twr_top top;
+            top.k0 = top.k = k;
+            top.code = TW_NATIVE_MISSING_TOP;
+            p = twr_object(&x, p, &o, t_on ? &top : NULL);
+            if (x.nomem) {
+                rc = TW_NATIVE_NOMEM;
+                break;
+            }
+            if (s_on) {
+                int64_t id = o.has_tid ? o.tid : o.tok;
+                int code = TW_NATIVE_OK;
+                if (id < 0 || id != ids[i])
+                    code = TW_NATIVE_TOKEN_MISMATCH;
+                else if (!o.lp_ok)
+                    code = TW_NATIVE_NOT_A_NUMBER;
+                else if (!isfinite(o.lp))
+                    code = TW_NATIVE_NOT_FINITE;
+                else if (o.lp == -9999.0)
+                    code = TW_NATIVE_NO_EVIDENCE;
+                if (code) {
+                    res->sampled_err = (ptrdiff_t)i;
+                    res->sampled_code = code;
+                    s_on = 0;
+                } else {
+                    sampled[i] = o.lp;
+                }
+            }
+            if (t_on) {
+                if (top.code)
+                    tcode = top.code;
+                else if (!o.lp_ok)
+                    tcode = TW_NATIVE_SAMPLED_NOT_A_NUMBER;
+                else {
+                    k = top.k;
+                    coff[i + 1] = (int64_t)k;
+                    entry_lps[i] = o.lp;
+                }
+            }
+        }
+        if (t_on && tcode) {
+            res->top_err = (ptrdiff_t)i;
+            res->top_code = tcode;
+            t_on = 0;
+            for (size_t j = i + 1; j <= n; j++)
+                coff[j] = (int64_t)k;
+        }
+        p = twj_ws(p, e);
+        if (p < e && *p == ',')
+            p++;
+    }
+    tw_mem_free(x.ht);
+    if (want_top)
+        res->ncand = k;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Flat arrays of the OpenAI-compatible completions format                   */
+/* ------------------------------------------------------------------------ */
+
+ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out, int path)
+{
+    int simd;
+    const uint8_t *e = NULL, *p = twr_array_begin(buf, arr, path, &e, &simd);
+    size_t i = 0;
+    if (!p)
+        return 0;
+    while (p < e && *p != ']') {
+        int is_int;
+        if (*p != '-' && !tw_is_digit(*p))
+            return (ptrdiff_t)i;
+        p = twr_array_next(tw_number_read(p, e, &out[i++], &is_int, simd), e);
+    }
+    return -1;
+}
+
+size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids, int path)
+{
+    int simd;
+    const uint8_t *e = NULL, *p = twr_array_begin(buf, arr, path, &e, &simd);
+    size_t i = 0, named = 0;
+    if (!p)
+        return 0;
+    while (p < e && *p != ']') {
+        int64_t id = -1;
+        if (*p == '"')
+            p = twr_token(p + 1, e, &id, simd);
+        else
+            p = twj_skip_value(p, e, simd);
+        ids[i++] = id;
+        named += id >= 0;
+        p = twr_array_next(p, e);
+    }
+    return named;
+}
+
+ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
+                            double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind,
+                            int path)
+{
+    int simd;
+    const uint8_t *e = NULL, *p = twr_array_begin(buf, content, path, &e, &simd);
+    twr_ctx x;
+    size_t i = 0;
+    if (!p)
+        return 0;
+    memset(&x, 0, sizeof x);
+    x.e = e;
+    x.simd = simd;
+    while (p < e && *p != ']') {
+        twr_obj o;
+        if (*p != '{')
+            return (ptrdiff_t)i;
+        p = twr_object(&x, p, &o, NULL);
+        ids[i] = o.has_tid ? o.tid : o.tok;
+        lp[i] = o.lp;
+        lp_kind[i] = o.lp_kind;
+        slp[i] = o.slp;
+        slp_kind[i] = o.slp_kind;
+        i++;
+        p = twr_array_next(p, e);
+    }
+    return -1;
+}
+
+ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
+                            uint8_t *kinds, int path)
+{
+    int simd;
+    const uint8_t *e = NULL, *p = twr_array_begin(buf, arr, path, &e, &simd);
+    size_t i = 0;
+    if (!p)
+        return 0;
+    while (p < e && *p != ']') {
+        size_t n = 0;
+        int is_int;
+        if (*p != '[')
+            return (ptrdiff_t)i;
+        ids[i] = -1;
+        values[i] = 0.0;
+        kinds[i] = TW_NATIVE_V_MISSING;
+        p = twj_ws(p + 1, e);
+        while (p < e && *p != ']') {
+            if (n == 0) {
+                kinds[i] = twr_kind(*p);
+                if (kinds[i] == TW_NATIVE_V_NUMBER)
+                    p = tw_number_read(p, e, &values[i], &is_int, simd);
+                else
+                    p = twj_skip_value(p, e, simd);
+            } else if (n == 1) {
+                p = twr_token_id(p, e, &ids[i], simd);
+            } else {
+                p = twj_skip_value(p, e, simd);
+            }
+            n++;
+            p = twr_array_next(p, e);
+        }
+        if (n < 2 || n > 3)
+            return (ptrdiff_t)i;
+        i++;
+        p = twr_array_next(p < e ? p + 1 : e, e);
+    }
+    return -1;
+}
+
+/* The candidates x->c[k0..end) of one row, in order: a logprob that is not
+   finite (NaN: not a number), one > 1e-6, an id listed before; *code the
+   first failure (left as is when none).  -1 when out of memory, else 0. */
+static int twr_check_row(twr_ctx *x, size_t k0, size_t end, int *code)
+{
+    twr_seen_set seen;
+    twr_seen_init(&seen);
+    for (size_t j = k0; j < end; j++) {
+        double lp = x->c->lps[j];
+        int dup;
+        if (!isfinite(lp)) {
+            *code = TW_NATIVE_TOP_NOT_FINITE;
+            return 0;
+        }
+        if (lp > 1e-6) {
+            *code = TW_NATIVE_TOP_POSITIVE;
+            return 0;
+        }
+        dup = twr_seen(x, &seen, k0, j, x->c->ids[j]);
+        if (dup < 0)
+            return -1;
+        if (dup) {
+            *code = TW_NATIVE_TOP_DUPLICATE;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* p at the '[' of one row of [logprob, token_id(, text)] candidates: append
+   them from k (ids, logprobs; NaN for a logprob that is not a number) and
+   return the position after the row, *k the new end and *code
+   TW_NATIVE_TOP_NO_ID when an element is not such an array or names no id. */
+static const uint8_t *twr_triple_row(twr_ctx *x, const uint8_t *p, size_t *k, int *code)
+{
+    const uint8_t *e = x->e;
+    p = twj_ws(p + 1, e);
+    while (p < e && *p != ']') {
+        size_t n = 0;
+        int is_int;
+        int64_t id = -1;
+        double value = NAN;
+        if (*p != '[') {
+            *code = TW_NATIVE_TOP_NO_ID;
+            return twj_skip_container(p, e, NULL, x->simd);
+        }
+        p = twj_ws(p + 1, e);
+        while (p < e && *p != ']') {
+            if (n == 0 && twr_kind(*p) == TW_NATIVE_V_NUMBER)
+                p = tw_number_read(p, e, &value, &is_int, x->simd);
+            else if (n == 1)
+                p = twr_token_id(p, e, &id, x->simd);
+            else
+                p = twj_skip_value(p, e, x->simd);
+            n++;
+            p = twr_array_next(p, e);
+        }
+        if (n < 2 || n > 3 || id < 0) {
+            *code = TW_NATIVE_TOP_NO_ID;
+            return twj_skip_container(p < e ? p + 1 : e, e, NULL, x->simd);
+        }
+        if (!twr_room(x, *k))
+            return e;
+        x->c->ids[*k] = id;
+        x->c->lps[*k] = value;
+        (*k)++;
+        p = twr_array_next(p < e ? p + 1 : e, e);
+    }
+    return p < e ? p + 1 : e;
+}
+
+/* Reads one non-empty row of candidates (p at its opening bracket): appends
+   them from *k and returns the position after the row; *code a bad shape. */
+typedef const uint8_t *(*twr_row_reader)(twr_ctx *x, const uint8_t *p, size_t *k, int *code);
+
+/* The rows of arr (arr->count == n) read for heads: a row that is not a
+   non-empty container opened by `open` is TW_NATIVE_MISSING_TOP, else `read`
+   takes its shape whole, then twr_check_row its candidates in order; the
+   first failing row ends the pass (res->top_err / top_code; the rows after
+   it get no candidates). */
+static int twr_head_rows(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                         tw_native_cands *cands, tw_native_result *res, uint8_t open,
+                         twr_row_reader read, int simd)
+{
+    const uint8_t *p, *e;
+    const uint8_t close = open == '[' ? ']' : '}';
+    twr_ctx x;
+    size_t k = 0, i;
+    int rc = TW_NATIVE_OK;
+
+    twr_result_init(res);
+    if (!twr_content_ok(arr) || arr->count != n || !coff || !cands)
+        return TW_NATIVE_BAD_ARG;
+    p = (const uint8_t *)buf + arr->start + 1;
+    e = (const uint8_t *)buf + arr->end;
+    memset(&x, 0, sizeof x);
+    x.e = e;
+    x.simd = simd;
+    x.c = cands;
+    coff[0] = 0;
+    for (i = 0; i < n; i++) {
+        int code = TW_NATIVE_OK;
+        size_t end = k;
+        const uint8_t *q;
+        p = twj_ws(p, e);
+        if (p >= e) {
+            rc = TW_NATIVE_BAD_ARG;
+            break;
+        }
+        q = *p == open ? twj_ws(p + 1, e) : e;
+        if (q >= e || *q == close) {
+            code = TW_NATIVE_MISSING_TOP;
+        } else {
+            p = read(&x, p, &end, &code);
+            if (x.nomem || (code == TW_NATIVE_OK && twr_check_row(&x, k, end, &code) < 0)) {
+                rc = TW_NATIVE_NOMEM;
+                break;
+            }
+        }
+        if (code != TW_NATIVE_OK) {
+            res->top_err = (ptrdiff_t)i;
+            res->top_code = code;
+            for (size_t j = i + 1; j <= n; j++)
+                coff[j] = (int64_t)k;
+            break;
+        }
+        k = end;
+        coff[i + 1] = (int64_t)k;
+        p = twr_array_next(p, e);
+    }
+    tw_mem_free(x.ht);
+    res->ncand = k;
+    return rc;
+}
+
+int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                           tw_native_cands *cands, tw_native_result *res, int path)
+{
+    const int simd = tw_path_resolve(path) != TW_PATH_SCALAR;
+    return twr_head_rows(buf, arr, n, coff, cands, res, '[', twr_triple_row, simd);
+}
+
+/* FNV-1a over a key's bytes. */
+static uint64_t twr_key_hash(const uint8_t *s, size_t n)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+typedef struct {
+    const uint8_t *s;
+    size_t n;
+} twr_span;
+
+/* Pass 1 of tw_native_keyed_heads over row i (p at its '{'): whether a key
+   repeats an earlier key of the row (1, with its span), holds an escape (2),
+   or neither (0); -1 when out of memory.  *keys / *slots are scratch that
+   grows, freed by the caller. */
+static int twr_row_repeats(const uint8_t *p, const uint8_t *e, twr_span **keys, size_t *kcap,
+                           uint32_t **slots, size_t *scap, twr_span *rep, int simd)
+{
+    size_t nk = 0;
+    p = twj_ws(p + 1, e);
+    /* the keys first (the document is valid JSON: key, ':', value, ...) */
+    while (p < e && *p == '"') {
+        const uint8_t *ks = p + 1, *end = twj_skip_string(ks, e, simd);
+        size_t n = (size_t)(end - 1 - ks);
+        if (memchr(ks, '\\', n))
+            return 2;
+        if (nk == *kcap) {
+            size_t ncap = *kcap ? 2 * *kcap : 64;
+            void *q = tw_mem_realloc(*keys, ncap * sizeof(twr_span));
+            if (!q)
+                return -1;
+            *keys = (twr_span *)q;
+            *kcap = ncap;
+        }
+        (*keys)[nk].s = ks;
+        (*keys)[nk].n = n;
+        nk++;
+        p = twj_ws(end, e);
+        p = twj_ws(p + 1, e); /* past ':' */
+        p = twj_ws(twj_skip_value(p, e, simd), e);
+        if (p < e && *p == ',')
+            p = twj_ws(p + 1, e);
+    }
+    if (nk < 2)
+        return 0;
+    {
+        size_t size = 16, mask;
+        while (size < 2 * nk)
+            size *= 2;
+        if (size > *scap) {
+            void *q = tw_mem_realloc(*slots, size * sizeof(uint32_t));
+            if (!q)
+                return -1;
+            *slots = (uint32_t *)q;
+            *scap = size;
+        }
+        memset(*slots, 0, size * sizeof(uint32_t));
+        mask = size - 1;
+        for (size_t j = 0; j < nk; j++) {
+            const twr_span *kj = &(*keys)[j];
+            size_t at = (size_t)twr_key_hash(kj->s, kj->n) & mask;
+            while ((*slots)[at]) {
+                const twr_span *ki = &(*keys)[(*slots)[at] - 1];
+                if (ki->n == kj->n && memcmp(ki->s, kj->s, kj->n) == 0) {
+                    *rep = *kj;
+                    return 1;
+                }
+                at = (at + 1) & mask;
+            }
+            (*slots)[at] = (uint32_t)(j + 1);
+        }
+    }
+    return 0;
+}
+
+/* One {"token_id:N": logprob, ...} row (p at its '{'): every key's id
+   (TW_NATIVE_TOP_NO_ID for one that names none) and logprob (NaN for one
+   that is not a number) appended from *k. */
+static const uint8_t *twr_keyed_row(twr_ctx *x, const uint8_t *p, size_t *k, int *code)
+{
+    const uint8_t *e = x->e;
+    p = twj_ws(p + 1, e);
+    while (p < e && *p == '"') {
+        int64_t id = -1;
+        double value = NAN;
+        int is_int;
+        p = twj_ws(twr_token(p + 1, e, &id, x->simd), e);
+        p = twj_ws(p + 1, e); /* past ':' */
+        if (twr_kind(*p) == TW_NATIVE_V_NUMBER)
+            p = tw_number_read(p, e, &value, &is_int, x->simd);
+        else
+            p = twj_skip_value(p, e, x->simd);
+        if (id < 0)
+            *code = TW_NATIVE_TOP_NO_ID;
+        if (!twr_room(x, *k))
+            return e;
+        x->c->ids[*k] = id;
+        x->c->lps[*k] = value;
+        (*k)++;
+        p = twj_ws(p, e);
+        if (p < e && *p == ',')
+            p = twj_ws(p + 1, e);
+    }
+    return p < e ? p + 1 : e; /* past '}' */
+}
+
+int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                          tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep,
+                          int path)
+{
+    const int simd = tw_path_resolve(path) != TW_PATH_SCALAR;
+    const uint8_t *p, *e;
+    twr_span *keys = NULL;
+    uint32_t *slots = NULL;
+    size_t kcap = 0, scap = 0, i;
+    int rc = TW_NATIVE_OK;
+
+    twr_result_init(res);
+    rep->row = -1;
+    rep->start = rep->end = 0;
+    rep->escaped = 0;
+    if (!twr_content_ok(arr) || arr->count != n || !coff || !cands)
+        return TW_NATIVE_BAD_ARG;
+    e = (const uint8_t *)buf + arr->end;
+    coff[0] = 0;
+
+    /* Pass 1: the first row that repeats a key, before any other rule. */
+    p = twj_ws((const uint8_t *)buf + arr->start + 1, e);
+    for (i = 0; i < n && p < e; i++) {
+        if (*p == '{') {
+            twr_span r;
+            int got = twr_row_repeats(p, e, &keys, &kcap, &slots, &scap, &r, simd);
+            if (got < 0) {
+                rc = TW_NATIVE_NOMEM;
+                break;
+            }
+            if (got == 2) {
+                rep->escaped = 1;
+                break;
+            }
+            if (got == 1) {
+                rep->row = (ptrdiff_t)i;
+                rep->start = (size_t)(r.s - (const uint8_t *)buf);
+                rep->end = rep->start + r.n;
+                break;
+            }
+        }
+        p = twr_array_next(twj_skip_value(p, e, simd), e);
+    }
+    tw_mem_free(keys);
+    tw_mem_free(slots);
+    if (rc != TW_NATIVE_OK || rep->escaped || rep->row >= 0) {
+        for (size_t j = 1; j <= n; j++)
+            coff[j] = 0;
+        return rc;
+    }
+
+    /* Then each row's keys whole (ids), then its candidates in order. */
+    return twr_head_rows(buf, arr, n, coff, cands, res, '{', twr_keyed_row, simd);
+}
