@@ -109,6 +109,15 @@ def test_orjson_out_of_memory_is_memory_error(impl, name, monkeypatch):
         parser(impl, name)(b'{"choices": []}')
 
 
+@pytest.mark.parametrize("name", PARSERS)
+def test_an_array_left_open_deep_down_is_invalid_json_not_out_of_memory(impl, name):
+    # orjson says "failed to allocate memory" of this document; it is simply not JSON.
+    with pytest.raises(MalformedResponseError, match="invalid JSON"):
+        parser(impl, name)(b"[" * 199 + b"60")
+    with pytest.raises(renderers.MalformedGenerateResponseError, match="invalid JSON"):
+        renderers.parse_generate_response(b"[" * 199 + b"60")
+
+
 def test_the_renderers_drop_in_reads_a_str_or_runs_out_of_memory_as_the_parsers_do(monkeypatch):
     with pytest.raises(renderers.MalformedGenerateResponseError, match="invalid JSON"):
         renderers.parse_generate_response('{"choices": [], "x": "\ud800"}')

@@ -143,7 +143,7 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
     try:
         items = _json.loads(text)
     except _json.JSONDecodeError as exc:
-        error = invalid_json(exc)
+        error = invalid_json(exc, text)
         if isinstance(error, MemoryError):
             result["errors"].append(f"{chunk.name}: out of memory while reading the array of responses")
         else:  # "[" starts an array: only invalid JSON makes it something else

@@ -347,7 +347,7 @@ def _loads(raw: bytes) -> tuple[Any, str | None]:
     try:
         return _json.loads(raw), None
     except _json.JSONDecodeError as exc:
-        error = invalid_json(exc)
+        error = invalid_json(exc, raw)
         if isinstance(error, MemoryError):
             raise error from None
         return None, str(error)

@@ -732,7 +732,7 @@ cdef class _Scan:
         try:
             return _json.loads(stripped)
         except _json.JSONDecodeError as exc:
-            raise invalid_json(exc) from None
+            raise invalid_json(exc, stripped) from None
 
     cdef object blob(self, const tw_value *v):
         """The bytes of the base64 string ``v`` as a uint8 array, or None when they are not

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["MalformedResponseError", "invalid_json", "location"]
 
 
@@ -52,10 +54,20 @@ def _rebuild(cls, reason, choice, field, token):
     return cls(reason, choice=choice, field=field, token=token)
 
 
-def invalid_json(exc: Exception) -> Exception:
-    """What a JSON parser's error means: MemoryError when the parser ran out of memory (orjson
-    reports that as a decode error; the document may be valid), else the document is not JSON."""
+def invalid_json(exc: Exception, raw: Any = None) -> Exception:
+    """What a JSON parser's error on ``raw`` means. orjson reports running out of memory as a
+    decode error, and also says "failed to allocate memory" of some documents that are simply
+    not JSON (an array left open deep down): given ``raw``, the standard library's reader
+    (held to orjson's rules) reads it again and decides. MemoryError when the document is
+    JSON after all (the parser did run out of memory), else the document is not JSON."""
     text = str(exc)
     if "memory" in text.lower():
+        if raw is not None:
+            from . import _json
+
+            try:
+                _json.stdlib_loads(raw)
+            except _json.JSONDecodeError as again:
+                return MalformedResponseError(f"invalid JSON: {again}")
         return MemoryError(f"out of memory while parsing JSON: {text}")
     return MalformedResponseError(f"invalid JSON: {text}")

@@ -135,7 +135,7 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def _stdlib_loads(data: bytes | bytearray | memoryview | str) -> Any:
+def stdlib_loads(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse one JSON document (UTF-8 bytes or str) as orjson would; raises
     :class:`JSONDecodeError`."""
     if isinstance(data, str):
@@ -168,7 +168,7 @@ def _stdlib_loads(data: bytes | bytearray | memoryview | str) -> Any:
 
 # orjson's own function when it is used: the compiled core calls this per document.
 loads: Callable[[bytes | bytearray | memoryview | str], Any] = (
-    _orjson.loads if _orjson is not None else _stdlib_loads
+    _orjson.loads if _orjson is not None else stdlib_loads
 )
 
 

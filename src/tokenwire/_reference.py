@@ -797,7 +797,7 @@ def _load(raw: Any) -> Any:
     try:
         return _json.loads(raw)
     except _json.JSONDecodeError as exc:
-        raise invalid_json(exc) from None
+        raise invalid_json(exc, raw) from None
 
 
 def _parse_choice(c: _Choice, choice: Any, k: int | None, require_logprobs: bool) -> GenerateChoice:

@@ -647,13 +647,14 @@ def _loads(raw: Any) -> tuple[Any, dict[int, np.ndarray]]:
         error = exc
     payload = _loads_with_literals(raw)
     if payload is None:
-        raise _invalid(error)
+        raise _invalid(error, raw)
     return payload, decoded
 
 
-def _invalid(exc: Exception) -> Exception:
-    """orjson's error as this module reports it (MemoryError when it ran out of memory)."""
-    error = invalid_json(exc)
+def _invalid(exc: Exception, raw: Any) -> Exception:
+    """orjson's error on ``raw`` as this module reports it (MemoryError when it ran out of
+    memory)."""
+    error = invalid_json(exc, raw)
     return error if isinstance(error, MemoryError) else _error_type()(str(error))
 
 
@@ -739,7 +740,7 @@ def _loads_with_literals(raw: Any) -> Any:
     try:
         payload = _json.loads(marked)
     except _json.JSONDecodeError as exc:
-        raise _invalid(exc) from None
+        raise _invalid(exc, marked) from None
     placed = 0
 
     def place(holder: Any) -> None:
