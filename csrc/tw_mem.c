@@ -17,7 +17,13 @@ static void tw_aligned_free(void *p) { _aligned_free(p); }
 #else
 #include <pthread.h>
 static pthread_mutex_t tw_mem_lock = PTHREAD_MUTEX_INITIALIZER;
-#define TW_LOCK() pthread_mutex_lock(&tw_mem_lock)
+static pthread_once_t tw_mem_once = PTHREAD_ONCE_INIT;
+/* A fork() while another thread holds the lock would leave the child's copy locked for
+   good: hold it across the fork, and release it on both sides. */
+static void tw_fork_prepare(void) { pthread_mutex_lock(&tw_mem_lock); }
+static void tw_fork_release(void) { pthread_mutex_unlock(&tw_mem_lock); }
+static void tw_mem_setup(void) { pthread_atfork(tw_fork_prepare, tw_fork_release, tw_fork_release); }
+#define TW_LOCK() (pthread_once(&tw_mem_once, tw_mem_setup), pthread_mutex_lock(&tw_mem_lock))
 #define TW_UNLOCK() pthread_mutex_unlock(&tw_mem_lock)
 static void *tw_aligned(size_t n) {
     void *p = NULL;
@@ -50,6 +56,7 @@ typedef struct {
 #define TW_NO_CLASS ((size_t)-1)
 
 static void *tw_free_list[TW_CLASSES];  /* freed blocks, linked through their first word */
+static size_t tw_class_bytes[TW_CLASSES]; /* bytes held in each class's list */
 static size_t tw_cached_bytes;
 static size_t tw_cached_blocks;
 static size_t tw_limit = TW_MEM_START_LIMIT;
@@ -75,6 +82,7 @@ static void *tw_pop(size_t cls) {
     void *p = tw_free_list[cls];
     if (p != NULL) {
         tw_free_list[cls] = *(void **)p;
+        tw_class_bytes[cls] -= TW_HDR(p)->cap;
         tw_cached_bytes -= TW_HDR(p)->cap;
         tw_cached_blocks--;
     }
@@ -98,8 +106,10 @@ void *tw_mem_alloc(size_t n) {
     size_t cap;
     size_t cls = tw_class(n, &cap);
     void *p = NULL;
+    int cacheable;
     TW_LOCK();
-    if (cls < TW_CLASSES && cap <= tw_limit) {
+    cacheable = cls < TW_CLASSES && cap <= tw_limit;  /* decided under the lock */
+    if (cacheable) {
         /* The class itself, else the next one up (at most half as much again). */
         p = tw_pop(cls);
         if (p == NULL && cls + 1 < TW_CLASSES) p = tw_pop(cls + 1);
@@ -108,7 +118,7 @@ void *tw_mem_alloc(size_t n) {
     if (p == NULL) tw_misses++;
     TW_UNLOCK();
     if (p != NULL) return p;
-    if (cls >= TW_CLASSES || cap > tw_limit) {  /* never cached: no rounding up */
+    if (!cacheable) {  /* never cached: no rounding up */
         cls = TW_NO_CLASS;
         cap = (n + 63) & ~(size_t)63;
     }
@@ -141,9 +151,13 @@ void tw_mem_free(void *p) {
         return;
     }
     TW_LOCK();
-    /* Make room by dropping smaller cached blocks first: the large ones cost the most to
-       fault in again. */
-    for (size_t c = 0; c < cls && tw_cached_bytes + cap > tw_limit; c++) {
+    /* Make room by dropping smaller cached blocks first (the large ones cost the most to
+       fault in again), but only when that makes room: otherwise the block goes back to
+       the system and the cache stays as it is. */
+    size_t below = 0;
+    for (size_t c = 0; c < cls; c++) below += tw_class_bytes[c];
+    int fits = cap <= tw_limit && tw_cached_bytes - below + cap <= tw_limit;
+    for (size_t c = 0; fits && c < cls && tw_cached_bytes + cap > tw_limit; c++) {
         void *q;
         while (tw_cached_bytes + cap > tw_limit && (q = tw_pop(c)) != NULL) {
             TW_UNLOCK();
@@ -151,9 +165,10 @@ void tw_mem_free(void *p) {
             TW_LOCK();
         }
     }
-    if (tw_cached_bytes + cap <= tw_limit) {
+    if (fits && tw_cached_bytes + cap <= tw_limit) {
         *(void **)p = tw_free_list[cls];
         tw_free_list[cls] = p;
+        tw_class_bytes[cls] += cap;
         tw_cached_bytes += cap;
         tw_cached_blocks++;
         p = NULL;

@@ -536,6 +536,8 @@ enum {
 enum { TWS_T_NONE = 0, TWS_T_PROMPT, TWS_T_CHOICES, TWS_T_F0 };
 #define TWS_F(f) (TWS_T_F0 + (f))
 #define TWS_BIT(t) (UINT32_C(1) << (t))
+/* Every record target is a bit of a uint32_t mask (blank_fields shifted by TWS_T_F0). */
+typedef char tws_targets_fit_a_mask[(TWS_T_F0 + TW_NFIELDS <= 32) ? 1 : -1];
 
 /* Targets blanked when they are strings / arrays. */
 static const uint32_t TWS_BLANK_STR =

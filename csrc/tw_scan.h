@@ -126,7 +126,7 @@
  * (CL_DATA, CP_DATA, SM_IDS_DATA, SM_COUNTS_DATA, KT_IDS, KT_COUNTS, RE_DATA
  * and ROUTED) whose first TW_SCAN_FUSE_MIN content bytes hold no '"', '\\',
  * control or non-ASCII byte is decoded as base64 in the same pass that finds
- * its end, into a malloc'd buffer sized for the rest of the document (and
+ * its end, into a buffer (tw_mem_alloc) sized for the rest of the document (and
  * shrunk to fit when that wastes more than an eighth of it).  Only strings
  * that are plain canonical base64 (no escape at all, tw_b64_decode's rules)
  * get a blob; for anything else the buffer is freed and the record is the

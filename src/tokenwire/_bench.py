@@ -56,19 +56,23 @@ def _contender(name: str, top_k: int | None) -> tuple[Callable[[Any], Any], Call
 
 
 def run_loop(responses: list[bytes], contender: str, top_k: int | None, rounds: int) -> dict[str, float]:
-    """Parse-use-drop every response, ``rounds`` times; the first round warms the process."""
+    """Parse-use-drop every response, ``rounds`` times (at least 2); the first round warms
+    the process and is not counted."""
+    rounds = max(rounds, 2)
     parse, use = _contender(contender, top_k)
     times: list[float] = []
     faults = parses = 0
     for r in range(rounds):
         before = _minor_faults()
+        spent = []
         for raw in responses:
             start = time.perf_counter()
             result = parse(raw)
             use(result)
             del result
-            times.append(time.perf_counter() - start)
-        if r:
+            spent.append(time.perf_counter() - start)
+        if r:  # the first round warms the process: neither its times nor its faults count
+            times += spent
             faults += _minor_faults() - before
             parses += len(responses)
     return {"median_s": statistics.median(times), "faults_per_parse": faults / max(parses, 1)}
@@ -77,8 +81,10 @@ def run_loop(responses: list[bytes], contender: str, top_k: int | None, rounds: 
 def _fresh_process(path: str, contender: str, top_k: int | None, rounds: int) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-m", "tokenwire._bench", path, contender, str(top_k), str(rounds)],
-        check=True, capture_output=True, text=True,
+        capture_output=True, text=True,
     )
+    if out.returncode != 0:
+        raise RuntimeError(f"the {contender} process failed (status {out.returncode}):\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

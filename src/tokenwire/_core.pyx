@@ -696,13 +696,13 @@ cdef class _Scan:
         cdef size_t n = view.shape[0]
         cdef int rc
         cdef char *dst
-        if mv.readonly:
+        if isinstance(mv.obj, bytes):
             self.keep = view
             self.buf = _start(view)
         else:
-            # Another thread may rewrite a mutable buffer (a reused receive buffer) while
-            # the GIL is released: every pass then reads one private snapshot, so counts
-            # taken by one pass always hold for the next.
+            # Another thread may rewrite any memory but a bytes object's (a reused receive
+            # buffer, also behind a read-only view) while the GIL is released: every pass
+            # then reads one private snapshot, so counts taken by one pass hold for the next.
             self.own = <char *>tw_mem_alloc(n + 1)
             if self.own == NULL:
                 raise MemoryError()

@@ -79,23 +79,31 @@ _users = 0
 _saved_limit = 0
 
 
+_raised_to = 0
+
+
 @contextmanager
 def _headroom() -> Iterator[None]:
     """The recursion limit raised by orjson's depth while any thread needs it (the limit is
-    process-wide: the first user raises it, the last restores it)."""
-    global _users, _saved_limit
+    process-wide: the first user raises it, the last restores it, unless someone else has
+    set another limit meanwhile, which then stands)."""
+    global _users, _saved_limit, _raised_to
     with _lock:
         if _users == 0:
             _saved_limit = sys.getrecursionlimit()
-            sys.setrecursionlimit(_saved_limit + 2 * _MAX_DEPTH)
+            _raised_to = _saved_limit + 2 * _MAX_DEPTH
+            sys.setrecursionlimit(_raised_to)
         _users += 1
     try:
         yield
     finally:
         with _lock:
             _users -= 1
-            if _users == 0:
-                sys.setrecursionlimit(_saved_limit)
+            if _users == 0 and sys.getrecursionlimit() == _raised_to:
+                try:
+                    sys.setrecursionlimit(_saved_limit)
+                except RecursionError:  # this thread is deeper than the old limit: keep it
+                    pass
 
 
 _decoder = json.JSONDecoder(
@@ -155,7 +163,10 @@ def stdlib_loads(data: bytes | bytearray | memoryview | str) -> Any:
     if _depth(text) > _MAX_DEPTH:
         raise _reject("depth limit exceeded", text)
     try:
-        with _headroom():
+        if text.count("[") + text.count("{") > 256:  # deep enough to need the headroom
+            with _headroom():
+                value = _decoder.decode(text)
+        else:
             value = _decoder.decode(text)
     except JSONDecodeError:
         raise
