@@ -98,12 +98,12 @@ ACCEPTED = [
 @pytest.mark.parametrize("data", REJECTED, ids=range(len(REJECTED)))
 def test_stdlib_reader_rejects_what_orjson_rejects(data):
     with pytest.raises(_json.JSONDecodeError):
-        _json._stdlib_loads(data)
+        _json.stdlib_loads(data)
 
 
 @pytest.mark.parametrize("data", ACCEPTED, ids=range(len(ACCEPTED)))
 def test_stdlib_reader_reads_what_orjson_reads(data):
-    value = _json._stdlib_loads(data)
+    value = _json.stdlib_loads(data)
     orjson = _orjson_or_none()
     if orjson is not None:
         assert _same(value, orjson.loads(data))
@@ -119,17 +119,17 @@ def test_stdlib_reader_on_the_corpus():
             want = orjson.loads(data)
         except orjson.JSONDecodeError:
             with pytest.raises(_json.JSONDecodeError):
-                _json._stdlib_loads(data)
+                _json.stdlib_loads(data)
             continue
-        assert _same(_json._stdlib_loads(data), want), path.name
+        assert _same(_json.stdlib_loads(data), want), path.name
 
 
 def test_stdlib_reader_takes_str_and_buffers():
-    assert _json._stdlib_loads('{"a": [1]}') == {"a": [1]}
-    assert _json._stdlib_loads(memoryview(b"[2]")) == [2]
-    assert _json._stdlib_loads(bytearray(b"[3]")) == [3]
+    assert _json.stdlib_loads('{"a": [1]}') == {"a": [1]}
+    assert _json.stdlib_loads(memoryview(b"[2]")) == [2]
+    assert _json.stdlib_loads(bytearray(b"[3]")) == [3]
     with pytest.raises(_json.JSONDecodeError):
-        _json._stdlib_loads("\ud800")
+        _json.stdlib_loads("\ud800")
 
 
 def test_dumps_and_fragment_match_either_way():
