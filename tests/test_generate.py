@@ -297,3 +297,28 @@ def test_unused_packed_logprobs_pass_through_whole(impl):
     parsed = impl.parse_generate_response(raw).choices[0]
     assert parsed.raw["completion_logprobs"] == packed
     assert parsed.completion_logprobs.tolist() == [-0.5, -0.25]
+
+
+@pytest.mark.parametrize("form", ["dict", "npy"])
+def test_int16_routing_passes_and_negative_expert_ids_are_refused(impl, form):
+    """prime-rl's encoder passes a captured int16 routing array through as "int16"; expert
+    ids are indices, so a negative one is an error at its row, for int16 and int32 alike."""
+    for dtype in (np.int16, np.int32):
+        routing = np.arange(24, dtype=dtype).reshape(3, 4, 2)
+        doc = json.loads(json.dumps(base()))
+        if form == "dict":
+            value = {"data": b64(routing, routing.dtype.newbyteorder("<").str), "shape": [3, 4, 2],
+                     "start": 0, "dtype": np.dtype(dtype).name}
+        else:
+            value = base64.b64encode(samples.npy_bytes(routing.astype(np.dtype(dtype).newbyteorder("<")))).decode()
+        doc["choices"][0]["routed_experts"] = value
+        got = impl.parse_generate_response(json.dumps(doc)).choices[0].routed_experts.array
+        assert got.dtype == np.dtype(dtype) and got.tolist() == routing.tolist()
+        routing[2, 1, 0] = -3
+        if form == "dict":
+            value["data"] = b64(routing, routing.dtype.newbyteorder("<").str)
+        else:
+            doc["choices"][0]["routed_experts"] = base64.b64encode(samples.npy_bytes(routing)).decode()
+        with pytest.raises(MalformedResponseError, match="negative expert id") as err:
+            impl.parse_generate_response(json.dumps(doc))
+        assert (err.value.choice, err.value.field, err.value.token) == (0, "routed_experts", 2)

@@ -880,3 +880,23 @@ def test_sglang_roots_and_items_that_are_not_objects(raw):
     with pytest.raises(MalformedResponseError, match="must be an object") as info:
         SGL(raw)
     assert info.value.choice in (0, 1)
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FORMAT_IDS)
+def test_neither_ids_nor_logprobs_names_every_flag_at_once(fmt):
+    """One run tells the user every request flag to set, not the logprobs flag first and
+    the ids flag on the next run."""
+    doc, _ = base(fmt)
+    for choice in fmt.choices(doc):
+        fmt.strip_ids(choice)
+        if fmt.name.startswith("sglang"):
+            choice["meta_info"].pop("output_token_logprobs", None)
+        else:
+            choice["logprobs"] = None
+            choice.get("raw_output", {}).pop("completion_logprobs", None)
+    err = raises(fmt, doc, "no exact completion token ids and no logprobs")
+    text = str(err)
+    if fmt.name.startswith("sglang"):
+        assert "return_logprob: true" in text
+    else:
+        assert "return_token_ids: true" in text and "for the logprobs, set `logprobs" in text

@@ -70,7 +70,7 @@ def test_sampling_mask_round_trip(writer, rows):
     assert writer.parse_generate_response(raw).choices[0].sampling_mask.to_lists() == rows
 
 
-@given(hnp.arrays(st.sampled_from([np.uint8, np.uint16, np.int32]), hnp.array_shapes(min_dims=1, max_dims=3, max_side=9), elements=st.integers(0, 255)), st.none() | st.integers(0, 10**6))
+@given(hnp.arrays(st.sampled_from([np.uint8, np.uint16, np.int16, np.int32]), hnp.array_shapes(min_dims=1, max_dims=3, max_side=9), elements=st.integers(0, 255)), st.none() | st.integers(0, 10**6))
 def test_routed_experts_round_trip(writer, routing, start):
     field = tokenwire.encode_routed_experts(routing, start=start)
     choice = {"token_ids": [], "completion_logprobs": tokenwire.encode_packed(np.zeros(0, np.float32)), "routed_experts": field}
@@ -150,6 +150,7 @@ def test_renderers_accepts_encoder_output(writer, renderers_client):
         (lambda: tokenwire.encode_sampling_mask([1, 1], [2]), "Invalid recorded sampling support"),
         (lambda: tokenwire.encode_sampling_mask([1], [1, 0]), "Invalid recorded sampling support"),
         (lambda: tokenwire.encode_sampling_mask([1, 2], [1, 1], completion_ids=[1, 3]), "Invalid recorded sampling support"),
+        (lambda: tokenwire.encode_routed_experts(np.array([[[3, -1]]], np.int16)), "negative expert id"),
     ],
 )
 def test_encoders_refuse_what_readers_refuse(writer, call, match):

@@ -724,6 +724,10 @@ def _parse_openai_choice(
     logprobs, from_choice = _openai_logprobs(c, choice, sources, endpoint)
     sources += _raw_output_ids(c, choice, logprobs)
     if logprobs is None and (require_logprobs or k is not None):
+        if not sources:  # both missing: every flag to set, in one message
+            advice = (endpoint.ids_advice if endpoint.ids_advice.startswith(endpoint.logprobs_advice)
+                      else f"for the logprobs, {endpoint.logprobs_advice}; for the ids, {endpoint.ids_advice}")
+            c.fail(f"no exact completion token ids and no logprobs in the response: {advice}", "logprobs")
         c.fail(f"no logprobs in the response: {endpoint.logprobs_advice}", "logprobs")
     if not sources:
         _missing_ids(c, logprobs, endpoint)

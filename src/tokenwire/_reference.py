@@ -37,8 +37,11 @@ MAX_MASK_ID = 2**31 - 1  # sampling masks are int32 on the wire
 MAX_OFFSET = 2**63 - 1  # offsets index an int64-addressed buffer
 MAX_DIMS = 64  # numpy's limit on an array's dimensions
 PACKED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
-ROUTED_DTYPES = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "int32": np.dtype("<i4")}
-NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i4": "int32"}
+# int16: a captured int16 routing array passes through prime-rl's encoder as it is.
+ROUTED_DTYPES = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "int16": np.dtype("<i2"),
+                 "int32": np.dtype("<i4")}
+NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i2": "int16",
+              "<i4": "int32"}
 
 # Fields of a choice that become attributes; the rest stays in ``GenerateChoice.raw``.
 _CONSUMED = ("index", "token_ids", "finish_reason", "sampling_mask", "kept_tokens", "routed_experts")
@@ -751,7 +754,13 @@ def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: _Choice) -> np.nda
     if math.prod(d for d in shape if d) * dtype.itemsize > MAX_OFFSET:
         c.fail(f"routed_experts shape {shape} is too big for an array (its non-zero dimensions span "
                "more than 2**63 - 1 bytes)", field + ".shape")
-    return data.view(dtype).reshape(shape)
+    routing = data.view(dtype).reshape(shape)
+    if dtype.kind == "i" and routing.size:
+        # Expert ids are indices: a negative one names no expert (a signed dtype allows it).
+        bad = c.kernels.first_bad("negative", routing.reshape(-1))
+        if bad >= 0:
+            c.fail("routed_experts holds a negative expert id", field, bad // (routing.size // shape[0]))
+    return routing
 
 
 def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
@@ -765,7 +774,7 @@ def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
         c.fail("routed_experts must be an object or a base64 .npy string", field)
     dtype_name = value.get("dtype", "uint8")
     if _named(ROUTED_DTYPES, dtype_name) is None:
-        c.fail("Unsupported routed_experts dtype (uint8, uint16 or int32)", field + ".dtype")
+        c.fail("Unsupported routed_experts dtype (uint8, uint16, int16 or int32)", field + ".dtype")
     start = value.get("start")
     if start is not None and (not _is_int(start) or start < 0):
         c.fail("routed_experts start must be a non-negative int", field + ".start")

@@ -165,7 +165,7 @@ def _require(module: str, extra: str) -> Any:
 class RoutedExperts:
     """MoE routing replay: ``array`` shaped ``(rows, layers, topk)``; ``start`` the prompt offset.
 
-    ``array`` holds expert ids (uint8, uint16 or int32, as sent) for every routed position:
+    ``array`` holds expert ids (uint8, uint16, int16 or int32, as sent) for every routed position:
     the prompt and the completion but its last token. ``start`` is the prompt offset of the
     first row for delta replay, None when the response gave none.
 

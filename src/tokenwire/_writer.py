@@ -226,16 +226,17 @@ def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = None) -
     return field
 
 
-_ROUTED = {"uint8": "u1", "uint16": "<u2", "int32": "<i4"}
+_ROUTED = {"uint8": "u1", "uint16": "<u2", "int16": "<i2", "int32": "<i4"}
 
 
 def encode_routed_experts(array: Any, start: int | None = 0) -> dict[str, Any]:
-    """MoE routing replay ``{"data", "shape", "start", "dtype"}``: uint8, uint16 or int32, shaped
+    """MoE routing replay ``{"data", "shape", "start", "dtype"}``: uint8, uint16, int16 or int32
+    (expert ids: never negative), shaped
     ``(rows, layers, topk)``; ``start`` is the prompt offset for delta replay."""
     routing = np.asarray(array)
     name = routing.dtype.name
     if name not in _ROUTED or routing.ndim < 1:
-        raise TypeError(f"routed experts are uint8, uint16 or int32 arrays of 1 or more dimensions, "
+        raise TypeError(f"routed experts are uint8, uint16, int16 or int32 arrays of 1 or more dimensions, "
                         f"not a {routing.ndim}-D {name} array")
     if start is not None:
         start = int_arg(start, "start", 0)

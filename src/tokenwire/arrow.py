@@ -15,7 +15,7 @@ column                      Arrow type
 ``completion_top_ids``      large_list<large_list<...>>: row ``t`` is token ``t``'s head
 ``completion_top_logprobs`` large_list<large_list<float32 | float64>>
 ``sampling_mask``           large_list<large_list<int32>>
-``routed_experts``          large_list<fixed_size_list<fixed_size_list<uint8 | uint16 | int32,
+``routed_experts``          large_list<fixed_size_list<fixed_size_list<uint8 | uint16 | int16 | int32,
                             topk>, layers>>: one ``(layers, topk)`` entry per routed row
 ``routed_experts_start``    int64
 =========================== =================================================================
