@@ -273,23 +273,16 @@ static inline uint32_t twj_next_char(const uint8_t **sp, const uint8_t *se)
         *sp = se;
         return 0x80;
     }
-    switch (s[1]) {
-    case 'b': cp = '\b'; break;
-    case 'f': cp = '\f'; break;
-    case 'n': cp = '\n'; break;
-    case 'r': cp = '\r'; break;
-    case 't': cp = '\t'; break;
-    case 'u':
-        if (se - s < 6) {
-            *sp = se;
-            return 0x80;
-        }
-        cp = (uint32_t)tw_hex4(s + 2); /* validated: never -1 */
-        *sp = s + 6; /* a following low surrogate decodes as >= 0x80 too */
-        return cp;
-    default: cp = s[1]; break; /* " \ / */
+    if (s[1] != 'u') {
+        *sp = s + 2;
+        return tw_escape_byte(s[1]);
     }
-    *sp = s + 2;
+    if (se - s < 6) {
+        *sp = se;
+        return 0x80;
+    }
+    cp = (uint32_t)tw_hex4(s + 2); /* validated: never -1 */
+    *sp = s + 6; /* a following low surrogate decodes as >= 0x80 too */
     return cp;
 }
 

@@ -458,19 +458,10 @@ static size_t tws_unescape(const uint8_t *s, const uint8_t *e, uint8_t *d, size_
         s += run;
         if (!bs)
             break;
-        switch (s[1]) {
-        case 'b': cp = '\b'; break;
-        case 'f': cp = '\f'; break;
-        case 'n': cp = '\n'; break;
-        case 'r': cp = '\r'; break;
-        case 't': cp = '\t'; break;
-        case 'u': cp = 0xFFFFFFFFu; break;
-        default: cp = s[1]; break; /* " \ / */
-        }
-        if (cp != 0xFFFFFFFFu) {
+        if (s[1] != 'u') {
             if (n == cap)
                 return SIZE_MAX;
-            d[n++] = (uint8_t)cp;
+            d[n++] = tw_escape_byte(s[1]);
             s += 2;
             continue;
         }

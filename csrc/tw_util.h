@@ -107,6 +107,20 @@ static inline int tw_hexval(uint8_t c)
     return -1;
 }
 
+/* The byte a one-letter JSON escape stands for, given the letter after the backslash
+   (b f n r t, and " \\ / for themselves); not for 'u'. */
+static inline uint8_t tw_escape_byte(uint8_t c)
+{
+    switch (c) {
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    default: return c;
+    }
+}
+
 /* Four hex digits at p (caller checked they exist), or -1. */
 static inline long tw_hex4(const uint8_t *p)
 {

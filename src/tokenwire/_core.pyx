@@ -547,8 +547,16 @@ _FIELDS = {
     "raw_output.completion_token_ids": TW_F_RO_TOKEN_IDS,
     "raw_output.completion_logprobs.content": TW_F_RO_CONTENT,
 }
+def _blank_mask(fields):
+    """The ``tw_doc.blank_fields`` bits of these TW_F_* fields (made once, at import)."""
+    mask = 0
+    for field in fields:
+        mask |= 1 << field
+    return mask
+
+
 # What the generate parser reads from the raw bytes besides what the scan blanks itself.
-_GENERATE_BLANK = (TW_F_LOGPROBS_CONTENT,)
+_GENERATE_BLANK = _blank_mask((TW_F_LOGPROBS_CONTENT,))
 # Where the scanner records each value the OpenAI-compatible parsers read through their hooks.
 _OPENAI_FIELDS = {
     "token_ids": TW_F_TOKEN_IDS,
@@ -565,12 +573,11 @@ _OPENAI_FIELDS = {
 }
 # Read from the raw bytes (token_ids and the top-level prompt ids are blanked by the scan);
 # text_offset is read by nothing, top_logprobs only for heads.
-_OPENAI_BLANK = (TW_F_PROMPT_IDS, TW_F_LP_TOKEN_LOGPROBS, TW_F_LP_TOKENS, TW_F_LP_TOKEN_IDS,
-                 TW_F_LP_TEXT_OFFSET, TW_F_RO_TOKEN_IDS)
-_OPENAI_BLANK_NO_HEADS = _OPENAI_BLANK + (TW_F_LP_TOP, TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT)
-# With a head too: record candidates are read by tw_native_parse, keyed rows by
-# tw_native_keyed_heads.
-_OPENAI_BLANK_HEADS = _OPENAI_BLANK_NO_HEADS
+# With a head the record candidates are read by tw_native_parse and keyed rows by
+# tw_native_keyed_heads, so the same fields are blanked with a head or without.
+_OPENAI_BLANK = _blank_mask((TW_F_PROMPT_IDS, TW_F_LP_TOKEN_LOGPROBS, TW_F_LP_TOKENS,
+                             TW_F_LP_TOKEN_IDS, TW_F_LP_TEXT_OFFSET, TW_F_RO_TOKEN_IDS, TW_F_LP_TOP,
+                             TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT))
 # SGLang items.
 _SGLANG_FIELDS = {
     "output_ids": TW_F_SGL_IDS,
@@ -578,7 +585,7 @@ _SGLANG_FIELDS = {
     "meta_info.output_top_logprobs": TW_F_SGL_TOP,
 }
 # Everything is read in C, heads included (tw_native_triple_heads).
-_SGLANG_BLANK = (TW_F_SGL_IDS, TW_F_SGL_TRIPLES, TW_F_SGL_TOP)
+_SGLANG_BLANK = _blank_mask((TW_F_SGL_IDS, TW_F_SGL_TRIPLES, TW_F_SGL_TOP))
 # Record lists read by tw_native_records, number lists by tw_native_numbers.
 _RECORD_FIELDS = {path: _OPENAI_FIELDS[path]
                   for path in ("logprobs.content", "raw_output.completion_logprobs.content")}
@@ -686,10 +693,11 @@ cdef class _Scan:
         tw_doc_free(&self.doc)
         tw_mem_free(self.own)
 
-    cdef object document(self, object raw, tuple blank=_GENERATE_BLANK, bint openai=False,
+    cdef object document(self, object raw, uint32_t blank=_GENERATE_BLANK, bint openai=False,
                          bint sglang=False):
         """Scan ``raw`` and return the document with its big values blanked, parsed by orjson.
-        ``blank``: the choice fields also blanked (read from the raw bytes instead);
+        ``blank``: the choice fields also blanked (read from the raw bytes instead), as
+        ``tw_doc.blank_fields`` bits (``_blank_mask``);
         ``openai``/``sglang``: an OpenAI-compatible / SGLang document (see tw_scan.h)."""
         mv = _bytes_view(raw)
         cdef const unsigned char[::1] view = mv
@@ -714,9 +722,7 @@ cdef class _Scan:
         self.doc.b64_path = _path
         self.doc.openai = openai
         self.doc.sglang = sglang
-        self.doc.blank_fields = 0
-        for field in blank:  # values read in C: orjson need not build them
-            self.doc.blank_fields |= 1u << <int>field
+        self.doc.blank_fields = blank  # values read in C: orjson need not build them
         with nogil:
             rc = tw_scan(self.buf, n, &self.doc)
         if rc == TW_ERR_NOMEM:
@@ -1307,7 +1313,7 @@ cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint 
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         scan = _Scan()
-        document = scan.document(raw, _OPENAI_BLANK_HEADS, True)
+        document = scan.document(raw, _OPENAI_BLANK, True)
         return parse_document(document, k, require_logprobs, check_usage,
                               lambda i: _ScannedReader(i, scan))
     finally:
