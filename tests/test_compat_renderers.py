@@ -360,7 +360,7 @@ def _native_agrees(content: Any, ids: list[int]) -> bool:
         fast = compat._native_well_formed(content, array, want_top)
         if fast is not None:
             answered = True
-            assert _entries(fast) == _entries(_reference._Choice(0).native_entries(content, array, want_top))
+            assert _entries(fast) == _entries(_reference.native_entries(content, array, want_top))
     return answered
 
 

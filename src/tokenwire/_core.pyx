@@ -1134,45 +1134,91 @@ class _Scanned:
         return super().length(value, path) if v == NULL else v.count
 
 
-class _ScannedChoice(_Scanned, _reference._Choice):
-    """The reference's rules over values read straight from the raw bytes."""
+# The Python-valued readers behind a path the scan did not record (its value is then intact
+# in the parsed document): small values, read as the reference reads them.
+def blob(value):
+    """The bytes of a canonical base64 string (or bytes-like value) as a new uint8 array,
+    or None (the reference's ``blob``, decoded by tw_base64)."""
+    if value is None:
+        return None
+    try:
+        return b64decode(value)
+    except (MalformedResponseError, TypeError):
+        return None
 
-    kernels = _KERNELS
 
-    def nested(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, path)
-        return super().nested(value, path) if v == NULL else scan.nested(v)
+nested_ints = _reference.nested_ints
+native_entries = _reference.native_entries
 
-    def blob(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, path)
-        return super().blob(value, path) if v == NULL else scan.blob(v)
+cdef uint64_t _MAX_TOKEN_ID = 4294967295
+cdef uint64_t _MAX_OFFSET = 9223372036854775807
+# Base64 strings of a generate choice, by path.
+_GENERATE_BLOBS = (
+    ("compact_logprobs.data", TW_F_CP_DATA),
+    ("completion_logprobs.data", TW_F_CL_DATA),
+    ("sampling_mask.ids.data", TW_F_SM_IDS_DATA),
+    ("sampling_mask.counts.data", TW_F_SM_COUNTS_DATA),
+    ("kept_tokens.ids", TW_F_KT_IDS),
+    ("kept_tokens.counts", TW_F_KT_COUNTS),
+    ("routed_experts.data", TW_F_RE_DATA),
+    ("routed_experts", TW_F_ROUTED),
+)
 
-    def original(self, value, path):
-        """A value kept in ``GenerateChoice.raw`` as the document holds it: ``logprobs`` with
-        its ``content`` (left empty in the parsed copy for the C reader), and
-        ``completion_logprobs`` beside ``compact_logprobs`` with its ``data`` (blanked by the
-        scan)."""
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = NULL
-        if not isinstance(value, dict):
-            return value
-        if path == "logprobs":
-            v = scan.array(self.index, "logprobs.content", self.fields)
-            return value if v == NULL else {**value, "content": _json.loads(scan.text(v))}
-        if path == "completion_logprobs":
-            v = scan.value(self.index, "completion_logprobs.data")
-            if v != NULL and v.type == TW_T_STRING:
-                return {**value, "data": _json.loads(b'"' + scan.text(v) + b'"')}
-        return value
 
-    def native_entries(self, content, ids, want_top):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, "logprobs.content")
-        if v == NULL or v.type != TW_T_ARRAY:
-            return super().native_entries(content, ids, want_top)
-        return scan.native(v, ids, want_top)
+cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k):
+    """The compiled extractor for one generate choice: every value its rules read, from the
+    spans the scan recorded (what the reference's ``extract_choice`` reads from the parsed
+    document)."""
+    cdef const tw_value *f = scan.doc.choice[index].f
+    cdef const tw_value *v
+    cdef int field
+    values = {}
+    v = &f[TW_F_TOKEN_IDS]
+    ids = scan.ints(v, _MAX_TOKEN_ID) if v.present else None
+    if v.present:
+        values["token_ids"] = ids
+    v = &f[TW_F_CP_OFFSETS]
+    if v.present:
+        values["compact_logprobs.offsets"] = scan.ints(v, _MAX_OFFSET)
+    for path, field in _GENERATE_BLOBS:
+        v = &f[field]
+        if v.present and v.type == TW_T_STRING:
+            values[path] = scan.blob(v)
+    v = &f[TW_F_SAMPLING_MASK]
+    if v.present and v.type == TW_T_ARRAY:
+        values["sampling_mask"] = scan.nested(v)
+    compact = choice.get("compact_logprobs") is not None
+    v = &f[TW_F_LOGPROBS_CONTENT]
+    if v.present and v.type == TW_T_ARRAY:
+        values["logprobs.content:len"] = v.count
+        if not compact and ids is not None and ids[2] is None and v.count == <size_t>len(ids[0]):
+            values["logprobs.content"] = scan.native(v, ids[0], k is not None)
+        packed = choice.get("completion_logprobs") is not None
+        logprobs = choice.get("logprobs")
+        if (compact or (packed and k is None)) and isinstance(logprobs, dict):
+            # The records stay in GenerateChoice.raw, as sent (the parsed copy has none).
+            values["logprobs:raw"] = {**logprobs, "content": _json.loads(scan.text(v))}
+    v = &f[TW_F_CL_DATA]
+    packed_value = choice.get("completion_logprobs")
+    if compact and v.present and v.type == TW_T_STRING and isinstance(packed_value, dict):
+        values["completion_logprobs:raw"] = {**packed_value, "data": _json.loads(b'"' + scan.text(v) + b'"')}
+    return _reference.Evidence(index, values, _KERNELS)
+
+
+cdef object _generate_evidence(_Scan scan, object document, object k):
+    """The evidence of every choice of a scanned generate response, and of its top level."""
+    cdef size_t i
+    top = _reference.Evidence(None, {}, _KERNELS)
+    if scan.doc.prompt_token_ids.present:
+        top.values["prompt_token_ids"] = scan.ints(&scan.doc.prompt_token_ids, _MAX_TOKEN_ID)
+    choices = document.get("choices") if isinstance(document, dict) else None
+    read = []
+    if isinstance(choices, list):
+        for i in range(min(scan.doc.nchoices, len(choices))):
+            choice = choices[i]
+            read.append(_choice_evidence(scan, i, choice, k) if isinstance(choice, dict)
+                        else _reference.Evidence(i, {}, _KERNELS))
+    return top, read
 
 
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
@@ -1182,7 +1228,17 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
     try:
         scan = _Scan()
         document = scan.document(raw)
-        return _reference.parse_document(document, k, require_logprobs, lambda i: _ScannedChoice(i, scan))
+        top, read = _generate_evidence(scan, document, k)
+
+        def evidence(index, value):
+            if index is None:
+                return top
+            if index < len(read):
+                return read[index]
+            # Records end at the first choice that must fail: no rule reads a value here.
+            return _reference.Evidence(index, {}, _KERNELS)
+
+        return _reference.parse_document(document, k, require_logprobs, evidence)
     finally:
         PyDataMem_SetHandler(previous)
 

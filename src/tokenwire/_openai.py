@@ -38,14 +38,14 @@ from ._reference import (
     Candidates,
     NativeEntries,
     _check_top_k,
-    _Choice,
-    _int_list,
     _is_int,
     _load,
     _logprob_token_id,
     _native_head,
     _token_string_id,
+    native_entries,
 )
+from . import _reference
 from ._types import GenerateChoice, GenerateResponse, Ragged
 
 __all__ = [
@@ -227,12 +227,33 @@ def _candidate_rows(
     return Candidates.from_rows(out), None
 
 
-class _Reader(_Choice):
+class _Reader:
     """One choice being parsed: where its errors are located, and how its big values are read.
 
     Every method returns what it found and where the first malformed element is; the rules
     (which error, in what order) live in the functions below.
     """
+
+    kernels: Any = _reference  # the per-token loops; the compiled readers name the core's
+
+    def __init__(self, index: int | None) -> None:
+        self.index = index
+
+    def ints(self, value: Any, path: str, high: int) -> tuple[np.ndarray, int, int | None] | None:
+        """The int list at ``path`` (see ``int_list``)."""
+        return self.kernels.int_list(value, high)
+
+    def length(self, value: list[Any], path: str) -> int:
+        """The length of the JSON array at ``path``."""
+        return len(value)
+
+    def original(self, value: Any, path: str) -> Any:
+        """The value at ``path`` as the document holds it (for ``GenerateChoice.raw``)."""
+        return value
+
+    def native_entries(self, content: list[Any], ids: np.ndarray, want_top: bool) -> NativeEntries:
+        """Both passes over native records (see ``NativeEntries``)."""
+        return native_entries(content, ids, want_top)
 
     def fail(self, reason: str, field: str | None = None, token: int | None = None) -> NoReturn:
         """Raise the error at this choice (typed: nothing after a failed rule runs)."""
@@ -371,7 +392,13 @@ class _Logprobs:
 
 def _id_list(c: _Reader, value: Any, field: str) -> _IdSource:
     """A JSON list of token ids (the generate endpoint's ``token_ids`` rules)."""
-    return _IdSource(field, _int_list(c, value, field, MAX_TOKEN_ID, f"{field} {_IDS_REASON}"))
+    reason = f"{field} {_IDS_REASON}"
+    parsed = c.ints(value, field, MAX_TOKEN_ID)
+    if parsed is None:
+        c.fail(f"{reason}: expected a list", field)
+    if parsed[2] is not None:
+        c.fail(reason, field, parsed[2])
+    return _IdSource(field, parsed[0])
 
 
 def _id_array(ids: list[int | None] | np.ndarray) -> np.ndarray:

@@ -16,7 +16,8 @@ import math
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any
+from dataclasses import field as _field
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -243,89 +244,162 @@ def heads(
     return Ragged.from_lists(top_ids, np.int64), Ragged.from_lists(top_logprobs, np.float64), bad
 
 
-class _Choice:
-    """One choice being parsed (``index`` None: the top level): where its errors are located,
-    and how its big values are read.
+def nested_ints(value: list[Any]) -> tuple[Ragged, int, int | None]:
+    """A list of int lists: its rows before the first row that is not a list of ints in
+    ``[0, MAX_MASK_ID]`` (int32), its length, and that row's index (or None)."""
+    for index, row in enumerate(value):
+        if not isinstance(row, list) or not all(_is_int(i) and 0 <= i <= MAX_MASK_ID for i in row):
+            return Ragged.from_lists(value[:index], np.int32), len(value), index
+    return Ragged.from_lists(value, np.int32), len(value), None
 
-    The reference reads the big values (int lists, base64 strings) from the parsed document;
-    the compiled core subclasses this to read the same values straight from the raw bytes.
-    The per-token loops are the free functions of ``kernels``: this module's, or the compiled
-    core's. Every rule, and the order the rules are checked in, is written once, in the
-    functions below.
+
+def blob(value: Any) -> np.ndarray | None:
+    """The bytes of a canonical base64 string (a new uint8 array), or None."""
+    raw = _b64(value)
+    return None if raw is None else np.frombuffer(bytearray(raw), dtype=np.uint8)
+
+
+def native_entries(content: list[Any], ids: np.ndarray, want_top: bool) -> NativeEntries:
+    """Both passes over native ``logprobs.content`` records (see :class:`NativeEntries`)."""
+    ids_list = ids.tolist()
+    sampled = np.zeros(len(ids_list), dtype=np.float64)
+    sampled_err = None
+    for index, entry in enumerate(content):
+        logprob = entry.get("logprob") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict):
+            sampled_err = (index, "not_object")
+        elif _logprob_token_id(entry) != ids_list[index]:
+            sampled_err = (index, "token")
+        elif isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
+            sampled_err = (index, "number")
+        elif not math.isfinite(logprob):
+            sampled_err = (index, "finite")
+        elif logprob == VLLM_LOGPROB_SENTINEL:
+            sampled_err = (index, "evidence")
+        else:
+            sampled[index] = logprob
+            continue
+        break
+    rows: list[list[tuple[int, float]]] = []
+    entry_lps = np.zeros(len(ids_list), dtype=np.float64)
+    top_err = None
+    for index, entry in enumerate(content if want_top else ()):
+        head, problem = _native_head(entry)
+        if problem is None:
+            logprob = entry.get("logprob")
+            if isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
+                problem = "sampled_not_number"
+            else:
+                entry_lps[index] = logprob
+        if problem is not None:
+            top_err = (index, problem)
+            break
+        rows.append(list(head.items()))
+    rows += [[] for _ in range(len(ids_list) - len(rows))]
+    return NativeEntries(sampled, sampled_err, Candidates.from_rows(rows), entry_lps, top_err)
+
+
+# --- the evidence of a choice: what the rules read ------------------------------------------------
+
+
+@dataclass(eq=False)
+class Evidence:
+    """What was read of one choice (``index`` None: the top level) before its rules run.
+
+    ``values`` maps a field's path to what was read there: ``int_list``'s result for an id
+    or offset list, ``blob``'s for a base64 string, ``nested_ints``' for a list-form mask,
+    :class:`NativeEntries` for ``logprobs.content`` (with ``"logprobs.content:len"`` its
+    length), and under ``"PATH:raw"`` the value a blanked field had as sent. An extractor
+    fills it: :func:`extract_choice` from the parsed document, or the compiled core in one
+    pass over the raw bytes. A path that is not there is read from the parsed value when a
+    rule needs it, with ``kernels`` (so a caller holding only a dict, like the writer and
+    the renderers drop-in, fills what it has and leaves the rest).
     """
 
-    kernels: Any = None  # this module (set below); a subclass names the compiled core
+    index: int | None
+    values: dict[str, Any] = _field(default_factory=dict)
+    kernels: Any = None  # the free functions of the per-token loops; this module when None
+    error: Any = MalformedResponseError  # what a broken rule raises (a subclass of it)
 
-    def __init__(self, index: int | None) -> None:
-        self.index = index
+    def __post_init__(self) -> None:
+        if self.kernels is None:
+            self.kernels = sys.modules[__name__]
 
-    def fail(self, reason: str, field: str | None = None, token: int | None = None):
-        raise MalformedResponseError(reason, choice=self.index, field=field, token=token)
+    def fail(self, reason: str, field: str | None = None, token: int | None = None) -> NoReturn:
+        raise self.error(reason, choice=self.index, field=field, token=token)
 
-    def ints(self, value: Any, path: str, high: int) -> tuple[np.ndarray, int, int | None] | None:
-        """The int list at ``path`` (see :func:`int_list`)."""
-        return self.kernels.int_list(value, high)
 
-    def nested(self, value: list[Any], path: str) -> tuple[Ragged, int, int | None]:
-        """A list of int lists: its rows before the first row that is not a list of ints in
-        ``[0, MAX_MASK_ID]`` (int32), its length, and that row's index (or None)."""
-        for index, row in enumerate(value):
-            if not isinstance(row, list) or not all(_is_int(i) and 0 <= i <= MAX_MASK_ID for i in row):
-                return Ragged.from_lists(value[:index], np.int32), len(value), index
-        return Ragged.from_lists(value, np.int32), len(value), None
+_MISSING = object()
 
-    def blob(self, value: Any, path: str) -> np.ndarray | None:
-        """The bytes of a canonical base64 string (a new uint8 array), or None."""
-        raw = _b64(value)
-        return None if raw is None else np.frombuffer(bytearray(raw), dtype=np.uint8)
 
-    def native_entries(self, content: list[Any], ids: np.ndarray, want_top: bool) -> NativeEntries:
-        """Both passes over native ``logprobs.content`` records (see :class:`NativeEntries`)."""
-        ids_list = ids.tolist()
-        sampled = np.zeros(len(ids_list), dtype=np.float64)
-        sampled_err = None
-        for index, entry in enumerate(content):
-            logprob = entry.get("logprob") if isinstance(entry, dict) else None
-            if not isinstance(entry, dict):
-                sampled_err = (index, "not_object")
-            elif _logprob_token_id(entry) != ids_list[index]:
-                sampled_err = (index, "token")
-            elif isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
-                sampled_err = (index, "number")
-            elif not math.isfinite(logprob):
-                sampled_err = (index, "finite")
-            elif logprob == VLLM_LOGPROB_SENTINEL:
-                sampled_err = (index, "evidence")
-            else:
-                sampled[index] = logprob
-                continue
-            break
-        rows: list[list[tuple[int, float]]] = []
-        entry_lps = np.zeros(len(ids_list), dtype=np.float64)
-        top_err = None
-        for index, entry in enumerate(content if want_top else ()):
-            head, problem = _native_head(entry)
-            if problem is None:
-                logprob = entry.get("logprob")
-                if isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
-                    problem = "sampled_not_number"
-                else:
-                    entry_lps[index] = logprob
-            if problem is not None:
-                top_err = (index, problem)
-                break
-            rows.append(list(head.items()))
-        rows += [[] for _ in range(len(ids_list) - len(rows))]
-        return NativeEntries(sampled, sampled_err, Candidates.from_rows(rows), entry_lps, top_err)
+def _ints(c: Evidence, value: Any, path: str, high: int) -> tuple[np.ndarray, int, int | None] | None:
+    got = c.values.get(path, _MISSING)
+    return c.kernels.int_list(value, high) if got is _MISSING else got
 
-    def length(self, value: list[Any], path: str) -> int:
-        """The length of the JSON array at ``path`` (the compiled core counts it in the raw
-        bytes when the parsed copy of a big array was left empty)."""
-        return len(value)
 
-    def original(self, value: Any, path: str) -> Any:
-        """The value at ``path`` as the document holds it (for ``GenerateChoice.raw``)."""
-        return value
+def _blob(c: Evidence, value: Any, path: str) -> np.ndarray | None:
+    got = c.values.get(path, _MISSING)
+    return c.kernels.blob(value) if got is _MISSING else got
+
+
+def _nested(c: Evidence, value: list[Any], path: str) -> tuple[Ragged, int, int | None]:
+    got = c.values.get(path, _MISSING)
+    return c.kernels.nested_ints(value) if got is _MISSING else got
+
+
+def _native(c: Evidence, content: list[Any], ids: np.ndarray, want_top: bool) -> NativeEntries:
+    got = c.values.get("logprobs.content", _MISSING)
+    return c.kernels.native_entries(content, ids, want_top) if got is _MISSING else got
+
+
+def _length(c: Evidence, value: list[Any], path: str) -> int:
+    return c.values.get(path + ":len", len(value))
+
+
+def _original(c: Evidence, value: Any, path: str) -> Any:
+    """A value kept in ``GenerateChoice.raw`` as the document holds it."""
+    return c.values.get(path + ":raw", value)
+
+
+def extract_choice(index: int | None, choice: Any, k: int | None) -> Evidence:
+    """The pure-Python extractor: the evidence of one parsed choice (``index`` None: the
+    top level, ``choice`` the document), as the compiled core's one pass over the raw bytes
+    reads it."""
+    values: dict[str, Any] = {}
+    c = Evidence(index, values)
+    if not isinstance(choice, dict):
+        return c
+    if index is None:
+        values["prompt_token_ids"] = int_list(choice.get("prompt_token_ids"), MAX_TOKEN_ID)
+        return c
+    values["token_ids"] = ids = int_list(choice.get("token_ids"), MAX_TOKEN_ID)
+    compact = choice.get("compact_logprobs")
+    if isinstance(compact, dict):
+        values["compact_logprobs.offsets"] = int_list(compact.get("offsets"), MAX_OFFSET)
+        values["compact_logprobs.data"] = blob(compact.get("data"))
+    for name, key in (("completion_logprobs", "data"), ("routed_experts", "data"), ("kept_tokens", "ids"),
+                      ("kept_tokens", "counts")):
+        value = choice.get(name)
+        if isinstance(value, dict):
+            values[f"{name}.{key}"] = blob(value.get(key))
+    mask = choice.get("sampling_mask")
+    if isinstance(mask, list):
+        values["sampling_mask"] = nested_ints(mask)
+    elif isinstance(mask, dict):
+        for name in ("ids", "counts"):
+            packed = mask.get(name)
+            if isinstance(packed, dict):
+                values[f"sampling_mask.{name}.data"] = blob(packed.get("data"))
+    routed = choice.get("routed_experts")
+    if isinstance(routed, str):
+        values["routed_experts"] = blob(routed)
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if isinstance(content, list):
+        values["logprobs.content:len"] = len(content)
+        if compact is None and ids is not None and ids[2] is None and len(content) == ids[1]:
+            values["logprobs.content"] = native_entries(content, ids[0], k is not None)
+    return c
 
 
 @dataclass
@@ -388,8 +462,8 @@ def _native_head(entry: Any) -> tuple[dict[int, float], str | None]:
     return head, None
 
 
-def _int_list(c: _Choice, value: Any, field: str, high: int, reason: str) -> np.ndarray:
-    parsed = c.ints(value, field, high)
+def _int_list(c: Evidence, value: Any, field: str, high: int, reason: str) -> np.ndarray:
+    parsed = _ints(c, value, field, high)
     if parsed is None:
         c.fail(f"{reason}: expected a list", field)
     values, _, bad = parsed
@@ -413,14 +487,14 @@ def _shape_is(shape: Any, count: int) -> bool:
 # --- sampled-token logprobs: packed --------------------------------------------------------------
 
 
-def _parse_packed_logprobs(packed: Any, n: int, c: _Choice) -> np.ndarray:
+def _parse_packed_logprobs(packed: Any, n: int, c: Evidence) -> np.ndarray:
     field = "completion_logprobs"
     if not isinstance(packed, dict):
         c.fail("Engine response choice.completion_logprobs must be an object.", field)
     dtype = _named(PACKED_DTYPES, packed.get("dtype"))
     if dtype is None:
         c.fail("Unsupported packed logprob dtype (float32 or float64)", field + ".dtype")
-    raw = c.blob(packed.get("data"), field + ".data")
+    raw = _blob(c, packed.get("data"), field + ".data")
     if raw is None:
         c.fail("Invalid packed logprob base64", field + ".data")
     if len(raw) % dtype.itemsize:
@@ -486,7 +560,7 @@ def _native_message(messages: dict[str, str], code: str, index: int, ids: np.nda
 
 
 def _parse_native_logprobs(
-    choice: dict[str, Any], ids: np.ndarray, c: _Choice, want_top: bool = False
+    choice: dict[str, Any], ids: np.ndarray, c: Evidence, want_top: bool = False
 ) -> tuple[np.ndarray, NativeEntries]:
     """The sampled logprobs from native records; with ``want_top`` the same read also
     collects the head candidates, for :func:`_parse_native_heads`."""
@@ -497,14 +571,14 @@ def _parse_native_logprobs(
     content = logprobs.get("content")
     if not isinstance(content, list):
         c.fail("Engine response choice.logprobs.content must be a list.", field)
-    count = c.length(content, field)
+    count = _length(c, content, field)
     if count != len(ids):
         c.fail(
             "Engine response completion token count "
             f"({len(ids)}) does not match logprob count ({count}).",
             field,
         )
-    entries = c.native_entries(content, ids, want_top)
+    entries = _native(c, content, ids, want_top)
     if entries.sampled_err is not None:
         index, code = entries.sampled_err
         c.fail(_native_message(_NATIVE_SAMPLED, code, index, ids), field, index)
@@ -514,7 +588,7 @@ def _parse_native_logprobs(
 # --- sampling mask -------------------------------------------------------------------------------
 
 
-def _parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: _Choice) -> Ragged | None:
+def _parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) -> Ragged | None:
     field = "sampling_mask"
     mask = choice.get(field)
     bare = False
@@ -534,7 +608,7 @@ def _parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: _Choice) ->
                 c.fail("Invalid packed sampling mask", f"{field}.{name}")
             else:
                 data, source = packed.get("data"), f"{field}.{name}.data"
-            raw = c.blob(data, source)
+            raw = _blob(c, data, source)
             if raw is None or len(raw) % 4:
                 c.fail("Invalid packed sampling mask", f"{field}.{name}.data")
             values = raw.view("<i4")
@@ -551,7 +625,7 @@ def _parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: _Choice) ->
         np.cumsum(counts, out=offsets[1:])
         rows = Ragged(offsets, values)
     elif isinstance(mask, list):
-        rows, count, bad_row = c.nested(mask, field)
+        rows, count, bad_row = _nested(c, mask, field)
         if count != len(ids):
             c.fail("Sampling mask token count mismatch", field)
     else:
@@ -621,7 +695,7 @@ def select_head(
     return [i for i, _ in ranked], [p for _, p in ranked]
 
 
-def _head_or_fail(c: _Choice, field: str, index: int, *args: Any) -> tuple[list[int], list[float]]:
+def _head_or_fail(c: Evidence, field: str, index: int, *args: Any) -> tuple[list[int], list[float]]:
     try:
         return select_head(*args)
     except MalformedResponseError as exc:
@@ -633,13 +707,13 @@ def _head_or_fail(c: _Choice, field: str, index: int, *args: Any) -> tuple[list[
 
 
 def _parse_compact_logprobs(
-    choice: dict[str, Any], ids: np.ndarray, k: int | None, c: _Choice
+    choice: dict[str, Any], ids: np.ndarray, k: int | None, c: Evidence
 ) -> tuple[np.ndarray, Ragged | None, Ragged | None, Ragged | None]:
     field = "compact_logprobs"
     packed = choice[field]
     if not isinstance(packed, dict) or packed.get("format") != COMPACT_FORMAT:
         c.fail("Unsupported compact logprob format", field + ".format")
-    parsed = c.ints(packed.get("offsets"), field + ".offsets", MAX_OFFSET)
+    parsed = _ints(c, packed.get("offsets"), field + ".offsets", MAX_OFFSET)
     if parsed is None or parsed[1] != len(ids) + 1:
         c.fail("Invalid compact logprob offsets", field + ".offsets")
     offsets, _, bad_offset = parsed
@@ -651,7 +725,7 @@ def _parse_compact_logprobs(
     num_top = packed.get("num_top_logprobs")
     if not _is_int(num_top) or num_top < -1:
         c.fail("Invalid compact logprob candidate count", field + ".num_top_logprobs")
-    raw = c.blob(packed.get("data"), field + ".data")
+    raw = _blob(c, packed.get("data"), field + ".data")
     if raw is None:
         c.fail("Invalid compact logprob base64", field + ".data")
     count = int(offsets[-1])
@@ -685,16 +759,16 @@ def _parse_compact_logprobs(
 
 
 def _parse_native_heads(
-    choice: dict[str, Any], ids: np.ndarray, k: int, c: _Choice, entries: NativeEntries | None = None
+    choice: dict[str, Any], ids: np.ndarray, k: int, c: Evidence, entries: NativeEntries | None = None
 ) -> tuple[Ragged, Ragged, Ragged | None]:
     field = "logprobs.content"
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not isinstance(content, list) or c.length(content, field) != len(ids):
+    if not isinstance(content, list) or _length(c, content, field) != len(ids):
         c.fail("Missing requested top logprobs", field)
     supports = _parse_sampling_mask(choice, ids, c)
     if entries is None:  # the sampled logprobs came from another transport
-        entries = c.native_entries(content, ids, True)
+        entries = _native(c, content, ids, True)
     limit = len(ids) if entries.top_err is None else entries.top_err[0]
     top_ids, top_logprobs, head_bad = c.kernels.heads(ids, entries.candidates, entries.entry_lps, k, supports, limit)
     if head_bad is not None:
@@ -708,7 +782,7 @@ def _parse_native_heads(
 # --- routed experts ------------------------------------------------------------------------------
 
 
-def _parse_npy(raw: np.ndarray, c: _Choice) -> np.ndarray:
+def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
     """Upstream vLLM's form: a whole ``.npy`` file. Only the header fields we need are trusted."""
     field = "routed_experts"
     if bytes(raw[:6]) != b"\x93NUMPY" or len(raw) < 10:
@@ -736,7 +810,7 @@ def _parse_npy(raw: np.ndarray, c: _Choice) -> np.ndarray:
     return _shaped(raw[begin + size :], list(header["shape"]), NPY_DESCRS[header["descr"]], c)
 
 
-def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: _Choice) -> np.ndarray:
+def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.ndarray:
     field = "routed_experts"
     if not isinstance(shape, list) or not shape or not all(_is_int(d) and d >= 0 for d in shape):
         c.fail("routed_experts shape must be a list of non-negative ints", field + ".shape")
@@ -763,10 +837,10 @@ def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: _Choice) -> np.nda
     return routing
 
 
-def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
+def _parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
     field = "routed_experts"
     if isinstance(value, str):
-        raw = c.blob(value, field)
+        raw = _blob(c, value, field)
         if raw is None:
             c.fail("Invalid routed_experts base64", field)
         return RoutedExperts(_parse_npy(raw, c), None)
@@ -778,7 +852,7 @@ def _parse_routed_experts(value: Any, c: _Choice) -> RoutedExperts:
     start = value.get("start")
     if start is not None and (not _is_int(start) or start < 0):
         c.fail("routed_experts start must be a non-negative int", field + ".start")
-    raw = c.blob(value.get("data"), field + ".data")
+    raw = _blob(c, value.get("data"), field + ".data")
     if raw is None:
         c.fail("Invalid routed_experts base64", field + ".data")
     return RoutedExperts(_shaped(raw, value.get("shape"), dtype_name, c), start)
@@ -809,7 +883,7 @@ def _load(raw: Any) -> Any:
         raise invalid_json(exc, raw) from None
 
 
-def _parse_choice(c: _Choice, choice: Any, k: int | None, require_logprobs: bool) -> GenerateChoice:
+def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: bool) -> GenerateChoice:
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
     ids = _int_list(c, choice.get("token_ids"), "token_ids", MAX_TOKEN_ID, "token_ids must hold token ids in [0, 2**32)")
@@ -844,27 +918,28 @@ def _parse_choice(c: _Choice, choice: Any, k: int | None, require_logprobs: bool
         sampling_mask=mask,
         routed_experts=_parse_routed_experts(routed, c) if routed is not None else None,
         finish_reason=choice.get("finish_reason"),
-        raw={key: c.original(value, key) for key, value in choice.items() if key not in consumed},
+        raw={key: _original(c, value, key) for key, value in choice.items() if key not in consumed},
     )
 
 
-def parse_document(
-    document: Any, k: int | None, require_logprobs: bool, reader: Any = _Choice
-) -> GenerateResponse:
-    """Validate a parsed response; ``reader(index)`` makes the :class:`_Choice` for each choice
-    (index None: the top level)."""
+def parse_document(document: Any, k: int | None, require_logprobs: bool, evidence: Any = None) -> GenerateResponse:
+    """Validate a parsed response. ``evidence(index, value)`` gives the :class:`Evidence` of
+    each choice (index None: the top level, value the document); by default
+    :func:`extract_choice` reads it from the parsed document, one choice at a time, as the
+    rules reach it."""
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
+    read = evidence or (lambda index, value: extract_choice(index, value, k))
     prompt = document.get("prompt_token_ids")
     if prompt is not None:
         prompt = _int_list(
-            reader(None), prompt, "prompt_token_ids", MAX_TOKEN_ID,
+            read(None, document), prompt, "prompt_token_ids", MAX_TOKEN_ID,
             "prompt_token_ids must hold token ids in [0, 2**32)",
         )
     choices = document.get("choices")
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
-    parsed = [_parse_choice(reader(i), choice, k, require_logprobs) for i, choice in enumerate(choices)]
+    parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs) for i, choice in enumerate(choices)]
     return GenerateResponse(
         choices=parsed,
         request_id=document.get("request_id"),
@@ -881,5 +956,3 @@ def parse_generate_response(
     k = _check_top_k(top_k)
     return parse_document(_load(raw), k, require_logprobs)
 
-
-_Choice.kernels = sys.modules[__name__]

@@ -96,22 +96,21 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 
 
-class _Given(_reference._Choice):
-    """A choice whose base64 fields are the encoder's own blobs (no decoding), checked by the
-    readers' rules with the kernels in use."""
+def _given_choice(name: str = "", field: Any = None) -> Any:
+    """The evidence of a field the encoder built: its base64 values are the encoder's own
+    blobs (no decoding), checked by the readers' rules with the kernels in use."""
+    values: dict[str, Any] = {}
 
-    @property  # type: ignore[override]
-    def kernels(self) -> Any:
-        return _select.kernels
-
-    def blob(self, value, path):
+    def collect(path: str, value: Any) -> None:
         if isinstance(value, Blob):
-            return value.array
-        return super().blob(value, path)
+            values[path] = value.array
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                collect(f"{path}.{key}", item)
 
-
-def _given_choice() -> Any:
-    return _Given(None)
+    if field is not None:
+        collect(name, field)
+    return _reference.Evidence(None, values, _select.kernels)
 
 
 def _row_firsts(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -153,7 +152,7 @@ def encode_packed(array: Any) -> dict[str, Any]:
         raise TypeError(f"packed arrays are 1-D float32, float64 or int32, not {values.ndim}-D {name}")
     values = np.ascontiguousarray(values, dtype=_PACKED[name])
     field = {"data": _blob(values), "shape": [len(values)], "dtype": name}
-    c = _given_choice()
+    c = _given_choice("completion_logprobs", field)
     if name == "int32":
         bad = c.kernels.first_bad("negative", values)
         if bad >= 0:
@@ -204,7 +203,8 @@ def encode_compact_logprobs(
         sampled = _row_firsts(row_ids, bounds)
     else:
         sampled = _rows_for(_ids(completion_ids, "completion_ids"), n)
-    _reference._parse_compact_logprobs({"compact_logprobs": field}, np.asarray(sampled, np.int64), None, _given_choice())
+    _reference._parse_compact_logprobs({"compact_logprobs": field}, np.asarray(sampled, np.int64), None,
+                                      _given_choice("compact_logprobs", field))
     return field
 
 
@@ -222,7 +222,8 @@ def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = None) -
         sampled = _row_firsts(support.astype(np.int64), bounds)
     else:
         sampled = _rows_for(_ids(completion_ids, "completion_ids"), len(sizes))
-    _reference._parse_sampling_mask({"sampling_mask": field}, np.asarray(sampled, np.int64), _given_choice())
+    _reference._parse_sampling_mask({"sampling_mask": field}, np.asarray(sampled, np.int64),
+                                    _given_choice("sampling_mask", field))
     return field
 
 
@@ -242,7 +243,7 @@ def encode_routed_experts(array: Any, start: int | None = 0) -> dict[str, Any]:
         start = int_arg(start, "start", 0)
     routing = np.ascontiguousarray(routing, dtype=_ROUTED[name])
     field = {"data": _blob(routing), "shape": list(routing.shape), "start": start, "dtype": name}
-    _reference._parse_routed_experts(field, _given_choice())
+    _reference._parse_routed_experts(field, _given_choice("routed_experts", field))
     return field
 
 

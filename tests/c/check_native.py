@@ -756,7 +756,7 @@ def code_of(reason: str, table) -> int:
 
 
 def ref_sampled(choice, ids):
-    c = R._Choice(0)
+    c = R.Evidence(0)
     try:
         values, _ = R._parse_native_logprobs(choice, np.array(ids, dtype=np.int64), c)
         return -1, OK, values
@@ -772,7 +772,7 @@ def ref_sampled(choice, ids):
 def ref_top(choice, ids):
     """The reference's head candidates of each entry before the first failing one, with the
     entry's own logprob (what the heads are then selected from)."""
-    c = R._Choice(0)
+    c = R.Evidence(0)
     heads = []
 
     def record(ids_, candidates, sampled_lps, k, supports, limit):

@@ -221,44 +221,37 @@ def __getattr__(name: str) -> Any:
 
 # --- reading a choice dict -----------------------------------------------------------------------
 
-class _Reader(_reference._Choice):
-    """tokenwire's rules over a parsed choice, as renderers' functions receive it: values
-    come from the dict, base64 is decoded by ``tokenwire.b64decode`` and the per-token passes
-    run in the compiled kernels (when built)."""
+def _evidence(index: int | None = None, decoded: dict[int, np.ndarray] | None = None,
+            choice: Any = None) -> _reference.Evidence:
+    """tokenwire's rules over a parsed choice, as renderers' functions receive it: the
+    payloads this parse decoded already (by the id of the view they came from) are its
+    evidence; everything else is read from the dict by the kernels in use (compiled when
+    built), and a broken rule raises renderers' error type."""
+    values: dict[str, Any] = {}
+    if decoded and isinstance(choice, dict):
+        for name in ("compact_logprobs", "routed_experts"):
+            value = choice.get(name)
+            data = value.get("data") if isinstance(value, dict) else None
+            if type(data) is memoryview and id(data) in decoded:
+                values[f"{name}.data"] = decoded[id(data)]
+    return _reference.Evidence(index, values, _select.kernels, _error_type())
 
-    # The compiled per-token kernels when the core is in use, the reference's loops otherwise.
-    kernels = _select.kernels
 
-    def __init__(self, index: int | None = None, decoded: dict[int, np.ndarray] | None = None) -> None:
-        super().__init__(index)
-        # Payloads this parse has decoded already, by the id of the view they came from.
-        self.decoded = decoded
-
-    def fail(self, reason: str, field: str | None = None, token: int | None = None):
-        raise _error_type()(reason, choice=self.index, field=field, token=token)
-
-    def blob(self, value: Any, path: str) -> np.ndarray | None:
-        if value is None:
-            return None
-        if self.decoded is not None and type(value) is memoryview:
-            done = self.decoded.get(id(value))
-            if done is not None:
-                return done
-        try:
-            return tokenwire.b64decode(value)
-        except (MalformedResponseError, TypeError):
-            return None
-
-    def native_entries(self, content: list[Any], ids: np.ndarray, want_top: bool) -> Any:
-        fast = _native_well_formed(content, ids, want_top)
-        if fast is not None:
-            return fast
-        try:
-            return super().native_entries(content, ids, want_top)
-        except OverflowError:
-            # An integer logprob beyond float range (json.loads reads them exactly): it is
-            # not finite as a float, and the rules say so.
-            return super().native_entries(_float_range(content), ids, want_top)
+def _with_native(c: _reference.Evidence, choice: dict[str, Any], ids: np.ndarray, want_top: bool) -> None:
+    """Reads ``logprobs.content`` into ``c`` when it holds one record per token: in whole-list
+    operations when the records are well formed, else record by record."""
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if isinstance(content, list) and len(content) == len(ids):
+        entries = _native_well_formed(content, ids, want_top)
+        if entries is None:
+            try:
+                entries = _reference.native_entries(content, ids, want_top)
+            except OverflowError:
+                # An integer logprob beyond float range (json.loads reads them exactly): it
+                # is not finite as a float, and the rules say so.
+                entries = _reference.native_entries(_float_range(content), ids, want_top)
+        c.values["logprobs.content"] = entries
 
 
 _PREFIX = b"token_id:"
@@ -400,7 +393,7 @@ def _plain(value: Any) -> Any:
 _NESTED = ("compact_logprobs", "completion_logprobs", "logprobs", "sampling_mask", "kept_tokens")
 
 
-def _choice(c: _Reader, choice: Any) -> dict[str, Any]:
+def _choice(c: _reference.Evidence, choice: Any) -> dict[str, Any]:
     choice = _plain(choice)
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
@@ -422,7 +415,7 @@ def _choice(c: _Reader, choice: Any) -> dict[str, Any]:
     return choice
 
 
-def _ids(c: _Reader, completion_ids: Any) -> np.ndarray:
+def _ids(c: _reference.Evidence, completion_ids: Any) -> np.ndarray:
     if isinstance(completion_ids, np.ndarray):
         completion_ids = completion_ids.tolist()
     elif not isinstance(completion_ids, list):
@@ -462,7 +455,7 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
     """
     _follow()
     payload, decoded = _loads(raw)
-    top = _Reader(None)
+    top = _evidence(None)
     if not isinstance(payload, dict):
         top.fail("response must be a JSON object")
     choices = payload.get("choices")
@@ -473,7 +466,7 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
         _reference._int_list(top, prompt, "prompt_token_ids", _reference.MAX_TOKEN_ID,
                              "prompt_token_ids must hold token ids in [0, 2**32)")
     for index, choice in enumerate(choices):
-        c = _Reader(index, decoded)
+        c = _evidence(index, decoded, choice)
         if not isinstance(choice, dict):
             c.fail("choice must be an object")
         ids = choice.get("token_ids")
@@ -498,7 +491,7 @@ def _parse_packed_completion_logprobs(
     Stricter: canonical base64, dtype ``float32`` or ``float64``, ``shape == [n]`` when sent.
     """
     release = _follow()
-    c = _Reader()
+    c = _evidence()
     values = _reference._parse_packed_logprobs(_plain(packed), len(completion_ids), c)
     return release.logprobs(values)
 
@@ -514,7 +507,7 @@ def _parse_compact_logprobs(
     ``kept_tokens``) that is present is validated also without ``k``.
     """
     release = _follow()
-    c = _Reader()
+    c = _evidence()
     ids = _ids(c, completion_ids)
     choice = _choice(c, choice)
     k = _check_k(k)
@@ -539,20 +532,21 @@ def _parse_completion_logprobs(
     holds one record per token; otherwise renderers' head call reports that first).
     """
     release = _follow()
-    c = _Reader()
+    c = _evidence()
     ids = _ids(c, completion_ids)
     choice = _choice(c, choice)
     packed = choice.get("completion_logprobs")
     if packed is not None:
         values = _reference._parse_packed_logprobs(packed, len(ids), c)
     else:
+        _with_native(c, choice, ids, False)
         values, _ = _reference._parse_native_logprobs(choice, ids, c)
     # A present mask is validated here too, where renderers' head call would validate it
     # next: after its check that logprobs.content holds one record per token (when it does
     # not, that call reports so first, and the mask is left to it).
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if isinstance(content, list) and c.length(content, "logprobs.content") == len(ids):
+    if isinstance(content, list) and len(content) == len(ids):
         _reference._parse_sampling_mask(choice, ids, c)
     return release.logprobs(values)
 
@@ -565,7 +559,7 @@ def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -
     ``sampling_mask`` is absent.
     """
     _follow()
-    c = _Reader()
+    c = _evidence()
     ids = _ids(c, completion_ids)
     rows = _reference._parse_sampling_mask(_choice(c, choice), ids, c)
     return None if rows is None else _rows(rows)[0]
@@ -597,12 +591,13 @@ def _parse_completion_top_logprobs(
     takes ASCII digits only.
     """
     _follow()
-    c = _Reader()
+    c = _evidence()
     ids = _ids(c, completion_ids)
     choice = _choice(c, choice)
     head = _check_k(k)
     if head is None:
         raise ValueError("k must be a positive int, not None")
+    _with_native(c, choice, ids, True)
     top_ids, top_logprobs, _ = _reference._parse_native_heads(choice, ids, head, c)
     head_ids, head_logprobs = _rows(top_ids, top_logprobs)
     return head_ids, head_logprobs
