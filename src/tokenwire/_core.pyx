@@ -529,7 +529,7 @@ from ._types import Ragged
 
 cdef uint64_t _MAX_MASK_ID = 2147483647
 
-# Where the scanner records each value the reference reads through its _Choice hooks.
+# Where the scanner records each value of a generate choice the rules read.
 _FIELDS = {
     "token_ids": TW_F_TOKEN_IDS,
     "completion_logprobs.data": TW_F_CL_DATA,
@@ -1219,6 +1219,21 @@ cdef object _generate_evidence(_Scan scan, object document, object k):
             read.append(_choice_evidence(scan, i, choice, k) if isinstance(choice, dict)
                         else _reference.Evidence(i, {}, _KERNELS))
     return top, read
+
+
+def extract_generate(raw, top_k=None):
+    """The compiled extractor of a generate response: ``(document, top, choices)``, the parsed
+    document with its big values blanked, the :class:`~tokenwire._reference.Evidence` of its
+    top level and of each choice the scan recorded (the reference's ``extract_generate``
+    reads the same from the parsed document)."""
+    k = _reference._check_top_k(top_k)
+    previous = PyDataMem_SetHandler(_NP_HANDLER)
+    try:
+        scan = _Scan()
+        document = scan.document(raw)
+        return (document, *_generate_evidence(scan, document, k))
+    finally:
+        PyDataMem_SetHandler(previous)
 
 
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True):

@@ -18,7 +18,7 @@ decodes to nothing). So the rules here are:
 Every rule raises :class:`MalformedResponseError` naming the choice, field and token. The
 per-token loops read big values through the small methods of :class:`_Reader`, so a compiled
 reader can replace them without touching the rules (``reader`` in the ``parse_*_document``
-functions), exactly as the generate parser's ``_Choice`` is replaced by the compiled core.
+functions); the generate rules read an evidence record instead (``_reference.Evidence``).
 """
 
 from __future__ import annotations

@@ -356,12 +356,11 @@ def _length(c: Evidence, value: list[Any], path: str) -> int:
     return c.values.get(path + ":len", len(value))
 
 
-def _original(c: Evidence, value: Any, path: str) -> Any:
-    """A value kept in ``GenerateChoice.raw`` as the document holds it."""
-    return c.values.get(path + ":raw", value)
+# Fields that GenerateChoice.raw may keep and the compiled extractor blanks in part.
+_MAY_BE_BLANKED = ("logprobs", "completion_logprobs")
 
 
-def extract_choice(index: int | None, choice: Any, k: int | None) -> Evidence:
+def extract_choice(index: int | None, choice: Any, k: int | None = None) -> Evidence:
     """The pure-Python extractor: the evidence of one parsed choice (``index`` None: the
     top level, ``choice`` the document), as the compiled core's one pass over the raw bytes
     reads it."""
@@ -502,15 +501,13 @@ def _parse_packed_logprobs(packed: Any, n: int, c: Evidence) -> np.ndarray:
     values = raw.view(dtype)
     if "shape" in packed and not _shape_is(packed["shape"], len(values)):
         c.fail(f"Packed logprob shape does not match its {len(values)} values", field + ".shape")
-    problem = (
-        f"Engine response choice.completion_logprobs: {len(values)} values for "
-        f"{n} completion tokens, or a non-finite or missing (-9999) logprob."
-    )
-    if len(values) != n:
-        c.fail(problem, field)
-    bad = c.kernels.first_bad("packed", values)
-    if bad >= 0:
-        c.fail(problem, field, bad)
+    bad = -1 if len(values) != n else c.kernels.first_bad("packed", values)
+    if len(values) != n or bad >= 0:
+        c.fail(
+            f"Engine response choice.completion_logprobs: {len(values)} values for "
+            f"{n} completion tokens, or a non-finite or missing (-9999) logprob.",
+            field, None if bad < 0 else bad,
+        )
     return values
 
 
@@ -918,8 +915,18 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         sampling_mask=mask,
         routed_experts=_parse_routed_experts(routed, c) if routed is not None else None,
         finish_reason=choice.get("finish_reason"),
-        raw={key: _original(c, value, key) for key, value in choice.items() if key not in consumed},
+        raw=_raw(c, choice, consumed),
     )
+
+
+def _raw(c: Evidence, choice: dict[str, Any], consumed: list[str]) -> dict[str, Any]:
+    """The fields of a choice that are not attributes, as the document holds them (a field
+    an extractor blanked comes back from its evidence)."""
+    raw = {key: value for key, value in choice.items() if key not in consumed}
+    for key in _MAY_BE_BLANKED:
+        if key in raw and key + ":raw" in c.values:
+            raw[key] = c.values[key + ":raw"]
+    return raw
 
 
 def parse_document(document: Any, k: int | None, require_logprobs: bool, evidence: Any = None) -> GenerateResponse:
@@ -947,6 +954,17 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
         prompt_token_ids=prompt,
         payload={key: v for key, v in document.items() if key not in ("choices", "prompt_token_ids")},
     )
+
+
+def extract_generate(raw: Any, top_k: int | None = None) -> tuple[Any, Evidence, list[Evidence]]:
+    """The pure-Python extractor of a whole generate response: the parsed document, and the
+    :class:`Evidence` of its top level and of each choice (what the compiled core's
+    ``extract_generate`` reads in one pass over the raw bytes)."""
+    k = _check_top_k(top_k)
+    document = _load(raw)
+    choices = document.get("choices") if isinstance(document, dict) else None
+    read = [extract_choice(i, choice, k) for i, choice in enumerate(choices)] if isinstance(choices, list) else []
+    return document, extract_choice(None, document), read
 
 
 def parse_generate_response(
