@@ -8,11 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tokenwire import MalformedResponseError, _reference, samples
+from tokenwire import MalformedResponseError, _openai, _reference, samples
 from tokenwire._types import Ragged
 
-from . import strategies
+from . import strategies, test_openai
 from .conftest import _NO_CORE, _core
 
 EXAMPLES = 300
@@ -76,3 +77,57 @@ def test_generated_and_mutated_documents(case):
     for path in _core.simd_paths():
         with _core.simd_path_forced(path):
             assert_peers(case.raw, case.top_k)
+
+
+# --- OpenAI-compatible and SGLang -----------------------------------------------------------------
+
+
+def assert_openai_peers(raw: bytes, top_k: int | None, sglang: bool) -> None:
+    try:
+        _, top, choices = _openai.extract_openai(raw, top_k, sglang)
+    except MalformedResponseError:
+        with pytest.raises(MalformedResponseError):
+            _core.extract_openai(raw, top_k, sglang)
+        return
+    _, ctop, cchoices = _core.extract_openai(raw, top_k, sglang)
+    for python, compiled in [(top, ctop), *zip(choices, cchoices)]:
+        ours = {p: v for p, v in _values(python).items() if not p.endswith(":span")}
+        theirs = {p: v for p, v in _values(compiled).items() if not p.endswith(":span")}
+        assert ours.keys() == theirs.keys(), (python.index, sorted(ours), sorted(theirs))
+        for path in ours:
+            assert _same(_plain(ours[path]), _plain(theirs[path])), (python.index, path)
+        for path, span in compiled.values.items():  # the text kept for the result's raw
+            if path.endswith(":span"):
+                assert bytes(compiled.source[span[0]:span[1]])[:1] in (b"{", b"[")
+
+
+def _plain(value: Any) -> Any:
+    """Records as comparable parts: ids as int64 (-1: none), values read as numbers."""
+    if isinstance(value, _openai._Records):
+        ids = _openai._id_array(value.ids)
+        numbers = value.values if isinstance(value.values, _openai.Numbers) else _openai.Numbers(
+            *_openai.numbers(value.values))
+        if value.bad is not None:  # the rules stop there: what came after is never named
+            return (ids, value.bad)
+        return (ids, numbers.values, numbers.bad, value.value_key, value.bad, value.mixed)
+    if isinstance(value, _openai.Numbers):
+        return (value.values, value.bad, value.example)
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], list):  # token strings
+        return (_openai._id_array(value[0]), value[1])
+    return value
+
+
+@pytest.mark.parametrize("fmt", test_openai.FORMATS, ids=[f.name for f in test_openai.FORMATS])
+@pytest.mark.parametrize("top_k", [None, 1])
+def test_openai_formats(simd, fmt, top_k):
+    doc, _ = test_openai.base(fmt)
+    assert_openai_peers(test_openai.dumps(doc), top_k, fmt.name.startswith("sglang"))
+
+
+@settings(max_examples=EXAMPLES)
+@given(test_openai.mutated_openai(), st.sampled_from([None, 1]))
+def test_mutated_openai_documents(case, top_k):
+    fmt, raw = case
+    for path in _core.simd_paths():
+        with _core.simd_path_forced(path):
+            assert_openai_peers(raw, top_k, fmt.name.startswith("sglang"))

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenwire import MalformedResponseError, _openai
+from tokenwire import MalformedResponseError, _openai, _reference
 
 from .conftest import _core
 from .openai_strategies import (
@@ -342,8 +342,8 @@ def test_first_bad_logprob_wins():
     assert raises(BY_NAME["vllm_completions"], doc, "null").token == 1
 
 
-def test_non_finite_values_from_a_reader_are_rejected():
-    c = _openai._Reader(0)
+def test_non_finite_values_from_the_evidence_are_rejected():
+    c = _reference.Evidence(0)
     lp = _openai._Logprobs("logprobs.token_logprobs", 2, np.array([-1.0, math.inf]), None, [-1.0, math.inf], "logprob")
     with pytest.raises(MalformedResponseError, match="logprob must be finite") as info:
         _openai._check_values(c, lp)

@@ -680,18 +680,16 @@ cdef object _candidates(int rc, object coff, const tw_native_cands *cands, size_
 cdef class _Scan:
     """The raw bytes of one response and what the structural scanner recorded in them."""
     cdef const char *buf
-    cdef char *own  # a private copy of a mutable input (tw_mem), or NULL
     cdef tw_doc doc
     cdef int path
     cdef object keep
+    cdef readonly object source  # the bytes buf points into, as a Python buffer (for spans)
 
     def __cinit__(self):
         tw_doc_init(&self.doc)
-        self.own = NULL
 
     def __dealloc__(self):
         tw_doc_free(&self.doc)
-        tw_mem_free(self.own)
 
     cdef object document(self, object raw, uint32_t blank=_GENERATE_BLANK, bint openai=False,
                          bint sglang=False):
@@ -706,16 +704,18 @@ cdef class _Scan:
         cdef char *dst
         if isinstance(mv.obj, bytes):
             self.keep = view
+            self.source = mv
             self.buf = _start(view)
         else:
             # Another thread may rewrite any memory but a bytes object's (a reused receive
             # buffer, also behind a read-only view) while the GIL is released: every pass
             # then reads one private snapshot, so counts taken by one pass hold for the next.
-            self.own = <char *>tw_mem_alloc(n + 1)
-            if self.own == NULL:
+            dst = <char *>tw_mem_alloc(n + 1)
+            if dst == NULL:
                 raise MemoryError()
-            memcpy(self.own, _start(view), n)
-            self.buf = self.own
+            memcpy(dst, _start(view), n)
+            self.source = _adopt(<uint8_t *>dst, n)  # owns the snapshot from now on
+            self.buf = dst
         self.path = _path
         self.doc.path = _path
         self.doc.decode = 1
@@ -1110,30 +1110,6 @@ def heads(ids, candidates, sampled_lps, k, supports, limit):
 _KERNELS = sys.modules[__name__]
 
 
-class _Scanned:
-    """A choice reader bound to the scan of its response: integer arrays at recorded paths
-    (``fields``) are read from the raw bytes, everything else as the next reader does."""
-
-    fields = _FIELDS
-
-    def __init__(self, index, scan):
-        super().__init__(index)
-        # Records end at the first choice that must fail, and choices are validated in order.
-        if not scan.has_record(index):
-            raise AssertionError("tokenwire: no scan record for a choice being validated")
-        self.scan = scan
-
-    def ints(self, value, path, high):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.value(self.index, path, self.fields)
-        return super().ints(value, path, high) if v == NULL else scan.ints(v, high)
-
-    def length(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, self.fields)
-        return super().length(value, path) if v == NULL else v.count
-
-
 # The Python-valued readers behind a path the scan did not record (its value is then intact
 # in the parsed document): small values, read as the reference reads them.
 def blob(value):
@@ -1258,111 +1234,151 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
         PyDataMem_SetHandler(previous)
 
 
-class _RecordValues:
-    """The values of logprob records read in C: the numbers before the first value that is
-    not one, its index, and a value of its JSON type (to name it)."""
-
-    __slots__ = ("numbers", "bad", "example")
-
-    def __init__(self, numbers, bad, example):
-        self.numbers = numbers
-        self.bad = bad
-        self.example = example
-
-
 def _record_values(values, kinds):
-    """The _RecordValues of record values of the given TW_NATIVE_V_* classes."""
+    """The Numbers of record values of the given TW_NATIVE_V_* classes."""
     not_number = np.flatnonzero(kinds != TW_NATIVE_V_NUMBER)
     if not len(not_number):
-        return _RecordValues(values, None, None)
+        return _openai.Numbers(values, None, None)
     first = int(not_number[0])
-    return _RecordValues(values[:first], first, _KIND_EXAMPLES[kinds[first]])
+    return _openai.Numbers(values[:first], first, _KIND_EXAMPLES[kinds[first]])
 
 
-class _ScannedReader(_Scanned, _openai._Reader):
-    """The OpenAI-compatible parsers' rules over per-token arrays read straight from the raw
-    bytes (ids, ``token_logprobs``, ``"token_id:N"`` tokens, logprob records)."""
-
-    fields = _OPENAI_FIELDS
-
-    def records(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, _RECORD_FIELDS)
-        return super().records(value, path) if v == NULL else scan.records(v)
-
-    def numbers(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v
-        if type(value) is _RecordValues:
-            return value.numbers, value.bad
-        v = scan.array(self.index, path, _NUMBER_FIELDS)
-        return super().numbers(value, path) if v == NULL else scan.numbers(v)
-
-    def token_strings(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, self.fields)
-        return super().token_strings(value, path) if v == NULL else scan.token_strings(v)
-
-    def element(self, value, path, index):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v
-        if type(value) is _RecordValues:
-            return value.example
-        v = scan.array(self.index, path, _NUMBER_FIELDS)
-        return super().element(value, path, index) if v == NULL else scan.element(v, index)
-
-    kernels = _KERNELS
-
-    def top_entries(self, content, path, ids):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, _RECORD_FIELDS)
-        if v == NULL or v.count != <size_t>len(ids):
-            return super().top_entries(self.full(content, path), path, ids)
-        return scan.native(v, ids, True)
-
-    def keyed_rows(self, rows, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, self.fields)
-        if v == NULL:
-            return super().keyed_rows(rows, path)
-        candidates, top_err, repeat = scan.head_rows(v, True)
-        if repeat is True:  # a key with an escape: the rows as the reference reads them
-            rows = _openai._load_keeping_repeats(scan.text(v))
-            return super().keyed_rows(rows, path)
-        return candidates, top_err, repeat
-
-    def full(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, _RECORD_FIELDS)
-        return value if v == NULL else _json.loads(scan.text(v))
-
-    def original(self, value, path):
-        """``logprobs`` or ``raw_output`` as the document holds it (its arrays were left empty
-        in the parsed copy), when it is kept in ``GenerateChoice.raw``."""
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = NULL
-        if path in ("logprobs", "raw_output"):
-            v = scan.value(self.index, path, self.fields)
-        if v == NULL or v.type != TW_T_OBJECT:
-            return value
-        return _json.loads(scan.text(v))
+cdef void _put_array(_Scan scan, dict values, str path, const tw_value *v, object k):
+    """Record arrays of logprob records at ``path``: the records, the length, where the text
+    is and, with a head, the candidates."""
+    values[path + ":records"] = scan.records(v)
+    values[path + ":len"] = v.count
+    values[path + ":span"] = (v.start, v.end)
+    if k is not None:
+        # The candidates do not depend on the ids (only the sampled pass reads them).
+        values[path + ":top"] = scan.native(v, np.zeros(v.count, dtype=np.int64), True)
 
 
-class _ScannedItem(_ScannedReader):
-    """SGLang's rules over ``output_ids`` and ``[logprob, token_id, text]`` entries read
-    straight from the raw bytes."""
+# Id lists of an OpenAI-compatible choice, by path.
+_OPENAI_IDS = (
+    ("token_ids", TW_F_TOKEN_IDS),
+    ("prompt_token_ids", TW_F_PROMPT_IDS),
+    ("logprobs.token_ids", TW_F_LP_TOKEN_IDS),
+    ("raw_output.completion_token_ids", TW_F_RO_TOKEN_IDS),
+)
 
-    fields = _SGLANG_FIELDS
 
-    def triples(self, value, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, self.fields)
-        return super().triples(value, path) if v == NULL else scan.triples(v)
+cdef object _openai_evidence(_Scan scan, size_t index, object k):
+    """The compiled extractor for one OpenAI-compatible choice (the reference's
+    ``_openai.extract_openai_choice`` reads the same from the parsed document)."""
+    cdef const tw_value *f = scan.doc.choice[index].f
+    cdef const tw_value *v
+    cdef int field
+    cdef ptrdiff_t bad
+    values = {}
+    for path, field in _OPENAI_IDS:
+        v = &f[field]
+        if v.present:
+            values[path] = scan.ints(v, _MAX_TOKEN_ID)
+    v = &f[TW_F_LOGPROBS_CONTENT]
+    if v.present and v.type == TW_T_ARRAY:
+        _put_array(scan, values, "logprobs.content", v, k)
+    v = &f[TW_F_RO_CONTENT]
+    if v.present and v.type == TW_T_ARRAY:
+        _put_array(scan, values, "raw_output.completion_logprobs.content", v, k)
+    v = &f[TW_F_LP_TOKEN_LOGPROBS]
+    if v.present and v.type == TW_T_ARRAY:
+        read, at = scan.numbers(v)
+        values["logprobs.token_logprobs:numbers"] = _openai.Numbers(
+            read, at, None if at is None else scan.element(v, at))
+        values["logprobs.token_logprobs:len"] = v.count
+    v = &f[TW_F_LP_TOKENS]
+    if v.present and v.type == TW_T_ARRAY:
+        values["logprobs.tokens:tokens"] = scan.token_strings(v)
+    v = &f[TW_F_LP_TOP]
+    if v.present and v.type == TW_T_ARRAY:
+        values["logprobs.top_logprobs:len"] = v.count
+        if k is not None:
+            candidates, top_err, repeat = scan.head_rows(v, True)
+            if repeat is True:  # a key with an escape: the rows as the reference reads them
+                repeat = _openai.keyed_rows(_openai._load_keeping_repeats(scan.text(v)))
+                candidates, top_err, repeat = repeat
+            values["logprobs.top_logprobs:rows"] = (candidates, top_err, repeat)
+    for path, field in (("logprobs", TW_F_LOGPROBS), ("raw_output", TW_F_RAW_OUTPUT)):
+        v = &f[field]
+        if v.present and v.type == TW_T_OBJECT:
+            values[path + ":span"] = (v.start, v.end)
+    return _reference.Evidence(index, values, _KERNELS, source=scan.source)
 
-    def top_triples(self, rows, path):
-        cdef _Scan scan = self.scan
-        cdef const tw_value *v = scan.array(self.index, path, self.fields)
-        return super().top_triples(rows, path) if v == NULL else scan.head_rows(v, False)[:2]
+
+cdef object _sglang_evidence(_Scan scan, size_t index, object k):
+    """The compiled extractor for one SGLang item (the reference's
+    ``_openai.extract_sglang_item``)."""
+    cdef const tw_value *f = scan.doc.choice[index].f
+    cdef const tw_value *v
+    values = {}
+    v = &f[TW_F_SGL_IDS]
+    if v.present:
+        values["output_ids"] = scan.ints(v, _MAX_TOKEN_ID)
+    v = &f[TW_F_SGL_TRIPLES]
+    if v.present and v.type == TW_T_ARRAY:
+        values["meta_info.output_token_logprobs:records"] = scan.triples(v)
+        values["meta_info.output_token_logprobs:len"] = v.count
+    v = &f[TW_F_SGL_TOP]
+    if v.present and v.type == TW_T_ARRAY:
+        values["meta_info.output_top_logprobs:len"] = v.count
+        if k is not None:
+            values["meta_info.output_top_logprobs:rows"] = scan.head_rows(v, False)[:2]
+    return _reference.Evidence(index, values, _KERNELS, source=scan.source)
+
+
+cdef object _openai_records(_Scan scan, object choices, object k, bint sglang):
+    """The evidence of the top level and of each recorded choice of a scanned OpenAI-compatible
+    or SGLang response, read now in one pass over the spans."""
+    cdef size_t i
+    top = _reference.Evidence(None, {}, _KERNELS, source=scan.source)
+    if scan.doc.prompt_token_ids.present:
+        top.values["prompt_token_ids"] = scan.ints(&scan.doc.prompt_token_ids, _MAX_TOKEN_ID)
+    read = []
+    if isinstance(choices, list):
+        for i in range(min(scan.doc.nchoices, len(choices))):
+            if not isinstance(choices[i], dict):
+                read.append(_reference.Evidence(i, {}, _KERNELS))
+            elif sglang:
+                read.append(_sglang_evidence(scan, i, k))
+            else:
+                read.append(_openai_evidence(scan, i, k))
+    return top, read
+
+
+def _lookup(top, read):
+    """``evidence(index, value)`` for the rules: the records read; an empty one past them
+    (records end at the first choice that must fail, whose values are intact)."""
+
+    def evidence(index, value):
+        if index is None:
+            return top
+        return read[index] if index < len(read) else _reference.Evidence(index, {}, _KERNELS)
+
+    return evidence
+
+
+cdef object _scan_openai(_Scan scan, object raw, object k, bint sglang):
+    """Scan an OpenAI-compatible (or SGLang) response: its document and its evidence."""
+    if sglang:
+        document = scan.document(raw, _SGLANG_BLANK, False, True)
+        choices = document if isinstance(document, list) else [document]
+    else:
+        document = scan.document(raw, _OPENAI_BLANK, True)
+        choices = document.get("choices") if isinstance(document, dict) else None
+    return (document, *_openai_records(scan, choices, k, sglang))
+
+
+def extract_openai(raw, top_k=None, sglang=False):
+    """The compiled extractor of an OpenAI-compatible (or SGLang) response: ``(document, top,
+    choices)`` as :func:`extract_generate` (the reference's ``_openai.extract_openai`` reads
+    the same from the parsed document)."""
+    k = _reference._check_top_k(top_k)
+    previous = PyDataMem_SetHandler(_NP_HANDLER)
+    try:
+        return _scan_openai(_Scan(), raw, k, sglang)
+    finally:
+        PyDataMem_SetHandler(previous)
 
 
 def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
@@ -1370,10 +1386,9 @@ def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, ch
     k = _reference._check_top_k(top_k)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
-        scan = _Scan()
-        document = scan.document(raw, _SGLANG_BLANK, False, True)
+        document, top, read = _scan_openai(_Scan(), raw, k, True)
         return _openai.parse_sglang_generate_document(document, k, require_logprobs, check_usage,
-                                                      lambda i: _ScannedItem(i, scan))
+                                                      _lookup(top, read))
     finally:
         PyDataMem_SetHandler(previous)
 
@@ -1383,10 +1398,8 @@ cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint 
     k = _reference._check_top_k(top_k)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
-        scan = _Scan()
-        document = scan.document(raw, _OPENAI_BLANK, True)
-        return parse_document(document, k, require_logprobs, check_usage,
-                              lambda i: _ScannedReader(i, scan))
+        document, top, read = _scan_openai(_Scan(), raw, k, False)
+        return parse_document(document, k, require_logprobs, check_usage, _lookup(top, read))
     finally:
         PyDataMem_SetHandler(previous)
 

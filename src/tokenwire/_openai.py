@@ -16,9 +16,10 @@ decodes to nothing). So the rules here are:
   logprob must be real sampling evidence, and a head comes only from candidates named by id.
 
 Every rule raises :class:`MalformedResponseError` naming the choice, field and token. The
-per-token loops read big values through the small methods of :class:`_Reader`, so a compiled
-reader can replace them without touching the rules (``reader`` in the ``parse_*_document``
-functions); the generate rules read an evidence record instead (``_reference.Evidence``).
+rules read each choice's big values from its evidence record (``_reference.Evidence``),
+filled by :func:`extract_openai_choice` / :func:`extract_sglang_item` from the parsed
+document or by the compiled core from the raw bytes (``evidence`` in the ``parse_*_document``
+functions).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 from . import _json
 from ._errors import MalformedResponseError
 from ._reference import (
+    Evidence,
     _NATIVE_TOP,
     MAX_TOKEN_ID,
     VLLM_LOGPROB_SENTINEL,
@@ -43,6 +45,7 @@ from ._reference import (
     _logprob_token_id,
     _native_head,
     _token_string_id,
+    int_list,
     native_entries,
 )
 from . import _reference
@@ -177,7 +180,7 @@ def sglang_generate_request_params(
     return out
 
 
-# --- reading big values (the seam a compiled reader replaces) ------------------------------------
+# --- reading big values from the parsed document ------------------------------------------------
 
 
 def _is_number(value: Any) -> bool:
@@ -185,12 +188,22 @@ def _is_number(value: Any) -> bool:
 
 
 @dataclass
+class Numbers:
+    """Numbers read in C: the values before the first one that is not a number, its index
+    (None: none), and that value as ``json.loads`` gives it (to name it)."""
+
+    values: np.ndarray
+    bad: int | None
+    example: Any = None
+
+
+@dataclass
 class _Records:
     """Logprob records read from a list of objects (``logprobs.content``) or of triples
     (SGLang): per token the id the record names (None: none), and the value it carries."""
 
-    ids: list[int | None] | np.ndarray  # a compiled reader: int64, -1 for none
-    values: list[Any] | Any  # a compiled reader: its own holder, read through its hooks
+    ids: list[int | None] | np.ndarray  # the compiled extractor: int64, -1 for none
+    values: list[Any] | Numbers  # the compiled extractor: the values already read
     value_key: str  # which key the values came from, for messages
     bad: int | None = None  # first entry that is not an object / a triple
     mixed: int | None = None  # first entry lacking `sampling_logprob` while others have it
@@ -227,144 +240,232 @@ def _candidate_rows(
     return Candidates.from_rows(out), None
 
 
-class _Reader:
-    """One choice being parsed: where its errors are located, and how its big values are read.
+def numbers(value: list[Any]) -> tuple[np.ndarray, int | None]:
+    """A list of JSON numbers: the values before the first element that is not a number
+    (float64), and that element's index (or None)."""
+    if {type(x) for x in value} <= {float}:  # how every server writes logprobs
+        return np.array(value, dtype=np.float64), None
+    for index, x in enumerate(value):
+        if not _is_number(x):
+            return np.array([float(v) for v in value[:index]], dtype=np.float64), index
+    return np.array([float(v) for v in value], dtype=np.float64), None
 
-    Every method returns what it found and where the first malformed element is; the rules
-    (which error, in what order) live in the functions below.
-    """
 
-    kernels: Any = _reference  # the per-token loops; the compiled readers name the core's
+def top_triples(rows: list[Any]) -> tuple[Candidates, tuple[int, str] | None]:
+    """SGLang's head candidates, a row of ``[logprob, token_id, text]`` per token: every
+    row's candidates before the first row that breaks a rule, and ``(index, code)`` of that
+    row (codes as :class:`NativeEntries`' ``top_err``). A row's shape (a non-empty list of
+    triples naming ids) is checked whole before its logprobs, one by one."""
 
-    def __init__(self, index: int | None) -> None:
-        self.index = index
+    def pairs(row: Any) -> list[tuple[int | None, Any]] | None:
+        if not isinstance(row, list) or not row:
+            return None
+        read = triples(row)
+        return [(None, None)] if read.bad is not None else list(zip(read.ids, read.values))
 
-    def ints(self, value: Any, path: str, high: int) -> tuple[np.ndarray, int, int | None] | None:
-        """The int list at ``path`` (see ``int_list``)."""
-        return self.kernels.int_list(value, high)
+    return _candidate_rows(rows, pairs)
 
-    def length(self, value: list[Any], path: str) -> int:
-        """The length of the JSON array at ``path``."""
-        return len(value)
 
-    def original(self, value: Any, path: str) -> Any:
-        """The value at ``path`` as the document holds it (for ``GenerateChoice.raw``)."""
-        return value
+def keyed_rows(rows: list[Any]) -> tuple[Candidates, tuple[int, str] | None, tuple[int, str] | None]:
+    """Completions' head candidates, a ``{"token_id:N": logprob}`` object per token: as
+    :func:`top_triples` (a row's keys are checked whole before its logprobs), and before that
+    the first row that repeats a key, with the key (``rows`` must then have been read with
+    repeated keys kept, see ``_Repeated``)."""
+    for index, row in enumerate(rows):
+        if isinstance(row, _Repeated):
+            return Candidates.from_rows([[] for _ in rows]), None, (index, row.repeated[0])
 
-    def native_entries(self, content: list[Any], ids: np.ndarray, want_top: bool) -> NativeEntries:
-        """Both passes over native records (see ``NativeEntries``)."""
-        return native_entries(content, ids, want_top)
+    def pairs(row: Any) -> list[tuple[int | None, Any]] | None:
+        if not isinstance(row, dict) or not row:
+            return None
+        return [(_token_string_id(key), value) for key, value in row.items()]
 
-    def fail(self, reason: str, field: str | None = None, token: int | None = None) -> NoReturn:
-        """Raise the error at this choice (typed: nothing after a failed rule runs)."""
-        raise MalformedResponseError(reason, choice=self.index, field=field, token=token)
+    return (*_candidate_rows(rows, pairs), None)
 
-    def numbers(self, value: list[Any], path: str) -> tuple[np.ndarray, int | None]:
-        """A list of JSON numbers: the values before the first element that is not a number
-        (float64), and that element's index (or None)."""
-        if {type(x) for x in value} <= {float}:  # how every server writes logprobs
-            return np.array(value, dtype=np.float64), None
-        for index, x in enumerate(value):
-            if not _is_number(x):
-                return np.array([float(v) for v in value[:index]], dtype=np.float64), index
-        return np.array([float(v) for v in value], dtype=np.float64), None
 
-    def element(self, value: list[Any], path: str, index: int) -> Any:
-        """Element ``index`` of the list at ``path``, as sent (to name a bad value)."""
-        return value[index]
+def token_strings(value: list[Any]) -> tuple[list[int | None] | np.ndarray, int]:
+    """The ids of ``"token_id:N"`` strings (None for any other token; the compiled extractor
+    gives an int64 array with -1 there) and how many there are."""
+    try:
+        prefixes: set[Any] | None = {token[:9] for token in value}
+    except TypeError:  # a token that is not a string: read them one by one
+        prefixes = None
+    if prefixes is not None and "token_id:" not in prefixes:  # text tokens only
+        return [None] * len(value), 0
+    if prefixes == {"token_id:"}:
+        digits = [token[9:] for token in value]
+        joined = "".join(digits)
+        if joined.isascii() and joined.isdigit() and all(digits):  # every one is "token_id:N"
+            parsed = list(map(int, digits))
+            if not parsed or max(parsed) <= MAX_TOKEN_ID:
+                return cast("list[int | None]", parsed), len(parsed)
+    ids = [_token_string_id(token) for token in value]
+    return ids, len(ids) - ids.count(None)
 
-    def top_entries(self, content: list[Any], path: str, ids: np.ndarray) -> NativeEntries:
-        """The head candidates of ``[{token, logprob, top_logprobs}]`` entries at ``path``
-        (one per id), read by the rules of vLLM's native records."""
-        return self.native_entries(content, ids, True)
 
-    def top_triples(self, rows: list[Any], path: str) -> tuple[Candidates, tuple[int, str] | None]:
-        """SGLang's head candidates, a row of ``[logprob, token_id, text]`` per token: every
-        row's candidates before the first row that breaks a rule, and ``(index, code)`` of
-        that row (codes as :class:`NativeEntries`' ``top_err``). A row's shape (a non-empty
-        list of triples naming ids) is checked whole before its logprobs, one by one."""
+def records(value: list[Any]) -> _Records:
+    """``logprobs.content``-style entries. Fireworks' ``sampling_logprob`` (the value the
+    sampler drew with) is read instead of ``logprob`` when the entries carry it."""
+    sampling = any(isinstance(e, dict) and "sampling_logprob" in e for e in value)
+    key = "sampling_logprob" if sampling else "logprob"
+    ids: list[int | None] = []
+    read = _Records(ids, [], key)
+    for index, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            read.bad = index
+            break
+        if sampling and key not in entry and read.mixed is None:
+            read.mixed = index
+        ids.append(_logprob_token_id(entry))
+        read.values.append(entry.get(key))
+    return read
 
-        def pairs(row: Any) -> list[tuple[int | None, Any]] | None:
-            if not isinstance(row, list) or not row:
-                return None
-            read = _Reader.triples(self, row, path)  # rows are never recorded values
-            return [(None, None)] if read.bad is not None else list(zip(read.ids, read.values))
 
-        return _candidate_rows(rows, pairs)
+def triples(value: list[Any]) -> _Records:
+    """SGLang's ``[logprob, token_id, text]`` entries (the text may be absent or null);
+    ids as in :func:`records`."""
+    ids: list[int | None] = []
+    read = _Records(ids, [], "logprob")
+    for index, entry in enumerate(value):
+        if not isinstance(entry, list) or not 2 <= len(entry) <= 3:
+            read.bad = index
+            break
+        token_id = entry[1]
+        valid = _is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID
+        ids.append(token_id if valid else None)
+        read.values.append(entry[0])
+    return read
 
-    def keyed_rows(
-        self, rows: list[Any], path: str
-    ) -> tuple[Candidates, tuple[int, str] | None, tuple[int, str] | None]:
-        """Completions' head candidates, a ``{"token_id:N": logprob}`` object per token: as
-        :meth:`top_triples` (a row's keys are checked whole before its logprobs), and before
-        that the first row that repeats a key, with the key (``rows`` must then have been read
-        with repeated keys kept, see ``_Repeated``)."""
-        for index, row in enumerate(rows):
-            if isinstance(row, _Repeated):
-                return Candidates.from_rows([[] for _ in rows]), None, (index, row.repeated[0])
 
-        def pairs(row: Any) -> list[tuple[int | None, Any]] | None:
-            if not isinstance(row, dict) or not row:
-                return None
-            return [(_token_string_id(key), value) for key, value in row.items()]
+# --- a choice's evidence: what the rules read, by path -------------------------------------------
+#
+# Keys of ``Evidence.values`` here: PATH (an id list: ``int_list``'s result), PATH:records
+# (:func:`records` or :func:`triples`), PATH:numbers (:func:`numbers` with the first bad
+# value as sent), PATH:tokens (:func:`token_strings`), PATH:len (an array's length), PATH:top
+# (the head candidates of logprob records), PATH:rows (:func:`keyed_rows` or
+# :func:`top_triples`), PATH:span (where the value's JSON text is in ``Evidence.source``).
+# A path that is not there is read from the parsed value by the functions above.
 
-        return (*_candidate_rows(rows, pairs), None)
 
-    def full(self, value: Any, path: str) -> Any:
-        """The value at ``path`` as the document holds it (a compiled reader may have left
-        it empty in the parsed copy)."""
-        return value
+def _records_at(c: Evidence, value: list[Any], field: str, sglang: bool = False) -> _Records:
+    got = c.values.get(field + ":records")
+    return got if got is not None else (triples(value) if sglang else records(value))
 
-    def token_strings(self, value: list[Any], path: str) -> tuple[list[int | None] | np.ndarray, int]:
-        """The ids of ``"token_id:N"`` strings (None for any other token; a compiled reader
-        returns an int64 array with -1 there) and how many there are."""
-        try:
-            prefixes: set[Any] | None = {token[:9] for token in value}
-        except TypeError:  # a token that is not a string: read them one by one
-            prefixes = None
-        if prefixes is not None and "token_id:" not in prefixes:  # text tokens only
-            return [None] * len(value), 0
-        if prefixes == {"token_id:"}:
-            digits = [token[9:] for token in value]
-            joined = "".join(digits)
-            if joined.isascii() and joined.isdigit() and all(digits):  # every one is "token_id:N"
-                parsed = list(map(int, digits))
-                if not parsed or max(parsed) <= MAX_TOKEN_ID:
-                    return cast("list[int | None]", parsed), len(parsed)
-        ids = [_token_string_id(token) for token in value]
-        return ids, len(ids) - ids.count(None)
 
-    def records(self, value: list[Any], path: str) -> _Records:
-        """``logprobs.content``-style entries. Fireworks' ``sampling_logprob`` (the value the
-        sampler drew with) is read instead of ``logprob`` when the entries carry it."""
-        sampling = any(isinstance(e, dict) and "sampling_logprob" in e for e in value)
-        key = "sampling_logprob" if sampling else "logprob"
-        ids: list[int | None] = []
-        records = _Records(ids, [], key)
-        for index, entry in enumerate(value):
-            if not isinstance(entry, dict):
-                records.bad = index
-                break
-            if sampling and key not in entry and records.mixed is None:
-                records.mixed = index
-            ids.append(_logprob_token_id(entry))
-            records.values.append(entry.get(key))
-        return records
+def _numbers_at(c: Evidence, value: Any, field: str) -> tuple[np.ndarray, int | None]:
+    if isinstance(value, Numbers):
+        return value.values, value.bad
+    got = c.values.get(field + ":numbers")
+    return (got.values, got.bad) if got is not None else numbers(value)
 
-    def triples(self, value: list[Any], path: str) -> _Records:
-        """SGLang's ``[logprob, token_id, text]`` entries (the text may be absent or null);
-        ids as in :meth:`records`."""
-        ids: list[int | None] = []
-        records = _Records(ids, [], "logprob")
-        for index, entry in enumerate(value):
-            if not isinstance(entry, list) or not 2 <= len(entry) <= 3:
-                records.bad = index
-                break
-            token_id = entry[1]
-            valid = _is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID
-            ids.append(token_id if valid else None)
-            records.values.append(entry[0])
-        return records
+
+def _element_at(c: Evidence, value: Any, field: str, index: int) -> Any:
+    """The element ``index`` as sent (to name a bad value)."""
+    if isinstance(value, Numbers):
+        return value.example
+    got = c.values.get(field + ":numbers")
+    return got.example if got is not None else value[index]
+
+
+def _length_at(c: Evidence, value: list[Any], field: str) -> int:
+    return c.values.get(field + ":len", len(value))
+
+
+def _tokens_at(c: Evidence, value: list[Any], field: str) -> tuple[list[int | None] | np.ndarray, int]:
+    got = c.values.get(field + ":tokens")
+    return got if got is not None else token_strings(value)
+
+
+def _top_at(c: Evidence, content: list[Any], field: str, ids: np.ndarray) -> NativeEntries:
+    """The head candidates of ``[{token, logprob, top_logprobs}]`` entries (one per id), read
+    by the rules of vLLM's native records."""
+    got = c.values.get(field + ":top")
+    return got if got is not None else native_entries(content, ids, True)
+
+
+def _rows_at(c: Evidence, rows: list[Any], field: str, sglang: bool = False) -> Any:
+    got = c.values.get(field + ":rows")
+    if got is None:
+        got = top_triples(rows) if sglang else keyed_rows(rows)
+    return got
+
+
+def _full_at(c: Evidence, value: Any, field: str) -> Any:
+    """The value as the document holds it (the compiled extractor left big arrays empty in
+    the parsed copy; their text is in ``Evidence.source``)."""
+    span = c.values.get(field + ":span")
+    return value if span is None else _json.loads(bytes(c.source[span[0]:span[1]]))
+
+
+def _put_array(values: dict[str, Any], path: str, content: list[Any], k: int | None) -> None:
+    values[path + ":records"] = records(content)
+    values[path + ":len"] = len(content)
+    if k is not None:
+        values[path + ":top"] = native_entries(content, np.zeros(len(content), dtype=np.int64), True)
+
+
+def extract_openai_choice(index: int | None, choice: Any, k: int | None = None) -> Evidence:
+    """The pure-Python extractor: the evidence of one parsed OpenAI-compatible choice (index
+    None: the top level, ``choice`` the document), as the compiled core reads it from the raw
+    bytes."""
+    values: dict[str, Any] = {}
+    if not isinstance(choice, dict):
+        return Evidence(index, values)
+    ids = ("prompt_token_ids",) if index is None else ("token_ids", "prompt_token_ids")
+    for path in ids:
+        if choice.get(path) is not None:
+            values[path] = int_list(choice[path], MAX_TOKEN_ID)
+    if index is None:
+        return Evidence(index, values)
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict):
+        if isinstance(logprobs.get("content"), list):
+            _put_array(values, "logprobs.content", logprobs["content"], k)
+        sent = logprobs.get("token_logprobs")
+        if isinstance(sent, list):
+            read, bad = numbers(sent)
+            values["logprobs.token_logprobs:numbers"] = Numbers(read, bad, None if bad is None else sent[bad])
+            values["logprobs.token_logprobs:len"] = len(sent)
+        if logprobs.get("token_ids") is not None:
+            values["logprobs.token_ids"] = int_list(logprobs["token_ids"], MAX_TOKEN_ID)
+        if isinstance(logprobs.get("tokens"), list):
+            values["logprobs.tokens:tokens"] = token_strings(logprobs["tokens"])
+        rows = logprobs.get("top_logprobs")
+        if isinstance(rows, list):
+            values["logprobs.top_logprobs:len"] = len(rows)
+            if k is not None:
+                values["logprobs.top_logprobs:rows"] = keyed_rows(rows)
+    raw_output = choice.get("raw_output")
+    if isinstance(raw_output, dict):
+        if raw_output.get("completion_token_ids") is not None:
+            values["raw_output.completion_token_ids"] = int_list(raw_output["completion_token_ids"], MAX_TOKEN_ID)
+        completion = raw_output.get("completion_logprobs")
+        content = completion.get("content") if isinstance(completion, dict) else None
+        if isinstance(content, list):
+            _put_array(values, "raw_output.completion_logprobs.content", content, k)
+    return Evidence(index, values)
+
+
+def extract_sglang_item(index: int | None, item: Any, k: int | None = None) -> Evidence:
+    """The pure-Python extractor of one SGLang item (see :func:`extract_openai_choice`)."""
+    values: dict[str, Any] = {}
+    if index is None or not isinstance(item, dict):
+        return Evidence(index, values)
+    if item.get("output_ids") is not None:
+        values["output_ids"] = int_list(item["output_ids"], MAX_TOKEN_ID)
+    meta = item.get("meta_info")
+    if not isinstance(meta, dict):
+        return Evidence(index, values)
+    entries = meta.get("output_token_logprobs")
+    if isinstance(entries, list):
+        values["meta_info.output_token_logprobs:records"] = triples(entries)
+        values["meta_info.output_token_logprobs:len"] = len(entries)
+    rows = meta.get("output_top_logprobs")
+    if isinstance(rows, list):
+        values["meta_info.output_top_logprobs:len"] = len(rows)
+        if k is not None:
+            values["meta_info.output_top_logprobs:rows"] = top_triples(rows)
+    return Evidence(index, values)
 
 
 # --- rules shared by every format ----------------------------------------------------------------
@@ -390,10 +491,10 @@ class _Logprobs:
     heads: Any = None  # a callable(c, k, ids, values) -> (top_ids, top_logprobs)
 
 
-def _id_list(c: _Reader, value: Any, field: str) -> _IdSource:
+def _id_list(c: Evidence, value: Any, field: str) -> _IdSource:
     """A JSON list of token ids (the generate endpoint's ``token_ids`` rules)."""
     reason = f"{field} {_IDS_REASON}"
-    parsed = c.ints(value, field, MAX_TOKEN_ID)
+    parsed = _reference._ints(c, value, field, MAX_TOKEN_ID)
     if parsed is None:
         c.fail(f"{reason}: expected a list", field)
     if parsed[2] is not None:
@@ -409,7 +510,7 @@ def _id_array(ids: list[int | None] | np.ndarray) -> np.ndarray:
 
 
 def _ids_from_records(
-    c: _Reader, ids: list[int | None] | np.ndarray, field: str, reason: str
+    c: Evidence, ids: list[int | None] | np.ndarray, field: str, reason: str
 ) -> _IdSource | None:
     """The ids the records name (None or -1: a record naming none): none at all (None), or
     one for every record (else ``reason`` at the first record naming none)."""
@@ -423,7 +524,7 @@ def _ids_from_records(
 
 
 def _check_alignment(
-    c: _Reader, sources: list[_IdSource], logprobs: _Logprobs | None, prompt: np.ndarray | None = None
+    c: Evidence, sources: list[_IdSource], logprobs: _Logprobs | None, prompt: np.ndarray | None = None
 ) -> None:
     """Every id source has one id per logprob, and all of them name the same ids."""
     if logprobs is not None:
@@ -460,7 +561,7 @@ def _check_alignment(
             )
 
 
-def _check_values(c: _Reader, logprobs: _Logprobs) -> np.ndarray:
+def _check_values(c: Evidence, logprobs: _Logprobs) -> np.ndarray:
     """Every sampled-token logprob is sampling evidence: a finite number, not vLLM's -9999
     sentinel (a missing or clamped value), not positive. The first bad token wins."""
     values = logprobs.values
@@ -471,7 +572,7 @@ def _check_values(c: _Reader, logprobs: _Logprobs) -> np.ndarray:
     key = logprobs.key
     if at is None and logprobs.bad is not None:
         at = logprobs.bad
-        value = c.element(logprobs.raw, logprobs.field, at)
+        value = _element_at(c, logprobs.raw, logprobs.field, at)
         if value is None:
             c.fail(f"{key} is null: the token carries no sampling evidence", logprobs.field, at)
         c.fail(f"{key} must be a number, not {type(value).__name__}", logprobs.field, at)
@@ -523,7 +624,7 @@ def _load_keeping_repeats(raw: Any) -> Any:
 
 
 def _chosen_heads(
-    c: _Reader,
+    c: Evidence,
     field: str,
     ids: np.ndarray,
     candidates: Candidates,
@@ -570,11 +671,11 @@ def _against_sampled(
 
 
 def _content_logprobs(
-    c: _Reader, content: list[Any], field: str, sources: list[_IdSource], endpoint: _Endpoint
+    c: Evidence, content: list[Any], field: str, sources: list[_IdSource], endpoint: _Endpoint
 ) -> _Logprobs:
     """``[{token, logprob, top_logprobs, ...}]`` (chat; vLLM, Fireworks ``logprobs: true``,
     Fireworks ``raw_output.completion_logprobs``): the ids go first among ``sources``."""
-    records = c.records(content, field)
+    records = _records_at(c, content, field)
     if records.bad is not None:
         c.fail("logprob entry must be an object", field, records.bad)
     if records.mixed is not None:
@@ -582,30 +683,30 @@ def _content_logprobs(
     source = _ids_from_records(c, records.ids, field, _UNNAMED_RECORD)
     if source is not None:
         sources.insert(0, source)
-    values, bad = c.numbers(records.values, field)
+    values, bad = _numbers_at(c, records.values, field)
 
-    def heads(c: _Reader, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
+    def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         # The candidates' rules, candidate by candidate, are those of vLLM's native records
         # (one read of them, `top_entries`); each head is checked against the value in the
         # candidates' own distribution: the entry's `logprob` (Fireworks' `sampling_logprob`
         # is what the sampler drew with).
-        entries = c.top_entries(content, field, ids)
+        entries = _top_at(c, content, field, ids)
         candidates, own, top_err = entries.candidates, entries.entry_lps, entries.top_err
         if top_err is not None and top_err[1] == "sampled_not_number":
             # An entry without a numeric `logprob` of its own: its head is checked against
             # the sampled value instead.
-            candidates, own, top_err = _against_sampled(c.full(content, field), sampled)
+            candidates, own, top_err = _against_sampled(_full_at(c, content, field), sampled)
         no_id = (
             "top_logprobs candidates name decoded text, not token ids: unusable for a head; "
             f"{endpoint.heads_advice}"
         )
         return _chosen_heads(c, field, ids, candidates, own, k, top_err, no_id)
 
-    return _Logprobs(field, c.length(content, field), values, bad, records.values, records.value_key, heads)
+    return _Logprobs(field, _length_at(c, content, field), values, bad, records.values, records.value_key, heads)
 
 
 def _array_logprobs(
-    c: _Reader, logprobs: dict[str, Any], sources: list[_IdSource], endpoint: _Endpoint
+    c: Evidence, logprobs: dict[str, Any], sources: list[_IdSource], endpoint: _Endpoint
 ) -> _Logprobs:
     """``{tokens, token_logprobs, top_logprobs, text_offset}`` (completions; Together and
     Fireworks add ``token_ids``): ids from ``token_ids`` and from "token_id:N" tokens."""
@@ -613,8 +714,8 @@ def _array_logprobs(
     sent = logprobs["token_logprobs"]
     if not isinstance(sent, list):
         c.fail("logprobs.token_logprobs must be a list", field)
-    values, bad = c.numbers(sent, field)
-    count = c.length(sent, field)
+    values, bad = _numbers_at(c, sent, field)
+    count = _length_at(c, sent, field)
     records: list[_IdSource] = []
     if logprobs.get("token_ids") is not None:
         records.append(_id_list(c, logprobs["token_ids"], "logprobs.token_ids"))
@@ -622,7 +723,7 @@ def _array_logprobs(
     if tokens is not None:
         if not isinstance(tokens, list):
             c.fail("logprobs.tokens must be a list", "logprobs.tokens")
-        token_ids, named = c.token_strings(tokens, "logprobs.tokens")
+        token_ids, named = _tokens_at(c, tokens, "logprobs.tokens")
         if len(token_ids) != count:
             c.fail(
                 f"logprobs.tokens has {len(token_ids)} entries but logprobs.token_logprobs has "
@@ -636,12 +737,12 @@ def _array_logprobs(
                 records.append(source)
     sources[:0] = records
 
-    def heads(c: _Reader, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
+    def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         field = "logprobs.top_logprobs"
         rows = logprobs.get("top_logprobs")
-        if not isinstance(rows, list) or c.length(rows, field) != count:
+        if not isinstance(rows, list) or _length_at(c, rows, field) != count:
             c.fail("Missing requested top logprobs", field)
-        candidates, top_err, repeated = c.keyed_rows(rows, field)
+        candidates, top_err, repeated = _rows_at(c, rows, field)
         if repeated is not None:  # before any other rule: the loudest symptom
             c.fail(
                 f"top_logprobs repeats the key {repeated[1]!r}: candidates sent under one key "
@@ -659,7 +760,7 @@ def _array_logprobs(
 
 
 def _openai_logprobs(
-    c: _Reader, choice: dict[str, Any], sources: list[_IdSource], endpoint: _Endpoint
+    c: Evidence, choice: dict[str, Any], sources: list[_IdSource], endpoint: _Endpoint
 ) -> tuple[_Logprobs | None, bool]:
     """The choice's sampled-token logprobs (None: it has none) and whether they came from
     ``choice.logprobs`` (consumed) rather than ``raw_output``; the ids their records name go
@@ -695,7 +796,7 @@ def _openai_logprobs(
     return found, found is not None
 
 
-def _raw_output_ids(c: _Reader, choice: dict[str, Any], primary: _Logprobs | None) -> list[_IdSource]:
+def _raw_output_ids(c: Evidence, choice: dict[str, Any], primary: _Logprobs | None) -> list[_IdSource]:
     """Fireworks ``raw_output``: ``completion_token_ids`` and, when the logprobs were read
     from ``choice.logprobs``, the ids its own logprob records name."""
     raw_output = choice.get("raw_output")
@@ -711,7 +812,7 @@ def _raw_output_ids(c: _Reader, choice: dict[str, Any], primary: _Logprobs | Non
     content = completion.get("content") if isinstance(completion, dict) else None
     field = "raw_output.completion_logprobs.content"
     if isinstance(content, list) and (primary is None or primary.field != field):
-        records = c.records(content, field)
+        records = _records_at(c, content, field)
         if records.bad is not None:
             c.fail("logprob entry must be an object", field, records.bad)
         source = _ids_from_records(c, records.ids, field, _UNNAMED_RECORD)
@@ -720,7 +821,7 @@ def _raw_output_ids(c: _Reader, choice: dict[str, Any], primary: _Logprobs | Non
     return sources
 
 
-def _missing_ids(c: _Reader, logprobs: _Logprobs | None, endpoint: _Endpoint) -> None:
+def _missing_ids(c: Evidence, logprobs: _Logprobs | None, endpoint: _Endpoint) -> None:
     held = ""
     if logprobs is not None:
         held = f"its {logprobs.count} logprobs cannot be aligned to tokens without them, and "
@@ -733,7 +834,7 @@ def _missing_ids(c: _Reader, logprobs: _Logprobs | None, endpoint: _Endpoint) ->
 
 
 def _parse_openai_choice(
-    c: _Reader,
+    c: Evidence,
     choice: Any,
     k: int | None,
     require_logprobs: bool,
@@ -767,7 +868,10 @@ def _parse_openai_choice(
             top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
         if from_choice:
             consumed.append("logprobs")
-    raw = {key: c.original(value, key) for key, value in choice.items() if key not in consumed}
+    raw = {key: value for key, value in choice.items() if key not in consumed}
+    for key in ("logprobs", "raw_output"):
+        if key in raw:  # as sent: the compiled extractor left their arrays empty
+            raw[key] = _full_at(c, raw[key], key)
     if prompt is not None:
         raw["prompt_token_ids"] = prompt
     return GenerateChoice(
@@ -781,16 +885,16 @@ def _parse_openai_choice(
     )
 
 
-def _check_usage(usage: Any, choices: list[GenerateChoice], reader: Any) -> None:
+def _check_usage(usage: Any, choices: list[GenerateChoice]) -> None:
     """``usage.completion_tokens`` counts every choice's tokens together, so it is compared
     only when there is one choice to attribute it to."""
     if not isinstance(usage, dict) or usage.get("completion_tokens") is None or len(choices) != 1:
         return
-    _check_token_count(reader(None), usage["completion_tokens"], "usage.completion_tokens",
+    _check_token_count(Evidence(None), usage["completion_tokens"], "usage.completion_tokens",
                        len(choices[0].completion_ids))
 
 
-def _check_token_count(c: _Reader, counted: Any, field: str, n: int) -> None:
+def _check_token_count(c: Evidence, counted: Any, field: str, n: int) -> None:
     """A server's own count of completion tokens (``field``) agrees with the ``n`` ids."""
     if not _is_int(counted) or counted < 0:
         c.fail(f"{field} must be a non-negative int", field)
@@ -817,22 +921,23 @@ def _parse_openai_document(
     require_logprobs: bool,
     check_usage: bool,
     endpoint: _Endpoint,
-    reader: Any,
+    evidence: Any,
 ) -> GenerateResponse:
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
+    read = evidence or (lambda index, value: extract_openai_choice(index, value, k))
     prompt = document.get("prompt_token_ids")
     if prompt is not None:
-        prompt = _id_list(reader(None), prompt, "prompt_token_ids").ids
+        prompt = _id_list(read(None, document), prompt, "prompt_token_ids").ids
     choices = document.get("choices")
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
     parsed = [
-        _parse_openai_choice(reader(i), choice, k, require_logprobs, endpoint)
+        _parse_openai_choice(read(i, choice), choice, k, require_logprobs, endpoint)
         for i, choice in enumerate(choices)
     ]
     if check_usage:
-        _check_usage(document.get("usage"), parsed, reader)
+        _check_usage(document.get("usage"), parsed)
     if prompt is None and endpoint is _COMPLETIONS:
         # vLLM sends the prompt per choice; one prompt for the response when all agree.
         prompts = [choice.raw.get("prompt_token_ids") for choice in parsed]
@@ -853,11 +958,12 @@ def parse_completions_document(
     k: int | None,
     require_logprobs: bool = True,
     check_usage: bool = True,
-    reader: Any = _Reader,
+    evidence: Any = None,
 ) -> GenerateResponse:
-    """Validate a parsed ``/v1/completions`` response; ``reader(index)`` makes the
-    :class:`_Reader` of each choice (index None: the top level)."""
-    return _parse_openai_document(document, k, require_logprobs, check_usage, _COMPLETIONS, reader)
+    """Validate a parsed ``/v1/completions`` response; ``evidence(index, value)`` gives the
+    ``Evidence`` of each choice (index None: the top level); by default
+    :func:`extract_openai_choice` reads it from the parsed document."""
+    return _parse_openai_document(document, k, require_logprobs, check_usage, _COMPLETIONS, evidence)
 
 
 def parse_chat_completions_document(
@@ -865,10 +971,10 @@ def parse_chat_completions_document(
     k: int | None,
     require_logprobs: bool = True,
     check_usage: bool = True,
-    reader: Any = _Reader,
+    evidence: Any = None,
 ) -> GenerateResponse:
     """Validate a parsed ``/v1/chat/completions`` response (see parse_completions_document)."""
-    return _parse_openai_document(document, k, require_logprobs, check_usage, _CHAT, reader)
+    return _parse_openai_document(document, k, require_logprobs, check_usage, _CHAT, evidence)
 
 
 def _load_openai(raw: Any, k: int | None) -> Any:
@@ -876,6 +982,21 @@ def _load_openai(raw: Any, k: int | None) -> Any:
     if k is not None and _has_keyed_heads(document):
         document = _load_keeping_repeats(raw)
     return document
+
+
+def extract_openai(raw: Any, top_k: int | None = None, sglang: bool = False) -> tuple[Any, Evidence, list[Evidence]]:
+    """The pure-Python extractor of a whole OpenAI-compatible (or SGLang) response: the parsed
+    document, and the evidence of its top level and of each choice (what the compiled core's
+    ``extract_openai`` reads in one pass over the raw bytes)."""
+    k = _check_top_k(top_k)
+    if sglang:
+        document = _load(raw)
+        items = document if isinstance(document, list) else [document]
+        return document, Evidence(None), [extract_sglang_item(i, item, k) for i, item in enumerate(items)]
+    document = _load_openai(raw, k)
+    choices = document.get("choices") if isinstance(document, dict) else None
+    read = [extract_openai_choice(i, c, k) for i, c in enumerate(choices)] if isinstance(choices, list) else []
+    return document, extract_openai_choice(None, document, k), read
 
 
 def parse_completions_response(
@@ -905,7 +1026,7 @@ _SGLANG_NO_ID = "Top logprob must be [logprob, token_id, text] with an id in [0,
 
 
 def _parse_sglang_item(
-    c: _Reader, item: Any, k: int | None, require_logprobs: bool, check_usage: bool
+    c: Evidence, item: Any, k: int | None, require_logprobs: bool, check_usage: bool
 ) -> GenerateChoice:
     if not isinstance(item, dict):
         c.fail("response item must be an object")
@@ -919,7 +1040,7 @@ def _parse_sglang_item(
     if entries is not None:
         if not isinstance(entries, list):
             c.fail(f"{field} must be a list of [logprob, token_id, text] entries", field)
-        records = c.triples(entries, field)
+        records = _records_at(c, entries, field, sglang=True)
         if records.bad is not None:
             c.fail("entry must be [logprob, token_id, text]", field, records.bad)
         ids = _id_array(records.ids)
@@ -927,8 +1048,8 @@ def _parse_sglang_item(
         if len(missing):
             c.fail("entry's token id must be in [0, 2**32)", field, int(missing[0]))
         sources.append(_IdSource(field, ids))
-        read, bad = c.numbers(records.values, field)
-        logprobs = _Logprobs(field, c.length(entries, field), read, bad, records.values, records.value_key)
+        read, bad = _numbers_at(c, records.values, field)
+        logprobs = _Logprobs(field, _length_at(c, entries, field), read, bad, records.values, records.value_key)
     if item.get("output_ids") is not None:
         sources.append(_id_list(c, item["output_ids"], "output_ids"))
     if logprobs is None and (require_logprobs or k is not None or not sources):
@@ -944,9 +1065,9 @@ def _parse_sglang_item(
     if k is not None:
         field = "meta_info.output_top_logprobs"
         rows = meta.get("output_top_logprobs")
-        if not isinstance(rows, list) or c.length(rows, field) != len(ids):
+        if not isinstance(rows, list) or _length_at(c, rows, field) != len(ids):
             c.fail("Missing requested top logprobs", field)
-        candidates, top_err = c.top_triples(rows, field)
+        candidates, top_err = _rows_at(c, rows, field, sglang=True)
         top_ids, top_logprobs = _chosen_heads(c, field, ids, candidates, sampled, k, top_err, _SGLANG_NO_ID)
     finish = meta.get("finish_reason")
     raw = {key: value for key, value in item.items() if key != "output_ids"}
@@ -967,15 +1088,17 @@ def parse_sglang_generate_document(
     k: int | None,
     require_logprobs: bool = True,
     check_usage: bool = True,
-    reader: Any = _Reader,
+    evidence: Any = None,
 ) -> GenerateResponse:
     """Validate a parsed SGLang ``/generate`` response: one object, or a list of them (a
-    batch, or ``n`` > 1), each becoming a choice."""
+    batch, or ``n`` > 1), each becoming a choice (``evidence`` as in
+    parse_completions_document; by default :func:`extract_sglang_item`)."""
     items = document if isinstance(document, list) else [document]
     if not items:
         raise MalformedResponseError("response must be an object or a non-empty list of objects")
+    read = evidence or (lambda index, value: extract_sglang_item(index, value, k))
     parsed = [
-        _parse_sglang_item(reader(i), item, k, require_logprobs, check_usage)
+        _parse_sglang_item(read(i, item), item, k, require_logprobs, check_usage)
         for i, item in enumerate(items)
     ]
     single = not isinstance(document, list)

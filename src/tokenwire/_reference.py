@@ -320,6 +320,7 @@ class Evidence:
     values: dict[str, Any] = _field(default_factory=dict)
     kernels: Any = None  # the free functions of the per-token loops; this module when None
     error: Any = MalformedResponseError  # what a broken rule raises (a subclass of it)
+    source: Any = None  # the raw bytes that ``PATH:span`` values point into
 
     def __post_init__(self) -> None:
         if self.kernels is None:
