@@ -332,3 +332,33 @@ def test_audit_classes_sampled_defects():
         assert (verdict.length_field, verdict.length_difference) == (histogram, difference)
     verdict = tokenwire.audit(body(prime_rl_kept_tokens([[5, 9, 11], [], [7], []], 4)), top_k=1)
     assert (verdict.defect, verdict.location) == ("head", "choices[0].kept_tokens[0]")
+
+
+def test_select_heads_empty_support_row_is_none(simd_or_python):
+    # Token 0 has the support {5, 9}; token 1 none (an empty row): its head is the top k.
+    ids = [5, 9, 1, 6, 2, 3, 4]
+    lps = [L(0.5), L(0.5), -9999.0, L(0.6), L(0.3), L(0.1), -20.0]
+    top_ids, _ = tokenwire.select_heads(ids, lps, [0, 3, 7], [5, 6], [L(0.5), L(0.6)], 1,
+                                        support_ids=[5, 9], support_offsets=[0, 2, 2])
+    assert top_ids.to_lists() == [[5, 9], [6]]
+    with pytest.raises(MalformedResponseError) as info:
+        tokenwire.select_heads(ids[3:], lps[3:], [0, 4], [6], [L(0.6)], 3, support_ids=[], support_offsets=[0, 0])
+    assert info.value.reason == "Engine returned fewer top logprobs than requested"
+
+
+@pytest.fixture(params=["python", "scalar", "avx2", "avx512"])
+def simd_or_python(request, monkeypatch):
+    """select_heads on the reference's kernels, and on the core's on each path."""
+    from tokenwire import _reference, _select
+
+    from .conftest import _core
+
+    if request.param == "python":
+        monkeypatch.setattr(_select, "kernels", _reference)
+        yield request.param
+        return
+    if _core is None or request.param not in _core.simd_paths():
+        pytest.skip(f"no compiled {request.param} path here")
+    monkeypatch.setattr(_select, "kernels", _core)
+    with _core.simd_path_forced(request.param):
+        yield request.param
