@@ -232,6 +232,12 @@ static inline int sum_verdict(const double *v, size_t r, int has_sup, double s, 
 
 static inline int too_few(size_t len, int64_t k) { return (int64_t)len - 2 < k; }
 
+/* Whether token t has a recorded support: an empty row is an absent one (kept_tokens' zero
+   count), and that token's head follows the rule without a support. */
+static inline int row_has_support(const int64_t *soff, size_t t) {
+    return soff != NULL && soff[t + 1] > soff[t];
+}
+
 #ifdef TW_X86_SIMD
 /*
  * The vector code's fast exp, for x in [-700, 1]: the range reduction (as in fast_exp) and the
@@ -716,7 +722,7 @@ static inline double sum(const double *e, size_t r) {
  * many whole tokens as fit a chunk, then the verdicts. Returns the first failing token, or -1.
  */
 static ptrdiff_t check_sums(int path, size_t from, size_t to, const int64_t *coff, int64_t k,
-                            int has_sup, const int64_t *out_off, const double *out_lps,
+                            const int64_t *soff, const int64_t *out_off, const double *out_lps,
                             double *sums, int *code) {
     double e[EXP_CHUNK];
     /* the relative part of the estimate's error bound, by the fast exp's precision */
@@ -750,6 +756,7 @@ static ptrdiff_t check_sums(int path, size_t from, size_t to, const int64_t *cof
         const double *v = out_lps + out_off[t];
         size_t r = (size_t)(out_off[t + 1] - out_off[t]);
         double s = sums[t - from];
+        int has_sup = row_has_support(soff, t);
         int verdict =
             r == 0 && !has_sup ? TW_HEAD_MASS : sum_verdict(v, r, has_sup, s, s != s, rel);
         if (!verdict && !has_sup && too_few((size_t)(coff[t + 1] - coff[t]), k))
@@ -768,7 +775,6 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
                           const int32_t *sup, int64_t *out_off, int64_t *out_ids,
                           double *out_lps, int *code, int path) {
     path = tw_path_resolve(path);
-    int has_sup = soff != NULL;
     scratch sc = {NULL, 0};
     ptrdiff_t failed = -1;
     int64_t o = 0;
@@ -794,6 +800,7 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
                 size_t at = (size_t)(coff[t] - base);
                 if (!flag_bits(sent, at, len)) shape = head_shape(ids, lps, len, flag_bits(up, at, len));
             }
+            int has_sup = row_has_support(soff, t);
             const int32_t *s = has_sup ? sup + soff[t] : NULL;
             size_t slen = has_sup ? (size_t)(soff[t + 1] - soff[t]) : 0;
             bad = select_one(ids, lps, len, sampled_ids[t], sampled_lps[t], k, s, slen, has_sup,
@@ -802,7 +809,7 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
             o += (int64_t)r;
             out_off[t + 1] = o;
         }
-        failed = check_sums(path, from, t, coff, k, has_sup, out_off, out_lps, sums, code);
+        failed = check_sums(path, from, t, coff, k, soff, out_off, out_lps, sums, code);
         if (failed < 0 && bad) {
             failed = (ptrdiff_t)t;
             *code = bad;

@@ -42,7 +42,8 @@ enum {
  * distinct ids (the dict the reference's head is). sampled_ids[t] / sampled_lps[t] are the
  * sampled token and its logprob (NaN when the caller has none: it never equals anything).
  * k is the requested head size; with supports (soff != NULL) token t's recorded support
- * is sup[soff[t] .. soff[t+1]) and k is not used.
+ * is sup[soff[t] .. soff[t+1]) and k is not used for it. An empty support row is no
+ * support (an absent kept set): that token follows the rules without a support.
  *
  * Per token, in order (select_head):
  *   DISAGREE        the sampled id is a candidate and its value is not

@@ -50,7 +50,7 @@ class Case:
     top_k: int | None
     mutation: str | None = None
     spelling: str = "compact"
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # fields renderers does not read
 
 
 # Probabilities with exact ties and a long tail, so heads hit every branch.
@@ -90,10 +90,12 @@ def evidence(draw, n: int, m: int, with_support: bool) -> samples.TokenEvidence:
 @st.composite
 def choices(draw, index: int, k: int | None) -> dict[str, Any]:
     n = draw(st.integers(0, 5))
-    transport = draw(st.sampled_from(["native", "packed", "compact"]))
+    transport = draw(st.sampled_from(["native", "packed", "compact", "sampled", "native_sampled"]))
     m = draw(st.integers(0, (k or 2) + 3))
-    mask = draw(st.sampled_from([None, None, "list", "csr"]))
+    mask = draw(st.sampled_from([None, None, "list", "csr", "kept"]))
     ev = draw(evidence(n, m, mask is not None))
+    if mask == "kept":  # prime-rl's rows without a kept set (zero counts), anywhere
+        ev.support = [[] if draw(st.integers(0, 2)) == 0 else row for row in ev.support]
     routed = None
     if draw(st.integers(0, 3)) == 0:
         routed = samples.routing(max(n, 1), layers=2, topk=2, experts=draw(st.sampled_from([8, 300])))
@@ -157,7 +159,12 @@ def _mutations(choice: dict[str, Any]) -> list[str]:
         ]
     if "completion_logprobs" in choice:
         names += ["packed.dtype", "packed.shape", "packed.count", "packed.nan", "packed.sentinel", "packed.base64_noncanonical", "token_ids.negative_packed"]
-    if isinstance(choice.get("logprobs"), dict):
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict) and "sampled" in logprobs:
+        names += ["sampled.count", "sampled.str", "sampled.sentinel", "sampled.bool"]
+        if logprobs.get("content") is not None:
+            names += ["sampled.disagree"]
+    if isinstance(logprobs, dict) and logprobs.get("content") is not None:
         names += [
             "native.entry_not_object", "native.token_mismatch", "native.token_id_bool", "native.token_id_str",
             "native.logprob_bool", "native.logprob_str", "native.sentinel", "native.count",
@@ -168,6 +175,8 @@ def _mutations(choice: dict[str, Any]) -> list[str]:
         names += ["mask.count", "mask.empty_row", "mask.dup", "mask.sampled_missing", "mask.negative"]
     if isinstance(choice.get("sampling_mask"), dict):
         names += ["mask.count", "mask.dtype", "mask.shape", "mask.shape_bool", "mask.negative_csr"]
+    if "kept_tokens" in choice:
+        names += ["kept.count", "kept.dup", "kept.sampled_missing", "kept.negative"]
     if "routed_experts" in choice:
         names += ["routed.shape", "routed.dtype", "routed.start", "routed.base64", "routed.npy_header"]
     return names
@@ -213,6 +222,10 @@ def _apply(choice: dict[str, Any], name: str, draw) -> None:
         _apply_native(choice["logprobs"]["content"], name[7:], draw)
     elif name.startswith("mask."):
         _apply_mask(choice, name[5:], n, draw)
+    elif name.startswith("kept."):
+        _apply_kept(choice["kept_tokens"], name[5:], choice["token_ids"], draw)
+    elif name.startswith("sampled."):
+        _apply_sampled(choice["logprobs"]["sampled"], name[8:], draw)
     elif name.startswith("routed."):
         routed = choice["routed_experts"]
         if isinstance(routed, str):
@@ -354,6 +367,35 @@ def _apply_mask(choice: dict[str, Any], name: str, n: int, draw) -> None:
             mask["ids"]["data"] = samples.b64(ids.tobytes())
 
 
+def _apply_kept(kept: dict[str, str], name: str, token_ids: list[Any], draw) -> None:
+    ids = np.frombuffer(samples.base64.b64decode(kept["ids"]), "<i4").copy()
+    counts = np.frombuffer(samples.base64.b64decode(kept["counts"]), "<i4").copy()
+    present = np.flatnonzero(counts)
+    starts = np.concatenate([[0], np.cumsum(counts)])[:-1]
+    if name == "count":
+        counts = np.append(counts, np.int32(0))
+    elif name == "negative" and len(counts):
+        counts[draw(st.integers(0, len(counts) - 1))] = -1
+    elif len(present) and name in ("dup", "sampled_missing"):
+        t = int(present[draw(st.integers(0, len(present) - 1))])
+        row = ids[starts[t] : starts[t] + counts[t]]
+        if name == "dup" and counts[t] > 1:
+            row[-1] = row[0]
+        elif name == "sampled_missing" and isinstance(token_ids[t], int):
+            row[row == token_ids[t]] = token_ids[t] + 1 if token_ids[t] + 1 < 2**31 else 0
+    kept["ids"] = samples.b64(ids.astype("<i4").tobytes())
+    kept["counts"] = samples.b64(counts.astype("<i4").tobytes())
+
+
+def _apply_sampled(sampled: list[Any], name: str, draw) -> None:
+    if name == "count":
+        sampled.append(-1.0)
+    elif sampled:
+        t = draw(st.integers(0, len(sampled) - 1))
+        sampled[t] = {"str": "-0.5", "sentinel": samples.SENTINEL, "bool": False,
+                      "disagree": sampled[t] - 0.5}[name]
+
+
 @st.composite
 def cases(draw, *, mutate: bool | None = None) -> Case:
     """A response, possibly mutated, in some spelling, with the top_k it is parsed with."""
@@ -391,4 +433,14 @@ def cases(draw, *, mutate: bool | None = None) -> Case:
     elif mutation == "bytes.flip":
         at = draw(st.integers(0, len(raw) - 1))
         raw = raw[:at] + bytes([draw(st.integers(0, 255))]) + raw[at + 1 :]
-    return Case(raw, k, mutation, spelling)
+    # Forms renderers does not read: the reference differs by design (the drop-in does not).
+    notes = [name for name in ("kept_tokens", "logprobs.sampled") if any(_carries(c, name) for c in chosen)]
+    return Case(raw, k, mutation, spelling, notes)
+
+
+def _carries(choice: Any, name: str) -> bool:
+    if not isinstance(choice, dict):
+        return False
+    if name == "kept_tokens":
+        return "kept_tokens" in choice
+    return isinstance(choice.get("logprobs"), dict) and "sampled" in choice["logprobs"]

@@ -336,9 +336,10 @@ def test_sampling_mask_forms(renderers_client):
     }
     assert compat._parse_sampling_mask({"sampling_mask": packed}, [3, 2]) == [[3, 1], [2]]
     assert compat._parse_sampling_mask({}, [3, 2]) is None
-    # An older server's name for the same CSR, with bare base64 strings.
+    # prime-rl's kept_tokens is not read, as renderers reads none (even one it would reject).
     kept = {name: value["data"] for name, value in packed.items()}
-    assert compat._parse_sampling_mask({"kept_tokens": kept}, [3, 2]) == [[3, 1], [2]]
+    assert compat._parse_sampling_mask({"kept_tokens": kept}, [3, 2]) is None
+    assert compat._parse_sampling_mask({"kept_tokens": {"ids": "!", "counts": 5}}, [3, 2]) is None
 
 
 def _entries(entries: Any) -> Any:

@@ -24,12 +24,14 @@ def parse_generate_response(
         top_k: with an int ``k``, also select each token's action-independent top-``k`` head
             from the candidates the response carries (``k + 2`` per token are required).
         require_logprobs: when True (the default), every choice must carry its sampled-token
-            logprobs (``compact_logprobs``, ``completion_logprobs`` or ``logprobs``).
+            logprobs (``compact_logprobs``, ``completion_logprobs``, or ``logprobs`` with
+            ``content`` records, a ``sampled`` list, or both, which must then agree).
 
     Returns:
         GenerateResponse: one GenerateChoice per entry of ``choices``, with
         ``completion_ids`` (int64), ``completion_logprobs`` (float32 or float64), the heads,
-        ``sampling_mask`` and ``routed_experts`` when present.
+        ``sampling_mask`` (from ``sampling_mask`` or ``kept_tokens``, with
+        ``sampling_mask_present``) and ``routed_experts`` when present.
 
     Raises:
         MalformedResponseError: the response breaks the contract (invalid JSON, a missing or
@@ -148,6 +150,7 @@ def dumps_generate_response(payload: Any) -> bytes: ...
 def encode_packed(array: Any) -> dict[str, Any]: ...
 def encode_compact_logprobs(ids: Any, logprobs: Any, offsets: Any, num_top_logprobs: int, *, completion_ids: Any = ...) -> dict[str, Any]: ...
 def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = ...) -> dict[str, Any]: ...
+def encode_kept_tokens(ids: Any, counts: Any, *, completion_ids: Any = ...) -> dict[str, Any]: ...
 def encode_routed_experts(array: Any, start: int | None = ...) -> dict[str, Any]: ...
 def json_default(value: Any) -> Any: ...
 

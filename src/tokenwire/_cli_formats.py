@@ -92,6 +92,7 @@ def _validate_generate(raw: bytes, top_k: int | None) -> object:
 
 
 _NATIVE_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprob count \((\d+)\)")
+_SAMPLED_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprobs.sampled count \((\d+)\)")
 _PACKED_COUNT = re.compile(r"(\d+) values for (\d+) completion tokens")
 
 # Reason prefixes -> class, checked in order; the reasons are the reference's messages.
@@ -102,6 +103,8 @@ _BY_REASON: list[tuple[str, str]] = [
     ("Engine response choice.completion_logprobs must be an object", "malformed_packed"),
     ("Engine response choice.logprobs must be an object", "bad_logprob"),
     ("Engine response choice.logprobs.content must be a list", "bad_logprob"),
+    # vLLM's sampled list: not a list, a value that is no evidence, or a value the records contradict.
+    ("Engine response choice.logprobs.sampled", "bad_logprob"),
     ("Unsupported packed logprob dtype", "malformed_packed"),
     ("Invalid packed logprob", "malformed_packed"),
     ("Packed logprob shape", "malformed_packed"),
@@ -190,6 +193,8 @@ def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
 
     if (match := _NATIVE_COUNT.search(reason)) is not None:
         return Defect("length_mismatch", where, reason, "logprobs.content", int(match[2]) - int(match[1]))
+    if (match := _SAMPLED_COUNT.search(reason)) is not None:
+        return Defect("length_mismatch", where, reason, "logprobs.sampled", int(match[2]) - int(match[1]))
     if (match := _PACKED_COUNT.search(reason)) is not None:
         if exc.token is None:
             return Defect("length_mismatch", where, reason, "completion_logprobs", int(match[1]) - int(match[2]))

@@ -42,7 +42,9 @@ def select_heads(
     in the order the engine listed them. With ``num_top`` they are compact rows (the sampled
     token first, repeats allowed): the head is drawn from each row's first ``max(num_top, 1)``
     distinct ids; without it every row must list distinct ids. A recorded support
-    (``support_ids``/``support_offsets``, CSR) makes each head exactly its support.
+    (``support_ids``/``support_offsets``, CSR) makes each head exactly its support; an empty
+    support row is no support (a ``kept_tokens`` token without a kept set): that token's head
+    is its top ``k``.
     Returns ``(ids, logprobs)`` as :class:`Ragged`; raises :class:`MalformedResponseError`
     located at the first token whose head breaks a rule (a candidate logprob that is not finite
     or above 1e-6 first), and ValueError/TypeError for arrays that do not fit together.

@@ -233,7 +233,8 @@ def heads(
     bad = None
     for t in range(limit):
         head = dict(zip(cand_ids[bounds[t] : bounds[t + 1]], cand_lps[bounds[t] : bounds[t + 1]]))
-        support = supports[t].tolist() if supports is not None else None
+        # An empty row is an absent kept set (kept_tokens' zero count): the unmasked rule.
+        support = supports[t].tolist() if supports is not None and len(supports[t]) else None
         try:
             chosen_ids, chosen_lps = select_head(head, ids_list[t], sampled[t], k, support)
         except MalformedResponseError as exc:
@@ -567,6 +568,9 @@ def _parse_native_logprobs(
     if not isinstance(logprobs, dict):
         c.fail("Engine response choice.logprobs must be an object.", "logprobs")
     content = logprobs.get("content")
+    sampled = logprobs.get("sampled")
+    if content is None and sampled is not None:  # vLLM's sampled-only logprobs
+        return _parse_sampled_list(sampled, ids, c), None
     if not isinstance(content, list):
         c.fail("Engine response choice.logprobs.content must be a list.", field)
     count = _length(c, content, field)
@@ -580,7 +584,69 @@ def _parse_native_logprobs(
     if entries.sampled_err is not None:
         index, code = entries.sampled_err
         c.fail(_native_message(_NATIVE_SAMPLED, code, index, ids), field, index)
+    if sampled is not None:
+        _check_sampled_agrees(_parse_sampled_list(sampled, ids, c), entries.sampled, c)
     return entries.sampled, entries
+
+
+# vLLM's ``logprobs.sampled`` (``return_token_logprobs``): one number per completion token.
+_SAMPLED_AT = "Engine response choice.logprobs.sampled"
+_SAMPLED_VALUE = {
+    "number": "{at} must be a number.",
+    "finite": "{at} must be finite.",
+    "evidence": "{at} does not contain sampling evidence.",
+}
+
+
+def _first_bad_number(values: list[Any]) -> tuple[int, str] | None:
+    """The first value that is not sampled-token evidence and its code in
+    :data:`_SAMPLED_VALUE`, or None."""
+    for index, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return index, "number"
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond the double range
+            return index, "finite"
+        if not math.isfinite(number):
+            return index, "finite"
+        if number == VLLM_LOGPROB_SENTINEL:
+            return index, "evidence"
+    return None
+
+
+def _parse_sampled_list(sampled: Any, ids: np.ndarray, c: Evidence) -> np.ndarray:
+    """``logprobs.sampled`` as the sampled-token logprobs (float64), under the rules of a
+    ``logprobs.content`` record's ``logprob``."""
+    field = "logprobs.sampled"
+    if not isinstance(sampled, list):
+        c.fail(f"{_SAMPLED_AT} must be a list.", field)
+    if len(sampled) != len(ids):
+        c.fail(
+            f"Engine response completion token count ({len(ids)}) does not match "
+            f"logprobs.sampled count ({len(sampled)}).",
+            field,
+        )
+    bad = _first_bad_number(sampled)
+    if bad is not None:
+        index, code = bad
+        c.fail(_SAMPLED_VALUE[code].format(at=f"{_SAMPLED_AT}[{index}]"), field, index)
+    return np.array(sampled, dtype=np.float64)
+
+
+def _check_sampled_agrees(sampled: np.ndarray, content: np.ndarray, c: Evidence) -> None:
+    """``logprobs.sampled`` beside ``logprobs.content``: both name each token's logprob, and
+    they must be the same number (within the head rule's tolerance)."""
+    close = np.isclose(sampled, content, rtol=1e-6, atol=1e-5)
+    differ = np.flatnonzero(~close)
+    if len(differ):
+        t = int(differ[0])
+        c.fail(
+            f"{_SAMPLED_AT}[{t}] ({float(sampled[t])!r}) and logprobs.content[{t}].logprob "
+            f"({float(content[t])!r}) disagree.",
+            "logprobs.sampled",
+            t,
+        )
 
 
 # --- sampling mask -------------------------------------------------------------------------------
@@ -629,12 +695,51 @@ def _parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) -
     else:
         c.fail("Sampling mask token count mismatch", field)
     # The first row that breaks a rule: malformed (bad_row) or not a valid support.
-    bad = c.kernels.first_bad_support(ids, rows, len(ids) if bad_row is None else bad_row)
+    limit = len(ids) if bad_row is None else bad_row
+    bad = _first_bad_kept_row(ids, rows, limit, c) if bare else c.kernels.first_bad_support(ids, rows, limit)
     if bad >= 0:
         c.fail("Invalid recorded sampling support", field, bad)
     if bad_row is not None:
         c.fail("Invalid recorded sampling support", field, bad_row)
     return rows
+
+
+def _first_bad_kept_row(ids: np.ndarray, rows: Ragged, limit: int, c: Evidence) -> int:
+    """:func:`first_bad_support` over kept_tokens rows, where an empty row (a zero count) is
+    an absent kept set and breaks no rule: the present rows of the first ``limit`` are checked."""
+    lengths = np.diff(rows.offsets[: limit + 1])
+    present = np.flatnonzero(lengths)
+    if len(present) == limit:
+        return int(c.kernels.first_bad_support(ids, rows, limit))
+    offsets = np.zeros(len(present) + 1, dtype=np.int64)
+    np.cumsum(lengths[present], out=offsets[1:])
+    first = int(rows.offsets[0])
+    kept = Ragged(offsets, rows.values[first : first + int(offsets[-1])])
+    bad = int(c.kernels.first_bad_support(ids[present], kept, len(present)))
+    return int(present[bad]) if bad >= 0 else -1
+
+
+def _mask_field(choice: dict[str, Any]) -> str | None:
+    """The field :func:`_parse_sampling_mask` reads the supports from, or None."""
+    if choice.get("sampling_mask") is not None:
+        return "sampling_mask"
+    return "kept_tokens" if choice.get("kept_tokens") is not None else None
+
+
+def _fail_head(c: Evidence, choice: dict[str, Any], field: str, bad: tuple[int, str], supports: Ragged | None):
+    """Report the head rule ``bad`` broke. A kept set with an id the head has no candidate
+    logprob for is located at ``kept_tokens`` and says what to request."""
+    token, reason = bad
+    if reason == _HEAD_MISSING_SUPPORT and supports is not None and _mask_field(choice) == "kept_tokens":
+        width = len(supports[token])
+        c.fail(
+            f"{reason}: kept_tokens[{token}] holds {width} ids and the response has no candidate "
+            f"logprob for some of them; request at least {width} top logprobs per token "
+            "(vLLM's `logprobs`, with `logprobs_mode` processed_logprobs) or parse without top_k",
+            "kept_tokens",
+            token,
+        )
+    c.fail(reason, field, token)
 
 
 # --- top-k head ----------------------------------------------------------------------------------
@@ -750,7 +855,7 @@ def _parse_compact_logprobs(
     limit = len(ids) if bad is None else bad[0]
     top_ids, top_logprobs, head_bad = c.kernels.heads(ids, candidates, sampled.astype(np.float64), k, supports, limit)
     if head_bad is not None:
-        c.fail(head_bad[1], field, head_bad[0])
+        _fail_head(c, choice, field, head_bad, supports)
     if bad is not None:
         c.fail(bad[1], field, bad[0])
     return sampled, top_ids, Ragged(top_logprobs.offsets, top_logprobs.values.astype(np.float32)), supports
@@ -770,7 +875,7 @@ def _parse_native_heads(
     limit = len(ids) if entries.top_err is None else entries.top_err[0]
     top_ids, top_logprobs, head_bad = c.kernels.heads(ids, entries.candidates, entries.entry_lps, k, supports, limit)
     if head_bad is not None:
-        c.fail(head_bad[1], field, head_bad[0])
+        _fail_head(c, choice, field, head_bad, supports)
     if entries.top_err is not None:
         index, code = entries.top_err
         c.fail(_native_message(_NATIVE_TOP, code, index, ids), field, index)
@@ -917,6 +1022,7 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         routed_experts=_parse_routed_experts(routed, c) if routed is not None else None,
         finish_reason=choice.get("finish_reason"),
         raw=_raw(c, choice, consumed),
+        sampling_mask_present=None if mask is None else mask.lengths() > 0,
     )
 
 

@@ -193,7 +193,13 @@ class GenerateChoice:
             one row per token; else None.
         completion_top_logprobs: the head's logprobs (float32 from the compact transport,
             float64 from JSON), aligned with ``completion_top_ids``.
-        sampling_mask: the sampler's kept support per token (int32 :class:`Ragged`), if sent.
+        sampling_mask: the sampler's kept support per token (int32 :class:`Ragged`), if sent
+            (``sampling_mask``, or prime-rl's ``kept_tokens``). A ``kept_tokens`` token with a
+            zero count has no kept set: its row is empty, and a head falls back to the
+            unmasked rule there. A kept set is never empty (it holds the sampled id).
+        sampling_mask_present: with ``sampling_mask``, whether each token has a kept set
+            (bool, shape ``(n,)``; every one for ``sampling_mask``, the non-zero counts for
+            ``kept_tokens``); else None.
         routed_experts: MoE routing replay (:class:`RoutedExperts`), if sent.
         finish_reason: as sent (``"stop"``, ``"length"``, ...; SGLang's ``type``).
         raw: the choice's other fields, not validated.
@@ -215,6 +221,7 @@ class GenerateChoice:
     routed_experts: RoutedExperts | None = None
     finish_reason: Any = None
     raw: dict[str, Any] = field(default_factory=dict)
+    sampling_mask_present: np.ndarray | None = None
 
 
 @dataclass(eq=False)

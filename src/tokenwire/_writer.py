@@ -23,6 +23,7 @@ __all__ = [
     "dumps_generate_response",
     "encode_compact_logprobs",
     "encode_packed",
+    "encode_kept_tokens",
     "encode_routed_experts",
     "encode_sampling_mask",
     "json_default",
@@ -208,22 +209,38 @@ def encode_compact_logprobs(
     return field
 
 
-def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = None) -> dict[str, Any]:
-    """The packed CSR sampling mask ``{"ids", "counts"}`` (int32): row ``t`` holds ``counts[t]``
-    ids. With ``completion_ids``, every row must also hold its sampled id."""
+def _csr_mask(ids: Any, counts: Any, completion_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A CSR mask's ids and counts (int32), and the sampled id of each row: ``completion_ids``,
+    or each row's first id (-1 for an empty row)."""
     support = _ids(ids, "ids", _reference.MAX_MASK_ID).astype(np.int32)
     sizes = _ids(counts, "counts", _reference.MAX_MASK_ID).astype(np.int32)
     if int(sizes.sum(dtype=np.int64)) != len(support):
         raise ValueError(f"counts add up to {int(sizes.sum(dtype=np.int64))} but there are {len(support)} ids")
-    field = {"ids": encode_packed(support), "counts": encode_packed(sizes)}
     if completion_ids is None:
         # Without the sampled ids, every other rule still holds: take each row's first id.
         bounds = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         sampled = _row_firsts(support.astype(np.int64), bounds)
     else:
         sampled = _rows_for(_ids(completion_ids, "completion_ids"), len(sizes))
-    _reference._parse_sampling_mask({"sampling_mask": field}, np.asarray(sampled, np.int64),
-                                    _given_choice("sampling_mask", field))
+    return support, sizes, np.asarray(sampled, np.int64)
+
+
+def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = None) -> dict[str, Any]:
+    """The packed CSR sampling mask ``{"ids", "counts"}`` (int32): row ``t`` holds ``counts[t]``
+    ids. With ``completion_ids``, every row must also hold its sampled id."""
+    support, sizes, sampled = _csr_mask(ids, counts, completion_ids)
+    field = {"ids": encode_packed(support), "counts": encode_packed(sizes)}
+    _reference._parse_sampling_mask({"sampling_mask": field}, sampled, _given_choice("sampling_mask", field))
+    return field
+
+
+def encode_kept_tokens(ids: Any, counts: Any, *, completion_ids: Any = None) -> dict[str, Any]:
+    """prime-rl's ``kept_tokens`` ``{"ids", "counts"}``: bare base64 of int32 arrays, row ``t``
+    holding ``counts[t]`` ids; a zero count is a token without a kept set (a stop-trimmed
+    tail is zero rows). With ``completion_ids``, every kept set must hold its sampled id."""
+    support, sizes, sampled = _csr_mask(ids, counts, completion_ids)
+    field = {"ids": _blob(support.astype("<i4")), "counts": _blob(sizes.astype("<i4"))}
+    _reference._parse_sampling_mask({"kept_tokens": field}, sampled, _given_choice("kept_tokens", field))
     return field
 
 

@@ -175,13 +175,17 @@ def build_choice(
 ) -> dict[str, Any]:
     """One ``choices[i]`` object of ``/inference/v1/generate``.
 
-    ``transport``: ``"native"`` (``logprobs.content``), ``"packed"`` (``completion_logprobs``)
-    or ``"compact"`` (``compact_logprobs``); ``mask``: None, ``"list"`` or ``"csr"``;
+    ``transport``: ``"native"`` (``logprobs.content``), ``"packed"`` (``completion_logprobs``),
+    ``"compact"`` (``compact_logprobs``), ``"sampled"`` (vLLM's ``logprobs.sampled`` alone)
+    or ``"native_sampled"`` (both); ``mask``: None, ``"list"`` or ``"csr"`` (``sampling_mask``)
+    or ``"kept"`` (prime-rl's ``kept_tokens``: an empty support row is a zero count);
     ``routed_form``: ``"dict"`` (prime-rl) or ``"npy"`` (upstream vLLM).
     """
     n, m = ev.cand_ids.shape if ev.cand_ids.ndim == 2 else (len(ev.ids), 0)
     choice: dict[str, Any] = {"index": index, "text": "", "logprobs": None}
-    if transport == "native":
+    if transport == "sampled":
+        choice["logprobs"] = {"content": None, "sampled": [float(x) for x in ev.logprobs]}
+    if transport in ("native", "native_sampled"):
         content = []
         for t in range(n):
             top = [
@@ -192,6 +196,8 @@ def build_choice(
                 del entry["top_logprobs"]
             content.append(_native_entry(int(ev.ids[t]), float(ev.logprobs[t]), top))
         choice["logprobs"] = {"content": content}
+        if transport == "native_sampled":
+            choice["logprobs"]["sampled"] = [float(x) for x in ev.logprobs]
     choice["finish_reason"] = finish_reason
     choice["stop_reason"] = None
     choice["token_ids"] = ev.ids.tolist()
@@ -211,16 +217,18 @@ def build_choice(
             "offsets": list(range(0, n * (m + 1) + 1, m + 1)),
             "num_top_logprobs": m if num_top is None else num_top,
         }
-    elif transport != "native":
+    elif transport not in ("native", "sampled", "native_sampled"):
         raise ValueError(f"unknown transport {transport!r}")
     if mask is not None:
         if ev.support is None:
             raise ValueError("a mask needs evidence built with support=True")
+        ids = np.array([i for row in ev.support for i in row], dtype="<i4")
+        counts = np.array([len(row) for row in ev.support], dtype="<i4")
         if mask == "list":
             choice["sampling_mask"] = ev.support
+        elif mask == "kept":
+            choice["kept_tokens"] = {"ids": b64(ids.tobytes()), "counts": b64(counts.tobytes())}
         else:
-            ids = np.array([i for row in ev.support for i in row], dtype="<i4")
-            counts = np.array([len(row) for row in ev.support], dtype="<i4")
             choice["sampling_mask"] = {
                 name: {"data": b64(values.tobytes()), "shape": [len(values)], "dtype": "int32"}
                 for name, values in (("ids", ids), ("counts", counts))

@@ -150,7 +150,8 @@ class Response:
 def reference(token, k: int, with_support: bool):
     ids, vals, sid, slp, support, _ = token
     try:
-        got = select_head(dict(zip(ids, vals)), sid, slp, k, support if with_support else None)
+        # An empty support row is an absent kept set: the rule without a support.
+        got = select_head(dict(zip(ids, vals)), sid, slp, k, support if with_support and support else None)
     except MalformedResponseError as exc:
         return REASONS[exc.reason], None
     return 0, got

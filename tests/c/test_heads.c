@@ -168,6 +168,8 @@ static void ref_select(const resp *r, result *o) {
         const double *lps = r->lps + r->coff[t];
         size_t len = (size_t)(r->coff[t + 1] - r->coff[t]), m = 0, i, j;
         int code = 0;
+        /* an empty support row is no support (an absent kept set) */
+        int sup = r->soff && r->soff[t + 1] > r->soff[t];
         for (i = 0; i < len; i++)
             if (ids[i] == r->sids[t]) {
                 if (!ref_close(lps[i], r->slps[t], 1e-6, 1e-5)) code = TW_HEAD_DISAGREE;
@@ -177,7 +179,7 @@ static void ref_select(const resp *r, result *o) {
             for (i = 0; i < len; i++)
                 if (lps[i] != -9999.0) e[m++] = (entry){ids[i], lps[i]};
             qsort(e, m, sizeof(entry), cmp_rank);
-            if (r->soff) {
+            if (sup) {
                 const int32_t *s = r->sup + r->soff[t];
                 size_t slen = (size_t)(r->soff[t + 1] - r->soff[t]), kept = 0;
                 for (i = 0; i < slen && !code; i++) {
@@ -209,7 +211,7 @@ static void ref_select(const resp *r, result *o) {
             for (i = 0; i < m; i++) ex[i] = e[i].v;
             if (m == 0 || tw_fsum_exp(ex, m) > 1.0001) code = TW_HEAD_MASS;
         }
-        if (!code && !r->soff && (r->k > INT64_MAX - 2 || (int64_t)len < r->k + 2))
+        if (!code && !sup && (r->k > INT64_MAX - 2 || (int64_t)len < r->k + 2))
             code = TW_HEAD_FEWER;
         if (code) {
             o->failed = (ptrdiff_t)t;
@@ -425,7 +427,12 @@ static void test_edges(void) {
         one(0, NULL, NULL, 5, -0.1, 1, 0, 0, NULL, TW_HEAD_MASS, "empty head");
         int32_t s1[] = {5};
         one(0, NULL, NULL, 5, -0.1, 1, 1, 1, s1, TW_HEAD_MISSING_SUPPORT, "empty head, support");
-        one(0, NULL, NULL, 5, -0.1, 1, 1, 0, NULL, TW_HEAD_NORMALIZE, "empty head and support");
+        /* an empty support row is no support (an absent kept set): the rule without one */
+        one(0, NULL, NULL, 5, -0.1, 1, 1, 0, NULL, TW_HEAD_MASS, "empty head, absent support");
+        int64_t ids[] = {5, 6, 7};
+        double lps[] = {-0.5, -1.5, -2.5};
+        one(3, ids, lps, 5, -0.5, 1, 1, 0, NULL, TW_HEAD_OK, "absent support: head of k");
+        one(3, ids, lps, 5, -0.5, 2, 1, 0, NULL, TW_HEAD_FEWER, "absent support: k + 2 needed");
     }
     /* k = 1, k >= len, huge k. */
     {

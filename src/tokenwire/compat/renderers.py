@@ -405,6 +405,11 @@ def _choice(c: _reference.Evidence, choice: Any) -> dict[str, Any]:
         if not copied:
             choice, copied = dict(choice), True
         choice[name] = dict(value)
+    if "kept_tokens" in choice:
+        # renderers reads no kept_tokens (prime-rl's kept sets, with absent rows): neither
+        # does the drop-in, so a head is the one renderers selects.
+        choice = {key: value for key, value in choice.items() if key != "kept_tokens"}
+        copied = True
     mask = choice.get("sampling_mask")
     if isinstance(mask, dict) and any(
         isinstance(mask.get(n), Mapping) and not isinstance(mask.get(n), dict) for n in ("ids", "counts")
@@ -503,8 +508,8 @@ def _parse_compact_logprobs(
     0.1.13.dev17 tokenwire's float32 array), and with ``k`` the head ids and logprobs of every
     token (lists in every release).
 
-    Stricter: ``completion_ids`` must hold ids in ``[0, 2**32)``, and a sampling mask (or
-    ``kept_tokens``) that is present is validated also without ``k``.
+    Stricter: ``completion_ids`` must hold ids in ``[0, 2**32)``, and a sampling mask that
+    is present is validated also without ``k`` (``kept_tokens`` is ignored, as there).
     """
     release = _follow()
     c = _evidence()
@@ -554,9 +559,8 @@ def _parse_completion_logprobs(
 def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -> list[list[int]] | None:
     """renderers' ``_parse_sampling_mask``: each token's recorded support, or None.
 
-    Stricter: ids are int32 (``[0, 2**31)``), ``shape`` must be ``[len]`` with an int;
-    ``kept_tokens`` (an older server's name for the same CSR) is read when
-    ``sampling_mask`` is absent.
+    Stricter: ids are int32 (``[0, 2**31)``), ``shape`` must be ``[len]`` with an int.
+    ``kept_tokens`` is ignored, as renderers ignores it.
     """
     _follow()
     c = _evidence()
