@@ -10,6 +10,9 @@
 #ifdef TW_X86_SIMD
 #include <immintrin.h>
 #endif
+#ifdef TW_NEON_SIMD
+#include <arm_neon.h>
+#endif
 
 /* The value scans run in blocks without an early exit, so the compiler can vectorize them;
    only a block that holds a violation is searched for its first one. */
@@ -206,6 +209,85 @@ row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, i
 
 #endif
 
+/* Supports longer than this are checked for repeats by sorting a copy instead of pairwise. */
+#define TW_SMALL_ROW 48
+
+#ifdef TW_NEON_SIMD
+/* The lanes of a 4-lane vector above lane j % 4: all ones; the others zero. */
+static inline uint32x4_t lanes_above(size_t j) {
+    static const uint32_t iota[4] = {0, 1, 2, 3};
+    return vcgtq_u32(vld1q_u32(iota), vdupq_n_u32((uint32_t)(j & 3)));
+}
+
+/* Rows of at most 32 entries with NEON: every pair i < j once, entry i broadcast against the
+   lanes after it, four at a time. Lanes past the row repeat its last entry, so they add no
+   pair that the last entry does not already make (and the last entry needs no turn of its
+   own). A pair disagrees when its ids are equal and its values are not (!=, as the table). */
+static int row_neon(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
+                    int sampled_ok, float *out) {
+    uint32_t pid[32];
+    float pval[32];
+    uint32x4_t a[8], bad = vdupq_n_u32(0);
+    float32x4_t va[8];
+    size_t nvec = (len + 3) / 4;
+    if (len == 0) return TW_ROW_MISSING_SAMPLED;
+    memcpy(pid, ids, len * sizeof *ids);
+    memcpy(pval, vals, len * sizeof *vals);
+    for (size_t i = len; i < 4 * nvec; i++) {
+        pid[i] = ids[len - 1];
+        pval[i] = vals[len - 1];
+    }
+    for (size_t k = 0; k < nvec; k++) {
+        a[k] = vld1q_u32(pid + 4 * k);
+        va[k] = vld1q_f32(pval + 4 * k);
+    }
+    for (size_t i = 0; i + 1 < len; i++) {
+        uint32x4_t id = vdupq_n_u32(ids[i]);
+        float32x4_t v = vdupq_n_f32(vals[i]);
+        size_t k = i / 4;
+        uint32x4_t d = vbicq_u32(vceqq_u32(a[k], id), vceqq_f32(va[k], v));
+        bad = vorrq_u32(bad, vandq_u32(d, lanes_above(i)));
+        for (k++; k < nvec; k++)
+            bad = vorrq_u32(bad, vbicq_u32(vceqq_u32(a[k], id), vceqq_f32(va[k], v)));
+    }
+    if (vmaxvq_u32(bad)) return TW_ROW_REPEAT_DISAGREE;
+    if (sampled_ok) {
+        for (size_t i = 0; i < len; i++) {
+            if (ids[i] == sampled) {
+                if (vals[i] == (float)TW_SENTINEL) break;
+                *out = vals[i];
+                return TW_ROW_OK;
+            }
+        }
+    }
+    return TW_ROW_MISSING_SAMPLED;
+}
+
+/* A support row of 1 to TW_SMALL_ROW entries with NEON: whether it holds `sampled`, and
+   whether an id repeats (every pair i < j once, as row_neon). */
+static int support_row_neon(const int32_t *row, size_t len, int64_t sampled) {
+    int32_t pad[TW_SMALL_ROW];
+    int32x4_t a[TW_SMALL_ROW / 4];
+    uint32x4_t any = vdupq_n_u32(0), rep = vdupq_n_u32(0);
+    size_t nvec = (len + 3) / 4;
+    memcpy(pad, row, len * sizeof *row);
+    for (size_t i = len; i < 4 * nvec; i++) pad[i] = row[len - 1];
+    for (size_t k = 0; k < nvec; k++) a[k] = vld1q_s32(pad + 4 * k);
+    if (sampled >= INT32_MIN && sampled <= INT32_MAX) {
+        int32x4_t s = vdupq_n_s32((int32_t)sampled);
+        for (size_t k = 0; k < nvec; k++) any = vorrq_u32(any, vceqq_s32(a[k], s));
+    }
+    if (!vmaxvq_u32(any)) return 1;
+    for (size_t i = 0; i + 1 < len; i++) {
+        int32x4_t id = vdupq_n_s32(row[i]);
+        size_t k = i / 4;
+        rep = vorrq_u32(rep, vandq_u32(vceqq_s32(a[k], id), lanes_above(i)));
+        for (k++; k < nvec; k++) rep = vorrq_u32(rep, vceqq_s32(a[k], id));
+    }
+    return vmaxvq_u32(rep) != 0;
+}
+#endif
+
 ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets,
                           size_t n, const int64_t *sampled, float *out, int *kind, int path) {
     size_t longest = 0;
@@ -213,7 +295,7 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
         size_t len = (size_t)(offsets[t + 1] - offsets[t]);
         if (len > longest) longest = len;
     }
-    /* TW_PATH_SCALAR: the table; AVX2 / AVX512: rows of up to 32 entries by vector. */
+    /* TW_PATH_SCALAR: the table; AVX2 / AVX512 / NEON: rows of up to 32 entries by vector. */
     int vector = tw_path_resolve(path);
     if (vector == TW_PATH_SCALAR) vector = 0;
     tw_table table = {0};
@@ -237,6 +319,11 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
             r = row_avx2(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
         else
 #endif
+#ifdef TW_NEON_SIMD
+        if (vector == TW_PATH_NEON && len <= 32)
+            r = row_neon(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
+        else
+#endif
             r = row_hash(&table, (uint32_t)t + 1, ids + start, vals + start, len, (uint32_t)s,
                          ok, out + t);
         if (r != TW_ROW_OK) {
@@ -249,23 +336,31 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
     return failed;
 }
 
-/* Supports longer than this are checked for repeats by sorting a copy instead of pairwise. */
-#define TW_SMALL_ROW 48
-
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
 }
 
 ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n,
-                          const int64_t *sampled, int *nomem) {
+                          const int64_t *sampled, int *nomem, int path) {
     int32_t *scratch = NULL;
     size_t cap = 0;
     *nomem = 0;
+#ifdef TW_NEON_SIMD
+    int neon = tw_path_resolve(path) == TW_PATH_NEON;
+#else
+    (void)path;
+#endif
     for (size_t t = 0; t < n; t++) {
         const int32_t *row = values + offsets[t];
         size_t len = (size_t)(offsets[t + 1] - offsets[t]);
         int bad = len == 0;
+#ifdef TW_NEON_SIMD
+        if (neon && !bad && len <= TW_SMALL_ROW) {
+            if (support_row_neon(row, len, sampled[t])) { tw_mem_free(scratch); return (ptrdiff_t)t; }
+            continue;
+        }
+#endif
         if (!bad) {
             int found = 0;
             for (size_t i = 0; i < len; i++)
