@@ -119,6 +119,22 @@ static int row_hash(tw_table *t, uint32_t stamp, const uint32_t *ids, const floa
     return TW_ROW_MISSING_SAMPLED;
 }
 
+/* A row without disagreeing repeats: OK with its sampled value in *out when the sampled id is
+   in it with a value other than the sentinel (its first occurrence decides). */
+static inline int row_sampled(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
+                              int sampled_ok, float *out) {
+    if (sampled_ok) {
+        for (size_t i = 0; i < len; i++) {
+            if (ids[i] == sampled) {
+                if (vals[i] == (float)TW_SENTINEL) break;
+                *out = vals[i];
+                return TW_ROW_OK;
+            }
+        }
+    }
+    return TW_ROW_MISSING_SAMPLED;
+}
+
 #ifdef TW_X86_SIMD
 /* Repeated ids within one vector of 16 lanes (lanes outside m are zero and come last, so
    they are never an earlier lane of a valid one): vpconflictd marks every lane whose id
@@ -153,16 +169,7 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
                 return TW_ROW_REPEAT_DISAGREE;
         }
     }
-    if (sampled_ok) {
-        for (size_t i = 0; i < len; i++) {
-            if (ids[i] == sampled) {
-                if (vals[i] == (float)TW_SENTINEL) break;
-                *out = vals[i];
-                return TW_ROW_OK;
-            }
-        }
-    }
-    return TW_ROW_MISSING_SAMPLED;
+    return row_sampled(ids, vals, len, sampled, sampled_ok, out);
 }
 
 /* The same rows with AVX2: every entry against the whole row, eight lanes at a time (lanes
@@ -251,16 +258,7 @@ static int row_neon(const uint32_t *ids, const float *vals, size_t len, uint32_t
             bad = vorrq_u32(bad, vbicq_u32(vceqq_u32(a[k], id), vceqq_f32(va[k], v)));
     }
     if (vmaxvq_u32(bad)) return TW_ROW_REPEAT_DISAGREE;
-    if (sampled_ok) {
-        for (size_t i = 0; i < len; i++) {
-            if (ids[i] == sampled) {
-                if (vals[i] == (float)TW_SENTINEL) break;
-                *out = vals[i];
-                return TW_ROW_OK;
-            }
-        }
-    }
-    return TW_ROW_MISSING_SAMPLED;
+    return row_sampled(ids, vals, len, sampled, sampled_ok, out);
 }
 
 /* A support row of 1 to TW_SMALL_ROW entries with NEON: whether it holds `sampled`, and
