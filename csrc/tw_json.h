@@ -2,8 +2,8 @@
  * tw_json - skipping over JSON that tw_scan has already validated, for the
  * record readers (header-only, static inline).
  *
- * Strings: a search for '"' and '\\' (SSE2 16 bytes per step on the SIMD
- * paths, 8-byte SWAR on TW_PATH_SCALAR).  Containers whose first structural
+ * Strings: a search for '"' and '\\' (SSE2 or NEON, 16 bytes per step, on
+ * the SIMD paths; 8-byte SWAR on TW_PATH_SCALAR).  Containers whose first structural
  * byte closes them (int arrays such as "bytes"): one search.  Other
  * containers on the SIMD paths: 64 bytes per step, string interiors masked
  * out with a prefix XOR of the unescaped quotes, then the brackets walked;
