@@ -506,16 +506,6 @@ TW_TARGET_AVX512 static size_t tw_enc_avx512(const uint8_t *s, size_t n,
 #define TW_N7(c) ((uint8_t)TW_VAL(c))
 static const uint8_t tw_n_dlut[128] = {TW_R64(TW_N7, 0), TW_R64(TW_N7, 64)};
 
-static inline uint8x16x4_t tw_neon_table64(const uint8_t *t)
-{
-    uint8x16x4_t r;
-    r.val[0] = vld1q_u8(t);
-    r.val[1] = vld1q_u8(t + 16);
-    r.val[2] = vld1q_u8(t + 32);
-    r.val[3] = vld1q_u8(t + 48);
-    return r;
-}
-
 /* Values of 16 characters: codes 0..63 from lo (tbl), 64..127 from hi
    (tbx on c - 64, which leaves the other lanes alone).  A code >= 128
    misses both tables; OR-ing the code itself into the error accumulator
@@ -534,7 +524,7 @@ static inline uint8x16_t tw_neon_values(uint8x16_t c, uint8x16x4_t lo, uint8x16x
    number of characters consumed, sets *bad on an invalid one. */
 static size_t tw_dec_neon(const uint8_t *s, size_t n, uint8_t *d, int *bad)
 {
-    const uint8x16x4_t lo = tw_neon_table64(tw_n_dlut), hi = tw_neon_table64(tw_n_dlut + 64);
+    const uint8x16x4_t lo = vld1q_u8_x4(tw_n_dlut), hi = vld1q_u8_x4(tw_n_dlut + 64);
     uint8x16_t err = vdupq_n_u8(0);
     size_t i = 0;
     for (; i + 64 <= n; i += 64, d += 48) {
@@ -561,7 +551,7 @@ static size_t tw_dec_neon(const uint8_t *s, size_t n, uint8_t *d, int *bad)
    number of bytes consumed. */
 static size_t tw_enc_neon(const uint8_t *s, size_t n, char *d)
 {
-    const uint8x16x4_t al = tw_neon_table64((const uint8_t *)tw_alphabet);
+    const uint8x16x4_t al = vld1q_u8_x4((const uint8_t *)tw_alphabet);
     const uint8x16_t six = vdupq_n_u8(63);
     size_t i = 0;
     for (; i + 48 <= n; i += 48, d += 64) {

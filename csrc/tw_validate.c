@@ -226,38 +226,30 @@ static inline uint32x4_t lanes_above(size_t j) {
     return vcgtq_u32(vld1q_u32(iota), vdupq_n_u32((uint32_t)(j & 3)));
 }
 
-/* Rows of at most 32 entries with NEON: every pair i < j once, entry i broadcast against the
-   lanes after it, four at a time. Lanes past the row repeat its last entry, so they add no
-   pair that the last entry does not already make (and the last entry needs no turn of its
-   own). A pair disagrees when its ids are equal and its values are not (!=, as the table). */
+/* Rows of at most 32 entries with NEON. A pair i < j disagrees when its ids are equal and its
+   values are not (!=, as the table). The ids' low 16 bits go eight to a vector; entry i's is
+   broadcast against the lanes after it, and only an entry with a candidate (equal low bits
+   somewhere after it: in a valid row, mostly the sampled id's repeat) is checked in full.
+   Lanes past the row repeat its last id, which only adds candidates. */
 static int row_neon(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
                     int sampled_ok, float *out) {
-    uint32_t pid[32];
-    float pval[32];
-    uint32x4_t a[8], bad = vdupq_n_u32(0);
-    float32x4_t va[8];
-    size_t nvec = (len + 3) / 4;
+    static const uint16_t iota[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    const uint16x8_t lane = vld1q_u16(iota);
+    uint16_t low[32];
+    uint16x8_t a[4];
+    size_t nvec = (len + 7) / 8;
     if (len == 0) return TW_ROW_MISSING_SAMPLED;
-    memcpy(pid, ids, len * sizeof *ids);
-    memcpy(pval, vals, len * sizeof *vals);
-    for (size_t i = len; i < 4 * nvec; i++) {
-        pid[i] = ids[len - 1];
-        pval[i] = vals[len - 1];
-    }
-    for (size_t k = 0; k < nvec; k++) {
-        a[k] = vld1q_u32(pid + 4 * k);
-        va[k] = vld1q_f32(pval + 4 * k);
-    }
+    for (size_t i = 0; i < 8 * nvec; i++) low[i] = (uint16_t)ids[i < len ? i : len - 1];
+    for (size_t k = 0; k < nvec; k++) a[k] = vld1q_u16(low + 8 * k);
     for (size_t i = 0; i + 1 < len; i++) {
-        uint32x4_t id = vdupq_n_u32(ids[i]);
-        float32x4_t v = vdupq_n_f32(vals[i]);
-        size_t k = i / 4;
-        uint32x4_t d = vbicq_u32(vceqq_u32(a[k], id), vceqq_f32(va[k], v));
-        bad = vorrq_u32(bad, vandq_u32(d, lanes_above(i)));
-        for (k++; k < nvec; k++)
-            bad = vorrq_u32(bad, vbicq_u32(vceqq_u32(a[k], id), vceqq_f32(va[k], v)));
+        uint16x8_t id = vld1q_dup_u16(low + i);
+        size_t k = i / 8;
+        uint16x8_t m = vandq_u16(vceqq_u16(a[k], id), vcgtq_u16(lane, vdupq_n_u16((uint16_t)(i & 7))));
+        for (k++; k < nvec; k++) m = vorrq_u16(m, vceqq_u16(a[k], id));
+        if (vmaxvq_u16(m))
+            for (size_t j = i + 1; j < len; j++)
+                if (ids[j] == ids[i] && vals[j] != vals[i]) return TW_ROW_REPEAT_DISAGREE;
     }
-    if (vmaxvq_u32(bad)) return TW_ROW_REPEAT_DISAGREE;
     return row_sampled(ids, vals, len, sampled, sampled_ok, out);
 }
 
