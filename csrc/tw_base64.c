@@ -1,5 +1,6 @@
 /*
- * tw_base64 - strict base64 codec with scalar, AVX2 and AVX-512 VBMI paths.
+ * tw_base64 - strict base64 codec with scalar, AVX2, AVX-512 VBMI and
+ * aarch64 NEON paths.
  * See tw_base64.h for the contract.
  *
  * Layout of the decoders: the input is split into a "body" (every quantum
@@ -22,6 +23,9 @@
 
 #ifdef TW_X86_SIMD
 #include <immintrin.h>
+#endif
+#ifdef TW_NEON_SIMD
+#include <arm_neon.h>
 #endif
 
 /* TW_LE enables little-endian shortcuts; TW_GENERIC_ENDIAN forces the
@@ -492,6 +496,85 @@ TW_TARGET_AVX512 static size_t tw_enc_avx512(const uint8_t *s, size_t n,
 #endif /* TW_X86_SIMD */
 
 /* ------------------------------------------------------------------------ */
+/* NEON kernels (aarch64)                                                    */
+/* ------------------------------------------------------------------------ */
+
+#ifdef TW_NEON_SIMD
+
+/* Value of ASCII code c (0..127), 0xFF when c is outside the alphabet: the
+   first 64 codes and the next 64, each one 4-register table of tbl/tbx. */
+#define TW_N7(c) ((uint8_t)TW_VAL(c))
+static const uint8_t tw_n_dlut[128] = {TW_R64(TW_N7, 0), TW_R64(TW_N7, 64)};
+
+/* Values of 16 characters: codes 0..63 from lo (tbl), 64..127 from hi
+   (tbx on c - 64, which leaves the other lanes alone).  A code >= 128
+   misses both tables; OR-ing the code itself into the error accumulator
+   catches it, as the 0xFF of every other invalid code is caught. */
+static inline uint8x16_t tw_neon_values(uint8x16_t c, uint8x16x4_t lo, uint8x16x4_t hi,
+                                        uint8x16_t *err)
+{
+    uint8x16_t v = vqtbl4q_u8(lo, c);
+    v = vqtbx4q_u8(v, hi, vsubq_u8(c, vdupq_n_u8(64)));
+    *err = vorrq_u8(*err, vorrq_u8(v, c));
+    return v;
+}
+
+/* Decode a prefix of the n unpadded body characters, 64 at a time (16
+   quanta, split by lane position by ld4, joined again by st3); returns the
+   number of characters consumed, sets *bad on an invalid one. */
+static size_t tw_dec_neon(const uint8_t *s, size_t n, uint8_t *d, int *bad)
+{
+    const uint8x16x4_t lo = vld1q_u8_x4(tw_n_dlut), hi = vld1q_u8_x4(tw_n_dlut + 64);
+    uint8x16_t err = vdupq_n_u8(0);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64, d += 48) {
+        uint8x16x4_t q = vld4q_u8(s + i);
+        uint8x16_t a = tw_neon_values(q.val[0], lo, hi, &err);
+        uint8x16_t b = tw_neon_values(q.val[1], lo, hi, &err);
+        uint8x16_t c = tw_neon_values(q.val[2], lo, hi, &err);
+        uint8x16_t e = tw_neon_values(q.val[3], lo, hi, &err);
+        uint8x16x3_t o;
+        /* a<<2 | b>>4, b<<4 | c>>2, c<<6 | e (shift-left-and-insert keeps
+           the low bits of its first operand) */
+        o.val[0] = vsliq_n_u8(vshrq_n_u8(b, 4), a, 2);
+        o.val[1] = vsliq_n_u8(vshrq_n_u8(c, 2), b, 4);
+        o.val[2] = vsliq_n_u8(e, c, 6);
+        vst3q_u8(d, o);
+    }
+    /* invalid: a value 0xFF or a code >= 0x80 */
+    *bad = vmaxvq_u8(err) >= 0x80;
+    return i;
+}
+
+/* Encode a prefix of src[0:n] made of whole 48-byte blocks (16 groups,
+   split by byte position by ld3, characters joined by st4); returns the
+   number of bytes consumed. */
+static size_t tw_enc_neon(const uint8_t *s, size_t n, char *d)
+{
+    const uint8x16x4_t al = vld1q_u8_x4((const uint8_t *)tw_alphabet);
+    const uint8x16_t six = vdupq_n_u8(63);
+    size_t i = 0;
+    for (; i + 48 <= n; i += 48, d += 64) {
+        uint8x16x3_t g = vld3q_u8(s + i);
+        uint8x16x4_t o;
+        /* a>>2, (a<<4 | b>>4) & 63, (b<<2 | c>>6) & 63, c & 63 (shift-right-
+           and-insert keeps the high bits of its first operand) */
+        o.val[0] = vshrq_n_u8(g.val[0], 2);
+        o.val[1] = vandq_u8(vsriq_n_u8(vshlq_n_u8(g.val[0], 4), g.val[1], 4), six);
+        o.val[2] = vandq_u8(vsriq_n_u8(vshlq_n_u8(g.val[1], 2), g.val[2], 6), six);
+        o.val[3] = vandq_u8(g.val[2], six);
+        o.val[0] = vqtbl4q_u8(al, o.val[0]);
+        o.val[1] = vqtbl4q_u8(al, o.val[1]);
+        o.val[2] = vqtbl4q_u8(al, o.val[2]);
+        o.val[3] = vqtbl4q_u8(al, o.val[3]);
+        vst4q_u8((uint8_t *)d, o);
+    }
+    return i;
+}
+
+#endif /* TW_NEON_SIMD */
+
+/* ------------------------------------------------------------------------ */
 /* Public entry points                                                       */
 /* ------------------------------------------------------------------------ */
 
@@ -510,6 +593,9 @@ static int tw_dec_body(const uint8_t *s, size_t n, uint8_t *d, int path)
         else if (p == TW_PATH_AVX2)
             i = tw_dec_avx2(s, n, d, &bad);
     }
+#elif defined(TW_NEON_SIMD)
+    if (n >= 64 && tw_path_resolve(path) == TW_PATH_NEON)
+        i = tw_dec_neon(s, n, d, &bad);
 #else
     (void)path;
 #endif
@@ -599,6 +685,9 @@ size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
         else if (p == TW_PATH_AVX2)
             i = tw_enc_avx2(src, whole, dst);
     }
+#elif defined(TW_NEON_SIMD)
+    if (len >= 48 && tw_path_resolve(path) == TW_PATH_NEON)
+        i = tw_enc_neon(src, whole, dst);
 #else
     (void)path;
 #endif

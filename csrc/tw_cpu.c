@@ -30,6 +30,16 @@ static int tw_cpu_avx512(void)
 #endif
 }
 
+/* Advanced SIMD is mandatory in AArch64: present whenever the build has the kernels. */
+static int tw_cpu_neon(void)
+{
+#ifdef TW_NEON_SIMD
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 int tw_path_available(int path)
 {
     switch (path) {
@@ -40,6 +50,8 @@ int tw_path_available(int path)
         return tw_cpu_avx2();
     case TW_PATH_AVX512:
         return tw_cpu_avx512();
+    case TW_PATH_NEON:
+        return tw_cpu_neon();
     default:
         return 0;
     }
@@ -49,13 +61,16 @@ int tw_path_best(void)
 {
     if (tw_cpu_avx512()) return TW_PATH_AVX512;
     if (tw_cpu_avx2()) return TW_PATH_AVX2;
+    if (tw_cpu_neon()) return TW_PATH_NEON;
     return TW_PATH_SCALAR;
 }
 
 int tw_path_resolve(int path)
 {
     if (path == TW_PATH_SCALAR) return TW_PATH_SCALAR;
-    if ((path == TW_PATH_AVX2 || path == TW_PATH_AVX512) && tw_path_available(path)) return path;
+    if ((path == TW_PATH_AVX2 || path == TW_PATH_AVX512 || path == TW_PATH_NEON) &&
+        tw_path_available(path))
+        return path;
     return tw_path_best();
 }
 
@@ -70,6 +85,8 @@ const char *tw_path_name(int path)
         return "avx2";
     case TW_PATH_AVX512:
         return "avx512";
+    case TW_PATH_NEON:
+        return "neon";
     default:
         return "unknown";
     }

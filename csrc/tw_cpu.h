@@ -8,10 +8,12 @@
  * never executes instructions the CPU lacks.  Every path gives identical
  * results.
  *
- * The SIMD code is compiled with GCC/Clang function target attributes
- * (TW_TARGET_AVX2 / TW_TARGET_AVX512 below), so the whole library builds
- * with default flags and one build serves every x86-64 CPU.  TW_NO_SIMD
- * builds the portable code only (every path then resolves to
+ * The x86-64 SIMD code is compiled with GCC/Clang function target
+ * attributes (TW_TARGET_AVX2 / TW_TARGET_AVX512 below), so the whole
+ * library builds with default flags and one build serves every x86-64 CPU.
+ * On aarch64 Advanced SIMD (NEON) is part of the base architecture: the
+ * NEON kernels (TW_NEON_SIMD) need no attribute and no run-time check.
+ * TW_NO_SIMD builds the portable code only (every path then resolves to
  * TW_PATH_SCALAR).
  *
  * No global mutable state beyond the compiler runtime's own feature bits;
@@ -28,9 +30,12 @@ enum {
     TW_PATH_AUTO = 0,   /* the best path available on this CPU */
     TW_PATH_SCALAR = 1, /* portable C (8-byte SWAR where it helps) */
     TW_PATH_AVX2 = 2,   /* x86-64 AVX2 + FMA + BMI1/BMI2 + POPCNT */
-    TW_PATH_AVX512 = 3  /* the AVX2 set + AVX-512 F/BW/VL/CD/DQ/VBMI */
-    /* TW_PATH_NEON = 4 is reserved for aarch64 */
+    TW_PATH_AVX512 = 3, /* the AVX2 set + AVX-512 F/BW/VL/CD/DQ/VBMI */
+    TW_PATH_NEON = 4    /* aarch64 Advanced SIMD (baseline on every aarch64 CPU) */
 };
+
+/* The highest path value, for loops over every path. */
+#define TW_PATH_LAST TW_PATH_NEON
 
 /* 1 if this CPU (and this build) can run `path`; TW_PATH_AUTO and
    TW_PATH_SCALAR always give 1, unknown values give 0. */
@@ -44,7 +49,7 @@ int tw_path_best(void);
    unknown value give tw_path_best(). */
 int tw_path_resolve(int path);
 
-/* "auto", "scalar", "avx2", "avx512"; "unknown" for anything else. */
+/* "auto", "scalar", "avx2", "avx512", "neon"; "unknown" for anything else. */
 const char *tw_path_name(int path);
 
 /* TW_X86_SIMD: this build compiles the x86-64 SIMD kernels.  The kernels
@@ -59,6 +64,13 @@ const char *tw_path_name(int path);
     __attribute__((target("avx2,fma,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512cd," \
                           "avx512dq,avx512vbmi")))
 #endif
+#endif
+
+/* TW_NEON_SIMD: this build compiles the aarch64 NEON kernels (GCC/Clang;
+   <arm_neon.h> is all they need). */
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(_MSC_VER) && \
+    !defined(TW_NO_SIMD) && defined(__ARM_NEON)
+#define TW_NEON_SIMD 1
 #endif
 
 #ifdef __cplusplus

@@ -11,6 +11,9 @@
 #ifdef TW_X86_SIMD
 #include <immintrin.h>
 #endif
+#ifdef TW_NEON_SIMD
+#include <arm_neon.h>
+#endif
 
 /* vLLM's value for a filtered-out candidate. */
 #define HEAD_SENTINEL (-9999.0)
@@ -238,7 +241,7 @@ static inline int row_has_support(const int64_t *soff, size_t t) {
     return soff != NULL && soff[t + 1] > soff[t];
 }
 
-#ifdef TW_X86_SIMD
+#if defined(TW_X86_SIMD) || defined(TW_NEON_SIMD)
 /*
  * The vector code's fast exp, for x in [-700, 1]: the range reduction (as in fast_exp) and the
  * scaling by 2^k in double, exp(r) by its Taylor polynomial of degree 6 in single precision,
@@ -252,7 +255,9 @@ static inline int row_has_support(const int64_t *soff, size_t t) {
 #define F4 (1.0f / 24.0f)
 #define F5 (1.0f / 120.0f)
 #define F6 (1.0f / 720.0f)
+#endif
 
+#ifdef TW_X86_SIMD
 TW_TARGET_AVX512 static inline void fast_exp16_avx512(__m512d x0, __m512d x1,
                                                                               __m512d *e0,
                                                                               __m512d *e1) {
@@ -300,6 +305,33 @@ TW_TARGET_AVX2 static inline void fast_exp8_avx2(__m256d x0, __m256d x1,
     *e1 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)), s1);
 }
 
+#endif
+
+#ifdef TW_NEON_SIMD
+/* fast_exp16_avx512's vector exp, four lanes at a time (two vectors of doubles, the
+   polynomial on one vector of floats). */
+static inline void fast_exp4_neon(float64x2_t x0, float64x2_t x1, float64x2_t *e0,
+                                  float64x2_t *e1) {
+    const float64x2_t shift = vdupq_n_f64(SHIFT), invln2 = vdupq_n_f64(INVLN2);
+    const float64x2_t ln2hi = vdupq_n_f64(LN2HI), ln2lo = vdupq_n_f64(LN2LO);
+    float64x2_t t0 = vfmaq_f64(shift, x0, invln2), t1 = vfmaq_f64(shift, x1, invln2);
+    float64x2_t k0 = vsubq_f64(t0, shift), k1 = vsubq_f64(t1, shift);
+    float64x2_t r0 = vfmsq_f64(vfmsq_f64(x0, k0, ln2hi), k0, ln2lo);
+    float64x2_t r1 = vfmsq_f64(vfmsq_f64(x1, k1, ln2hi), k1, ln2lo);
+    float32x4_t r = vcvt_high_f32_f64(vcvt_f32_f64(r0), r1);
+    float32x4_t p = vdupq_n_f32(F6);
+    p = vfmaq_f32(vdupq_n_f32(F5), p, r);
+    p = vfmaq_f32(vdupq_n_f32(F4), p, r);
+    p = vfmaq_f32(vdupq_n_f32(F3), p, r);
+    p = vfmaq_f32(vdupq_n_f32(F2), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    const int64x2_t bias = vdupq_n_s64(1023);
+    float64x2_t s0 = vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(vreinterpretq_s64_f64(t0), bias), 52));
+    float64x2_t s1 = vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(vreinterpretq_s64_f64(t1), bias), 52));
+    *e0 = vmulq_f64(vcvt_f64_f32(vget_low_f32(p)), s0);
+    *e1 = vmulq_f64(vcvt_high_f64_f32(p), s1);
+}
 #endif
 
 /* ------------------------------------------------------------------------------------------
@@ -457,16 +489,22 @@ static int keep_support(int64_t *oid, double *olp, size_t m, const int32_t *sup,
 #define SWEEP 4096 /* candidates per sweep */
 #define SWEEP_WORDS (SWEEP / 64 + 1)
 
+/* The flags of candidates [i, end) of one word into its bits i & 63. */
+static inline size_t sweep_range(const int64_t *ids, const double *lps, size_t i, size_t end,
+                                 uint64_t *u, uint64_t *z) {
+    for (; i < end; i++) {
+        uint64_t b = i > 0 && better(lps[i], ids[i], lps[i - 1], ids[i - 1]);
+        *u |= b << (i & 63);
+        *z |= (uint64_t)(lps[i] == HEAD_SENTINEL) << (i & 63);
+    }
+    return end;
+}
+
 static void sweep_scalar(const int64_t *ids, const double *lps, size_t n, uint64_t *up,
                          uint64_t *sent) {
     for (size_t w = 0; w * 64 < n; w++) {
         uint64_t u = 0, z = 0;
-        size_t end = n - w * 64 < 64 ? n : w * 64 + 64;
-        for (size_t i = w * 64; i < end; i++) {
-            uint64_t b = i > 0 && better(lps[i], ids[i], lps[i - 1], ids[i - 1]);
-            u |= b << (i & 63);
-            z |= (uint64_t)(lps[i] == HEAD_SENTINEL) << (i & 63);
-        }
+        sweep_range(ids, lps, w * 64, n - w * 64 < 64 ? n : w * 64 + 64, &u, &z);
         up[w] = u;
         sent[w] = z;
     }
@@ -480,13 +518,8 @@ TW_TARGET_AVX2 static void sweep_avx2(const int64_t *ids, const double *lps,
     for (size_t w = 0; w * 64 < n; w++) {
         uint64_t u = 0, z = 0;
         size_t i = w * 64, end = n - w * 64 < 64 ? n : w * 64 + 64;
-        if (i == 0) { /* the first four: there is nothing before the first */
-            for (; i < 4 && i < end; i++) {
-                uint64_t b = i > 0 && better(lps[i], ids[i], lps[i - 1], ids[i - 1]);
-                u |= b << i;
-                z |= (uint64_t)(lps[i] == HEAD_SENTINEL) << i;
-            }
-        }
+        if (i == 0) /* the first four: there is nothing before the first */
+            i = sweep_range(ids, lps, 0, end < 4 ? end : 4, &u, &z);
         for (; i + 4 <= end; i += 4) {
             __m256i id = _mm256_loadu_si256((const __m256i *)(ids + i));
             __m256i pid = _mm256_loadu_si256((const __m256i *)(ids + i - 1));
@@ -497,11 +530,45 @@ TW_TARGET_AVX2 static void sweep_avx2(const int64_t *ids, const double *lps,
             u |= (uint64_t)_mm256_movemask_pd(b) << (i & 63);
             z |= (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(v, sentinel, _CMP_EQ_OQ)) << (i & 63);
         }
-        for (; i < end; i++) {
-            uint64_t b = (uint64_t)better(lps[i], ids[i], lps[i - 1], ids[i - 1]);
-            u |= b << (i & 63);
-            z |= (uint64_t)(lps[i] == HEAD_SENTINEL) << (i & 63);
+        sweep_range(ids, lps, i, end, &u, &z);
+        up[w] = u;
+        sent[w] = z;
+    }
+}
+#endif
+
+#ifdef TW_NEON_SIMD
+/* Eight 64-bit comparison results (lanes all ones or zero) as the low 8 bits of a word. */
+static inline uint64_t bits8_neon(uint64x2_t a, uint64x2_t b, uint64x2_t c, uint64x2_t d) {
+    static const uint8_t weights[8] = {1, 2, 4, 8, 16, 32, 64, 128};
+    uint32x4_t ab = vuzp1q_u32(vreinterpretq_u32_u64(a), vreinterpretq_u32_u64(b));
+    uint32x4_t cd = vuzp1q_u32(vreinterpretq_u32_u64(c), vreinterpretq_u32_u64(d));
+    uint16x8_t all = vuzp1q_u16(vreinterpretq_u16_u32(ab), vreinterpretq_u16_u32(cd));
+    return vaddv_u8(vand_u8(vmovn_u16(all), vld1_u8(weights)));
+}
+
+/* sweep_avx2 with NEON: eight candidates per step, two per vector. */
+static void sweep_neon(const int64_t *ids, const double *lps, size_t n, uint64_t *up,
+                       uint64_t *sent) {
+    const float64x2_t sentinel = vdupq_n_f64(HEAD_SENTINEL);
+    for (size_t w = 0; w * 64 < n; w++) {
+        uint64_t u = 0, z = 0;
+        size_t i = w * 64, end = n - w * 64 < 64 ? n : w * 64 + 64;
+        if (i == 0) /* the first eight: there is nothing before the first */
+            i = sweep_range(ids, lps, 0, end < 8 ? end : 8, &u, &z);
+        for (; i + 8 <= end; i += 8) {
+            float64x2x4_t v = vld1q_f64_x4(lps + i), pv = vld1q_f64_x4(lps + i - 1);
+            int64x2x4_t id = vld1q_s64_x4(ids + i), pid = vld1q_s64_x4(ids + i - 1);
+            uint64x2_t b[4], s[4];
+            for (int k = 0; k < 4; k++) {
+                uint64x2_t tie = vandq_u64(vceqq_f64(v.val[k], pv.val[k]), vcltq_s64(id.val[k], pid.val[k]));
+                b[k] = vorrq_u64(vcgtq_f64(v.val[k], pv.val[k]), tie);
+                s[k] = vceqq_f64(v.val[k], sentinel);
+            }
+            u |= bits8_neon(b[0], b[1], b[2], b[3]) << (i & 63);
+            z |= bits8_neon(s[0], s[1], s[2], s[3]) << (i & 63);
         }
+        sweep_range(ids, lps, i, end, &u, &z);
         up[w] = u;
         sent[w] = z;
     }
@@ -514,6 +581,12 @@ static void sweep(int path, const int64_t *ids, const double *lps, size_t n, uin
 #ifdef TW_X86_SIMD
     if (path == TW_PATH_AVX2 || path == TW_PATH_AVX512) {
         sweep_avx2(ids, lps, n, up, sent);
+        return;
+    }
+#endif
+#ifdef TW_NEON_SIMD
+    if (path == TW_PATH_NEON) {
+        sweep_neon(ids, lps, n, up, sent);
         return;
     }
 #endif
@@ -686,10 +759,33 @@ TW_TARGET_AVX2 static int exps_avx2(const double *v, size_t n, double *e) {
 }
 #endif
 
+#ifdef TW_NEON_SIMD
+static int exps_neon(const double *v, size_t n, double *e) {
+    const float64x2_t lo = vdupq_n_f64(FEXP_LO), one = vdupq_n_f64(1.0);
+    uint64x2_t ok = vdupq_n_u64(~UINT64_C(0)); /* lanes whose values were all <= 1 */
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float64x2_t x0 = vld1q_f64(v + i), x1 = vld1q_f64(v + i + 2);
+        ok = vandq_u64(ok, vandq_u64(vcleq_f64(x0, one), vcleq_f64(x1, one)));
+        float64x2_t f0, f1;
+        /* maxnm: a NaN becomes FEXP_LO (its token is decided exactly) */
+        fast_exp4_neon(vminq_f64(vmaxnmq_f64(x0, lo), one), vminq_f64(vmaxnmq_f64(x1, lo), one), &f0, &f1);
+        vst1q_f64(e + i, vreinterpretq_f64_u64(vandq_u64(vreinterpretq_u64_f64(f0), vcgeq_f64(x0, lo))));
+        vst1q_f64(e + i + 2, vreinterpretq_f64_u64(vandq_u64(vreinterpretq_u64_f64(f1), vcgeq_f64(x1, lo))));
+    }
+    int any = vminvq_u32(vreinterpretq_u32_u64(ok)) == 0;
+    if (i < n) any |= exps_scalar(v + i, n - i, e + i);
+    return any;
+}
+#endif
+
 static int exps(int path, const double *v, size_t n, double *e) {
 #ifdef TW_X86_SIMD
     if (path == TW_PATH_AVX512) return exps_avx512(v, n, e);
     if (path == TW_PATH_AVX2) return exps_avx2(v, n, e);
+#endif
+#ifdef TW_NEON_SIMD
+    if (path == TW_PATH_NEON) return exps_neon(v, n, e);
 #endif
     (void)path;
     return exps_scalar(v, n, e);

@@ -2,8 +2,8 @@
  * tw_json - skipping over JSON that tw_scan has already validated, for the
  * record readers (header-only, static inline).
  *
- * Strings: a search for '"' and '\\' (SSE2 16 bytes per step on the SIMD
- * paths, 8-byte SWAR on TW_PATH_SCALAR).  Containers whose first structural
+ * Strings: a search for '"' and '\\' (SSE2 or NEON, 16 bytes per step, on
+ * the SIMD paths; 8-byte SWAR on TW_PATH_SCALAR).  Containers whose first structural
  * byte closes them (int arrays such as "bytes"): one search.  Other
  * containers on the SIMD paths: 64 bytes per step, string interiors masked
  * out with a prefix XOR of the unescaped quotes, then the brackets walked;
@@ -33,15 +33,15 @@ static inline uint64_t twj_eq8(uint64_t w, uint8_t c)
     return (x - TW_ONES) & ~x & TW_HIGH;
 }
 
-#ifdef TW_X86_SIMD
-static inline uint32_t twj_qb16(const uint8_t *p)
+#if defined(TW_X86_SIMD)
+static inline uint64_t twj_qb16(const uint8_t *p)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
     return (uint32_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
                                                     _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))));
 }
 
-static inline uint32_t twj_struct16(const uint8_t *p)
+static inline uint64_t twj_struct16(const uint8_t *p)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
     /* only '[' and '{' become '{' with bit 5 set, only ']' and '}' '}' */
@@ -50,6 +50,21 @@ static inline uint32_t twj_struct16(const uint8_t *p)
         _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(b, _mm_set1_epi8('{')),
                                   _mm_cmpeq_epi8(b, _mm_set1_epi8('}'))),
                      _mm_cmpeq_epi8(v, _mm_set1_epi8('"'))));
+}
+#elif defined(TW_NEON_SIMD)
+static inline uint64_t twj_qb16(const uint8_t *p)
+{
+    uint8x16_t v = vld1q_u8(p);
+    return tw_neon_nibbles(vorrq_u8(vceqq_u8(v, vdupq_n_u8('"')), vceqq_u8(v, vdupq_n_u8('\\'))));
+}
+
+static inline uint64_t twj_struct16(const uint8_t *p)
+{
+    uint8x16_t v = vld1q_u8(p);
+    /* only '[' and '{' become '{' with bit 5 set, only ']' and '}' '}' */
+    uint8x16_t b = vorrq_u8(v, vdupq_n_u8(0x20));
+    return tw_neon_nibbles(vorrq_u8(vorrq_u8(vceqq_u8(b, vdupq_n_u8('{')), vceqq_u8(b, vdupq_n_u8('}'))),
+                                    vceqq_u8(v, vdupq_n_u8('"'))));
 }
 #endif
 
@@ -123,7 +138,7 @@ static inline const uint8_t *twj_skip_nested(const uint8_t *p, const uint8_t *e,
     }
 }
 
-#ifdef TW_X86_SIMD
+#ifdef TW_SIMD16
 static inline uint64_t twj_prefix_xor(uint64_t x)
 {
     x ^= x << 1;
@@ -149,6 +164,7 @@ static inline unsigned twj_popcount64(uint64_t x)
 
 /* Bytes of [p, p + 64) equal to '"', '\\', an opening bracket, a closing
    bracket, ','. */
+#ifdef TW_X86_SIMD
 static inline void twj_masks64(const uint8_t *p, uint64_t *quote, uint64_t *bs,
                                uint64_t *open, uint64_t *close, uint64_t *comma)
 {
@@ -170,6 +186,25 @@ static inline void twj_masks64(const uint8_t *p, uint64_t *quote, uint64_t *bs,
     *close = mc;
     *comma = mm;
 }
+#else
+static inline void twj_masks64(const uint8_t *p, uint64_t *quote, uint64_t *bs,
+                               uint64_t *open, uint64_t *close, uint64_t *comma)
+{
+    const uint8x16x4_t v = vld1q_u8_x4(p);
+    uint8x16_t b[4];
+    for (int i = 0; i < 4; i++)
+        b[i] = vorrq_u8(v.val[i], vdupq_n_u8(0x20));
+#define TWJ_EQ4(x, c)                                                                        \
+    tw_neon_bits64(vceqq_u8(x[0], vdupq_n_u8(c)), vceqq_u8(x[1], vdupq_n_u8(c)),               \
+                   vceqq_u8(x[2], vdupq_n_u8(c)), vceqq_u8(x[3], vdupq_n_u8(c)))
+    *quote = TWJ_EQ4(v.val, '"');
+    *bs = TWJ_EQ4(v.val, '\\');
+    *open = TWJ_EQ4(b, '{');
+    *close = TWJ_EQ4(b, '}');
+    *comma = TWJ_EQ4(v.val, ',');
+#undef TWJ_EQ4
+}
+#endif
 #endif
 
 /* p just after the opening bracket of a container: the position after its
@@ -180,7 +215,7 @@ static inline const uint8_t *twj_skip_container(const uint8_t *p, const uint8_t 
                                                 size_t *commas, int simd)
 {
     size_t depth = 1;
-#ifdef TW_X86_SIMD
+#ifdef TW_SIMD16
     uint64_t in_str = 0; /* all ones: the previous block ended in a string */
     uint64_t esc = 0;    /* 1: the first byte of this block is escaped */
     while (simd && e - p >= 64) {

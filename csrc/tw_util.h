@@ -14,6 +14,9 @@
 #ifdef TW_X86_SIMD
 #include <emmintrin.h>
 #endif
+#ifdef TW_NEON_SIMD
+#include <arm_neon.h>
+#endif
 
 #if defined(__GNUC__) || defined(__clang__)
 #define TW_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -150,14 +153,42 @@ static inline uint64_t tw_short_digits(const uint8_t *p, size_t len)
     return tw_swar_digits8(v - TW_ONES * '0');
 }
 
-/* The marked bytes of a block: of the 16 at p as a movemask (SSE2), or of the word w as the high
-   bit of each marked byte (SWAR; exact for the lowest marked byte). */
-typedef uint32_t (*tw_mark16)(const uint8_t *p);
+/* The marked bytes of a block of 16 at p (TW_SIMD16 builds: SSE2 or NEON), or of the word w
+   as the high bit of each marked byte (SWAR; exact for the lowest marked byte).  A 16-byte
+   mark has 1 << TW_MARK16_SHIFT bits per byte (SSE2: a movemask; NEON: a nibble per byte),
+   so the first marked byte is at tw_ctz64(m) >> TW_MARK16_SHIFT. */
+#if defined(TW_X86_SIMD)
+#define TW_SIMD16 1
+#define TW_MARK16_SHIFT 0
+#elif defined(TW_NEON_SIMD)
+#define TW_SIMD16 1
+#define TW_MARK16_SHIFT 2
+#endif
+typedef uint64_t (*tw_mark16)(const uint8_t *p);
 typedef uint64_t (*tw_mark8)(uint64_t w);
-#ifdef TW_X86_SIMD
+#ifdef TW_SIMD16
 #define TW_MARK16(f) (f)
 #else
 #define TW_MARK16(f) ((tw_mark16)0)
+#endif
+
+#ifdef TW_NEON_SIMD
+/* The nibble mask of a comparison result (bytes 0 or 0xFF): byte i gives bits 4i..4i+3. */
+static inline uint64_t tw_neon_nibbles(uint8x16_t m)
+{
+    return vget_lane_u64(vreinterpret_u64_u8(vshrn_n_u16(vreinterpretq_u16_u8(m), 4)), 0);
+}
+
+/* One bit per byte of four comparison results (bytes 0 or 0xFF); a's 16 bytes are the lowest bits. */
+static inline uint64_t tw_neon_bits64(uint8x16_t a, uint8x16_t b, uint8x16_t c, uint8x16_t d)
+{
+    static const uint8_t weights[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t w = vld1q_u8(weights);
+    uint8x16_t ab = vpaddq_u8(vandq_u8(a, w), vandq_u8(b, w));
+    uint8x16_t cd = vpaddq_u8(vandq_u8(c, w), vandq_u8(d, w));
+    uint8x16_t x = vpaddq_u8(ab, cd);
+    return vgetq_lane_u64(vreinterpretq_u64_u8(vpaddq_u8(x, x)), 0);
+}
 #endif
 
 /* The first marked byte in [p, e), or a position fewer than 16 bytes before e (the caller goes
@@ -166,12 +197,12 @@ typedef uint64_t (*tw_mark8)(uint64_t w);
 static inline const uint8_t *tw_skip_unmarked(const uint8_t *p, const uint8_t *e, int simd,
                                               tw_mark16 m16, tw_mark8 m8)
 {
-#ifdef TW_X86_SIMD
+#ifdef TW_SIMD16
     if (simd) {
         while (e - p >= 16) {
-            uint32_t m = m16(p);
+            uint64_t m = m16(p);
             if (m)
-                return p + tw_ctz32(m);
+                return p + (tw_ctz64(m) >> TW_MARK16_SHIFT);
             p += 16;
         }
         return p;
@@ -189,12 +220,19 @@ static inline const uint8_t *tw_skip_unmarked(const uint8_t *p, const uint8_t *e
     return p;
 }
 
-#ifdef TW_X86_SIMD
-static inline uint32_t tw_nondigit16(const uint8_t *p)
+#if defined(TW_X86_SIMD)
+static inline uint64_t tw_nondigit16(const uint8_t *p)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
     return (uint32_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8('0')),
                                                     _mm_cmpgt_epi8(v, _mm_set1_epi8('9'))));
+}
+#elif defined(TW_NEON_SIMD)
+static inline uint64_t tw_nondigit16(const uint8_t *p)
+{
+    /* c - '0' > 9 as unsigned bytes */
+    uint8x16_t v = vsubq_u8(vld1q_u8(p), vdupq_n_u8('0'));
+    return tw_neon_nibbles(vcgtq_u8(v, vdupq_n_u8(9)));
 }
 #endif
 

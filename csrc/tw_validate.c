@@ -10,6 +10,9 @@
 #ifdef TW_X86_SIMD
 #include <immintrin.h>
 #endif
+#ifdef TW_NEON_SIMD
+#include <arm_neon.h>
+#endif
 
 /* The value scans run in blocks without an early exit, so the compiler can vectorize them;
    only a block that holds a violation is searched for its first one. */
@@ -116,6 +119,22 @@ static int row_hash(tw_table *t, uint32_t stamp, const uint32_t *ids, const floa
     return TW_ROW_MISSING_SAMPLED;
 }
 
+/* A row without disagreeing repeats: OK with its sampled value in *out when the sampled id is
+   in it with a value other than the sentinel (its first occurrence decides). */
+static inline int row_sampled(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
+                              int sampled_ok, float *out) {
+    if (sampled_ok) {
+        for (size_t i = 0; i < len; i++) {
+            if (ids[i] == sampled) {
+                if (vals[i] == (float)TW_SENTINEL) break;
+                *out = vals[i];
+                return TW_ROW_OK;
+            }
+        }
+    }
+    return TW_ROW_MISSING_SAMPLED;
+}
+
 #ifdef TW_X86_SIMD
 /* Repeated ids within one vector of 16 lanes (lanes outside m are zero and come last, so
    they are never an earlier lane of a valid one): vpconflictd marks every lane whose id
@@ -150,16 +169,7 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
                 return TW_ROW_REPEAT_DISAGREE;
         }
     }
-    if (sampled_ok) {
-        for (size_t i = 0; i < len; i++) {
-            if (ids[i] == sampled) {
-                if (vals[i] == (float)TW_SENTINEL) break;
-                *out = vals[i];
-                return TW_ROW_OK;
-            }
-        }
-    }
-    return TW_ROW_MISSING_SAMPLED;
+    return row_sampled(ids, vals, len, sampled, sampled_ok, out);
 }
 
 /* The same rows with AVX2: every entry against the whole row, eight lanes at a time (lanes
@@ -206,6 +216,68 @@ row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, i
 
 #endif
 
+/* Supports longer than this are checked for repeats by sorting a copy instead of pairwise. */
+#define TW_SMALL_ROW 48
+
+#ifdef TW_NEON_SIMD
+/* The lanes of a 4-lane vector above lane j % 4: all ones; the others zero. */
+static inline uint32x4_t lanes_above(size_t j) {
+    static const uint32_t iota[4] = {0, 1, 2, 3};
+    return vcgtq_u32(vld1q_u32(iota), vdupq_n_u32((uint32_t)(j & 3)));
+}
+
+/* Rows of at most 32 entries with NEON. A pair i < j disagrees when its ids are equal and its
+   values are not (!=, as the table). The ids' low 16 bits go eight to a vector; entry i's is
+   broadcast against the lanes after it, and only an entry with a candidate (equal low bits
+   somewhere after it: in a valid row, mostly the sampled id's repeat) is checked in full.
+   Lanes past the row repeat its last id, which only adds candidates. */
+static int row_neon(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
+                    int sampled_ok, float *out) {
+    static const uint16_t iota[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    const uint16x8_t lane = vld1q_u16(iota);
+    uint16_t low[32];
+    uint16x8_t a[4];
+    size_t nvec = (len + 7) / 8;
+    if (len == 0) return TW_ROW_MISSING_SAMPLED;
+    for (size_t i = 0; i < 8 * nvec; i++) low[i] = (uint16_t)ids[i < len ? i : len - 1];
+    for (size_t k = 0; k < nvec; k++) a[k] = vld1q_u16(low + 8 * k);
+    for (size_t i = 0; i + 1 < len; i++) {
+        uint16x8_t id = vld1q_dup_u16(low + i);
+        size_t k = i / 8;
+        uint16x8_t m = vandq_u16(vceqq_u16(a[k], id), vcgtq_u16(lane, vdupq_n_u16((uint16_t)(i & 7))));
+        for (k++; k < nvec; k++) m = vorrq_u16(m, vceqq_u16(a[k], id));
+        if (vmaxvq_u16(m))
+            for (size_t j = i + 1; j < len; j++)
+                if (ids[j] == ids[i] && vals[j] != vals[i]) return TW_ROW_REPEAT_DISAGREE;
+    }
+    return row_sampled(ids, vals, len, sampled, sampled_ok, out);
+}
+
+/* A support row of 1 to TW_SMALL_ROW entries with NEON: whether it holds `sampled`, and
+   whether an id repeats (every pair i < j once, as row_neon). */
+static int support_row_neon(const int32_t *row, size_t len, int64_t sampled) {
+    int32_t pad[TW_SMALL_ROW];
+    int32x4_t a[TW_SMALL_ROW / 4];
+    uint32x4_t any = vdupq_n_u32(0), rep = vdupq_n_u32(0);
+    size_t nvec = (len + 3) / 4;
+    memcpy(pad, row, len * sizeof *row);
+    for (size_t i = len; i < 4 * nvec; i++) pad[i] = row[len - 1];
+    for (size_t k = 0; k < nvec; k++) a[k] = vld1q_s32(pad + 4 * k);
+    if (sampled >= INT32_MIN && sampled <= INT32_MAX) {
+        int32x4_t s = vdupq_n_s32((int32_t)sampled);
+        for (size_t k = 0; k < nvec; k++) any = vorrq_u32(any, vceqq_s32(a[k], s));
+    }
+    if (!vmaxvq_u32(any)) return 1;
+    for (size_t i = 0; i + 1 < len; i++) {
+        int32x4_t id = vdupq_n_s32(row[i]);
+        size_t k = i / 4;
+        rep = vorrq_u32(rep, vandq_u32(vceqq_s32(a[k], id), lanes_above(i)));
+        for (k++; k < nvec; k++) rep = vorrq_u32(rep, vceqq_s32(a[k], id));
+    }
+    return vmaxvq_u32(rep) != 0;
+}
+#endif
+
 ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets,
                           size_t n, const int64_t *sampled, float *out, int *kind, int path) {
     size_t longest = 0;
@@ -213,7 +285,7 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
         size_t len = (size_t)(offsets[t + 1] - offsets[t]);
         if (len > longest) longest = len;
     }
-    /* TW_PATH_SCALAR: the table; AVX2 / AVX512: rows of up to 32 entries by vector. */
+    /* TW_PATH_SCALAR: the table; AVX2 / AVX512 / NEON: rows of up to 32 entries by vector. */
     int vector = tw_path_resolve(path);
     if (vector == TW_PATH_SCALAR) vector = 0;
     tw_table table = {0};
@@ -237,6 +309,11 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
             r = row_avx2(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
         else
 #endif
+#ifdef TW_NEON_SIMD
+        if (vector == TW_PATH_NEON && len <= 32)
+            r = row_neon(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
+        else
+#endif
             r = row_hash(&table, (uint32_t)t + 1, ids + start, vals + start, len, (uint32_t)s,
                          ok, out + t);
         if (r != TW_ROW_OK) {
@@ -249,23 +326,31 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
     return failed;
 }
 
-/* Supports longer than this are checked for repeats by sorting a copy instead of pairwise. */
-#define TW_SMALL_ROW 48
-
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
 }
 
 ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n,
-                          const int64_t *sampled, int *nomem) {
+                          const int64_t *sampled, int *nomem, int path) {
     int32_t *scratch = NULL;
     size_t cap = 0;
     *nomem = 0;
+#ifdef TW_NEON_SIMD
+    int neon = tw_path_resolve(path) == TW_PATH_NEON;
+#else
+    (void)path;
+#endif
     for (size_t t = 0; t < n; t++) {
         const int32_t *row = values + offsets[t];
         size_t len = (size_t)(offsets[t + 1] - offsets[t]);
         int bad = len == 0;
+#ifdef TW_NEON_SIMD
+        if (neon && !bad && len <= TW_SMALL_ROW) {
+            if (support_row_neon(row, len, sampled[t])) { tw_mem_free(scratch); return (ptrdiff_t)t; }
+            continue;
+        }
+#endif
         if (!bad) {
             int found = 0;
             for (size_t i = 0; i < len; i++)

@@ -31,8 +31,8 @@ enum { TW_ROW_OK = 0, TW_ROW_REPEAT_DISAGREE = 1, TW_ROW_MISSING_SAMPLED = 2, TW
  * Writes the sampled value to out[t]. Returns -1, or the failing row with *kind set
  * (TW_ROW_NOMEM: no memory for the scratch table, row 0 reported).
  * path (TW_PATH_*, tw_cpu.h, resolved with tw_path_resolve): TW_PATH_SCALAR is the portable
- * hash table; AVX2 checks rows of up to 32 entries with all-pairs compares, AVX512 with
- * conflict detection (longer rows use the table on every path).
+ * hash table; AVX2 and NEON check rows of up to 32 entries with all-pairs compares, AVX512
+ * with conflict detection (longer rows use the table on every path).
  */
 ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets,
                           size_t n, const int64_t *sampled, float *out, int *kind, int path);
@@ -40,10 +40,12 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
 /*
  * Recorded supports (sampling masks) in CSR form: each row non-empty, without
  * repeats, containing the sampled id. Returns -1 or the first bad row
- * (*nomem set when scratch memory could not be had).
+ * (*nomem set when scratch memory could not be had).  path (TW_PATH_*): NEON checks rows
+ * of up to 48 entries with all-pairs compares; every other path (and longer rows) compares
+ * pairs one by one, or sorts a copy.
  */
 ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n,
-                          const int64_t *sampled, int *nomem);
+                          const int64_t *sampled, int *nomem, int path);
 
 /* Any negative value: index of the first, or -1. */
 ptrdiff_t tw_i32_negative(const int32_t *v, size_t n);

@@ -24,7 +24,7 @@ except ImportError:  # pure-Python install
     _core = None
 
 _NO_CORE = "the compiled core is not built (pure-Python install or TOKENWIRE_NO_EXTENSIONS=1)"
-ALL_PATHS = ("scalar", "avx2", "avx512")
+ALL_PATHS = ("scalar", "avx2", "avx512", "neon")
 
 
 def implementations():

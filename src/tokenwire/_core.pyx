@@ -109,6 +109,7 @@ cdef extern from "tw_cpu.h" nogil:
         TW_PATH_SCALAR
         TW_PATH_AVX2
         TW_PATH_AVX512
+        TW_PATH_NEON
     int tw_path_available(int path)
     int tw_path_best()
     const char *tw_path_name(int path)
@@ -122,7 +123,8 @@ cdef extern from "tw_base64.h" nogil:
     size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
 
 
-_PATHS = {"scalar": TW_PATH_SCALAR, "avx2": TW_PATH_AVX2, "avx512": TW_PATH_AVX512}
+_PATHS = {"scalar": TW_PATH_SCALAR, "avx2": TW_PATH_AVX2, "avx512": TW_PATH_AVX512,
+          "neon": TW_PATH_NEON}
 
 # The one process-wide setting: the code path of every C kernel (the structural scanner, the
 # record readers, head selection, row validation, base64), one TW_PATH_* of tw_cpu.h. Read
@@ -521,7 +523,7 @@ cdef extern from "tw_validate.h" nogil:
     ptrdiff_t tw_packed_f64_bad(const double *v, size_t n)
     ptrdiff_t tw_compact_values_bad(const float *v, size_t n)
     ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n, const int64_t *sampled, float *out, int *kind, int simd)
-    ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n, const int64_t *sampled, int *nomem)
+    ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n, const int64_t *sampled, int *nomem, int path)
     ptrdiff_t tw_i32_negative(const int32_t *v, size_t n)
 
 
@@ -1010,7 +1012,7 @@ def first_bad_support(ids, rows, limit):
         return -1
     sampled = _i64(ids)
     with nogil:
-        bad = tw_support_rows(&vals[0], &offs[0], count, sampled, &nomem)
+        bad = tw_support_rows(&vals[0], &offs[0], count, sampled, &nomem, _path)
     if nomem:
         raise MemoryError()
     return bad

@@ -68,7 +68,7 @@ int main(int argc, char **argv)
             raw[i] = (uint8_t)x;
         }
         tw_b64_encode(raw, raw_n, enc, TW_PATH_SCALAR);
-        for (path = TW_PATH_SCALAR; path <= TW_PATH_AVX512; path++) {
+        for (path = TW_PATH_SCALAR; path <= TW_PATH_LAST; path++) {
             double td, te, t0;
             long iters = 1;
             if (!tw_path_available(path)) continue;

@@ -101,7 +101,7 @@ static ptrdiff_t ref_decode(const uint8_t *s, size_t len, uint8_t *out,
 }
 
 /* ---- harness ---- */
-static int g_paths[4];
+static int g_paths[TW_PATH_LAST + 1];
 static int g_npaths;
 
 #define GUARD 32
@@ -222,7 +222,7 @@ int main(int argc, char **argv)
     long k;
 
     g_refout = (uint8_t *)malloc(8192);
-    for (p = TW_PATH_SCALAR; p <= TW_PATH_AVX512; p++)
+    for (p = TW_PATH_SCALAR; p <= TW_PATH_LAST; p++)
         if (tw_path_available(p)) g_paths[g_npaths++] = p;
     printf("paths:");
     for (p = 0; p < g_npaths; p++) printf(" %s", tw_path_name(g_paths[p]));
@@ -234,6 +234,7 @@ int main(int argc, char **argv)
     CHECK(strcmp(tw_path_name(TW_PATH_SCALAR), "scalar") == 0, "name");
     CHECK(strcmp(tw_path_name(TW_PATH_AVX2), "avx2") == 0, "name");
     CHECK(strcmp(tw_path_name(TW_PATH_AVX512), "avx512") == 0, "name");
+    CHECK(strcmp(tw_path_name(TW_PATH_NEON), "neon") == 0, "name");
     CHECK(tw_path_available(tw_path_best()), "best available");
     CHECK(tw_b64_decoded_size("", 0) == 0, "ds0");
     CHECK(tw_b64_decoded_size("AB==", 4) == 1, "ds1");

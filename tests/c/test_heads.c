@@ -69,7 +69,7 @@ static void *xmalloc(size_t n) {
     return p;
 }
 
-static int paths[3], npaths;
+static int paths[TW_PATH_LAST + 1], npaths;
 
 /* ------------------------------------------------------------------------------------------
  * A response under test: CSR candidates, sampled tokens, optional supports.
@@ -1082,12 +1082,13 @@ static int bench(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    paths[npaths++] = TW_PATH_SCALAR;
-    if (tw_path_available(TW_PATH_AVX2)) paths[npaths++] = TW_PATH_AVX2;
-    if (tw_path_available(TW_PATH_AVX512)) paths[npaths++] = TW_PATH_AVX512;
+    for (int p = TW_PATH_SCALAR; p <= TW_PATH_LAST; p++)
+        if (tw_path_available(p)) paths[npaths++] = p;
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(argc > 2 ? argv[2] : NULL);
     long count = argc > 1 ? strtol(argv[1], NULL, 10) : 3000;
-    printf("paths: scalar%s%s\n", npaths > 1 ? ", avx2" : "", npaths > 2 ? ", avx512" : "");
+    printf("paths:");
+    for (int p = 0; p < npaths; p++) printf("%s %s", p ? "," : "", tw_path_name(paths[p]));
+    printf("\n");
     test_fsum();
     test_edges();
     test_thresholds();

@@ -1155,7 +1155,8 @@ int main(int argc, char **argv)
     }
     if (argc > 2 && strcmp(argv[1], "--fuzz") == 0)
         fuzz = (size_t)strtoull(argv[2], NULL, 10);
-    for (g_path = TW_PATH_SCALAR; g_path <= TW_PATH_AVX512; g_path++) {
+    for (g_path = TW_PATH_SCALAR; g_path <= TW_PATH_LAST; g_path++) {
+        unsigned long long before = g_checks;
         if (!tw_path_available(g_path) || tw_path_resolve(g_path) != g_path)
             continue;
         printf("path: %s\n", tw_path_name(g_path));
@@ -1170,6 +1171,7 @@ int main(int argc, char **argv)
         test_blank_field();
         test_flat_arrays();
         test_fuzz(fuzz);
+        printf("path %s: %llu checks\n", tw_path_name(g_path), g_checks - before);
     }
     printf("%llu checks, %llu failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;

@@ -42,9 +42,9 @@ static void *test_malloc(size_t n) { return test_realloc(NULL, n); }
 
 #include "tw_check.h"
 
-static const int PATHS[] = {TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512};
-static const char *const PATH_NAMES[] = {"scalar", "avx2", "avx512"};
-#define NPATHS 3
+static const int PATHS[] = {TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512, TW_PATH_NEON};
+static const char *const PATH_NAMES[] = {"scalar", "avx2", "avx512", "neon"};
+#define NPATHS 4
 
 /* ---- deterministic PRNG (splitmix64) ---- */
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
@@ -883,7 +883,7 @@ static void test_decode(void)
 {
     static const char ALPHA[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    static const int B64[] = {TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512};
+    static const int B64[] = {TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512, TW_PATH_NEON};
     static const size_t LENS[] = {0, 8, 4092, 4096, 4100, 8188, 8192, 8196, 12300};
     enum { MAXC = 20480 };
     char *content = (char *)malloc(MAXC + 16), *doc = (char *)malloc(2 * MAXC + 256);

@@ -1,0 +1,218 @@
+/*
+ * Standalone tests for csrc/tw_validate.c's row checks: tw_compact_rows and tw_support_rows
+ * on every path this CPU has, each compared with TW_PATH_SCALAR (the portable hash table and
+ * pairwise / sorted repeat checks) over random responses built to hit every verdict: ids
+ * from small alphabets (repeats everywhere), values from a small set (equal and unequal
+ * repeats, both zeros, infinities, the sentinel; no NaN, which the callers reject first
+ * with tw_compact_values_bad), rows around the vector limits (32 compact
+ * entries, 48 support entries), sampled ids present, absent, negative and out of range.
+ *
+ *   test_validate [ROUNDS]
+ */
+#include "tw_check.h"
+#include "tw_cpu.h"
+#include "tw_validate.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15u;
+
+static uint64_t rnd(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+static size_t rndn(size_t n) { return (size_t)(rnd() % n); }
+
+static int g_paths[TW_PATH_LAST + 1], g_npaths;
+static unsigned long long g_path_checks[TW_PATH_LAST + 1];
+/* How the scalar verdicts came out: compact rows ok / disagree / missing, supports ok / bad,
+   and the rows checked before the verdict (so a test cannot end at row 0 unnoticed). */
+static unsigned long long g_verdicts[5], g_rows;
+
+enum { MAXT = 24, MAXROW = 70 };
+
+/* A row length: mostly near the vector limits, sometimes anything up to MAXROW. */
+static size_t row_len(size_t limit)
+{
+    switch (rndn(4)) {
+    case 0: return rndn(MAXROW + 1);
+    case 1: return rndn(6);
+    default: return limit - 4 + rndn(9);
+    }
+}
+
+static float value(unsigned kinds)
+{
+    static const float SET[] = {-1.5f, -0.25f, -2.0f, 0.0f, -0.0f, -9999.0f, 1e-6f, -1e30f};
+    switch (rndn(kinds)) {
+    case 0: return -INFINITY;
+    case 1: return INFINITY;
+    default: return SET[rndn(sizeof SET / sizeof SET[0])];
+    }
+}
+
+static void test_compact(long rounds)
+{
+    static uint32_t ids[MAXT * MAXROW];
+    static float vals[MAXT * MAXROW], out[MAXT], want[MAXT];
+    int64_t offs[MAXT + 1], sampled[MAXT];
+    for (long r = 0; r < rounds; r++) {
+        size_t n = 1 + rndn(MAXT), o = 0;
+        uint32_t alpha = (uint32_t)(1 + rndn(r % 3 == 0 ? 4 : 64));
+        uint32_t base = rndn(4) == 0 ? UINT32_MAX - 70 : (uint32_t)rndn(1000);
+        unsigned kinds = rndn(8) == 0 ? 10 : 400; /* infinities in some responses only */
+        /* rows before `fault` follow the rules, row `fault` (if any) breaks one by chance */
+        size_t fault = rndn(n + 1);
+        offs[0] = 0;
+        for (size_t t = 0; t < n; t++) {
+            size_t len = row_len(32);
+            int valid = t < fault;
+            for (size_t i = 0; i < len; i++) {
+                ids[o + i] = base + (uint32_t)rndn(alpha);
+                vals[o + i] = value(kinds);
+                for (size_t j = 0; j < i; j++)
+                    if (ids[o + j] == ids[o + i] && (valid || rndn(4) != 0))
+                        vals[o + i] = vals[o + j];
+            }
+            if (valid && len) {
+                size_t at = rndn(len);
+                for (size_t i = 0; i < len; i++)
+                    if (ids[o + i] == ids[o + at] && vals[o + i] == -9999.0f) vals[o + i] = -0.5f;
+                sampled[t] = (int64_t)ids[o + at];
+                o += len;
+                offs[t + 1] = (int64_t)o;
+                continue;
+            }
+            switch (rndn(8)) {
+            case 0: sampled[t] = -1 - (int64_t)rndn(3); break;
+            case 1: sampled[t] = (int64_t)UINT32_MAX + 1 + (int64_t)rndn(3); break;
+            case 2: sampled[t] = (int64_t)(base + alpha); break;
+            default: sampled[t] = len ? (int64_t)ids[o + rndn(len)] : 0; break;
+            }
+            o += len;
+            offs[t + 1] = (int64_t)o;
+        }
+        int kind0 = -1;
+        memset(want, 0x5A, sizeof want);
+        ptrdiff_t r0 = tw_compact_rows(ids, vals, offs, n, sampled, want, &kind0, TW_PATH_SCALAR);
+        g_verdicts[r0 < 0 ? 0 : kind0 == TW_ROW_REPEAT_DISAGREE ? 1 : 2]++;
+        g_rows += r0 < 0 ? n : (size_t)r0 + 1;
+        for (int p = 0; p < g_npaths; p++) {
+            int kind = -1;
+            unsigned long long before = g_checks;
+            memset(out, 0x5A, sizeof out);
+            ptrdiff_t got = tw_compact_rows(ids, vals, offs, n, sampled, out, &kind, g_paths[p]);
+            CHECK(got == r0 && (got < 0 || kind == kind0), "compact round %ld path %s: row %td kind %d, want %td %d",
+                  r, tw_path_name(g_paths[p]), got, kind, r0, kind0);
+            size_t upto = r0 < 0 ? n : (size_t)r0;
+            CHECK(memcmp(out, want, upto * sizeof *out) == 0, "compact round %ld path %s: sampled values differ", r,
+                  tw_path_name(g_paths[p]));
+            g_path_checks[g_paths[p]] += g_checks - before;
+        }
+    }
+}
+
+static void test_support(long rounds)
+{
+    static int32_t vals[MAXT * MAXROW];
+    int64_t offs[MAXT + 1], sampled[MAXT];
+    for (long r = 0; r < rounds; r++) {
+        size_t n = 1 + rndn(MAXT), o = 0;
+        int32_t base = rndn(4) == 0 ? INT32_MAX - 100 : rndn(4) == 0 ? INT32_MIN : (int32_t)rndn(1000) - 500;
+        size_t fault = rndn(n + 1); /* as in test_compact */
+        offs[0] = 0;
+        for (size_t t = 0; t < n; t++) {
+            size_t len = row_len(48);
+            int valid = t < fault;
+            /* distinct ids (a permutation step) unless a repeat is planted */
+            uint32_t step = 1 + 2 * (uint32_t)rndn(50);
+            if (valid && len == 0) len = 1;
+            for (size_t i = 0; i < len; i++) vals[o + i] = (int32_t)((uint32_t)base + step * (uint32_t)i);
+            if (!valid && len > 1 && rndn(3) == 0) vals[o + rndn(len)] = vals[o + rndn(len)];
+            if (valid) {
+                sampled[t] = vals[o + rndn(len)];
+                o += len;
+                offs[t + 1] = (int64_t)o;
+                continue;
+            }
+            switch (rndn(8)) {
+            case 0: sampled[t] = (int64_t)INT32_MAX + 1 + (int64_t)rndn(3); break;
+            case 1: sampled[t] = (int64_t)INT32_MIN - 1 - (int64_t)rndn(3); break;
+            case 2: sampled[t] = (int64_t)base - 1; break;
+            default: sampled[t] = len ? vals[o + rndn(len)] : 0; break;
+            }
+            if (rndn(16) == 0 && len) /* the same id, wider: must not match */
+                sampled[t] = (int64_t)vals[o] + ((int64_t)1 << 32);
+            o += len;
+            offs[t + 1] = (int64_t)o;
+        }
+        int nomem0 = 0;
+        ptrdiff_t r0 = tw_support_rows(vals, offs, n, sampled, &nomem0, TW_PATH_SCALAR);
+        CHECK(!nomem0, "support round %ld: nomem", r);
+        g_verdicts[r0 < 0 ? 3 : 4]++;
+        g_rows += r0 < 0 ? n : (size_t)r0 + 1;
+        for (int p = 0; p < g_npaths; p++) {
+            int nomem = 0;
+            unsigned long long before = g_checks;
+            ptrdiff_t got = tw_support_rows(vals, offs, n, sampled, &nomem, g_paths[p]);
+            CHECK(got == r0 && !nomem, "support round %ld path %s: row %td, want %td", r, tw_path_name(g_paths[p]),
+                  got, r0);
+            g_path_checks[g_paths[p]] += g_checks - before;
+        }
+    }
+}
+
+/* Fixed cases: verdicts that do not depend on the path. */
+static void test_fixed(void)
+{
+    static const uint32_t ids[] = {5, 7, 5, 9};
+    static const float agree[] = {-1.0f, -2.0f, -1.0f, -3.0f}, differ[] = {-1.0f, -2.0f, -1.5f, -3.0f};
+    static const float zeros[] = {0.0f, -2.0f, -0.0f, -3.0f};
+    const int64_t offs[] = {0, 4}, s7[] = {7}, s8[] = {8};
+    for (int p = 0; p < g_npaths; p++) {
+        int kind = -1, path = g_paths[p];
+        float out = 0;
+        CHECK(tw_compact_rows(ids, agree, offs, 1, s7, &out, &kind, path) == -1 && out == -2.0f,
+              "agree, path %s", tw_path_name(path));
+        CHECK(tw_compact_rows(ids, differ, offs, 1, s7, &out, &kind, path) == 0 && kind == TW_ROW_REPEAT_DISAGREE,
+              "differ, path %s", tw_path_name(path));
+        CHECK(tw_compact_rows(ids, zeros, offs, 1, s7, &out, &kind, path) == -1, "zeros, path %s", tw_path_name(path));
+        CHECK(tw_compact_rows(ids, agree, offs, 1, s8, &out, &kind, path) == 0 && kind == TW_ROW_MISSING_SAMPLED,
+              "missing, path %s", tw_path_name(path));
+        int nomem = 0;
+        const int32_t sup[] = {3, 1, 2, 3};
+        const int64_t soff[] = {0, 3, 4}, ss[] = {2, 3}, miss[] = {4, 3};
+        CHECK(tw_support_rows(sup, soff, 2, ss, &nomem, path) == -1, "support ok, path %s", tw_path_name(path));
+        CHECK(tw_support_rows(sup, soff, 2, miss, &nomem, path) == 0, "support missing, path %s", tw_path_name(path));
+        const int64_t rep_off[] = {0, 4};
+        CHECK(tw_support_rows(sup, rep_off, 1, ss, &nomem, path) == 0, "support repeat, path %s",
+              tw_path_name(path));
+    }
+}
+
+int main(int argc, char **argv)
+{
+    long rounds = argc > 1 ? strtol(argv[1], NULL, 10) : 20000;
+    for (int p = TW_PATH_SCALAR; p <= TW_PATH_LAST; p++)
+        if (tw_path_available(p)) g_paths[g_npaths++] = p;
+    printf("paths:");
+    for (int p = 0; p < g_npaths; p++) printf(" %s", tw_path_name(g_paths[p]));
+    printf("\n");
+    test_fixed();
+    test_compact(rounds);
+    test_support(rounds);
+    printf("verdicts: compact %llu ok, %llu disagree, %llu missing; support %llu ok, %llu bad; %llu rows\n",
+           g_verdicts[0], g_verdicts[1], g_verdicts[2], g_verdicts[3], g_verdicts[4], g_rows);
+    for (int p = 0; p < g_npaths; p++)
+        printf("path %s: %llu differential checks\n", tw_path_name(g_paths[p]), g_path_checks[g_paths[p]]);
+    printf("%llu checks, %llu failures\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
