@@ -384,3 +384,10 @@ ptrdiff_t tw_i32_negative(const int32_t *v, size_t n) {
         if (v[i] < 0) return (ptrdiff_t)i;
     return -1;
 }
+
+ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n) {
+    if (n && v[0] != 0) return 0;
+    for (size_t i = 1; i < n; i++)
+        if (v[i] <= v[i - 1]) return (ptrdiff_t)i;
+    return -1;
+}

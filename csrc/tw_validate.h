@@ -50,4 +50,8 @@ ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t 
 /* Any negative value: index of the first, or -1. */
 ptrdiff_t tw_i32_negative(const int32_t *v, size_t n);
 
+/* CSR offsets: 0 when the first is not 0, else the first index whose offset does not rise
+   above the one before it, or -1. */
+ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n);
+
 #endif

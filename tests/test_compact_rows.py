@@ -7,10 +7,13 @@ from __future__ import annotations
 import base64
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenwire import MalformedResponseError, _reference, samples
+
+from .conftest import _core
 
 
 @st.composite
@@ -58,3 +61,17 @@ def outcome(impl, raw):
 @given(compact_documents())
 def test_rows_of_every_length_match_the_reference(impl, raw):
     assert outcome(impl, raw) == outcome(_reference, raw)
+
+
+@given(st.lists(st.integers(-3, 40), max_size=12), st.booleans())
+def test_offsets_not_rising_kernel_matches_the_reference(values, rising):
+    """The first offset that breaks ``offsets[0] == 0`` and strictly rising offsets: the
+    compiled kernel and the reference's numpy form agree."""
+    if _core is None:
+        pytest.skip("the compiled core is not built")
+    offsets = np.cumsum([0, *map(abs, values)]) if rising else np.asarray(values, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    expected = _reference.first_not_rising(offsets)
+    assert _core.first_not_rising(offsets) == expected
+    if rising and all(values):
+        assert expected == -1

@@ -525,6 +525,7 @@ cdef extern from "tw_validate.h" nogil:
     ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n, const int64_t *sampled, float *out, int *kind, int simd)
     ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n, const int64_t *sampled, int *nomem, int path)
     ptrdiff_t tw_i32_negative(const int32_t *v, size_t n)
+    ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n)
 
 
 from ._types import Ragged
@@ -998,6 +999,16 @@ def first_bad(rule, values):
         else:
             with nogil:
                 bad = tw_compact_values_bad(&f32[0], n)
+    return bad
+
+
+def first_not_rising(offsets):
+    cdef const int64_t[::1] offs = offsets
+    cdef ptrdiff_t bad
+    if offs.shape[0] == 0:
+        return -1
+    with nogil:
+        bad = tw_offsets_not_rising(&offs[0], offs.shape[0])
     return bad
 
 

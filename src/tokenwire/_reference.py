@@ -473,7 +473,7 @@ def _int_list(c: Evidence, value: Any, field: str, high: int, reason: str) -> np
     return values
 
 
-def _first_not_rising(offsets: np.ndarray) -> int:
+def first_not_rising(offsets: np.ndarray) -> int:
     """First index breaking ``offsets[0] == 0`` and strictly increasing offsets, or -1."""
     if len(offsets) and offsets[0] != 0:
         return 0
@@ -820,7 +820,7 @@ def _parse_compact_logprobs(
     if parsed is None or parsed[1] != len(ids) + 1:
         c.fail("Invalid compact logprob offsets", field + ".offsets")
     offsets, _, bad_offset = parsed
-    rising = _first_not_rising(offsets)  # over the valid prefix: the first failure wins
+    rising = c.kernels.first_not_rising(offsets)  # over the valid prefix: the first failure wins
     if rising >= 0:
         c.fail("Invalid compact logprob offsets", field + ".offsets", rising)
     if bad_offset is not None:
