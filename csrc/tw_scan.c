@@ -722,6 +722,7 @@ void tw_doc_free(tw_doc *d)
     tw_doc settings;
     tws_free_blobs(d);
     tw_mem_free(d->blobs);
+    tw_mem_free(d->uints);
     tw_mem_free(d->choice);
     tw_mem_free(d->blank);
     tw_mem_free(d->stack);
@@ -766,6 +767,85 @@ static int tws_grow(void **arr, size_t *cap, size_t n, size_t size, size_t first
         return -1;
     *arr = q;
     *cap = ncap;
+    return 0;
+}
+
+/* Record targets holding ids or offsets: arrays of unsigned integers. */
+#define TWS_UINTS                                                                   \
+    (TWS_BIT(TWS_T_PROMPT) | TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) |                        \
+     TWS_BIT(TWS_F(TW_F_CP_OFFSETS)) | TWS_BIT(TWS_F(TW_F_PROMPT_IDS)) |             \
+     TWS_BIT(TWS_F(TW_F_LP_TOKEN_IDS)) | TWS_BIT(TWS_F(TW_F_RO_TOKEN_IDS)) |         \
+     TWS_BIT(TWS_F(TW_F_SGL_IDS)))
+
+/* The elements of an array of unsigned integer literals written without whitespace
+   ("[12,0,345]", p at the first element), each at most 19 digits (below 2^64), appended to
+   d->uints; returns the byte past ']' with their number in *count. NULL when the array is
+   anything else (nothing is kept: the general scan reads it), with *nomem set when memory
+   ran out. */
+static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *end,
+                                   size_t *count, int *nomem)
+{
+    size_t n = d->nuints;
+    for (;;) {
+        uint64_t x = 0;
+        size_t k = 0;
+        if (n == d->uints_cap) {
+            void *arr = d->uints;
+            if (tws_grow(&arr, &d->uints_cap, n, sizeof(uint64_t), 1024)) {
+                *nomem = 1;
+                return NULL;
+            }
+            d->uints = (uint64_t *)arr;
+        }
+        if (TWS_LIKELY(end - p >= 8)) {
+            /* up to 7 digits at once (as tw_parse_uint_array): k = the first non-digit */
+            uint64_t w = tw_load_le64(p), dg = w ^ (TW_ONES * '0');
+            uint64_t nd = ((dg + TW_ONES * 0x76) | dg) & TW_HIGH;
+            k = nd ? (size_t)(tw_ctz64(nd) >> 3) : 8;
+            if (k - 1 < 7)
+                x = tw_swar_digits8(dg << (8 * (8 - k)));
+            else
+                k = 0;
+        }
+        if (k == 0) { /* 8 digits or more, or the last bytes */
+            while (p + k < end && p[k] >= '0' && p[k] <= '9' && k < 20) {
+                x = x * 10 + (uint64_t)(p[k] - '0');
+                k++;
+            }
+            if (k == 0 || k > 19)
+                return NULL;
+        }
+        if (k > 1 && *p == '0') /* a leading zero: not JSON */
+            return NULL;
+        d->uints[n++] = x;
+        p += k;
+        if (p == end)
+            return NULL;
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        if (*p != ']')
+            return NULL;
+        *count = n - d->nuints;
+        d->nuints = n;
+        return p + 1;
+    }
+}
+
+int tw_take_uints(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *out,
+                  size_t *err_index)
+{
+    const uint64_t *src = d->uints + v->read_at;
+    if (max > (uint64_t)INT64_MAX)
+        max = (uint64_t)INT64_MAX;
+    for (size_t i = 0; i < v->count; i++) {
+        if (src[i] > max) {
+            *err_index = i;
+            return -1;
+        }
+        out[i] = (int64_t)src[i];
+    }
     return 0;
 }
 
@@ -930,6 +1010,7 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     uint8_t c;
 
     tws_free_blobs(d);
+    d->nuints = 0;
     d->top_is_object = 0;
     memset(&d->prompt_token_ids, 0, sizeof(tw_value));
     memset(&d->choices, 0, sizeof(tw_value));
@@ -1000,6 +1081,21 @@ value_nows:
         if (*p == ']') {
             p++;
             goto close;
+        }
+        if (TWS_UINTS & TWS_BIT(ptgt)) {
+            size_t n = 0;
+            int nomem = 0;
+            q = tws_uint_run(d, p, end, &n, &nomem);
+            if (nomem)
+                TWS_NOMEM();
+            if (q) { /* read whole: its elements need no other look */
+                v = tws_slot(d, ptgt, pci);
+                v->read = 1;
+                v->read_at = d->nuints - n;
+                top->count = n;
+                p = q;
+                goto close;
+            }
         }
         goto element;
     case '"': {

@@ -177,8 +177,10 @@ enum {
  */
 typedef struct {
     uint8_t present, type, has_escape, ascii, all_int;
+    uint8_t read; /* an array of ids or offsets read during the scan (tw_take_uints) */
     uint16_t blob; /* 1-based index into tw_doc.blobs when decoded, else 0 */
     size_t start, end, count;
+    size_t read_at; /* where its count values start in tw_doc.uints when read */
 } tw_value;
 
 enum {
@@ -257,9 +259,11 @@ typedef struct {
 
     tw_blob *blobs;    /* heap, nblobs values decoded by the last scan */
     size_t nblobs;
+    uint64_t *uints;   /* heap: the elements of the id and offset arrays the scan read */
+    size_t nuints;
 
     /* Internal: capacities and the reusable nesting stack. */
-    size_t choice_cap, blank_cap, stack_cap, blobs_cap;
+    size_t choice_cap, blank_cap, stack_cap, blobs_cap, uints_cap;
     void *stack;
 } tw_doc;
 
@@ -321,6 +325,19 @@ int tw_array_element(const char *buf, const tw_value *v, size_t index,
  * value); -1 with *err_index = 0 if v is not an array.  path: a TW_PATH_*
  * (tw_cpu.h); every path gives the same result.
  */
+/*
+ * Arrays of unsigned integer literals at the id and offset paths (token_ids,
+ * prompt_token_ids, compact_logprobs.offsets, logprobs.token_ids,
+ * raw_output.completion_token_ids, output_ids) written without whitespace, each
+ * element at most 19 digits, are read while they are scanned: v->read is 1
+ * and the values are in tw_doc.uints.  tw_take_uints hands them over as
+ * tw_parse_uint_array would parse them (the same result, the same first bad
+ * element: one above max); any other array at those paths is left to
+ * tw_parse_uint_array.
+ */
+int tw_take_uints(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *out,
+                  size_t *err_index);
+
 int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
                         int64_t *out, size_t *err_index, int path);
 

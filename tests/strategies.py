@@ -88,11 +88,13 @@ def evidence(draw, n: int, m: int, with_support: bool) -> samples.TokenEvidence:
 
 
 @st.composite
-def choices(draw, index: int, k: int | None) -> dict[str, Any]:
+def choices(draw, index: int, k: int | None, newer: bool = True) -> dict[str, Any]:
+    """A choice; ``newer`` False leaves out the forms renderers does not read (kept_tokens,
+    logprobs.sampled)."""
     n = draw(st.integers(0, 5))
-    transport = draw(st.sampled_from(["native", "packed", "compact", "sampled", "native_sampled"]))
+    transport = draw(st.sampled_from(["native", "packed", "compact", *(["sampled", "native_sampled"] if newer else [])]))
     m = draw(st.integers(0, (k or 2) + 3))
-    mask = draw(st.sampled_from([None, None, "list", "csr", "kept"]))
+    mask = draw(st.sampled_from([None, None, "list", "csr", *(["kept"] if newer else [])]))
     ev = draw(evidence(n, m, mask is not None))
     if mask == "kept":  # prime-rl's rows without a kept set (zero counts), anywhere
         ev.support = [[] if draw(st.integers(0, 2)) == 0 else row for row in ev.support]
@@ -397,11 +399,12 @@ def _apply_sampled(sampled: list[Any], name: str, draw) -> None:
 
 
 @st.composite
-def cases(draw, *, mutate: bool | None = None) -> Case:
-    """A response, possibly mutated, in some spelling, with the top_k it is parsed with."""
+def cases(draw, *, mutate: bool | None = None, newer: bool = True) -> Case:
+    """A response, possibly mutated, in some spelling, with the top_k it is parsed with
+    (``newer``: as :func:`choices`)."""
     k = draw(st.sampled_from([None, None, 1, 2, 3, 5, 8, 20, 32]))
     count = draw(st.integers(1, 3))
-    chosen = [draw(choices(i, k)) for i in range(count)]
+    chosen = [draw(choices(i, k, newer)) for i in range(count)]
     document: Any = samples.response(chosen, prompt_tokens=draw(st.integers(0, 6)), seed=draw(st.integers(0, 99)))
     mutation = None
     if mutate is None:

@@ -92,7 +92,7 @@ COMPARED: list[str] = []
 
 @pytest.mark.renderers
 @settings(max_examples=RENDERERS_EXAMPLES)
-@given(strategies.cases())
+@given(strategies.cases(newer=False))  # forms renderers reads: kept_tokens and sampled it ignores
 def test_reference_matches_renderers(renderers_client, case):
     if case.mutation in strategies.STRICTER_THAN_RENDERERS or case.spelling == "escaped_slash" or case.notes:
         # Documented differences: tokenwire rejects what renderers lets through, reads "\/"

@@ -832,7 +832,8 @@ def mutated_openai(draw):
                 entry[key] = draw(st.sampled_from(_ODD_VALUES))
         elif kind == "candidate" and isinstance(content, list) and content:
             _mutate_candidates(draw, content[draw(st.integers(0, len(content) - 1))])
-        elif kind == "candidate" and isinstance(logprobs, dict) and isinstance(logprobs.get("top_logprobs"), list):
+        elif kind == "candidate" and isinstance(logprobs, dict) and isinstance(logprobs.get("top_logprobs"), list) \
+                and logprobs["top_logprobs"]:
             _mutate_keyed_rows(draw, logprobs["top_logprobs"])
         elif kind in ("value", "drop", "replace_array") and isinstance(logprobs, dict):
             name = draw(st.sampled_from([a for a in _ARRAYS if isinstance(logprobs.get(a), list)] or ["tokens"]))

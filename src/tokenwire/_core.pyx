@@ -423,9 +423,9 @@ cdef extern from "tw_scan.h" nogil:
         TW_F_SGL_TOP
         TW_NFIELDS
     ctypedef struct tw_value:
-        uint8_t present, type, has_escape, ascii, all_int
+        uint8_t present, type, has_escape, ascii, all_int, read
         uint16_t blob
-        size_t start, end, count
+        size_t start, end, count, read_at
     ctypedef struct tw_choice:
         uint8_t is_object
         tw_value f[TW_NFIELDS]
@@ -448,6 +448,7 @@ cdef extern from "tw_scan.h" nogil:
     size_t tw_stripped_size(const tw_doc *doc, size_t len)
     void tw_strip(const char *buf, size_t len, const tw_doc *doc, char *out)
     int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max, int64_t *out, size_t *err_index, int path)
+    int tw_take_uints(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *out, size_t *err_index)
     int tw_count_nested(const char *buf, const tw_value *v, size_t *total)
     int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max, int64_t *offsets, int32_t *values, size_t *err_row)
     size_t tw_unescape(const char *buf, const tw_value *v, char *dst)
@@ -925,7 +926,10 @@ cdef class _Scan:
         if v.count:
             view = out
             with nogil:
-                rc = tw_parse_uint_array(self.buf, v, high, &view[0], &err, self.path)
+                if v.read:  # read during the scan
+                    rc = tw_take_uints(&self.doc, v, high, &view[0], &err)
+                else:
+                    rc = tw_parse_uint_array(self.buf, v, high, &view[0], &err, self.path)
         if rc < 0:
             return out[:err], v.count, err
         return out, v.count, None

@@ -48,10 +48,12 @@ class TwValue(C.Structure):
         ("has_escape", C.c_uint8),
         ("ascii", C.c_uint8),
         ("all_int", C.c_uint8),
+        ("read", C.c_uint8),
         ("blob", C.c_uint16),
         ("start", C.c_size_t),
         ("end", C.c_size_t),
         ("count", C.c_size_t),
+        ("read_at", C.c_size_t),
     ]
 
 
@@ -87,10 +89,13 @@ class TwDoc(C.Structure):
         ("err_msg", C.c_char_p),
         ("blobs", C.c_void_p),
         ("nblobs", C.c_size_t),
+        ("uints", C.c_void_p),
+        ("nuints", C.c_size_t),
         ("choice_cap", C.c_size_t),
         ("blank_cap", C.c_size_t),
         ("stack_cap", C.c_size_t),
         ("blobs_cap", C.c_size_t),
+        ("uints_cap", C.c_size_t),
         ("stack", C.c_void_p),
     ]
 
@@ -129,7 +134,11 @@ class Scanner:
         lib.tw_stripped_size.restype = C.c_size_t
         lib.tw_strip.argtypes = [C.c_char_p, C.c_size_t, C.POINTER(TwDoc), C.c_char_p]
         lib.tw_path_available.argtypes = [C.c_int]
+        ints = [C.POINTER(TwValue), C.c_uint64, C.POINTER(C.c_int64), C.POINTER(C.c_size_t)]
+        lib.tw_take_uints.argtypes = [C.POINTER(TwDoc), *ints]
+        lib.tw_parse_uint_array.argtypes = [C.c_char_p, *ints, C.c_int]
         self.lib = lib
+        self.read_arrays = 0
         self.paths = [p for p in PATH_IDS if lib.tw_path_available(PATH_IDS[p])]
         self.doc = TwDoc()
         lib.tw_doc_init(C.byref(self.doc))
@@ -153,10 +162,27 @@ class Scanner:
             ],
             "blank": [(d.blank[i].start, d.blank[i].end) for i in range(d.nblank)],
         }
+        values = [d.prompt_token_ids] + [d.choice[i].f[k] for i in range(d.nchoices) for k in range(NFIELDS)]
+        for v in values:
+            if v.read:  # read during the scan: what tw_parse_uint_array reads, for any max
+                self.read_arrays += 1
+                for high in (2**63 - 1, 2**32 - 1, 7):
+                    assert self._ints(buf, v, high, True) == self._ints(buf, v, high, False), (high, data[:300])
         n = self.lib.tw_stripped_size(C.byref(d), len(data))
         out = C.create_string_buffer(n + 1)
         self.lib.tw_strip(buf, len(data), C.byref(d), out)
         return rc, snap, out.raw[:n], None
+
+
+    def _ints(self, buf, v, high: int, taken: bool):
+        out = (C.c_int64 * max(v.count, 1))()
+        err = C.c_size_t(0)
+        if taken:
+            rc = self.lib.tw_take_uints(C.byref(self.doc), C.byref(v), high, out, C.byref(err))
+        else:
+            rc = self.lib.tw_parse_uint_array(buf, C.byref(v), high, out, C.byref(err), 1)
+        end = v.count if rc == 0 else err.value
+        return rc, err.value if rc else None, list(out[:end])
 
 
 def _val(v: TwValue):
@@ -897,7 +923,8 @@ def main() -> int:
             check_one(sc, wrap.format(lit).encode(), "number", st)
     print(
         f"{st.total} documents checked in {time.time() - t0:.1f}s: "
-        f"{st.accepted} accepted, {st.rejected} rejected; all agree with orjson"
+        f"{st.accepted} accepted, {st.rejected} rejected; all agree with orjson; "
+        f"{sc.read_arrays} id arrays read during the scan agree with tw_parse_uint_array"
     )
     print(
         "  by kind (accepted/total): "

@@ -410,6 +410,11 @@ def _choice(c: _reference.Evidence, choice: Any) -> dict[str, Any]:
         # does the drop-in, so a head is the one renderers selects.
         choice = {key: value for key, value in choice.items() if key != "kept_tokens"}
         copied = True
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict) and "sampled" in logprobs:
+        # Nor does it read vLLM's logprobs.sampled: the logprobs come from content, as there.
+        choice = {**choice, "logprobs": {k: v for k, v in logprobs.items() if k != "sampled"}}
+        copied = True
     mask = choice.get("sampling_mask")
     if isinstance(mask, dict) and any(
         isinstance(mask.get(n), Mapping) and not isinstance(mask.get(n), dict) for n in ("ids", "counts")
