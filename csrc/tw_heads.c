@@ -419,13 +419,21 @@ static int keep_support(int64_t *oid, double *olp, size_t m, const int32_t *sup,
                         size_t *r, scratch *sc) {
     size_t w = 0;
     if (m <= 64 && slen <= 64) {
+        /* the candidates' positions in a 128-slot open-addressing table (ids are distinct) */
+        uint8_t slot[128];
         uint64_t marks = 0;
+        memset(slot, 0xFF, sizeof slot);
+        for (size_t j = 0; j < m; j++) {
+            unsigned h = ((uint32_t)oid[j] * 0x9E3779B1u) >> 25;
+            while (slot[h] != 0xFF) h = (h + 1) & 127;
+            slot[h] = (uint8_t)j;
+        }
         for (size_t s = 0; s < slen; s++) {
             int64_t want = sup[s];
-            size_t j = 0;
-            while (j < m && oid[j] != want) j++;
-            if (j == m) return TW_HEAD_MISSING_SUPPORT;
-            marks |= UINT64_C(1) << j;
+            unsigned h = ((uint32_t)want * 0x9E3779B1u) >> 25;
+            while (slot[h] != 0xFF && oid[slot[h]] != want) h = (h + 1) & 127;
+            if (slot[h] == 0xFF) return TW_HEAD_MISSING_SUPPORT;
+            marks |= UINT64_C(1) << slot[h];
         }
         for (size_t j = 0; j < m; j++) {
             if (marks >> j & 1) {

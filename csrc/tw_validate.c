@@ -331,6 +331,23 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Whether an id repeats in a short row: a 256-bit filter of the ids seen so far, a hit
+   confirmed by a scan of them (a row of distinct ids costs one filter look-up an id, and
+   about one scan a row for the false hits). */
+static int small_row_repeats(const int32_t *row, size_t len) {
+    uint64_t seen[4] = {0, 0, 0, 0};
+    for (size_t j = 0; j < len; j++) {
+        unsigned h = ((uint32_t)row[j] * 0x9E3779B1u) >> 24;
+        uint64_t bit = UINT64_C(1) << (h & 63);
+        if (seen[h >> 6] & bit) {
+            for (size_t i = 0; i < j; i++)
+                if (row[i] == row[j]) return 1;
+        }
+        seen[h >> 6] |= bit;
+    }
+    return 0;
+}
+
 ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n,
                           const int64_t *sampled, int *nomem, int path) {
     int32_t *scratch = NULL;
@@ -358,9 +375,7 @@ ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t 
             bad = !found;
         }
         if (!bad && len <= TW_SMALL_ROW) {
-            for (size_t j = 1; j < len && !bad; j++)
-                for (size_t i = 0; i < j; i++)
-                    if (row[i] == row[j]) { bad = 1; break; }
+            bad = small_row_repeats(row, len);
         } else if (!bad) {
             if (cap < len) {
                 int32_t *grown = tw_mem_realloc(scratch, len * sizeof(int32_t));
