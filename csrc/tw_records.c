@@ -208,24 +208,24 @@ typedef struct {
     int64_t tid, tok; /* id from "token_id" / "token", -1 if not an id */
     double lp, slp;   /* "logprob", "sampling_logprob" */
     uint8_t has_tid, lp_ok;
-    uint8_t lp_kind, slp_kind; /* TW_NATIVE_V_* of those values */
+    uint8_t lp_kind, slp_kind; /* TW_REC_V_* of those values */
 } twr_obj;
 
-/* p at a value: its TW_NATIVE_V_* class (a number is read by the caller). */
+/* p at a value: its TW_REC_V_* class (a number is read by the caller). */
 static inline uint8_t twr_kind(uint8_t c)
 {
     switch (c) {
-    case 'n': return TW_NATIVE_V_NULL;
-    case '"': return TW_NATIVE_V_STRING;
-    case 't': case 'f': return TW_NATIVE_V_BOOL;
-    case '[': return TW_NATIVE_V_ARRAY;
-    case '{': return TW_NATIVE_V_OBJECT;
-    default: return TW_NATIVE_V_NUMBER;
+    case 'n': return TW_REC_V_NULL;
+    case '"': return TW_REC_V_STRING;
+    case 't': case 'f': return TW_REC_V_BOOL;
+    case '[': return TW_REC_V_ARRAY;
+    case '{': return TW_REC_V_OBJECT;
+    default: return TW_REC_V_NUMBER;
     }
 }
 
 /* The candidates of one entry: written from k0; code is the entry's
-   candidates verdict (TW_NATIVE_MISSING_TOP until an array is read). */
+   candidates verdict (TW_REC_MISSING_TOP until an array is read). */
 typedef struct {
     size_t k0, k;
     int code;
@@ -233,7 +233,7 @@ typedef struct {
 
 typedef struct {
     const uint8_t *e;
-    tw_native_cands *c;
+    tw_rec_cands *c;
     uint64_t *ht; /* duplicate-id table for long candidate lists */
     size_t ht_alloc;
     int nomem;
@@ -244,7 +244,7 @@ typedef struct {
 
 static int twr_room(twr_ctx *x, size_t k)
 {
-    tw_native_cands *c = x->c;
+    tw_rec_cands *c = x->c;
     size_t ncap;
     void *q;
     if (k < c->cap)
@@ -375,34 +375,34 @@ static const uint8_t *twr_top_array(twr_ctx *x, const uint8_t *p, twr_top *top)
     const uint8_t *e = x->e;
     size_t k = top->k0;
     twr_seen_set seen;
-    int code = TW_NATIVE_OK;
+    int code = TW_REC_OK;
     twr_seen_init(&seen);
     p = twj_ws(p + 1, e);
     if (p < e && *p == ']') {
         top->k = k;
-        top->code = TW_NATIVE_MISSING_TOP;
+        top->code = TW_REC_MISSING_TOP;
         return p + 1;
     }
     while (p < e) {
         if (*p != '{') {
-            code = TW_NATIVE_TOP_NOT_OBJECT;
+            code = TW_REC_TOP_NOT_OBJECT;
         } else {
             twr_obj o;
             int64_t id;
             p = twr_object(x, p, &o, NULL);
             id = o.has_tid ? o.tid : o.tok;
             if (id < 0) {
-                code = TW_NATIVE_TOP_NO_ID;
+                code = TW_REC_TOP_NO_ID;
             } else if (!o.lp_ok || !isfinite(o.lp)) {
-                code = TW_NATIVE_TOP_NOT_FINITE;
+                code = TW_REC_TOP_NOT_FINITE;
             } else if (o.lp > 1e-6) {
-                code = TW_NATIVE_TOP_POSITIVE;
+                code = TW_REC_TOP_POSITIVE;
             } else {
                 int dup = twr_seen(x, &seen, top->k0, k, id);
                 if (dup < 0)
                     return e;
                 if (dup) {
-                    code = TW_NATIVE_TOP_DUPLICATE;
+                    code = TW_REC_TOP_DUPLICATE;
                 } else {
                     if (!twr_room(x, k))
                         return e;
@@ -412,7 +412,7 @@ static const uint8_t *twr_top_array(twr_ctx *x, const uint8_t *p, twr_top *top)
                 }
             }
         }
-        if (code != TW_NATIVE_OK) {
+        if (code != TW_REC_OK) {
             /* the first bad candidate decides: skip the rest of the array
                (p is inside it, at its element or just after one) */
             p = twj_skip_container(p, e, NULL, x->simd);
@@ -443,7 +443,7 @@ static inline TW_ALWAYS_INLINE const uint8_t *twr_object_on(twr_ctx *x, const ui
     o->lp = o->slp = 0.0;
     o->has_tid = 0;
     o->lp_ok = 0;
-    o->lp_kind = o->slp_kind = TW_NATIVE_V_MISSING;
+    o->lp_kind = o->slp_kind = TW_REC_V_MISSING;
     p = twj_ws(p + 1, e);
     if (p < e && *p == '}')
         return p + 1;
@@ -493,7 +493,7 @@ static inline TW_ALWAYS_INLINE const uint8_t *twr_object_on(twr_ctx *x, const ui
             }
             if (top) {
                 top->k = top->k0;
-                top->code = TW_NATIVE_MISSING_TOP;
+                top->code = TW_REC_MISSING_TOP;
             }
             p = twj_skip_value(p, e, simd);
             break;
@@ -522,7 +522,7 @@ static const uint8_t *twr_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_t
 /* Public API                                                                */
 /* ------------------------------------------------------------------------ */
 
-void tw_native_cands_free(tw_native_cands *c)
+void tw_rec_cands_free(tw_rec_cands *c)
 {
     tw_mem_free(c->ids);
     tw_mem_free(c->lps);
@@ -557,14 +557,14 @@ static inline const uint8_t *twr_array_next(const uint8_t *p, const uint8_t *e)
     return p;
 }
 
-int tw_native_count(const char *buf, const tw_value *content, size_t *total, int path)
+int tw_rec_count(const char *buf, const tw_value *content, size_t *total, int path)
 {
     int simd;
     const uint8_t *e = NULL, *p = twr_array_begin(buf, content, path, &e, &simd);
     size_t t = 0;
     *total = 0;
     if (!p)
-        return TW_NATIVE_BAD_ARG;
+        return TW_REC_BAD_ARG;
     while (p < e && *p != ']') {
         if (*p == '{') {
             /* the room needed: the longest top_logprobs of the entry */
@@ -610,34 +610,34 @@ int tw_native_count(const char *buf, const tw_value *content, size_t *total, int
         p = twr_array_next(p, e);
     }
     *total = t;
-    return TW_NATIVE_OK;
+    return TW_REC_OK;
 }
 
 /* No failure yet, no candidates. */
-static void twr_result_init(tw_native_result *res)
+static void twr_result_init(tw_rec_result *res)
 {
     res->sampled_err = -1;
-    res->sampled_code = TW_NATIVE_OK;
+    res->sampled_code = TW_REC_OK;
     res->top_err = -1;
-    res->top_code = TW_NATIVE_OK;
+    res->top_code = TW_REC_OK;
     res->ncand = 0;
 }
 
-int tw_native_parse(const char *buf, const tw_value *content, size_t n,
+int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
                     const int64_t *ids, int want_top, double *sampled,
-                    int64_t *coff, double *entry_lps, tw_native_cands *cands,
-                    tw_native_result *res, int path)
+                    int64_t *coff, double *entry_lps, tw_rec_cands *cands,
+                    tw_rec_result *res, int path)
 {
     const int simd = tw_path_resolve(path) != TW_PATH_SCALAR;
     const uint8_t *p, *e;
     twr_ctx x;
     size_t k = 0;
-    int s_on = 1, t_on = want_top != 0, rc = TW_NATIVE_OK;
+    int s_on = 1, t_on = want_top != 0, rc = TW_REC_OK;
 
     twr_result_init(res);
     if (!twr_content_ok(content) || content->count != n || (n && (!ids || !sampled)) ||
         (t_on && (!coff || !entry_lps || !cands)))
-        return TW_NATIVE_BAD_ARG;
+        return TW_REC_BAD_ARG;
     p = (const uint8_t *)buf + content->start + 1;
     e = (const uint8_t *)buf + content->end;
     memset(&x, 0, sizeof x);
@@ -648,41 +648,41 @@ int tw_native_parse(const char *buf, const tw_value *content, size_t n,
         coff[0] = 0;
 
     for (size_t i = 0; i < n && (s_on || t_on); i++) {
-        int tcode = TW_NATIVE_OK;
+        int tcode = TW_REC_OK;
         p = twj_ws(p, e);
         if (p >= e) {
-            rc = TW_NATIVE_BAD_ARG;
+            rc = TW_REC_BAD_ARG;
             break;
         }
         if (*p != '{') {
             if (s_on) {
                 res->sampled_err = (ptrdiff_t)i;
-                res->sampled_code = TW_NATIVE_ENTRY_NOT_OBJECT;
+                res->sampled_code = TW_REC_ENTRY_NOT_OBJECT;
                 s_on = 0;
             }
-            tcode = TW_NATIVE_MISSING_TOP;
+            tcode = TW_REC_MISSING_TOP;
             p = twj_skip_value(p, e, simd);
         } else {
             twr_obj o;
             twr_top top;
             top.k0 = top.k = k;
-            top.code = TW_NATIVE_MISSING_TOP;
+            top.code = TW_REC_MISSING_TOP;
             p = twr_object(&x, p, &o, t_on ? &top : NULL);
             if (x.nomem) {
-                rc = TW_NATIVE_NOMEM;
+                rc = TW_REC_NOMEM;
                 break;
             }
             if (s_on) {
                 int64_t id = o.has_tid ? o.tid : o.tok;
-                int code = TW_NATIVE_OK;
+                int code = TW_REC_OK;
                 if (id < 0 || id != ids[i])
-                    code = TW_NATIVE_TOKEN_MISMATCH;
+                    code = TW_REC_TOKEN_MISMATCH;
                 else if (!o.lp_ok)
-                    code = TW_NATIVE_NOT_A_NUMBER;
+                    code = TW_REC_NOT_A_NUMBER;
                 else if (!isfinite(o.lp))
-                    code = TW_NATIVE_NOT_FINITE;
+                    code = TW_REC_NOT_FINITE;
                 else if (o.lp == -9999.0)
-                    code = TW_NATIVE_NO_EVIDENCE;
+                    code = TW_REC_NO_EVIDENCE;
                 if (code) {
                     res->sampled_err = (ptrdiff_t)i;
                     res->sampled_code = code;
@@ -695,7 +695,7 @@ int tw_native_parse(const char *buf, const tw_value *content, size_t n,
                 if (top.code)
                     tcode = top.code;
                 else if (!o.lp_ok)
-                    tcode = TW_NATIVE_SAMPLED_NOT_A_NUMBER;
+                    tcode = TW_REC_SAMPLED_NOT_A_NUMBER;
                 else {
                     k = top.k;
                     coff[i + 1] = (int64_t)k;
@@ -724,7 +724,7 @@ int tw_native_parse(const char *buf, const tw_value *content, size_t n,
 /* Flat arrays of the OpenAI-compatible completions format                   */
 /* ------------------------------------------------------------------------ */
 
-ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out, int path)
+ptrdiff_t tw_rec_numbers(const char *buf, const tw_value *arr, double *out, int path)
 {
     int simd;
     const uint8_t *e = NULL, *p = twr_array_begin(buf, arr, path, &e, &simd);
@@ -740,7 +740,7 @@ ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out, i
     return -1;
 }
 
-size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids, int path)
+size_t tw_rec_token_strings(const char *buf, const tw_value *arr, int64_t *ids, int path)
 {
     int simd;
     const uint8_t *e = NULL, *p = twr_array_begin(buf, arr, path, &e, &simd);
@@ -760,7 +760,7 @@ size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *id
     return named;
 }
 
-ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
+ptrdiff_t tw_rec_entries(const char *buf, const tw_value *content, int64_t *ids,
                             double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind,
                             int path)
 {
@@ -789,7 +789,7 @@ ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *i
     return -1;
 }
 
-ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
+ptrdiff_t tw_rec_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
                             uint8_t *kinds, int path)
 {
     int simd;
@@ -804,12 +804,12 @@ ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, 
             return (ptrdiff_t)i;
         ids[i] = -1;
         values[i] = 0.0;
-        kinds[i] = TW_NATIVE_V_MISSING;
+        kinds[i] = TW_REC_V_MISSING;
         p = twj_ws(p + 1, e);
         while (p < e && *p != ']') {
             if (n == 0) {
                 kinds[i] = twr_kind(*p);
-                if (kinds[i] == TW_NATIVE_V_NUMBER)
+                if (kinds[i] == TW_REC_V_NUMBER)
                     p = tw_number_read(p, e, &values[i], &is_int, simd);
                 else
                     p = twj_skip_value(p, e, simd);
@@ -840,18 +840,18 @@ static int twr_check_row(twr_ctx *x, size_t k0, size_t end, int *code)
         double lp = x->c->lps[j];
         int dup;
         if (!isfinite(lp)) {
-            *code = TW_NATIVE_TOP_NOT_FINITE;
+            *code = TW_REC_TOP_NOT_FINITE;
             return 0;
         }
         if (lp > 1e-6) {
-            *code = TW_NATIVE_TOP_POSITIVE;
+            *code = TW_REC_TOP_POSITIVE;
             return 0;
         }
         dup = twr_seen(x, &seen, k0, j, x->c->ids[j]);
         if (dup < 0)
             return -1;
         if (dup) {
-            *code = TW_NATIVE_TOP_DUPLICATE;
+            *code = TW_REC_TOP_DUPLICATE;
             return 0;
         }
     }
@@ -861,7 +861,7 @@ static int twr_check_row(twr_ctx *x, size_t k0, size_t end, int *code)
 /* p at the '[' of one row of [logprob, token_id(, text)] candidates: append
    them from k (ids, logprobs; NaN for a logprob that is not a number) and
    return the position after the row, *k the new end and *code
-   TW_NATIVE_TOP_NO_ID when an element is not such an array or names no id. */
+   TW_REC_TOP_NO_ID when an element is not such an array or names no id. */
 static const uint8_t *twr_triple_row(twr_ctx *x, const uint8_t *p, size_t *k, int *code)
 {
     const uint8_t *e = x->e;
@@ -872,12 +872,12 @@ static const uint8_t *twr_triple_row(twr_ctx *x, const uint8_t *p, size_t *k, in
         int64_t id = -1;
         double value = NAN;
         if (*p != '[') {
-            *code = TW_NATIVE_TOP_NO_ID;
+            *code = TW_REC_TOP_NO_ID;
             return twj_skip_container(p, e, NULL, x->simd);
         }
         p = twj_ws(p + 1, e);
         while (p < e && *p != ']') {
-            if (n == 0 && twr_kind(*p) == TW_NATIVE_V_NUMBER)
+            if (n == 0 && twr_kind(*p) == TW_REC_V_NUMBER)
                 p = tw_number_read(p, e, &value, &is_int, x->simd);
             else if (n == 1)
                 p = twr_token_id(p, e, &id, x->simd);
@@ -887,7 +887,7 @@ static const uint8_t *twr_triple_row(twr_ctx *x, const uint8_t *p, size_t *k, in
             p = twr_array_next(p, e);
         }
         if (n < 2 || n > 3 || id < 0) {
-            *code = TW_NATIVE_TOP_NO_ID;
+            *code = TW_REC_TOP_NO_ID;
             return twj_skip_container(p < e ? p + 1 : e, e, NULL, x->simd);
         }
         if (!twr_room(x, *k))
@@ -905,23 +905,23 @@ static const uint8_t *twr_triple_row(twr_ctx *x, const uint8_t *p, size_t *k, in
 typedef const uint8_t *(*twr_row_reader)(twr_ctx *x, const uint8_t *p, size_t *k, int *code);
 
 /* The rows of arr (arr->count == n) read for heads: a row that is not a
-   non-empty container opened by `open` is TW_NATIVE_MISSING_TOP, else `read`
+   non-empty container opened by `open` is TW_REC_MISSING_TOP, else `read`
    takes its shape whole, then twr_check_row its candidates in order; the
    first failing row ends the pass (res->top_err / top_code; the rows after
    it get no candidates). */
 static int twr_head_rows(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                         tw_native_cands *cands, tw_native_result *res, uint8_t open,
+                         tw_rec_cands *cands, tw_rec_result *res, uint8_t open,
                          twr_row_reader read, int simd)
 {
     const uint8_t *p, *e;
     const uint8_t close = open == '[' ? ']' : '}';
     twr_ctx x;
     size_t k = 0, i;
-    int rc = TW_NATIVE_OK;
+    int rc = TW_REC_OK;
 
     twr_result_init(res);
     if (!twr_content_ok(arr) || arr->count != n || !coff || !cands)
-        return TW_NATIVE_BAD_ARG;
+        return TW_REC_BAD_ARG;
     p = (const uint8_t *)buf + arr->start + 1;
     e = (const uint8_t *)buf + arr->end;
     memset(&x, 0, sizeof x);
@@ -930,25 +930,25 @@ static int twr_head_rows(const char *buf, const tw_value *arr, size_t n, int64_t
     x.c = cands;
     coff[0] = 0;
     for (i = 0; i < n; i++) {
-        int code = TW_NATIVE_OK;
+        int code = TW_REC_OK;
         size_t end = k;
         const uint8_t *q;
         p = twj_ws(p, e);
         if (p >= e) {
-            rc = TW_NATIVE_BAD_ARG;
+            rc = TW_REC_BAD_ARG;
             break;
         }
         q = *p == open ? twj_ws(p + 1, e) : e;
         if (q >= e || *q == close) {
-            code = TW_NATIVE_MISSING_TOP;
+            code = TW_REC_MISSING_TOP;
         } else {
             p = read(&x, p, &end, &code);
-            if (x.nomem || (code == TW_NATIVE_OK && twr_check_row(&x, k, end, &code) < 0)) {
-                rc = TW_NATIVE_NOMEM;
+            if (x.nomem || (code == TW_REC_OK && twr_check_row(&x, k, end, &code) < 0)) {
+                rc = TW_REC_NOMEM;
                 break;
             }
         }
-        if (code != TW_NATIVE_OK) {
+        if (code != TW_REC_OK) {
             res->top_err = (ptrdiff_t)i;
             res->top_code = code;
             for (size_t j = i + 1; j <= n; j++)
@@ -964,8 +964,8 @@ static int twr_head_rows(const char *buf, const tw_value *arr, size_t n, int64_t
     return rc;
 }
 
-int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                           tw_native_cands *cands, tw_native_result *res, int path)
+int tw_rec_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                           tw_rec_cands *cands, tw_rec_result *res, int path)
 {
     const int simd = tw_path_resolve(path) != TW_PATH_SCALAR;
     return twr_head_rows(buf, arr, n, coff, cands, res, '[', twr_triple_row, simd);
@@ -985,7 +985,7 @@ typedef struct {
     size_t n;
 } twr_span;
 
-/* Pass 1 of tw_native_keyed_heads over row i (p at its '{'): whether a key
+/* Pass 1 of tw_rec_keyed_heads over row i (p at its '{'): whether a key
    repeats an earlier key of the row (1, with its span), holds an escape (2),
    or neither (0); -1 when out of memory.  *keys / *slots are scratch that
    grows, freed by the caller. */
@@ -1050,7 +1050,7 @@ static int twr_row_repeats(const uint8_t *p, const uint8_t *e, twr_span **keys, 
 }
 
 /* One {"token_id:N": logprob, ...} row (p at its '{'): every key's id
-   (TW_NATIVE_TOP_NO_ID for one that names none) and logprob (NaN for one
+   (TW_REC_TOP_NO_ID for one that names none) and logprob (NaN for one
    that is not a number) appended from *k. */
 static const uint8_t *twr_keyed_row(twr_ctx *x, const uint8_t *p, size_t *k, int *code)
 {
@@ -1062,12 +1062,12 @@ static const uint8_t *twr_keyed_row(twr_ctx *x, const uint8_t *p, size_t *k, int
         int is_int;
         p = twj_ws(twr_token(p + 1, e, &id, x->simd), e);
         p = twj_ws(p + 1, e); /* past ':' */
-        if (twr_kind(*p) == TW_NATIVE_V_NUMBER)
+        if (twr_kind(*p) == TW_REC_V_NUMBER)
             p = tw_number_read(p, e, &value, &is_int, x->simd);
         else
             p = twj_skip_value(p, e, x->simd);
         if (id < 0)
-            *code = TW_NATIVE_TOP_NO_ID;
+            *code = TW_REC_TOP_NO_ID;
         if (!twr_room(x, *k))
             return e;
         x->c->ids[*k] = id;
@@ -1080,8 +1080,8 @@ static const uint8_t *twr_keyed_row(twr_ctx *x, const uint8_t *p, size_t *k, int
     return p < e ? p + 1 : e; /* past '}' */
 }
 
-int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                          tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep,
+int tw_rec_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                          tw_rec_cands *cands, tw_rec_result *res, tw_rec_repeat *rep,
                           int path)
 {
     const int simd = tw_path_resolve(path) != TW_PATH_SCALAR;
@@ -1089,14 +1089,14 @@ int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_
     twr_span *keys = NULL;
     uint32_t *slots = NULL;
     size_t kcap = 0, scap = 0, i;
-    int rc = TW_NATIVE_OK;
+    int rc = TW_REC_OK;
 
     twr_result_init(res);
     rep->row = -1;
     rep->start = rep->end = 0;
     rep->escaped = 0;
     if (!twr_content_ok(arr) || arr->count != n || !coff || !cands)
-        return TW_NATIVE_BAD_ARG;
+        return TW_REC_BAD_ARG;
     e = (const uint8_t *)buf + arr->end;
     coff[0] = 0;
 
@@ -1107,7 +1107,7 @@ int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_
             twr_span r;
             int got = twr_row_repeats(p, e, &keys, &kcap, &slots, &scap, &r, simd);
             if (got < 0) {
-                rc = TW_NATIVE_NOMEM;
+                rc = TW_REC_NOMEM;
                 break;
             }
             if (got == 2) {
@@ -1125,7 +1125,7 @@ int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_
     }
     tw_mem_free(keys);
     tw_mem_free(slots);
-    if (rc != TW_NATIVE_OK || rep->escaped || rep->row >= 0) {
+    if (rc != TW_REC_OK || rep->escaped || rep->row >= 0) {
         for (size_t j = 1; j <= n; j++)
             coff[j] = 0;
         return rc;

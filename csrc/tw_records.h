@@ -1,7 +1,7 @@
 /*
  * tw_records - per-token JSON records read straight from the raw response
- * bytes: stock vLLM per-token logprobs (choices[i].logprobs.content, the
- * "native" format the tw_native_* names refer to), the OpenAI-compatible
+ * bytes: stock vLLM per-token logprobs (choices[i].logprobs.content: the
+ * per-token records the tw_rec_* names refer to), the OpenAI-compatible
  * chat and completions records, SGLang's triples.
  *
  * The input is the logprobs.content value recorded by tw_scan (a tw_value of
@@ -17,26 +17,26 @@
  *
  * Sampled pass (the per-entry rules of the reference's native logprobs
  * parser; the caller checks content->count == n first).  For entry i:
- *   not an object                          -> TW_NATIVE_ENTRY_NOT_OBJECT
- *   its id != ids[i] (id rules below)      -> TW_NATIVE_TOKEN_MISMATCH
- *   "logprob" missing or not a number      -> TW_NATIVE_NOT_A_NUMBER
- *   not finite                             -> TW_NATIVE_NOT_FINITE
- *   == -9999.0 (vLLM's "no evidence")      -> TW_NATIVE_NO_EVIDENCE
+ *   not an object                          -> TW_REC_ENTRY_NOT_OBJECT
+ *   its id != ids[i] (id rules below)      -> TW_REC_TOKEN_MISMATCH
+ *   "logprob" missing or not a number      -> TW_REC_NOT_A_NUMBER
+ *   not finite                             -> TW_REC_NOT_FINITE
+ *   == -9999.0 (vLLM's "no evidence")      -> TW_REC_NO_EVIDENCE
  *   else sampled[i] = the logprob.
  *
  * Candidates pass (want_top; the per-entry rules of the reference's native
  * top-k parser, before head selection).  For entry i:
  *   "top_logprobs" missing, not an array, or empty (also when the entry is
- *   not an object)                         -> TW_NATIVE_MISSING_TOP
+ *   not an object)                         -> TW_REC_MISSING_TOP
  *   then per candidate, in order, the first of:
- *     not an object                        -> TW_NATIVE_TOP_NOT_OBJECT
- *     no id (id rules below)               -> TW_NATIVE_TOP_NO_ID
+ *     not an object                        -> TW_REC_TOP_NOT_OBJECT
+ *     no id (id rules below)               -> TW_REC_TOP_NO_ID
  *     "logprob" missing, not a number, or not finite
- *                                          -> TW_NATIVE_TOP_NOT_FINITE
- *     logprob > 1e-6                       -> TW_NATIVE_TOP_POSITIVE
- *     id already listed in this entry      -> TW_NATIVE_TOP_DUPLICATE
+ *                                          -> TW_REC_TOP_NOT_FINITE
+ *     logprob > 1e-6                       -> TW_REC_TOP_POSITIVE
+ *     id already listed in this entry      -> TW_REC_TOP_DUPLICATE
  *   then the entry's own "logprob" missing or not a number
- *                                          -> TW_NATIVE_SAMPLED_NOT_A_NUMBER
+ *                                          -> TW_REC_SAMPLED_NOT_A_NUMBER
  *   else the candidates are appended to the CSR output and
  *   entry_lps[i] = the entry's logprob.
  *
@@ -80,29 +80,29 @@ extern "C" {
    resolved with tw_path_resolve; every path gives the same results.  Numbers
    are converted by tw_number (tw_number.h): the double Python's float() gives. */
 
-/* Codes of tw_native_result.sampled_code / top_code, and return values. */
+/* Codes of tw_rec_result.sampled_code / top_code, and return values. */
 enum {
-    TW_NATIVE_OK = 0,
-    TW_NATIVE_ENTRY_NOT_OBJECT,
-    TW_NATIVE_TOKEN_MISMATCH,
-    TW_NATIVE_NOT_A_NUMBER,
-    TW_NATIVE_NOT_FINITE,
-    TW_NATIVE_NO_EVIDENCE,
-    TW_NATIVE_MISSING_TOP,
-    TW_NATIVE_TOP_NOT_OBJECT,
-    TW_NATIVE_TOP_NO_ID,
-    TW_NATIVE_TOP_NOT_FINITE,
-    TW_NATIVE_TOP_POSITIVE,
-    TW_NATIVE_TOP_DUPLICATE,
-    TW_NATIVE_SAMPLED_NOT_A_NUMBER,
-    TW_NATIVE_NOMEM,   /* return value only: allocation failed / no room */
-    TW_NATIVE_BAD_ARG  /* return value only: content not an array, or
+    TW_REC_OK = 0,
+    TW_REC_ENTRY_NOT_OBJECT,
+    TW_REC_TOKEN_MISMATCH,
+    TW_REC_NOT_A_NUMBER,
+    TW_REC_NOT_FINITE,
+    TW_REC_NO_EVIDENCE,
+    TW_REC_MISSING_TOP,
+    TW_REC_TOP_NOT_OBJECT,
+    TW_REC_TOP_NO_ID,
+    TW_REC_TOP_NOT_FINITE,
+    TW_REC_TOP_POSITIVE,
+    TW_REC_TOP_DUPLICATE,
+    TW_REC_SAMPLED_NOT_A_NUMBER,
+    TW_REC_NOMEM,   /* return value only: allocation failed / no room */
+    TW_REC_BAD_ARG  /* return value only: content not an array, or
                           content->count != n */
 };
 
 /*
  * First failing entry of each pass: *_err = its index and *_code its
- * TW_NATIVE_* code, or *_err = -1 and *_code = TW_NATIVE_OK when the pass
+ * TW_REC_* code, or *_err = -1 and *_code = TW_REC_OK when the pass
  * succeeds.  Without want_top: top_err = -1, top_code = OK.
  * ncand: candidates written (coff[n]).
  */
@@ -112,7 +112,7 @@ typedef struct {
     ptrdiff_t top_err;
     int top_code;
     size_t ncand;
-} tw_native_result;
+} tw_rec_result;
 
 /*
  * Candidate storage of the candidates pass: ids[0..cap) and lps[0..cap).
@@ -120,20 +120,20 @@ typedef struct {
  *             must be NULL or blocks from tw_mem_alloc; cap 0 is fine, and
  *             they stay NULL when nothing is written); the caller keeps
  *             them for reuse across calls and releases them with
- *             tw_native_cands_free.  No counting pass is needed: copy
+ *             tw_rec_cands_free.  No counting pass is needed: copy
  *             ids/lps[0..ncand) out (or take them over) after the parse.
  *   grow = 0: ids/lps are the caller's arrays of cap elements (size them
- *             with tw_native_count); needing more is TW_NATIVE_NOMEM.
+ *             with tw_rec_count); needing more is TW_REC_NOMEM.
  */
 typedef struct {
     int64_t *ids;
     double *lps;
     size_t cap;
     int grow;
-} tw_native_cands;
+} tw_rec_cands;
 
 /* tw_mem_free(ids), tw_mem_free(lps), cap = 0 (grow mode only). */
-void tw_native_cands_free(tw_native_cands *c);
+void tw_rec_cands_free(tw_rec_cands *c);
 
 /*
  * The room the candidates pass needs in grow = 0 mode: the sum, over the
@@ -142,10 +142,10 @@ void tw_native_cands_free(tw_native_cands *c);
  * an array later replaced by a shorter duplicate key needs its room too;
  * without duplicate keys this is exactly the number of candidates).  A
  * structural walk of the content, about as costly as the sampled pass.
- * Returns TW_NATIVE_OK, or TW_NATIVE_BAD_ARG (*total = 0) if content is not
+ * Returns TW_REC_OK, or TW_REC_BAD_ARG (*total = 0) if content is not
  * a recorded array.
  */
-int tw_native_count(const char *buf, const tw_value *content, size_t *total, int path);
+int tw_rec_count(const char *buf, const tw_value *content, size_t *total, int path);
 
 /*
  * Run both passes over content (n elements, content->count == n) for the
@@ -159,89 +159,89 @@ int tw_native_count(const char *buf, const tw_value *content, size_t *total, int
  *                    sent.  On a candidates error at entry t, entries < t
  *                    are complete and coff[t..n] all equal coff[t].
  *   entry_lps[0..n): the entries' own logprobs (entries < t on error).
- * Returns TW_NATIVE_OK (res filled), TW_NATIVE_NOMEM (an allocation failed,
- * or grow = 0 and cands->cap was too small) or TW_NATIVE_BAD_ARG; res and
+ * Returns TW_REC_OK (res filled), TW_REC_NOMEM (an allocation failed,
+ * or grow = 0 and cands->cap was too small) or TW_REC_BAD_ARG; res and
  * the outputs are unspecified after an error return.
  */
-int tw_native_parse(const char *buf, const tw_value *content, size_t n,
+int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
                     const int64_t *ids, int want_top, double *sampled,
-                    int64_t *coff, double *entry_lps, tw_native_cands *cands,
-                    tw_native_result *res, int path);
+                    int64_t *coff, double *entry_lps, tw_rec_cands *cands,
+                    tw_rec_result *res, int path);
 
 /*
  * Flat arrays recorded by tw_scan (arr: a TW_T_ARRAY value), as the
  * OpenAI-compatible completions format sends them; out/ids hold
  * arr->count elements.
  *
- * tw_native_numbers: logprobs.token_logprobs.  out[i] = the value of
+ * tw_rec_numbers: logprobs.token_logprobs.  out[i] = the value of
  * element i (numbers as above) for every element before the first one that
  * is not a number (null, a string, ...); returns that element's index, or
  * -1 when every element is a number (0 if arr is not an array).
  *
- * tw_native_token_strings: logprobs.tokens.  ids[i] = the id a
+ * tw_rec_token_strings: logprobs.tokens.  ids[i] = the id a
  * "token_id:N" string names (the "token" rules above), -1 for any other
  * string and for an element that is not a string; returns how many
  * elements name an id.
  */
-ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out, int path);
+ptrdiff_t tw_rec_numbers(const char *buf, const tw_value *arr, double *out, int path);
 
-/* Classes of a value read by tw_native_records. */
+/* Classes of a value read by tw_rec_entries. */
 enum {
-    TW_NATIVE_V_MISSING = 0, /* the key is absent */
-    TW_NATIVE_V_NUMBER, TW_NATIVE_V_NULL, TW_NATIVE_V_STRING, TW_NATIVE_V_BOOL,
-    TW_NATIVE_V_ARRAY, TW_NATIVE_V_OBJECT
+    TW_REC_V_MISSING = 0, /* the key is absent */
+    TW_REC_V_NUMBER, TW_REC_V_NULL, TW_REC_V_STRING, TW_REC_V_BOOL,
+    TW_REC_V_ARRAY, TW_REC_V_OBJECT
 };
 
 /*
- * tw_native_records: logprobs.content of the OpenAI-compatible chat format,
+ * tw_rec_entries: logprobs.content of the OpenAI-compatible chat format,
  * each entry's fields as the reference reads them.  For each element i
  * before the first one that is not an object: ids[i] = the id the entry
  * names (the id rules above: "token_id" when present, else "token"; -1 for
  * none), lp[i]/lp_kind[i] its "logprob" and slp[i]/slp_kind[i] its
- * "sampling_logprob" (the value when the class is TW_NATIVE_V_NUMBER, 0.0
+ * "sampling_logprob" (the value when the class is TW_REC_V_NUMBER, 0.0
  * otherwise; the last occurrence of a key wins).  Returns the index of the
  * first element that is not an object, or -1.  Every array holds
  * content->count elements.
  */
-ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
+ptrdiff_t tw_rec_entries(const char *buf, const tw_value *content, int64_t *ids,
                             double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind,
                             int path);
 
 /*
- * tw_native_triples: SGLang's meta_info.output_token_logprobs, entries
+ * tw_rec_triples: SGLang's meta_info.output_token_logprobs, entries
  * [logprob, token_id] or [logprob, token_id, text].  For each element i
  * before the first one that is not an array of 2 or 3 elements: ids[i] =
  * its token_id (the "token_id" rules above, -1 if not an id), values[i]
- * and kinds[i] its logprob (as lp/lp_kind of tw_native_records).  Returns
+ * and kinds[i] its logprob (as lp/lp_kind of tw_rec_entries).  Returns
  * the index of that first element, or -1.
  */
-ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
+ptrdiff_t tw_rec_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
                             uint8_t *kinds, int path);
-size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids, int path);
+size_t tw_rec_token_strings(const char *buf, const tw_value *arr, int64_t *ids, int path);
 
 /*
- * tw_native_triple_heads: SGLang's meta_info.output_top_logprobs read for
+ * tw_rec_triple_heads: SGLang's meta_info.output_top_logprobs read for
  * heads: arr (arr->count == n) holds one row of [logprob, token_id] or
  * [logprob, token_id, text] candidates per token.  For row i, the first of:
- *   not an array, or an empty one              -> TW_NATIVE_MISSING_TOP
+ *   not an array, or an empty one              -> TW_REC_MISSING_TOP
  *   an element that is not an array of 2 or 3 elements, or whose token_id
  *   is not an id (the whole row is read before any logprob is checked)
- *                                              -> TW_NATIVE_TOP_NO_ID
+ *                                              -> TW_REC_TOP_NO_ID
  *   then per candidate, in order: its logprob not a number, or not finite
- *                                              -> TW_NATIVE_TOP_NOT_FINITE
- *   logprob > 1e-6                             -> TW_NATIVE_TOP_POSITIVE
- *   id already listed in the row               -> TW_NATIVE_TOP_DUPLICATE
- * else the row's candidates are appended to cands (as tw_native_parse does,
+ *                                              -> TW_REC_TOP_NOT_FINITE
+ *   logprob > 1e-6                             -> TW_REC_TOP_POSITIVE
+ *   id already listed in the row               -> TW_REC_TOP_DUPLICATE
+ * else the row's candidates are appended to cands (as tw_rec_parse does,
  * coff[i + 1] = candidates so far).  res->top_err / top_code: the first
  * failing row (the rows after it are not read; their coff repeat the last
- * count); sampled_err is -1.  Returns TW_NATIVE_OK, TW_NATIVE_NOMEM, or
- * TW_NATIVE_BAD_ARG (arr not a recorded array, or arr->count != n).
+ * count); sampled_err is -1.  Returns TW_REC_OK, TW_REC_NOMEM, or
+ * TW_REC_BAD_ARG (arr not a recorded array, or arr->count != n).
  */
-int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                           tw_native_cands *cands, tw_native_result *res, int path);
+int tw_rec_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                           tw_rec_cands *cands, tw_rec_result *res, int path);
 
 /*
- * tw_native_keyed_heads: /v1/completions' logprobs.top_logprobs read for
+ * tw_rec_keyed_heads: /v1/completions' logprobs.top_logprobs read for
  * heads: arr (arr->count == n) holds one {"token_id:N": logprob, ...} object
  * per token.  First, over every row that is an object: the first row with a
  * key that repeats an earlier key of that row (rep->row, and [rep->start,
@@ -249,23 +249,23 @@ int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64
  * this pass with rep->escaped = 1 (its keys would have to be decoded to be
  * compared; the caller reads the rows another way).  Then, when neither, for
  * row i the first of:
- *   not an object, or an empty one             -> TW_NATIVE_MISSING_TOP
+ *   not an object, or an empty one             -> TW_REC_MISSING_TOP
  *   a key that is not "token_id:N" (the "token" rules above; every key of
- *   the row is read before any logprob is checked) -> TW_NATIVE_TOP_NO_ID
+ *   the row is read before any logprob is checked) -> TW_REC_TOP_NO_ID
  *   then per candidate, in key order: its logprob not a number, or not
- *   finite -> TW_NATIVE_TOP_NOT_FINITE; > 1e-6 -> TW_NATIVE_TOP_POSITIVE;
- *   an id already listed in the row            -> TW_NATIVE_TOP_DUPLICATE
- * else the candidates are appended as by tw_native_triple_heads.  Returns
- * TW_NATIVE_OK, TW_NATIVE_NOMEM or TW_NATIVE_BAD_ARG.
+ *   finite -> TW_REC_TOP_NOT_FINITE; > 1e-6 -> TW_REC_TOP_POSITIVE;
+ *   an id already listed in the row            -> TW_REC_TOP_DUPLICATE
+ * else the candidates are appended as by tw_rec_triple_heads.  Returns
+ * TW_REC_OK, TW_REC_NOMEM or TW_REC_BAD_ARG.
  */
 typedef struct {
     ptrdiff_t row;     /* -1: no row repeats a key */
     size_t start, end; /* the repeated key's text (between its quotes) */
     int escaped;
-} tw_native_repeat;
+} tw_rec_repeat;
 
-int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                          tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep,
+int tw_rec_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                          tw_rec_cands *cands, tw_rec_result *res, tw_rec_repeat *rep,
                           int path);
 
 #ifdef __cplusplus

@@ -475,43 +475,43 @@ _HEAD_REASONS = (None, *_reference.HEAD_REASONS)
 
 
 cdef extern from "tw_records.h" nogil:
-    ctypedef struct tw_native_result:
+    ctypedef struct tw_rec_result:
         ptrdiff_t sampled_err
         int sampled_code
         ptrdiff_t top_err
         int top_code
         size_t ncand
-    ctypedef struct tw_native_cands:
+    ctypedef struct tw_rec_cands:
         int64_t *ids
         double *lps
         size_t cap
         int grow
     enum:
-        TW_NATIVE_OK
-        TW_NATIVE_NOMEM
-    void tw_native_cands_free(tw_native_cands *c)
-    ptrdiff_t tw_native_numbers(const char *buf, const tw_value *arr, double *out, int path)
-    size_t tw_native_token_strings(const char *buf, const tw_value *arr, int64_t *ids, int path)
+        TW_REC_OK
+        TW_REC_NOMEM
+    void tw_rec_cands_free(tw_rec_cands *c)
+    ptrdiff_t tw_rec_numbers(const char *buf, const tw_value *arr, double *out, int path)
+    size_t tw_rec_token_strings(const char *buf, const tw_value *arr, int64_t *ids, int path)
     enum:
-        TW_NATIVE_V_MISSING
-        TW_NATIVE_V_NUMBER
-    ptrdiff_t tw_native_records(const char *buf, const tw_value *content, int64_t *ids,
+        TW_REC_V_MISSING
+        TW_REC_V_NUMBER
+    ptrdiff_t tw_rec_entries(const char *buf, const tw_value *content, int64_t *ids,
                                 double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind, int path)
-    ptrdiff_t tw_native_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
+    ptrdiff_t tw_rec_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
                                 uint8_t *kinds, int path)
-    ctypedef struct tw_native_repeat:
+    ctypedef struct tw_rec_repeat:
         ptrdiff_t row
         size_t start
         size_t end
         int escaped
-    int tw_native_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                              tw_native_cands *cands, tw_native_result *res, tw_native_repeat *rep,
+    int tw_rec_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                              tw_rec_cands *cands, tw_rec_result *res, tw_rec_repeat *rep,
                               int path)
-    int tw_native_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                               tw_native_cands *cands, tw_native_result *res, int path)
-    int tw_native_parse(const char *buf, const tw_value *content, size_t n, const int64_t *ids, int want_top,
-                        double *sampled, int64_t *coff, double *entry_lps, tw_native_cands *cands,
-                        tw_native_result *res, int path)
+    int tw_rec_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
+                               tw_rec_cands *cands, tw_rec_result *res, int path)
+    int tw_rec_parse(const char *buf, const tw_value *content, size_t n, const int64_t *ids, int want_top,
+                        double *sampled, int64_t *coff, double *entry_lps, tw_rec_cands *cands,
+                        tw_rec_result *res, int path)
 
 
 cdef extern from "tw_validate.h" nogil:
@@ -577,8 +577,8 @@ _OPENAI_FIELDS = {
 }
 # Read from the raw bytes (token_ids and the top-level prompt ids are blanked by the scan);
 # text_offset is read by nothing, top_logprobs only for heads.
-# With a head the record candidates are read by tw_native_parse and keyed rows by
-# tw_native_keyed_heads, so the same fields are blanked with a head or without.
+# With a head the record candidates are read by tw_rec_parse and keyed rows by
+# tw_rec_keyed_heads, so the same fields are blanked with a head or without.
 _OPENAI_BLANK = _blank_mask((TW_F_PROMPT_IDS, TW_F_LP_TOKEN_LOGPROBS, TW_F_LP_TOKENS,
                              TW_F_LP_TOKEN_IDS, TW_F_LP_TEXT_OFFSET, TW_F_RO_TOKEN_IDS, TW_F_LP_TOP,
                              TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT))
@@ -588,15 +588,15 @@ _SGLANG_FIELDS = {
     "meta_info.output_token_logprobs": TW_F_SGL_TRIPLES,
     "meta_info.output_top_logprobs": TW_F_SGL_TOP,
 }
-# Everything is read in C, heads included (tw_native_triple_heads).
+# Everything is read in C, heads included (tw_rec_triple_heads).
 _SGLANG_BLANK = _blank_mask((TW_F_SGL_IDS, TW_F_SGL_TRIPLES, TW_F_SGL_TOP))
-# Record lists read by tw_native_records, number lists by tw_native_numbers.
+# Record lists read by tw_rec_entries, number lists by tw_rec_numbers.
 _RECORD_FIELDS = {path: _OPENAI_FIELDS[path]
                   for path in ("logprobs.content", "raw_output.completion_logprobs.content")}
 _NUMBER_FIELDS = {"logprobs.token_logprobs": TW_F_LP_TOKEN_LOGPROBS}
-# A value of each class tw_native_records reports, as json.loads would give it (for messages).
+# A value of each class tw_rec_entries reports, as json.loads would give it (for messages).
 _KIND_EXAMPLES = (None, 0.0, None, "", True, [], {})
-# tw_native's codes, as the reference names them.
+# tw_records' codes, as the reference names them.
 _NATIVE_CODES = (None, "not_object", "token", "number", "finite", "evidence", "missing_top",
                  "top_not_object", "top_no_id", "top_not_finite", "top_positive", "top_duplicate",
                  "sampled_not_number")
@@ -659,19 +659,19 @@ cdef inline const int64_t *_i64(object a):
     return &v[0] if v.shape[0] else NULL
 
 
-cdef inline void _cands_init(tw_native_cands *cands) noexcept:
-    """Empty candidate storage that the tw_native passes grow."""
+cdef inline void _cands_init(tw_rec_cands *cands) noexcept:
+    """Empty candidate storage that the tw_rec passes grow."""
     cands.ids = NULL
     cands.lps = NULL
     cands.cap = 0
     cands.grow = 1
 
 
-cdef object _candidates(int rc, object coff, const tw_native_cands *cands, size_t ncand):
-    """The candidates a tw_native pass wrote (its return code ``rc``), copied out."""
-    if rc == TW_NATIVE_NOMEM:
+cdef object _candidates(int rc, object coff, const tw_rec_cands *cands, size_t ncand):
+    """The candidates a tw_rec pass wrote (its return code ``rc``), copied out."""
+    if rc == TW_REC_NOMEM:
         raise MemoryError()
-    if rc != TW_NATIVE_OK:
+    if rc != TW_REC_OK:
         raise AssertionError(f"tokenwire: logprob records could not be read (code {rc})")
     cand_ids = np.empty(ncand, dtype=np.int64)
     cand_lps = np.empty(ncand, dtype=np.float64)
@@ -787,16 +787,16 @@ cdef class _Scan:
         out = np.empty(v.count + 1, dtype=np.float64)  # one spare element: never empty
         view = out
         with nogil:
-            bad = tw_native_numbers(self.buf, v, &view[0], self.path)
+            bad = tw_rec_numbers(self.buf, v, &view[0], self.path)
         if bad >= 0:
             return out[:bad], bad
         return out[: v.count], None
 
     cdef object native(self, const tw_value *v, object ids, bint want_top):
-        """tw_native_parse over the array ``v``: the reference's ``native_entries``."""
+        """tw_rec_parse over the array ``v``: the reference's ``native_entries``."""
         cdef size_t n = len(ids)
-        cdef tw_native_cands cands
-        cdef tw_native_result res
+        cdef tw_rec_cands cands
+        cdef tw_rec_result res
         cdef int rc
         cdef int top = want_top
         cdef double[::1] sampled_view, entry_view
@@ -810,11 +810,11 @@ cdef class _Scan:
         _cands_init(&cands)
         try:
             with nogil:
-                rc = tw_native_parse(self.buf, v, n, ids_ptr, top, &sampled_view[0], &coff_view[0],
+                rc = tw_rec_parse(self.buf, v, n, ids_ptr, top, &sampled_view[0], &coff_view[0],
                                      &entry_view[0], &cands, &res, self.path)
             candidates = _candidates(rc, coff, &cands, res.ncand)
         finally:
-            tw_native_cands_free(&cands)
+            tw_rec_cands_free(&cands)
         return _reference.NativeEntries(
             sampled[:n],
             None if res.sampled_err < 0 else (res.sampled_err, _NATIVE_CODES[res.sampled_code]),
@@ -824,15 +824,15 @@ cdef class _Scan:
         )
 
     cdef object head_rows(self, const tw_value *v, bint keyed):
-        """Head candidate rows of the array ``v``: SGLang's triples (tw_native_triple_heads,
+        """Head candidate rows of the array ``v``: SGLang's triples (tw_rec_triple_heads,
         the reference's ``top_triples``) or, ``keyed``, completions' objects
-        (tw_native_keyed_heads, the reference's ``keyed_rows``). Returns the candidates, the
+        (tw_rec_keyed_heads, the reference's ``keyed_rows``). Returns the candidates, the
         first bad row and the first row repeating a key (``True`` when a key holds an
         escape: the caller reads the rows)."""
         cdef size_t n = v.count
-        cdef tw_native_cands cands
-        cdef tw_native_result res
-        cdef tw_native_repeat rep
+        cdef tw_rec_cands cands
+        cdef tw_rec_result res
+        cdef tw_rec_repeat rep
         cdef int rc
         cdef int64_t[::1] coff_view
         coff = np.zeros(n + 1, dtype=np.int64)
@@ -843,14 +843,14 @@ cdef class _Scan:
         try:
             with nogil:
                 if keyed:
-                    rc = tw_native_keyed_heads(self.buf, v, n, &coff_view[0], &cands, &res, &rep,
+                    rc = tw_rec_keyed_heads(self.buf, v, n, &coff_view[0], &cands, &res, &rep,
                                                self.path)
                 else:
-                    rc = tw_native_triple_heads(self.buf, v, n, &coff_view[0], &cands, &res,
+                    rc = tw_rec_triple_heads(self.buf, v, n, &coff_view[0], &cands, &res,
                                                 self.path)
             candidates = _candidates(rc, coff, &cands, res.ncand)
         finally:
-            tw_native_cands_free(&cands)
+            tw_rec_cands_free(&cands)
         if rep.escaped:
             return candidates, None, True
         if rep.row >= 0:
@@ -873,13 +873,13 @@ cdef class _Scan:
         slp_kind = np.empty(n + 1, dtype=np.uint8)
         ids_view, lp_view, slp_view, lpk_view, slpk_view = ids, lp, slp, lp_kind, slp_kind
         with nogil:
-            bad = tw_native_records(self.buf, v, &ids_view[0], &lp_view[0], &lpk_view[0],
+            bad = tw_rec_entries(self.buf, v, &ids_view[0], &lp_view[0], &lpk_view[0],
                                     &slp_view[0], &slpk_view[0], self.path)
         end = n if bad < 0 else bad
-        sampling = bool((slp_kind[:end] != TW_NATIVE_V_MISSING).any())
+        sampling = bool((slp_kind[:end] != TW_REC_V_MISSING).any())
         mixed = None
         if sampling:
-            missing = np.flatnonzero(slp_kind[:end] == TW_NATIVE_V_MISSING)
+            missing = np.flatnonzero(slp_kind[:end] == TW_REC_V_MISSING)
             mixed = int(missing[0]) if len(missing) else None
             values, kinds = slp[:end], slp_kind[:end]
         else:
@@ -901,7 +901,7 @@ cdef class _Scan:
         kinds = np.empty(n + 1, dtype=np.uint8)
         ids_view, values_view, kinds_view = ids, values, kinds
         with nogil:
-            bad = tw_native_triples(self.buf, v, &ids_view[0], &values_view[0], &kinds_view[0],
+            bad = tw_rec_triples(self.buf, v, &ids_view[0], &values_view[0], &kinds_view[0],
                                     self.path)
         end = n if bad < 0 else bad
         return _openai._Records(ids[:end], _record_values(values[:end], kinds[:end]), "logprob",
@@ -913,7 +913,7 @@ cdef class _Scan:
         out = np.empty(v.count + 1, dtype=np.int64)
         view = out
         with nogil:
-            named = tw_native_token_strings(self.buf, v, &view[0], self.path)
+            named = tw_rec_token_strings(self.buf, v, &view[0], self.path)
         return out[: v.count], named
 
     cdef object ints(self, const tw_value *v, uint64_t high):
@@ -1252,8 +1252,8 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
 
 
 def _record_values(values, kinds):
-    """The Numbers of record values of the given TW_NATIVE_V_* classes."""
-    not_number = np.flatnonzero(kinds != TW_NATIVE_V_NUMBER)
+    """The Numbers of record values of the given TW_REC_V_* classes."""
+    not_number = np.flatnonzero(kinds != TW_REC_V_NUMBER)
     if not len(not_number):
         return _openai.Numbers(values, None, None)
     first = int(not_number[0])

@@ -16,11 +16,11 @@ loads it with ctypes, and checks:
     duplicate keys, key orders, non-number and sentinel logprobs, missing/empty
     top_logprobs, bad candidates, duplicate candidate ids, long entries,
     decoy keys in nested values), written with random whitespace, escapes and
-    number spellings: tw_scan + tw_native_parse give the same first failing
+    number spellings: tw_scan + tw_rec_parse give the same first failing
     entry and rule, the same sampled values, candidates and entry logprobs
     (bit for bit) as the reference's _parse_native_logprobs and the per-entry
     part of _parse_native_heads on json.loads of the same bytes;
-    tw_native_count gives the room needed; fixed-capacity mode agrees with
+    tw_rec_count gives the room needed; fixed-capacity mode agrees with
     grow mode;
   * tw_blank_field(logprobs.content): orjson.loads of the stripped copy equals
     the document with content replaced by [].
@@ -64,7 +64,7 @@ import gen_pow5_table  # noqa: E402
 from gen_pow5_table import QMAX, QMIN, pow5_entry  # noqa: E402
 from tokenwire._errors import MalformedResponseError  # noqa: E402
 
-OUT = Path("/tmp/tw_native_check")
+OUT = Path("/tmp/tw_rec_check")
 getcontext().prec = 2000
 
 (
@@ -84,16 +84,16 @@ typedef struct {
     long long serr, scode, terr, tcode, ncand, total, rc, count_rc;
 } chk_res;
 
-/* Scan buf, take choices[0].logprobs.content and run tw_native_parse.
-   mode 0: grow mode; 1: fixed arrays sized by tw_native_count.
+/* Scan buf, take choices[0].logprobs.content and run tw_rec_parse.
+   mode 0: grow mode; 1: fixed arrays sized by tw_rec_count.
    Returns 0, or -1 (scan failed), -2 (no content array / count != n). */
 int chk_run(const char *buf, size_t len, const int64_t *ids, size_t n, int want_top,
             int mode, double *sampled, int64_t *coff, double *elps, int64_t *cids,
             double *clps, size_t ccap, chk_res *r, int path)
 {
     tw_doc d;
-    tw_native_cands c;
-    tw_native_result res;
+    tw_rec_cands c;
+    tw_rec_result res;
     const tw_value *v;
     size_t total = 0;
     int rc = 0;
@@ -114,7 +114,7 @@ int chk_run(const char *buf, size_t len, const int64_t *ids, size_t n, int want_
         tw_doc_free(&d);
         return -2;
     }
-    r->count_rc = tw_native_count(buf, v, &total, path);
+    r->count_rc = tw_rec_count(buf, v, &total, path);
     r->total = (long long)total;
     if (mode == 1) {
         c.ids = (int64_t *)tw_mem_alloc((total ? total : 1) * sizeof(int64_t));
@@ -124,7 +124,7 @@ int chk_run(const char *buf, size_t len, const int64_t *ids, size_t n, int want_
     } else {
         c.grow = 1;
     }
-    r->rc = tw_native_parse(buf, v, n, ids, want_top, sampled, coff, elps, &c, &res, path);
+    r->rc = tw_rec_parse(buf, v, n, ids, want_top, sampled, coff, elps, &c, &res, path);
     r->serr = res.sampled_err;
     r->scode = res.sampled_code;
     r->terr = res.top_err;
@@ -717,7 +717,7 @@ class Gen:
 
 
 def room_needed(content) -> int:
-    """What tw_native_count must report: per object entry, the longest top_logprobs array."""
+    """What tw_rec_count must report: per object entry, the longest top_logprobs array."""
     total = 0
     for e in content:
         if isinstance(e, Obj):
@@ -807,7 +807,7 @@ def check_doc(lib: Lib, raw: bytes, ids, content, stats) -> None:
             rc, res, sampled, coff, elps, cids, clps = lib.run(raw, ids, want_top, mode, room)
             where = f"want_top={want_top} mode={mode}"
             assert rc == 0, f"chk_run {rc} {where}"
-            assert res.rc == 0, f"tw_native_parse returned {res.rc} {where}"
+            assert res.rc == 0, f"tw_rec_parse returned {res.rc} {where}"
             assert res.count_rc == 0 and res.total == room, f"count {res.total} != {room}"
             assert (res.serr, res.scode) == (s_err, s_code), (
                 f"sampled: C ({res.serr}, {res.scode}) ref ({s_err}, {s_code}) {where}")

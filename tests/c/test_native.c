@@ -216,10 +216,10 @@ typedef struct {
     tw_value v;
     size_t n;
     int rc;
-    tw_native_result res;
+    tw_rec_result res;
     double *sampled, *elps;
     int64_t *coff;
-    tw_native_cands c;
+    tw_rec_cands c;
 } run_t;
 
 /* Validate `content` with tw_scan and copy it to an exact heap block. */
@@ -273,7 +273,7 @@ static void run(run_t *r, const char *content, const int64_t *ids, size_t nids, 
         idv[i] = ids[i];
     r->c.grow = 1;
     g_fail_after = g_inject; /* allocation failures in the parse only */
-    r->rc = tw_native_parse(r->buf, &r->v, r->n, idv, want_top, r->sampled, r->coff, r->elps,
+    r->rc = tw_rec_parse(r->buf, &r->v, r->n, idv, want_top, r->sampled, r->coff, r->elps,
                             &r->c, &r->res, g_path);
     g_fail_after = -1;
     free(idv);
@@ -285,7 +285,7 @@ static void done(run_t *r)
     free(r->sampled);
     free(r->elps);
     free(r->coff);
-    tw_native_cands_free(&r->c);
+    tw_rec_cands_free(&r->c);
 }
 
 /* Expect the first failing entries and codes of both passes. */
@@ -294,7 +294,7 @@ static void expect(const char *content, const int64_t *ids, size_t nids, ptrdiff
 {
     run_t r;
     run(&r, content, ids, nids, 1);
-    CHECK(r.rc == TW_NATIVE_OK && r.res.sampled_err == serr && r.res.sampled_code == scode &&
+    CHECK(r.rc == TW_REC_OK && r.res.sampled_err == serr && r.res.sampled_code == scode &&
               r.res.top_err == terr && r.res.top_code == tcode,
           "line %d: rc %d sampled (%td, %d) want (%td, %d), top (%td, %d) want (%td, %d): %.300s",
           line, r.rc, r.res.sampled_err, r.res.sampled_code, serr, scode, r.res.top_err,
@@ -302,7 +302,7 @@ static void expect(const char *content, const int64_t *ids, size_t nids, ptrdiff
     done(&r);
     /* the sampled pass alone gives the same sampled verdict */
     run(&r, content, ids, nids, 0);
-    CHECK(r.rc == TW_NATIVE_OK && r.res.sampled_err == serr && r.res.sampled_code == scode &&
+    CHECK(r.rc == TW_REC_OK && r.res.sampled_err == serr && r.res.sampled_code == scode &&
               r.res.top_err == -1 && r.res.top_code == 0 && r.res.ncand == 0,
           "line %d (sampled only): (%td, %d)", line, r.res.sampled_err, r.res.sampled_code);
     done(&r);
@@ -332,12 +332,12 @@ static void test_sampled_rules(void)
     EXPECT("[{\"token\":\"token_id:00000000000000000000000000000000000000007\",\"logprob\":1,"
            TOP2 "}]", ONE(7), -1, 0, -1, 0);
     /* not an object */
-    EXPECT("[1]", ONE(1), 0, TW_NATIVE_ENTRY_NOT_OBJECT, 0, TW_NATIVE_MISSING_TOP);
-    EXPECT("[\"token_id:1\"]", ONE(1), 0, TW_NATIVE_ENTRY_NOT_OBJECT, 0, TW_NATIVE_MISSING_TOP);
-    EXPECT("[null]", ONE(1), 0, TW_NATIVE_ENTRY_NOT_OBJECT, 0, TW_NATIVE_MISSING_TOP);
-    EXPECT("[[{\"token_id\":1,\"logprob\":-1}]]", ONE(1), 0, TW_NATIVE_ENTRY_NOT_OBJECT, 0,
-           TW_NATIVE_MISSING_TOP);
-    EXPECT("[true]", ONE(1), 0, TW_NATIVE_ENTRY_NOT_OBJECT, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT("[1]", ONE(1), 0, TW_REC_ENTRY_NOT_OBJECT, 0, TW_REC_MISSING_TOP);
+    EXPECT("[\"token_id:1\"]", ONE(1), 0, TW_REC_ENTRY_NOT_OBJECT, 0, TW_REC_MISSING_TOP);
+    EXPECT("[null]", ONE(1), 0, TW_REC_ENTRY_NOT_OBJECT, 0, TW_REC_MISSING_TOP);
+    EXPECT("[[{\"token_id\":1,\"logprob\":-1}]]", ONE(1), 0, TW_REC_ENTRY_NOT_OBJECT, 0,
+           TW_REC_MISSING_TOP);
+    EXPECT("[true]", ONE(1), 0, TW_REC_ENTRY_NOT_OBJECT, 0, TW_REC_MISSING_TOP);
     /* ids that are not ids, or the wrong one */
     {
         static const char *const BAD[] = {
@@ -365,7 +365,7 @@ static void test_sampled_rules(void)
         char buf[512];
         for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
             sprintf(buf, "[{%s%s\"logprob\":-1," TOP2 "}]", BAD[i], BAD[i][0] ? "," : "");
-            EXPECT(buf, ONE(5), 0, TW_NATIVE_TOKEN_MISMATCH, -1, 0);
+            EXPECT(buf, ONE(5), 0, TW_REC_TOKEN_MISMATCH, -1, 0);
         }
     }
     /* ids that are ids */
@@ -396,27 +396,27 @@ static void test_sampled_rules(void)
         char buf[512];
         for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
             sprintf(buf, "[{\"token_id\":5,%s" TOP2 "}]", BAD[i]);
-            EXPECT(buf, ONE(5), 0, TW_NATIVE_NOT_A_NUMBER, 0, TW_NATIVE_SAMPLED_NOT_A_NUMBER);
+            EXPECT(buf, ONE(5), 0, TW_REC_NOT_A_NUMBER, 0, TW_REC_SAMPLED_NOT_A_NUMBER);
         }
     }
     /* the sentinel */
-    EXPECT("[{\"token_id\":5,\"logprob\":-9999.0," TOP2 "}]", ONE(5), 0, TW_NATIVE_NO_EVIDENCE, -1,
+    EXPECT("[{\"token_id\":5,\"logprob\":-9999.0," TOP2 "}]", ONE(5), 0, TW_REC_NO_EVIDENCE, -1,
            0);
-    EXPECT("[{\"token_id\":5,\"logprob\":-9999," TOP2 "}]", ONE(5), 0, TW_NATIVE_NO_EVIDENCE, -1, 0);
-    EXPECT("[{\"token_id\":5,\"logprob\":-9.999e3," TOP2 "}]", ONE(5), 0, TW_NATIVE_NO_EVIDENCE,
+    EXPECT("[{\"token_id\":5,\"logprob\":-9999," TOP2 "}]", ONE(5), 0, TW_REC_NO_EVIDENCE, -1, 0);
+    EXPECT("[{\"token_id\":5,\"logprob\":-9.999e3," TOP2 "}]", ONE(5), 0, TW_REC_NO_EVIDENCE,
            -1, 0);
     EXPECT("[{\"token_id\":5,\"logprob\":-9999.000000000000000000001," TOP2 "}]", ONE(5), 0,
-           TW_NATIVE_NO_EVIDENCE, -1, 0);
+           TW_REC_NO_EVIDENCE, -1, 0);
     EXPECT("[{\"token_id\":5,\"logprob\":-9999.000000001," TOP2 "}]", ONE(5), -1, 0, -1, 0);
     EXPECT("[{\"token_id\":5,\"logprob\":-9999.0,\"logprob\":-1," TOP2 "}]", ONE(5), -1, 0, -1, 0);
     /* order of the checks within an entry: object, id, number, finite, sentinel */
-    EXPECT("[{\"token_id\":6,\"logprob\":null}]", ONE(5), 0, TW_NATIVE_TOKEN_MISMATCH, 0,
-           TW_NATIVE_MISSING_TOP);
+    EXPECT("[{\"token_id\":6,\"logprob\":null}]", ONE(5), 0, TW_REC_TOKEN_MISMATCH, 0,
+           TW_REC_MISSING_TOP);
     /* the first failing entry */
     EXPECT("[{\"token_id\":1,\"logprob\":-1," TOP2 "},{\"token_id\":2,\"logprob\":-9999," TOP2
            "},{\"token_id\":9,\"logprob\":null," TOP2 "}]",
-           ((const int64_t[]){1, 2, 3}), 3, 1, TW_NATIVE_NO_EVIDENCE, 2,
-           TW_NATIVE_SAMPLED_NOT_A_NUMBER);
+           ((const int64_t[]){1, 2, 3}), 3, 1, TW_REC_NO_EVIDENCE, 2,
+           TW_REC_SAMPLED_NOT_A_NUMBER);
 }
 
 /* Not finite: only reachable with a literal tw_scan would reject. */
@@ -427,8 +427,8 @@ static void test_not_finite(void)
     size_t n = sizeof txt - 1;
     char *b = (char *)malloc(n);
     tw_value v;
-    tw_native_result res;
-    tw_native_cands c = {NULL, NULL, 0, 1};
+    tw_rec_result res;
+    tw_rec_cands c = {NULL, NULL, 0, 1};
     double s[1], el[1];
     int64_t co[2], id = 5;
     if (!b)
@@ -439,12 +439,12 @@ static void test_not_finite(void)
     v.type = TW_T_ARRAY;
     v.end = n;
     v.count = 1;
-    CHECK(tw_native_parse(b, &v, 1, &id, 1, s, co, el, &c, &res, g_path) == TW_NATIVE_OK &&
-              res.sampled_err == 0 && res.sampled_code == TW_NATIVE_NOT_FINITE && res.top_err == 0 &&
-              res.top_code == TW_NATIVE_TOP_NOT_FINITE,
+    CHECK(tw_rec_parse(b, &v, 1, &id, 1, s, co, el, &c, &res, g_path) == TW_REC_OK &&
+              res.sampled_err == 0 && res.sampled_code == TW_REC_NOT_FINITE && res.top_err == 0 &&
+              res.top_code == TW_REC_TOP_NOT_FINITE,
           "not finite: (%td, %d) (%td, %d)", res.sampled_err, res.sampled_code, res.top_err,
           res.top_code);
-    tw_native_cands_free(&c);
+    tw_rec_cands_free(&c);
     free(b);
 }
 
@@ -453,62 +453,62 @@ static void test_top_rules(void)
 #define E(lp, top) "[{\"token_id\":5,\"logprob\":" lp ",\"top_logprobs\":" top "}]"
     EXPECT(E("-1", "[{\"token_id\":5,\"logprob\":-1}]"), ONE(5), -1, 0, -1, 0);
     /* missing, not an array, empty */
-    EXPECT("[{\"token_id\":5,\"logprob\":-1}]", ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
-    EXPECT(E("-1", "[]"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
-    EXPECT(E("-1", "[ \n ]"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
-    EXPECT(E("-1", "null"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
-    EXPECT(E("-1", "{}"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
-    EXPECT(E("-1", "{\"token_id\":5,\"logprob\":-1}"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
-    EXPECT(E("-1", "\"[]\""), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
-    EXPECT(E("-1", "true"), ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+    EXPECT("[{\"token_id\":5,\"logprob\":-1}]", ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
+    EXPECT(E("-1", "[]"), ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
+    EXPECT(E("-1", "[ \n ]"), ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
+    EXPECT(E("-1", "null"), ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
+    EXPECT(E("-1", "{}"), ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
+    EXPECT(E("-1", "{\"token_id\":5,\"logprob\":-1}"), ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
+    EXPECT(E("-1", "\"[]\""), ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
+    EXPECT(E("-1", "true"), ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
     EXPECT("[{\"token_id\":5,\"logprob\":-1,\"top_logprob\":[{\"token_id\":1,\"logprob\":-1}]}]",
-           ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+           ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
     /* candidates: not an object */
-    EXPECT(E("-1", "[1]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NOT_OBJECT);
+    EXPECT(E("-1", "[1]"), ONE(5), -1, 0, 0, TW_REC_TOP_NOT_OBJECT);
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":-1},null]"), ONE(5), -1, 0, 0,
-           TW_NATIVE_TOP_NOT_OBJECT);
-    EXPECT(E("-1", "[[]]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NOT_OBJECT);
+           TW_REC_TOP_NOT_OBJECT);
+    EXPECT(E("-1", "[[]]"), ONE(5), -1, 0, 0, TW_REC_TOP_NOT_OBJECT);
     /* no id */
-    EXPECT(E("-1", "[{\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NO_ID);
-    EXPECT(E("-1", "[{\"token\":\"x\",\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NO_ID);
+    EXPECT(E("-1", "[{\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_REC_TOP_NO_ID);
+    EXPECT(E("-1", "[{\"token\":\"x\",\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_REC_TOP_NO_ID);
     EXPECT(E("-1", "[{\"token\":\"token_id:1\",\"token_id\":null,\"logprob\":-1}]"), ONE(5), -1,
-           0, 0, TW_NATIVE_TOP_NO_ID);
+           0, 0, TW_REC_TOP_NO_ID);
     EXPECT(E("-1", "[{\"token_id\":4294967296,\"logprob\":-1}]"), ONE(5), -1, 0, 0,
-           TW_NATIVE_TOP_NO_ID);
-    EXPECT(E("-1", "[{\"token_id\":1.0,\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NO_ID);
-    EXPECT(E("-1", "[{\"token_id\":true,\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NO_ID);
+           TW_REC_TOP_NO_ID);
+    EXPECT(E("-1", "[{\"token_id\":1.0,\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_REC_TOP_NO_ID);
+    EXPECT(E("-1", "[{\"token_id\":true,\"logprob\":-1}]"), ONE(5), -1, 0, 0, TW_REC_TOP_NO_ID);
     /* logprob: not a number (missing, bool, null, string) */
-    EXPECT(E("-1", "[{\"token_id\":1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NOT_FINITE);
+    EXPECT(E("-1", "[{\"token_id\":1}]"), ONE(5), -1, 0, 0, TW_REC_TOP_NOT_FINITE);
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":false}]"), ONE(5), -1, 0, 0,
-           TW_NATIVE_TOP_NOT_FINITE);
+           TW_REC_TOP_NOT_FINITE);
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":null}]"), ONE(5), -1, 0, 0,
-           TW_NATIVE_TOP_NOT_FINITE);
+           TW_REC_TOP_NOT_FINITE);
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":\"-1\"}]"), ONE(5), -1, 0, 0,
-           TW_NATIVE_TOP_NOT_FINITE);
+           TW_REC_TOP_NOT_FINITE);
     /* id is checked before the logprob */
-    EXPECT(E("-1", "[{\"logprob\":null}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_NO_ID);
+    EXPECT(E("-1", "[{\"logprob\":null}]"), ONE(5), -1, 0, 0, TW_REC_TOP_NO_ID);
     /* positive: > 1e-6 */
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":1e-6}]"), ONE(5), -1, 0, -1, 0);
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":0.000001}]"), ONE(5), -1, 0, -1, 0);
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":0}]"), ONE(5), -1, 0, -1, 0);
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":-9999}]"), ONE(5), -1, 0, -1, 0);
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":1.0000000001e-6}]"), ONE(5), -1, 0, 0,
-           TW_NATIVE_TOP_POSITIVE);
-    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":1}]"), ONE(5), -1, 0, 0, TW_NATIVE_TOP_POSITIVE);
+           TW_REC_TOP_POSITIVE);
+    EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":1}]"), ONE(5), -1, 0, 0, TW_REC_TOP_POSITIVE);
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":0.5},{\"token_id\":1,\"logprob\":-1}]"), ONE(5),
-           -1, 0, 0, TW_NATIVE_TOP_POSITIVE);
+           -1, 0, 0, TW_REC_TOP_POSITIVE);
     /* duplicates */
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":-1},{\"token\":\"token_id:1\",\"logprob\":-2}]"),
-           ONE(5), -1, 0, 0, TW_NATIVE_TOP_DUPLICATE);
+           ONE(5), -1, 0, 0, TW_REC_TOP_DUPLICATE);
     EXPECT(E("-1", "[{\"token_id\":1,\"logprob\":-1},{\"token_id\":2,\"logprob\":-2},"
                    "{\"token_id\":1,\"logprob\":1}]"),
-           ONE(5), -1, 0, 0, TW_NATIVE_TOP_POSITIVE);
+           ONE(5), -1, 0, 0, TW_REC_TOP_POSITIVE);
     /* then the entry's own logprob must be a number */
-    EXPECT(E("true", "[{\"token_id\":1,\"logprob\":-1}]"), ONE(5), 0, TW_NATIVE_NOT_A_NUMBER, 0,
-           TW_NATIVE_SAMPLED_NOT_A_NUMBER);
-    EXPECT(E("true", "[{\"token_id\":1}]"), ONE(5), 0, TW_NATIVE_NOT_A_NUMBER, 0,
-           TW_NATIVE_TOP_NOT_FINITE);
-    EXPECT(E("-9999", "[{\"token_id\":1,\"logprob\":-1}]"), ONE(5), 0, TW_NATIVE_NO_EVIDENCE, -1,
+    EXPECT(E("true", "[{\"token_id\":1,\"logprob\":-1}]"), ONE(5), 0, TW_REC_NOT_A_NUMBER, 0,
+           TW_REC_SAMPLED_NOT_A_NUMBER);
+    EXPECT(E("true", "[{\"token_id\":1}]"), ONE(5), 0, TW_REC_NOT_A_NUMBER, 0,
+           TW_REC_TOP_NOT_FINITE);
+    EXPECT(E("-9999", "[{\"token_id\":1,\"logprob\":-1}]"), ONE(5), 0, TW_REC_NO_EVIDENCE, -1,
            0);
     /* a later top_logprobs replaces an earlier one, valid or not */
     EXPECT("[{\"token_id\":5,\"logprob\":-1,\"top_logprobs\":[1,2],\"top_logprobs\":"
@@ -516,10 +516,10 @@ static void test_top_rules(void)
            ONE(5), -1, 0, -1, 0);
     EXPECT("[{\"token_id\":5,\"logprob\":-1,\"top_logprobs\":[{\"token_id\":1,\"logprob\":-1}],"
            "\"top_logprobs\":[]}]",
-           ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+           ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
     EXPECT("[{\"token_id\":5,\"logprob\":-1,\"top_logprobs\":[{\"token_id\":1,\"logprob\":-1}],"
            "\"top_logprobs\":null}]",
-           ONE(5), -1, 0, 0, TW_NATIVE_MISSING_TOP);
+           ONE(5), -1, 0, 0, TW_REC_MISSING_TOP);
     EXPECT("[{\"token_id\":5,\"logprob\":-1,\"top_logprobs\":{},\"top_logprobs\":"
            "[{\"token_id\":1,\"logprob\":-1}]}]",
            ONE(5), -1, 0, -1, 0);
@@ -530,10 +530,10 @@ static void test_top_rules(void)
     /* independence: a sampled error does not stop the candidates pass and
        the other way round */
     EXPECT("[{\"token_id\":9,\"logprob\":-1," TOP2 "},{\"token_id\":2,\"logprob\":-1}]",
-           ((const int64_t[]){1, 2}), 2, 0, TW_NATIVE_TOKEN_MISMATCH, 1, TW_NATIVE_MISSING_TOP);
+           ((const int64_t[]){1, 2}), 2, 0, TW_REC_TOKEN_MISMATCH, 1, TW_REC_MISSING_TOP);
     EXPECT("[{\"token_id\":1,\"logprob\":-1},{\"token_id\":2,\"logprob\":-1," TOP2
            "},{\"token_id\":4,\"logprob\":-1}]",
-           ((const int64_t[]){1, 2, 3}), 3, 2, TW_NATIVE_TOKEN_MISMATCH, 0, TW_NATIVE_MISSING_TOP);
+           ((const int64_t[]){1, 2, 3}), 3, 2, TW_REC_TOKEN_MISMATCH, 0, TW_REC_MISSING_TOP);
 #undef E
 }
 
@@ -552,7 +552,7 @@ static void test_outputs(void)
     const int64_t ids[] = {3, 4, 4, 5};
     run(&r, c, ids, 4, 1);
     CHECK(r.rc == 0 && r.res.sampled_err == -1 && r.res.top_err == 2 &&
-              r.res.top_code == TW_NATIVE_TOP_DUPLICATE && r.res.ncand == 4,
+              r.res.top_code == TW_REC_TOP_DUPLICATE && r.res.ncand == 4,
           "outputs: rc %d (%td %d) (%td %d) ncand %zu", r.rc, r.res.sampled_err,
           r.res.sampled_code, r.res.top_err, r.res.top_code, r.res.ncand);
     if (r.rc == 0 && r.res.ncand == 4) {
@@ -580,35 +580,35 @@ static void test_outputs(void)
     {
         tw_value v;
         char *b;
-        tw_native_result res;
+        tw_rec_result res;
         double s[4];
         int64_t id[4] = {0, 0, 0, 0};
         size_t total = 99;
         CHECK(prepare("[{},{}]", &b, &v), "prepare");
-        CHECK(tw_native_parse(b, &v, 3, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_BAD_ARG,
+        CHECK(tw_rec_parse(b, &v, 3, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_REC_BAD_ARG,
               "count != n");
-        CHECK(tw_native_parse(b, &v, 2, id, 1, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_BAD_ARG,
+        CHECK(tw_rec_parse(b, &v, 2, id, 1, s, NULL, NULL, NULL, &res, g_path) == TW_REC_BAD_ARG,
               "want_top without outputs");
-        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_OK &&
-                  res.sampled_err == 0 && res.sampled_code == TW_NATIVE_TOKEN_MISMATCH,
+        CHECK(tw_rec_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_REC_OK &&
+                  res.sampled_err == 0 && res.sampled_code == TW_REC_TOKEN_MISMATCH,
               "sampled only without top outputs");
         v.type = TW_T_OBJECT;
-        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_BAD_ARG,
+        CHECK(tw_rec_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_REC_BAD_ARG,
               "not an array");
-        CHECK(tw_native_count(b, &v, &total, g_path) == TW_NATIVE_BAD_ARG && total == 0, "count bad");
+        CHECK(tw_rec_count(b, &v, &total, g_path) == TW_REC_BAD_ARG && total == 0, "count bad");
         v.present = 0;
-        CHECK(tw_native_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_BAD_ARG,
+        CHECK(tw_rec_parse(b, &v, 2, id, 0, s, NULL, NULL, NULL, &res, g_path) == TW_REC_BAD_ARG,
               "absent");
         free(b);
         CHECK(prepare("[]", &b, &v), "prepare []");
-        CHECK(tw_native_parse(b, &v, 0, NULL, 0, s, NULL, NULL, NULL, &res, g_path) == TW_NATIVE_OK &&
+        CHECK(tw_rec_parse(b, &v, 0, NULL, 0, s, NULL, NULL, NULL, &res, g_path) == TW_REC_OK &&
                   res.sampled_err == -1,
               "empty content");
         free(b);
     }
 }
 
-/* tw_native_count: the room the candidates pass needs. */
+/* tw_rec_count: the room the candidates pass needs. */
 static void test_count(void)
 {
     static const struct {
@@ -631,7 +631,7 @@ static void test_count(void)
             CHECK(0, "count case %zu invalid", i);
             continue;
         }
-        CHECK(tw_native_count(b, &v, &total, g_path) == TW_NATIVE_OK && total == CASES[i].total,
+        CHECK(tw_rec_count(b, &v, &total, g_path) == TW_REC_OK && total == CASES[i].total,
               "count %zu: %zu != %zu", i, total, CASES[i].total);
         free(b);
     }
@@ -736,7 +736,7 @@ static void test_generated(void)
             CHECK(r.rc == 0 && r.res.sampled_err == -1, "gen %zu: sampled (%td, %d)", sh,
                   r.res.sampled_err, r.res.sampled_code);
             if (dup && k > 1)
-                CHECK(r.res.top_err == 0 && r.res.top_code == TW_NATIVE_TOP_DUPLICATE,
+                CHECK(r.res.top_err == 0 && r.res.top_code == TW_REC_TOP_DUPLICATE,
                       "gen %zu: top (%td, %d)", sh, r.res.top_err, r.res.top_code);
             else
                 CHECK(r.res.top_err == -1 && r.res.ncand == n * k, "gen %zu: top (%td, %d) %zu", sh,
@@ -748,24 +748,24 @@ static void test_generated(void)
                         ok &= r.c.ids[i * k + j] == (int64_t)((i * 100003 + j * 7919) % 4294967296ULL);
                 CHECK(ok, "gen %zu: candidate ids", sh);
             }
-            CHECK(tw_native_count(r.buf, &r.v, &total, g_path) == 0 && total == n * k, "gen %zu: count %zu",
+            CHECK(tw_rec_count(r.buf, &r.v, &total, g_path) == 0 && total == n * k, "gen %zu: count %zu",
                   sh, total);
             /* fixed arrays: exactly the count is enough, one less is not */
             if (r.rc == 0 && r.res.top_err == -1 && total) {
-                tw_native_cands c = {NULL, NULL, 0, 0};
-                tw_native_result res;
+                tw_rec_cands c = {NULL, NULL, 0, 0};
+                tw_rec_result res;
                 c.ids = (int64_t *)malloc(total * sizeof(int64_t));
                 c.lps = (double *)malloc(total * sizeof(double));
                 if (!c.ids || !c.lps)
                     exit(2);
                 c.cap = total;
-                CHECK(tw_native_parse(r.buf, &r.v, n, ids, 1, r.sampled, r.coff, r.elps, &c, &res, g_path) ==
-                              TW_NATIVE_OK &&
+                CHECK(tw_rec_parse(r.buf, &r.v, n, ids, 1, r.sampled, r.coff, r.elps, &c, &res, g_path) ==
+                              TW_REC_OK &&
                           res.ncand == total,
                       "fixed exact");
                 c.cap = total - 1;
-                CHECK(tw_native_parse(r.buf, &r.v, n, ids, 1, r.sampled, r.coff, r.elps, &c, &res, g_path) ==
-                          TW_NATIVE_NOMEM,
+                CHECK(tw_rec_parse(r.buf, &r.v, n, ids, 1, r.sampled, r.coff, r.elps, &c, &res, g_path) ==
+                          TW_REC_NOMEM,
                       "fixed too small");
                 free(c.ids);
                 free(c.lps);
@@ -779,7 +779,7 @@ static void test_generated(void)
 }
 
 /* Allocation failures (candidate arrays, duplicate table) are reported as
-   TW_NATIVE_NOMEM and leak nothing. */
+   TW_REC_NOMEM and leak nothing. */
 static void test_nomem(void)
 {
     sbuf b = {NULL, 0, 0};
@@ -791,10 +791,10 @@ static void test_nomem(void)
         g_inject = k;
         run(&r, b.s, ids, 4, 1);
         g_inject = -1;
-        CHECK(r.rc == TW_NATIVE_OK || r.rc == TW_NATIVE_NOMEM, "nomem %ld: rc %d", k, r.rc);
-        if (r.rc == TW_NATIVE_OK)
+        CHECK(r.rc == TW_REC_OK || r.rc == TW_REC_NOMEM, "nomem %ld: rc %d", k, r.rc);
+        if (r.rc == TW_REC_OK)
             CHECK(r.res.ncand == 2800 && r.res.top_err == -1, "nomem %ld: result", k);
-        nomem += r.rc == TW_NATIVE_NOMEM;
+        nomem += r.rc == TW_REC_NOMEM;
         done(&r);
     }
     CHECK(nomem >= 3, "nomem injected %zu", nomem);
@@ -951,19 +951,19 @@ static void test_fuzz(size_t rounds)
             double *s = (double *)calloc(v.count + 1, sizeof(double));
             double *el = (double *)calloc(v.count + 1, sizeof(double));
             int64_t *co = (int64_t *)calloc(v.count + 1, sizeof(int64_t));
-            tw_native_cands c = {NULL, NULL, 0, 1};
+            tw_rec_cands c = {NULL, NULL, 0, 1};
             size_t total = 0;
             if (!idv || !s || !el || !co)
                 exit(2);
             for (size_t i = 0; i < v.count && i < 6; i++)
                 idv[i] = ids[i];
-            CHECK(tw_native_parse(buf, &v, v.count, idv, 1, s, co, el, &c, &rr.res, g_path) == 0,
+            CHECK(tw_rec_parse(buf, &v, v.count, idv, 1, s, co, el, &c, &rr.res, g_path) == 0,
                   "fuzz parse");
-            CHECK(tw_native_count(buf, &v, &total, g_path) == 0 && rr.res.ncand <= total &&
+            CHECK(tw_rec_count(buf, &v, &total, g_path) == 0 && rr.res.ncand <= total &&
                       (rr.res.top_err < 0 || co[v.count] == co[rr.res.top_err]),
                   "fuzz count %zu < %zu", total, rr.res.ncand);
             accepted++;
-            tw_native_cands_free(&c);
+            tw_rec_cands_free(&c);
             free(idv);
             free(s);
             free(el);
@@ -997,8 +997,8 @@ static void bench_file(const char *path)
     size_t n, err, total = 0;
     int64_t *ids, *coff;
     double *s, *el, best[3] = {1e30, 1e30, 1e30};
-    tw_native_cands c = {NULL, NULL, 0, 1};
-    tw_native_result res;
+    tw_rec_cands c = {NULL, NULL, 0, 1};
+    tw_rec_result res;
     const char *slash = strrchr(path, '/');
     if (!f) {
         perror(path);
@@ -1034,17 +1034,17 @@ static void bench_file(const char *path)
         for (int mode = 0; mode < 3; mode++) {
             double t0 = now();
             if (mode == 0)
-                tw_native_parse(buf, v, n, ids, 0, s, NULL, NULL, NULL, &res, g_path);
+                tw_rec_parse(buf, v, n, ids, 0, s, NULL, NULL, NULL, &res, g_path);
             else if (mode == 1)
-                tw_native_parse(buf, v, n, ids, 1, s, coff, el, &c, &res, g_path);
+                tw_rec_parse(buf, v, n, ids, 1, s, coff, el, &c, &res, g_path);
             else
-                tw_native_count(buf, v, &total, g_path);
+                tw_rec_count(buf, v, &total, g_path);
             t0 = now() - t0;
             if (t0 < best[mode])
                 best[mode] = t0;
         }
     }
-    tw_native_parse(buf, v, n, ids, 1, s, coff, el, &c, &res, g_path);
+    tw_rec_parse(buf, v, n, ids, 1, s, coff, el, &c, &res, g_path);
     printf("%s: %zu entries, %zu candidates (sampled: %td/%d, top: %td/%d), content %zu bytes\n",
            slash ? slash + 1 : path, n, res.ncand, res.sampled_err, res.sampled_code, res.top_err,
            res.top_code, v->end - v->start);
@@ -1054,8 +1054,8 @@ static void bench_file(const char *path)
            "candidate)\n",
            best[1] * 1e3, best[1] * 1e9 / (double)(n ? n : 1),
            best[1] * 1e9 / (double)(n + res.ncand ? n + res.ncand : 1));
-    printf("  tw_native_count:        %8.3f ms\n", best[2] * 1e3);
-    tw_native_cands_free(&c);
+    printf("  tw_rec_count:        %8.3f ms\n", best[2] * 1e3);
+    tw_rec_cands_free(&c);
     free(ids);
     free(coff);
     free(s);
@@ -1064,7 +1064,7 @@ static void bench_file(const char *path)
     tw_doc_free(&d);
 }
 
-/* tw_native_numbers and tw_native_token_strings on crafted arrays. */
+/* tw_rec_numbers and tw_rec_token_strings on crafted arrays. */
 static void test_flat_arrays(void)
 {
     static const struct {
@@ -1094,7 +1094,7 @@ static void test_flat_arrays(void)
         double out[9];
         ptrdiff_t bad;
         CHECK(prepare(nums[c].arr, &buf, &v), "numbers %zu: scan", c);
-        bad = tw_native_numbers(buf, &v, out, g_path);
+        bad = tw_rec_numbers(buf, &v, out, g_path);
         CHECK(bad == nums[c].bad, "numbers %zu: bad %td, want %td", c, bad, nums[c].bad);
         for (size_t i = 0; i < nums[c].n; i++)
             CHECK(dbits(out[i]) == dbits(nums[c].want[i]), "numbers %zu[%zu]: %.17g", c, i, out[i]);
@@ -1107,7 +1107,7 @@ static void test_flat_arrays(void)
         size_t named;
         CHECK(prepare(toks, &buf, &v), "tokens: scan");
         CHECK(v.count == 15, "tokens: count %zu", v.count);
-        named = tw_native_token_strings(buf, &v, ids, g_path);
+        named = tw_rec_token_strings(buf, &v, ids, g_path);
         CHECK(named == 5, "tokens: %zu named", named);
         for (size_t i = 0; i < 15; i++)
             CHECK(ids[i] == tok_ids[i], "tokens[%zu]: %lld", i, (long long)ids[i]);
@@ -1118,9 +1118,9 @@ static void test_flat_arrays(void)
             "[[-0.5, 7, \"a\"], [-1, -0], [null, 4294967296, null], [\"x\", 1.0], [true, 3, \"t\"],"
             " [[1], 2], [-2e-3,9,\"z\"], [1, 2, 3, 4]]";
         static const int64_t want_ids[] = {7, 0, -1, -1, 3, 2, 9};
-        static const uint8_t want_kinds[] = {TW_NATIVE_V_NUMBER, TW_NATIVE_V_NUMBER, TW_NATIVE_V_NULL,
-                                             TW_NATIVE_V_STRING, TW_NATIVE_V_BOOL, TW_NATIVE_V_ARRAY,
-                                             TW_NATIVE_V_NUMBER};
+        static const uint8_t want_kinds[] = {TW_REC_V_NUMBER, TW_REC_V_NUMBER, TW_REC_V_NULL,
+                                             TW_REC_V_STRING, TW_REC_V_BOOL, TW_REC_V_ARRAY,
+                                             TW_REC_V_NUMBER};
         char *buf;
         tw_value v;
         int64_t ids[8];
@@ -1128,7 +1128,7 @@ static void test_flat_arrays(void)
         uint8_t kinds[8];
         ptrdiff_t bad;
         CHECK(prepare(trip, &buf, &v), "triples: scan");
-        bad = tw_native_triples(buf, &v, ids, values, kinds, g_path);
+        bad = tw_rec_triples(buf, &v, ids, values, kinds, g_path);
         CHECK(bad == 7, "triples: bad %td", bad);
         for (size_t i = 0; i < 7; i++)
             CHECK(ids[i] == want_ids[i] && kinds[i] == want_kinds[i], "triples[%zu]: %lld %u", i,
@@ -1136,10 +1136,10 @@ static void test_flat_arrays(void)
         CHECK(values[0] == -0.5 && values[1] == -1.0 && values[6] == -2e-3, "triples: values");
         free(buf);
         CHECK(prepare("[[1, 2], 5]", &buf, &v), "triples 2: scan");
-        CHECK(tw_native_triples(buf, &v, ids, values, kinds, g_path) == 1, "triples: not an array");
+        CHECK(tw_rec_triples(buf, &v, ids, values, kinds, g_path) == 1, "triples: not an array");
         free(buf);
         CHECK(prepare("[[1]]", &buf, &v), "triples 3: scan");
-        CHECK(tw_native_triples(buf, &v, ids, values, kinds, g_path) == 0, "triples: one element");
+        CHECK(tw_rec_triples(buf, &v, ids, values, kinds, g_path) == 0, "triples: one element");
         free(buf);
     }
     printf("flat arrays: numbers, token strings, triples\n");
