@@ -3,6 +3,7 @@ reference's reading of the parsed document give the same evidence, on every SIMD
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -131,3 +132,19 @@ def test_mutated_openai_documents(case, top_k):
     for path in _core.simd_paths():
         with _core.simd_path_forced(path):
             assert_openai_peers(raw, top_k, fmt.name.startswith("sglang"))
+
+
+@pytest.mark.parametrize("content", ['"abc"', '"a\\/b\\u00e9"', '[{"token": "x", "logprob": -1.0}]', "7", "null"])
+@pytest.mark.parametrize("transport", ["compact", "packed"])
+def test_raw_keeps_logprobs_the_scan_blanked(content, transport):
+    """A `logprobs` object beside compact or packed logprobs stays in GenerateChoice.raw as
+    sent, whatever its `content` holds (the scan blanks an array's elements and a string's
+    characters in the copy orjson parses)."""
+    choice = samples.build_choice(samples.evidence(3, 0, seed=1), transport=transport)
+    raw = samples.dumps(samples.response([choice], prompt_tokens=2))
+    raw = raw.replace(b'"token_ids":', b'"logprobs":{"content":' + content.encode() + b',"n":1},"token_ids":', 1)
+    expected = _reference.parse_generate_response(raw).choices[0].raw["logprobs"]
+    assert expected["content"] == json.loads(content)
+    for path in _core.simd_paths():
+        with _core.simd_path_forced(path):
+            assert _core.parse_generate_response(raw).choices[0].raw["logprobs"] == expected

@@ -1181,16 +1181,22 @@ cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k):
     if v.present and v.type == TW_T_ARRAY:
         values["sampling_mask"] = scan.nested(v)
     compact = choice.get("compact_logprobs") is not None
+    packed = choice.get("completion_logprobs") is not None
     v = &f[TW_F_LOGPROBS_CONTENT]
     if v.present and v.type == TW_T_ARRAY:
         values["logprobs.content:len"] = v.count
-        if not compact and ids is not None and ids[2] is None and v.count == <size_t>len(ids[0]):
+        # Read when a rule will: the sampled logprobs, or the head candidates.
+        if (not compact and (not packed or k is not None) and ids is not None and ids[2] is None
+                and v.count == <size_t>len(ids[0])):
             values["logprobs.content"] = scan.native(v, ids[0], k is not None)
-        packed = choice.get("completion_logprobs") is not None
-        logprobs = choice.get("logprobs")
-        if (compact or (packed and k is None)) and isinstance(logprobs, dict):
-            # The records stay in GenerateChoice.raw, as sent (the parsed copy has none).
-            values["logprobs:raw"] = {**logprobs, "content": _json.loads(scan.text(v))}
+    logprobs = choice.get("logprobs")
+    if (v.present and (v.type == TW_T_ARRAY or v.type == TW_T_STRING) and isinstance(logprobs, dict)
+            and (compact or (packed and k is None))):
+        # The records stay in GenerateChoice.raw, as sent (the scan blanked them in the parsed
+        # copy: an array's elements, a string's characters).
+        text = scan.text(v)
+        values["logprobs:raw"] = {**logprobs, "content": _json.loads(
+            text if v.type == TW_T_ARRAY else b'"' + text + b'"')}
     v = &f[TW_F_CL_DATA]
     packed_value = choice.get("completion_logprobs")
     if compact and v.present and v.type == TW_T_STRING and isinstance(packed_value, dict):

@@ -57,7 +57,7 @@ REASONS = {
 }
 NAMES = {v: k for k, v in REASONS.items()} | {0: "ok", 6: "nomem"}
 SHORT = {0: "ok", 1: "disagree", 2: "missing-support", 3: "normalize", 4: "mass", 5: "fewer"}
-PATH_NAMES = {1: "scalar", 2: "avx2", 3: "avx512"}
+PATH_NAMES = {1: "scalar", 2: "avx2", 3: "avx512", 4: "neon"}
 
 
 def build(sanitize: bool) -> Path:
@@ -93,7 +93,7 @@ class Lib:
         lib.tw_path_available.argtypes = [C.c_int]
         self.lib = lib
         # TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512 (tw_cpu.h) where this CPU has them
-        self.paths = [p for p in (1, 2, 3) if lib.tw_path_available(p)]
+        self.paths = [p for p in (1, 2, 3, 4) if lib.tw_path_available(p)]
 
     def fsum_nonneg(self, xs: list[float]) -> float:
         a = np.array(xs, dtype=np.float64)

@@ -195,8 +195,8 @@ class Lib:
         lib.tw_path_available.argtypes = [C.c_int]
         lib.tw_path_name.restype = C.c_char_p
         lib.tw_path_name.argtypes = [C.c_int]
-        # TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512 (tw_cpu.h) where this CPU has them
-        self.paths = [p for p in (1, 2, 3) if lib.tw_path_available(p)]
+        # TW_PATH_SCALAR, AVX2, AVX512, NEON (tw_cpu.h) where this CPU has them
+        self.paths = [p for p in (1, 2, 3, 4) if lib.tw_path_available(p)]
         self.path = self.paths[-1]  # the path number() and run() take
         lib.chk_run.restype = C.c_int
         P = np.ctypeslib.ndpointer

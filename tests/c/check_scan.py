@@ -101,7 +101,7 @@ class TwDoc(C.Structure):
 
 
 T_NONE, T_NULL, T_FALSE, T_TRUE, T_NUMBER, T_STRING, T_ARRAY, T_OBJECT = range(8)
-PATH_IDS = {"scalar": 1, "avx2": 2, "avx512": 3}  # TW_PATH_* (tw_cpu.h)
+PATH_IDS = {"scalar": 1, "avx2": 2, "avx512": 3, "neon": 4}  # TW_PATH_* (tw_cpu.h)
 FIELDS = [
     ("token_ids",),
     ("logprobs",),

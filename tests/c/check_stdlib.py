@@ -71,7 +71,7 @@ def expected_err_pos(s):
 class Checker:
     def __init__(self, lib):
         self.lib = lib
-        self.paths = [p for p in (1, 2, 3) if lib.tw_path_available(p)]
+        self.paths = [p for p in (1, 2, 3, 4) if lib.tw_path_available(p)]
         self.cases = 0
         self.tolerated = 0
         self.failures = []
