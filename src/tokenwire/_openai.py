@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -40,6 +40,8 @@ from ._reference import (
     Candidates,
     NativeEntries,
     _check_top_k,
+    _int_list,
+    _length,
     _is_int,
     _load,
     _logprob_token_id,
@@ -48,7 +50,6 @@ from ._reference import (
     int_list,
     native_entries,
 )
-from . import _reference
 from ._types import GenerateChoice, GenerateResponse, Ragged
 
 __all__ = [
@@ -367,10 +368,6 @@ def _element_at(c: Evidence, value: Any, field: str, index: int) -> Any:
     return got.example if got is not None else value[index]
 
 
-def _length_at(c: Evidence, value: list[Any], field: str) -> int:
-    return c.values.get(field + ":len", len(value))
-
-
 def _tokens_at(c: Evidence, value: list[Any], field: str) -> tuple[list[int | None] | np.ndarray, int]:
     got = c.values.get(field + ":tokens")
     return got if got is not None else token_strings(value)
@@ -493,13 +490,7 @@ class _Logprobs:
 
 def _id_list(c: Evidence, value: Any, field: str) -> _IdSource:
     """A JSON list of token ids (the generate endpoint's ``token_ids`` rules)."""
-    reason = f"{field} {_IDS_REASON}"
-    parsed = _reference._ints(c, value, field, MAX_TOKEN_ID)
-    if parsed is None:
-        c.fail(f"{reason}: expected a list", field)
-    if parsed[2] is not None:
-        c.fail(reason, field, parsed[2])
-    return _IdSource(field, parsed[0])
+    return _IdSource(field, _int_list(c, value, field, MAX_TOKEN_ID, f"{field} {_IDS_REASON}"))
 
 
 def _id_array(ids: list[int | None] | np.ndarray) -> np.ndarray:
@@ -702,7 +693,7 @@ def _content_logprobs(
         )
         return _chosen_heads(c, field, ids, candidates, own, k, top_err, no_id)
 
-    return _Logprobs(field, _length_at(c, content, field), values, bad, records.values, records.value_key, heads)
+    return _Logprobs(field, _length(c, content, field), values, bad, records.values, records.value_key, heads)
 
 
 def _array_logprobs(
@@ -715,7 +706,7 @@ def _array_logprobs(
     if not isinstance(sent, list):
         c.fail("logprobs.token_logprobs must be a list", field)
     values, bad = _numbers_at(c, sent, field)
-    count = _length_at(c, sent, field)
+    count = _length(c, sent, field)
     records: list[_IdSource] = []
     if logprobs.get("token_ids") is not None:
         records.append(_id_list(c, logprobs["token_ids"], "logprobs.token_ids"))
@@ -740,7 +731,7 @@ def _array_logprobs(
     def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         field = "logprobs.top_logprobs"
         rows = logprobs.get("top_logprobs")
-        if not isinstance(rows, list) or _length_at(c, rows, field) != count:
+        if not isinstance(rows, list) or _length(c, rows, field) != count:
             c.fail("Missing requested top logprobs", field)
         candidates, top_err, repeated = _rows_at(c, rows, field)
         if repeated is not None:  # before any other rule: the loudest symptom
@@ -1049,7 +1040,7 @@ def _parse_sglang_item(
             c.fail("entry's token id must be in [0, 2**32)", field, int(missing[0]))
         sources.append(_IdSource(field, ids))
         read, bad = _numbers_at(c, records.values, field)
-        logprobs = _Logprobs(field, _length_at(c, entries, field), read, bad, records.values, records.value_key)
+        logprobs = _Logprobs(field, _length(c, entries, field), read, bad, records.values, records.value_key)
     if item.get("output_ids") is not None:
         sources.append(_id_list(c, item["output_ids"], "output_ids"))
     if logprobs is None and (require_logprobs or k is not None or not sources):
@@ -1065,7 +1056,7 @@ def _parse_sglang_item(
     if k is not None:
         field = "meta_info.output_top_logprobs"
         rows = meta.get("output_top_logprobs")
-        if not isinstance(rows, list) or _length_at(c, rows, field) != len(ids):
+        if not isinstance(rows, list) or _length(c, rows, field) != len(ids):
             c.fail("Missing requested top logprobs", field)
         candidates, top_err = _rows_at(c, rows, field, sglang=True)
         top_ids, top_logprobs = _chosen_heads(c, field, ids, candidates, sampled, k, top_err, _SGLANG_NO_ID)
