@@ -774,6 +774,12 @@ cdef class _Scan:
     cdef object text(self, const tw_value *v):
         return PyBytes_FromStringAndSize(self.buf + v.start, v.end - v.start)
 
+    cdef object parsed(self, const tw_value *v):
+        """The recorded array or string ``v`` as ``json.loads`` gives it (a string's record
+        holds its characters without the quotes)."""
+        text = self.text(v)
+        return _json.loads(b'"' + text + b'"' if v.type == TW_T_STRING else text)
+
     cdef object element(self, const tw_value *v, size_t index):
         """Element ``index`` of the array ``v``, parsed."""
         cdef size_t start = 0, end = 0
@@ -1181,7 +1187,8 @@ cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k):
     if v.present and v.type == TW_T_ARRAY:
         values["sampling_mask"] = scan.nested(v)
     compact = choice.get("compact_logprobs") is not None
-    packed = choice.get("completion_logprobs") is not None
+    packed_value = choice.get("completion_logprobs")
+    packed = packed_value is not None
     v = &f[TW_F_LOGPROBS_CONTENT]
     if v.present and v.type == TW_T_ARRAY:
         values["logprobs.content:len"] = v.count
@@ -1194,30 +1201,54 @@ cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k):
             and (compact or (packed and k is None))):
         # The records stay in GenerateChoice.raw, as sent (the scan blanked them in the parsed
         # copy: an array's elements, a string's characters).
-        text = scan.text(v)
-        values["logprobs:raw"] = {**logprobs, "content": _json.loads(
-            text if v.type == TW_T_ARRAY else b'"' + text + b'"')}
+        values["logprobs:raw"] = {**logprobs, "content": scan.parsed(v)}
     v = &f[TW_F_CL_DATA]
-    packed_value = choice.get("completion_logprobs")
     if compact and v.present and v.type == TW_T_STRING and isinstance(packed_value, dict):
-        values["completion_logprobs:raw"] = {**packed_value, "data": _json.loads(b'"' + scan.text(v) + b'"')}
+        values["completion_logprobs:raw"] = {**packed_value, "data": scan.parsed(v)}
     return _reference.Evidence(index, values, _KERNELS)
 
 
-cdef object _generate_evidence(_Scan scan, object document, object k):
-    """The evidence of every choice of a scanned generate response, and of its top level."""
+cdef object _choices_of(object document):
+    """The choices list of a generate or OpenAI-compatible document, or None."""
+    return document.get("choices") if isinstance(document, dict) else None
+
+
+# The formats an extractor reads a choice as.
+cdef enum:
+    _GENERATE, _OPENAI, _SGLANG
+
+
+cdef object _evidence_records(_Scan scan, object choices, object k, int fmt):
+    """The evidence of the top level and of each recorded choice of a scanned response, read
+    now in one pass over the spans."""
     cdef size_t i
-    top = _reference.Evidence(None, {}, _KERNELS)
+    top = _reference.Evidence(None, {}, _KERNELS, source=scan.source)
     if scan.doc.prompt_token_ids.present:
         top.values["prompt_token_ids"] = scan.ints(&scan.doc.prompt_token_ids, _MAX_TOKEN_ID)
-    choices = document.get("choices") if isinstance(document, dict) else None
     read = []
     if isinstance(choices, list):
         for i in range(min(scan.doc.nchoices, len(choices))):
-            choice = choices[i]
-            read.append(_choice_evidence(scan, i, choice, k) if isinstance(choice, dict)
-                        else _reference.Evidence(i, {}, _KERNELS))
+            if not isinstance(choices[i], dict):
+                read.append(_reference.Evidence(i, {}, _KERNELS))
+            elif fmt == _GENERATE:
+                read.append(_choice_evidence(scan, i, choices[i], k))
+            elif fmt == _SGLANG:
+                read.append(_sglang_evidence(scan, i, k))
+            else:
+                read.append(_openai_evidence(scan, i, k))
     return top, read
+
+
+def _lookup(top, read):
+    """``evidence(index, value)`` for the rules: the records read; an empty one past them
+    (records end at the first choice that must fail, whose values are intact)."""
+
+    def evidence(index, value):
+        if index is None:
+            return top
+        return read[index] if index < len(read) else _reference.Evidence(index, {}, _KERNELS)
+
+    return evidence
 
 
 def extract_generate(raw, top_k=None):
@@ -1230,7 +1261,7 @@ def extract_generate(raw, top_k=None):
     try:
         scan = _Scan()
         document = scan.document(raw)
-        return (document, *_generate_evidence(scan, document, k))
+        return (document, *_evidence_records(scan, _choices_of(document), k, _GENERATE))
     finally:
         PyDataMem_SetHandler(previous)
 
@@ -1242,17 +1273,8 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
     try:
         scan = _Scan()
         document = scan.document(raw)
-        top, read = _generate_evidence(scan, document, k)
-
-        def evidence(index, value):
-            if index is None:
-                return top
-            if index < len(read):
-                return read[index]
-            # Records end at the first choice that must fail: no rule reads a value here.
-            return _reference.Evidence(index, {}, _KERNELS)
-
-        return _reference.parse_document(document, k, require_logprobs, evidence)
+        top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE)
+        return _reference.parse_document(document, k, require_logprobs, _lookup(top, read))
     finally:
         PyDataMem_SetHandler(previous)
 
@@ -1350,37 +1372,6 @@ cdef object _sglang_evidence(_Scan scan, size_t index, object k):
     return _reference.Evidence(index, values, _KERNELS, source=scan.source)
 
 
-cdef object _openai_records(_Scan scan, object choices, object k, bint sglang):
-    """The evidence of the top level and of each recorded choice of a scanned OpenAI-compatible
-    or SGLang response, read now in one pass over the spans."""
-    cdef size_t i
-    top = _reference.Evidence(None, {}, _KERNELS, source=scan.source)
-    if scan.doc.prompt_token_ids.present:
-        top.values["prompt_token_ids"] = scan.ints(&scan.doc.prompt_token_ids, _MAX_TOKEN_ID)
-    read = []
-    if isinstance(choices, list):
-        for i in range(min(scan.doc.nchoices, len(choices))):
-            if not isinstance(choices[i], dict):
-                read.append(_reference.Evidence(i, {}, _KERNELS))
-            elif sglang:
-                read.append(_sglang_evidence(scan, i, k))
-            else:
-                read.append(_openai_evidence(scan, i, k))
-    return top, read
-
-
-def _lookup(top, read):
-    """``evidence(index, value)`` for the rules: the records read; an empty one past them
-    (records end at the first choice that must fail, whose values are intact)."""
-
-    def evidence(index, value):
-        if index is None:
-            return top
-        return read[index] if index < len(read) else _reference.Evidence(index, {}, _KERNELS)
-
-    return evidence
-
-
 cdef object _scan_openai(_Scan scan, object raw, object k, bint sglang):
     """Scan an OpenAI-compatible (or SGLang) response: its document and its evidence."""
     if sglang:
@@ -1388,8 +1379,8 @@ cdef object _scan_openai(_Scan scan, object raw, object k, bint sglang):
         choices = document if isinstance(document, list) else [document]
     else:
         document = scan.document(raw, _OPENAI_BLANK, True)
-        choices = document.get("choices") if isinstance(document, dict) else None
-    return (document, *_openai_records(scan, choices, k, sglang))
+        choices = _choices_of(document)
+    return (document, *_evidence_records(scan, choices, k, _SGLANG if sglang else _OPENAI))
 
 
 def extract_openai(raw, top_k=None, sglang=False):
