@@ -770,6 +770,21 @@ static int tws_grow(void **arr, size_t *cap, size_t n, size_t size, size_t first
     return 0;
 }
 
+/* The run of 1 to 7 decimal digits at p (8 bytes readable) as a number in *x; returns its
+   length, or 0 when p holds no digit or 8 of them. The high bit of the first byte that is not
+   a digit marks the run's end (bytes before it are 0..9, so the addition carries nothing into
+   it). */
+static inline unsigned tws_digits8(const uint8_t *p, uint64_t *x)
+{
+    uint64_t dg = tw_load_le64(p) ^ (TW_ONES * '0');
+    uint64_t nd = ((dg + TW_ONES * 0x76) | dg) & TW_HIGH;
+    unsigned n = nd ? tw_ctz64(nd) >> 3 : 8;
+    if (n - 1u >= 7u)
+        return 0;
+    *x = tw_swar_digits8(dg << (8 * (8 - n))); /* the n digits at the top, zeros below */
+    return n;
+}
+
 /* Record targets holding ids or offsets: arrays of unsigned integers. */
 #define TWS_UINTS                                                                   \
     (TWS_BIT(TWS_T_PROMPT) | TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) |                        \
@@ -797,16 +812,8 @@ static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *e
             }
             d->uints = (uint64_t *)arr;
         }
-        if (TWS_LIKELY(end - p >= 8)) {
-            /* up to 7 digits at once (as tw_parse_uint_array): k = the first non-digit */
-            uint64_t w = tw_load_le64(p), dg = w ^ (TW_ONES * '0');
-            uint64_t nd = ((dg + TW_ONES * 0x76) | dg) & TW_HIGH;
-            k = nd ? (size_t)(tw_ctz64(nd) >> 3) : 8;
-            if (k - 1 < 7)
-                x = tw_swar_digits8(dg << (8 * (8 - k)));
-            else
-                k = 0;
-        }
+        if (TWS_LIKELY(end - p >= 8))
+            k = tws_digits8(p, &x);
         if (k == 0) { /* 8 digits or more, or the last bytes */
             while (p + k < end && p[k] >= '0' && p[k] <= '9' && k < 20) {
                 x = x * 10 + (uint64_t)(p[k] - '0');
@@ -1490,16 +1497,9 @@ general:
            eight bytes at a time; anything else (and the last few bytes)
            goes through tws_uint_elem. */
         if (TWS_LIKELY(e - p >= 8)) {
-            uint64_t w = tw_load_le64(p), dg = w ^ (TW_ONES * '0');
-            /* high bit of the first byte that is not a digit (bytes before
-               it are 0..9, so the addition carries nothing into it) */
-            uint64_t nd = ((dg + TW_ONES * 0x76) | dg) & TW_HIGH;
-            unsigned n = nd ? tw_ctz64(nd) >> 3 : 8;
-            uint8_t c = (uint8_t)(w >> (8 * (n & 7)));
-            if (n - 1u < 7u && (c == ',' || c == ']' || tws_ws(c)) &&
-                (n == 1 || *p != '0')) {
-                /* the n digits at the top, zeros (leading digits) below */
-                x = tw_swar_digits8(dg << (8 * (8 - n)));
+            unsigned n = tws_digits8(p, &x);
+            uint8_t c = p[n];
+            if (n && (c == ',' || c == ']' || tws_ws(c)) && (n == 1 || *p != '0')) {
                 if (TWS_LIKELY(x <= max)) {
                     out[i++] = (int64_t)x;
                     p += n;
