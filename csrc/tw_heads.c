@@ -414,33 +414,116 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Which of the m (<= 64) ids each support id is, a bit per id; 0 when one is not there (a
+   support is never empty). */
+static uint64_t support_marks_scalar(const int64_t *oid, size_t m, const int32_t *sup, size_t slen) {
+    /* the ids' positions in a 128-slot open-addressing table (ranked ids are distinct) */
+    uint8_t slot[128];
+    uint64_t marks = 0;
+    memset(slot, 0xFF, sizeof slot);
+    for (size_t j = 0; j < m; j++) {
+        unsigned h = ((uint32_t)oid[j] * 0x9E3779B1u) >> 25;
+        while (slot[h] != 0xFF) h = (h + 1) & 127;
+        slot[h] = (uint8_t)j;
+    }
+    for (size_t s = 0; s < slen; s++) {
+        int64_t want = sup[s];
+        unsigned h = ((uint32_t)want * 0x9E3779B1u) >> 25;
+        while (slot[h] != 0xFF && oid[slot[h]] != want) h = (h + 1) & 127;
+        if (slot[h] == 0xFF) return 0;
+        marks |= UINT64_C(1) << slot[h];
+    }
+    return marks;
+}
+
+#ifdef TW_X86_SIMD
+/* keep_support for m <= 64 ids: each support id compared with all ids at once, eight a
+   vector, then the kept entries compressed in place; 0 when a support id is not there,
+   else 1 and *r the number kept. */
+TW_TARGET_AVX512 static int keep_marked_avx512(int64_t *oid, double *olp, size_t m,
+                                               const int32_t *sup, size_t slen, size_t *r) {
+    __m512i c[8];
+    __m512d v[8];
+    __mmask8 live[8];
+    for (size_t b = 0; b < 8; b++) {
+        size_t left = m > 8 * b ? m - 8 * b : 0;
+        live[b] = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
+    }
+    /* eight vectors always (lanes past m are masked off): a loop the compiler unrolls */
+    for (size_t b = 0; b < 8; b++) c[b] = _mm512_maskz_loadu_epi64(live[b], oid + 8 * b);
+    uint64_t marks = 0;
+    for (size_t s = 0; s < slen; s++) {
+        __m512i want = _mm512_set1_epi64((int64_t)sup[s]);
+        uint64_t hit = 0;
+        for (size_t b = 0; b < 8; b++)
+            hit |= (uint64_t)_mm512_mask_cmpeq_epi64_mask(live[b], c[b], want) << (8 * b);
+        if (!hit) return 0;
+        marks |= hit;
+    }
+    for (size_t b = 0; b < 8; b++) v[b] = _mm512_maskz_loadu_pd(live[b], olp + 8 * b);
+    size_t w = 0;
+    for (size_t b = 0; b < 8; b++) {
+        /* compressed in a register, then a masked store (a compressing store to memory is
+           microcoded on some cores) */
+        __mmask8 keep = (__mmask8)(marks >> (8 * b));
+        unsigned cnt = tw_popcount64(keep);
+        __mmask8 head = (__mmask8)((1u << cnt) - 1);
+        _mm512_mask_storeu_epi64(oid + w, head, _mm512_maskz_compress_epi64(keep, c[b]));
+        _mm512_mask_storeu_pd(olp + w, head, _mm512_maskz_compress_pd(keep, v[b]));
+        w += cnt;
+    }
+    *r = w;
+    return 1;
+}
+
+/* The same, four ids a vector. */
+TW_TARGET_AVX2 static uint64_t support_marks_avx2(const int64_t *oid, size_t m,
+                                                  const int32_t *sup, size_t slen) {
+    int64_t padded[64];
+    __m256i c[16];
+    size_t nv = (m + 3) / 4;
+    memcpy(padded, oid, m * sizeof(int64_t));
+    for (size_t j = m; j < 4 * nv; j++) padded[j] = 0;
+    for (size_t v = 0; v < nv; v++) c[v] = _mm256_loadu_si256((const __m256i *)(padded + 4 * v));
+    uint64_t valid = m == 64 ? ~UINT64_C(0) : (UINT64_C(1) << m) - 1, marks = 0;
+    for (size_t s = 0; s < slen; s++) {
+        __m256i want = _mm256_set1_epi64x((int64_t)sup[s]);
+        uint64_t hit = 0;
+        for (size_t v = 0; v < nv; v++)
+            hit |= (uint64_t)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(c[v], want)))
+                   << (4 * v);
+        hit &= valid;
+        if (!hit) return 0;
+        marks |= hit;
+    }
+    return marks;
+}
+#endif
+
+static uint64_t support_marks(int path, const int64_t *oid, size_t m, const int32_t *sup,
+                              size_t slen) {
+#ifdef TW_X86_SIMD
+    if (path == TW_PATH_AVX2) return support_marks_avx2(oid, m, sup, slen);
+#endif
+    (void)path;
+    return support_marks_scalar(oid, m, sup, slen);
+}
+
 /* Keep the m ranked entries whose id is in the support; *r gets how many. */
-static int keep_support(int64_t *oid, double *olp, size_t m, const int32_t *sup, size_t slen,
-                        size_t *r, scratch *sc) {
+static int keep_support(int path, int64_t *oid, double *olp, size_t m, const int32_t *sup,
+                        size_t slen, size_t *r, scratch *sc) {
     size_t w = 0;
     if (m <= 64 && slen <= 64) {
-        /* the candidates' positions in a 128-slot open-addressing table (ids are distinct) */
-        uint8_t slot[128];
-        uint64_t marks = 0;
-        memset(slot, 0xFF, sizeof slot);
-        for (size_t j = 0; j < m; j++) {
-            unsigned h = ((uint32_t)oid[j] * 0x9E3779B1u) >> 25;
-            while (slot[h] != 0xFF) h = (h + 1) & 127;
-            slot[h] = (uint8_t)j;
-        }
-        for (size_t s = 0; s < slen; s++) {
-            int64_t want = sup[s];
-            unsigned h = ((uint32_t)want * 0x9E3779B1u) >> 25;
-            while (slot[h] != 0xFF && oid[slot[h]] != want) h = (h + 1) & 127;
-            if (slot[h] == 0xFF) return TW_HEAD_MISSING_SUPPORT;
-            marks |= UINT64_C(1) << slot[h];
-        }
-        for (size_t j = 0; j < m; j++) {
-            if (marks >> j & 1) {
-                oid[w] = oid[j];
-                olp[w] = olp[j];
-                w++;
-            }
+#ifdef TW_X86_SIMD
+        if (path == TW_PATH_AVX512)
+            return keep_marked_avx512(oid, olp, m, sup, slen, r) ? TW_HEAD_OK : TW_HEAD_MISSING_SUPPORT;
+#endif
+        uint64_t marks = support_marks(path, oid, m, sup, slen);
+        if (!marks) return TW_HEAD_MISSING_SUPPORT;
+        for (size_t j = 0; j < m; j++) { /* w <= j: a write never passes a read */
+            oid[w] = oid[j];
+            olp[w] = olp[j];
+            w += marks >> j & 1;
         }
         *r = w;
         return TW_HEAD_OK;
@@ -637,32 +720,44 @@ static inline size_t kept(const double *lps, int shape, size_t m, int64_t k) {
     return kk;
 }
 
+/* n entries of a head from ids/lps to oid/olp: short copies, in blocks of four of a constant
+   size the compiler inlines, not calls into the C library. */
+static inline void copy_head(int64_t *oid, double *olp, const int64_t *ids, const double *lps,
+                             size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        memcpy(oid + i, ids + i, 4 * sizeof(int64_t));
+        memcpy(olp + i, lps + i, 4 * sizeof(double));
+    }
+    for (; i < n; i++) {
+        oid[i] = ids[i];
+        olp[i] = lps[i];
+    }
+}
+
 /* The first count of the ranked order, for a shape >= 0. */
 static void emit(const int64_t *ids, const double *lps, int shape, size_t count, int64_t *oid,
                  double *olp) {
     size_t q = (size_t)shape;
     if (count == 0) return;
     if (shape == 0) {
-        memcpy(oid, ids, count * sizeof(int64_t));
-        memcpy(olp, lps, count * sizeof(double));
+        copy_head(oid, olp, ids, lps, count);
     } else if (count <= q) {
-        memcpy(oid, ids + 1, count * sizeof(int64_t));
-        memcpy(olp, lps + 1, count * sizeof(double));
+        copy_head(oid, olp, ids + 1, lps + 1, count);
     } else {
-        memcpy(oid, ids + 1, q * sizeof(int64_t));
-        memcpy(olp, lps + 1, q * sizeof(double));
+        copy_head(oid, olp, ids + 1, lps + 1, q);
         oid[q] = ids[0];
         olp[q] = lps[0];
-        memcpy(oid + q + 1, ids + q + 1, (count - q - 1) * sizeof(int64_t));
-        memcpy(olp + q + 1, lps + q + 1, (count - q - 1) * sizeof(double));
+        copy_head(oid + q + 1, olp + q + 1, ids + q + 1, lps + q + 1, count - q - 1);
     }
 }
 
 /* The head of one token, ranked, into oid/olp (room for len entries); *r gets its size.
-   shape: as head_shape gives it, or -1 (unknown: ranked here). */
-static int select_one(const int64_t *ids, const double *lps, size_t len, int64_t sid, double slp,
-                      int64_t k, const int32_t *sup, size_t slen, int has_sup, int shape,
-                      int64_t *oid, double *olp, size_t *r, scratch *sc) {
+   shape: as head_shape gives it for the first `live` candidates (the rest are at the
+   sentinel), or -1 (unknown: ranked here). */
+static int select_one(int path, const int64_t *ids, const double *lps, size_t len, size_t live,
+                      int64_t sid, double slp, int64_t k, const int32_t *sup, size_t slen,
+                      int has_sup, int shape, int64_t *oid, double *olp, size_t *r, scratch *sc) {
     for (size_t i = 0; i < len; i++) {
         if (ids[i] == sid) {
             if (!is_close(lps[i], slp, 1e-6, 1e-5)) return TW_HEAD_DISAGREE;
@@ -671,7 +766,7 @@ static int select_one(const int64_t *ids, const double *lps, size_t len, int64_t
     }
     size_t m = 0;
     if (shape >= 0) {
-        m = has_sup ? len : kept(lps, shape, len, k);
+        m = has_sup ? live : kept(lps, shape, live, k);
         emit(ids, lps, shape, m, oid, olp);
         if (!has_sup) {
             *r = m;
@@ -686,7 +781,7 @@ static int select_one(const int64_t *ids, const double *lps, size_t len, int64_t
     }
     if (has_sup) {
         /* keep_support keeps order: rank before or after it */
-        int bad = keep_support(oid, olp, m, sup, slen, &m, sc);
+        int bad = keep_support(path, oid, olp, m, sup, slen, &m, sc);
         if (bad) return bad;
         if (shape < 0 && m > 1) rank_top(oid, olp, m, m);
         *r = m;
@@ -900,15 +995,21 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
             const int64_t *ids = cand_ids + coff[t];
             const double *lps = cand_lps + coff[t];
             int shape = -1;
+            size_t live = len;
             if (flagged && len <= 64 && len > 0) {
                 size_t at = (size_t)(coff[t] - base);
-                if (!flag_bits(sent, at, len)) shape = head_shape(ids, lps, len, flag_bits(up, at, len));
+                uint64_t tail = flag_bits(sent, at, len);
+                if (tail) { /* sentinels as a tail (a filtered row) leave a head before them */
+                    size_t p = tw_ctz64(tail);
+                    live = tail >> p == (len - p == 64 ? ~UINT64_C(0) : (UINT64_C(1) << (len - p)) - 1) ? p : 0;
+                }
+                if (live) shape = head_shape(ids, lps, live, flag_bits(up, at, live));
             }
             int has_sup = row_has_support(soff, t);
             const int32_t *s = has_sup ? sup + soff[t] : NULL;
             size_t slen = has_sup ? (size_t)(soff[t + 1] - soff[t]) : 0;
-            bad = select_one(ids, lps, len, sampled_ids[t], sampled_lps[t], k, s, slen, has_sup,
-                             shape, out_ids + o, out_lps + o, &r, &sc);
+            bad = select_one(path, ids, lps, len, live, sampled_ids[t], sampled_lps[t], k, s, slen,
+                             has_sup, shape, out_ids + o, out_lps + o, &r, &sc);
             if (bad) break;
             o += (int64_t)r;
             out_off[t + 1] = o;

@@ -150,18 +150,6 @@ static inline uint64_t twj_prefix_xor(uint64_t x)
     return x;
 }
 
-static inline unsigned twj_popcount64(uint64_t x)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    return (unsigned)__builtin_popcountll(x);
-#else
-    x = x - ((x >> 1) & UINT64_C(0x5555555555555555));
-    x = (x & UINT64_C(0x3333333333333333)) + ((x >> 2) & UINT64_C(0x3333333333333333));
-    x = (x + (x >> 4)) & UINT64_C(0x0F0F0F0F0F0F0F0F);
-    return (unsigned)((x * UINT64_C(0x0101010101010101)) >> 56);
-#endif
-}
-
 /* Bytes of [p, p + 64) equal to '"', '\\', an opening bracket, a closing
    bracket, ','. */
 #ifdef TW_X86_SIMD
@@ -240,10 +228,10 @@ static inline const uint8_t *twj_skip_container(const uint8_t *p, const uint8_t 
         in_str = (uint64_t)0 - (str >> 63);
         open &= ~str;
         close &= ~str;
-        if (!commas && twj_popcount64(close) < depth) {
+        if (!commas && tw_popcount64(close) < depth) {
             /* depth cannot reach 0 in this block */
-            depth += twj_popcount64(open);
-            depth -= twj_popcount64(close);
+            depth += tw_popcount64(open);
+            depth -= tw_popcount64(close);
         } else {
             uint64_t br = open | close, seen = 0;
             comma &= ~str;
@@ -251,7 +239,7 @@ static inline const uint8_t *twj_skip_container(const uint8_t *p, const uint8_t 
                 unsigned i = tw_ctz64(br);
                 uint64_t upto = (UINT64_C(1) << i) - 1; /* bits below i */
                 if (commas && depth == 1)
-                    *commas += twj_popcount64(comma & upto & ~seen);
+                    *commas += tw_popcount64(comma & upto & ~seen);
                 seen = upto | (UINT64_C(1) << i);
                 if ((open >> i) & 1u) {
                     depth++;
@@ -261,7 +249,7 @@ static inline const uint8_t *twj_skip_container(const uint8_t *p, const uint8_t 
                 br &= br - 1;
             }
             if (commas && depth == 1)
-                *commas += twj_popcount64(comma & ~seen);
+                *commas += tw_popcount64(comma & ~seen);
         }
         p += 64;
     }

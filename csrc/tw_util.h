@@ -32,6 +32,19 @@
 #define TW_ONES UINT64_C(0x0101010101010101)
 #define TW_HIGH UINT64_C(0x8080808080808080)
 
+/* Number of set bits of x. */
+static inline unsigned tw_popcount64(uint64_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return (unsigned)__builtin_popcountll(x);
+#else
+    x = x - ((x >> 1) & UINT64_C(0x5555555555555555));
+    x = (x & UINT64_C(0x3333333333333333)) + ((x >> 2) & UINT64_C(0x3333333333333333));
+    x = (x + (x >> 4)) & UINT64_C(0x0F0F0F0F0F0F0F0F);
+    return (unsigned)((x * UINT64_C(0x0101010101010101)) >> 56);
+#endif
+}
+
 /* Index of the lowest set bit of x (x != 0). */
 static inline unsigned tw_ctz64(uint64_t x)
 {

@@ -334,6 +334,36 @@ static int cmp_i32(const void *a, const void *b) {
 /* Whether an id repeats in a short row: a 256-bit filter of the ids seen so far, a hit
    confirmed by a scan of them (a row of distinct ids costs one filter look-up an id, and
    about one scan a row for the false hits). */
+#ifdef TW_X86_SIMD
+/* A support row of 1 to TW_SMALL_ROW entries with AVX-512: whether it lacks `sampled` or
+   repeats an id. Sixteen ids a vector; repeats inside a vector by conflict detection, across
+   vectors by comparing each id of a later vector with the earlier ones. */
+TW_TARGET_AVX512 static int support_row_avx512(const int32_t *row, size_t len, int64_t sampled) {
+    __m512i a[TW_SMALL_ROW / 16];
+    __mmask16 live[TW_SMALL_ROW / 16];
+    size_t nvec = (len + 15) / 16;
+    uint32_t found = 0, rep = 0;
+    for (size_t k = 0; k < nvec; k++) {
+        size_t left = len - 16 * k;
+        live[k] = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        a[k] = _mm512_maskz_loadu_epi32(live[k], row + 16 * k);
+        /* each live lane's bits of equal lanes before it, in its own vector */
+        rep |= _mm512_mask_test_epi32_mask(live[k], _mm512_maskz_conflict_epi32(live[k], a[k]),
+                                           _mm512_set1_epi32(-1));
+    }
+    if (sampled >= INT32_MIN && sampled <= INT32_MAX) {
+        __m512i want = _mm512_set1_epi32((int32_t)sampled);
+        for (size_t k = 0; k < nvec; k++) found |= _mm512_mask_cmpeq_epi32_mask(live[k], a[k], want);
+    }
+    if (!found) return 1;
+    for (size_t i = 16; i < len && !rep; i++) {
+        __m512i id = _mm512_set1_epi32(row[i]);
+        for (size_t k = 0; k < i / 16; k++) rep |= _mm512_cmpeq_epi32_mask(a[k], id);
+    }
+    return rep != 0;
+}
+#endif
+
 static int small_row_repeats(const int32_t *row, size_t len) {
     uint64_t seen[4] = {0, 0, 0, 0};
     for (size_t j = 0; j < len; j++) {
@@ -353,18 +383,20 @@ ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t 
     int32_t *scratch = NULL;
     size_t cap = 0;
     *nomem = 0;
-#ifdef TW_NEON_SIMD
-    int neon = tw_path_resolve(path) == TW_PATH_NEON;
-#else
-    (void)path;
-#endif
+    path = tw_path_resolve(path);
     for (size_t t = 0; t < n; t++) {
         const int32_t *row = values + offsets[t];
         size_t len = (size_t)(offsets[t + 1] - offsets[t]);
         int bad = len == 0;
 #ifdef TW_NEON_SIMD
-        if (neon && !bad && len <= TW_SMALL_ROW) {
+        if (path == TW_PATH_NEON && !bad && len <= TW_SMALL_ROW) {
             if (support_row_neon(row, len, sampled[t])) { tw_mem_free(scratch); return (ptrdiff_t)t; }
+            continue;
+        }
+#endif
+#ifdef TW_X86_SIMD
+        if (path == TW_PATH_AVX512 && !bad && len <= TW_SMALL_ROW) {
+            if (support_row_avx512(row, len, sampled[t])) { tw_mem_free(scratch); return (ptrdiff_t)t; }
             continue;
         }
 #endif
