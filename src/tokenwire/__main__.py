@@ -17,8 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 import tokenwire
-from tokenwire import _json, _reference, samples
+from tokenwire import _json, samples
 from tokenwire._bench import median_seconds as _median_seconds
+from tokenwire.rules import generate as python_rules
 
 
 def _tokens(response: tokenwire.GenerateResponse) -> int:
@@ -41,7 +42,7 @@ def bench(quick: bool = False, names: list[str] | None = None) -> list[dict[str,
         k = spec.top_k
         parsed = tokenwire.parse_generate_response(raw, top_k=k)
         t_tw = _median_seconds(lambda: tokenwire.parse_generate_response(raw, top_k=k), budget)
-        t_ref = _median_seconds(lambda: _reference.parse_generate_response(raw, top_k=k), budget)
+        t_ref = _median_seconds(lambda: python_rules.parse_generate_response(raw, top_k=k), budget)
         t_orjson = _median_seconds(lambda: _json.loads(raw), budget)
         tokens = _tokens(parsed)
         rows.append(
