@@ -18,8 +18,8 @@ import numpy as np
 
 import tokenwire
 from tokenwire import _json
-from tokenwire._cli_io import json_bytes
 from tokenwire._errors import MalformedResponseError, invalid_json, location
+from tokenwire.cli.io import json_bytes
 from tokenwire.rules.generate import named
 
 __all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "check_record", "resolve_field"]
