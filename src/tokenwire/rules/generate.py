@@ -38,16 +38,11 @@ __all__ = ["parse_document", "parse_generate_response"]
 
 MAX_DIMS = 64  # numpy's limit on an array's dimensions
 PACKED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
-
-
 # int16: a captured int16 routing array passes through prime-rl's encoder as it is.
 ROUTED_DTYPES = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "int16": np.dtype("<i2"),
                  "int32": np.dtype("<i4")}
-
-
 NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i2": "int16",
               "<i4": "int32"}
-
 
 # Fields of a choice that become attributes; the rest stays in ``GenerateChoice.raw``.
 _CONSUMED = ("index", "token_ids", "finish_reason", "sampling_mask", "kept_tokens", "routed_experts")
@@ -60,6 +55,8 @@ def named(table: dict[str, Any], name: Any) -> Any:
 
 
 def checked_int_list(c: Evidence, value: Any, field: str, high: int, reason: str) -> np.ndarray:
+    """The ints of the list ``value`` at ``field`` (each in ``[0, high]``), or ``reason`` fails
+    there (at the first bad element)."""
     parsed = ints_at(c, value, field, high)
     if parsed is None:
         c.fail(f"{reason}: expected a list", field)
