@@ -3,5 +3,5 @@
 :mod:`tokenwire.extract.python` holds the :class:`~tokenwire.extract.python.Evidence` record and
 the pure-Python extractors, which read it from the parsed document. The compiled extractors in
 ``tokenwire._core`` are their peers: they fill the same records in one pass over the raw bytes.
-The two never import each other.
+Neither calls the other, and nothing here imports the core.
 """

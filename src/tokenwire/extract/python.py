@@ -4,7 +4,8 @@ parsed document, for every format (generate, OpenAI-compatible, SGLang).
 An :class:`Evidence` record holds what was read of one choice before its rules run; the rules
 (:mod:`tokenwire.rules`) read the big values from it. The compiled extractors in
 ``tokenwire._core`` are this module's peers: they fill the same records in one pass over the
-raw bytes, and the two never import each other.
+raw bytes. Neither calls the other; the core takes only the record types (and the reader of
+objects with repeated keys) from here, and this module never imports the core.
 """
 
 from __future__ import annotations
