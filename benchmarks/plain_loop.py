@@ -1,5 +1,5 @@
 """The loop a trainer writes: a fresh process per contender, distinct responses, parse, use,
-drop, next (``tokenwire bench`` prints the same table; see ``tokenwire._bench``).
+drop, next (``tokenwire bench`` prints the same table; see ``tokenwire.cli.bench``).
 
     python benchmarks/plain_loop.py                      # every workload
     python benchmarks/plain_loop.py --json rows.json     # also the rows as JSON
@@ -12,7 +12,8 @@ import argparse
 import json
 import sys
 
-from tokenwire import _bench, samples
+from tokenwire import samples
+from tokenwire.cli import bench
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per contender")
     parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
-    rows = _bench.plain_loop(args.workload, responses=args.responses, rounds=max(args.rounds, 2),
+    rows = bench.plain_loop(args.workload, responses=args.responses, rounds=max(args.rounds, 2),
                              repeats=args.repeats, progress=lambda line: print(line, file=sys.stderr))
-    _bench.print_table(rows)
+    bench.print_table(rows)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -19,7 +19,8 @@ from pathlib import Path
 import orjson
 
 import tokenwire
-from tokenwire import _reference, samples
+from tokenwire import samples
+from tokenwire.rules import generate as python_rules
 
 HERE = Path(__file__).resolve().parent
 
@@ -41,7 +42,7 @@ def measure(max_tokens: int) -> list[dict[str, float]]:
     contenders = {
         "tokenwire": tokenwire.parse_generate_response,
         "orjson.loads": orjson.loads,
-        "reference (pure Python)": _reference.parse_generate_response,
+        "reference (pure Python)": python_rules.parse_generate_response,
     }
     rows = []
     tokens = 1024

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 import tokenwire
-from tokenwire import _reference
+from tokenwire.rules import generate as python_rules
 
 from ._contenders import base64_spans, renderers_parse
 
@@ -32,7 +32,7 @@ def test_tokenwire(benchmark, workload):
 def test_reference(benchmark, workload):
     name, raw, k = workload
     benchmark.group = name
-    benchmark.pedantic(_reference.parse_generate_response, args=(raw,), kwargs={"top_k": k}, rounds=5, iterations=1)
+    benchmark.pedantic(python_rules.parse_generate_response, args=(raw,), kwargs={"top_k": k}, rounds=5, iterations=1)
 
 
 @pytest.mark.skipif(renderers_client is None, reason="renderers is not installed")

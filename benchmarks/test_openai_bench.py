@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 import tokenwire
-from tokenwire import _openai, samples
+from tokenwire import samples
+from tokenwire.rules import openai as openai_rules
 
 TOKENS = 8192
 PROMPT = 512
@@ -130,7 +131,7 @@ def test_tokenwire(benchmark, workload):
 def test_reference(benchmark, workload):
     name, raw, parser, k = workload
     benchmark.group = name
-    benchmark.pedantic(getattr(_openai, parser), args=(raw,), kwargs={"top_k": k}, rounds=5, iterations=1)
+    benchmark.pedantic(getattr(openai_rules, parser), args=(raw,), kwargs={"top_k": k}, rounds=5, iterations=1)
 
 
 def test_orjson_loads(benchmark, workload):

@@ -2,7 +2,7 @@
  * tw_heads - the top-k head of every token of a response in one call.
  *
  * tw_select_heads makes, token by token, exactly the decisions of the reference's
- * select_head (src/tokenwire/_reference.py) and returns the same ids and values; the
+ * select_head (src/tokenwire/kernels/python.py) and returns the same ids and values; the
  * probability-mass rules use exp() from the C library (the one Python's math.exp calls)
  * and a correctly rounded sum (what math.fsum returns). Those are only computed for a
  * token whose fast estimate of the sum (with a proven error bound) is too close to a

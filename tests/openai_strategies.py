@@ -13,7 +13,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tokenwire import _openai
+from tokenwire.rules import openai as openai_rules
 
 # Token texts that need escaping, collide when decoded, or are empty (an EOS).
 TEXTS = ["a", " the", "/", "é", '"', "\n", "\\", "🚀", "", "\ufffd"]
@@ -321,10 +321,10 @@ def _sglang_strip(item: dict[str, Any]) -> None:
 
 
 class _Parsers:
-    """Whose parse functions the formats call: the pure-Python reference (``_openai``) or the
+    """Whose parse functions the formats call: the pure-Python rules (``tokenwire.rules.openai``) or the
     compiled core (``_core``); tests set ``module``."""
 
-    module: Any = _openai
+    module: Any = openai_rules
 
 
 PARSERS = _Parsers()

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenwire import MalformedResponseError, _reference
+from tokenwire import MalformedResponseError
 
 from .conftest import _NO_CORE as NO_CORE
-from .conftest import ALL_PATHS, _core
+from .conftest import ALL_PATHS, PYTHON, _core
 
 ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
@@ -42,7 +42,7 @@ def ours(impl, data):
 def codec(request):
     """The reference, or the compiled core forced onto each of its paths."""
     if request.param == "python":
-        yield _reference
+        yield PYTHON
         return
     if _core is None:
         pytest.skip(NO_CORE)
@@ -218,7 +218,7 @@ def test_decode_of_a_buffer_rewritten_meanwhile_stays_in_bounds(impl):
                 out[len(got):len(got) + 8] = 0x5A
 
     # The reference decodes a snapshot (bytes(data)): a few rounds show it, and take seconds.
-    _race(data, flip, call, 3 if impl is _reference else 60)
+    _race(data, flip, call, 3 if impl is PYTHON else 60)
 
 
 def test_encode_of_a_buffer_resized_meanwhile(impl):

@@ -353,7 +353,7 @@ def _entries(entries: Any) -> Any:
 def _native_agrees(content: Any, ids: list[int]) -> bool:
     """The whole-list reading of native records, where it answers, equals the reference's
     record loop; returns whether it answered."""
-    from tokenwire import _reference
+    from tokenwire.kernels import python as python_kernels
 
     answered = False
     array = np.array(ids, dtype=np.int64)
@@ -361,7 +361,7 @@ def _native_agrees(content: Any, ids: list[int]) -> bool:
         fast = compat._native_well_formed(content, array, want_top)
         if fast is not None:
             answered = True
-            assert _entries(fast) == _entries(_reference.native_entries(content, array, want_top))
+            assert _entries(fast) == _entries(python_kernels.native_entries(content, array, want_top))
     return answered
 
 

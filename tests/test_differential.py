@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenwire import MalformedResponseError, _reference
+from tokenwire import MalformedResponseError
 
 from . import strategies
-from .conftest import _core
+from .conftest import PYTHON, _core
 
 EXAMPLES = int(os.environ.get("TOKENWIRE_DIFF_EXAMPLES", "5000"))
 # About a third of the generated cases carry a documented difference and are not compared.
@@ -58,7 +58,7 @@ def outcome(impl, case: strategies.Case) -> tuple:
 @settings(max_examples=EXAMPLES)
 @given(strategies.cases())
 def test_core_matches_reference(case):
-    expected = outcome(_reference, case)
+    expected = outcome(PYTHON, case)
     for path in _core.simd_paths():  # every code path the CPU has, against the same oracle
         with _core.simd_path_forced(path):
             assert outcome(_core, case) == expected, path
@@ -106,7 +106,7 @@ def test_reference_matches_renderers(renderers_client, case):
         # or raises MalformedResponseError, which test_core_matches_reference covers.
         return
     try:
-        ours = _reference.parse_generate_response(case.raw, top_k=case.top_k)
+        ours = PYTHON.parse_generate_response(case.raw, top_k=case.top_k)
     except MalformedResponseError as exc:
         if theirs[0] == "ok" and (
             exc.choice not in (None, 0)  # renderers never looks past the first choice
@@ -209,7 +209,7 @@ def test_long_base64_values_match_reference(case):
     """Long values take the scanner's decode-while-scanning path (and its fall-backs); the
     outcome stays the reference's, on every SIMD path."""
     raw, _ = case
-    expected = outcome(_reference, strategies.Case(raw=raw, top_k=None))
+    expected = outcome(PYTHON, strategies.Case(raw=raw, top_k=None))
     for path in _core.simd_paths():
         with _core.simd_path_forced(path):
             assert outcome(_core, strategies.Case(raw=raw, top_k=None)) == expected, path
@@ -232,6 +232,6 @@ def test_long_values_are_decoded_by_the_scan(simd):
         return type(a).__name__
 
     assert root(parsed.routed_experts.array) == "PyCapsule"
-    expected = _reference.parse_generate_response(raw).choices[0]
+    expected = PYTHON.parse_generate_response(raw).choices[0]
     assert parsed.routed_experts.array.tobytes() == expected.routed_experts.array.tobytes()
     assert parsed.completion_logprobs.tobytes() == expected.completion_logprobs.tobytes()

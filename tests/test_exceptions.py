@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from tokenwire import MalformedResponseError, _json, _openai, _reference
+from tokenwire import MalformedResponseError, _json
 from tokenwire.compat import renderers
 
 from .openai_strategies import evidence, vllm_completions, with_head
@@ -19,9 +19,7 @@ PARSERS = ("parse_generate_response", "parse_completions_response",
 
 
 def parser(impl, name):
-    """``name`` of the implementation under test (the reference's OpenAI parsers are _openai's)."""
-    if impl is _reference and name != "parse_generate_response":
-        return getattr(_openai, name)
+    """``name`` of the implementation under test."""
     return getattr(impl, name)
 
 

@@ -11,7 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenwire import MalformedResponseError, _openai, _reference, samples
+from tokenwire import MalformedResponseError, samples
+from tokenwire.extract import python as python_extract
+from tokenwire.kernels import python as python_kernels
+from tokenwire.rules import generate as python_rules
+from tokenwire.rules import openai as openai_rules
 from tokenwire._types import Ragged
 
 from . import strategies, test_openai
@@ -31,12 +35,12 @@ def _same(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, Ragged) and isinstance(b, Ragged):
         return _same(a.offsets, b.offsets) and _same(a.values, b.values)
-    if isinstance(a, (_reference.NativeEntries, _reference.Candidates)):
+    if isinstance(a, (python_kernels.NativeEntries, python_kernels.Candidates)):
         return type(a) is type(b) and all(_same(getattr(a, n), getattr(b, n)) for n in vars(a))
     return a == b
 
 
-def _values(evidence: _reference.Evidence) -> dict[str, Any]:
+def _values(evidence: python_extract.Evidence) -> dict[str, Any]:
     """What an extractor read, a path it left out standing for None (the rules then read
     the parsed value, which is intact there); the raw copies of blanked fields aside."""
     return {path: value for path, value in evidence.values.items()
@@ -45,7 +49,7 @@ def _values(evidence: _reference.Evidence) -> dict[str, Any]:
 
 def assert_peers(raw: bytes, top_k: int | None) -> None:
     try:
-        _, top, choices = _reference.extract_generate(raw, top_k)
+        _, top, choices = python_extract.extract_generate(raw, top_k)
     except MalformedResponseError:
         with pytest.raises(MalformedResponseError):
             _core.extract_generate(raw, top_k)
@@ -85,7 +89,7 @@ def test_generated_and_mutated_documents(case):
 
 def assert_openai_peers(raw: bytes, top_k: int | None, sglang: bool) -> None:
     try:
-        _, top, choices = _openai.extract_openai(raw, top_k, sglang)
+        _, top, choices = python_extract.extract_openai(raw, top_k, sglang)
     except MalformedResponseError:
         with pytest.raises(MalformedResponseError):
             _core.extract_openai(raw, top_k, sglang)
@@ -104,17 +108,17 @@ def assert_openai_peers(raw: bytes, top_k: int | None, sglang: bool) -> None:
 
 def _plain(value: Any) -> Any:
     """Records as comparable parts: ids as int64 (-1: none), values read as numbers."""
-    if isinstance(value, _openai._Records):
-        ids = _openai._id_array(value.ids)
-        numbers = value.values if isinstance(value.values, _openai.Numbers) else _openai.Numbers(
-            *_openai.numbers(value.values))
+    if isinstance(value, python_extract.Records):
+        ids = openai_rules._id_array(value.ids)
+        numbers = value.values if isinstance(value.values, python_extract.Numbers) else python_extract.Numbers(
+            *python_extract.numbers(value.values))
         if value.bad is not None:  # the rules stop there: what came after is never named
             return (ids, value.bad)
         return (ids, numbers.values, numbers.bad, value.value_key, value.bad, value.mixed)
-    if isinstance(value, _openai.Numbers):
+    if isinstance(value, python_extract.Numbers):
         return (value.values, value.bad, value.example)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], list):  # token strings
-        return (_openai._id_array(value[0]), value[1])
+        return (openai_rules._id_array(value[0]), value[1])
     return value
 
 
@@ -143,7 +147,7 @@ def test_raw_keeps_logprobs_the_scan_blanked(content, transport):
     choice = samples.build_choice(samples.evidence(3, 0, seed=1), transport=transport)
     raw = samples.dumps(samples.response([choice], prompt_tokens=2))
     raw = raw.replace(b'"token_ids":', b'"logprobs":{"content":' + content.encode() + b',"n":1},"token_ids":', 1)
-    expected = _reference.parse_generate_response(raw).choices[0].raw["logprobs"]
+    expected = python_rules.parse_generate_response(raw).choices[0].raw["logprobs"]
     assert expected["content"] == json.loads(content)
     for path in _core.simd_paths():
         with _core.simd_path_forced(path):

@@ -245,11 +245,9 @@ def test_kept_tokens_round_trip(case):
 
 
 def _implementations() -> list[Any]:
-    from tokenwire import _reference
+    from .conftest import PYTHON, _core
 
-    from .conftest import _core
-
-    return [_reference] if _core is None else [_reference, _core]
+    return [PYTHON] if _core is None else [PYTHON, _core]
 
 
 # --- logprobs.sampled --------------------------------------------------------------------------
@@ -296,7 +294,7 @@ def test_sampled_values(impl, sampled, token, reason):
 def test_sampled_numbers_beyond_json():
     # JSON holds no infinity or NaN (a parser refuses 1e400); values handed over as Python
     # objects are held to the rule all the same.
-    from tokenwire._reference import _first_bad_number
+    from tokenwire.rules.generate import _first_bad_number
 
     assert _first_bad_number([-0.5, 10**400]) == (1, "finite")
     assert _first_bad_number([math.nan]) == (0, "finite")
@@ -349,12 +347,13 @@ def test_select_heads_empty_support_row_is_none(simd_or_python):
 @pytest.fixture(params=["python", "scalar", "avx2", "avx512"])
 def simd_or_python(request, monkeypatch):
     """select_heads on the reference's kernels, and on the core's on each path."""
-    from tokenwire import _reference, _select
+    from tokenwire import _select
+    from tokenwire.kernels import python as python_kernels
 
     from .conftest import _core
 
     if request.param == "python":
-        monkeypatch.setattr(_select, "kernels", _reference)
+        monkeypatch.setattr(_select, "kernels", python_kernels)
         yield request.param
         return
     if _core is None or request.param not in _core.simd_paths():

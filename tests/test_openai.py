@@ -14,7 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenwire import MalformedResponseError, _openai, _reference
+from tokenwire import MalformedResponseError
+from tokenwire.extract.python import Evidence
+from tokenwire.rules import openai as openai_rules
 
 from .conftest import _core
 from .openai_strategies import (
@@ -48,7 +50,7 @@ def implementation(request):
             pytest.skip("the compiled core is not built")
         PARSERS.module = _core
     yield request.param
-    PARSERS.module = _openai
+    PARSERS.module = openai_rules
 HEAD_FORMATS = [f for f in FORMATS if f.heads in ("ids", "dict-ids")]
 
 
@@ -115,7 +117,7 @@ def test_seed_with_exact_ids_gives_aligned_arrays():
 
 
 def test_explicit_false_is_honoured_then_parsing_fails_loudly():
-    params = _openai.completions_request_params({"model": "m", "prompt": [1, 2, 3], "return_token_ids": False})
+    params = openai_rules.completions_request_params({"model": "m", "prompt": [1, 2, 3], "return_token_ids": False})
     assert params["return_token_ids"] is False and params["logprobs"] == 1
     # The server honours the flag: no ids come back, and the parser refuses the response.
     raises(BY_NAME["vllm_completions"], seed_response(False), "return_token_ids: true")
@@ -126,22 +128,22 @@ def test_explicit_false_is_honoured_then_parsing_fails_loudly():
 
 def test_request_helpers_set_defaults_only():
     given_params = {"model": "m"}
-    out = _openai.completions_request_params(given_params)
+    out = openai_rules.completions_request_params(given_params)
     assert out == {"model": "m", "return_token_ids": True, "logprobs": 1} and given_params == {"model": "m"}
-    assert _openai.completions_request_params({}, top_k=4) == {
+    assert openai_rules.completions_request_params({}, top_k=4) == {
         "return_token_ids": True, "logprobs": 6, "return_tokens_as_token_ids": True}
-    assert _openai.completions_request_params({"logprobs": 0, "return_tokens_as_token_ids": False}, top_k=2) == {
+    assert openai_rules.completions_request_params({"logprobs": 0, "return_tokens_as_token_ids": False}, top_k=2) == {
         "return_token_ids": True, "logprobs": 0, "return_tokens_as_token_ids": False}
-    assert _openai.chat_completions_request_params({}) == {"return_token_ids": True, "logprobs": True}
-    assert _openai.chat_completions_request_params({"logprobs": False}, top_k=3) == {
+    assert openai_rules.chat_completions_request_params({}) == {"return_token_ids": True, "logprobs": True}
+    assert openai_rules.chat_completions_request_params({"logprobs": False}, top_k=3) == {
         "return_token_ids": True, "logprobs": False, "top_logprobs": 5, "return_tokens_as_token_ids": True}
-    assert _openai.sglang_generate_request_params({"text": "x"}) == {"text": "x", "return_logprob": True}
-    assert _openai.sglang_generate_request_params({"return_logprob": False}, top_k=1) == {
+    assert openai_rules.sglang_generate_request_params({"text": "x"}) == {"text": "x", "return_logprob": True}
+    assert openai_rules.sglang_generate_request_params({"return_logprob": False}, top_k=1) == {
         "return_logprob": False, "top_logprobs_num": 3}
     with pytest.raises(ValueError):
-        _openai.completions_request_params({}, top_k=0)
+        openai_rules.completions_request_params({}, top_k=0)
     with pytest.raises(TypeError):
-        _openai.chat_completions_request_params([("logprobs", True)])  # type: ignore[arg-type]
+        openai_rules.chat_completions_request_params([("logprobs", True)])  # type: ignore[arg-type]
 
 
 # --- round trips ---------------------------------------------------------------------------------
@@ -343,10 +345,10 @@ def test_first_bad_logprob_wins():
 
 
 def test_non_finite_values_from_the_evidence_are_rejected():
-    c = _reference.Evidence(0)
-    lp = _openai._Logprobs("logprobs.token_logprobs", 2, np.array([-1.0, math.inf]), None, [-1.0, math.inf], "logprob")
+    c = Evidence(0)
+    lp = openai_rules._Logprobs("logprobs.token_logprobs", 2, np.array([-1.0, math.inf]), None, [-1.0, math.inf], "logprob")
     with pytest.raises(MalformedResponseError, match="logprob must be finite") as info:
-        _openai._check_values(c, lp)
+        openai_rules._check_values(c, lp)
     assert info.value.token == 1
 
 
@@ -870,7 +872,7 @@ def test_core_matches_reference_on_mutated_documents(implementation, case, k):
     fmt, raw = case
     name = {CHAT: "parse_chat_completions_response", SGL: "parse_sglang_generate_response"}.get(
         fmt.parse, "parse_completions_response")
-    expected = openai_outcome(getattr(_openai, name), raw, top_k=k)
+    expected = openai_outcome(getattr(openai_rules, name), raw, top_k=k)
     for path in _core.simd_paths():  # scanner, record readers and heads on every path
         with _core.simd_path_forced(path):
             assert openai_outcome(getattr(_core, name), raw, top_k=k) == expected, path

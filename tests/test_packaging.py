@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 import tokenwire
-from tokenwire import _json, _openai, _reference
+from tokenwire import _json
 
 CHOSEN_AT_IMPORT = ("parse_generate_response", "b64decode", "b64encode")
 OPENAI_PARSERS = ("parse_completions_response", "parse_chat_completions_response", "parse_sglang_generate_response")
@@ -31,7 +31,7 @@ def _facade(impl):
     for name in CHOSEN_AT_IMPORT:
         names[name] = getattr(impl, name)
     for name in OPENAI_PARSERS:
-        names[name] = getattr(_openai if impl is _reference else impl, name)
+        names[name] = getattr(impl, name)
     return SimpleNamespace(**names)
 
 

@@ -19,7 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-from tokenwire import Ragged, _reference
+from tokenwire import Ragged
+from tokenwire.kernels import python as python_kernels
 
 try:
     from tokenwire import _core
@@ -78,7 +79,7 @@ def test_extreme_values(impl):
 def test_any_offsets_give_the_reference(impl, offsets):
     values = np.arange(12, dtype=np.float32)
     bounds = np.array(offsets, dtype=np.int64)
-    assert impl.rows_to_lists(bounds, values) == _reference.rows_to_lists(bounds, values)
+    assert impl.rows_to_lists(bounds, values) == python_kernels.rows_to_lists(bounds, values)
 
 
 def test_odd_arrays_give_the_reference(impl):
@@ -91,9 +92,9 @@ def test_odd_arrays_give_the_reference(impl):
         np.arange(4, dtype=np.uint64) + 2**63,  # past int64
     ]
     for values in cases:
-        assert _typed(impl.rows_to_lists(offsets, values)) == _typed(_reference.rows_to_lists(offsets, values))
+        assert _typed(impl.rows_to_lists(offsets, values)) == _typed(python_kernels.rows_to_lists(offsets, values))
     for bounds in (np.array([0, 2, 4], dtype=np.uint64), [0, 2, 4], np.array([[0, 2]])):
-        assert impl.rows_to_lists(bounds, np.arange(4)) == _reference.rows_to_lists(bounds, np.arange(4))
+        assert impl.rows_to_lists(bounds, np.arange(4)) == python_kernels.rows_to_lists(bounds, np.arange(4))
     with pytest.raises(TypeError):
         impl.rows_to_lists(np.array([0.0, 2.0]), np.arange(4))
 
@@ -120,7 +121,7 @@ def test_core_matches_reference(lengths, dtype, extra, seed, shuffle):
     size = int(offsets.max()) + extra
     values = (rng.standard_normal(size) * 30).astype(dtype) if size else np.zeros(0, dtype)
     other = rng.integers(0, 2**31, size).astype(np.int64)
-    expected = _reference.rows_to_lists(offsets, values, other)
+    expected = python_kernels.rows_to_lists(offsets, values, other)
     assert _typed(_core.rows_to_lists(offsets, values, other)) == _typed(expected)
 
 
@@ -144,7 +145,7 @@ def test_ragged_to_lists_uses_the_implementation():
     ragged = Ragged(np.array([0, 1, 3]), np.array([5, 6, 7], dtype=np.int32))
     assert ragged.to_lists() == [[5], [6, 7]]
     assert tokenwire._select.kernels.rows_to_lists is (
-        _core.rows_to_lists if tokenwire.implementation == "c" else _reference.rows_to_lists
+        _core.rows_to_lists if tokenwire.implementation == "c" else python_kernels.rows_to_lists
     )
 
 
@@ -195,7 +196,7 @@ def test_ints_stops_at_the_first_bad_element(impl, odd, at):
 def test_ints_core_matches_reference(value, high):
     if _core is None:
         pytest.skip("the compiled core is not built")
-    expected = _reference.int_list(value, high)
+    expected = python_kernels.int_list(value, high)
     got = _core.int_list(value, high)
     assert (got[0].tolist(), got[0].dtype, got[1:]) == (expected[0].tolist(), expected[0].dtype, expected[1:])
     if expected[2] is None and value:  # the reference's one-conversion path, too

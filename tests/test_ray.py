@@ -15,7 +15,7 @@ from tokenwire import _json
 import pytest
 
 import tokenwire.ray
-from tokenwire import _cli_check
+from tokenwire.cli import check as cli_check
 
 from .test_cli import check
 from .test_records import planted
@@ -28,7 +28,7 @@ _SCRIPT = textwrap.dedent(
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
     import tokenwire.ray
-    from tokenwire import __main__ as cli
+    from tokenwire import cli
     paths, out = json.loads(sys.argv[1]), sys.argv[2]
     summary = tokenwire.ray.check(paths, address="auto", field="response", records=f"{out}/api.parquet",
                                   columns=["step", "worker"], range_bytes=2048)
@@ -80,7 +80,7 @@ def test_line_ranges(tmp_path):
     lines = [b"", b"{}", b"x" * 50, b"", b"[1]", b"y" * 5]
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
-    source = tokenwire._cli_io.Source(str(path), "r.jsonl", path.stat().st_size)
+    source = tokenwire.cli.io.Source(str(path), "r.jsonl", path.stat().st_size)
     for step in (1, 3, 7, 64):
         units = tokenwire.ray._units([source], "jsonl", step)
         got = b""
@@ -107,7 +107,7 @@ def test_local_cluster_stays_on_loopback(monkeypatch, tmp_path):
     monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
     monkeypatch.setattr(tokenwire.ray, "_require", lambda *a: (_ for _ in ()).throw(RuntimeError("stop")))
     with pytest.raises(RuntimeError, match="stop"):
-        tokenwire.ray.run([str(tmp_path)], _cli_check.Options(), address="local")
+        tokenwire.ray.run([str(tmp_path)], cli_check.Options(), address="local")
     assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
     assert tokenwire.ray._connect(FakeRay, "local") is True
     assert tokenwire.ray._connect(FakeRay, "ray://head:10001") is True

@@ -10,7 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-from tokenwire import MalformedResponseError, _reference
+from tokenwire import MalformedResponseError
+from tokenwire.kernels import python as python_kernels
+
+from .conftest import PYTHON
 
 PROBS = [0.5, 0.25, 0.125, 0.0625, 0.2, 0.1, 0.05, 0.6]
 
@@ -37,7 +40,7 @@ def expected(rows, sampled, sampled_lps, k):
     out_ids, out_lps = [], []
     for t, (row, s, lp) in enumerate(zip(rows, sampled, sampled_lps)):
         try:
-            chosen = _reference.select_head(dict(row), s, lp, k)
+            chosen = python_kernels.select_head(dict(row), s, lp, k)
         except MalformedResponseError as exc:
             return ("error", t, exc.reason)
         out_ids.append(chosen[0])
@@ -157,7 +160,7 @@ def test_offsets_rewritten_by_another_thread_meanwhile(heads_impl):
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        for _ in range(30 if heads_impl is not _reference else 2):
+        for _ in range(30 if heads_impl is not PYTHON else 2):
             try:
                 tokenwire.select_heads(ids, values, offsets, sampled, sampled_lps, 2)
             except (ValueError, MalformedResponseError):

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tokenwire import MalformedResponseError, _reference, samples
+from tokenwire import MalformedResponseError, samples
 
 from . import strategies
-from .conftest import _core
+from .conftest import PYTHON, _core
 from .openai_strategies import FORMATS, PARSERS, evidence, with_head
 from .test_differential import outcome
 from .test_openai import openai_outcome
@@ -63,7 +63,7 @@ def test_generate_documents_agree_on_every_path(name, raw, top_k):
         first = next(iter(results.values()))
         assert all(r == first for r in results.values()), f"{name} cut at {cut}: the paths differ"
         if cut == len(raw):
-            assert first[0] == outcome(_reference, case), name
+            assert first[0] == outcome(PYTHON, case), name
 
 
 def openai_documents():

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from tokenwire import __main__ as cli
-from tokenwire import _cli_io
+from tokenwire import cli
+from tokenwire.cli import io as cli_io
 
 from .test_cli import MUTATIONS, _compact, _native, _packed, check, counts, line_of, report, write
 
@@ -31,7 +31,7 @@ def test_zstd_reads_as_plain(tmp_path, capsys, monkeypatch):
     plain = write(tmp_path / "plain.jsonl", records)
     data = b"".join(r + b"\n" for r in records)
     expected = report(capsys, plain)[1]
-    monkeypatch.setattr(_cli_io, "BLOCK", 2048)  # blocks cut inside frames and lines
+    monkeypatch.setattr(cli_io, "BLOCK", 2048)  # blocks cut inside frames and lines
     for frames in (1, 5):
         path = _zst(tmp_path / f"capture{frames}.bin", data, frames)  # the name says nothing
         status, result = report(capsys, path)

@@ -10,13 +10,9 @@ from __future__ import annotations
 from ._docs import document
 from ._errors import MalformedResponseError
 from ._heads import select_heads
-from ._openai import (
-    chat_completions_request_params,
-    completions_request_params,
-    sglang_generate_request_params,
-)
 from ._select import impl as _impl
 from ._select import implementation
+from ._select import kernels as _kernels
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 from ._writer import (
     Blob,
@@ -27,6 +23,11 @@ from ._writer import (
     encode_routed_experts,
     encode_sampling_mask,
     json_default,
+)
+from .rules.openai import (
+    chat_completions_request_params,
+    completions_request_params,
+    sglang_generate_request_params,
 )
 
 __all__ = [
@@ -70,13 +71,13 @@ if implementation == "c":
     parse_chat_completions_response = _impl.parse_chat_completions_response
     parse_sglang_generate_response = _impl.parse_sglang_generate_response
 else:
-    from ._openai import (
+    from .rules.openai import (
         parse_chat_completions_response,
         parse_completions_response,
         parse_sglang_generate_response,
     )
-b64decode = _impl.b64decode
-b64encode = _impl.b64encode
+b64decode = _kernels.b64decode
+b64encode = _kernels.b64encode
 document(
     globals(),
     [

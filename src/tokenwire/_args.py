@@ -80,3 +80,12 @@ def output_bytes(out: Any) -> np.ndarray:
     if view.nbytes == 0:  # memoryview cannot cast a view with a zero in its shape
         return np.zeros(0, dtype=np.uint8)
     return np.frombuffer(view.cast("B"), dtype=np.uint8)
+
+
+def check_top_k(top_k: Any) -> int | None:
+    """``top_k`` as a positive int or None (a numpy integer becomes an int)."""
+    if isinstance(top_k, np.integer):  # numpy integers are ints (np.bool_ is not one)
+        top_k = int(top_k)
+    if top_k is not None and (type(top_k) is not int or top_k < 1):
+        raise ValueError(f"top_k must be a positive int or None, not {top_k!r}")
+    return top_k

@@ -22,9 +22,13 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-from ._args import check_input, output_bytes
+from ._args import check_input, check_top_k, output_bytes
 from ._errors import MalformedResponseError, invalid_json
-from . import _json, _openai, _reference
+from . import _json
+from .extract import python as _extract
+from .kernels import python as _kernels
+from .rules import generate as _generate
+from .rules import openai as _openai_rules
 
 cnp.import_array()
 
@@ -355,10 +359,10 @@ def rows_to_lists(offsets, *values):
     bounds = np.asarray(offsets)
     arrays = [np.asarray(v) for v in values]
     if bounds.ndim != 1 or bounds.shape[0] < 2 or bounds.dtype.kind not in "iu":
-        return _reference.rows_to_lists(offsets, *values)
+        return _kernels.rows_to_lists(offsets, *values)
     bounds = np.ascontiguousarray(bounds, dtype=np.int64)  # uint64 past 2**63 turns negative
     if not _well_formed(bounds, arrays):
-        return _reference.rows_to_lists(offsets, *values)
+        return _kernels.rows_to_lists(offsets, *values)
     cdef const int64_t[::1] b = bounds
     cdef Py_ssize_t i, n = b.shape[0] - 1
     cdef PyObject **rows
@@ -471,7 +475,7 @@ cdef extern from "tw_heads.h" nogil:
 
 
 # tw_heads' codes, as the reference words them.
-_HEAD_REASONS = (None, *_reference.HEAD_REASONS)
+_HEAD_REASONS = (None, *_kernels.HEAD_REASONS)
 
 
 cdef extern from "tw_records.h" nogil:
@@ -678,7 +682,7 @@ cdef object _candidates(int rc, object coff, const tw_rec_cands *cands, size_t n
     if ncand:
         memcpy(cnp.PyArray_DATA(cand_ids), cands.ids, ncand * sizeof(int64_t))
         memcpy(cnp.PyArray_DATA(cand_lps), cands.lps, ncand * sizeof(double))
-    return _reference.Candidates(coff, cand_ids, cand_lps)
+    return _kernels.Candidates(coff, cand_ids, cand_lps)
 
 
 cdef class _Scan:
@@ -821,7 +825,7 @@ cdef class _Scan:
             candidates = _candidates(rc, coff, &cands, res.ncand)
         finally:
             tw_rec_cands_free(&cands)
-        return _reference.NativeEntries(
+        return _kernels.NativeEntries(
             sampled[:n],
             None if res.sampled_err < 0 else (res.sampled_err, _NATIVE_CODES[res.sampled_code]),
             candidates,
@@ -865,7 +869,7 @@ cdef class _Scan:
         return candidates, None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code]), None
 
     cdef object records(self, const tw_value *v):
-        """``logprobs.content`` entries: the _Records the reference's reader builds, its values
+        """``logprobs.content`` entries: the Records the reference's reader builds, its values
         as a _RecordValues."""
         cdef size_t n = v.count
         cdef ptrdiff_t bad
@@ -890,12 +894,12 @@ cdef class _Scan:
             values, kinds = slp[:end], slp_kind[:end]
         else:
             values, kinds = lp[:end], lp_kind[:end]
-        return _openai._Records(ids[:end], _record_values(values, kinds),
+        return _extract.Records(ids[:end], _record_values(values, kinds),
                                 "sampling_logprob" if sampling else "logprob",
                                 None if bad < 0 else bad, mixed)
 
     cdef object triples(self, const tw_value *v):
-        """SGLang ``[logprob, token_id, text]`` entries: the _Records the reference's reader
+        """SGLang ``[logprob, token_id, text]`` entries: the Records the reference's reader
         builds, its values as a _RecordValues."""
         cdef size_t n = v.count
         cdef ptrdiff_t bad
@@ -910,7 +914,7 @@ cdef class _Scan:
             bad = tw_rec_triples(self.buf, v, &ids_view[0], &values_view[0], &kinds_view[0],
                                     self.path)
         end = n if bad < 0 else bad
-        return _openai._Records(ids[:end], _record_values(values[:end], kinds[:end]), "logprob",
+        return _extract.Records(ids[:end], _record_values(values[:end], kinds[:end]), "logprob",
                                 None if bad < 0 else bad)
 
     cdef object token_strings(self, const tw_value *v):
@@ -964,7 +968,7 @@ cdef class _Scan:
 def int_list(value, high):
     """The reference's ``int_list``, one pass in C over a list."""
     if type(value) is not list:
-        return _reference.int_list(value, high)
+        return _kernels.int_list(value, high)
     cdef list items = value
     cdef Py_ssize_t i = 0, n = len(items)
     cdef long long x, top = min(high, 2**63 - 1)
@@ -993,7 +997,7 @@ def first_bad(rule, values):
         return -1
     if rule == "negative":
         if values.dtype.itemsize != 4:  # int16 routing: numpy's comparison is the loop
-            return _reference.first_bad(rule, values)
+            return _kernels.first_bad(rule, values)
         i32 = values
         with nogil:
             bad = tw_i32_negative(&i32[0], n)
@@ -1086,7 +1090,7 @@ def compact_candidates(row_ids, row_values, offsets, num_top):
     if rc == TW_HEAD_NOMEM:
         raise MemoryError()
     end = int(coff[n])
-    return _reference.Candidates(coff, cand_ids[:end], cand_lps[:end])
+    return _kernels.Candidates(coff, cand_ids[:end], cand_lps[:end])
 
 
 def heads(ids, candidates, sampled_lps, k, supports, limit):
@@ -1146,8 +1150,8 @@ def blob(value):
         return None
 
 
-nested_ints = _reference.nested_ints
-native_entries = _reference.native_entries
+nested_ints = _kernels.nested_ints
+native_entries = _kernels.native_entries
 
 cdef uint64_t _MAX_TOKEN_ID = 4294967295
 cdef uint64_t _MAX_OFFSET = 9223372036854775807
@@ -1205,7 +1209,7 @@ cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k):
     v = &f[TW_F_CL_DATA]
     if compact and v.present and v.type == TW_T_STRING and isinstance(packed_value, dict):
         values["completion_logprobs:raw"] = {**packed_value, "data": scan.parsed(v)}
-    return _reference.Evidence(index, values, _KERNELS)
+    return _extract.Evidence(index, values, _KERNELS)
 
 
 cdef object _choices_of(object document):
@@ -1222,14 +1226,14 @@ cdef object _evidence_records(_Scan scan, object choices, object k, int fmt):
     """The evidence of the top level and of each recorded choice of a scanned response, read
     now in one pass over the spans."""
     cdef size_t i
-    top = _reference.Evidence(None, {}, _KERNELS, source=scan.source)
+    top = _extract.Evidence(None, {}, _KERNELS, source=scan.source)
     if scan.doc.prompt_token_ids.present:
         top.values["prompt_token_ids"] = scan.ints(&scan.doc.prompt_token_ids, _MAX_TOKEN_ID)
     read = []
     if isinstance(choices, list):
         for i in range(min(scan.doc.nchoices, len(choices))):
             if not isinstance(choices[i], dict):
-                read.append(_reference.Evidence(i, {}, _KERNELS))
+                read.append(_extract.Evidence(i, {}, _KERNELS))
             elif fmt == _GENERATE:
                 read.append(_choice_evidence(scan, i, choices[i], k))
             elif fmt == _SGLANG:
@@ -1246,17 +1250,17 @@ def _lookup(top, read):
     def evidence(index, value):
         if index is None:
             return top
-        return read[index] if index < len(read) else _reference.Evidence(index, {}, _KERNELS)
+        return read[index] if index < len(read) else _extract.Evidence(index, {}, _KERNELS)
 
     return evidence
 
 
 def extract_generate(raw, top_k=None):
     """The compiled extractor of a generate response: ``(document, top, choices)``, the parsed
-    document with its big values blanked, the :class:`~tokenwire._reference.Evidence` of its
+    document with its big values blanked, the :class:`~tokenwire.extract.python.Evidence` of its
     top level and of each choice the scan recorded (the reference's ``extract_generate``
     reads the same from the parsed document)."""
-    k = _reference._check_top_k(top_k)
+    k = check_top_k(top_k)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         scan = _Scan()
@@ -1268,13 +1272,13 @@ def extract_generate(raw, top_k=None):
 
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
-    k = _reference._check_top_k(top_k)
+    k = check_top_k(top_k)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         scan = _Scan()
         document = scan.document(raw)
         top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE)
-        return _reference.parse_document(document, k, require_logprobs, _lookup(top, read))
+        return _generate.parse_document(document, k, require_logprobs, _lookup(top, read))
     finally:
         PyDataMem_SetHandler(previous)
 
@@ -1283,9 +1287,9 @@ def _record_values(values, kinds):
     """The Numbers of record values of the given TW_REC_V_* classes."""
     not_number = np.flatnonzero(kinds != TW_REC_V_NUMBER)
     if not len(not_number):
-        return _openai.Numbers(values, None, None)
+        return _extract.Numbers(values, None, None)
     first = int(not_number[0])
-    return _openai.Numbers(values[:first], first, _KIND_EXAMPLES[kinds[first]])
+    return _extract.Numbers(values[:first], first, _KIND_EXAMPLES[kinds[first]])
 
 
 cdef void _put_array(_Scan scan, dict values, str path, const tw_value *v, object k):
@@ -1310,7 +1314,7 @@ _OPENAI_IDS = (
 
 cdef object _openai_evidence(_Scan scan, size_t index, object k):
     """The compiled extractor for one OpenAI-compatible choice (the reference's
-    ``_openai.extract_openai_choice`` reads the same from the parsed document)."""
+    ``extract_openai_choice`` reads the same from the parsed document)."""
     cdef const tw_value *f = scan.doc.choice[index].f
     cdef const tw_value *v
     cdef int field
@@ -1329,7 +1333,7 @@ cdef object _openai_evidence(_Scan scan, size_t index, object k):
     v = &f[TW_F_LP_TOKEN_LOGPROBS]
     if v.present and v.type == TW_T_ARRAY:
         read, at = scan.numbers(v)
-        values["logprobs.token_logprobs:numbers"] = _openai.Numbers(
+        values["logprobs.token_logprobs:numbers"] = _extract.Numbers(
             read, at, None if at is None else scan.element(v, at))
         values["logprobs.token_logprobs:len"] = v.count
     v = &f[TW_F_LP_TOKENS]
@@ -1341,19 +1345,19 @@ cdef object _openai_evidence(_Scan scan, size_t index, object k):
         if k is not None:
             candidates, top_err, repeat = scan.head_rows(v, True)
             if repeat is True:  # a key with an escape: the rows as the reference reads them
-                repeat = _openai.keyed_rows(_openai._load_keeping_repeats(scan.text(v)))
+                repeat = _extract.keyed_rows(_extract.load_keeping_repeats(scan.text(v)))
                 candidates, top_err, repeat = repeat
             values["logprobs.top_logprobs:rows"] = (candidates, top_err, repeat)
     for path, field in (("logprobs", TW_F_LOGPROBS), ("raw_output", TW_F_RAW_OUTPUT)):
         v = &f[field]
         if v.present and v.type == TW_T_OBJECT:
             values[path + ":span"] = (v.start, v.end)
-    return _reference.Evidence(index, values, _KERNELS, source=scan.source)
+    return _extract.Evidence(index, values, _KERNELS, source=scan.source)
 
 
 cdef object _sglang_evidence(_Scan scan, size_t index, object k):
     """The compiled extractor for one SGLang item (the reference's
-    ``_openai.extract_sglang_item``)."""
+    ``extract_sglang_item``)."""
     cdef const tw_value *f = scan.doc.choice[index].f
     cdef const tw_value *v
     values = {}
@@ -1369,7 +1373,7 @@ cdef object _sglang_evidence(_Scan scan, size_t index, object k):
         values["meta_info.output_top_logprobs:len"] = v.count
         if k is not None:
             values["meta_info.output_top_logprobs:rows"] = scan.head_rows(v, False)[:2]
-    return _reference.Evidence(index, values, _KERNELS, source=scan.source)
+    return _extract.Evidence(index, values, _KERNELS, source=scan.source)
 
 
 cdef object _scan_openai(_Scan scan, object raw, object k, bint sglang):
@@ -1385,9 +1389,9 @@ cdef object _scan_openai(_Scan scan, object raw, object k, bint sglang):
 
 def extract_openai(raw, top_k=None, sglang=False):
     """The compiled extractor of an OpenAI-compatible (or SGLang) response: ``(document, top,
-    choices)`` as :func:`extract_generate` (the reference's ``_openai.extract_openai`` reads
+    choices)`` as :func:`extract_generate` (the reference's ``extract_openai`` reads
     the same from the parsed document)."""
-    k = _reference._check_top_k(top_k)
+    k = check_top_k(top_k)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         return _scan_openai(_Scan(), raw, k, sglang)
@@ -1397,11 +1401,11 @@ def extract_openai(raw, top_k=None, sglang=False):
 
 def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
     """Parse and validate an SGLang ``/generate`` response (see the package docs)."""
-    k = _reference._check_top_k(top_k)
+    k = check_top_k(top_k)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         document, top, read = _scan_openai(_Scan(), raw, k, True)
-        return _openai.parse_sglang_generate_document(document, k, require_logprobs, check_usage,
+        return _openai_rules.parse_sglang_generate_document(document, k, require_logprobs, check_usage,
                                                       _lookup(top, read))
     finally:
         PyDataMem_SetHandler(previous)
@@ -1409,7 +1413,7 @@ def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, ch
 
 cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint check_usage,
                           object parse_document):
-    k = _reference._check_top_k(top_k)
+    k = check_top_k(top_k)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         document, top, read = _scan_openai(_Scan(), raw, k, False)
@@ -1422,12 +1426,12 @@ def parse_completions_response(raw, *, top_k=None, require_logprobs=True, check_
     """Parse and validate an OpenAI-compatible ``/v1/completions`` response (see the
     package docs)."""
     return _parse_openai(raw, top_k, require_logprobs, check_usage,
-                         _openai.parse_completions_document)
+                         _openai_rules.parse_completions_document)
 
 
 def parse_chat_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
     """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response (see the
     package docs)."""
     return _parse_openai(raw, top_k, require_logprobs, check_usage,
-                         _openai.parse_chat_completions_document)
+                         _openai_rules.parse_chat_completions_document)
 

@@ -6,11 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from . import _reference, _select
+from . import _select
 from ._args import INT64_MAX, int_arg, int_array, real_array
 from ._errors import MalformedResponseError
-from ._reference import MAX_MASK_ID, MAX_TOKEN_ID
 from ._types import Ragged
+from ._wire import MAX_MASK_ID, MAX_TOKEN_ID
+from .kernels.python import Candidates
 
 __all__ = ["select_heads"]
 
@@ -88,7 +89,7 @@ def select_heads(
         repeated = np.flatnonzero((np.diff(ids[order]) == 0) & (np.diff(rows[order]) == 0))
         if len(repeated):
             raise MalformedResponseError("Duplicate top logprob token id", field="heads", token=int(rows[order][repeated].min()))
-        candidates = _reference.Candidates(offsets, ids, logprobs)
+        candidates = Candidates(offsets, ids, logprobs)
     top_ids, top_logprobs, bad = kernels.heads(sampled, candidates, sampled_lps, k, supports, n)
     if bad is not None:
         raise MalformedResponseError(bad[1], field="heads", token=bad[0])

@@ -6,7 +6,8 @@ pure-Python reference when there is no core (not built, not loadable, not CPytho
 functions (``int_list``, ``first_bad``, ``first_bad_support``, ``compact_rows``,
 ``compact_candidates``, ``heads``, ``rows_to_lists``, ``b64decode``, ``b64encode``) run the
 per-token loops for code that holds arrays rather than a response: ``select_heads``, the
-writers, ``Ragged.to_lists`` and the renderers drop-in. It is the same module.
+writers, ``Ragged.to_lists`` and the renderers drop-in. With the compiled core both are
+``_core``; in pure Python they are ``rules.generate`` and ``kernels.python``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import warnings
 from importlib.util import find_spec
 from types import ModuleType
 
-from . import _reference
+from .kernels import python as _python_kernels
+from .rules import generate as _python_rules
 
 __all__ = ["implementation", "impl", "kernels"]
 
@@ -28,7 +30,7 @@ def _wanted(name: str) -> bool:
 
 def _choose() -> ModuleType:
     if _wanted("TOKENWIRE_NO_EXTENSIONS") or platform.python_implementation() != "CPython":
-        return _reference
+        return _python_rules
     try:
         from . import _core
     except ImportError as exc:
@@ -51,10 +53,10 @@ def _choose() -> ModuleType:
             RuntimeWarning,
             stacklevel=3,
         )
-        return _reference
+        return _python_rules
     return _core
 
 
 impl: ModuleType = _choose()
-kernels: ModuleType = impl
-implementation: str = "c" if impl is not _reference else "python"
+implementation: str = "c" if impl is not _python_rules else "python"
+kernels: ModuleType = impl if implementation == "c" else _python_kernels

@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from . import _json, _reference, _select
+from . import _json, _select
 from ._args import int_arg, int_array, real_array
 from ._errors import MalformedResponseError
-from ._reference import COMPACT_FORMAT, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from ._wire import COMPACT_FORMAT, MAX_MASK_ID, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from .extract.python import Evidence
+from .rules import generate as _rules
 
 __all__ = [
     "Blob",
@@ -111,7 +113,7 @@ def _given_choice(name: str = "", field: Any = None) -> Any:
 
     if field is not None:
         collect(name, field)
-    return _reference.Evidence(None, values, _select.kernels)
+    return Evidence(None, values, _select.kernels)
 
 
 def _row_firsts(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -159,7 +161,7 @@ def encode_packed(array: Any) -> dict[str, Any]:
         if bad >= 0:
             c.fail("Invalid packed sampling mask", "data", bad)
     else:
-        _reference._parse_packed_logprobs(field, len(values), c)
+        _rules.parse_packed_logprobs(field, len(values), c)
     return field
 
 
@@ -204,7 +206,7 @@ def encode_compact_logprobs(
         sampled = _row_firsts(row_ids, bounds)
     else:
         sampled = _rows_for(_ids(completion_ids, "completion_ids"), n)
-    _reference._parse_compact_logprobs({"compact_logprobs": field}, np.asarray(sampled, np.int64), None,
+    _rules.parse_compact_logprobs({"compact_logprobs": field}, np.asarray(sampled, np.int64), None,
                                       _given_choice("compact_logprobs", field))
     return field
 
@@ -212,8 +214,8 @@ def encode_compact_logprobs(
 def _csr_mask(ids: Any, counts: Any, completion_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A CSR mask's ids and counts (int32), and the sampled id of each row: ``completion_ids``,
     or each row's first id (-1 for an empty row)."""
-    support = _ids(ids, "ids", _reference.MAX_MASK_ID).astype(np.int32)
-    sizes = _ids(counts, "counts", _reference.MAX_MASK_ID).astype(np.int32)
+    support = _ids(ids, "ids", MAX_MASK_ID).astype(np.int32)
+    sizes = _ids(counts, "counts", MAX_MASK_ID).astype(np.int32)
     if int(sizes.sum(dtype=np.int64)) != len(support):
         raise ValueError(f"counts add up to {int(sizes.sum(dtype=np.int64))} but there are {len(support)} ids")
     if completion_ids is None:
@@ -230,7 +232,7 @@ def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = None) -
     ids. With ``completion_ids``, every row must also hold its sampled id."""
     support, sizes, sampled = _csr_mask(ids, counts, completion_ids)
     field = {"ids": encode_packed(support), "counts": encode_packed(sizes)}
-    _reference._parse_sampling_mask({"sampling_mask": field}, sampled, _given_choice("sampling_mask", field))
+    _rules.parse_sampling_mask({"sampling_mask": field}, sampled, _given_choice("sampling_mask", field))
     return field
 
 
@@ -240,7 +242,7 @@ def encode_kept_tokens(ids: Any, counts: Any, *, completion_ids: Any = None) -> 
     tail is zero rows). With ``completion_ids``, every kept set must hold its sampled id."""
     support, sizes, sampled = _csr_mask(ids, counts, completion_ids)
     field = {"ids": _blob(support.astype("<i4")), "counts": _blob(sizes.astype("<i4"))}
-    _reference._parse_sampling_mask({"kept_tokens": field}, sampled, _given_choice("kept_tokens", field))
+    _rules.parse_sampling_mask({"kept_tokens": field}, sampled, _given_choice("kept_tokens", field))
     return field
 
 
@@ -260,7 +262,7 @@ def encode_routed_experts(array: Any, start: int | None = 0) -> dict[str, Any]:
         start = int_arg(start, "start", 0)
     routing = np.ascontiguousarray(routing, dtype=_ROUTED[name])
     field = {"data": _blob(routing), "shape": list(routing.shape), "start": start, "dtype": name}
-    _reference._parse_routed_experts(field, _given_choice("routed_experts", field))
+    _rules.parse_routed_experts(field, _given_choice("routed_experts", field))
     return field
 
 

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._cli_check import Options, Progress, Tally, check_chunk, json_report
-from ._cli_io import BLOCK, InputError, Reader, Source, expand_paths, read_chunks, sniff
-from ._cli_records import parse_columns, records_sink
 from ._types import _require
+from .cli.check import Options, Progress, Tally, check_chunk, json_report
+from .cli.io import BLOCK, InputError, Reader, Source, expand_paths, read_chunks, sniff
+from .cli.records import parse_columns, records_sink
 
 __all__ = ["check", "run"]
 
@@ -228,7 +228,7 @@ def check(
     for one row per record, with ``columns`` (``"meta.step"`` or ``"step=meta.step"``) added.
     The other arguments are ``check``'s options of the same names.
     """
-    from ._cli_io import field_path
+    from .cli.io import field_path
 
     if isinstance(paths, str):
         paths = [paths]

@@ -3,7 +3,7 @@
 Builds tw_heads.c into a shared library in /tmp, loads it with ctypes and compares, on
 every code path (scalar, AVX2, AVX-512 where the CPU has them):
 
-  * tw_select_heads with tokenwire._reference.select_head over generated responses: the
+  * tw_select_heads with tokenwire.kernels.python.select_head over generated responses: the
     first invalid token and its reason, and every head before it (ids and value bits).
     Each response is re-run from the token after its first failure, so every generated
     head's decision is compared. Heads come from small id alphabets and value sets (ties
@@ -44,7 +44,7 @@ _package.__path__ = [str(ROOT / "src" / "tokenwire")]
 sys.modules.setdefault("tokenwire", _package)
 
 from tokenwire._errors import MalformedResponseError  # noqa: E402
-from tokenwire._reference import select_head  # noqa: E402
+from tokenwire.kernels.python import select_head  # noqa: E402
 
 OUT = Path("/tmp/tw_heads_check")
 SENTINEL = -9999.0

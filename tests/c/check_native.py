@@ -57,7 +57,9 @@ ROOT = clib.ROOT
 sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("TOKENWIRE_NO_EXTENSIONS", "1")  # only the reference is needed
 
-from tokenwire import _reference as R  # noqa: E402
+from tokenwire.extract.python import Evidence  # noqa: E402
+from tokenwire.kernels import python as K  # noqa: E402
+from tokenwire.rules import generate as R  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "csrc"))
 import gen_pow5_table  # noqa: E402
@@ -756,9 +758,9 @@ def code_of(reason: str, table) -> int:
 
 
 def ref_sampled(choice, ids):
-    c = R.Evidence(0)
+    c = Evidence(0)
     try:
-        values, _ = R._parse_native_logprobs(choice, np.array(ids, dtype=np.int64), c)
+        values, _ = R.parse_native_logprobs(choice, np.array(ids, dtype=np.int64), c)
         return -1, OK, values
     except MalformedResponseError as exc:
         assert exc.token is not None, exc
@@ -772,7 +774,7 @@ def ref_sampled(choice, ids):
 def ref_top(choice, ids):
     """The reference's head candidates of each entry before the first failing one, with the
     entry's own logprob (what the heads are then selected from)."""
-    c = R.Evidence(0)
+    c = Evidence(0)
     heads = []
 
     def record(ids_, candidates, sampled_lps, k, supports, limit):
@@ -783,16 +785,16 @@ def ref_top(choice, ids):
                           float(sampled_lps[t])))
         return None, None, None
 
-    saved = R.heads
-    R.heads = record
+    saved = K.heads
+    K.heads = record
     try:
-        R._parse_native_heads(choice, np.array(ids, dtype=np.int64), 20, c)
+        R.parse_native_heads(choice, np.array(ids, dtype=np.int64), 20, c)
         return -1, OK, heads
     except MalformedResponseError as exc:
         assert exc.token is not None, exc
         return exc.token, code_of(exc.reason, TOP_CODES), heads
     finally:
-        R.heads = saved
+        K.heads = saved
 
 
 def check_doc(lib: Lib, raw: bytes, ids, content, stats) -> None:

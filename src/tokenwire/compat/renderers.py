@@ -41,9 +41,13 @@ import numpy as np
 
 import tokenwire
 
-from .. import _json, _reference, _select
+from .. import _json, _select
 from .._errors import MalformedResponseError, invalid_json, location
 from .._types import Ragged
+from .._wire import MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from ..extract.python import Evidence
+from ..kernels import python as _kernels
+from ..rules import generate as _rules
 
 # MalformedGenerateResponseError is made on first use (see __getattr__).
 __all__ = [
@@ -222,7 +226,7 @@ def __getattr__(name: str) -> Any:
 # --- reading a choice dict -----------------------------------------------------------------------
 
 def _evidence(index: int | None = None, decoded: dict[int, np.ndarray] | None = None,
-            choice: Any = None) -> _reference.Evidence:
+            choice: Any = None) -> Evidence:
     """tokenwire's rules over a parsed choice, as renderers' functions receive it: the
     payloads this parse decoded already (by the id of the view they came from) are its
     evidence; everything else is read from the dict by the kernels in use (compiled when
@@ -234,10 +238,10 @@ def _evidence(index: int | None = None, decoded: dict[int, np.ndarray] | None = 
             data = value.get("data") if isinstance(value, dict) else None
             if type(data) is memoryview and id(data) in decoded:
                 values[f"{name}.data"] = decoded[id(data)]
-    return _reference.Evidence(index, values, _select.kernels, _error_type())
+    return Evidence(index, values, _select.kernels, _error_type())
 
 
-def _with_native(c: _reference.Evidence, choice: dict[str, Any], ids: np.ndarray, want_top: bool) -> None:
+def _with_native(c: Evidence, choice: dict[str, Any], ids: np.ndarray, want_top: bool) -> None:
     """Reads ``logprobs.content`` into ``c`` when it holds one record per token: in whole-list
     operations when the records are well formed, else record by record."""
     logprobs = choice.get("logprobs")
@@ -246,11 +250,11 @@ def _with_native(c: _reference.Evidence, choice: dict[str, Any], ids: np.ndarray
         entries = _native_well_formed(content, ids, want_top)
         if entries is None:
             try:
-                entries = _reference.native_entries(content, ids, want_top)
+                entries = _kernels.native_entries(content, ids, want_top)
             except OverflowError:
                 # An integer logprob beyond float range (json.loads reads them exactly): it
                 # is not finite as a float, and the rules say so.
-                entries = _reference.native_entries(_float_range(content), ids, want_top)
+                entries = _kernels.native_entries(_float_range(content), ids, want_top)
         c.values["logprobs.content"] = entries
 
 
@@ -285,7 +289,7 @@ def _token_ids(names: list[Any]) -> np.ndarray | None:
         return None
     # Digits beyond int64 read as its maximum, which is beyond any id too.
     values = np.fromstring(digits, dtype=np.int64, sep="\n")
-    if len(values) != count or int(values.max()) > _reference.MAX_TOKEN_ID:
+    if len(values) != count or int(values.max()) > MAX_TOKEN_ID:
         return None
     return values
 
@@ -320,11 +324,11 @@ def _native_well_formed(content: list[Any], ids: np.ndarray, want_top: bool) -> 
     if tokens != [f"token_id:{i}" for i in ids.tolist()]:
         return None
     sampled = _numbers(logprobs)
-    if sampled is None or not bool((np.isfinite(sampled) & (sampled != _reference.VLLM_LOGPROB_SENTINEL)).all()):
+    if sampled is None or not bool((np.isfinite(sampled) & (sampled != VLLM_LOGPROB_SENTINEL)).all()):
         return None
     if not want_top:
-        empty = _reference.Candidates(np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
-        return _reference.NativeEntries(sampled, None, empty, np.zeros(n, np.float64), None)
+        empty = _kernels.Candidates(np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
+        return _kernels.NativeEntries(sampled, None, empty, np.zeros(n, np.float64), None)
     if set(map(type, heads)) != {list}:
         return None
     counts = np.fromiter(map(len, heads), dtype=np.int64, count=n)
@@ -353,8 +357,8 @@ def _native_well_formed(content: list[Any], ids: np.ndarray, want_top: bool) -> 
     keys = np.sort(np.repeat(np.arange(n, dtype=np.int64) << 32, counts) | cand_ids)
     if bool((keys[1:] == keys[:-1]).any()):
         return None
-    return _reference.NativeEntries(
-        sampled, None, _reference.Candidates(offsets, cand_ids, cand_lps), sampled.copy(), None
+    return _kernels.NativeEntries(
+        sampled, None, _kernels.Candidates(offsets, cand_ids, cand_lps), sampled.copy(), None
     )
 
 
@@ -393,7 +397,7 @@ def _plain(value: Any) -> Any:
 _NESTED = ("compact_logprobs", "completion_logprobs", "logprobs", "sampling_mask", "kept_tokens")
 
 
-def _choice(c: _reference.Evidence, choice: Any) -> dict[str, Any]:
+def _choice(c: Evidence, choice: Any) -> dict[str, Any]:
     choice = _plain(choice)
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
@@ -425,12 +429,12 @@ def _choice(c: _reference.Evidence, choice: Any) -> dict[str, Any]:
     return choice
 
 
-def _ids(c: _reference.Evidence, completion_ids: Any) -> np.ndarray:
+def _ids(c: Evidence, completion_ids: Any) -> np.ndarray:
     if isinstance(completion_ids, np.ndarray):
         completion_ids = completion_ids.tolist()
     elif not isinstance(completion_ids, list):
         completion_ids = list(completion_ids)
-    return _reference._int_list(c, completion_ids, "token_ids", _reference.MAX_TOKEN_ID, _IDS_REASON)
+    return _rules.checked_int_list(c, completion_ids, "token_ids", MAX_TOKEN_ID, _IDS_REASON)
 
 
 def _check_k(k: Any) -> int | None:
@@ -473,7 +477,7 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
         top.fail("choices must be a non-empty list", "choices")
     prompt = payload.get("prompt_token_ids")
     if prompt is not None:
-        _reference._int_list(top, prompt, "prompt_token_ids", _reference.MAX_TOKEN_ID,
+        _rules.checked_int_list(top, prompt, "prompt_token_ids", MAX_TOKEN_ID,
                              "prompt_token_ids must hold token ids in [0, 2**32)")
     for index, choice in enumerate(choices):
         c = _evidence(index, decoded, choice)
@@ -481,10 +485,10 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
             c.fail("choice must be an object")
         ids = choice.get("token_ids")
         if ids is not None:
-            _reference._int_list(c, ids, "token_ids", _reference.MAX_TOKEN_ID, _IDS_REASON)
+            _rules.checked_int_list(c, ids, "token_ids", MAX_TOKEN_ID, _IDS_REASON)
         routed = choice.get("routed_experts")
         if routed is not None:
-            _reference._parse_routed_experts(routed, c)
+            _rules.parse_routed_experts(routed, c)
         for name in ("routed_experts", "compact_logprobs"):
             value = choice.get(name)
             if isinstance(value, dict) and isinstance(value.get("data"), str):
@@ -502,7 +506,7 @@ def _parse_packed_completion_logprobs(
     """
     release = _follow()
     c = _evidence()
-    values = _reference._parse_packed_logprobs(_plain(packed), len(completion_ids), c)
+    values = _rules.parse_packed_logprobs(_plain(packed), len(completion_ids), c)
     return release.logprobs(values)
 
 
@@ -523,7 +527,7 @@ def _parse_compact_logprobs(
     k = _check_k(k)
     if choice.get("compact_logprobs") is None:
         c.fail("Unsupported compact logprob format", "compact_logprobs.format")
-    sampled, top_ids, top_logprobs, _ = _reference._parse_compact_logprobs(choice, ids, k, c)
+    sampled, top_ids, top_logprobs, _ = _rules.parse_compact_logprobs(choice, ids, k, c)
     if top_ids is None or top_logprobs is None:  # no head requested
         return release.logprobs(sampled), None, None
     head_ids, head_logprobs = _rows(top_ids, top_logprobs)
@@ -547,17 +551,17 @@ def _parse_completion_logprobs(
     choice = _choice(c, choice)
     packed = choice.get("completion_logprobs")
     if packed is not None:
-        values = _reference._parse_packed_logprobs(packed, len(ids), c)
+        values = _rules.parse_packed_logprobs(packed, len(ids), c)
     else:
         _with_native(c, choice, ids, False)
-        values, _ = _reference._parse_native_logprobs(choice, ids, c)
+        values, _ = _rules.parse_native_logprobs(choice, ids, c)
     # A present mask is validated here too, where renderers' head call would validate it
     # next: after its check that logprobs.content holds one record per token (when it does
     # not, that call reports so first, and the mask is left to it).
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if isinstance(content, list) and len(content) == len(ids):
-        _reference._parse_sampling_mask(choice, ids, c)
+        _rules.parse_sampling_mask(choice, ids, c)
     return release.logprobs(values)
 
 
@@ -570,7 +574,7 @@ def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -
     _follow()
     c = _evidence()
     ids = _ids(c, completion_ids)
-    rows = _reference._parse_sampling_mask(_choice(c, choice), ids, c)
+    rows = _rules.parse_sampling_mask(_choice(c, choice), ids, c)
     return None if rows is None else _rows(rows)[0]
 
 
@@ -585,7 +589,7 @@ def _select_sampler_head(
     action-independent head of ``k`` candidates, or exactly the recorded support."""
     _follow()
     try:
-        return _reference.select_head(head, sampled_id, sampled_logprob, k, support)
+        return _kernels.select_head(head, sampled_id, sampled_logprob, k, support)
     except MalformedResponseError as exc:
         raise _error_type()(exc.reason) from None
 
@@ -607,7 +611,7 @@ def _parse_completion_top_logprobs(
     if head is None:
         raise ValueError("k must be a positive int, not None")
     _with_native(c, choice, ids, True)
-    top_ids, top_logprobs, _ = _reference._parse_native_heads(choice, ids, head, c)
+    top_ids, top_logprobs, _ = _rules.parse_native_heads(choice, ids, head, c)
     head_ids, head_logprobs = _rows(top_ids, top_logprobs)
     return head_ids, head_logprobs
 

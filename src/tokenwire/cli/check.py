@@ -20,9 +20,11 @@ from typing import Any, TextIO
 
 import tokenwire
 
-from . import _cli_io, _json
-from ._cli_formats import CLASSES, Defect, check_record
-from ._cli_io import (
+from .. import _json
+from .._errors import invalid_json
+from . import io as cli_io
+from .formats import CLASSES, Defect, check_record
+from .io import (
     JSON_SPACE,
     Chunk,
     InputError,
@@ -33,8 +35,7 @@ from ._cli_io import (
     json_bytes,
     read_chunks,
 )
-from ._cli_records import parse_columns, record_row, records_sink
-from ._errors import invalid_json
+from .records import parse_columns, record_row, records_sink
 
 __all__ = ["Options", "Tally", "check_chunk", "run"]
 
@@ -124,7 +125,7 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
     result["file"] = chunk.name
     if chunk.kind == "oversized":
         position = {"file": chunk.name, **({"line": chunk.first_line} if chunk.first_line else {})}
-        reason = f"{chunk.size:,} bytes, more than the {_cli_io.MAX_RECORD:,}-byte limit on one record"
+        reason = f"{chunk.size:,} bytes, more than the {cli_io.MAX_RECORD:,}-byte limit on one record"
         _count(result, chunk.size, None, Defect("too_large", "", reason), options, position)
         return result
     if chunk.kind == "jsonl":
@@ -410,7 +411,7 @@ def _chunks(sources: list[Source]) -> int:
     a stream or a compressed file sets no bound."""
     if any(s.size is None or s.compressed for s in sources):
         return sys.maxsize
-    return max(sum(-(-s.size // _cli_io.BLOCK) for s in sources), 1)  # type: ignore[operator]
+    return max(sum(-(-s.size // cli_io.BLOCK) for s in sources), 1)  # type: ignore[operator]
 
 
 def main(args: Any) -> int:
@@ -425,7 +426,7 @@ def main(args: Any) -> int:
     jobs = args.jobs or _cpus()
     with records_sink(records_path, columns) as sink:
         if getattr(args, "ray", None):
-            from .ray import run as ray_run
+            from ..ray import run as ray_run
 
             try:
                 tally = ray_run(args.paths, options, address=args.ray, input_kind=args.input,

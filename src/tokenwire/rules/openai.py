@@ -16,41 +16,42 @@ decodes to nothing). So the rules here are:
   logprob must be real sampling evidence, and a head comes only from candidates named by id.
 
 Every rule raises :class:`MalformedResponseError` naming the choice, field and token. The
-rules read each choice's big values from its evidence record (``_reference.Evidence``),
-filled by :func:`extract_openai_choice` / :func:`extract_sglang_item` from the parsed
-document or by the compiled core from the raw bytes (``evidence`` in the ``parse_*_document``
-functions).
+rules read each choice's big values from its evidence record
+(:class:`tokenwire.extract.python.Evidence`), filled by ``extract_openai_choice`` /
+``extract_sglang_item`` from the parsed document or by the compiled core from the raw bytes
+(``evidence`` in the ``parse_*_document`` functions).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from . import _json
-from ._errors import MalformedResponseError
-from ._reference import (
+from .._args import check_top_k
+from .._errors import MalformedResponseError
+from .._types import GenerateChoice, GenerateResponse, Ragged
+from .._wire import MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from ..extract.python import (
     Evidence,
-    _NATIVE_TOP,
-    MAX_TOKEN_ID,
-    VLLM_LOGPROB_SENTINEL,
-    Candidates,
-    NativeEntries,
-    _check_top_k,
-    _int_list,
-    _length,
-    _is_int,
-    _load,
-    _logprob_token_id,
-    _native_head,
-    _token_string_id,
-    int_list,
-    native_entries,
+    element_at,
+    extract_openai_choice,
+    extract_sglang_item,
+    full_at,
+    is_number,
+    length_at,
+    load_document,
+    load_openai_document,
+    numbers_at,
+    records_at,
+    rows_at,
+    tokens_at,
+    top_at,
 )
-from ._types import GenerateChoice, GenerateResponse, Ragged
+from ..kernels.python import Candidates, is_int, native_head
+from .generate import NATIVE_TOP, checked_int_list
 
 __all__ = [
     "chat_completions_request_params",
@@ -66,7 +67,7 @@ __all__ = [
 
 _IDS_REASON = "must hold token ids in [0, 2**32)"
 _UNNAMED_RECORD = "logprob entry names no token id in [0, 2**32) while other entries do"
-_MAX_FLOAT_INT = 2**1023  # ints beyond this cannot be read as a float64
+
 
 # --- how to ask each server for what a parser needs (every error that blames a missing field
 # --- says which request flag produces it) --------------------------------------------------------
@@ -98,6 +99,7 @@ _COMPLETIONS = _Endpoint(
     ),
 )
 
+
 _CHAT = _Endpoint(
     name="/v1/chat/completions",
     ids_advice=(
@@ -116,6 +118,7 @@ _CHAT = _Endpoint(
     ),
 )
 
+
 _SGLANG = _Endpoint(
     name="/generate",
     ids_advice=(
@@ -131,7 +134,7 @@ _SGLANG = _Endpoint(
 def _asked(params: Any, top_k: int | None) -> tuple[dict[str, Any], int | None]:
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict, not {type(params).__name__}")
-    return dict(params), _check_top_k(top_k)
+    return dict(params), check_top_k(top_k)
 
 
 def completions_request_params(params: dict[str, Any], *, top_k: int | None = None) -> dict[str, Any]:
@@ -181,290 +184,6 @@ def sglang_generate_request_params(
     return out
 
 
-# --- reading big values from the parsed document ------------------------------------------------
-
-
-def _is_number(value: Any) -> bool:
-    return type(value) is float or (type(value) is int and -_MAX_FLOAT_INT < value < _MAX_FLOAT_INT)
-
-
-@dataclass
-class Numbers:
-    """Numbers read in C: the values before the first one that is not a number, its index
-    (None: none), and that value as ``json.loads`` gives it (to name it)."""
-
-    values: np.ndarray
-    bad: int | None
-    example: Any = None
-
-
-@dataclass
-class _Records:
-    """Logprob records read from a list of objects (``logprobs.content``) or of triples
-    (SGLang): per token the id the record names (None: none), and the value it carries."""
-
-    ids: list[int | None] | np.ndarray  # the compiled extractor: int64, -1 for none
-    values: list[Any] | Numbers  # the compiled extractor: the values already read
-    value_key: str  # which key the values came from, for messages
-    bad: int | None = None  # first entry that is not an object / a triple
-    mixed: int | None = None  # first entry lacking `sampling_logprob` while others have it
-
-
-def _candidate_rows(
-    rows: list[Any], pairs: Any
-) -> tuple[Candidates, tuple[int, str] | None]:
-    """Head candidates row by row. ``pairs(row)`` lists a row's ``(token_id, logprob)``
-    (None: no row there; an id of None: a candidate naming none); a row's ids are checked
-    whole, then its candidates one by one. Every row's candidates before the first row that
-    breaks a rule, and ``(index, code)`` of that row (codes as ``NativeEntries.top_err``)."""
-    out: list[list[tuple[int, float]]] = []
-    for index, row in enumerate(rows):
-        listed = pairs(row)
-        problem = "missing_top" if listed is None else None
-        if listed is not None and any(token_id is None for token_id, _ in listed):
-            problem = "top_no_id"
-        head: dict[int, float] = {}
-        for token_id, logprob in listed if problem is None else ():
-            if not _is_number(logprob) or not math.isfinite(logprob):
-                problem = "top_not_finite"
-            elif logprob > 1e-6:
-                problem = "top_positive"
-            elif token_id in head:
-                problem = "top_duplicate"
-            else:
-                head[token_id] = float(logprob)
-                continue
-            break
-        if problem is not None:
-            return Candidates.from_rows(out + [[] for _ in range(len(rows) - len(out))]), (index, problem)
-        out.append(list(head.items()))
-    return Candidates.from_rows(out), None
-
-
-def numbers(value: list[Any]) -> tuple[np.ndarray, int | None]:
-    """A list of JSON numbers: the values before the first element that is not a number
-    (float64), and that element's index (or None)."""
-    if {type(x) for x in value} <= {float}:  # how every server writes logprobs
-        return np.array(value, dtype=np.float64), None
-    for index, x in enumerate(value):
-        if not _is_number(x):
-            return np.array([float(v) for v in value[:index]], dtype=np.float64), index
-    return np.array([float(v) for v in value], dtype=np.float64), None
-
-
-def top_triples(rows: list[Any]) -> tuple[Candidates, tuple[int, str] | None]:
-    """SGLang's head candidates, a row of ``[logprob, token_id, text]`` per token: every
-    row's candidates before the first row that breaks a rule, and ``(index, code)`` of that
-    row (codes as :class:`NativeEntries`' ``top_err``). A row's shape (a non-empty list of
-    triples naming ids) is checked whole before its logprobs, one by one."""
-
-    def pairs(row: Any) -> list[tuple[int | None, Any]] | None:
-        if not isinstance(row, list) or not row:
-            return None
-        read = triples(row)
-        return [(None, None)] if read.bad is not None else list(zip(read.ids, read.values))
-
-    return _candidate_rows(rows, pairs)
-
-
-def keyed_rows(rows: list[Any]) -> tuple[Candidates, tuple[int, str] | None, tuple[int, str] | None]:
-    """Completions' head candidates, a ``{"token_id:N": logprob}`` object per token: as
-    :func:`top_triples` (a row's keys are checked whole before its logprobs), and before that
-    the first row that repeats a key, with the key (``rows`` must then have been read with
-    repeated keys kept, see ``_Repeated``)."""
-    for index, row in enumerate(rows):
-        if isinstance(row, _Repeated):
-            return Candidates.from_rows([[] for _ in rows]), None, (index, row.repeated[0])
-
-    def pairs(row: Any) -> list[tuple[int | None, Any]] | None:
-        if not isinstance(row, dict) or not row:
-            return None
-        return [(_token_string_id(key), value) for key, value in row.items()]
-
-    return (*_candidate_rows(rows, pairs), None)
-
-
-def token_strings(value: list[Any]) -> tuple[list[int | None] | np.ndarray, int]:
-    """The ids of ``"token_id:N"`` strings (None for any other token; the compiled extractor
-    gives an int64 array with -1 there) and how many there are."""
-    try:
-        prefixes: set[Any] | None = {token[:9] for token in value}
-    except TypeError:  # a token that is not a string: read them one by one
-        prefixes = None
-    if prefixes is not None and "token_id:" not in prefixes:  # text tokens only
-        return [None] * len(value), 0
-    if prefixes == {"token_id:"}:
-        digits = [token[9:] for token in value]
-        joined = "".join(digits)
-        if joined.isascii() and joined.isdigit() and all(digits):  # every one is "token_id:N"
-            parsed = list(map(int, digits))
-            if not parsed or max(parsed) <= MAX_TOKEN_ID:
-                return cast("list[int | None]", parsed), len(parsed)
-    ids = [_token_string_id(token) for token in value]
-    return ids, len(ids) - ids.count(None)
-
-
-def records(value: list[Any]) -> _Records:
-    """``logprobs.content``-style entries. Fireworks' ``sampling_logprob`` (the value the
-    sampler drew with) is read instead of ``logprob`` when the entries carry it."""
-    sampling = any(isinstance(e, dict) and "sampling_logprob" in e for e in value)
-    key = "sampling_logprob" if sampling else "logprob"
-    ids: list[int | None] = []
-    read = _Records(ids, [], key)
-    for index, entry in enumerate(value):
-        if not isinstance(entry, dict):
-            read.bad = index
-            break
-        if sampling and key not in entry and read.mixed is None:
-            read.mixed = index
-        ids.append(_logprob_token_id(entry))
-        read.values.append(entry.get(key))
-    return read
-
-
-def triples(value: list[Any]) -> _Records:
-    """SGLang's ``[logprob, token_id, text]`` entries (the text may be absent or null);
-    ids as in :func:`records`."""
-    ids: list[int | None] = []
-    read = _Records(ids, [], "logprob")
-    for index, entry in enumerate(value):
-        if not isinstance(entry, list) or not 2 <= len(entry) <= 3:
-            read.bad = index
-            break
-        token_id = entry[1]
-        valid = _is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID
-        ids.append(token_id if valid else None)
-        read.values.append(entry[0])
-    return read
-
-
-# --- a choice's evidence: what the rules read, by path -------------------------------------------
-#
-# Keys of ``Evidence.values`` here: PATH (an id list: ``int_list``'s result), PATH:records
-# (:func:`records` or :func:`triples`), PATH:numbers (:func:`numbers` with the first bad
-# value as sent), PATH:tokens (:func:`token_strings`), PATH:len (an array's length), PATH:top
-# (the head candidates of logprob records), PATH:rows (:func:`keyed_rows` or
-# :func:`top_triples`), PATH:span (where the value's JSON text is in ``Evidence.source``).
-# A path that is not there is read from the parsed value by the functions above.
-
-
-def _records_at(c: Evidence, value: list[Any], field: str, sglang: bool = False) -> _Records:
-    got = c.values.get(field + ":records")
-    return got if got is not None else (triples(value) if sglang else records(value))
-
-
-def _numbers_at(c: Evidence, value: Any, field: str) -> tuple[np.ndarray, int | None]:
-    if isinstance(value, Numbers):
-        return value.values, value.bad
-    got = c.values.get(field + ":numbers")
-    return (got.values, got.bad) if got is not None else numbers(value)
-
-
-def _element_at(c: Evidence, value: Any, field: str, index: int) -> Any:
-    """The element ``index`` as sent (to name a bad value)."""
-    if isinstance(value, Numbers):
-        return value.example
-    got = c.values.get(field + ":numbers")
-    return got.example if got is not None else value[index]
-
-
-def _tokens_at(c: Evidence, value: list[Any], field: str) -> tuple[list[int | None] | np.ndarray, int]:
-    got = c.values.get(field + ":tokens")
-    return got if got is not None else token_strings(value)
-
-
-def _top_at(c: Evidence, content: list[Any], field: str, ids: np.ndarray) -> NativeEntries:
-    """The head candidates of ``[{token, logprob, top_logprobs}]`` entries (one per id), read
-    by the rules of vLLM's native records."""
-    got = c.values.get(field + ":top")
-    return got if got is not None else native_entries(content, ids, True)
-
-
-def _rows_at(c: Evidence, rows: list[Any], field: str, sglang: bool = False) -> Any:
-    got = c.values.get(field + ":rows")
-    if got is None:
-        got = top_triples(rows) if sglang else keyed_rows(rows)
-    return got
-
-
-def _full_at(c: Evidence, value: Any, field: str) -> Any:
-    """The value as the document holds it (the compiled extractor left big arrays empty in
-    the parsed copy; their text is in ``Evidence.source``)."""
-    span = c.values.get(field + ":span")
-    return value if span is None else _json.loads(bytes(c.source[span[0]:span[1]]))
-
-
-def _put_array(values: dict[str, Any], path: str, content: list[Any], k: int | None) -> None:
-    values[path + ":records"] = records(content)
-    values[path + ":len"] = len(content)
-    if k is not None:
-        values[path + ":top"] = native_entries(content, np.zeros(len(content), dtype=np.int64), True)
-
-
-def extract_openai_choice(index: int | None, choice: Any, k: int | None = None) -> Evidence:
-    """The pure-Python extractor: the evidence of one parsed OpenAI-compatible choice (index
-    None: the top level, ``choice`` the document), as the compiled core reads it from the raw
-    bytes."""
-    values: dict[str, Any] = {}
-    if not isinstance(choice, dict):
-        return Evidence(index, values)
-    ids = ("prompt_token_ids",) if index is None else ("token_ids", "prompt_token_ids")
-    for path in ids:
-        if choice.get(path) is not None:
-            values[path] = int_list(choice[path], MAX_TOKEN_ID)
-    if index is None:
-        return Evidence(index, values)
-    logprobs = choice.get("logprobs")
-    if isinstance(logprobs, dict):
-        if isinstance(logprobs.get("content"), list):
-            _put_array(values, "logprobs.content", logprobs["content"], k)
-        sent = logprobs.get("token_logprobs")
-        if isinstance(sent, list):
-            read, bad = numbers(sent)
-            values["logprobs.token_logprobs:numbers"] = Numbers(read, bad, None if bad is None else sent[bad])
-            values["logprobs.token_logprobs:len"] = len(sent)
-        if logprobs.get("token_ids") is not None:
-            values["logprobs.token_ids"] = int_list(logprobs["token_ids"], MAX_TOKEN_ID)
-        if isinstance(logprobs.get("tokens"), list):
-            values["logprobs.tokens:tokens"] = token_strings(logprobs["tokens"])
-        rows = logprobs.get("top_logprobs")
-        if isinstance(rows, list):
-            values["logprobs.top_logprobs:len"] = len(rows)
-            if k is not None:
-                values["logprobs.top_logprobs:rows"] = keyed_rows(rows)
-    raw_output = choice.get("raw_output")
-    if isinstance(raw_output, dict):
-        if raw_output.get("completion_token_ids") is not None:
-            values["raw_output.completion_token_ids"] = int_list(raw_output["completion_token_ids"], MAX_TOKEN_ID)
-        completion = raw_output.get("completion_logprobs")
-        content = completion.get("content") if isinstance(completion, dict) else None
-        if isinstance(content, list):
-            _put_array(values, "raw_output.completion_logprobs.content", content, k)
-    return Evidence(index, values)
-
-
-def extract_sglang_item(index: int | None, item: Any, k: int | None = None) -> Evidence:
-    """The pure-Python extractor of one SGLang item (see :func:`extract_openai_choice`)."""
-    values: dict[str, Any] = {}
-    if index is None or not isinstance(item, dict):
-        return Evidence(index, values)
-    if item.get("output_ids") is not None:
-        values["output_ids"] = int_list(item["output_ids"], MAX_TOKEN_ID)
-    meta = item.get("meta_info")
-    if not isinstance(meta, dict):
-        return Evidence(index, values)
-    entries = meta.get("output_token_logprobs")
-    if isinstance(entries, list):
-        values["meta_info.output_token_logprobs:records"] = triples(entries)
-        values["meta_info.output_token_logprobs:len"] = len(entries)
-    rows = meta.get("output_top_logprobs")
-    if isinstance(rows, list):
-        values["meta_info.output_top_logprobs:len"] = len(rows)
-        if k is not None:
-            values["meta_info.output_top_logprobs:rows"] = top_triples(rows)
-    return Evidence(index, values)
-
-
 # --- rules shared by every format ----------------------------------------------------------------
 
 
@@ -490,7 +209,7 @@ class _Logprobs:
 
 def _id_list(c: Evidence, value: Any, field: str) -> _IdSource:
     """A JSON list of token ids (the generate endpoint's ``token_ids`` rules)."""
-    return _IdSource(field, _int_list(c, value, field, MAX_TOKEN_ID, f"{field} {_IDS_REASON}"))
+    return _IdSource(field, checked_int_list(c, value, field, MAX_TOKEN_ID, f"{field} {_IDS_REASON}"))
 
 
 def _id_array(ids: list[int | None] | np.ndarray) -> np.ndarray:
@@ -563,7 +282,7 @@ def _check_values(c: Evidence, logprobs: _Logprobs) -> np.ndarray:
     key = logprobs.key
     if at is None and logprobs.bad is not None:
         at = logprobs.bad
-        value = _element_at(c, logprobs.raw, logprobs.field, at)
+        value = element_at(c, logprobs.raw, logprobs.field, at)
         if value is None:
             c.fail(f"{key} is null: the token carries no sampling evidence", logprobs.field, at)
         c.fail(f"{key} must be a number, not {type(value).__name__}", logprobs.field, at)
@@ -580,35 +299,6 @@ def _check_values(c: Evidence, logprobs: _Logprobs) -> np.ndarray:
             )
         c.fail(f"{key} cannot be positive ({value!r})", logprobs.field, at)
     return values
-
-
-class _Repeated(dict):
-    """A JSON object that repeated a key; ``repeated`` holds those keys. orjson keeps the
-    last value of a repeated key, so a head is read from a re-parse that keeps them all."""
-
-    repeated: list[str]
-
-
-def _keep_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) == len(pairs):
-        return out
-    marked = _Repeated(out)
-    marked.repeated = []
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            marked.repeated.append(key)
-        seen.add(key)
-    return marked
-
-
-def _load_keeping_repeats(raw: Any) -> Any:
-    """The document again, with every object that repeats a key marked (see _Repeated).
-    Only called after orjson accepted ``raw``, so the text is valid JSON."""
-    if not isinstance(raw, (bytes, str)):
-        raw = memoryview(raw).cast("B").tobytes()
-    return _json.loads_keeping(raw, _keep_repeats)
 
 
 # --- OpenAI-compatible logprobs: the shapes servers send -----------------------------------------
@@ -634,7 +324,7 @@ def _chosen_heads(
         c.fail(head_bad[1], field, head_bad[0])
     if top_err is not None:
         index, code = top_err
-        c.fail(no_id if code == "top_no_id" else _NATIVE_TOP[code], field, index)
+        c.fail(no_id if code == "top_no_id" else NATIVE_TOP[code], field, index)
     return top_ids, top_logprobs
 
 
@@ -642,20 +332,20 @@ def _against_sampled(
     content: list[Any], sampled: np.ndarray
 ) -> tuple[Candidates, np.ndarray, tuple[int, str] | None]:
     """The head candidates of ``[{token, logprob, top_logprobs}]`` entries as the native
-    records' rules read them (:func:`_native_head`), with each entry's own ``logprob`` where
+    records' rules read them (:func:`native_head`), with each entry's own ``logprob`` where
     it is a number and the sampled value where it is not; ``(index, code)`` of the first
     entry whose candidates break a rule."""
     rows: list[list[tuple[int, float]]] = []
     top_err = None
     for index, entry in enumerate(content):
-        head, problem = _native_head(entry)
+        head, problem = native_head(entry)
         if problem is not None:
             top_err = (index, problem)
             break
         rows.append(list(head.items()))
     rows += [[] for _ in range(len(content) - len(rows))]
     own = [
-        entry.get("logprob") if _is_number(entry.get("logprob")) else value
+        entry.get("logprob") if is_number(entry.get("logprob")) else value
         for entry, value in zip(content, sampled.tolist())
     ]
     return Candidates.from_rows(rows), np.array(own, dtype=np.float64), top_err
@@ -666,7 +356,7 @@ def _content_logprobs(
 ) -> _Logprobs:
     """``[{token, logprob, top_logprobs, ...}]`` (chat; vLLM, Fireworks ``logprobs: true``,
     Fireworks ``raw_output.completion_logprobs``): the ids go first among ``sources``."""
-    records = _records_at(c, content, field)
+    records = records_at(c, content, field)
     if records.bad is not None:
         c.fail("logprob entry must be an object", field, records.bad)
     if records.mixed is not None:
@@ -674,26 +364,26 @@ def _content_logprobs(
     source = _ids_from_records(c, records.ids, field, _UNNAMED_RECORD)
     if source is not None:
         sources.insert(0, source)
-    values, bad = _numbers_at(c, records.values, field)
+    values, bad = numbers_at(c, records.values, field)
 
     def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         # The candidates' rules, candidate by candidate, are those of vLLM's native records
         # (one read of them, `top_entries`); each head is checked against the value in the
         # candidates' own distribution: the entry's `logprob` (Fireworks' `sampling_logprob`
         # is what the sampler drew with).
-        entries = _top_at(c, content, field, ids)
+        entries = top_at(c, content, field, ids)
         candidates, own, top_err = entries.candidates, entries.entry_lps, entries.top_err
         if top_err is not None and top_err[1] == "sampled_not_number":
             # An entry without a numeric `logprob` of its own: its head is checked against
             # the sampled value instead.
-            candidates, own, top_err = _against_sampled(_full_at(c, content, field), sampled)
+            candidates, own, top_err = _against_sampled(full_at(c, content, field), sampled)
         no_id = (
             "top_logprobs candidates name decoded text, not token ids: unusable for a head; "
             f"{endpoint.heads_advice}"
         )
         return _chosen_heads(c, field, ids, candidates, own, k, top_err, no_id)
 
-    return _Logprobs(field, _length(c, content, field), values, bad, records.values, records.value_key, heads)
+    return _Logprobs(field, length_at(c, content, field), values, bad, records.values, records.value_key, heads)
 
 
 def _array_logprobs(
@@ -705,8 +395,8 @@ def _array_logprobs(
     sent = logprobs["token_logprobs"]
     if not isinstance(sent, list):
         c.fail("logprobs.token_logprobs must be a list", field)
-    values, bad = _numbers_at(c, sent, field)
-    count = _length(c, sent, field)
+    values, bad = numbers_at(c, sent, field)
+    count = length_at(c, sent, field)
     records: list[_IdSource] = []
     if logprobs.get("token_ids") is not None:
         records.append(_id_list(c, logprobs["token_ids"], "logprobs.token_ids"))
@@ -714,7 +404,7 @@ def _array_logprobs(
     if tokens is not None:
         if not isinstance(tokens, list):
             c.fail("logprobs.tokens must be a list", "logprobs.tokens")
-        token_ids, named = _tokens_at(c, tokens, "logprobs.tokens")
+        token_ids, named = tokens_at(c, tokens, "logprobs.tokens")
         if len(token_ids) != count:
             c.fail(
                 f"logprobs.tokens has {len(token_ids)} entries but logprobs.token_logprobs has "
@@ -731,9 +421,9 @@ def _array_logprobs(
     def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         field = "logprobs.top_logprobs"
         rows = logprobs.get("top_logprobs")
-        if not isinstance(rows, list) or _length(c, rows, field) != count:
+        if not isinstance(rows, list) or length_at(c, rows, field) != count:
             c.fail("Missing requested top logprobs", field)
-        candidates, top_err, repeated = _rows_at(c, rows, field)
+        candidates, top_err, repeated = rows_at(c, rows, field)
         if repeated is not None:  # before any other rule: the loudest symptom
             c.fail(
                 f"top_logprobs repeats the key {repeated[1]!r}: candidates sent under one key "
@@ -803,7 +493,7 @@ def _raw_output_ids(c: Evidence, choice: dict[str, Any], primary: _Logprobs | No
     content = completion.get("content") if isinstance(completion, dict) else None
     field = "raw_output.completion_logprobs.content"
     if isinstance(content, list) and (primary is None or primary.field != field):
-        records = _records_at(c, content, field)
+        records = records_at(c, content, field)
         if records.bad is not None:
             c.fail("logprob entry must be an object", field, records.bad)
         source = _ids_from_records(c, records.ids, field, _UNNAMED_RECORD)
@@ -862,7 +552,7 @@ def _parse_openai_choice(
     raw = {key: value for key, value in choice.items() if key not in consumed}
     for key in ("logprobs", "raw_output"):
         if key in raw:  # as sent: the compiled extractor left their arrays empty
-            raw[key] = _full_at(c, raw[key], key)
+            raw[key] = full_at(c, raw[key], key)
     if prompt is not None:
         raw["prompt_token_ids"] = prompt
     return GenerateChoice(
@@ -887,23 +577,10 @@ def _check_usage(usage: Any, choices: list[GenerateChoice]) -> None:
 
 def _check_token_count(c: Evidence, counted: Any, field: str, n: int) -> None:
     """A server's own count of completion tokens (``field``) agrees with the ``n`` ids."""
-    if not _is_int(counted) or counted < 0:
+    if not is_int(counted) or counted < 0:
         c.fail(f"{field} must be a non-negative int", field)
     if counted != n:
         c.fail(f"{field} is {counted} but the completion has {n} token ids ({counted - n:+d})", field)
-
-
-def _has_keyed_heads(document: Any) -> bool:
-    """Whether a head would be read from ``logprobs.top_logprobs`` objects (whose repeated
-    keys orjson would merge)."""
-    choices = document.get("choices") if isinstance(document, dict) else None
-    for choice in choices if isinstance(choices, list) else ():
-        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
-        if isinstance(logprobs, dict) and logprobs.get("content") is None and logprobs.get(
-            "top_logprobs"
-        ):
-            return True
-    return False
 
 
 def _parse_openai_document(
@@ -968,35 +645,13 @@ def parse_chat_completions_document(
     return _parse_openai_document(document, k, require_logprobs, check_usage, _CHAT, evidence)
 
 
-def _load_openai(raw: Any, k: int | None) -> Any:
-    document = _load(raw)
-    if k is not None and _has_keyed_heads(document):
-        document = _load_keeping_repeats(raw)
-    return document
-
-
-def extract_openai(raw: Any, top_k: int | None = None, sglang: bool = False) -> tuple[Any, Evidence, list[Evidence]]:
-    """The pure-Python extractor of a whole OpenAI-compatible (or SGLang) response: the parsed
-    document, and the evidence of its top level and of each choice (what the compiled core's
-    ``extract_openai`` reads in one pass over the raw bytes)."""
-    k = _check_top_k(top_k)
-    if sglang:
-        document = _load(raw)
-        items = document if isinstance(document, list) else [document]
-        return document, Evidence(None), [extract_sglang_item(i, item, k) for i, item in enumerate(items)]
-    document = _load_openai(raw, k)
-    choices = document.get("choices") if isinstance(document, dict) else None
-    read = [extract_openai_choice(i, c, k) for i, c in enumerate(choices)] if isinstance(choices, list) else []
-    return document, extract_openai_choice(None, document, k), read
-
-
 def parse_completions_response(
     raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True
 ) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/completions`` response (vLLM,
     Fireworks, Together) into exact completion ids and their logprobs (see docs/openai.md)."""
-    k = _check_top_k(top_k)
-    return parse_completions_document(_load_openai(raw, k), k, require_logprobs, check_usage)
+    k = check_top_k(top_k)
+    return parse_completions_document(load_openai_document(raw, k), k, require_logprobs, check_usage)
 
 
 def parse_chat_completions_response(
@@ -1004,15 +659,14 @@ def parse_chat_completions_response(
 ) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response (vLLM,
     Fireworks, Together) into exact completion ids and their logprobs (see docs/openai.md)."""
-    k = _check_top_k(top_k)
-    return parse_chat_completions_document(_load_openai(raw, k), k, require_logprobs, check_usage)
+    k = check_top_k(top_k)
+    return parse_chat_completions_document(load_openai_document(raw, k), k, require_logprobs, check_usage)
 
 
 # --- SGLang /generate ----------------------------------------------------------------------------
 
+
 _SGLANG_CONSUMED = ("output_token_logprobs", "output_top_logprobs")
-
-
 _SGLANG_NO_ID = "Top logprob must be [logprob, token_id, text] with an id in [0, 2**32)"
 
 
@@ -1031,7 +685,7 @@ def _parse_sglang_item(
     if entries is not None:
         if not isinstance(entries, list):
             c.fail(f"{field} must be a list of [logprob, token_id, text] entries", field)
-        records = _records_at(c, entries, field, sglang=True)
+        records = records_at(c, entries, field, sglang=True)
         if records.bad is not None:
             c.fail("entry must be [logprob, token_id, text]", field, records.bad)
         ids = _id_array(records.ids)
@@ -1039,8 +693,8 @@ def _parse_sglang_item(
         if len(missing):
             c.fail("entry's token id must be in [0, 2**32)", field, int(missing[0]))
         sources.append(_IdSource(field, ids))
-        read, bad = _numbers_at(c, records.values, field)
-        logprobs = _Logprobs(field, _length(c, entries, field), read, bad, records.values, records.value_key)
+        read, bad = numbers_at(c, records.values, field)
+        logprobs = _Logprobs(field, length_at(c, entries, field), read, bad, records.values, records.value_key)
     if item.get("output_ids") is not None:
         sources.append(_id_list(c, item["output_ids"], "output_ids"))
     if logprobs is None and (require_logprobs or k is not None or not sources):
@@ -1056,9 +710,9 @@ def _parse_sglang_item(
     if k is not None:
         field = "meta_info.output_top_logprobs"
         rows = meta.get("output_top_logprobs")
-        if not isinstance(rows, list) or _length(c, rows, field) != len(ids):
+        if not isinstance(rows, list) or length_at(c, rows, field) != len(ids):
             c.fail("Missing requested top logprobs", field)
-        candidates, top_err = _rows_at(c, rows, field, sglang=True)
+        candidates, top_err = rows_at(c, rows, field, sglang=True)
         top_ids, top_logprobs = _chosen_heads(c, field, ids, candidates, sampled, k, top_err, _SGLANG_NO_ID)
     finish = meta.get("finish_reason")
     raw = {key: value for key, value in item.items() if key != "output_ids"}
@@ -1106,5 +760,5 @@ def parse_sglang_generate_response(
     raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True
 ) -> GenerateResponse:
     """Parse and validate an SGLang ``/generate`` response (see docs/openai.md)."""
-    k = _check_top_k(top_k)
-    return parse_sglang_generate_document(_load(raw), k, require_logprobs, check_usage)
+    k = check_top_k(top_k)
+    return parse_sglang_generate_document(load_document(raw), k, require_logprobs, check_usage)

@@ -18,9 +18,9 @@ import numpy as np
 
 import tokenwire
 from tokenwire import _json
-from tokenwire._cli_io import json_bytes
 from tokenwire._errors import MalformedResponseError, invalid_json, location
-from tokenwire._reference import _named
+from tokenwire.cli.io import json_bytes
+from tokenwire.rules.generate import named
 
 __all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "check_record", "resolve_field"]
 
@@ -78,7 +78,7 @@ _OPENAI_OBJECTS = {
 def _detect_generate(document: Any) -> bool:
     """A vLLM ``/inference/v1/generate`` response: an object with ``choices`` or
     ``prompt_token_ids`` and no OpenAI ``object`` type."""
-    if not isinstance(document, dict) or _named(_OPENAI_OBJECTS, document.get("object")) is not None:
+    if not isinstance(document, dict) or named(_OPENAI_OBJECTS, document.get("object")) is not None:
         return False
     if "choices" not in document:
         return "prompt_token_ids" in document
@@ -263,7 +263,7 @@ _USAGE_COUNT = re.compile(r"^([\w.]+) is (\d+) but the completion has (\d+) toke
 # "token id sources disagree in length: token_ids has 6 ids, logprobs.tokens has 7 (+1)"
 _SOURCES_COUNT = re.compile(r"disagree in length: [\w.]+ has (\d+) ids, ([\w.]+) has (\d+)")
 
-# Reason fragments -> class, checked in order; the reasons are tokenwire._openai's messages.
+# Reason fragments -> class, checked in order; the reasons are tokenwire.rules.openai's messages.
 _OPENAI_BY_REASON: list[tuple[str, str]] = [
     ("invalid JSON", "malformed_json"),
     ("token id sources disagree", "id_mismatch"),
@@ -321,7 +321,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE, COMPLETIONS, CHAT, S
 def _describe(document: Any) -> str:
     """What an unrecognized record looks like, for its message."""
     if isinstance(document, dict):
-        kind = _named(_OPENAI_OBJECTS, document.get("object"))
+        kind = named(_OPENAI_OBJECTS, document.get("object"))
         if kind is not None:
             return f"{kind} (object {document['object']!r})"
         if "meta_info" in document and "text" in document:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 
-from . import _json
+from .. import _json
 
 __all__ = [
     "BLOCK",

@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from typing import Any
 
 
-from . import _json
-from ._audit import Verdict, verdict
-from ._cli_formats import Defect, FieldMissing, resolve_field
-from ._cli_io import InputError, field_path
+from .. import _json
+from .._audit import Verdict, verdict
+from .formats import Defect, FieldMissing, resolve_field
+from .io import InputError, field_path
 
 __all__ = ["COLUMNS", "RecordsWriter", "parse_columns", "record_row", "records_sink"]
 

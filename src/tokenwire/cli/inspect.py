@@ -11,9 +11,9 @@ import numpy as np
 
 import tokenwire
 
-from . import _json
-from ._cli_formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
-from ._cli_io import InputError, expand_paths, field_path, first_record, json_bytes
+from .. import _json
+from .formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
+from .io import InputError, expand_paths, field_path, first_record, json_bytes
 
 __all__ = ["describe", "main"]
 

@@ -80,7 +80,7 @@ def run_loop(responses: list[bytes], contender: str, top_k: int | None, rounds: 
 
 def _fresh_process(path: str, contender: str, top_k: int | None, rounds: int) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-m", "tokenwire._bench", path, contender, str(top_k), str(rounds)],
+        [sys.executable, "-m", "tokenwire.cli.bench", path, contender, str(top_k), str(rounds)],
         capture_output=True, text=True,
     )
     if out.returncode != 0:

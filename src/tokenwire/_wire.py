@@ -1,0 +1,11 @@
+"""The markers and limits of the wire formats, shared by the kernels, the extractors, the rules
+and the writers."""
+
+# vLLM writes this both for a missing logprob and as the clamp of -inf, so a sampled
+# token at this value carries no evidence; a top-k candidate at it was filtered out.
+VLLM_LOGPROB_SENTINEL = -9999.0
+COMPACT_FORMAT = "u32-f32-le-v1"
+# Compact rows store ids as u32, so no id outside this range can ever be matched.
+MAX_TOKEN_ID = 2**32 - 1
+MAX_MASK_ID = 2**31 - 1  # sampling masks are int32 on the wire
+MAX_OFFSET = 2**63 - 1  # offsets index an int64-addressed buffer

@@ -1,0 +1,568 @@
+"""The rules of the generate endpoint (``/inference/v1/generate``): the readable
+specification of every rule tokenwire enforces there.
+
+It applies renderers' generate-client checks (renderers 0.1.13.dev13, ``renderers/client.py``)
+to the parsed JSON document, with the deliberate differences listed in the README:
+canonical base64 only, every choice validated, every field that is present validated,
+and anything that is not the expected shape raises :class:`MalformedResponseError`.
+The rules read each choice's big values from its evidence record
+(:class:`tokenwire.extract.python.Evidence`); the compiled core must make the same decision
+on every input and return the same values.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from typing import Any
+
+import numpy as np
+
+from .._args import check_top_k
+from .._errors import MalformedResponseError
+from .._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
+from .._wire import COMPACT_FORMAT, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from ..extract.python import (
+    Evidence,
+    blob_at,
+    extract_choice,
+    ints_at,
+    length_at,
+    load_document,
+    native_at,
+    nested_at,
+)
+from ..kernels.python import HEAD_MISSING_SUPPORT, NativeEntries, is_int, select_head
+
+__all__ = ["parse_document", "parse_generate_response"]
+
+MAX_DIMS = 64  # numpy's limit on an array's dimensions
+PACKED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
+# int16: a captured int16 routing array passes through prime-rl's encoder as it is.
+ROUTED_DTYPES = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "int16": np.dtype("<i2"),
+                 "int32": np.dtype("<i4")}
+NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i2": "int16",
+              "<i4": "int32"}
+
+# Fields of a choice that become attributes; the rest stays in ``GenerateChoice.raw``.
+_CONSUMED = ("index", "token_ids", "finish_reason", "sampling_mask", "kept_tokens", "routed_experts")
+
+
+def named(table: dict[str, Any], name: Any) -> Any:
+    """``table[name]`` for a str ``name`` that is a key, else None (a JSON array or object
+    names nothing, and cannot even be looked up)."""
+    return table.get(name) if isinstance(name, str) else None
+
+
+def checked_int_list(c: Evidence, value: Any, field: str, high: int, reason: str) -> np.ndarray:
+    """The ints of the list ``value`` at ``field`` (each in ``[0, high]``), or ``reason`` fails
+    there (at the first bad element)."""
+    parsed = ints_at(c, value, field, high)
+    if parsed is None:
+        c.fail(f"{reason}: expected a list", field)
+    values, _, bad = parsed
+    if bad is not None:
+        c.fail(reason, field, bad)
+    return values
+
+
+def _shape_is(shape: Any, count: int) -> bool:
+    return isinstance(shape, list) and len(shape) == 1 and is_int(shape[0]) and shape[0] == count
+
+
+# --- sampled-token logprobs: packed --------------------------------------------------------------
+
+
+def parse_packed_logprobs(packed: Any, n: int, c: Evidence) -> np.ndarray:
+    field = "completion_logprobs"
+    if not isinstance(packed, dict):
+        c.fail("Engine response choice.completion_logprobs must be an object.", field)
+    dtype = named(PACKED_DTYPES, packed.get("dtype"))
+    if dtype is None:
+        c.fail("Unsupported packed logprob dtype (float32 or float64)", field + ".dtype")
+    raw = blob_at(c, packed.get("data"), field + ".data")
+    if raw is None:
+        c.fail("Invalid packed logprob base64", field + ".data")
+    if len(raw) % dtype.itemsize:
+        c.fail("Invalid packed logprob buffer length", field + ".data")
+    values = raw.view(dtype)
+    if "shape" in packed and not _shape_is(packed["shape"], len(values)):
+        c.fail(f"Packed logprob shape does not match its {len(values)} values", field + ".shape")
+    bad = -1 if len(values) != n else c.kernels.first_bad("packed", values)
+    if len(values) != n or bad >= 0:
+        c.fail(
+            f"Engine response choice.completion_logprobs: {len(values)} values for "
+            f"{n} completion tokens, or a non-finite or missing (-9999) logprob.",
+            field, None if bad < 0 else bad,
+        )
+    return values
+
+
+# --- sampled-token logprobs: native JSON ----------------------------------------------------------
+
+
+_NATIVE_SAMPLED = {
+    "not_object": "{at} must be an object.",
+    "token": "{at}.token must be 'token_id:{id}'.",
+    "number": "{at}.logprob must be a number.",
+    "finite": "{at}.logprob must be finite.",
+    "evidence": "{at}.logprob does not contain sampling evidence.",
+}
+
+
+NATIVE_TOP = {
+    "missing_top": "Missing requested top logprobs",
+    "top_not_object": "Top logprob must be an object",
+    "top_no_id": "Top logprob must identify a nonnegative token id",
+    "top_not_finite": "Top logprob must be finite",
+    "top_positive": "Top logprob cannot be positive",
+    "top_duplicate": "Duplicate top logprob token id",
+    "sampled_not_number": "{at}.logprob must be a number.",
+}
+
+
+def _native_message(messages: dict[str, str], code: str, index: int, ids: np.ndarray) -> str:
+    at = f"Engine response choice.logprobs.content[{index}]"
+    return messages[code].format(at=at, id=int(ids[index]))
+
+
+def parse_native_logprobs(
+    choice: dict[str, Any], ids: np.ndarray, c: Evidence, want_top: bool = False
+) -> tuple[np.ndarray, NativeEntries]:
+    """The sampled logprobs from native records; with ``want_top`` the same read also
+    collects the head candidates, for :func:`parse_native_heads`."""
+    field = "logprobs.content"
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        c.fail("Engine response choice.logprobs must be an object.", "logprobs")
+    content = logprobs.get("content")
+    sampled = logprobs.get("sampled")
+    if content is None and sampled is not None:  # vLLM's sampled-only logprobs
+        return _parse_sampled_list(sampled, ids, c), None
+    if not isinstance(content, list):
+        c.fail("Engine response choice.logprobs.content must be a list.", field)
+    count = length_at(c, content, field)
+    if count != len(ids):
+        c.fail(
+            "Engine response completion token count "
+            f"({len(ids)}) does not match logprob count ({count}).",
+            field,
+        )
+    entries = native_at(c, content, ids, want_top)
+    if entries.sampled_err is not None:
+        index, code = entries.sampled_err
+        c.fail(_native_message(_NATIVE_SAMPLED, code, index, ids), field, index)
+    if sampled is not None:
+        _check_sampled_agrees(_parse_sampled_list(sampled, ids, c), entries.sampled, c)
+    return entries.sampled, entries
+
+
+# vLLM's ``logprobs.sampled`` (``return_token_logprobs``): one number per completion token.
+_SAMPLED_AT = "Engine response choice.logprobs.sampled"
+_SAMPLED_VALUE = {
+    "number": "{at} must be a number.",
+    "finite": "{at} must be finite.",
+    "evidence": "{at} does not contain sampling evidence.",
+}
+
+
+def _first_bad_number(values: list[Any]) -> tuple[int, str] | None:
+    """The first value that is not sampled-token evidence and its code in
+    :data:`_SAMPLED_VALUE`, or None."""
+    for index, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return index, "number"
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond the double range
+            return index, "finite"
+        if not math.isfinite(number):
+            return index, "finite"
+        if number == VLLM_LOGPROB_SENTINEL:
+            return index, "evidence"
+    return None
+
+
+def _parse_sampled_list(sampled: Any, ids: np.ndarray, c: Evidence) -> np.ndarray:
+    """``logprobs.sampled`` as the sampled-token logprobs (float64), under the rules of a
+    ``logprobs.content`` record's ``logprob``."""
+    field = "logprobs.sampled"
+    if not isinstance(sampled, list):
+        c.fail(f"{_SAMPLED_AT} must be a list.", field)
+    if len(sampled) != len(ids):
+        c.fail(
+            f"Engine response completion token count ({len(ids)}) does not match "
+            f"logprobs.sampled count ({len(sampled)}).",
+            field,
+        )
+    bad = _first_bad_number(sampled)
+    if bad is not None:
+        index, code = bad
+        c.fail(_SAMPLED_VALUE[code].format(at=f"{_SAMPLED_AT}[{index}]"), field, index)
+    return np.array(sampled, dtype=np.float64)
+
+
+def _check_sampled_agrees(sampled: np.ndarray, content: np.ndarray, c: Evidence) -> None:
+    """``logprobs.sampled`` beside ``logprobs.content``: both name each token's logprob, and
+    they must be the same number (within the head rule's tolerance)."""
+    close = np.isclose(sampled, content, rtol=1e-6, atol=1e-5)
+    differ = np.flatnonzero(~close)
+    if len(differ):
+        t = int(differ[0])
+        c.fail(
+            f"{_SAMPLED_AT}[{t}] ({float(sampled[t])!r}) and logprobs.content[{t}].logprob "
+            f"({float(content[t])!r}) disagree.",
+            "logprobs.sampled",
+            t,
+        )
+
+
+# --- sampling mask -------------------------------------------------------------------------------
+
+
+def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) -> Ragged | None:
+    field = "sampling_mask"
+    mask = choice.get(field)
+    bare = False
+    if mask is None and choice.get("kept_tokens") is not None:
+        # An older server branch: the same CSR under another name, with bare base64 strings.
+        field, mask, bare = "kept_tokens", choice["kept_tokens"], True
+    if mask is None:
+        return None
+    bad_row = None
+    if isinstance(mask, dict):
+        arrays = {}
+        for name in ("ids", "counts"):
+            packed = mask.get(name)
+            if bare:
+                data, source = packed, f"{field}.{name}"
+            elif not isinstance(packed, dict) or packed.get("dtype") != "int32":
+                c.fail("Invalid packed sampling mask", f"{field}.{name}")
+            else:
+                data, source = packed.get("data"), f"{field}.{name}.data"
+            raw = blob_at(c, data, source)
+            if raw is None or len(raw) % 4:
+                c.fail("Invalid packed sampling mask", f"{field}.{name}.data")
+            values = raw.view("<i4")
+            if not bare and not _shape_is(packed.get("shape"), len(values)):
+                c.fail("Invalid packed sampling mask", f"{field}.{name}.shape")
+            negative = c.kernels.first_bad("negative", values)
+            if negative >= 0:
+                c.fail("Invalid packed sampling mask", f"{field}.{name}", negative)
+            arrays[name] = values
+        counts, values = arrays["counts"], arrays["ids"]
+        if len(counts) != len(ids) or int(counts.sum(dtype=np.int64)) != len(values):
+            c.fail("Sampling mask token count mismatch", field)
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        rows = Ragged(offsets, values)
+    elif isinstance(mask, list):
+        rows, count, bad_row = nested_at(c, mask, field)
+        if count != len(ids):
+            c.fail("Sampling mask token count mismatch", field)
+    else:
+        c.fail("Sampling mask token count mismatch", field)
+    # The first row that breaks a rule: malformed (bad_row) or not a valid support.
+    limit = len(ids) if bad_row is None else bad_row
+    bad = _first_bad_kept_row(ids, rows, limit, c) if bare else c.kernels.first_bad_support(ids, rows, limit)
+    if bad >= 0:
+        c.fail("Invalid recorded sampling support", field, bad)
+    if bad_row is not None:
+        c.fail("Invalid recorded sampling support", field, bad_row)
+    return rows
+
+
+def _first_bad_kept_row(ids: np.ndarray, rows: Ragged, limit: int, c: Evidence) -> int:
+    """:func:`first_bad_support` over kept_tokens rows, where an empty row (a zero count) is
+    an absent kept set and breaks no rule: the present rows of the first ``limit`` are checked."""
+    lengths = np.diff(rows.offsets[: limit + 1])
+    present = np.flatnonzero(lengths)
+    if len(present) == limit:
+        return int(c.kernels.first_bad_support(ids, rows, limit))
+    offsets = np.zeros(len(present) + 1, dtype=np.int64)
+    np.cumsum(lengths[present], out=offsets[1:])
+    first = int(rows.offsets[0])
+    kept = Ragged(offsets, rows.values[first : first + int(offsets[-1])])
+    bad = int(c.kernels.first_bad_support(ids[present], kept, len(present)))
+    return int(present[bad]) if bad >= 0 else -1
+
+
+def _mask_field(choice: dict[str, Any]) -> str | None:
+    """The field :func:`parse_sampling_mask` reads the supports from, or None."""
+    if choice.get("sampling_mask") is not None:
+        return "sampling_mask"
+    return "kept_tokens" if choice.get("kept_tokens") is not None else None
+
+
+def _fail_head(c: Evidence, choice: dict[str, Any], field: str, bad: tuple[int, str], supports: Ragged | None):
+    """Report the head rule ``bad`` broke. A kept set with an id the head has no candidate
+    logprob for is located at ``kept_tokens`` and says what to request."""
+    token, reason = bad
+    if reason == HEAD_MISSING_SUPPORT and supports is not None and _mask_field(choice) == "kept_tokens":
+        width = len(supports[token])
+        c.fail(
+            f"{reason}: kept_tokens[{token}] holds {width} ids and the response has no candidate "
+            f"logprob for some of them; request at least {width} top logprobs per token "
+            "(vLLM's `logprobs`, with `logprobs_mode` processed_logprobs) or parse without top_k",
+            "kept_tokens",
+            token,
+        )
+    c.fail(reason, field, token)
+
+
+# --- top-k head -----------------------------------------------------------------------------------
+
+
+def _head_or_fail(c: Evidence, field: str, index: int, *args: Any) -> tuple[list[int], list[float]]:
+    try:
+        return select_head(*args)
+    except MalformedResponseError as exc:
+        c.fail(exc.reason, field, index)
+        raise  # unreachable
+
+
+# --- sampled-token logprobs and heads: compact ---------------------------------------------------
+
+
+def parse_compact_logprobs(
+    choice: dict[str, Any], ids: np.ndarray, k: int | None, c: Evidence
+) -> tuple[np.ndarray, Ragged | None, Ragged | None, Ragged | None]:
+    field = "compact_logprobs"
+    packed = choice[field]
+    if not isinstance(packed, dict) or packed.get("format") != COMPACT_FORMAT:
+        c.fail("Unsupported compact logprob format", field + ".format")
+    parsed = ints_at(c, packed.get("offsets"), field + ".offsets", MAX_OFFSET)
+    if parsed is None or parsed[1] != len(ids) + 1:
+        c.fail("Invalid compact logprob offsets", field + ".offsets")
+    offsets, _, bad_offset = parsed
+    rising = c.kernels.first_not_rising(offsets)  # over the valid prefix: the first failure wins
+    if rising >= 0:
+        c.fail("Invalid compact logprob offsets", field + ".offsets", rising)
+    if bad_offset is not None:
+        c.fail("Invalid compact logprob offsets", field + ".offsets", bad_offset)
+    num_top = packed.get("num_top_logprobs")
+    if not is_int(num_top) or num_top < -1:
+        c.fail("Invalid compact logprob candidate count", field + ".num_top_logprobs")
+    raw = blob_at(c, packed.get("data"), field + ".data")
+    if raw is None:
+        c.fail("Invalid compact logprob base64", field + ".data")
+    count = int(offsets[-1])
+    if len(raw) != count * 8:
+        c.fail("Invalid compact logprob buffer length", field + ".data")
+    row_ids = raw[: count * 4].view("<u4")
+    row_values = raw[count * 4 :].view("<f4")
+    bad = c.kernels.first_bad("compact", row_values)
+    if bad >= 0:
+        row = int(np.searchsorted(offsets, bad, side="right")) - 1
+        c.fail("Invalid compact logprob values", field, row)
+    if k is None:
+        # Without a head the rows' own errors come first (renderers never looks at the mask
+        # then); with one, the support decides the head, so it is checked before the rows.
+        sampled, bad = c.kernels.compact_rows(ids, row_ids, row_values, offsets)
+        if bad is not None:
+            c.fail(bad[1], field, bad[0])
+        return sampled, None, None, parse_sampling_mask(choice, ids, c)
+    supports = parse_sampling_mask(choice, ids, c)
+    sampled, bad = c.kernels.compact_rows(ids, row_ids, row_values, offsets)
+    candidates = c.kernels.compact_candidates(row_ids, row_values, offsets, num_top)
+    # Rows are checked in order, a row's own rules before its head: a head error in an
+    # earlier row comes first, then the row error.
+    limit = len(ids) if bad is None else bad[0]
+    top_ids, top_logprobs, head_bad = c.kernels.heads(ids, candidates, sampled.astype(np.float64), k, supports, limit)
+    if head_bad is not None:
+        _fail_head(c, choice, field, head_bad, supports)
+    if bad is not None:
+        c.fail(bad[1], field, bad[0])
+    return sampled, top_ids, Ragged(top_logprobs.offsets, top_logprobs.values.astype(np.float32)), supports
+
+
+def parse_native_heads(
+    choice: dict[str, Any], ids: np.ndarray, k: int, c: Evidence, entries: NativeEntries | None = None
+) -> tuple[Ragged, Ragged, Ragged | None]:
+    field = "logprobs.content"
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or length_at(c, content, field) != len(ids):
+        c.fail("Missing requested top logprobs", field)
+    supports = parse_sampling_mask(choice, ids, c)
+    if entries is None:  # the sampled logprobs came from another transport
+        entries = native_at(c, content, ids, True)
+    limit = len(ids) if entries.top_err is None else entries.top_err[0]
+    top_ids, top_logprobs, head_bad = c.kernels.heads(ids, entries.candidates, entries.entry_lps, k, supports, limit)
+    if head_bad is not None:
+        _fail_head(c, choice, field, head_bad, supports)
+    if entries.top_err is not None:
+        index, code = entries.top_err
+        c.fail(_native_message(NATIVE_TOP, code, index, ids), field, index)
+    return top_ids, top_logprobs, supports
+
+
+# --- routed experts ------------------------------------------------------------------------------
+
+
+def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
+    """Upstream vLLM's form: a whole ``.npy`` file. Only the header fields we need are trusted."""
+    field = "routed_experts"
+    if bytes(raw[:6]) != b"\x93NUMPY" or len(raw) < 10:
+        c.fail("routed_experts .npy magic missing", field)
+    major = int(raw[6])
+    if major == 1:
+        size, begin = int.from_bytes(bytes(raw[8:10]), "little"), 10
+    elif major in (2, 3):
+        size, begin = int.from_bytes(bytes(raw[8:12]), "little"), 12
+    else:
+        c.fail(f"routed_experts .npy version {major} is not supported", field)
+    if len(raw) < begin + size:
+        c.fail("routed_experts .npy header is truncated", field)
+    try:
+        header = ast.literal_eval(bytes(raw[begin : begin + size]).decode("latin-1"))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        header = None
+    if (
+        not isinstance(header, dict)
+        or header.get("fortran_order") is not False
+        or named(NPY_DESCRS, header.get("descr")) is None
+        or not isinstance(header.get("shape"), tuple)
+    ):
+        c.fail("routed_experts .npy header is invalid", field)
+    return _shaped(raw[begin + size :], list(header["shape"]), NPY_DESCRS[header["descr"]], c)
+
+
+def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.ndarray:
+    field = "routed_experts"
+    if not isinstance(shape, list) or not shape or not all(is_int(d) and d >= 0 for d in shape):
+        c.fail("routed_experts shape must be a list of non-negative ints", field + ".shape")
+    dtype = ROUTED_DTYPES[dtype_name]
+    # Python ints: a declared shape can never overflow, and nothing is allocated from it.
+    if math.prod(shape) * dtype.itemsize != len(data):
+        c.fail(
+            f"routed_experts shape {shape} x {dtype.itemsize} bytes does not match "
+            f"{len(data)} decoded bytes",
+            field + ".shape",
+        )
+    # What numpy can shape even when the bytes match: a zero dimension makes no bytes of the others.
+    if len(shape) > MAX_DIMS:
+        c.fail(f"routed_experts shape has {len(shape)} dimensions (at most {MAX_DIMS})", field + ".shape")
+    if math.prod(d for d in shape if d) * dtype.itemsize > MAX_OFFSET:
+        c.fail(f"routed_experts shape {shape} is too big for an array (its non-zero dimensions span "
+               "more than 2**63 - 1 bytes)", field + ".shape")
+    routing = data.view(dtype).reshape(shape)
+    if dtype.kind == "i" and routing.size:
+        # Expert ids are indices: a negative one names no expert (a signed dtype allows it).
+        bad = c.kernels.first_bad("negative", routing.reshape(-1))
+        if bad >= 0:
+            c.fail("routed_experts holds a negative expert id", field, bad // (routing.size // shape[0]))
+    return routing
+
+
+def parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
+    field = "routed_experts"
+    if isinstance(value, str):
+        raw = blob_at(c, value, field)
+        if raw is None:
+            c.fail("Invalid routed_experts base64", field)
+        return RoutedExperts(_parse_npy(raw, c), None)
+    if not isinstance(value, dict):
+        c.fail("routed_experts must be an object or a base64 .npy string", field)
+    dtype_name = value.get("dtype", "uint8")
+    if named(ROUTED_DTYPES, dtype_name) is None:
+        c.fail("Unsupported routed_experts dtype (uint8, uint16, int16 or int32)", field + ".dtype")
+    start = value.get("start")
+    if start is not None and (not is_int(start) or start < 0):
+        c.fail("routed_experts start must be a non-negative int", field + ".start")
+    raw = blob_at(c, value.get("data"), field + ".data")
+    if raw is None:
+        c.fail("Invalid routed_experts base64", field + ".data")
+    return RoutedExperts(_shaped(raw, value.get("shape"), dtype_name, c), start)
+
+
+# --- a whole response -----------------------------------------------------------------------------
+
+
+def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: bool) -> GenerateChoice:
+    if not isinstance(choice, dict):
+        c.fail("choice must be an object")
+    ids = checked_int_list(c, choice.get("token_ids"), "token_ids", MAX_TOKEN_ID, "token_ids must hold token ids in [0, 2**32)")
+    top_ids = top_logprobs = None
+    consumed = list(_CONSUMED)
+    if choice.get("compact_logprobs") is not None:
+        logprobs, top_ids, top_logprobs, mask = parse_compact_logprobs(choice, ids, k, c)
+        consumed.append("compact_logprobs")
+    else:
+        entries = None
+        if choice.get("completion_logprobs") is not None:
+            logprobs = parse_packed_logprobs(choice["completion_logprobs"], len(ids), c)
+            consumed.append("completion_logprobs")
+        elif choice.get("logprobs") is not None or require_logprobs or k is not None:
+            logprobs, entries = parse_native_logprobs(choice, ids, c, want_top=k is not None)
+        else:
+            logprobs = None
+        if k is not None:
+            top_ids, top_logprobs, mask = parse_native_heads(choice, ids, k, c, entries)
+            consumed.append("logprobs")
+        else:
+            mask = parse_sampling_mask(choice, ids, c)
+        if logprobs is not None and "completion_logprobs" not in consumed:
+            consumed.append("logprobs")
+    routed = choice.get("routed_experts")
+    return GenerateChoice(
+        index=c.index,
+        completion_ids=ids,
+        completion_logprobs=logprobs,
+        completion_top_ids=top_ids,
+        completion_top_logprobs=top_logprobs,
+        sampling_mask=mask,
+        routed_experts=parse_routed_experts(routed, c) if routed is not None else None,
+        finish_reason=choice.get("finish_reason"),
+        raw=_raw(c, choice, consumed),
+        sampling_mask_present=None if mask is None else mask.lengths() > 0,
+    )
+
+
+# Fields that GenerateChoice.raw may keep and the compiled extractor blanks in part.
+_MAY_BE_BLANKED = ("logprobs", "completion_logprobs")
+
+
+def _raw(c: Evidence, choice: dict[str, Any], consumed: list[str]) -> dict[str, Any]:
+    """The fields of a choice that are not attributes, as the document holds them (a field
+    an extractor blanked comes back from its evidence)."""
+    raw = {key: value for key, value in choice.items() if key not in consumed}
+    for key in _MAY_BE_BLANKED:
+        if key in raw and key + ":raw" in c.values:
+            raw[key] = c.values[key + ":raw"]
+    return raw
+
+
+def parse_document(document: Any, k: int | None, require_logprobs: bool, evidence: Any = None) -> GenerateResponse:
+    """Validate a parsed response. ``evidence(index, value)`` gives the :class:`Evidence` of
+    each choice (index None: the top level, value the document); by default
+    :func:`extract_choice` reads it from the parsed document, one choice at a time, as the
+    rules reach it."""
+    if not isinstance(document, dict):
+        raise MalformedResponseError("response must be a JSON object")
+    read = evidence or (lambda index, value: extract_choice(index, value, k))
+    prompt = document.get("prompt_token_ids")
+    if prompt is not None:
+        prompt = checked_int_list(
+            read(None, document), prompt, "prompt_token_ids", MAX_TOKEN_ID,
+            "prompt_token_ids must hold token ids in [0, 2**32)",
+        )
+    choices = document.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponseError("choices must be a non-empty list", field="choices")
+    parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs) for i, choice in enumerate(choices)]
+    return GenerateResponse(
+        choices=parsed,
+        request_id=document.get("request_id"),
+        usage=document.get("usage"),
+        prompt_token_ids=prompt,
+        payload={key: v for key, v in document.items() if key not in ("choices", "prompt_token_ids")},
+    )
+
+
+def parse_generate_response(
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True
+) -> GenerateResponse:
+    """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
+    k = check_top_k(top_k)
+    return parse_document(load_document(raw), k, require_logprobs)
