@@ -32,7 +32,7 @@ from ..extract.python import (
     native_at,
     nested_at,
 )
-from ..kernels.python import HEAD_MISSING_SUPPORT, NativeEntries, is_int, select_head
+from ..kernels.python import HEAD_MISSING_SUPPORT, NativeEntries, is_int
 
 __all__ = ["parse_document", "parse_generate_response"]
 
@@ -308,17 +308,6 @@ def _fail_head(c: Evidence, choice: dict[str, Any], field: str, bad: tuple[int, 
             token,
         )
     c.fail(reason, field, token)
-
-
-# --- top-k head -----------------------------------------------------------------------------------
-
-
-def _head_or_fail(c: Evidence, field: str, index: int, *args: Any) -> tuple[list[int], list[float]]:
-    try:
-        return select_head(*args)
-    except MalformedResponseError as exc:
-        c.fail(exc.reason, field, index)
-        raise  # unreachable
 
 
 # --- sampled-token logprobs and heads: compact ---------------------------------------------------
