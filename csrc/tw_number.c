@@ -22,7 +22,7 @@
  * On the SIMD paths the usual literal (<= 8 integer digits, a fraction, no
  * exponent, <= 19 digits) is delimited with SSE2 and read without loops.
  * The table T(q), q in [-343, 308], is tw_pow5_table.h, written by
- * gen_pow5_table.py (which defines T); tests/c/check_native.py verifies its
+ * gen_pow5_table.py (which defines T); tests/c/check_records.py verifies its
  * bounds and the exponent formula below with exact integer arithmetic.
  *
  * Build switch (for tests): TWN_NO_INT128 selects the portable 64x64->128
@@ -45,7 +45,7 @@
 #endif
 
 /* floor(q * log2(5)) for |q| <= 400 (checked over the table range by
-   tests/c/check_native.py); the shifted operand is kept non-negative. */
+   tests/c/check_records.py); the shifted operand is kept non-negative. */
 static inline int64_t twd_log2_pow5(int64_t q)
 {
     return ((q * 152170 + (INT64_C(1000) << 16)) >> 16) - 1000;

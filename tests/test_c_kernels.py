@@ -1,5 +1,5 @@
-"""The C kernels' own test programs (tests/c): base64, the structural scanner, the native
-record reader and head selection, each against an independent reference written in C,
+"""The C kernels' own test programs (tests/c): base64, the structural scanner, the per-token
+JSON record reader and head selection, each against an independent reference written in C,
 including the exact-sum decisions at the head-mass and normalization thresholds; and, briefly,
 the ctypes checks of the same kernels against orjson and the Python reference."""
 
@@ -31,10 +31,10 @@ _NEEDS_ORJSON = pytest.mark.skipif(not _installed("orjson"), reason="this check'
 
 @pytest.mark.skipif(sys.platform != "linux" or not shutil.which("make") or not shutil.which("cc"),
                     reason="needs make and a C compiler (Linux)")
-@pytest.mark.parametrize("target", ["test", "scan-test", "native-test", "heads-test"])
+@pytest.mark.parametrize("target", ["test", "scan-test", "records-test", "heads-test"])
 def test_c_kernel_suite(target, tmp_path):
     out = tmp_path / "build"
-    variables = [f"OUT={out}", f"SCAN_OUT={out}", f"NATIVE_OUT={out}", f"HEADS_OUT={out}"]
+    variables = [f"OUT={out}", f"SCAN_OUT={out}", f"RECORDS_OUT={out}", f"HEADS_OUT={out}"]
     result = subprocess.run(["make", "-s", "-C", str(HERE), target, *variables],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -44,11 +44,11 @@ def test_c_kernel_suite(target, tmp_path):
 @pytest.mark.skipif(sys.platform != "linux" or not shutil.which("cc"), reason="needs a C compiler (Linux)")
 @pytest.mark.parametrize("check", [
     pytest.param(["check_scan.py", "--rounds", "200", "--no-samples"], id="scan", marks=_NEEDS_ORJSON),
-    pytest.param(["check_native.py", "--rounds", "100", "--numbers", "500"], id="native", marks=_NEEDS_ORJSON),
+    pytest.param(["check_records.py", "--rounds", "100", "--numbers", "500"], id="records", marks=_NEEDS_ORJSON),
     pytest.param(["check_heads.py", "--heads", "5000"], id="heads"),
 ])
 def test_ctypes_differential_checks(check):
     """The ctypes checks of the kernels against orjson and the Python reference (their long
-    runs are `make scan-check native-check heads-check`), briefly: they stay runnable."""
+    runs are `make scan-check records-check heads-check`), briefly: they stay runnable."""
     result = subprocess.run([sys.executable, *check], cwd=HERE, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

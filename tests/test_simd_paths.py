@@ -5,7 +5,7 @@ and byte offset included) on documents long enough for the vector loops: the emb
 the adversarial corpus, every OpenAI-compatible and SGLang format, and cut copies of them.
 
 The C programs check the same kernels path by path at the C level (``make -C tests/c
-scan-test native-test heads-test validate-test``: every test there runs on each path this CPU has;
+scan-test records-test heads-test validate-test``: every test there runs on each path this CPU has;
 ``.ci/aarch64`` runs them on aarch64 under emulation, NEON and scalar)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The C kernels as a shared library for the ctypes checks (check_scan.py, check_native.py,
+"""The C kernels as a shared library for the ctypes checks (check_scan.py, check_records.py,
 check_heads.py), and the re-run of a check under AddressSanitizer + UBSan."""
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
  * Standalone tests and benchmark for the record readers (csrc/tw_records.c)
  * and the number conversion (csrc/tw_number.c).
  *
- *   make -C tests/c native-test    (rules in tests/c/Makefile), or:
- *   cc -O2 -Wall -Wextra -std=c11 -Icsrc -o /tmp/test_native tests/c/test_native.c
- *   /tmp/test_native                       tests
- *   /tmp/test_native --fuzz N              the same with N random mutations
- *   /tmp/test_native --bench file.json ... kernel time on choices[0]
+ *   make -C tests/c records-test    (rules in tests/c/Makefile), or:
+ *   cc -O2 -Wall -Wextra -std=c11 -Icsrc -o /tmp/test_records tests/c/test_records.c
+ *   /tmp/test_records                       tests
+ *   /tmp/test_records --fuzz N              the same with N random mutations
+ *   /tmp/test_records --bench file.json ... kernel time on choices[0]
  *
  * This file includes csrc/tw_scan.c, tw_number.c and tw_records.c itself
  * (link none of them), with realloc redirected so that allocation failures
@@ -19,7 +19,7 @@
  * past the content shows up under ASan/valgrind.  Numbers are checked
  * against strtod (correctly rounded in glibc; this program never calls
  * setlocale, so it runs in the "C" locale).  The differential test against
- * the Python reference is tests/c/check_native.py.
+ * the Python reference is tests/c/check_records.py.
  */
 #define _POSIX_C_SOURCE 199309L
 #include <math.h>

@@ -26,7 +26,7 @@ loads it with ctypes, and checks:
     the document with content replaced by [].
 
 Usage:
-  python3 tests/c/check_native.py [--rounds N] [--numbers N] [--seed S] [--sanitize]
+  python3 tests/c/check_records.py [--rounds N] [--numbers N] [--seed S] [--sanitize]
                                   [--portable]
 
 --sanitize builds with -fsanitize=address,undefined and re-runs itself with the
@@ -184,7 +184,7 @@ def build(sanitize: bool, portable: bool = False) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     shim = OUT / "shim.c"
     shim.write_text(SHIM)
-    return clib.build(OUT, "twnative", ["tw_scan.c", "tw_records.c", "tw_number.c", "tw_base64.c", shim],
+    return clib.build(OUT, "twrecords", ["tw_scan.c", "tw_records.c", "tw_number.c", "tw_base64.c", shim],
                       sanitize=sanitize, portable=portable)
 
 
