@@ -379,7 +379,7 @@ static int small_row_repeats(const int32_t *row, size_t len) {
 }
 
 ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n,
-                          const int64_t *sampled, int *nomem, int path) {
+                          const int64_t *sampled, int absent_ok, int *nomem, int path) {
     int32_t *scratch = NULL;
     size_t cap = 0;
     *nomem = 0;
@@ -387,6 +387,7 @@ ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t 
     for (size_t t = 0; t < n; t++) {
         const int32_t *row = values + offsets[t];
         size_t len = (size_t)(offsets[t + 1] - offsets[t]);
+        if (len == 0 && absent_ok) continue;
         int bad = len == 0;
 #ifdef TW_NEON_SIMD
         if (path == TW_PATH_NEON && !bad && len <= TW_SMALL_ROW) {

@@ -39,13 +39,14 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
 
 /*
  * Recorded supports (sampling masks) in CSR form: each row non-empty, without
- * repeats, containing the sampled id. Returns -1 or the first bad row
- * (*nomem set when scratch memory could not be had).  path (TW_PATH_*): NEON checks rows
- * of up to 48 entries with all-pairs compares; every other path (and longer rows) compares
- * pairs one by one, or sorts a copy.
+ * repeats, containing the sampled id; with absent_ok, an empty row is an absent support
+ * (kept_tokens' zero count) and breaks no rule. Returns -1 or the first bad row
+ * (*nomem set when scratch memory could not be had).  path (TW_PATH_*): AVX-512 checks
+ * rows of up to 48 entries by conflict detection, NEON with all-pairs compares; every other
+ * path (and longer rows) filters for repeats, or sorts a copy.
  */
 ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n,
-                          const int64_t *sampled, int *nomem, int path);
+                          const int64_t *sampled, int absent_ok, int *nomem, int path);
 
 /* Any negative value: index of the first, or -1. */
 ptrdiff_t tw_i32_negative(const int32_t *v, size_t n);

@@ -76,6 +76,28 @@ def fails(impl, raw: bytes, top_k: int | None = None) -> MalformedResponseError:
 # --- kept_tokens -------------------------------------------------------------------------------
 
 
+_support_rows = st.lists(
+    st.tuples(st.lists(st.integers(0, 40), max_size=60), st.integers(-1, 41)), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=150)
+@given(rows=_support_rows, absent_ok=st.booleans())
+def test_first_bad_support_is_the_reference(impl, rows, absent_ok):
+    """The support-row kernel against the reference's, empty rows absent (kept_tokens) or bad
+    (sampling_mask), rows short and long enough for each vector and scalar branch."""
+    from tokenwire.kernels import python as reference
+
+    lengths = [len(ids) for ids, _ in rows]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.array([i for ids, _ in rows for i in ids], dtype=np.int32)
+    sampled = np.array([s for _, s in rows], dtype=np.int64)  # -1, 41: never in a row
+    support = tokenwire.Ragged(offsets, values)
+    want = reference.first_bad_support(sampled, support, len(rows), absent_ok=absent_ok)
+    assert impl.first_bad_support(sampled, support, len(rows), absent_ok=absent_ok) == want
+
+
 def test_zero_counts_in_the_middle(impl):
     kept = prime_rl_kept_tokens([[5, 9], [], [7], []], 4)
     choice = impl.parse_generate_response(body(kept)).choices[0]

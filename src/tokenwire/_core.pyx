@@ -528,7 +528,7 @@ cdef extern from "tw_validate.h" nogil:
     ptrdiff_t tw_packed_f64_bad(const double *v, size_t n)
     ptrdiff_t tw_compact_values_bad(const float *v, size_t n)
     ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n, const int64_t *sampled, float *out, int *kind, int simd)
-    ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n, const int64_t *sampled, int *nomem, int path)
+    ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n, const int64_t *sampled, int absent_ok, int *nomem, int path)
     ptrdiff_t tw_i32_negative(const int32_t *v, size_t n)
     ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n)
 
@@ -1026,10 +1026,11 @@ def first_not_rising(offsets):
     return bad
 
 
-def first_bad_support(ids, rows, limit):
+def first_bad_support(ids, rows, limit, absent_ok=False):
     cdef ptrdiff_t bad = -1
     cdef int nomem = 0
     cdef size_t count = limit
+    cdef int absent = bool(absent_ok)
     cdef const int64_t *sampled
     cdef const int64_t[::1] offs = rows.offsets
     cdef const int32_t[::1] vals = rows.values if len(rows.values) else np.zeros(1, dtype=np.int32)
@@ -1037,7 +1038,7 @@ def first_bad_support(ids, rows, limit):
         return -1
     sampled = _i64(ids)
     with nogil:
-        bad = tw_support_rows(&vals[0], &offs[0], count, sampled, &nomem, _path)
+        bad = tw_support_rows(&vals[0], &offs[0], count, sampled, absent, &nomem, _path)
     if nomem:
         raise MemoryError()
     return bad

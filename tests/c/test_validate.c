@@ -154,15 +154,15 @@ static void test_support(long rounds)
             o += len;
             offs[t + 1] = (int64_t)o;
         }
-        int nomem0 = 0;
-        ptrdiff_t r0 = tw_support_rows(vals, offs, n, sampled, &nomem0, TW_PATH_SCALAR);
+        int nomem0 = 0, absent = (int)rndn(2); /* kept_tokens: an empty row is an absent one */
+        ptrdiff_t r0 = tw_support_rows(vals, offs, n, sampled, absent, &nomem0, TW_PATH_SCALAR);
         CHECK(!nomem0, "support round %ld: nomem", r);
         g_verdicts[r0 < 0 ? 3 : 4]++;
         g_rows += r0 < 0 ? n : (size_t)r0 + 1;
         for (int p = 0; p < g_npaths; p++) {
             int nomem = 0;
             unsigned long long before = g_checks;
-            ptrdiff_t got = tw_support_rows(vals, offs, n, sampled, &nomem, g_paths[p]);
+            ptrdiff_t got = tw_support_rows(vals, offs, n, sampled, absent, &nomem, g_paths[p]);
             CHECK(got == r0 && !nomem, "support round %ld path %s: row %td, want %td", r, tw_path_name(g_paths[p]),
                   got, r0);
             g_path_checks[g_paths[p]] += g_checks - before;
@@ -190,10 +190,16 @@ static void test_fixed(void)
         int nomem = 0;
         const int32_t sup[] = {3, 1, 2, 3};
         const int64_t soff[] = {0, 3, 4}, ss[] = {2, 3}, miss[] = {4, 3};
-        CHECK(tw_support_rows(sup, soff, 2, ss, &nomem, path) == -1, "support ok, path %s", tw_path_name(path));
-        CHECK(tw_support_rows(sup, soff, 2, miss, &nomem, path) == 0, "support missing, path %s", tw_path_name(path));
+        CHECK(tw_support_rows(sup, soff, 2, ss, 0, &nomem, path) == -1, "support ok, path %s", tw_path_name(path));
+        CHECK(tw_support_rows(sup, soff, 2, miss, 0, &nomem, path) == 0, "support missing, path %s", tw_path_name(path));
         const int64_t rep_off[] = {0, 4};
-        CHECK(tw_support_rows(sup, rep_off, 1, ss, &nomem, path) == 0, "support repeat, path %s",
+        CHECK(tw_support_rows(sup, rep_off, 1, ss, 0, &nomem, path) == 0, "support repeat, path %s",
+              tw_path_name(path));
+        /* an empty row between two good ones: absent (kept_tokens) or bad (sampling_mask) */
+        const int64_t gap_off[] = {0, 3, 3, 4}, gap_s[] = {2, 9, 3};
+        CHECK(tw_support_rows(sup, gap_off, 3, gap_s, 1, &nomem, path) == -1, "absent row, path %s",
+              tw_path_name(path));
+        CHECK(tw_support_rows(sup, gap_off, 3, gap_s, 0, &nomem, path) == 1, "empty row, path %s",
               tw_path_name(path));
     }
 }

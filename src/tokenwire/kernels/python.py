@@ -140,10 +140,13 @@ def first_bad(rule: str, values: np.ndarray) -> int:
     return int(bad[0]) if len(bad) else -1
 
 
-def first_bad_support(ids: np.ndarray, rows: Ragged, limit: int) -> int:
+def first_bad_support(ids: np.ndarray, rows: Ragged, limit: int, absent_ok: bool = False) -> int:
     """First of the first ``limit`` supports that is empty, repeats an id, or misses the
-    sampled id; -1 when there is none."""
+    sampled id; -1 when there is none. With ``absent_ok`` an empty row is an absent support
+    (kept_tokens' zero count) and breaks no rule."""
     for index, (sampled, support) in enumerate(zip(ids.tolist()[:limit], rows_to_lists(rows.offsets, rows.values)[0])):
+        if not support and absent_ok:
+            continue
         if not support or len(set(support)) != len(support) or sampled not in support:
             return index
     return -1

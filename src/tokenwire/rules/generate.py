@@ -264,27 +264,12 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) ->
         c.fail("Sampling mask token count mismatch", field)
     # The first row that breaks a rule: malformed (bad_row) or not a valid support.
     limit = len(ids) if bad_row is None else bad_row
-    bad = _first_bad_kept_row(ids, rows, limit, c) if bare else c.kernels.first_bad_support(ids, rows, limit)
+    bad = c.kernels.first_bad_support(ids, rows, limit, absent_ok=bare)
     if bad >= 0:
         c.fail("Invalid recorded sampling support", field, bad)
     if bad_row is not None:
         c.fail("Invalid recorded sampling support", field, bad_row)
     return rows
-
-
-def _first_bad_kept_row(ids: np.ndarray, rows: Ragged, limit: int, c: Evidence) -> int:
-    """:func:`first_bad_support` over kept_tokens rows, where an empty row (a zero count) is
-    an absent kept set and breaks no rule: the present rows of the first ``limit`` are checked."""
-    lengths = np.diff(rows.offsets[: limit + 1])
-    present = np.flatnonzero(lengths)
-    if len(present) == limit:
-        return int(c.kernels.first_bad_support(ids, rows, limit))
-    offsets = np.zeros(len(present) + 1, dtype=np.int64)
-    np.cumsum(lengths[present], out=offsets[1:])
-    first = int(rows.offsets[0])
-    kept = Ragged(offsets, rows.values[first : first + int(offsets[-1])])
-    bad = int(c.kernels.first_bad_support(ids[present], kept, len(present)))
-    return int(present[bad]) if bad >= 0 else -1
 
 
 def _mask_field(choice: dict[str, Any]) -> str | None:
