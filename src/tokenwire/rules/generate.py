@@ -221,14 +221,12 @@ def _check_sampled_agrees(sampled: np.ndarray, content: np.ndarray, c: Evidence)
 
 
 def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) -> Ragged | None:
-    field = "sampling_mask"
-    mask = choice.get(field)
-    bare = False
-    if mask is None and choice.get("kept_tokens") is not None:
-        # An older server branch: the same CSR under another name, with bare base64 strings.
-        field, mask, bare = "kept_tokens", choice["kept_tokens"], True
-    if mask is None:
+    field = _mask_field(choice)
+    if field is None:
         return None
+    mask = choice[field]
+    # kept_tokens (prime-rl's sampling replay): the same CSR with bare base64 strings.
+    bare = field == "kept_tokens"
     bad_row = None
     if isinstance(mask, dict):
         arrays = {}
@@ -273,7 +271,8 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) ->
 
 
 def _mask_field(choice: dict[str, Any]) -> str | None:
-    """The field :func:`parse_sampling_mask` reads the supports from, or None."""
+    """The field the supports are read from (``sampling_mask`` before ``kept_tokens``), or
+    None."""
     if choice.get("sampling_mask") is not None:
         return "sampling_mask"
     return "kept_tokens" if choice.get("kept_tokens") is not None else None
