@@ -443,33 +443,32 @@ static uint64_t support_marks_scalar(const int64_t *oid, size_t m, const int32_t
 TW_TARGET_AVX512 static int keep_marked_avx512(int64_t *oid, double *olp, size_t m,
                                                const int32_t *sup, size_t slen, size_t *r) {
     __m512i c[8];
-    __m512d v[8];
     __mmask8 live[8];
-    for (size_t b = 0; b < 8; b++) {
-        size_t left = m > 8 * b ? m - 8 * b : 0;
+    size_t nv = (m + 7) / 8; /* only the vectors the ids fill: a compare per id per vector */
+    for (size_t b = 0; b < nv; b++) {
+        size_t left = m - 8 * b;
         live[b] = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
+        c[b] = _mm512_maskz_loadu_epi64(live[b], oid + 8 * b);
     }
-    /* eight vectors always (lanes past m are masked off): a loop the compiler unrolls */
-    for (size_t b = 0; b < 8; b++) c[b] = _mm512_maskz_loadu_epi64(live[b], oid + 8 * b);
     uint64_t marks = 0;
     for (size_t s = 0; s < slen; s++) {
         __m512i want = _mm512_set1_epi64((int64_t)sup[s]);
         uint64_t hit = 0;
-        for (size_t b = 0; b < 8; b++)
+        for (size_t b = 0; b < nv; b++)
             hit |= (uint64_t)_mm512_mask_cmpeq_epi64_mask(live[b], c[b], want) << (8 * b);
         if (!hit) return 0;
         marks |= hit;
     }
-    for (size_t b = 0; b < 8; b++) v[b] = _mm512_maskz_loadu_pd(live[b], olp + 8 * b);
     size_t w = 0;
-    for (size_t b = 0; b < 8; b++) {
+    for (size_t b = 0; b < nv; b++) {
         /* compressed in a register, then a masked store (a compressing store to memory is
            microcoded on some cores) */
         __mmask8 keep = (__mmask8)(marks >> (8 * b));
         unsigned cnt = tw_popcount64(keep);
         __mmask8 head = (__mmask8)((1u << cnt) - 1);
+        __m512d v = _mm512_maskz_loadu_pd(live[b], olp + 8 * b);
         _mm512_mask_storeu_epi64(oid + w, head, _mm512_maskz_compress_epi64(keep, c[b]));
-        _mm512_mask_storeu_pd(olp + w, head, _mm512_maskz_compress_pd(keep, v[b]));
+        _mm512_mask_storeu_pd(olp + w, head, _mm512_maskz_compress_pd(keep, v));
         w += cnt;
     }
     *r = w;
