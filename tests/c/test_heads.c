@@ -1001,7 +1001,6 @@ static int bench(const char *path) {
         for (int64_t i = w.roff[t]; i < w.roff[t + 1]; i++)
             if ((int64_t)w.ids[i] == w.sampled[t]) slps[t] = w.vals[i];
     }
-    static const char *names[] = {"scalar", "auto", "avx2", "avx512"};
     for (int p = 0; p < npaths; p++) {
         int path = paths[p], code = 0;
         double best_c = 1e9, best_s = 1e9, best_t = 1e9;
@@ -1019,7 +1018,7 @@ static int bench(const char *path) {
         }
         printf("  %-6s compact_candidates %7.1f us   select_heads %7.1f us   together %7.1f us"
                "   (%.2f ns/candidate; result %td/%d, %lld head entries)\n",
-               names[path], best_c * 1e6, best_s * 1e6, best_t * 1e6, best_t * 1e9 / (double)cnt,
+               tw_path_name(path), best_c * 1e6, best_s * 1e6, best_t * 1e6, best_t * 1e9 / (double)cnt,
                failed, code, (long long)out_off[n]);
     }
     /* the same decisions, all by exp() and exact sums: the cost the estimate avoids */
@@ -1061,7 +1060,7 @@ static int bench(const char *path) {
                 if (t1 - t0 < best) best = t1 - t0;
             }
             printf("  %-6s native layout (%zu candidates): select_heads %7.1f us (result %td/%d)\n",
-                   names[paths[p]], at, best * 1e6, failed, code);
+                   tw_path_name(paths[p]), at, best * 1e6, failed, code);
         }
         free(noff);
         free(nids);
