@@ -475,7 +475,8 @@ TW_TARGET_AVX512 static int keep_marked_avx512(int64_t *oid, double *olp, size_t
     return 1;
 }
 
-/* The same, four ids a vector. */
+/* The marks of support_marks_scalar by vector compares, four ids a vector (keep_support
+   compacts by them). */
 TW_TARGET_AVX2 static uint64_t support_marks_avx2(const int64_t *oid, size_t m,
                                                   const int32_t *sup, size_t slen) {
     int64_t padded[64];
@@ -568,13 +569,14 @@ static int keep_support(int path, int64_t *oid, double *olp, size_t m, const int
 /*
  * Most heads need no sorting: engine order is ranked order (native heads), or is except that
  * the first candidate belongs further down (compact rows start with the sampled token). Such
- * a head without sentinels has a `shape`: 0 when it is in ranked order, q > 0 when its first
- * candidate goes after the next q (the run of those better than it), which is what
- * insertion_sort would make of it. Other heads are ranked by rank_top.
+ * a head, over its live candidates (all of them, or those before a tail at the sentinel: a
+ * filtered row), has a `shape`: 0 when it is in ranked order, q > 0 when its first candidate
+ * goes after the next q (the run of those better than it), which is what insertion_sort
+ * would make of it. Other heads are ranked by rank_top.
  *
  * Shapes come from a sweep over a block of candidates that flags, per candidate, whether it
- * is better than the one before it (`up`) and whether it is at the sentinel (`sent`); bits of
- * a token's first candidate are ignored.
+ * is better than the one before it (`up`) and whether it is at the sentinel (`sent`); a token's
+ * first `up` bit compares with the token before it and is ignored.
  */
 #define SWEEP 4096 /* candidates per sweep */
 #define SWEEP_WORDS (SWEEP / 64 + 1)

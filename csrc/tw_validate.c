@@ -331,9 +331,6 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Whether an id repeats in a short row: a 256-bit filter of the ids seen so far, a hit
-   confirmed by a scan of them (a row of distinct ids costs one filter look-up an id, and
-   about one scan a row for the false hits). */
 #ifdef TW_X86_SIMD
 /* A support row of 1 to TW_SMALL_ROW entries with AVX-512: whether it lacks `sampled` or
    repeats an id. Sixteen ids a vector; repeats inside a vector by conflict detection, across
@@ -364,6 +361,9 @@ TW_TARGET_AVX512 static int support_row_avx512(const int32_t *row, size_t len, i
 }
 #endif
 
+/* Whether an id repeats in a short row: a 256-bit filter of the ids seen so far, a hit
+   confirmed by a scan of them (a row of distinct ids costs one filter look-up an id, and
+   about one scan a row for the false hits). */
 static int small_row_repeats(const int32_t *row, size_t len) {
     uint64_t seen[4] = {0, 0, 0, 0};
     for (size_t j = 0; j < len; j++) {

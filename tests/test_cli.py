@@ -18,6 +18,7 @@ import pytest
 
 from tokenwire import cli, samples
 from tokenwire.cli import check as cli_check
+from tokenwire.cli import commands as cli_commands
 from tokenwire.cli import io as cli_io
 
 N = 12  # tokens per choice: small responses keep the suite fast
@@ -488,11 +489,11 @@ def test_inspect_field(tmp_path, capsys):
 
 
 def test_bench_reports_progress_on_long_runs(capsys, monkeypatch):
-    monkeypatch.setattr(cli, "_median_seconds", lambda fn, budget: 1e-3)
-    rows = cli.bench_samples(quick=True, names=["multi_choice"] * 4)  # ~2.4 s when timed
+    monkeypatch.setattr(cli_commands, "_median_seconds", lambda fn, budget: 1e-3)
+    rows = cli_commands.bench_samples(quick=True, names=["multi_choice"] * 4)  # ~2.4 s when timed
     assert len(rows) == 4
     assert capsys.readouterr().err.count("multi_choice ...") == 4
-    cli.bench_samples(quick=True, names=["multi_choice"])  # ~0.6 s: quiet
+    cli_commands.bench_samples(quick=True, names=["multi_choice"])  # ~0.6 s: quiet
     assert capsys.readouterr().err == ""
 
 

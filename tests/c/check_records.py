@@ -18,8 +18,8 @@ loads it with ctypes, and checks:
     decoy keys in nested values), written with random whitespace, escapes and
     number spellings: tw_scan + tw_rec_parse give the same first failing
     entry and rule, the same sampled values, candidates and entry logprobs
-    (bit for bit) as the reference's _parse_native_logprobs and the per-entry
-    part of _parse_native_heads on json.loads of the same bytes;
+    (bit for bit) as the reference's parse_native_logprobs and the per-entry
+    part of parse_native_heads on json.loads of the same bytes;
     tw_rec_count gives the room needed; fixed-capacity mode agrees with
     grow mode;
   * tw_blank_field(logprobs.content): orjson.loads of the stripped copy equals

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import resource
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,8 @@ CONTENDERS = ("tokenwire", "orjson.loads")
 
 
 def _minor_faults() -> int:
+    import resource  # POSIX only: imported by the loop that counts, not with the package
+
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
