@@ -671,7 +671,7 @@ def test_the_verdict_is_the_librarys_on_the_same_bytes(tmp_path, capsys):
     records = [b"\xef\xbb\xbf" + good, good + b"\x0b\x0c", b"\x0c" + good, b" \t" + good + b" \r", good]
     path = tmp_path / "edges.jsonl"
     path.write_bytes(b"\n".join(records) + b"\n")
-    status, result = report(capsys, str(path), "--examples", "10")
+    _, result = report(capsys, str(path), "--examples", "10")
     verdicts = []
     for record in records:
         try:

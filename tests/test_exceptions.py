@@ -53,7 +53,7 @@ def test_str_with_a_lone_surrogate_is_invalid_json(impl, name):
 
 
 def _npy(descr: str) -> str:
-    header = ("{'descr': %s, 'fortran_order': False, 'shape': (0,), }" % descr).encode()
+    header = f"{{'descr': {descr}, 'fortran_order': False, 'shape': (0,), }}".encode()
     header += b" " * (-(len(header) + 11) % 64) + b"\n"
     return base64.b64encode(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header).decode()
 

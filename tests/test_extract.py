@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenwire import MalformedResponseError, samples
+from tokenwire._types import Ragged
 from tokenwire.extract import python as python_extract
 from tokenwire.kernels import python as python_kernels
 from tokenwire.rules import generate as python_rules
 from tokenwire.rules import openai as openai_rules
-from tokenwire._types import Ragged
 
 from . import strategies, test_openai
 from .conftest import _NO_CORE, _core

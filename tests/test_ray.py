@@ -11,10 +11,10 @@ import subprocess
 import sys
 import textwrap
 
-from tokenwire import _json
 import pytest
 
 import tokenwire.ray
+from tokenwire import _json
 from tokenwire.cli import check as cli_check
 
 from .test_cli import check

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from tokenwire import _json
 import pytest
 
 import tokenwire
-from tokenwire import samples
+from tokenwire import _json, samples
 
 from .test_cli import MUTATIONS, _native, _packed, check, line_of, m_native_lost_eos, write
 

@@ -21,7 +21,7 @@ from types import ModuleType
 from .kernels import python as _python_kernels
 from .rules import generate as _python_rules
 
-__all__ = ["implementation", "impl", "kernels"]
+__all__ = ["impl", "implementation", "kernels"]
 
 
 def _wanted(name: str) -> bool:

@@ -17,8 +17,8 @@ import numpy as np
 
 __all__ = [
     "SAMPLES",
-    "Sample",
     "WORKLOADS",
+    "Sample",
     "TokenEvidence",
     "Workload",
     "build_choice",
@@ -78,8 +78,8 @@ def evidence(
     places, as float32 logprobs of a flat distribution do.
     """
     rng = np.random.default_rng(seed)
-    scale = rng.uniform(scale[0], scale[1], size=(n, 1))
-    logits = rng.standard_normal((n, width)) * scale
+    spread = rng.uniform(scale[0], scale[1], size=(n, 1))
+    logits = rng.standard_normal((n, width)) * spread
     logits -= logits.max(axis=1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     order = np.argsort(-logp, axis=1, kind="stable")
@@ -343,7 +343,7 @@ def _varied(seed: int, tokens: int, m: int, *, support: bool = False) -> TokenEv
     rng = np.random.default_rng(10_000 + seed)
     n = int(tokens * rng.uniform(0.88, 1.12))
     scale = (0.3, 2.0) if seed % 2 else (2.0, 8.0)
-    extra = {} if support else {"filtered": 0.1, "ties": 0.05}
+    extra: dict[str, Any] = {} if support else {"filtered": 0.1, "ties": 0.05}
     return evidence(n, m, seed=seed, support=support, scale=scale, **extra)
 
 

@@ -411,7 +411,7 @@ def _chunks(sources: list[Source]) -> int:
     a stream or a compressed file sets no bound."""
     if any(s.size is None or s.compressed for s in sources):
         return sys.maxsize
-    return max(sum(-(-s.size // cli_io.BLOCK) for s in sources), 1)  # type: ignore[operator]
+    return max(sum(-(-s.size // cli_io.BLOCK) for s in sources), 1)  # type: ignore[operator, misc]
 
 
 def main(args: Any) -> int:

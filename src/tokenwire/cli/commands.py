@@ -13,8 +13,8 @@ from typing import Any
 
 import tokenwire
 from tokenwire import _json, samples
-from tokenwire.cli.bench import median_seconds as _median_seconds
 from tokenwire.cli import __doc__ as cli_doc
+from tokenwire.cli.bench import median_seconds as _median_seconds
 from tokenwire.rules import generate as python_rules
 
 

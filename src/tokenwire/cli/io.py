@@ -18,15 +18,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-
 from .. import _json
 
 __all__ = [
     "BLOCK",
-    "Chunk",
-    "InputError",
     "JSON_SPACE",
     "MAX_RECORD",
+    "Chunk",
+    "InputError",
     "Source",
     "expand_paths",
     "first_record",

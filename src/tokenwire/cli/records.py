@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-
 from .. import _json
 from .._audit import Verdict, verdict
 from .formats import Defect, FieldMissing, resolve_field

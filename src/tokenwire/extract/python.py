@@ -27,8 +27,8 @@ from ..kernels.python import (
     Candidates,
     NativeEntries,
     blob,
-    is_int,
     int_list,
+    is_int,
     logprob_token_id,
     native_entries,
     nested_ints,
@@ -244,7 +244,7 @@ def top_triples(rows: list[Any]) -> tuple[Candidates, tuple[int, str] | None]:
         if not isinstance(row, list) or not row:
             return None
         read = triples(row)
-        return [(None, None)] if read.bad is not None else list(zip(read.ids, read.values))
+        return [(None, None)] if read.bad is not None else list(zip(read.ids, cast(list[Any], read.values)))
 
     return _candidate_rows(rows, pairs)
 
@@ -292,7 +292,8 @@ def records(value: list[Any]) -> Records:
     sampling = any(isinstance(e, dict) and "sampling_logprob" in e for e in value)
     key = "sampling_logprob" if sampling else "logprob"
     ids: list[int | None] = []
-    read = Records(ids, [], key)
+    values: list[Any] = []
+    read = Records(ids, values, key)
     for index, entry in enumerate(value):
         if not isinstance(entry, dict):
             read.bad = index
@@ -300,7 +301,7 @@ def records(value: list[Any]) -> Records:
         if sampling and key not in entry and read.mixed is None:
             read.mixed = index
         ids.append(logprob_token_id(entry))
-        read.values.append(entry.get(key))
+        values.append(entry.get(key))
     return read
 
 
@@ -308,7 +309,8 @@ def triples(value: list[Any]) -> Records:
     """SGLang's ``[logprob, token_id, text]`` entries (the text may be absent or null);
     ids as in :func:`records`."""
     ids: list[int | None] = []
-    read = Records(ids, [], "logprob")
+    values: list[Any] = []
+    read = Records(ids, values, "logprob")
     for index, entry in enumerate(value):
         if not isinstance(entry, list) or not 2 <= len(entry) <= 3:
             read.bad = index
@@ -316,7 +318,7 @@ def triples(value: list[Any]) -> Records:
         token_id = entry[1]
         valid = is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID
         ids.append(token_id if valid else None)
-        read.values.append(entry[0])
+        values.append(entry[0])
     return read
 
 

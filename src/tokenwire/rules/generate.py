@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -39,8 +39,8 @@ __all__ = ["parse_document", "parse_generate_response"]
 MAX_DIMS = 64  # numpy's limit on an array's dimensions
 PACKED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
 # int16: a captured int16 routing array passes through prime-rl's encoder as it is.
-ROUTED_DTYPES = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "int16": np.dtype("<i2"),
-                 "int32": np.dtype("<i4")}
+ROUTED_DTYPES: dict[str, np.dtype[Any]] = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"),
+                                           "int16": np.dtype("<i2"), "int32": np.dtype("<i4")}
 NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i2": "int16",
               "<i4": "int32"}
 
@@ -128,7 +128,7 @@ def _native_message(messages: dict[str, str], code: str, index: int, ids: np.nda
 
 def parse_native_logprobs(
     choice: dict[str, Any], ids: np.ndarray, c: Evidence, want_top: bool = False
-) -> tuple[np.ndarray, NativeEntries]:
+) -> tuple[np.ndarray, NativeEntries | None]:
     """The sampled logprobs from native records; with ``want_top`` the same read also
     collects the head candidates, for :func:`parse_native_heads`."""
     field = "logprobs.content"
@@ -242,7 +242,7 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) ->
             if raw is None or len(raw) % 4:
                 c.fail("Invalid packed sampling mask", f"{field}.{name}.data")
             values = raw.view("<i4")
-            if not bare and not _shape_is(packed.get("shape"), len(values)):
+            if not bare and not _shape_is(cast(dict[str, Any], packed).get("shape"), len(values)):
                 c.fail("Invalid packed sampling mask", f"{field}.{name}.shape")
             negative = c.kernels.first_bad("negative", values)
             if negative >= 0:
@@ -314,7 +314,7 @@ def parse_compact_logprobs(
     if bad_offset is not None:
         c.fail("Invalid compact logprob offsets", field + ".offsets", bad_offset)
     num_top = packed.get("num_top_logprobs")
-    if not is_int(num_top) or num_top < -1:
+    if not is_int(num_top) or cast(int, num_top) < -1:
         c.fail("Invalid compact logprob candidate count", field + ".num_top_logprobs")
     raw = blob_at(c, packed.get("data"), field + ".data")
     if raw is None:
@@ -479,7 +479,7 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
             consumed.append("logprobs")
     routed = choice.get("routed_experts")
     return GenerateChoice(
-        index=c.index,
+        index=cast(int, c.index),  # a choice's evidence (None: the top level's)
         completion_ids=ids,
         completion_logprobs=logprobs,
         completion_top_ids=top_ids,
