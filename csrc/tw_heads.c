@@ -721,35 +721,24 @@ static inline size_t kept(const double *lps, int shape, size_t m, int64_t k) {
     return kk;
 }
 
-/* n entries of a head from ids/lps to oid/olp: short copies, in blocks of four of a constant
-   size the compiler inlines, not calls into the C library. */
-static inline void copy_head(int64_t *oid, double *olp, const int64_t *ids, const double *lps,
-                             size_t n) {
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        memcpy(oid + i, ids + i, 4 * sizeof(int64_t));
-        memcpy(olp + i, lps + i, 4 * sizeof(double));
-    }
-    for (; i < n; i++) {
-        oid[i] = ids[i];
-        olp[i] = lps[i];
-    }
-}
-
 /* The first count of the ranked order, for a shape >= 0. */
 static void emit(const int64_t *ids, const double *lps, int shape, size_t count, int64_t *oid,
                  double *olp) {
     size_t q = (size_t)shape;
     if (count == 0) return;
     if (shape == 0) {
-        copy_head(oid, olp, ids, lps, count);
+        memcpy(oid, ids, count * sizeof(int64_t));
+        memcpy(olp, lps, count * sizeof(double));
     } else if (count <= q) {
-        copy_head(oid, olp, ids + 1, lps + 1, count);
+        memcpy(oid, ids + 1, count * sizeof(int64_t));
+        memcpy(olp, lps + 1, count * sizeof(double));
     } else {
-        copy_head(oid, olp, ids + 1, lps + 1, q);
+        memcpy(oid, ids + 1, q * sizeof(int64_t));
+        memcpy(olp, lps + 1, q * sizeof(double));
         oid[q] = ids[0];
         olp[q] = lps[0];
-        copy_head(oid + q + 1, olp + q + 1, ids + q + 1, lps + q + 1, count - q - 1);
+        memcpy(oid + q + 1, ids + q + 1, (count - q - 1) * sizeof(int64_t));
+        memcpy(olp + q + 1, lps + q + 1, (count - q - 1) * sizeof(double));
     }
 }
 
