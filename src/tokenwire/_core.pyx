@@ -10,7 +10,7 @@ import numpy as np
 
 cimport numpy as cnp
 from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
@@ -646,14 +646,20 @@ cdef void _free_blob(object capsule) noexcept:
 
 cdef object _adopt(uint8_t *data, size_t size):
     """A uint8 array over ``data`` (from tw_mem), which it owns from now on (freed with it)."""
+    return _adopt_typed(data, size, cnp.NPY_UINT8)
+
+
+cdef object _adopt_typed(uint8_t *data, size_t count, int typenum):
+    """A 1-d array of ``count`` elements of ``typenum`` over ``data`` (from tw_mem), which it
+    owns from now on (freed with it)."""
     cdef cnp.npy_intp dims[1]
     try:
         owner = PyCapsule_New(data, NULL, _free_blob)
     except BaseException:
         tw_mem_free(data)
         raise
-    dims[0] = <cnp.npy_intp>size
-    out = cnp.PyArray_SimpleNewFromData(1, dims, cnp.NPY_UINT8, data)
+    dims[0] = <cnp.npy_intp>count
+    out = cnp.PyArray_SimpleNewFromData(1, dims, typenum, data)
     cnp.set_array_base(out, owner)
     return out
 
@@ -705,12 +711,21 @@ cdef class _Scan:
         ``blank``: the choice fields also blanked (read from the raw bytes instead), as
         ``tw_doc.blank_fields`` bits (``_blank_mask``);
         ``openai``/``sglang``: an OpenAI-compatible / SGLang document (see tw_scan.h)."""
-        mv = _bytes_view(raw)
-        cdef const unsigned char[::1] view = mv
-        cdef size_t n = view.shape[0]
+        cdef const unsigned char[::1] view
+        cdef size_t n
         cdef int rc
         cdef char *dst
-        if isinstance(mv.obj, bytes):
+        if type(raw) is bytes:  # the common case, without a view: bytes never change
+            self.source = raw
+            self.buf = PyBytes_AS_STRING(raw)
+            n = <size_t>PyBytes_GET_SIZE(raw)
+        else:
+            mv = _bytes_view(raw)
+            view = mv
+            n = view.shape[0]
+        if type(raw) is bytes:
+            pass
+        elif isinstance(mv.obj, bytes):
             self.keep = view
             self.source = mv
             self.buf = _start(view)
@@ -929,17 +944,21 @@ cdef class _Scan:
     cdef object ints(self, const tw_value *v, uint64_t high):
         cdef size_t err = 0
         cdef int rc = 0
-        cdef int64_t[::1] view
+        cdef int64_t *data
+        cdef cnp.npy_intp dims[1]
         if v.type != TW_T_ARRAY:
             return None
-        out = np.empty(v.count, dtype=np.int64)
-        if v.count:
-            view = out
+        dims[0] = <cnp.npy_intp>v.count
+        out = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
+        data = <int64_t *>cnp.PyArray_DATA(out)
+        if v.read and v.count < _NOGIL_MIN // 8:  # read during the scan: a short copy
+            rc = tw_take_uints(&self.doc, v, high, data, &err)
+        elif v.read:
             with nogil:
-                if v.read:  # read during the scan
-                    rc = tw_take_uints(&self.doc, v, high, &view[0], &err)
-                else:
-                    rc = tw_parse_uint_array(self.buf, v, high, &view[0], &err, self.path)
+                rc = tw_take_uints(&self.doc, v, high, data, &err)
+        elif v.count:
+            with nogil:
+                rc = tw_parse_uint_array(self.buf, v, high, data, &err, self.path)
         if rc < 0:
             return out[:err], v.count, err
         return out, v.count, None
@@ -1271,6 +1290,159 @@ def extract_generate(raw, top_k=None):
         PyDataMem_SetHandler(previous)
 
 
+# --- the plain path: small packed responses without the rules' Python ---------------------------
+#
+# A choice whose only evidence is its token ids and packed logprobs, each of them valid, is
+# built here straight from the scan. This path decides nothing: it takes a choice only when
+# every rule of rules/generate.py that could apply passes, and hands anything else, valid or
+# not, to the rules, which then give the same result or say what is wrong
+# (tests/test_plain_path.py holds the two to the same results).
+
+# The fields whose presence sends a choice to the rules: each brings rules this path lacks.
+_PLAIN_ABSENT = ("compact_logprobs", "logprobs", "sampling_mask", "kept_tokens", "routed_experts")
+# GenerateChoice.raw: the choice without these (rules/generate.py's consumed fields).
+_PLAIN_CONSUMED = _generate._CONSUMED + ("completion_logprobs",)
+_GenerateChoice = _generate.GenerateChoice
+_MISSING = object()
+_GenerateResponse = _generate.GenerateResponse
+
+
+cdef object _plain_ints(_Scan scan, const tw_value *v):
+    """The ids recorded at ``v`` as an int64 array, or None unless every one is a token id."""
+    if not v.present or v.type != TW_T_ARRAY:
+        return None
+    got = scan.ints(v, _MAX_TOKEN_ID)
+    return got[0] if got[2] is None else None
+
+
+cdef uint8_t *_plain_blob(_Scan scan, const tw_value *v, size_t *size) except? NULL:
+    """The bytes of the base64 string ``v`` in memory from tw_mem (the caller owns them), or
+    NULL when they are not canonical base64 or hold an escape (``_decode`` reads those)."""
+    cdef uint8_t *data = tw_take_blob(&scan.doc, v, size)
+    cdef const char *src = scan.buf + v.start
+    cdef char *tmp = NULL
+    cdef size_t length = v.end - v.start, err = 0
+    cdef ptrdiff_t need
+    if data != NULL or not v.ascii:
+        return data
+    if v.has_escape:  # "\/" and friends: unescape first
+        tmp = <char *>tw_mem_alloc(length + 1)
+        if tmp == NULL:
+            raise MemoryError()
+        length = tw_unescape(scan.buf, v, tmp)
+        src = tmp
+    need = tw_b64_decoded_size(src, length)
+    if need >= 0:
+        data = <uint8_t *>tw_mem_alloc(<size_t>need + 1)
+        if data != NULL and tw_b64_decode(src, length, data, <size_t>need, scan.path, &err) < 0:
+            tw_mem_free(data)
+            data = NULL
+            need = -1
+    tw_mem_free(tmp)
+    if need >= 0 and data == NULL:
+        raise MemoryError()
+    size[0] = <size_t>need if data != NULL else 0
+    return data
+
+
+cdef inline ptrdiff_t _packed_bad(const uint8_t *data, size_t n, size_t itemsize) noexcept nogil:
+    if itemsize == 4:
+        return tw_packed_f32_bad(<const float *>data, n)
+    return tw_packed_f64_bad(<const double *>data, n)
+
+
+cdef object _plain_choice(_Scan scan, size_t index, dict choice):
+    """The GenerateChoice of choice ``index`` when it is a plain packed one and valid, else
+    None."""
+    cdef const tw_value *f = scan.doc.choice[index].f
+    cdef const tw_value *v = &f[TW_F_CL_DATA]
+    cdef size_t size = 0, itemsize, n
+    cdef uint8_t *data
+    cdef ptrdiff_t bad = -1
+    cdef int typenum
+    for key in _PLAIN_ABSENT:
+        if choice.get(key) is not None:
+            return None
+    packed = choice.get("completion_logprobs")
+    if type(packed) is not dict or not v.present or v.type != TW_T_STRING:
+        return None
+    name = (<dict>packed).get("dtype")
+    if type(name) is not str:
+        return None
+    if name == "float32":
+        itemsize, typenum = 4, cnp.NPY_FLOAT32
+    elif name == "float64":
+        itemsize, typenum = 8, cnp.NPY_FLOAT64
+    else:
+        return None
+    ids = _plain_ints(scan, &f[TW_F_TOKEN_IDS])
+    if ids is None:
+        return None
+    n = len(ids)
+    shape = (<dict>packed).get("shape", _MISSING)
+    if shape is not _MISSING and not (type(shape) is list and len(<list>shape) == 1
+                                      and type((<list>shape)[0]) is int and (<list>shape)[0] == n):
+        return None
+    data = _plain_blob(scan, v, &size)
+    if data == NULL:
+        return None
+    logprobs = _adopt_typed(data, size // itemsize, typenum)
+    if size != n * itemsize:
+        return None
+    if n and size < _NOGIL_MIN:
+        bad = _packed_bad(data, n, itemsize)
+    elif n:
+        with nogil:
+            bad = _packed_bad(data, n, itemsize)
+    if bad >= 0:
+        return None
+    raw = (<dict>choice).copy()
+    for key in _PLAIN_CONSUMED:
+        raw.pop(key, None)
+    return _GenerateChoice(index, ids, logprobs, None, None, None, None, choice.get("finish_reason"), raw, None)
+
+
+cdef object _plain_generate(_Scan scan, object document):
+    """The GenerateResponse of a document whose choices are all plain packed ones, valid, and
+    whose prompt ids (if any) are valid; else None."""
+    cdef size_t i
+    if type(document) is not dict:
+        return None
+    choices = (<dict>document).get("choices")
+    if type(choices) is not list or not choices or <size_t>len(<list>choices) > scan.doc.nchoices:
+        return None
+    prompt = (<dict>document).get("prompt_token_ids")
+    if prompt is not None:
+        prompt = _plain_ints(scan, &scan.doc.prompt_token_ids)
+        if prompt is None:
+            return None
+    parsed = []
+    for i in range(len(<list>choices)):
+        choice = (<list>choices)[i]
+        if type(choice) is not dict:
+            return None
+        got = _plain_choice(scan, i, <dict>choice)
+        if got is None:
+            return None
+        parsed.append(got)
+    payload = (<dict>document).copy()
+    payload.pop("choices", None)
+    payload.pop("prompt_token_ids", None)
+    return _GenerateResponse(parsed, (<dict>document).get("request_id"), (<dict>document).get("usage"),
+                             prompt, payload)
+
+
+def _plain_generate_response(raw):
+    """What the plain path alone makes of ``raw``: its GenerateResponse, or None when it hands
+    the response to the rules (for tests)."""
+    previous = PyDataMem_SetHandler(_NP_HANDLER)
+    try:
+        scan = _Scan()
+        return _plain_generate(scan, scan.document(raw))
+    finally:
+        PyDataMem_SetHandler(previous)
+
+
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
@@ -1278,6 +1450,10 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
     try:
         scan = _Scan()
         document = scan.document(raw)
+        if k is None:
+            plain = _plain_generate(scan, document)
+            if plain is not None:
+                return plain
         top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE)
         return _generate.parse_document(document, k, require_logprobs, _lookup(top, read))
     finally:
@@ -1435,4 +1611,5 @@ def parse_chat_completions_response(raw, *, top_k=None, require_logprobs=True, c
     package docs)."""
     return _parse_openai(raw, top_k, require_logprobs, check_usage,
                          _openai_rules.parse_chat_completions_document)
+
 
