@@ -2,6 +2,7 @@
 #include "tw_cpu.h"
 #include "tw_util.h"
 #include "tw_mem.h"
+#include "tw_validate.h"
 
 #include <errno.h>
 #include <math.h>
@@ -704,6 +705,68 @@ static inline int head_shape(const int64_t *ids, const double *lps, size_t len, 
     return (int)q;
 }
 
+#ifdef TW_X86_SIMD
+/* head_shape's run (the candidates after the second that are better than the first) eight
+   at a time. */
+TW_TARGET_AVX512 static inline int head_shape_avx512(const int64_t *ids, const double *lps,
+                                                     size_t len, uint64_t up) {
+    up &= ~UINT64_C(1);
+    if (up == 0) return 0;
+    if (up != 2) return -1;
+    const __m512d v0 = _mm512_set1_pd(lps[0]);
+    const __m512i i0 = _mm512_set1_epi64(ids[0]);
+    size_t q = 1;
+    for (size_t i = 2; i < len; i += 8) {
+        __mmask8 m = len - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (len - i)) - 1);
+        __m512d v = _mm512_maskz_loadu_pd(m, lps + i);
+        __mmask8 b = _mm512_mask_cmp_pd_mask(m, v, v0, _CMP_GT_OQ) |
+                     (_mm512_mask_cmp_pd_mask(m, v, v0, _CMP_EQ_OQ) &
+                      _mm512_mask_cmplt_epi64_mask(m, _mm512_maskz_loadu_epi64(m, ids + i), i0));
+        unsigned run = tw_ctz32(~(uint32_t)b); /* lanes past the head are 0: the run stops */
+        q += run;
+        if (run < 8) break;
+    }
+    return (int)q;
+}
+
+/* dst[0 .. n) = src[0 .. n), eight at a time. */
+TW_TARGET_AVX512 static inline void copy_avx512(int64_t *oid, double *olp, const int64_t *ids,
+                                                const double *lps, size_t n) {
+    for (size_t j = 0; j < n; j += 8) {
+        __mmask8 m = n - j >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - j)) - 1);
+        _mm512_mask_storeu_epi64(oid + j, m, _mm512_maskz_loadu_epi64(m, ids + j));
+        _mm512_mask_storeu_pd(olp + j, m, _mm512_maskz_loadu_pd(m, lps + j));
+    }
+}
+
+/* emit, eight at a time. */
+TW_TARGET_AVX512 static void emit_avx512(const int64_t *ids, const double *lps, int shape,
+                                         size_t count, int64_t *oid, double *olp) {
+    size_t q = (size_t)shape;
+    if (shape == 0) {
+        copy_avx512(oid, olp, ids, lps, count);
+        return;
+    }
+    copy_avx512(oid, olp, ids + 1, lps + 1, count < q ? count : q);
+    if (count > q) {
+        oid[q] = ids[0];
+        olp[q] = lps[0];
+        copy_avx512(oid + q + 1, olp + q + 1, ids + q + 1, lps + q + 1, count - q - 1);
+    }
+}
+
+/* Where sid first is among ids[0 .. len), or len. */
+TW_TARGET_AVX512 static inline size_t find_avx512(const int64_t *ids, size_t len, int64_t sid) {
+    const __m512i want = _mm512_set1_epi64(sid);
+    for (size_t i = 0; i < len; i += 8) {
+        __mmask8 m = len - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (len - i)) - 1);
+        __mmask8 hit = _mm512_mask_cmpeq_epi64_mask(m, _mm512_maskz_loadu_epi64(m, ids + i), want);
+        if (hit) return i + tw_ctz32(hit);
+    }
+    return len;
+}
+#endif
+
 /* Position p of the ranked order, for a shape >= 0. */
 static inline size_t shape_at(int shape, size_t p) {
     size_t q = (size_t)shape;
@@ -748,16 +811,27 @@ static void emit(const int64_t *ids, const double *lps, int shape, size_t count,
 static int select_one(int path, const int64_t *ids, const double *lps, size_t len, size_t live,
                       int64_t sid, double slp, int64_t k, const int32_t *sup, size_t slen,
                       int has_sup, int shape, int64_t *oid, double *olp, size_t *r, scratch *sc) {
-    for (size_t i = 0; i < len; i++) {
-        if (ids[i] == sid) {
-            if (!is_close(lps[i], slp, 1e-6, 1e-5)) return TW_HEAD_DISAGREE;
-            break;
-        }
-    }
+    size_t at = len;
+#ifdef TW_X86_SIMD
+    if (path == TW_PATH_AVX512)
+        at = find_avx512(ids, len, sid);
+    else
+#endif
+        for (size_t i = 0; i < len; i++)
+            if (ids[i] == sid) {
+                at = i;
+                break;
+            }
+    if (at < len && !is_close(lps[at], slp, 1e-6, 1e-5)) return TW_HEAD_DISAGREE;
     size_t m = 0;
     if (shape >= 0) {
         m = has_sup ? live : kept(lps, shape, live, k);
-        emit(ids, lps, shape, m, oid, olp);
+#ifdef TW_X86_SIMD
+        if (path == TW_PATH_AVX512)
+            emit_avx512(ids, lps, shape, m, oid, olp);
+        else
+#endif
+            emit(ids, lps, shape, m, oid, olp);
         if (!has_sup) {
             *r = m;
             return TW_HEAD_OK;
@@ -993,7 +1067,14 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
                     size_t p = tw_ctz64(tail);
                     live = tail >> p == (len - p == 64 ? ~UINT64_C(0) : (UINT64_C(1) << (len - p)) - 1) ? p : 0;
                 }
-                if (live) shape = head_shape(ids, lps, live, flag_bits(up, at, live));
+                if (live) {
+#ifdef TW_X86_SIMD
+                    if (path == TW_PATH_AVX512)
+                        shape = head_shape_avx512(ids, lps, live, flag_bits(up, at, live));
+                    else
+#endif
+                        shape = head_shape(ids, lps, live, flag_bits(up, at, live));
+                }
             }
             int has_sup = row_has_support(soff, t);
             const int32_t *s = has_sup ? sup + soff[t] : NULL;
@@ -1162,6 +1243,99 @@ TW_TARGET_AVX512 static int compact_row_avx512(const uint32_t *ids,
     return 1;
 }
 #endif
+
+#ifdef TW_X86_SIMD
+/* One row of up to 32 entries for both kernels: its candidates (compact_row_avx512) and its
+   row rule in *r, with the sampled value in *out when it holds. 0 (nothing decided) when the
+   row holds a NaN or repeats whose bits differ (a zero of either sign): the kernels then run
+   on it one after the other. Repeats with identical bits and no NaN agree, so what is left
+   of the row rule is the sampled id. */
+TW_TARGET_AVX512 static int fused_row_avx512(const uint32_t *ids, const float *vals, size_t len,
+                                             uint64_t take, uint32_t sampled, int sampled_ok,
+                                             float *out, int64_t *oid, double *olp,
+                                             size_t *count, int *r) {
+    __mmask16 ma = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
+    __mmask16 mb = len > 16 ? (__mmask16)((1u << (len - 16)) - 1) : 0;
+    __m512 va = _mm512_maskz_loadu_ps(ma, vals), vb = _mm512_maskz_loadu_ps(mb, vals + 16);
+    if (_mm512_mask_cmp_ps_mask(ma, va, va, _CMP_UNORD_Q) |
+        _mm512_mask_cmp_ps_mask(mb, vb, vb, _CMP_UNORD_Q))
+        return 0;
+    if (!compact_row_avx512(ids, vals, len, take, oid, olp, count))
+        return 0;
+    *r = TW_ROW_MISSING_SAMPLED;
+    if (sampled_ok) {
+        __m512i want = _mm512_set1_epi32((int)sampled);
+        uint32_t hit = (uint32_t)_mm512_mask_cmpeq_epi32_mask(ma, _mm512_maskz_loadu_epi32(ma, ids), want) |
+                       (uint32_t)_mm512_mask_cmpeq_epi32_mask(mb, _mm512_maskz_loadu_epi32(mb, ids + 16), want) << 16;
+        if (hit) { /* the last occurrence gives the value (a zero's sign) */
+            float value = vals[63 - tw_clz64(hit)];
+            if (value != (float)TW_SENTINEL) {
+                *out = value;
+                *r = TW_ROW_OK;
+            }
+        }
+    }
+    return 1;
+}
+#endif
+
+ptrdiff_t tw_compact_rows_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                                     const float *row_vals, const int64_t *sampled,
+                                     int64_t num_top, float *out_sampled, int *kind,
+                                     int64_t *coff, int64_t *cand_ids, double *cand_lps,
+                                     int path) {
+    size_t longest = 0, limit = n;
+    ptrdiff_t failed = -1;
+    path = tw_path_resolve(path);
+    for (size_t t = 0; t < n; t++) {
+        size_t len = (size_t)(roff[t + 1] - roff[t]);
+        if (len > longest) longest = len;
+    }
+    coff[0] = 0;
+#ifdef TW_X86_SIMD
+    if (path == TW_PATH_AVX512 && longest <= 32) {
+        uint64_t take = num_top < 1 ? 1 : (uint64_t)num_top;
+        int64_t o = 0;
+        for (size_t t = 0; t < n; t++) {
+            const uint32_t *ids = row_ids + roff[t];
+            const float *vals = row_vals + roff[t];
+            size_t len = (size_t)(roff[t + 1] - roff[t]), c = 0;
+            int64_t s = sampled[t], one[2];
+            int r = TW_ROW_OK;
+            if (!fused_row_avx512(ids, vals, len, take, (uint32_t)s, s >= 0 && s <= (int64_t)UINT32_MAX,
+                                  out_sampled + t, cand_ids + o, cand_lps + o, &c, &r)) {
+                /* rows of at most 32: neither kernel needs scratch memory */
+                tw_compact_rows(row_ids, row_vals, roff + t, 1, sampled + t, out_sampled + t, &r, path);
+                if (r == TW_ROW_OK)
+                    tw_compact_candidates(1, roff + t, row_ids, row_vals, num_top, one, cand_ids + o,
+                                          cand_lps + o, path);
+                c = r == TW_ROW_OK ? (size_t)one[1] : 0;
+            }
+            if (r != TW_ROW_OK) {
+                for (size_t u = t; u < n; u++) coff[u + 1] = o;
+                *kind = r;
+                return (ptrdiff_t)t;
+            }
+            o += (int64_t)c;
+            coff[t + 1] = o;
+        }
+        *kind = TW_ROW_OK;
+        return -1;
+    }
+#endif
+    failed = tw_compact_rows(row_ids, row_vals, roff, n, sampled, out_sampled, kind, path);
+    if (*kind == TW_ROW_NOMEM)
+        return 0;
+    if (failed >= 0)
+        limit = (size_t)failed;
+    if (tw_compact_candidates(limit, roff, row_ids, row_vals, num_top, coff, cand_ids, cand_lps,
+                              path) == TW_HEAD_NOMEM) {
+        *kind = TW_ROW_NOMEM;
+        return 0;
+    }
+    for (size_t u = limit; u < n; u++) coff[u + 1] = coff[limit];
+    return failed;
+}
 
 int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
                           const float *row_vals, int64_t num_top, int64_t *coff,

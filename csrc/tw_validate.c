@@ -102,6 +102,7 @@ static int row_hash(tw_table *t, uint32_t stamp, const uint32_t *ids, const floa
             }
             if (t->keys[h] == ids[i]) {
                 if (t->vals[h] != vals[i]) return TW_ROW_REPEAT_DISAGREE;
+                t->vals[h] = vals[i]; /* the last occurrence's value (a zero's sign) */
                 break;
             }
             h = (h + 1) & mask;
@@ -120,19 +121,21 @@ static int row_hash(tw_table *t, uint32_t stamp, const uint32_t *ids, const floa
 }
 
 /* A row without disagreeing repeats: OK with its sampled value in *out when the sampled id is
-   in it with a value other than the sentinel (its first occurrence decides). */
+   in it with a value other than the sentinel. Its occurrences are equal; the last one gives
+   the value (as a dict built from the row keeps it: only the sign of a zero can differ). */
 static inline int row_sampled(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
                               int sampled_ok, float *out) {
-    if (sampled_ok) {
-        for (size_t i = 0; i < len; i++) {
+    size_t last = len;
+    if (sampled_ok)
+        for (size_t i = len; i-- > 0;)
             if (ids[i] == sampled) {
-                if (vals[i] == (float)TW_SENTINEL) break;
-                *out = vals[i];
-                return TW_ROW_OK;
+                last = i;
+                break;
             }
-        }
-    }
-    return TW_ROW_MISSING_SAMPLED;
+    if (last == len || vals[last] == (float)TW_SENTINEL)
+        return TW_ROW_MISSING_SAMPLED;
+    *out = vals[last];
+    return TW_ROW_OK;
 }
 
 #ifdef TW_X86_SIMD
@@ -200,11 +203,11 @@ row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, i
     if (!_mm256_testz_si256(bad, bad)) return TW_ROW_REPEAT_DISAGREE;
     if (sampled_ok) {
         __m256i s = _mm256_set1_epi32((int)sampled);
-        for (size_t k = 0; k < nvec; k++) {
+        for (size_t k = nvec; k-- > 0;) { /* the last occurrence gives the value */
             unsigned hit = (unsigned)_mm256_movemask_ps(
                 _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpeq_epi32(a[k], s), valid[k])));
             if (hit) {
-                float value = vals[8 * k + tw_ctz32(hit)];
+                float value = vals[8 * k + 63 - tw_clz64(hit)];
                 if (value == (float)TW_SENTINEL) break;
                 *out = value;
                 return TW_ROW_OK;

@@ -76,3 +76,55 @@ def test_offsets_not_rising_kernel_matches_the_reference(values, rising):
     assert _core.first_not_rising(offsets) == expected
     if rising and all(values):
         assert expected == -1
+
+
+@st.composite
+def compact_rows_arrays(draw):
+    """Rows as the kernels take them: ids, values, offsets, the sampled ids and num_top; few
+    ids (many repeats), repeats that disagree, zeros of both signs, NaN and the sentinel."""
+    n = draw(st.integers(0, 6))
+    longest = draw(st.sampled_from([4, 32, 33, 70]))
+    row_ids, row_values, offsets, sampled = [], [], [0], []
+    for _ in range(n):
+        length = draw(st.integers(0, longest))
+        alphabet = draw(st.sampled_from([3, 40, 2**32 - 1]))
+        ids = draw(st.lists(st.integers(0, alphabet), min_size=length, max_size=length))
+        choices = [-0.25, -1.5, 0.0, -0.0, samples.SENTINEL] + ([float("nan")] if draw(st.integers(0, 4)) == 0 else [])
+        value_of = {i: draw(st.sampled_from(choices)) for i in set(ids)}
+        values = [value_of[i] for i in ids]
+        if length and draw(st.integers(0, 3)) == 0:  # a repeat with other bits: -0.0, or another value
+            at = draw(st.integers(0, length - 1))
+            values[at] = draw(st.sampled_from([-0.0, 0.0, -2.0]))
+        row_ids += ids
+        row_values += values
+        offsets.append(offsets[-1] + length)
+        pick = draw(st.integers(-1, length - 1)) if length else -1
+        sampled.append(ids[pick] if pick >= 0 else draw(st.sampled_from([alphabet + 1, -1, 2**32])))
+    return (np.asarray(sampled, dtype=np.int64), np.asarray(row_ids, dtype="<u4"),
+            np.asarray(row_values, dtype="<f4"), np.asarray(offsets, dtype=np.int64),
+            draw(st.sampled_from([-1, 0, 1, 3, 20, 2**40])))
+
+
+def _fused(kernels, arrays) -> tuple:
+    sampled, bad, candidates = kernels.compact_rows_candidates(*arrays)
+    return (sampled.tobytes(), bad, candidates.offsets.tolist(), candidates.ids.tolist(),
+            candidates.logprobs.tobytes())
+
+
+@given(compact_rows_arrays())
+def test_rows_and_candidates_in_one_pass(impl, arrays):
+    """compact_rows_candidates is compact_rows, then compact_candidates of the rows before the
+    first bad one (later rows empty), on every path: the AVX-512 path's one pass over rows
+    of up to 32 entries, and its hand-over of rows with NaN or zeros of both signs."""
+    ids, row_ids, row_values, offsets, num_top = arrays
+    got = _fused(impl, arrays)
+    if not np.isnan(row_values).any():  # the rules pass no NaN (first_bad before): the kernels
+        assert got == _fused(PYTHON, arrays)  # agree on every other value, a zero's sign too
+    sampled, bad = impl.compact_rows(ids, row_ids, row_values, offsets)
+    assert (sampled.tobytes(), bad) == got[:2]
+    limit = len(ids) if bad is None else bad[0]
+    candidates = impl.compact_candidates(row_ids, row_values, offsets, num_top)
+    end = int(candidates.offsets[limit])
+    assert got[2][: limit + 1] == candidates.offsets[: limit + 1].tolist()
+    assert set(got[2][limit:]) == {end}
+    assert (got[3], got[4]) == (candidates.ids[:end].tolist(), candidates.logprobs[:end].tobytes())

@@ -469,6 +469,11 @@ cdef extern from "tw_heads.h" nogil:
                               const double *sampled_lps, int64_t k, const int64_t *soff,
                               const int32_t *sup, int64_t *out_off, int64_t *out_ids,
                               double *out_lps, int *code, int simd)
+    ptrdiff_t tw_compact_rows_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                                         const float *row_vals, const int64_t *sampled,
+                                         int64_t num_top, float *out_sampled, int *kind,
+                                         int64_t *coff, int64_t *cand_ids, double *cand_lps,
+                                         int path)
     int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
                               const float *row_vals, int64_t num_top, int64_t *coff,
                               int64_t *cand_ids, double *cand_lps, int simd)
@@ -1082,12 +1087,48 @@ def compact_rows(ids, row_ids, row_values, offsets):
     sampled_ids = _i64(ids)
     with nogil:
         row = tw_compact_rows(&rids[0], &vals[0], &offs[0], n, sampled_ids, &out[0], &kind, simd)
+    return sampled, _row_failure(row, kind)
+
+
+cdef object _row_failure(ptrdiff_t row, int kind):
+    """compact_rows' verdict on the row tw_compact_rows* reported (-1: none)."""
     if row < 0:
-        return sampled, None
+        return None
     if kind == TW_ROW_NOMEM:
         raise MemoryError()
-    return sampled, (row, "Repeated compact logprobs disagree" if kind == TW_ROW_REPEAT_DISAGREE
-                     else "Missing compact sampled-token evidence")
+    return (row, "Repeated compact logprobs disagree" if kind == TW_ROW_REPEAT_DISAGREE
+            else "Missing compact sampled-token evidence")
+
+
+def compact_rows_candidates(ids, row_ids, row_values, offsets, num_top):
+    """``compact_rows`` and ``compact_candidates`` in one pass over the rows; the rows from
+    the first bad one on have no candidates."""
+    cdef size_t n = len(ids)
+    cdef int kind = 0
+    cdef ptrdiff_t row = -1
+    cdef const int64_t[::1] roff = offsets
+    cdef const uint32_t[::1] rids = row_ids if len(row_ids) else np.zeros(1, np.uint32)
+    cdef const float[::1] rvals = row_values if len(row_values) else np.zeros(1, np.float32)
+    cdef int64_t top = min(num_top, 2**62)
+    cdef int simd = _path
+    cdef const int64_t *sampled_ids
+    sampled = np.zeros(n + 1, dtype=np.float32)  # one spare element: never empty
+    coff = np.zeros(n + 1, dtype=np.int64)
+    total = max(int(offsets[n]), 1)
+    cand_ids = np.empty(total, dtype=np.int64)
+    cand_lps = np.empty(total, dtype=np.float64)
+    cdef float[::1] out = sampled
+    cdef int64_t[::1] coff_view = coff, ids_view = cand_ids
+    cdef double[::1] lps_view = cand_lps
+    if n:
+        sampled_ids = _i64(ids)
+        with nogil:
+            row = tw_compact_rows_candidates(n, &roff[0], &rids[0], &rvals[0], sampled_ids, top,
+                                             &out[0], &kind, &coff_view[0], &ids_view[0],
+                                             &lps_view[0], simd)
+    bad = _row_failure(row, kind)
+    end = int(coff[n])
+    return sampled[:n], bad, _kernels.Candidates(coff, cand_ids[:end], cand_lps[:end])
 
 
 def compact_candidates(row_ids, row_values, offsets, num_top):

@@ -4,7 +4,7 @@ pure-Python reference when there is no core (not built, not loadable, not CPytho
 
 ``impl`` is the module whose parsers the facade exports; ``kernels`` is the module whose free
 functions (``int_list``, ``first_bad``, ``first_bad_support``, ``compact_rows``,
-``compact_candidates``, ``heads``, ``rows_to_lists``, ``b64decode``, ``b64encode``) run the
+``compact_candidates``, ``compact_rows_candidates``, ``heads``, ``rows_to_lists``, ``b64decode``, ``b64encode``) run the
 per-token loops for code that holds arrays rather than a response: ``select_heads``, the
 writers, ``Ragged.to_lists`` and the renderers drop-in. With the compiled core both are
 ``_core``; in pure Python they are ``rules.generate`` and ``kernels.python``.

@@ -61,7 +61,7 @@ PATH_NAMES = {1: "scalar", 2: "avx2", 3: "avx512", 4: "neon"}
 
 
 def build(sanitize: bool) -> Path:
-    return clib.build(OUT, "twheads", ["tw_heads.c"], sanitize=sanitize)
+    return clib.build(OUT, "twheads", ["tw_heads.c", "tw_validate.c"], sanitize=sanitize)
 
 
 P64 = C.POINTER(C.c_int64)

@@ -187,6 +187,19 @@ def compact_candidates(
     return Candidates.from_rows(rows)
 
 
+def compact_rows_candidates(
+    ids: np.ndarray, row_ids: np.ndarray, row_values: np.ndarray, offsets: np.ndarray, num_top: int
+) -> tuple[np.ndarray, tuple[int, str] | None, Candidates]:
+    """:func:`compact_rows` and :func:`compact_candidates` of the same rows (one pass over
+    them in C): the rows from the first bad one on have no candidates (no head is chosen
+    there)."""
+    sampled, bad = compact_rows(ids, row_ids, row_values, offsets)
+    limit = len(ids) if bad is None else bad[0]
+    candidates = compact_candidates(row_ids, row_values, offsets[: limit + 1], num_top)
+    flat = np.full(len(ids) - limit, candidates.offsets[-1], dtype=np.int64)
+    return sampled, bad, Candidates(np.concatenate([candidates.offsets, flat]), candidates.ids, candidates.logprobs)
+
+
 def heads(
     ids: np.ndarray,
     candidates: Candidates,

@@ -336,8 +336,7 @@ def parse_compact_logprobs(
             c.fail(bad[1], field, bad[0])
         return sampled, None, None, parse_sampling_mask(choice, ids, c)
     supports = parse_sampling_mask(choice, ids, c)
-    sampled, bad = c.kernels.compact_rows(ids, row_ids, row_values, offsets)
-    candidates = c.kernels.compact_candidates(row_ids, row_values, offsets, num_top)
+    sampled, bad, candidates = c.kernels.compact_rows_candidates(ids, row_ids, row_values, offsets, num_top)
     # Rows are checked in order, a row's own rules before its head: a head error in an
     # earlier row comes first, then the row error.
     limit = len(ids) if bad is None else bad[0]
