@@ -25,6 +25,10 @@ from collections.abc import Callable
 from typing import Any
 
 CONTENDERS = ("tokenwire", "orjson.loads")
+# Each fresh process parses at least this many bytes: small responses take more rounds, so
+# that their median is over a loop long enough (tens of milliseconds) for a hiccup of the
+# host not to move it.
+MIN_BYTES_PER_PROCESS = 32 * 2**20
 
 
 def _minor_faults() -> int:
@@ -113,7 +117,8 @@ def plain_loop(
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per workload (see the module docstring); ``repeats`` fresh processes per
-    contender, their medians' median reported."""
+    contender, their medians' median reported. Each process passes ``rounds`` times over
+    the responses, or more for small ones (:data:`MIN_BYTES_PER_PROCESS`)."""
     import tokenwire
     from tokenwire import _json, samples
 
@@ -141,9 +146,10 @@ def plain_loop(
             # every other repeat), and the ratio is the median of each repeat's own ratio: a
             # shared host that slows down for a while slows both sides of a pair.
             runs: dict[str, list[dict[str, float]]] = {contender: [] for contender in CONTENDERS}
+            row["rounds"] = max(rounds, -(-MIN_BYTES_PER_PROCESS // sum(map(len, raws))))
             for repeat in range(max(repeats, 1)):
                 for contender in CONTENDERS[:: 1 if repeat % 2 == 0 else -1]:
-                    runs[contender].append(_fresh_process(path, contender, workload.top_k, rounds))
+                    runs[contender].append(_fresh_process(path, contender, workload.top_k, row["rounds"]))
             for contender, done in runs.items():
                 key = contender.replace(".", "_")
                 row[f"{key}_s"] = statistics.median(r["median_s"] for r in done)
