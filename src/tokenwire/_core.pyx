@@ -728,22 +728,20 @@ cdef class _Scan:
             mv = _bytes_view(raw)
             view = mv
             n = view.shape[0]
-        if type(raw) is bytes:
-            pass
-        elif isinstance(mv.obj, bytes):
-            self.keep = view
-            self.source = mv
-            self.buf = _start(view)
-        else:
-            # Another thread may rewrite any memory but a bytes object's (a reused receive
-            # buffer, also behind a read-only view) while the GIL is released: every pass
-            # then reads one private snapshot, so counts taken by one pass hold for the next.
-            dst = <char *>tw_mem_alloc(n + 1)
-            if dst == NULL:
-                raise MemoryError()
-            memcpy(dst, _start(view), n)
-            self.source = _adopt(<uint8_t *>dst, n)  # owns the snapshot from now on
-            self.buf = dst
+            if isinstance(mv.obj, bytes):
+                self.keep = view
+                self.source = mv
+                self.buf = _start(view)
+            else:
+                # Another thread may rewrite any memory but a bytes object's (a reused receive
+                # buffer, also behind a read-only view) while the GIL is released: every pass
+                # then reads one private snapshot, so counts taken by one pass hold for the next.
+                dst = <char *>tw_mem_alloc(n + 1)
+                if dst == NULL:
+                    raise MemoryError()
+                memcpy(dst, _start(view), n)
+                self.source = _adopt(<uint8_t *>dst, n)  # owns the snapshot from now on
+                self.buf = dst
         self.path = _path
         self.doc.path = _path
         self.doc.decode = 1
@@ -1344,8 +1342,8 @@ _PLAIN_ABSENT = ("compact_logprobs", "logprobs", "sampling_mask", "kept_tokens",
 # GenerateChoice.raw: the choice without these (rules/generate.py's consumed fields).
 _PLAIN_CONSUMED = _generate._CONSUMED + ("completion_logprobs",)
 _GenerateChoice = _generate.GenerateChoice
-_MISSING = object()
 _GenerateResponse = _generate.GenerateResponse
+_MISSING = object()
 
 
 cdef object _plain_ints(_Scan scan, const tw_value *v):
@@ -1357,8 +1355,8 @@ cdef object _plain_ints(_Scan scan, const tw_value *v):
 
 
 cdef uint8_t *_plain_blob(_Scan scan, const tw_value *v, size_t *size) except? NULL:
-    """The bytes of the base64 string ``v`` in memory from tw_mem (the caller owns them), or
-    NULL when they are not canonical base64 or hold an escape (``_decode`` reads those)."""
+    """The bytes of the base64 string ``v`` (decoded by the scan, or now) in memory from
+    tw_mem that the caller owns, or NULL when they are not canonical base64."""
     cdef uint8_t *data = tw_take_blob(&scan.doc, v, size)
     cdef const char *src = scan.buf + v.start
     cdef char *tmp = NULL
