@@ -28,7 +28,7 @@ CONTENDERS = ("tokenwire", "orjson.loads")
 # Each fresh process parses at least this many bytes: small responses take more rounds, so
 # that their median is over a loop long enough (tens of milliseconds) for a hiccup of the
 # host not to move it.
-MIN_BYTES_PER_PROCESS = 32 * 2**20
+MIN_BYTES_PER_PROCESS = 128 * 2**20
 
 
 def _minor_faults() -> int:
