@@ -85,9 +85,13 @@ def run_loop(responses: list[bytes], contender: str, top_k: int | None, rounds: 
 
 
 def _fresh_process(path: str, contender: str, top_k: int | None, rounds: int) -> dict[str, float]:
+    # One BLAS thread: numpy's OpenBLAS otherwise starts a thread per core that busy-waits
+    # after the process starts, taking a core of a small machine from the loop being timed
+    # (neither contender calls BLAS).
+    env = {"OPENBLAS_NUM_THREADS": "1", **os.environ}
     out = subprocess.run(
         [sys.executable, "-m", "tokenwire.cli.bench", path, contender, str(top_k), str(rounds)],
-        capture_output=True, text=True,
+        capture_output=True, text=True, env=env,
     )
     if out.returncode != 0:
         raise RuntimeError(f"the {contender} process failed (status {out.returncode}):\n{out.stderr[-2000:]}")
