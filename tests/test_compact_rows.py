@@ -30,6 +30,10 @@ def compact_documents(draw):
         if draw(st.integers(0, 3)) == 0:  # a repeat that disagrees, somewhere in the row
             at = draw(st.integers(0, length - 1))
             values[at] -= 0.5
+        if draw(st.integers(0, 3)) == 0:  # zeros of both signs on one id (they agree)
+            zeros = [j for j, v in enumerate(values) if v == 0]
+            if zeros:
+                values[draw(st.sampled_from(zeros))] = draw(st.sampled_from([0.0, -0.0]))
         if draw(st.integers(0, 9)) == 0:  # the sampled value at the sentinel
             values = [samples.SENTINEL if i == ids[0] else v for i, v in zip(ids, values)]
         rows.append((ids, values))
@@ -46,22 +50,26 @@ def compact_documents(draw):
             "data": base64.b64encode(data).decode(),
             "format": "u32-f32-le-v1",
             "offsets": offsets,
-            "num_top_logprobs": 0,
+            "num_top_logprobs": draw(st.sampled_from([0, 3, 40])),
         },
     }
     return samples.dumps({"choices": [choice]})
 
 
-def outcome(impl, raw):
+def outcome(impl, raw, top_k=None):
+    """The sampled values to the bit (a zero's sign too), the head's, or the error."""
     try:
-        return impl.parse_generate_response(raw).choices[0].completion_logprobs.tolist()
+        choice = impl.parse_generate_response(raw, top_k=top_k).choices[0]
     except MalformedResponseError as exc:
         return (exc.choice, exc.field, exc.token, exc.reason)
+    head = None if top_k is None else (choice.completion_top_ids.values.tolist(),
+                                       choice.completion_top_logprobs.values.tobytes())
+    return choice.completion_logprobs.tobytes(), head
 
 
-@given(compact_documents())
-def test_rows_of_every_length_match_the_reference(impl, raw):
-    assert outcome(impl, raw) == outcome(PYTHON, raw)
+@given(compact_documents(), st.sampled_from([None, None, 1]))
+def test_rows_of_every_length_match_the_reference(impl, raw, top_k):
+    assert outcome(impl, raw, top_k) == outcome(PYTHON, raw, top_k)
 
 
 @given(st.lists(st.integers(-3, 40), max_size=12), st.booleans())

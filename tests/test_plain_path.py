@@ -5,6 +5,7 @@ rules, which decide as they do without it."""
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -30,6 +31,8 @@ _CHOICE_CHANGES = (
 )
 _DOCUMENT_CHANGES = ("prompt_null", "prompt_bad", "prompt_str", "prompt_missing", "choices_empty",
                      "choice_list", "request_id_missing", "usage_missing")
+# Changes that leave a valid plain response: the plain path must still take it.
+_STILL_PLAIN = ("prompt_null", "prompt_missing", "request_id_missing", "usage_missing")
 
 
 def _change_choice(choice: dict[str, Any], name: str, draw) -> None:
@@ -109,7 +112,8 @@ def plain_cases(draw) -> tuple[strategies.Case, bool]:
         strategies._apply(chosen[target], draw(st.sampled_from(strategies._mutations(chosen[target]))), draw)
     elif change == "choice":
         _change_choice(chosen[target], draw(st.sampled_from(_CHOICE_CHANGES)), draw)
-    elif change == "document":
+    name = None
+    if change == "document":
         name = draw(st.sampled_from(_DOCUMENT_CHANGES))
         if name == "prompt_null":
             document["prompt_token_ids"] = None
@@ -124,8 +128,11 @@ def plain_cases(draw) -> tuple[strategies.Case, bool]:
         else:
             document.pop(name[: -len("_missing")], None)
     spelling = draw(st.sampled_from(strategies.SPELLINGS))
-    raw = strategies.spell(document, spelling, seed=draw(st.integers(0, 99)))
-    return strategies.Case(raw, None, change, spelling), change is None
+    raw: Any = strategies.spell(document, spelling, seed=draw(st.integers(0, 99)))
+    # Every input type: bytes without a view, and the views (a bytearray is copied first).
+    raw = draw(st.sampled_from([raw, raw, bytearray(raw), memoryview(raw), raw.decode()]))
+    plain = change is None or (change == "document" and name in _STILL_PLAIN)
+    return strategies.Case(raw, None, change, spelling), plain
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -142,6 +149,12 @@ def test_plain_path_is_the_rules(drawn):
             if taken is not None:
                 assert expected[0] == "ok"
                 assert outcome(_Given(taken), case) == expected, path
+                assert _orders(taken) == _orders(PYTHON.parse_generate_response(case.raw))
+
+
+def _orders(response: Any) -> tuple:
+    """The key orders ``outcome`` does not see (dicts compare equal in any order)."""
+    return [list(c.raw) for c in response.choices], list(response.payload)
 
 
 class _Given:
@@ -169,6 +182,12 @@ def test_plain_path_keeps_the_choice_fields_the_rules_keep():
     assert c.completion_logprobs.dtype == np.dtype("<f4")
     assert c.completion_logprobs.tolist() == ev.logprobs.astype("<f4").tolist()
     assert c.completion_ids.tolist() == ev.ids.tolist()
-    assert c.completion_ids.flags.owndata or c.completion_ids.base is not None
+    # The arrays keep their memory: the values outlive the response and a collection.
+    ids, logprobs = c.completion_ids, c.completion_logprobs
+    del got, c
+    gc.collect()
+    assert ids.tolist() == ev.ids.tolist()
+    assert logprobs.tolist() == ev.logprobs.astype("<f4").tolist()
+    got = _core._plain_generate_response(raw)
     assert list(got.payload) == ["request_id", "usage", "kv_transfer_params"]
     assert got.prompt_token_ids.dtype == np.int64 and len(got.prompt_token_ids) == 3

@@ -1110,7 +1110,7 @@ def compact_rows_candidates(ids, row_ids, row_values, offsets, num_top):
     cdef int64_t top = min(num_top, 2**62)
     cdef int simd = _path
     cdef const int64_t *sampled_ids
-    sampled = np.zeros(n + 1, dtype=np.float32)  # one spare element: never empty
+    sampled = np.zeros(n, dtype=np.float32)
     coff = np.zeros(n + 1, dtype=np.int64)
     total = max(int(offsets[n]), 1)
     cand_ids = np.empty(total, dtype=np.int64)
@@ -1126,7 +1126,7 @@ def compact_rows_candidates(ids, row_ids, row_values, offsets, num_top):
                                              &lps_view[0], simd)
     bad = _row_failure(row, kind)
     end = int(coff[n])
-    return sampled[:n], bad, _kernels.Candidates(coff, cand_ids[:end], cand_lps[:end])
+    return sampled, bad, _kernels.Candidates(coff, cand_ids[:end], cand_lps[:end])
 
 
 def compact_candidates(row_ids, row_values, offsets, num_top):
@@ -1344,6 +1344,8 @@ _PLAIN_CONSUMED = _generate._CONSUMED + ("completion_logprobs",)
 _GenerateChoice = _generate.GenerateChoice
 _GenerateResponse = _generate.GenerateResponse
 _MISSING = object()
+# The packed values are read as the host's floats, which are the wire's little-endian ones.
+cdef bint _PLAIN_HOST = sys.byteorder == "little"
 
 
 cdef object _plain_ints(_Scan scan, const tw_value *v):
@@ -1361,26 +1363,31 @@ cdef uint8_t *_plain_blob(_Scan scan, const tw_value *v, size_t *size) except? N
     cdef const char *src = scan.buf + v.start
     cdef char *tmp = NULL
     cdef size_t length = v.end - v.start, err = 0
-    cdef ptrdiff_t need
+    cdef ptrdiff_t need, got = -1
     if data != NULL or not v.ascii:
         return data
     if v.has_escape:  # "\/" and friends: unescape first
         tmp = <char *>tw_mem_alloc(length + 1)
         if tmp == NULL:
             raise MemoryError()
-        length = tw_unescape(scan.buf, v, tmp)
+        with nogil:
+            length = tw_unescape(scan.buf, v, tmp)
         src = tmp
     need = tw_b64_decoded_size(src, length)
     if need >= 0:
         data = <uint8_t *>tw_mem_alloc(<size_t>need + 1)
-        if data != NULL and tw_b64_decode(src, length, data, <size_t>need, scan.path, &err) < 0:
-            tw_mem_free(data)
-            data = NULL
-            need = -1
+    if data != NULL and length < _NOGIL_MIN:
+        got = tw_b64_decode(src, length, data, <size_t>need, scan.path, &err)
+    elif data != NULL:
+        with nogil:
+            got = tw_b64_decode(src, length, data, <size_t>need, scan.path, &err)
     tw_mem_free(tmp)
     if need >= 0 and data == NULL:
         raise MemoryError()
-    size[0] = <size_t>need if data != NULL else 0
+    if got < 0:
+        tw_mem_free(data)
+        return NULL
+    size[0] = <size_t>need
     return data
 
 
@@ -1390,42 +1397,45 @@ cdef inline ptrdiff_t _packed_bad(const uint8_t *data, size_t n, size_t itemsize
     return tw_packed_f64_bad(<const double *>data, n)
 
 
-cdef object _plain_choice(_Scan scan, size_t index, dict choice):
-    """The GenerateChoice of choice ``index`` when it is a plain packed one and valid, else
-    None."""
+cdef int _plain_form(_Scan scan, size_t index, dict choice) except -2:
+    """The item size of choice ``index``'s packed logprobs when the choice has the plain form
+    (only token ids and packed logprobs, a known dtype, recorded by the scan), else 0: what
+    is checked before anything is decoded."""
     cdef const tw_value *f = scan.doc.choice[index].f
-    cdef const tw_value *v = &f[TW_F_CL_DATA]
-    cdef size_t size = 0, itemsize, n
-    cdef uint8_t *data
-    cdef ptrdiff_t bad = -1
-    cdef int typenum
     for key in _PLAIN_ABSENT:
         if choice.get(key) is not None:
-            return None
+            return 0
     packed = choice.get("completion_logprobs")
-    if type(packed) is not dict or not v.present or v.type != TW_T_STRING:
-        return None
+    if (type(packed) is not dict or not f[TW_F_CL_DATA].present
+            or f[TW_F_CL_DATA].type != TW_T_STRING or not f[TW_F_TOKEN_IDS].present
+            or f[TW_F_TOKEN_IDS].type != TW_T_ARRAY):
+        return 0
     name = (<dict>packed).get("dtype")
     if type(name) is not str:
-        return None
-    if name == "float32":
-        itemsize, typenum = 4, cnp.NPY_FLOAT32
-    elif name == "float64":
-        itemsize, typenum = 8, cnp.NPY_FLOAT64
-    else:
-        return None
+        return 0
+    return 4 if name == "float32" else 8 if name == "float64" else 0
+
+
+cdef object _plain_choice(_Scan scan, size_t index, dict choice, size_t itemsize):
+    """The GenerateChoice of choice ``index`` (of the plain form, packed values of
+    ``itemsize`` bytes) when it is valid, else None."""
+    cdef const tw_value *f = scan.doc.choice[index].f
+    cdef size_t size = 0, n
+    cdef uint8_t *data
+    cdef ptrdiff_t bad = -1
     ids = _plain_ints(scan, &f[TW_F_TOKEN_IDS])
     if ids is None:
         return None
     n = len(ids)
-    shape = (<dict>packed).get("shape", _MISSING)
+    packed = <dict>choice["completion_logprobs"]
+    shape = packed.get("shape", _MISSING)
     if shape is not _MISSING and not (type(shape) is list and len(<list>shape) == 1
                                       and type((<list>shape)[0]) is int and (<list>shape)[0] == n):
         return None
-    data = _plain_blob(scan, v, &size)
+    data = _plain_blob(scan, &f[TW_F_CL_DATA], &size)
     if data == NULL:
         return None
-    logprobs = _adopt_typed(data, size // itemsize, typenum)
+    logprobs = _adopt_typed(data, size // itemsize, cnp.NPY_FLOAT32 if itemsize == 4 else cnp.NPY_FLOAT64)
     if size != n * itemsize:
         return None
     if n and size < _NOGIL_MIN:
@@ -1435,32 +1445,38 @@ cdef object _plain_choice(_Scan scan, size_t index, dict choice):
             bad = _packed_bad(data, n, itemsize)
     if bad >= 0:
         return None
-    raw = (<dict>choice).copy()
+    raw = choice.copy()
     for key in _PLAIN_CONSUMED:
         raw.pop(key, None)
     return _GenerateChoice(index, ids, logprobs, None, None, None, None, choice.get("finish_reason"), raw, None)
 
 
 cdef object _plain_generate(_Scan scan, object document):
-    """The GenerateResponse of a document whose choices are all plain packed ones, valid, and
-    whose prompt ids (if any) are valid; else None."""
-    cdef size_t i
-    if type(document) is not dict:
+    """The GenerateResponse of a document whose choices all have the plain form and are
+    valid, and whose prompt ids (if any) are valid; else None."""
+    cdef size_t i, count
+    cdef int itemsize
+    if not _PLAIN_HOST or type(document) is not dict:
         return None
     choices = (<dict>document).get("choices")
     if type(choices) is not list or not choices or <size_t>len(<list>choices) > scan.doc.nchoices:
         return None
+    count = len(<list>choices)
+    sizes = []
+    for i in range(count):  # every choice's form first: nothing is decoded for a hand-over
+        choice = (<list>choices)[i]
+        itemsize = _plain_form(scan, i, <dict>choice) if type(choice) is dict else 0
+        if itemsize == 0:
+            return None
+        sizes.append(itemsize)
     prompt = (<dict>document).get("prompt_token_ids")
     if prompt is not None:
         prompt = _plain_ints(scan, &scan.doc.prompt_token_ids)
         if prompt is None:
             return None
     parsed = []
-    for i in range(len(<list>choices)):
-        choice = (<list>choices)[i]
-        if type(choice) is not dict:
-            return None
-        got = _plain_choice(scan, i, <dict>choice)
+    for i in range(count):
+        got = _plain_choice(scan, i, <dict>(<list>choices)[i], sizes[i])
         if got is None:
             return None
         parsed.append(got)
@@ -1650,5 +1666,3 @@ def parse_chat_completions_response(raw, *, top_k=None, require_logprobs=True, c
     package docs)."""
     return _parse_openai(raw, top_k, require_logprobs, check_usage,
                          _openai_rules.parse_chat_completions_document)
-
-

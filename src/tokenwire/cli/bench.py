@@ -150,7 +150,7 @@ def plain_loop(
             # every other repeat), and the ratio is the median of each repeat's own ratio: a
             # shared host that slows down for a while slows both sides of a pair.
             runs: dict[str, list[dict[str, float]]] = {contender: [] for contender in CONTENDERS}
-            row["rounds"] = max(rounds, -(-MIN_BYTES_PER_PROCESS // sum(map(len, raws))))
+            row["rounds"] = max(rounds, -(-MIN_BYTES_PER_PROCESS // max(sum(map(len, raws)), 1)))
             for repeat in range(max(repeats, 1)):
                 for contender in CONTENDERS[:: 1 if repeat % 2 == 0 else -1]:
                     runs[contender].append(_fresh_process(path, contender, workload.top_k, row["rounds"]))

@@ -74,6 +74,8 @@ def _shape_is(shape: Any, count: int) -> bool:
 
 
 def parse_packed_logprobs(packed: Any, n: int, c: Evidence) -> np.ndarray:
+    # The compiled core's plain path (_core.pyx, _plain_choice) accepts the plainest valid
+    # packed choices on its own: a rule added here must be added there (or hand them over).
     field = "completion_logprobs"
     if not isinstance(packed, dict):
         c.fail("Engine response choice.completion_logprobs must be an object.", field)
