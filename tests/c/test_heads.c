@@ -711,9 +711,11 @@ static void test_compact(long count) {
     for (long c = 0; c < count; c++) {
         size_t n = 1 + rndn(40), total = 0;
         size_t lens[41];
+        int short_rows = rndn(2); /* every row of at most 32: the one-pass kernel's own path */
         for (size_t t = 0; t < n; t++) {
             static const size_t choices[] = {0, 1, 2, 16, 17, 23, 31, 32, 33, 64, 65};
             lens[t] = rndn(3) ? choices[rndn(11)] : rndn(rndn(50) == 0 ? 2000 : 100);
+            if (short_rows && lens[t] > 32) lens[t] = rndn(33);
             total += lens[t];
         }
         int64_t *roff = xmalloc((n + 1) * sizeof(int64_t));
@@ -733,6 +735,7 @@ static void test_compact(long count) {
                 else
                     vals[at] = rndn(4) == 0 ? 0.0f : -(float)(rnd01() * 10);
                 if (rndn(200) == 0) vals[at] = -3.0f; /* unequal repeat: the last one wins */
+                if (rndn(400) == 0) vals[at] = NAN;   /* the one-pass kernel hands NaN rows over */
             }
         }
         static const int64_t tops[] = {-1, 0, 1, 2, 5, 20, 22, 31, 32, 33, 64, 4000, INT64_MAX};
@@ -756,6 +759,38 @@ static void test_compact(long count) {
             CHECK(ok, "compact candidates, path %d, case %ld, num_top %lld", paths[p], c,
                   (long long)num_top);
         }
+        /* Rows and candidates in one pass: tw_compact_rows, then tw_compact_candidates of the
+           rows before the first bad one (the later rows have none), on every path. */
+        int64_t *sampled = xmalloc(n * sizeof(int64_t));
+        float *want_s = xmalloc(n * sizeof(float)), *got_s = xmalloc(n * sizeof(float));
+        for (size_t t = 0; t < n; t++)
+            sampled[t] = lens[t] && rndn(8) ? (int64_t)ids[(size_t)roff[t] + rndn(lens[t])]
+                                            : (int64_t)rndn(5) - 1;
+        for (int p = 0; p < npaths; p++) {
+            int want_kind = -1, got_kind = -1;
+            memset(want_s, 0, n * sizeof(float));
+            memset(got_s, 0, n * sizeof(float));
+            ptrdiff_t want_bad = tw_compact_rows(ids, vals, roff, n, sampled, want_s, &want_kind, paths[p]);
+            size_t limit = want_bad >= 0 ? (size_t)want_bad : n;
+            int rc = tw_compact_candidates(limit, roff, ids, vals, num_top, want_off, want_ids,
+                                           want_lps, paths[p]);
+            memset(coff, 0xA5, (n + 1) * sizeof(int64_t)); /* nothing left from the last path */
+            memset(cids, 0xA5, total * sizeof(int64_t));
+            memset(clps, 0xA5, total * sizeof(double));
+            ptrdiff_t got_bad = tw_compact_rows_candidates(n, roff, ids, vals, sampled, num_top, got_s,
+                                                           &got_kind, coff, cids, clps, paths[p]);
+            int ok = rc == TW_HEAD_OK && got_bad == want_bad && got_kind == want_kind &&
+                     memcmp(got_s, want_s, n * sizeof(float)) == 0 &&
+                     memcmp(coff, want_off, (limit + 1) * sizeof(int64_t)) == 0;
+            for (size_t t = limit; ok && t < n; t++) ok = coff[t + 1] == coff[limit];
+            for (int64_t i = 0; ok && i < coff[limit]; i++)
+                ok = cids[i] == want_ids[i] && equal_bits(clps[i], want_lps[i]);
+            CHECK(ok, "compact rows and candidates in one pass, path %d, case %ld, bad %td/%td",
+                  paths[p], c, got_bad, want_bad);
+        }
+        free(sampled);
+        free(want_s);
+        free(got_s);
         /* Allocation failure for long rows. */
         if (c % 50 == 0) {
             size_t longest = 0;
