@@ -21,7 +21,7 @@ from .conftest import PYTHON, _core
 from .test_differential import outcome
 
 pytestmark = pytest.mark.skipif(_core is None, reason="the compiled core is not built")
-EXAMPLES = int(os.environ.get("TOKENWIRE_DIFF_EXAMPLES", "5000")) // 4
+EXAMPLES = int(os.environ.get("TOKENWIRE_DIFF_EXAMPLES", "5000")) // 8
 
 # What turns a plain choice into one the plain path must hand over (or a malformed one).
 _CHOICE_CHANGES = (
