@@ -611,38 +611,47 @@ _NATIVE_CODES = (None, "not_object", "token", "number", "finite", "evidence", "m
                  "sampled_not_number")
 
 
-cdef object _decode(const char *buf, const tw_value *v, int path):
-    """Strictly decode a recorded JSON string holding base64 into a new uint8 array,
-    or None when the value is not a string of canonical base64."""
-    cdef const char *src
+cdef uint8_t *_decoded(const char *buf, const tw_value *v, int path, size_t *size) except? NULL:
+    """Strictly decode a recorded JSON string holding base64 into memory from tw_mem that the
+    caller owns (``*size`` bytes), or NULL when the value is not a string of canonical
+    base64. Long values are unescaped and decoded without the GIL."""
+    cdef const char *src = buf + v.start
     cdef char *tmp = NULL
-    cdef size_t length
-    cdef ptrdiff_t need, got = -1
-    cdef size_t err = 0
-    cdef uint8_t[::1] target
+    cdef uint8_t *data = NULL
+    cdef size_t length = v.end - v.start, err = 0
+    cdef ptrdiff_t need = -1, got = -1
     if v.type != TW_T_STRING or not v.ascii:
-        return None
-    src = buf + v.start
-    length = v.end - v.start
+        return NULL
     if v.has_escape:  # "\/" and friends: unescape first, then decode
-        tmp = <char *>malloc(length + 1)
+        tmp = <char *>tw_mem_alloc(length + 1)
         if tmp == NULL:
             raise MemoryError()
-        length = tw_unescape(buf, v, tmp)
-        src = tmp
-    try:
-        need = tw_b64_decoded_size(src, length)
-        if need < 0:
-            return None
-        out = np.empty(need, dtype=np.uint8)
-        if need == 0:
-            return out
-        target = out
         with nogil:
-            got = tw_b64_decode(src, length, &target[0], <size_t>need, path, &err)
-        return out if got >= 0 else None
-    finally:
-        free(tmp)
+            length = tw_unescape(buf, v, tmp)
+        src = tmp
+    need = tw_b64_decoded_size(src, length)
+    if need >= 0:
+        data = <uint8_t *>tw_mem_alloc(<size_t>need + 1)
+    if data != NULL and length < _NOGIL_MIN:
+        got = tw_b64_decode(src, length, data, <size_t>need, path, &err)
+    elif data != NULL:
+        with nogil:
+            got = tw_b64_decode(src, length, data, <size_t>need, path, &err)
+    tw_mem_free(tmp)
+    if need >= 0 and data == NULL:
+        raise MemoryError()
+    if got < 0:
+        tw_mem_free(data)
+        return NULL
+    size[0] = <size_t>need
+    return data
+
+
+cdef object _decode(const char *buf, const tw_value *v, int path):
+    """``_decoded`` as a uint8 array, or None."""
+    cdef size_t size = 0
+    cdef uint8_t *data = _decoded(buf, v, path, &size)
+    return None if data == NULL else _adopt(data, size)
 
 
 cdef void _free_blob(object capsule) noexcept:
@@ -1360,35 +1369,7 @@ cdef uint8_t *_plain_blob(_Scan scan, const tw_value *v, size_t *size) except? N
     """The bytes of the base64 string ``v`` (decoded by the scan, or now) in memory from
     tw_mem that the caller owns, or NULL when they are not canonical base64."""
     cdef uint8_t *data = tw_take_blob(&scan.doc, v, size)
-    cdef const char *src = scan.buf + v.start
-    cdef char *tmp = NULL
-    cdef size_t length = v.end - v.start, err = 0
-    cdef ptrdiff_t need, got = -1
-    if data != NULL or not v.ascii:
-        return data
-    if v.has_escape:  # "\/" and friends: unescape first
-        tmp = <char *>tw_mem_alloc(length + 1)
-        if tmp == NULL:
-            raise MemoryError()
-        with nogil:
-            length = tw_unescape(scan.buf, v, tmp)
-        src = tmp
-    need = tw_b64_decoded_size(src, length)
-    if need >= 0:
-        data = <uint8_t *>tw_mem_alloc(<size_t>need + 1)
-    if data != NULL and length < _NOGIL_MIN:
-        got = tw_b64_decode(src, length, data, <size_t>need, scan.path, &err)
-    elif data != NULL:
-        with nogil:
-            got = tw_b64_decode(src, length, data, <size_t>need, scan.path, &err)
-    tw_mem_free(tmp)
-    if need >= 0 and data == NULL:
-        raise MemoryError()
-    if got < 0:
-        tw_mem_free(data)
-        return NULL
-    size[0] = <size_t>need
-    return data
+    return data if data != NULL else _decoded(scan.buf, v, scan.path, size)
 
 
 cdef inline ptrdiff_t _packed_bad(const uint8_t *data, size_t n, size_t itemsize) noexcept nogil:
