@@ -1177,12 +1177,17 @@ TW_TARGET_AVX512 static inline void store_lanes(__m512i ids, __m512 vals,
     }
 }
 
-/* Rows of up to 32 entries by conflict detection; 0 (nothing written) when a repeated id
-   does not carry identical bits everywhere (a zero of either sign), left to the scalar code. */
-TW_TARGET_AVX512 static int compact_row_avx512(const uint32_t *ids,
-                                                                        const float *vals, size_t len,
-                                                                        uint64_t take, int64_t *oid,
-                                                                        double *olp, size_t *count) {
+/* One row of up to 32 entries loaded (ids a/b, values va/vb: lanes 0-15 and 16-31, zero
+   past the row) and its candidates found by conflict detection: *keep gets the lanes of the
+   first `take` distinct ids. 0 when a repeated id does not carry identical bits everywhere
+   (a zero of either sign), left to the scalar code. */
+typedef struct {
+    __m512i a, b, va, vb;
+    __mmask16 ma, mb;
+} row_lanes;
+
+TW_TARGET_AVX512 static int row_keep_avx512(const uint32_t *ids, const float *vals, size_t len,
+                                            uint64_t take, row_lanes *L, uint32_t *keep_out) {
     __mmask16 ma = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
     __mmask16 mb = len > 16 ? (__mmask16)((1u << (len - 16)) - 1) : 0;
     __m512i a = _mm512_maskz_loadu_epi32(ma, ids);
@@ -1232,13 +1237,31 @@ TW_TARGET_AVX512 static int compact_row_avx512(const uint32_t *ids,
     uint32_t keep = ((uint32_t)ma | (uint32_t)mb << 16) & ~rep;
     if (take < 32 && (uint64_t)_mm_popcnt_u32(keep) > take)
         keep = _pdep_u32((1u << take) - 1, keep);
+    L->a = a;
+    L->b = b;
+    L->va = va;
+    L->vb = vb;
+    L->ma = ma;
+    L->mb = mb;
+    *keep_out = keep;
+    return 1;
+}
+
+/* Rows of up to 32 entries by conflict detection; 0 (nothing written) when a repeated id
+   does not carry identical bits everywhere (a zero of either sign), left to the scalar code. */
+TW_TARGET_AVX512 static int compact_row_avx512(const uint32_t *ids, const float *vals, size_t len,
+                                               uint64_t take, int64_t *oid, double *olp,
+                                               size_t *count) {
+    row_lanes L;
+    uint32_t keep;
+    if (!row_keep_avx512(ids, vals, len, take, &L, &keep)) return 0;
     __mmask16 ka = (__mmask16)(keep & 0xFFFF), kb = (__mmask16)(keep >> 16);
     unsigned na = (unsigned)_mm_popcnt_u32(ka), nb = (unsigned)_mm_popcnt_u32(kb);
-    store_lanes(_mm512_maskz_compress_epi32(ka, a),
-                _mm512_maskz_compress_ps(ka, _mm512_castsi512_ps(va)), na, oid, olp);
+    store_lanes(_mm512_maskz_compress_epi32(ka, L.a),
+                _mm512_maskz_compress_ps(ka, _mm512_castsi512_ps(L.va)), na, oid, olp);
     if (nb)
-        store_lanes(_mm512_maskz_compress_epi32(kb, b),
-                    _mm512_maskz_compress_ps(kb, _mm512_castsi512_ps(vb)), nb, oid + na, olp + na);
+        store_lanes(_mm512_maskz_compress_epi32(kb, L.b),
+                    _mm512_maskz_compress_ps(kb, _mm512_castsi512_ps(L.vb)), nb, oid + na, olp + na);
     *count = na + nb;
     return 1;
 }
@@ -1391,4 +1414,306 @@ int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids
     tw_mem_free(tb.stamps);
     (void)path;
     return TW_HEAD_OK;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Compact rows to heads in one call.
+ * ------------------------------------------------------------------------------------------ */
+
+/* What compact_head_avx512 made of a token. */
+#define FAST_NO 0  /* nothing decided: the token goes to the kernels above */
+#define FAST_OK 1  /* a valid row and head, written */
+#define FAST_ROW 2 /* the row breaks a row rule (*row_kind) */
+
+#ifdef TW_X86_SIMD
+/* cnt (<= 16) lanes of ids (as int64) and values into oid/olp. */
+TW_TARGET_AVX512 static inline void store_head(int64_t *oid, float *olp, __m512i ids, __m512 vals,
+                                               unsigned cnt) {
+    __mmask16 m = (__mmask16)((1u << cnt) - 1);
+    _mm512_mask_storeu_epi64(oid, (__mmask8)m, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(ids)));
+    if (cnt > 8)
+        _mm512_mask_storeu_epi64(oid + 8, (__mmask8)(m >> 8),
+                                 _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(ids, 1)));
+    _mm512_mask_storeu_ps(olp, m, vals);
+}
+
+/* better() of 16 lanes (values v, ids c) over 16 others (pv, pc): a bit per lane. */
+TW_TARGET_AVX512 static inline __mmask16 better16(__m512 v, __m512i c, __m512 pv, __m512i pc) {
+    return _mm512_cmp_ps_mask(v, pv, _CMP_GT_OQ) |
+           (_mm512_cmp_ps_mask(v, pv, _CMP_EQ_OQ) & _mm512_cmplt_epu32_mask(c, pc));
+}
+
+/* Whether a lane `take` of (v0, v1) is above 1 (its token's sum is decided exactly). */
+TW_TARGET_AVX512 static inline int above_one(__m512 v0, __m512 v1, uint32_t take) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    return (_mm512_mask_cmp_ps_mask((__mmask16)take, v0, one, _CMP_GT_OQ) |
+            _mm512_mask_cmp_ps_mask((__mmask16)(take >> 16), v1, one, _CMP_GT_OQ)) != 0;
+}
+
+/* The sum of the fast exps of the lanes `take` of (v0, v1) (select_head's values: not NaN,
+   at most 1), as check_sums estimates it. */
+TW_TARGET_AVX512 static inline double exp_sum32(__m512 v0, __m512 v1, uint32_t take) {
+    const __m512d lo = _mm512_set1_pd(FEXP_LO), one = _mm512_set1_pd(1.0);
+    __m512d x[4] = {_mm512_cvtps_pd(_mm512_castps512_ps256(v0)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(v0, 1)),
+                    _mm512_cvtps_pd(_mm512_castps512_ps256(v1)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(v1, 1))};
+    __m512d acc = _mm512_setzero_pd();
+    for (int h = 0; h < 4; h += 2) {
+        if (!(take >> (8 * h))) break;
+        __m512d e0, e1;
+        fast_exp16_avx512(_mm512_min_pd(_mm512_max_pd(x[h], lo), one),
+                          _mm512_min_pd(_mm512_max_pd(x[h + 1], lo), one), &e0, &e1);
+        __mmask8 k0 = (__mmask8)(take >> (8 * h)) & _mm512_cmp_pd_mask(x[h], lo, _CMP_GE_OQ);
+        __mmask8 k1 = (__mmask8)(take >> (8 * h + 8)) & _mm512_cmp_pd_mask(x[h + 1], lo, _CMP_GE_OQ);
+        acc = _mm512_add_pd(acc, _mm512_add_pd(_mm512_maskz_mov_pd(k0, e0), _mm512_maskz_mov_pd(k1, e1)));
+    }
+    return _mm512_reduce_add_pd(acc);
+}
+
+/*
+ * One token of a compact row of up to 32 entries, in registers: the row rule
+ * (fused_row_avx512), the candidates (row_keep_avx512), their ranked order when they have a
+ * shape (head_shape), the head kept (kept(), or the support's ids as keep_support keeps
+ * them) and the sum rules (check_sums with the same fast exp and error bound). It decides
+ * only what is plain: FAST_OK when the row and its head are valid and the estimated sum is
+ * clear of every threshold; FAST_ROW when the sampled id breaks the row rule. Anything else
+ * (a NaN, a repeat whose zero's sign differs, a head without a shape, a failing head, a sum
+ * to decide exactly) is FAST_NO, and the token goes to the kernels above, which decide and
+ * report it as for every token. The sampled id's candidate carries the sampled value itself
+ * (repeats here have identical bits), so DISAGREE never holds here.
+ */
+TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float *vals, size_t len,
+                                                uint64_t take, int64_t sid, int64_t k,
+                                                const int32_t *sup, size_t slen, float *out_sampled,
+                                                int64_t *oid, float *olp, size_t *count,
+                                                int *row_kind) {
+    row_lanes L;
+    uint32_t keep;
+    if (len == 0 || len > 32 || !row_keep_avx512(ids, vals, len, take, &L, &keep)) return FAST_NO;
+    __m512 va = _mm512_castsi512_ps(L.va), vb = _mm512_castsi512_ps(L.vb);
+    if (_mm512_mask_cmp_ps_mask(L.ma, va, va, _CMP_UNORD_Q) | _mm512_mask_cmp_ps_mask(L.mb, vb, vb, _CMP_UNORD_Q))
+        return FAST_NO;
+    /* the row rule: the sampled id is in the row and its last value is not the sentinel */
+    uint32_t hit = 0;
+    if (sid >= 0 && sid <= (int64_t)UINT32_MAX) {
+        __m512i want = _mm512_set1_epi32((int)(uint32_t)sid);
+        hit = (uint32_t)_mm512_mask_cmpeq_epi32_mask(L.ma, L.a, want) |
+              (uint32_t)_mm512_mask_cmpeq_epi32_mask(L.mb, L.b, want) << 16;
+    }
+    if (!hit || vals[63 - tw_clz64(hit)] == (float)TW_SENTINEL) {
+        *row_kind = TW_ROW_MISSING_SAMPLED;
+        return FAST_ROW;
+    }
+    *out_sampled = vals[63 - tw_clz64(hit)];
+
+    /* the m candidates as lanes 0-31 of (c0, c1) and (v0, v1) */
+    __mmask16 ka = (__mmask16)(keep & 0xFFFF), kb = (__mmask16)(keep >> 16);
+    unsigned na = (unsigned)_mm_popcnt_u32(ka), m = na + (unsigned)_mm_popcnt_u32(kb);
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    __m512i ia = _mm512_maskz_compress_epi32(ka, L.a), ib = _mm512_maskz_compress_epi32(kb, L.b);
+    __m512i wa = _mm512_maskz_compress_epi32(ka, L.va), wb = _mm512_maskz_compress_epi32(kb, L.vb);
+    __m512i gap = _mm512_sub_epi32(_mm512_add_epi32(iota, sixteen), _mm512_set1_epi32((int)na));
+    __m512i idx0 = _mm512_mask_mov_epi32(gap, (__mmask16)((1u << na) - 1), iota);
+    __m512i c0 = _mm512_permutex2var_epi32(ia, idx0, ib), c1 = _mm512_permutexvar_epi32(gap, ib);
+    __m512 v0 = _mm512_castsi512_ps(_mm512_permutex2var_epi32(wa, idx0, wb));
+    __m512 v1 = _mm512_castsi512_ps(_mm512_permutexvar_epi32(gap, wb));
+    uint32_t all = m == 32 ? ~UINT32_C(0) : (UINT32_C(1) << m) - 1;
+
+    /* live: the candidates before a tail at the sentinel */
+    const __m512 sentinel = _mm512_set1_ps((float)HEAD_SENTINEL);
+    uint32_t z = ((uint32_t)_mm512_cmp_ps_mask(v0, sentinel, _CMP_EQ_OQ) |
+                  (uint32_t)_mm512_cmp_ps_mask(v1, sentinel, _CMP_EQ_OQ) << 16) & all;
+    unsigned live = m;
+    if (z) {
+        unsigned p = tw_ctz32(z);
+        if (z >> p != all >> p) return FAST_NO; /* sentinels not only as a tail: no shape */
+        live = p;
+    }
+    if (live == 0) return FAST_NO;
+    uint32_t lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+
+    /* the shape (head_shape): each candidate against the one before it, then the run */
+    __m512 pv0 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v0), _mm512_castps_si512(v0), 15));
+    __m512 pv1 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v1), _mm512_castps_si512(v0), 15));
+    __m512i pc0 = _mm512_alignr_epi32(c0, c0, 15), pc1 = _mm512_alignr_epi32(c1, c0, 15);
+    uint32_t up = ((uint32_t)better16(v0, c0, pv0, pc0) | (uint32_t)better16(v1, c1, pv1, pc1) << 16) & lm & ~UINT32_C(1);
+    unsigned q = 0;
+    if (up) {
+        if (up != 2) return FAST_NO;
+        __m512 f = _mm512_set1_ps(_mm512_cvtss_f32(v0));
+        __m512i fi = _mm512_set1_epi32(_mm_cvtsi128_si32(_mm512_castsi512_si128(c0)));
+        uint32_t run = ((uint32_t)better16(v0, c0, f, fi) | (uint32_t)better16(v1, c1, f, fi) << 16) & lm;
+        q = 1 + tw_ctz32(~(run >> 2));
+    }
+    /* the ranked order (shape_at): r = c[1 .. q], c[0], c[q+1 ..] */
+    __m512i qv = _mm512_set1_epi32((int)q), one = _mm512_set1_epi32(1), hi16 = _mm512_add_epi32(iota, sixteen);
+    __m512i x0 = _mm512_mask_add_epi32(iota, _mm512_cmplt_epi32_mask(iota, qv), iota, one);
+    __m512i x1 = _mm512_mask_add_epi32(hi16, _mm512_cmplt_epi32_mask(hi16, qv), hi16, one);
+    x0 = _mm512_mask_mov_epi32(x0, _mm512_cmpeq_epi32_mask(iota, qv), _mm512_setzero_si512());
+    x1 = _mm512_mask_mov_epi32(x1, _mm512_cmpeq_epi32_mask(hi16, qv), _mm512_setzero_si512());
+    __m512i r0 = _mm512_permutex2var_epi32(c0, x0, c1), r1 = _mm512_permutex2var_epi32(c0, x1, c1);
+    __m512 rv0 = _mm512_permutex2var_ps(v0, x0, v1), rv1 = _mm512_permutex2var_ps(v0, x1, v1);
+
+    double s;
+    unsigned r;
+    if (sup && slen) {
+        /* keep_support: every support id among the live ranked ones; those are the head */
+        uint32_t marks = 0;
+        for (size_t j = 0; j < slen; j++) {
+            if (sup[j] < 0) return FAST_NO;
+            __m512i want = _mm512_set1_epi32(sup[j]);
+            uint32_t h = ((uint32_t)_mm512_cmpeq_epi32_mask(r0, want) |
+                          (uint32_t)_mm512_cmpeq_epi32_mask(r1, want) << 16) & lm;
+            if (!h) return FAST_NO;
+            marks |= h;
+        }
+        r = (unsigned)_mm_popcnt_u32(marks);
+        if (above_one(rv0, rv1, marks)) return FAST_NO; /* decided exactly */
+        s = exp_sum32(rv0, rv1, marks);
+        double delta = s * ((double)r * 0x1p-52 + 0x1p-16) + (double)r * 0x1p-999;
+        if (near_limit(s, MASS_LIMIT, delta) || near_limit(s, 1.0 - NORM_TOL, delta) ||
+            near_limit(s, 1.0 + NORM_TOL, delta) || !(s >= 1.0 - NORM_TOL && s <= 1.0 + NORM_TOL) ||
+            s > MASS_LIMIT)
+            return FAST_NO;
+        __mmask16 m0 = (__mmask16)(marks & 0xFFFF), m1 = (__mmask16)(marks >> 16);
+        unsigned n0 = (unsigned)_mm_popcnt_u32(m0);
+        store_head(oid, olp, _mm512_maskz_compress_epi32(m0, r0), _mm512_maskz_compress_ps(m0, rv0), n0);
+        if (m1)
+            store_head(oid + n0, olp + n0, _mm512_maskz_compress_epi32(m1, r1),
+                       _mm512_maskz_compress_ps(m1, rv1), r - n0);
+    } else {
+        /* kept(): the first k, or those above a tie across the k-th place */
+        r = k < 1 ? 0 : (uint64_t)k < live ? (unsigned)k : live;
+        if (r > 0 && r < live) {
+            float at[32];
+            _mm512_storeu_ps(at, rv0);
+            _mm512_storeu_ps(at + 16, rv1);
+            if (at[r - 1] == at[r]) {
+                __m512 b = _mm512_set1_ps(at[r]);
+                uint32_t eq = ((uint32_t)_mm512_cmp_ps_mask(rv0, b, _CMP_EQ_OQ) |
+                               (uint32_t)_mm512_cmp_ps_mask(rv1, b, _CMP_EQ_OQ) << 16) & lm;
+                r = tw_ctz32(eq); /* ranked: the values equal to the boundary are one run */
+            }
+        }
+        if (r == 0 || too_few(m, k)) return FAST_NO;
+        uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
+        if (above_one(rv0, rv1, head)) return FAST_NO; /* decided exactly */
+        s = exp_sum32(rv0, rv1, head);
+        double delta = s * ((double)r * 0x1p-52 + 0x1p-16) + (double)r * 0x1p-999;
+        if (near_limit(s, MASS_LIMIT, delta) || s > MASS_LIMIT) return FAST_NO;
+        store_head(oid, olp, r0, rv0, r < 16 ? r : 16);
+        if (r > 16) store_head(oid + 16, olp + 16, r1, rv1, r - 16);
+    }
+    *count = r;
+    return FAST_OK;
+}
+#endif
+
+/* One call's arguments (tw_compact_heads). */
+typedef struct {
+    const int64_t *roff;
+    const uint32_t *row_ids;
+    const float *row_vals;
+    const int64_t *sampled;
+    int64_t num_top, k;
+    const int64_t *soff;
+    const int32_t *sup;
+    float *out_sampled;
+    int64_t *out_off, *out_ids;
+    float *out_lps;
+    int path;
+    /* scratch for the tokens the kernels above decide */
+    int64_t *cand_ids;
+    double *cand_lps, *lps;
+    size_t cap;
+} compact_call;
+
+/* Tokens a block of the kernels above takes: up to TOKEN_BLOCK, and candidates that fit a
+   sweep (or one longer token). */
+static int block_scratch(compact_call *c, size_t need) {
+    if (need <= c->cap) return 1;
+    size_t cap = need < SWEEP ? SWEEP : need;
+    tw_mem_free(c->cand_ids);
+    tw_mem_free(c->cand_lps);
+    tw_mem_free(c->lps);
+    c->cand_ids = tw_mem_alloc(cap * sizeof(int64_t));
+    c->cand_lps = tw_mem_alloc(cap * sizeof(double));
+    c->lps = tw_mem_alloc(cap * sizeof(double));
+    c->cap = c->cand_ids && c->cand_lps && c->lps ? cap : 0;
+    return c->cap != 0;
+}
+
+/* Tokens [from, to) by tw_compact_rows_candidates then tw_select_heads, the heads at *o;
+   -1, or the first failing token with its reason. */
+static ptrdiff_t compact_block(compact_call *c, size_t from, size_t to, int64_t *o, int *row_kind,
+                               int *head_code) {
+    int64_t coff[TOKEN_BLOCK + 1], off[TOKEN_BLOCK + 1];
+    double slps[TOKEN_BLOCK];
+    size_t n = to - from;
+    if (!block_scratch(c, (size_t)(c->roff[to] - c->roff[from]))) {
+        *row_kind = TW_ROW_NOMEM;
+        return (ptrdiff_t)from;
+    }
+    ptrdiff_t row = tw_compact_rows_candidates(n, c->roff + from, c->row_ids, c->row_vals,
+                                               c->sampled + from, c->num_top, c->out_sampled + from,
+                                               row_kind, coff, c->cand_ids, c->cand_lps, c->path);
+    if (*row_kind == TW_ROW_NOMEM) return (ptrdiff_t)from;
+    size_t heads = row >= 0 ? (size_t)row : n;
+    if (heads) {
+        for (size_t t = 0; t < heads; t++) slps[t] = c->out_sampled[from + t];
+        ptrdiff_t bad = tw_select_heads(heads, coff, c->cand_ids, c->cand_lps, c->sampled + from, slps,
+                                        c->k, c->soff ? c->soff + from : NULL, c->sup, off,
+                                        c->out_ids + *o, c->lps, head_code, c->path);
+        if (bad >= 0) {
+            *row_kind = TW_ROW_OK;
+            return (ptrdiff_t)from + bad;
+        }
+        for (size_t t = 0; t < heads; t++) c->out_off[from + t + 1] = *o + off[t + 1];
+        for (int64_t j = 0; j < off[heads]; j++) c->out_lps[*o + j] = (float)c->lps[j];
+        *o += off[heads];
+    }
+    return row >= 0 ? (ptrdiff_t)from + row : -1;
+}
+
+ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                           const float *row_vals, const int64_t *sampled, int64_t num_top,
+                           int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
+                           int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
+                           int *head_code, int path) {
+    compact_call c = {roff,    row_ids, row_vals, sampled, num_top, k,    soff, sup,
+                      out_sampled, out_off, out_ids, out_lps,  tw_path_resolve(path), NULL, NULL, NULL, 0};
+    ptrdiff_t failed = -1;
+    int64_t o = 0;
+    *row_kind = TW_ROW_OK;
+    *head_code = TW_HEAD_OK;
+    out_off[0] = 0;
+    for (size_t from = 0, to; from < n && failed < 0; from = to) {
+        to = from + 1;
+#ifdef TW_X86_SIMD
+        if (c.path == TW_PATH_AVX512) {
+            size_t len = (size_t)(roff[from + 1] - roff[from]), r = 0;
+            int has_sup = row_has_support(soff, from);
+            int fast = compact_head_avx512(row_ids + roff[from], row_vals + roff[from], len,
+                                           num_top < 1 ? 1 : (uint64_t)num_top, sampled[from], k,
+                                           has_sup ? sup + soff[from] : NULL,
+                                           has_sup ? (size_t)(soff[from + 1] - soff[from]) : 0,
+                                           out_sampled + from, out_ids + o, out_lps + o, &r, row_kind);
+            if (fast == FAST_ROW) {
+                failed = (ptrdiff_t)from;
+                break;
+            }
+            if (fast == FAST_OK) {
+                o += (int64_t)r;
+                out_off[from + 1] = o;
+                continue;
+            }
+        } else
+#endif
+            while (to < n && to - from < TOKEN_BLOCK && roff[to + 1] - roff[from] <= SWEEP) to++;
+        failed = compact_block(&c, from, to, &o, row_kind, head_code);
+    }
+    tw_mem_free(c.cand_ids);
+    tw_mem_free(c.cand_lps);
+    tw_mem_free(c.lps);
+    return failed;
 }

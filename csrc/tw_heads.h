@@ -102,6 +102,25 @@ ptrdiff_t tw_compact_rows_candidates(size_t n, const int64_t *roff, const uint32
                                      int64_t *coff, int64_t *cand_ids, double *cand_lps,
                                      int path);
 
+/*
+ * Compact rows straight to heads: tw_compact_rows_candidates, then tw_select_heads (with
+ * sampled_lps the sampled values found) on the candidates, token by token, the heads'
+ * values narrowed to float (they are the rows' floats). Stops at the first token that
+ * breaks a row rule (*row_kind, TW_ROW_*) or whose head breaks a head rule (*head_code,
+ * TW_HEAD_*; *row_kind is then TW_ROW_OK) and returns it; -1 when none does. A row's rule
+ * comes before its head's: a token whose row is invalid has no head. TW_ROW_NOMEM or
+ * TW_HEAD_NOMEM: no scratch memory. Output as tw_select_heads': out_off[0..n], out_ids and
+ * out_lps of capacity roff[n] - roff[0] each (any of it may be written), out_sampled[0..n).
+ * On the AVX-512 path a row of up to 32 entries whose head is plain (see tw_heads.c) is
+ * decided in registers; every other token, and every token on the other paths, by the two
+ * kernels a block at a time. The same decisions and output on every path.
+ */
+ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                           const float *row_vals, const int64_t *sampled, int64_t num_top,
+                           int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
+                           int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
+                           int *head_code, int path);
+
 /* math.fsum(math.exp(v) for v in p): exp() from the C library, summed exactly and rounded
    once to nearest-even. NaN if any exp is NaN, else +inf if any is +inf or the sum
    overflows (where Python raises OverflowError). */

@@ -8,7 +8,7 @@ import base64
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenwire import MalformedResponseError, samples
@@ -136,3 +136,116 @@ def test_rows_and_candidates_in_one_pass(impl, arrays):
     assert got[2][: limit + 1] == candidates.offsets[: limit + 1].tolist()
     assert set(got[2][limit:]) == {end}
     assert (got[3], got[4]) == (candidates.ids[:end].tolist(), candidates.logprobs[:end].tobytes())
+
+
+@st.composite
+def compact_head_arrays(draw):
+    """Rows as samplers write them (the sampled token, then the ranked head: ties, also at
+    the k-th place, filtered tails at the sentinel, the sampled id again among them), some
+    disturbed (two entries swapped, a sentinel inside, a repeat, NaN, a value above 1), their
+    masses at and around each threshold, and kept sets per token (absent, exact, with an id
+    the row lacks, a negative id, repeated ids, longer than the row)."""
+    n = draw(st.integers(0, 5))
+    num_top = draw(st.sampled_from([-1, 0, 1, 3, 20, 21, 40, 2**40, 2**40, 2**40]))
+    k = draw(st.sampled_from([0, 1, 3, 19, 20, 20, 20, 2**40]))
+    row_ids, row_values, offsets, sampled, soff, sup = [], [], [0], [], [0], []
+    with_support = draw(st.integers(0, 2)) == 0
+    for _ in range(n):
+        if k <= 30 and draw(st.integers(0, 3)) > 0:  # enough candidates for a head of k: k + 2, and the sampled one
+            length = k + 3 + draw(st.integers(0, 3))
+        else:
+            length = draw(st.sampled_from([0, 1, 2, 3, 8, 16, 17, 21, 22, 24, 25, 31, 32, 33, 40]))
+        width = max(length - 1, 0)
+        # two rows in three are plain (valid, most of them decided in registers on AVX-512):
+        # every token after a failure goes unchecked
+        plain = draw(st.integers(0, 2)) > 0
+        masses = [0.3, 0.9, 0.99989, 0.9999, 1.0] + ([] if plain else [1.0001, 1.00011, 1.0002, 2.0])
+        if with_support and plain:  # a kept set's mass is 1 (the sampler renormalized over it)
+            masses = [0.99989, 0.9999, 1.0, 1.0, 1.0001]
+        mass = draw(st.sampled_from(masses))
+        shape = draw(st.sampled_from(["flat", "peaked", "peaked", "ties"]))
+        if shape == "flat":  # nearly (a plain row), or exactly: every value tied
+            probs = [mass / max(width, 1) * (1 - (0.001 * j if plain else 0)) for j in range(width)]
+        elif shape == "peaked":
+            raw = [0.5**j for j in range(width)]
+            probs = [mass * p / sum(raw) for p in raw]
+        else:
+            groups = [draw(st.integers(1, 4)) for _ in range(width)]
+            probs = [mass / max(width, 1) / g for g in groups]
+        values = sorted((float(np.float32(np.log(p))) for p in probs), reverse=True)
+        alphabet = draw(st.sampled_from([width + 2, 2**31 - 2 if with_support else 2**32 - 1]))  # kept ids: int32
+        ids = draw(st.lists(st.integers(0, alphabet), min_size=width, max_size=width, unique=True))
+        pairs = sorted(zip(values, ids), key=lambda p: (-p[0], p[1]))
+        head_ids, head_values = [i for _, i in pairs], [v for v, _ in pairs]
+        if width and draw(st.integers(0, 3)) == 0:  # a filtered tail
+            cut = draw(st.integers(1 if plain else 0, width))
+            head_values[cut:] = [samples.SENTINEL] * (width - cut)
+        if length:
+            pick = draw(st.integers(-1, width - 1)) if width else -1
+            if plain and pick >= 0 and head_values[pick] == samples.SENTINEL:
+                pick = 0
+            if pick >= 0:  # the sampled token is in the head: it repeats there
+                first_id, first_value = head_ids[pick], head_values[pick]
+            else:
+                first_id = draw(st.integers(0, alphabet))
+                first_value = float(np.float32(draw(st.sampled_from([-0.05, -3.0, -30.0]))))
+                if first_id in head_ids:
+                    first_value = head_values[head_ids.index(first_id)]
+            row = [(first_id, first_value)] + list(zip(head_ids, head_values))
+            disturb = -1 if plain else draw(st.integers(0, 5))
+            if disturb == 0 and len(row) > 2:
+                a, b = draw(st.integers(0, len(row) - 1)), draw(st.integers(0, len(row) - 1))
+                row[a], row[b] = row[b], row[a]
+            elif disturb == 1 and len(row) > 2:
+                at = draw(st.integers(1, len(row) - 2))
+                row[at] = (row[at][0], samples.SENTINEL)
+            elif disturb == 2:
+                at = draw(st.integers(0, len(row) - 1))
+                row[at] = (row[at][0], draw(st.sampled_from([float("nan"), 1.5, -0.0, 0.0])))
+            elif disturb == 3:
+                row.append(row[draw(st.integers(0, len(row) - 1))])
+            elif disturb == 4 and len(row) > 1:  # the best value above 1: still ranked
+                row[1] = (row[1][0], 1.5)
+            sampled.append(row[0][0] if plain or draw(st.integers(0, 3)) else draw(st.sampled_from([-1, 2**32, alphabet + 1])))
+        else:
+            row = []
+            sampled.append(draw(st.integers(0, 5)))
+        row_ids += [i for i, _ in row]
+        row_values += [v for _, v in row]
+        offsets.append(offsets[-1] + len(row))
+        if with_support:
+            kinds = ["absent", "all", "all"] if plain else ["absent", "all", "head", "part", "missing", "negative", "filtered", "repeated"]
+            kind = draw(st.sampled_from(kinds))
+            live = [i for i, v in row if v != samples.SENTINEL]
+            chosen = {"absent": [], "all": live, "head": live[: max(k, 0) % 64], "part": live[:2],
+                      "missing": live[:3] + [2**31 - 1], "negative": live[:2] + [-1],
+                      "filtered": live + [i for i, v in row if v == samples.SENTINEL][:1],
+                      "repeated": live[:2] * 3}[kind]
+            sup += chosen
+            soff.append(soff[-1] + len(chosen))
+    supports = None
+    if with_support:
+        from tokenwire._types import Ragged
+
+        supports = Ragged(np.asarray(soff, np.int64), np.asarray(sup, np.int32))
+    return (np.asarray(sampled, dtype=np.int64), np.asarray(row_ids, dtype="<u4"),
+            np.asarray(row_values, dtype="<f4"), np.asarray(offsets, dtype=np.int64), num_top, k, supports)
+
+
+def _heads_outcome(kernels, arrays) -> tuple:
+    sampled, top_ids, top_logprobs, bad_row, bad_head = kernels.compact_heads(*arrays)
+    if bad_row is not None or bad_head is not None:
+        return bad_row, bad_head
+    return (sampled.tobytes(), top_ids.offsets.tolist(), top_ids.values.tolist(),
+            top_logprobs.offsets.tolist(), top_logprobs.values.dtype, top_logprobs.values.tobytes())
+
+
+@settings(max_examples=300)
+@given(compact_head_arrays())
+def test_compact_rows_straight_to_heads(impl, arrays):
+    """compact_heads equals the reference (rows, candidates, then heads) on every path: the
+    AVX-512 path's heads decided in registers and the tokens it hands to the two kernels
+    (repeats that differ, heads without a shape, failing heads, sums at a threshold)."""
+    got = _heads_outcome(impl, arrays)
+    if not np.isnan(arrays[2]).any():
+        assert got == _heads_outcome(PYTHON, arrays)

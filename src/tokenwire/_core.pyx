@@ -474,6 +474,11 @@ cdef extern from "tw_heads.h" nogil:
                                          int64_t num_top, float *out_sampled, int *kind,
                                          int64_t *coff, int64_t *cand_ids, double *cand_lps,
                                          int path)
+    ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                               const float *row_vals, const int64_t *sampled, int64_t num_top,
+                               int64_t k, const int64_t *soff, const int32_t *sup,
+                               float *out_sampled, int64_t *out_off, int64_t *out_ids,
+                               float *out_lps, int *row_kind, int *head_code, int path)
     int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
                               const float *row_vals, int64_t num_top, int64_t *coff,
                               int64_t *cand_ids, double *cand_lps, int simd)
@@ -1107,6 +1112,12 @@ cdef object _row_failure(ptrdiff_t row, int kind):
             else "Missing compact sampled-token evidence")
 
 
+cdef tuple _ragged_arrays(size_t n, Py_ssize_t total, dtype):
+    """Offsets (zeros) for n rows and room for `total` ids and values (at least one)."""
+    total = max(total, 1)
+    return np.zeros(n + 1, dtype=np.int64), np.empty(total, dtype=np.int64), np.empty(total, dtype=dtype)
+
+
 def compact_rows_candidates(ids, row_ids, row_values, offsets, num_top):
     """``compact_rows`` and ``compact_candidates`` in one pass over the rows; the rows from
     the first bad one on have no candidates."""
@@ -1120,10 +1131,7 @@ def compact_rows_candidates(ids, row_ids, row_values, offsets, num_top):
     cdef int simd = _path
     cdef const int64_t *sampled_ids
     sampled = np.zeros(n, dtype=np.float32)
-    coff = np.zeros(n + 1, dtype=np.int64)
-    total = max(int(offsets[n]), 1)
-    cand_ids = np.empty(total, dtype=np.int64)
-    cand_lps = np.empty(total, dtype=np.float64)
+    coff, cand_ids, cand_lps = _ragged_arrays(n, int(offsets[n]), np.float64)
     cdef float[::1] out = sampled
     cdef int64_t[::1] coff_view = coff, ids_view = cand_ids
     cdef double[::1] lps_view = cand_lps
@@ -1136,6 +1144,58 @@ def compact_rows_candidates(ids, row_ids, row_values, offsets, num_top):
     bad = _row_failure(row, kind)
     end = int(coff[n])
     return sampled, bad, _kernels.Candidates(coff, cand_ids[:end], cand_lps[:end])
+
+
+cdef class _KeptSets:
+    """A head kernel's kept-set arguments: the rows' pointers (NULL without kept sets), and
+    the views that hold their buffers while a kernel runs."""
+    cdef const int64_t[::1] offsets
+    cdef const int32_t[::1] values
+    cdef const int64_t *soff
+    cdef const int32_t *sup
+
+
+cdef _KeptSets _kept_sets(supports):
+    cdef _KeptSets kept = _KeptSets()
+    if supports is not None:
+        kept.offsets = supports.offsets
+        kept.values = supports.values if len(supports.values) else np.zeros(1, np.int32)
+        kept.soff = &kept.offsets[0]
+        kept.sup = &kept.values[0]
+    return kept
+
+
+def compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports):
+    """``compact_rows_candidates`` then ``heads`` in one call (kernels/python.py)."""
+    cdef size_t n = len(ids)
+    cdef int row_kind = 0, head_code = 0
+    cdef ptrdiff_t bad = -1
+    cdef const int64_t[::1] roff = offsets
+    cdef const uint32_t[::1] rids = row_ids if len(row_ids) else np.zeros(1, np.uint32)
+    cdef const float[::1] rvals = row_values if len(row_values) else np.zeros(1, np.float32)
+    cdef int64_t top = min(num_top, 2**62)
+    cdef int64_t kk = min(k, 2**62)
+    cdef int simd = _path
+    cdef const int64_t *sampled_ids
+    cdef _KeptSets kept = _kept_sets(supports)
+    sampled = np.zeros(n, dtype=np.float32)
+    out_off, out_ids, out_lps = _ragged_arrays(n, int(offsets[n]) - int(offsets[0]), np.float32)
+    cdef float[::1] out = sampled, olp_view = out_lps
+    cdef int64_t[::1] off_view = out_off, oid_view = out_ids
+    if n:
+        sampled_ids = _i64(ids)
+        with nogil:
+            bad = tw_compact_heads(n, &roff[0], &rids[0], &rvals[0], sampled_ids, top, kk, kept.soff, kept.sup,
+                                   &out[0], &off_view[0], &oid_view[0], &olp_view[0], &row_kind,
+                                   &head_code, simd)
+    if bad >= 0:
+        if row_kind != TW_ROW_OK:
+            return sampled, None, None, _row_failure(bad, row_kind), None
+        if head_code == TW_HEAD_NOMEM:
+            raise MemoryError()
+        return sampled, None, None, None, (bad, _HEAD_REASONS[head_code])
+    end = int(out_off[n])
+    return sampled, Ragged(out_off, out_ids[:end]), Ragged(out_off.copy(), out_lps[:end]), None, None
 
 
 def compact_candidates(row_ids, row_values, offsets, num_top):
@@ -1168,31 +1228,20 @@ def heads(ids, candidates, sampled_lps, k, supports, limit):
     cdef const double[::1] clps = candidates.logprobs if len(candidates.logprobs) else np.zeros(1)
     cdef const int64_t *sampled_ids = _i64(ids) if len(ids) else NULL
     cdef const double[::1] slps = sampled_lps if len(sampled_lps) else np.zeros(1)
-    cdef const int64_t *soff = NULL
-    cdef const int32_t *sup = NULL
-    cdef const int64_t[::1] soff_view
-    cdef const int32_t[::1] sup_view
+    cdef _KeptSets kept = _kept_sets(supports)
     cdef int code = 0
     cdef int simd = _path
     cdef ptrdiff_t bad
     # A head wider than any row decides exactly as k = 2**62 does (every row has fewer
     # than k + 2 candidates), and a top_k of 2**63 or more must not overflow int64.
     cdef int64_t kk = min(k, 2**62)
-    total = max(int(candidates.offsets[n]) - int(candidates.offsets[0]), 1)
-    out_off = np.zeros(n + 1, dtype=np.int64)
-    out_ids = np.empty(total, dtype=np.int64)
-    out_lps = np.empty(total, dtype=np.float64)
+    out_off, out_ids, out_lps = _ragged_arrays(n, int(candidates.offsets[n]) - int(candidates.offsets[0]), np.float64)
     cdef int64_t[::1] off_view = out_off, oid_view = out_ids
     cdef double[::1] olp_view = out_lps
-    if supports is not None:
-        soff_view = supports.offsets
-        sup_view = supports.values if len(supports.values) else np.zeros(1, np.int32)
-        soff = &soff_view[0]
-        sup = &sup_view[0]
     if n:
         with nogil:
-            bad = tw_select_heads(n, &coff[0], &cids[0], &clps[0], sampled_ids, &slps[0], kk, soff,
-                                  sup, &off_view[0], &oid_view[0], &olp_view[0], &code, simd)
+            bad = tw_select_heads(n, &coff[0], &cids[0], &clps[0], sampled_ids, &slps[0], kk, kept.soff,
+                                  kept.sup, &off_view[0], &oid_view[0], &olp_view[0], &code, simd)
         if bad >= 0:
             if code == TW_HEAD_NOMEM:
                 raise MemoryError()

@@ -533,6 +533,12 @@ static void test_edges(void) {
  * decision on both sides on every path.
  * ------------------------------------------------------------------------------------------ */
 
+/* A walk across a threshold must have steps on both sides of it. */
+static void crossed(int below, int above, double limit, const char *what) {
+    CHECK(below >= 3 && above >= 3, "%s: the walk does not cross %.17g (%d below, %d above)", what,
+          limit, below, above);
+}
+
 static void walk_limit(double limit, int with_sup, int terms, const char *what) {
     double lps[40], weights[40], total = 0;
     int64_t ids[40];
@@ -562,17 +568,17 @@ static void walk_limit(double limit, int with_sup, int terms, const char *what) 
         one((size_t)terms + 2, ids, lps, ids[sampled], lps[sampled], terms, with_sup,
             with_sup ? (size_t)terms : 0, sup, want, name);
     }
-    CHECK(below >= 3 && above >= 3, "%s: the walk does not cross %.17g (%d below, %d above)", what,
-          limit, below, above);
+    crossed(below, above, limit, what);
 }
 
-static void test_thresholds(void) {
+/* Every threshold walked by `walk` (walk_limit, walk_compact) with heads of 1 to 30. */
+static void test_thresholds(void (*walk)(double limit, int with_sup, int terms, const char *what)) {
     for (int rep = 0; rep < 30; rep++) {
         int terms = 1 + (int)rndn(rep < 10 ? 3 : 30);
-        walk_limit(1.0001, 0, terms, "mass limit");
-        walk_limit(1.0001, 1, terms, "mass limit with support");
-        walk_limit(1.0 + 1e-4, 1, terms, "normalization, high side");
-        walk_limit(1.0 - 1e-4, 1, terms, "normalization, low side");
+        walk(1.0001, 0, terms, "mass limit");
+        walk(1.0001, 1, terms, "mass limit with support");
+        walk(1.0 + 1e-4, 1, terms, "normalization, high side");
+        walk(1.0 - 1e-4, 1, terms, "normalization, low side");
     }
 }
 
@@ -811,6 +817,259 @@ static void test_compact(long count) {
         free(cids);
         free(clps);
     }
+}
+
+/* A head's entries in ranked order: value desc, id asc (insertion sort). */
+static void rank_row(uint32_t *ids, float *vals, size_t n) {
+    for (size_t j = 1; j < n; j++)
+        for (size_t i = j; i > 0 && (vals[i] > vals[i - 1] || (vals[i] == vals[i - 1] && ids[i] < ids[i - 1])); i--) {
+            float v = vals[i];
+            uint32_t d = ids[i];
+            vals[i] = vals[i - 1];
+            ids[i] = ids[i - 1];
+            vals[i - 1] = v;
+            ids[i - 1] = d;
+        }
+}
+
+/* One compact row as a sampler writes it: the sampled token, then a ranked head of `width`
+   (flat, peaked or tied values, a filtered tail at the sentinel, `mass` in all before it), the
+   sampled id again among them or not; one case in three disturbed (two entries swapped, a
+   sentinel inside, NaN, a value above 1, a zero of the other sign, a repeat appended).
+   `plain`: wide enough for a head of k, a mass below the limit, seldom disturbed.
+   Returns the row's length; ids below 2^31 when `small_ids`. */
+static size_t sampler_row(uint32_t *ids, float *vals, int small_ids, int64_t k, int plain) {
+    static const size_t widths[] = {0, 1, 2, 3, 8, 15, 16, 19, 20, 21, 22, 23, 24, 30, 31, 40};
+    static const double masses[] = {0.3, 0.9, 0.99989, 0.9999, 1.0, 1.0, 1.0, 1.0001, 1.0002};
+    size_t width = widths[rndn(sizeof widths / sizeof widths[0])], len = 0;
+    if (plain && k <= 30) width = (size_t)k + 2 + rndn(4); /* enough for a head of k */
+    double mass = masses[rndn(plain ? 7 : sizeof masses / sizeof masses[0])], p[40], total = 0.0;
+    int shape = (int)rndn(3);
+    for (size_t j = 0; j < width; j++)
+        p[j] = shape == 0 ? (plain ? 1.0 - 0.001 * (double)j : 1.0) /* flat (exactly: all tied) */
+               : shape == 1 ? pow(0.5, (double)j) : 1.0 / (double)(1 + rndn(3));
+    for (size_t j = 1; j < width; j++) /* largest first */
+        for (size_t i = j; i > 0 && p[i] > p[i - 1]; i--) {
+            double x = p[i];
+            p[i] = p[i - 1];
+            p[i - 1] = x;
+        }
+    /* a filtered tail (at the sentinel); the mass is that of the candidates before it */
+    size_t cut = width && rndn(4) == 0 ? 1 + rndn(width) : width;
+    for (size_t j = 0; j < cut; j++) total += p[j];
+    uint32_t alphabet = rndn(2) ? (uint32_t)width + 2 : small_ids ? 0x7FFFFFFEu : 0xFFFFFFFFu;
+    uint32_t hid[40];
+    float hv[40];
+    for (size_t j = 0; j < width; j++) {
+        uint32_t id;
+        size_t i;
+        do { /* distinct */
+            id = (uint32_t)rndn((size_t)alphabet + 1);
+            for (i = 0; i < j && hid[i] != id; i++) {}
+        } while (i < j);
+        hid[j] = id;
+        hv[j] = j < cut ? (float)log(mass * p[j] / total) : (float)HEAD_SENTINEL;
+    }
+    rank_row(hid, hv, width);
+    if (width && rndn(2)) { /* the sampled token is in the head */
+        size_t at = rndn(width);
+        ids[len] = hid[at];
+        vals[len++] = hv[at];
+    } else {
+        ids[len] = (uint32_t)rndn((size_t)alphabet + 1);
+        vals[len++] = -(float)(rnd01() * 5);
+        for (size_t j = 0; j < width; j++)
+            if (hid[j] == ids[0]) vals[0] = hv[j];
+    }
+    for (size_t j = 0; j < width; j++) {
+        ids[len] = hid[j];
+        vals[len++] = hv[j];
+    }
+    if (rndn(plain ? 12 : 3) == 0) {
+        size_t a = rndn(len), b = rndn(len);
+        switch (rndn(6)) {
+        case 0: {
+            uint32_t d = ids[a];
+            float v = vals[a];
+            ids[a] = ids[b];
+            vals[a] = vals[b];
+            ids[b] = d;
+            vals[b] = v;
+            break;
+        }
+        case 1: vals[a] = (float)HEAD_SENTINEL; break;
+        case 2: vals[a] = NAN; break;
+        case 3: vals[len > 1 ? 1 : 0] = 1.5f; break;
+        case 4: vals[a] = vals[a] == 0.0f ? -vals[a] : rndn(2) ? 0.0f : -0.0f; break;
+        default:
+            ids[len] = ids[a];
+            vals[len++] = vals[a];
+        }
+    }
+    return len;
+}
+
+/* tw_compact_heads against tw_compact_rows_candidates then tw_select_heads (sampled values
+   as found, heads' values narrowed to float) on every path: the AVX-512 path's heads decided
+   in registers and every token it hands to the two kernels, with and without kept sets. */
+static void test_compact_heads(long count) {
+    for (long c = 0; c < count; c++) {
+        size_t n = rndn(12), total = 0, stotal = 0;
+        int with_sup = rndn(3) == 0, plain = rndn(4) != 0;
+        uint32_t *ids = xmalloc(n * 41 * sizeof(uint32_t) + 4);
+        float *vals = xmalloc(n * 41 * sizeof(float) + 4);
+        int64_t *roff = xmalloc((n + 1) * sizeof(int64_t)), *soff = xmalloc((n + 1) * sizeof(int64_t));
+        int32_t *sup = xmalloc(n * 48 * sizeof(int32_t) + 4);
+        int64_t *sampled = xmalloc(n * sizeof(int64_t) + 8);
+        static const int64_t tops[] = {-1, 0, 1, 3, 20, 21, 40, INT64_C(1) << 40, INT64_C(1) << 40};
+        static const int64_t ks[] = {0, 1, 3, 19, 20, 20, INT64_C(1) << 62};
+        int64_t num_top = tops[rndn(sizeof tops / sizeof tops[0])], k = ks[rndn(sizeof ks / sizeof ks[0])];
+        roff[0] = soff[0] = 0;
+        for (size_t t = 0; t < n; t++) {
+            size_t len = sampler_row(ids + total, vals + total, with_sup, k, plain);
+            sampled[t] = len && rndn(10) ? (int64_t)ids[total] : (int64_t)rndn(3) - 1;
+            if (with_sup) {
+                size_t w = 0, kind = rndn(6);
+                for (size_t i = 0; i < len; i++) {
+                    int live = vals[total + i] != (float)HEAD_SENTINEL;
+                    if (live && (kind == 1 || kind == 2 || kind == 4 || (kind == 3 && w < 2)))
+                        sup[stotal + w++] = (int32_t)ids[total + i];
+                }
+                if (kind == 4) { /* and one not ranked: not there, negative, or filtered (at the sentinel) */
+                    sup[stotal + w] = rndn(2) ? -1 : 0x7FFFFFFF;
+                    for (size_t i = 0; i < len; i++)
+                        if (vals[total + i] == (float)HEAD_SENTINEL && rndn(2)) sup[stotal + w] = (int32_t)ids[total + i];
+                    w++;
+                }
+                if (kind == 5 && w) sup[stotal + w++] = sup[stotal]; /* repeated */
+                stotal += w;
+                soff[t + 1] = (int64_t)stotal;
+            }
+            total += len;
+            roff[t + 1] = (int64_t)total;
+        }
+        size_t cap = total ? total : 1;
+        int64_t *coff = xmalloc((n + 1) * sizeof(int64_t)), *cids = xmalloc(cap * sizeof(int64_t));
+        double *clps = xmalloc(cap * sizeof(double)), *slps = xmalloc(n * sizeof(double) + 8);
+        int64_t *woff = xmalloc((n + 1) * sizeof(int64_t)), *wids = xmalloc(cap * sizeof(int64_t));
+        double *wlps = xmalloc(cap * sizeof(double));
+        float *ws = xmalloc(n * sizeof(float) + 4), *gs = xmalloc(n * sizeof(float) + 4);
+        int64_t *goff = xmalloc((n + 1) * sizeof(int64_t)), *gids = xmalloc(cap * sizeof(int64_t));
+        float *glps = xmalloc(cap * sizeof(float));
+        const int64_t *so = with_sup ? soff : NULL;
+        for (int p = 0; p < npaths; p++) {
+            int kind = -1, code = TW_HEAD_OK, gkind = -1, gcode = -1;
+            memset(ws, 0, n * sizeof(float));
+            ptrdiff_t bad_row = tw_compact_rows_candidates(n, roff, ids, vals, sampled, num_top, ws, &kind,
+                                                           coff, cids, clps, paths[p]);
+            size_t limit = bad_row >= 0 ? (size_t)bad_row : n;
+            for (size_t t = 0; t < limit; t++) slps[t] = ws[t];
+            woff[0] = 0;
+            ptrdiff_t bad_head = limit ? tw_select_heads(limit, coff, cids, clps, sampled, slps, k, so, sup,
+                                                         woff, wids, wlps, &code, paths[p])
+                                       : -1;
+            ptrdiff_t want = bad_head >= 0 ? bad_head : bad_row;
+            if (bad_head >= 0) kind = TW_ROW_OK;
+            memset(gs, 0, n * sizeof(float));
+            memset(goff, 0xA5, (n + 1) * sizeof(int64_t)); /* nothing left from the last path */
+            memset(gids, 0xA5, cap * sizeof(int64_t));
+            memset(glps, 0xA5, cap * sizeof(float));
+            ptrdiff_t got = tw_compact_heads(n, roff, ids, vals, sampled, num_top, k, so, sup, gs, goff,
+                                             gids, glps, &gkind, &gcode, paths[p]);
+            int ok = got == want && gkind == kind && (bad_head < 0 || gcode == code);
+            if (ok && want < 0) {
+                ok = memcmp(gs, ws, n * sizeof(float)) == 0 && memcmp(goff, woff, (n + 1) * sizeof(int64_t)) == 0;
+                for (int64_t i = 0; ok && i < woff[n]; i++) {
+                    float v = (float)wlps[i];
+                    ok = gids[i] == wids[i] && memcmp(&glps[i], &v, sizeof v) == 0;
+                }
+            }
+            CHECK(ok, "compact heads, path %d, case %ld: failed %td (row %d, head %d), two kernels %td (%d, %d)",
+                  paths[p], c, got, gkind, gcode, want, kind, code);
+        }
+        /* Allocation failure: a token the kernels take needs scratch space. */
+        if (c % 40 == 0 && n) {
+            int gkind = -1, gcode = -1;
+            g_alloc_fail = 0;
+            ptrdiff_t got = tw_compact_heads(n, roff, ids, vals, sampled, num_top, k, so, sup, gs, goff,
+                                             gids, glps, &gkind, &gcode, TW_PATH_SCALAR);
+            g_alloc_fail = -1;
+            CHECK(got == 0 && gkind == TW_ROW_NOMEM, "compact heads nomem: %td %d", got, gkind);
+        }
+        free(ids);
+        free(vals);
+        free(roff);
+        free(soff);
+        free(sup);
+        free(sampled);
+        free(coff);
+        free(cids);
+        free(clps);
+        free(slps);
+        free(woff);
+        free(wids);
+        free(wlps);
+        free(ws);
+        free(gs);
+        free(goff);
+        free(gids);
+        free(glps);
+    }
+}
+
+/* Compact rows whose head's exact sum walks across a threshold a float ulp of one value at
+   a time: tw_compact_heads decides each as the exact rule does, on every path (the AVX-512
+   path's estimate hands the tokens near a threshold to the exact sum). */
+static void walk_compact(double limit, int with_sup, int terms, const char *what) {
+    double w[32], total = 0.0, d[32]; /* terms <= 30 */
+    float v[32];
+    for (int i = 0; i < terms; i++) total += w[i] = 0.05 + rnd01();
+    for (int i = 0; i < terms - 1; i++) d[i] = v[i] = (float)log(w[i] / total * limit * 0.9);
+    double first = terms > 1 ? tw_fsum_exp(d, (size_t)terms - 1) : 0.0;
+    float last = (float)log(limit - first);
+    for (int i = 0; i < 40; i++) last = nextafterf(last, -INFINITY);
+    int below = 0, above = 0;
+    for (int step = 0; step < 80; step++, last = nextafterf(last, INFINITY)) {
+        v[terms - 1] = last;
+        d[terms - 1] = last;
+        double sum = tw_fsum_exp(d, (size_t)terms);
+        below += sum < limit;
+        above += sum > limit;
+        int want = with_sup ? !(fabs(1.0 - sum) <= 1e-4) ? TW_HEAD_NORMALIZE : sum > 1.0001 ? TW_HEAD_MASS : 0
+                            : sum > 1.0001 ? TW_HEAD_MASS : 0;
+        /* the row: the sampled token, the head ranked (value desc, id asc), two filtered */
+        uint32_t hid[34], ids[35];
+        float hv[34], vals[35];
+        for (int i = 0; i < terms; i++) {
+            hid[i] = (uint32_t)(i * 7 + 3);
+            hv[i] = v[i];
+        }
+        rank_row(hid, hv, (size_t)terms);
+        int at = (int)rndn((size_t)terms);
+        ids[0] = hid[at];
+        vals[0] = hv[at];
+        for (int i = 0; i < terms; i++) {
+            ids[i + 1] = hid[i];
+            vals[i + 1] = hv[i];
+        }
+        ids[terms + 1] = 1;
+        ids[terms + 2] = 2;
+        vals[terms + 1] = vals[terms + 2] = (float)HEAD_SENTINEL;
+        int64_t roff[2] = {0, terms + 3}, soff[2] = {0, with_sup ? terms : 0}, sampled = ids[0];
+        int32_t sup[32];
+        for (int i = 0; i < terms; i++) sup[i] = (int32_t)hid[i];
+        for (int p = 0; p < npaths; p++) {
+            int64_t off[2], oid[35];
+            float olp[35], s0 = 0.0f;
+            int kind = -1, code = -1;
+            ptrdiff_t got = tw_compact_heads(1, roff, ids, vals, &sampled, 64, terms, with_sup ? soff : NULL,
+                                             sup, &s0, off, oid, olp, &kind, &code, paths[p]);
+            CHECK(kind == TW_ROW_OK && (want ? got == 0 && code == want : got == -1),
+                  "compact, %s: path %d, sum %.17g, step %d: failed %td code %d, want %d", what, paths[p], sum, step,
+                  got, code, want);
+        }
+    }
+    crossed(below, above, limit, what);
 }
 
 static void test_nomem(void) {
@@ -1125,9 +1384,11 @@ int main(int argc, char **argv) {
     printf("\n");
     test_fsum();
     test_edges();
-    test_thresholds();
+    test_thresholds(walk_limit);
     test_nomem();
     test_compact(count / 2);
+    test_compact_heads(count);
+    test_thresholds(walk_compact);
     test_random(count);
     printf("%llu checks, %llu failures\n", g_checks, g_failures);
     return g_failures != 0;

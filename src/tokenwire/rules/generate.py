@@ -338,16 +338,16 @@ def parse_compact_logprobs(
             c.fail(bad[1], field, bad[0])
         return sampled, None, None, parse_sampling_mask(choice, ids, c)
     supports = parse_sampling_mask(choice, ids, c)
-    sampled, bad, candidates = c.kernels.compact_rows_candidates(ids, row_ids, row_values, offsets, num_top)
     # Rows are checked in order, a row's own rules before its head: a head error in an
     # earlier row comes first, then the row error.
-    limit = len(ids) if bad is None else bad[0]
-    top_ids, top_logprobs, head_bad = c.kernels.heads(ids, candidates, sampled.astype(np.float64), k, supports, limit)
+    sampled, top_ids, top_logprobs, bad, head_bad = c.kernels.compact_heads(
+        ids, row_ids, row_values, offsets, num_top, k, supports
+    )
     if head_bad is not None:
         _fail_head(c, choice, field, head_bad, supports)
     if bad is not None:
         c.fail(bad[1], field, bad[0])
-    return sampled, top_ids, Ragged(top_logprobs.offsets, top_logprobs.values.astype(np.float32)), supports
+    return sampled, top_ids, top_logprobs, supports
 
 
 def parse_native_heads(
