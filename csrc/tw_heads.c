@@ -1450,36 +1450,33 @@ TW_TARGET_AVX512 static inline int above_one(__m512 v0, __m512 v1, uint32_t take
             _mm512_mask_cmp_ps_mask((__mmask16)(take >> 16), v1, one, _CMP_GT_OQ)) != 0;
 }
 
-/* The sum of the fast exps of the lanes `take` of (v0, v1) (select_head's values: not NaN,
-   at most 1), as check_sums estimates it. */
-TW_TARGET_AVX512 static inline double exp_sum32(__m512 v0, __m512 v1, uint32_t take) {
+/* e[i] = F(v[i]) as exps_avx512 makes it, from floats (not NaN, at most 1). */
+TW_TARGET_AVX512 static void exps_f32_avx512(const float *v, size_t n, double *e) {
     const __m512d lo = _mm512_set1_pd(FEXP_LO), one = _mm512_set1_pd(1.0);
-    __m512d x[4] = {_mm512_cvtps_pd(_mm512_castps512_ps256(v0)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(v0, 1)),
-                    _mm512_cvtps_pd(_mm512_castps512_ps256(v1)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(v1, 1))};
-    __m512d acc = _mm512_setzero_pd();
-    for (int h = 0; h < 4; h += 2) {
-        if (!(take >> (8 * h))) break;
-        __m512d e0, e1;
-        fast_exp16_avx512(_mm512_min_pd(_mm512_max_pd(x[h], lo), one),
-                          _mm512_min_pd(_mm512_max_pd(x[h + 1], lo), one), &e0, &e1);
-        __mmask8 k0 = (__mmask8)(take >> (8 * h)) & _mm512_cmp_pd_mask(x[h], lo, _CMP_GE_OQ);
-        __mmask8 k1 = (__mmask8)(take >> (8 * h + 8)) & _mm512_cmp_pd_mask(x[h + 1], lo, _CMP_GE_OQ);
-        acc = _mm512_add_pd(acc, _mm512_add_pd(_mm512_maskz_mov_pd(k0, e0), _mm512_maskz_mov_pd(k1, e1)));
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 x = _mm512_maskz_loadu_ps(m, v + i);
+        __m512d x0 = _mm512_cvtps_pd(_mm512_castps512_ps256(x)), x1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
+        __m512d f0, f1;
+        fast_exp16_avx512(_mm512_min_pd(_mm512_max_pd(x0, lo), one), _mm512_min_pd(_mm512_max_pd(x1, lo), one),
+                          &f0, &f1);
+        _mm512_mask_storeu_pd(e + i, (__mmask8)m, _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(x0, lo, _CMP_GE_OQ), f0));
+        _mm512_mask_storeu_pd(e + i + 8, (__mmask8)(m >> 8),
+                              _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(x1, lo, _CMP_GE_OQ), f1));
     }
-    return _mm512_reduce_add_pd(acc);
 }
 
 /*
  * One token of a compact row of up to 32 entries, in registers: the row rule
  * (fused_row_avx512), the candidates (row_keep_avx512), their ranked order when they have a
  * shape (head_shape), the head kept (kept(), or the support's ids as keep_support keeps
- * them) and the sum rules (check_sums with the same fast exp and error bound). It decides
- * only what is plain: FAST_OK when the row and its head are valid and the estimated sum is
- * clear of every threshold; FAST_ROW when the sampled id breaks the row rule. Anything else
- * (a NaN, a repeat whose zero's sign differs, a head without a shape, a failing head, a sum
- * to decide exactly) is FAST_NO, and the token goes to the kernels above, which decide and
- * report it as for every token. The sampled id's candidate carries the sampled value itself
- * (repeats here have identical bits), so DISAGREE never holds here.
+ * them), written to oid/olp. It decides only what is plain: FAST_OK when the row is valid
+ * and so is its head up to the sum rules (no value above 1, not empty, no FEWER), which
+ * heads_avx512 then checks a batch at a time; FAST_ROW when the sampled id breaks the row
+ * rule. Anything else (a NaN, a repeat whose zero's sign differs, a head without a shape, a
+ * support id not ranked, ...) is FAST_NO, and the token goes to the kernels above, which
+ * decide and report it as for every token. The sampled id's candidate carries the sampled
+ * value itself (repeats here have identical bits), so DISAGREE never holds here.
  */
 TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float *vals, size_t len,
                                                 uint64_t take, int64_t sid, int64_t k,
@@ -1554,7 +1551,6 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
     __m512i r0 = _mm512_permutex2var_epi32(c0, x0, c1), r1 = _mm512_permutex2var_epi32(c0, x1, c1);
     __m512 rv0 = _mm512_permutex2var_ps(v0, x0, v1), rv1 = _mm512_permutex2var_ps(v0, x1, v1);
 
-    double s;
     unsigned r;
     if (sup && slen) {
         /* keep_support: every support id among the live ranked ones; those are the head */
@@ -1569,12 +1565,6 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
         }
         r = (unsigned)_mm_popcnt_u32(marks);
         if (above_one(rv0, rv1, marks)) return FAST_NO; /* decided exactly */
-        s = exp_sum32(rv0, rv1, marks);
-        double delta = s * ((double)r * 0x1p-52 + 0x1p-16) + (double)r * 0x1p-999;
-        if (near_limit(s, MASS_LIMIT, delta) || near_limit(s, 1.0 - NORM_TOL, delta) ||
-            near_limit(s, 1.0 + NORM_TOL, delta) || !(s >= 1.0 - NORM_TOL && s <= 1.0 + NORM_TOL) ||
-            s > MASS_LIMIT)
-            return FAST_NO;
         __mmask16 m0 = (__mmask16)(marks & 0xFFFF), m1 = (__mmask16)(marks >> 16);
         unsigned n0 = (unsigned)_mm_popcnt_u32(m0);
         store_head(oid, olp, _mm512_maskz_compress_epi32(m0, r0), _mm512_maskz_compress_ps(m0, rv0), n0);
@@ -1598,9 +1588,6 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
         if (r == 0 || too_few(m, k)) return FAST_NO;
         uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
         if (above_one(rv0, rv1, head)) return FAST_NO; /* decided exactly */
-        s = exp_sum32(rv0, rv1, head);
-        double delta = s * ((double)r * 0x1p-52 + 0x1p-16) + (double)r * 0x1p-999;
-        if (near_limit(s, MASS_LIMIT, delta) || s > MASS_LIMIT) return FAST_NO;
         store_head(oid, olp, r0, rv0, r < 16 ? r : 16);
         if (r > 16) store_head(oid + 16, olp + 16, r1, rv1, r - 16);
     }
@@ -1675,6 +1662,64 @@ static ptrdiff_t compact_block(compact_call *c, size_t from, size_t to, int64_t 
     return row >= 0 ? (ptrdiff_t)from + row : -1;
 }
 
+#ifdef TW_X86_SIMD
+/* Tokens whose sums heads_avx512 checks together. */
+#define SUM_BATCH 32
+
+/* The sum rules of the tokens [from, to) that compact_head_avx512 decided (check_sums' rules
+   and estimate; heads of at most 32 values, none above 1): -1, or the first failing token. */
+TW_TARGET_AVX512 static ptrdiff_t batch_sums(const compact_call *c, size_t from, size_t to, int *head_code) {
+    double e[SUM_BATCH * 32], v[32];
+    int64_t base = c->out_off[from];
+    exps_f32_avx512(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
+    for (size_t t = from; t < to; t++) {
+        size_t r = (size_t)(c->out_off[t + 1] - c->out_off[t]);
+        const float *head = c->out_lps + c->out_off[t];
+        for (size_t i = 0; i < r; i++) v[i] = head[i];
+        int verdict = sum_verdict(v, r, row_has_support(c->soff, t), sum(e + (c->out_off[t] - base), r), 0, 0x1p-16);
+        if (verdict) {
+            *head_code = verdict;
+            return (ptrdiff_t)t;
+        }
+    }
+    return -1;
+}
+
+/* tw_compact_heads on the AVX-512 path: batches of tokens decided in registers, their sums
+   checked together, and each token those leave to the kernels above. */
+TW_TARGET_AVX512 static ptrdiff_t heads_avx512(compact_call *c, size_t n, int *row_kind, int *head_code) {
+    uint64_t take = c->num_top < 1 ? 1 : (uint64_t)c->num_top;
+    int64_t o = 0;
+    for (size_t t = 0; t < n;) {
+        size_t from = t;
+        int fast = FAST_OK;
+        for (; t < n && t - from < SUM_BATCH; t++) {
+            size_t len = (size_t)(c->roff[t + 1] - c->roff[t]), r = 0;
+            int has_sup = row_has_support(c->soff, t);
+            fast = compact_head_avx512(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take,
+                                       c->sampled[t], c->k, has_sup ? c->sup + c->soff[t] : NULL,
+                                       has_sup ? (size_t)(c->soff[t + 1] - c->soff[t]) : 0,
+                                       c->out_sampled + t, c->out_ids + o, c->out_lps + o, &r, row_kind);
+            if (fast != FAST_OK) break;
+            o += (int64_t)r;
+            c->out_off[t + 1] = o;
+        }
+        ptrdiff_t bad = batch_sums(c, from, t, head_code); /* the earlier tokens first */
+        if (bad >= 0) {
+            *row_kind = TW_ROW_OK;
+            return bad;
+        }
+        if (fast == FAST_ROW) return (ptrdiff_t)t;
+        if (fast == FAST_NO) {
+            bad = compact_block(c, t, t + 1, &o, row_kind, head_code);
+            if (bad >= 0) return bad;
+            t++;
+        }
+    }
+    return -1;
+}
+#endif
+
 ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
                            const float *row_vals, const int64_t *sampled, int64_t num_top,
                            int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
@@ -1687,31 +1732,16 @@ ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_id
     *row_kind = TW_ROW_OK;
     *head_code = TW_HEAD_OK;
     out_off[0] = 0;
-    for (size_t from = 0, to; from < n && failed < 0; from = to) {
-        to = from + 1;
 #ifdef TW_X86_SIMD
-        if (c.path == TW_PATH_AVX512) {
-            size_t len = (size_t)(roff[from + 1] - roff[from]), r = 0;
-            int has_sup = row_has_support(soff, from);
-            int fast = compact_head_avx512(row_ids + roff[from], row_vals + roff[from], len,
-                                           num_top < 1 ? 1 : (uint64_t)num_top, sampled[from], k,
-                                           has_sup ? sup + soff[from] : NULL,
-                                           has_sup ? (size_t)(soff[from + 1] - soff[from]) : 0,
-                                           out_sampled + from, out_ids + o, out_lps + o, &r, row_kind);
-            if (fast == FAST_ROW) {
-                failed = (ptrdiff_t)from;
-                break;
-            }
-            if (fast == FAST_OK) {
-                o += (int64_t)r;
-                out_off[from + 1] = o;
-                continue;
-            }
-        } else
+    if (c.path == TW_PATH_AVX512)
+        failed = heads_avx512(&c, n, row_kind, head_code);
+    else
 #endif
+        for (size_t from = 0, to; from < n && failed < 0; from = to) {
+            to = from + 1;
             while (to < n && to - from < TOKEN_BLOCK && roff[to + 1] - roff[from] <= SWEEP) to++;
-        failed = compact_block(&c, from, to, &o, row_kind, head_code);
-    }
+            failed = compact_block(&c, from, to, &o, row_kind, head_code);
+        }
     tw_mem_free(c.cand_ids);
     tw_mem_free(c.cand_lps);
     tw_mem_free(c.lps);

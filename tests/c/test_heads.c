@@ -1315,6 +1315,33 @@ static int bench(const char *path) {
                tw_path_name(path), best_c * 1e6, best_s * 1e6, best_t * 1e6, best_t * 1e9 / (double)cnt,
                failed, code, (long long)out_off[n]);
     }
+    /* rows straight to heads (tw_compact_heads) against the two kernels it replaces */
+    {
+        float *sv = xmalloc(n * sizeof(float)), *hv = xmalloc(cnt * sizeof(float));
+        for (int p = 0; p < npaths; p++) {
+            int kind = 0, code = 0;
+            ptrdiff_t failed = 0;
+            double best_two = 1e9, best_one = 1e9;
+            for (int rep = 0; rep < 200; rep++) {
+                double t0 = now();
+                tw_compact_rows_candidates(n, w.roff, w.ids, w.vals, w.sampled, w.num_top, sv, &kind, coff,
+                                           cids, clps, paths[p]);
+                tw_select_heads(n, coff, cids, clps, w.sampled, slps, 20, NULL, NULL, out_off, out_ids,
+                                out_lps, &code, paths[p]);
+                double t1 = now();
+                failed = tw_compact_heads(n, w.roff, w.ids, w.vals, w.sampled, w.num_top, 20, NULL, NULL, sv,
+                                          out_off, out_ids, hv, &kind, &code, paths[p]);
+                double t2 = now();
+                if (t1 - t0 < best_two) best_two = t1 - t0;
+                if (t2 - t1 < best_one) best_one = t2 - t1;
+            }
+            printf("  %-6s rows, candidates, heads: two kernels %7.1f us   tw_compact_heads %7.1f us"
+                   " (result %td/%d/%d)\n", tw_path_name(paths[p]), best_two * 1e6, best_one * 1e6, failed,
+                   kind, code);
+        }
+        free(sv);
+        free(hv);
+    }
     /* the same decisions, all by exp() and exact sums: the cost the estimate avoids */
     {
         double best = 1e9;
