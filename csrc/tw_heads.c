@@ -1710,10 +1710,14 @@ TW_TARGET_AVX512 static ptrdiff_t heads_avx512(compact_call *c, size_t n, int *r
             return bad;
         }
         if (fast == FAST_ROW) return (ptrdiff_t)t;
-        if (fast == FAST_NO) {
-            bad = compact_block(c, t, t + 1, &o, row_kind, head_code);
+        if (fast == FAST_NO) { /* with the rows after it too long for the registers */
+            size_t to = t + 1;
+            while (to < n && to - t < TOKEN_BLOCK && c->roff[to + 1] - c->roff[to] > 32 &&
+                   c->roff[to + 1] - c->roff[t] <= SWEEP)
+                to++;
+            bad = compact_block(c, t, to, &o, row_kind, head_code);
             if (bad >= 0) return bad;
-            t++;
+            t = to;
         }
     }
     return -1;

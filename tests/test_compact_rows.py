@@ -235,6 +235,7 @@ def compact_head_arrays(draw):
 def _heads_outcome(kernels, arrays) -> tuple:
     sampled, top_ids, top_logprobs, bad_row, bad_head = kernels.compact_heads(*arrays)
     if bad_row is not None or bad_head is not None:
+        assert (sampled, top_ids, top_logprobs) == (None, None, None)
         return bad_row, bad_head
     return (sampled.tobytes(), top_ids.offsets.tolist(), top_ids.values.tolist(),
             top_logprobs.offsets.tolist(), top_logprobs.values.dtype, top_logprobs.values.tobytes())

@@ -1190,10 +1190,10 @@ def compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports):
                                    &head_code, simd)
     if bad >= 0:
         if row_kind != TW_ROW_OK:
-            return sampled, None, None, _row_failure(bad, row_kind), None
+            return None, None, None, _row_failure(bad, row_kind), None
         if head_code == TW_HEAD_NOMEM:
             raise MemoryError()
-        return sampled, None, None, None, (bad, _HEAD_REASONS[head_code])
+        return None, None, None, None, (bad, _HEAD_REASONS[head_code])
     end = int(out_off[n])
     return sampled, Ragged(out_off, out_ids[:end]), Ragged(out_off.copy(), out_lps[:end]), None, None
 

@@ -909,6 +909,38 @@ static size_t sampler_row(uint32_t *ids, float *vals, int small_ids, int64_t k, 
     return len;
 }
 
+/* One compact row through tw_compact_heads on every path: the failure (-1: none) and code,
+   else the head's ids. */
+static void compact_case(size_t len, const uint32_t *ids, const float *vals, int64_t sampled, int64_t k,
+                         size_t slen, const int32_t *sup, ptrdiff_t want, int code, size_t hlen,
+                         const int64_t *head, const char *what) {
+    int64_t roff[2] = {0, (int64_t)len}, soff[2] = {0, (int64_t)slen}, off[2], oid[40];
+    float olp[40], s0;
+    for (int p = 0; p < npaths; p++) {
+        int kind = -1, got_code = -1;
+        ptrdiff_t got = tw_compact_heads(1, roff, ids, vals, &sampled, 64, k, slen ? soff : NULL, sup, &s0,
+                                         off, oid, olp, &kind, &got_code, paths[p]);
+        int ok = kind == TW_ROW_OK && got == want && (want < 0 ? (size_t)off[1] == hlen : got_code == code);
+        for (size_t i = 0; ok && want < 0 && i < hlen; i++) ok = oid[i] == head[i];
+        CHECK(ok, "%s, path %d: failed %td code %d, head of %lld", what, paths[p], got, got_code,
+              (long long)off[1]);
+    }
+}
+
+/* Ids of 2^31 and more: a kept id of -1 is not the id 2^32 - 1, and ties rank ids unsigned. */
+static void test_compact_wide_ids(void) {
+    float h = (float)log(0.5);
+    uint32_t a[] = {0xFFFFFFFFu, 7, 0xFFFFFFFFu};
+    float av[] = {h, h, h};
+    int32_t kept[] = {7, -1};
+    compact_case(3, a, av, 0xFFFFFFFF, 1, 2, kept, 0, TW_HEAD_MISSING_SUPPORT, 0, NULL,
+                 "kept id -1 against the id 2^32 - 1");
+    uint32_t b[] = {0x80000000u, 5, 0x80000000u, 9, 11};
+    float bv[] = {h, h, h, -20.0f, -21.0f};
+    int64_t want[] = {5, 0x80000000};
+    compact_case(5, b, bv, 0x80000000, 2, 0, NULL, -1, 0, 2, want, "tied ids on both sides of 2^31");
+}
+
 /* tw_compact_heads against tw_compact_rows_candidates then tw_select_heads (sampled values
    as found, heads' values narrowed to float) on every path: the AVX-512 path's heads decided
    in registers and every token it hands to the two kernels, with and without kept sets. */
@@ -1414,6 +1446,7 @@ int main(int argc, char **argv) {
     test_thresholds(walk_limit);
     test_nomem();
     test_compact(count / 2);
+    test_compact_wide_ids();
     test_compact_heads(count);
     test_thresholds(walk_compact);
     test_random(count);

@@ -208,16 +208,16 @@ def compact_heads(
     num_top: int,
     k: int,
     supports: Ragged | None,
-) -> tuple[np.ndarray, Ragged | None, Ragged | None, tuple[int, str] | None, tuple[int, str] | None]:
+) -> tuple[np.ndarray | None, Ragged | None, Ragged | None, tuple[int, str] | None, tuple[int, str] | None]:
     """:func:`compact_rows_candidates` then :func:`heads` of the rows before the first bad
     one (one call in C): the sampled values, the heads (logprobs float32, the rows' own
     values), and the first failure, token by token, a row's rule before its head's: either
-    the bad row (fourth) or the bad head before it (fifth); the heads are None then."""
+    the bad row (fourth) or the bad head before it (fifth); the arrays are None then."""
     sampled, bad_row, candidates = compact_rows_candidates(ids, row_ids, row_values, offsets, num_top)
     limit = len(ids) if bad_row is None else bad_row[0]
     top_ids, top_logprobs, bad_head = heads(ids, candidates, sampled.astype(np.float64), k, supports, limit)
     if bad_head is not None or bad_row is not None:
-        return sampled, None, None, bad_row if bad_head is None else None, bad_head
+        return None, None, None, bad_row if bad_head is None else None, bad_head
     return sampled, top_ids, Ragged(top_logprobs.offsets, top_logprobs.values.astype(np.float32)), None, None
 
 

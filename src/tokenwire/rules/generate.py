@@ -347,6 +347,7 @@ def parse_compact_logprobs(
         _fail_head(c, choice, field, head_bad, supports)
     if bad is not None:
         c.fail(bad[1], field, bad[0])
+    assert sampled is not None  # with the heads, when nothing failed
     return sampled, top_ids, top_logprobs, supports
 
 
