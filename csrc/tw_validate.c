@@ -305,6 +305,9 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
         size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
         int64_t s = sampled[t];
         int ok = s >= 0 && s <= (int64_t)UINT32_MAX;
+        if (len <= 1) /* nothing to repeat (a sampled-only row): the sampled id alone */
+            r = row_sampled(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
+        else
 #ifdef TW_X86_SIMD
         if (vector == TW_PATH_AVX512 && len <= 32)
             r = row_avx512(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
