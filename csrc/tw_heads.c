@@ -1468,15 +1468,16 @@ TW_TARGET_AVX512 static void exps_f32_avx512(const float *v, size_t n, double *e
 
 /*
  * One token of a compact row of up to 32 entries, in registers: the row rule
- * (fused_row_avx512), the candidates (row_keep_avx512), their ranked order when they have a
- * shape (head_shape), the head kept (kept(), or the support's ids as keep_support keeps
- * them), written to oid/olp. It decides only what is plain: FAST_OK when the row is valid
- * and so is its head up to the sum rules (no value above 1, not empty, no FEWER), which
- * heads_avx512 then checks a batch at a time; FAST_ROW when the sampled id breaks the row
- * rule. Anything else (a NaN, a repeat whose zero's sign differs, a head without a shape, a
- * support id not ranked, ...) is FAST_NO, and the token goes to the kernels above, which
- * decide and report it as for every token. The sampled id's candidate carries the sampled
- * value itself (repeats here have identical bits), so DISAGREE never holds here.
+ * (fused_row_avx512), the candidates (row_keep_avx512), their ranked order (from their shape
+ * as head_shape finds it, or sorted as select_one's rank_top sorts candidates without one:
+ * ties in another order, sentinels inside), the head kept (kept(), or the support's ids as
+ * keep_support keeps them), written to oid/olp. It decides only what is plain: FAST_OK when
+ * the row is valid and so is its head up to the sum rules (no value above 1, not empty, no
+ * FEWER), which heads_avx512 then checks a batch at a time; FAST_ROW when the sampled id
+ * breaks the row rule. Anything else (a NaN, a repeat whose zero's sign differs, a support
+ * id not ranked, ...) is FAST_NO, and the token goes to the kernels above, which decide and
+ * report it as for every token. The sampled id's candidate carries the sampled value itself
+ * (repeats here have identical bits), so DISAGREE never holds here.
  */
 TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float *vals, size_t len,
                                                 uint64_t take, int64_t sid, int64_t k,
@@ -1520,14 +1521,9 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
     const __m512 sentinel = _mm512_set1_ps((float)HEAD_SENTINEL);
     uint32_t z = ((uint32_t)_mm512_cmp_ps_mask(v0, sentinel, _CMP_EQ_OQ) |
                   (uint32_t)_mm512_cmp_ps_mask(v1, sentinel, _CMP_EQ_OQ) << 16) & all;
-    unsigned live = m;
-    if (z) {
-        unsigned p = tw_ctz32(z);
-        if (z >> p != all >> p) return FAST_NO; /* sentinels not only as a tail: no shape */
-        live = p;
-    }
-    if (live == 0) return FAST_NO;
+    unsigned live = z ? tw_ctz32(z) : m;
     uint32_t lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+    int shaped = live > 0 && (z == 0 || z >> live == all >> live); /* sentinels only as a tail */
 
     /* the shape (head_shape): each candidate against the one before it, then the run */
     __m512 pv0 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v0), _mm512_castps_si512(v0), 15));
@@ -1535,21 +1531,58 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
     __m512i pc0 = _mm512_alignr_epi32(c0, c0, 15), pc1 = _mm512_alignr_epi32(c1, c0, 15);
     uint32_t up = ((uint32_t)better16(v0, c0, pv0, pc0) | (uint32_t)better16(v1, c1, pv1, pc1) << 16) & lm & ~UINT32_C(1);
     unsigned q = 0;
-    if (up) {
-        if (up != 2) return FAST_NO;
-        __m512 f = _mm512_set1_ps(_mm512_cvtss_f32(v0));
-        __m512i fi = _mm512_set1_epi32(_mm_cvtsi128_si32(_mm512_castsi512_si128(c0)));
-        uint32_t run = ((uint32_t)better16(v0, c0, f, fi) | (uint32_t)better16(v1, c1, f, fi) << 16) & lm;
-        q = 1 + tw_ctz32(~(run >> 2));
+    __m512i r0, r1;
+    __m512 rv0, rv1;
+    if (shaped && (up == 0 || up == 2)) {
+        if (up) {
+            __m512 f = _mm512_set1_ps(_mm512_cvtss_f32(v0));
+            __m512i fi = _mm512_set1_epi32(_mm_cvtsi128_si32(_mm512_castsi512_si128(c0)));
+            uint32_t run = ((uint32_t)better16(v0, c0, f, fi) | (uint32_t)better16(v1, c1, f, fi) << 16) & lm;
+            q = 1 + tw_ctz32(~(run >> 2));
+        }
+        /* the ranked order (shape_at): r = c[1 .. q], c[0], c[q+1 ..] */
+        __m512i qv = _mm512_set1_epi32((int)q), one = _mm512_set1_epi32(1), hi16 = _mm512_add_epi32(iota, sixteen);
+        __m512i x0 = _mm512_mask_add_epi32(iota, _mm512_cmplt_epi32_mask(iota, qv), iota, one);
+        __m512i x1 = _mm512_mask_add_epi32(hi16, _mm512_cmplt_epi32_mask(hi16, qv), hi16, one);
+        x0 = _mm512_mask_mov_epi32(x0, _mm512_cmpeq_epi32_mask(iota, qv), _mm512_setzero_si512());
+        x1 = _mm512_mask_mov_epi32(x1, _mm512_cmpeq_epi32_mask(hi16, qv), _mm512_setzero_si512());
+        r0 = _mm512_permutex2var_epi32(c0, x0, c1);
+        r1 = _mm512_permutex2var_epi32(c0, x1, c1);
+        rv0 = _mm512_permutex2var_ps(v0, x0, v1);
+        rv1 = _mm512_permutex2var_ps(v0, x1, v1);
+    } else {
+        /* no shape: the candidates not at the sentinel, wherever they are, sorted (what
+           select_one ranks with rank_top then) */
+        uint32_t keep_live = all & ~z, id[32];
+        float val[32];
+        __mmask16 k0 = (__mmask16)(keep_live & 0xFFFF), k1 = (__mmask16)(keep_live >> 16);
+        unsigned n0 = (unsigned)_mm_popcnt_u32(k0);
+        live = n0 + (unsigned)_mm_popcnt_u32(k1);
+        if (live == 0) return FAST_NO;
+        _mm512_storeu_si512(id, _mm512_maskz_compress_epi32(k0, c0));
+        _mm512_storeu_si512(id + 16, _mm512_setzero_si512());
+        _mm512_mask_storeu_epi32(id + n0, (__mmask16)((1u << (live - n0)) - 1), _mm512_maskz_compress_epi32(k1, c1));
+        _mm512_storeu_ps(val, _mm512_maskz_compress_ps(k0, v0));
+        _mm512_storeu_ps(val + 16, _mm512_setzero_ps());
+        _mm512_mask_storeu_ps(val + n0, (__mmask16)((1u << (live - n0)) - 1), _mm512_maskz_compress_ps(k1, v1));
+        for (unsigned i = 1; i < live; i++) { /* insertion_sort's order: value desc, id asc */
+            uint32_t d = id[i];
+            float x = val[i];
+            unsigned j = i;
+            while (j > 0 && (x > val[j - 1] || (x == val[j - 1] && d < id[j - 1]))) {
+                id[j] = id[j - 1];
+                val[j] = val[j - 1];
+                j--;
+            }
+            id[j] = d;
+            val[j] = x;
+        }
+        r0 = _mm512_loadu_si512(id);
+        r1 = _mm512_loadu_si512(id + 16);
+        rv0 = _mm512_loadu_ps(val);
+        rv1 = _mm512_loadu_ps(val + 16);
+        lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
     }
-    /* the ranked order (shape_at): r = c[1 .. q], c[0], c[q+1 ..] */
-    __m512i qv = _mm512_set1_epi32((int)q), one = _mm512_set1_epi32(1), hi16 = _mm512_add_epi32(iota, sixteen);
-    __m512i x0 = _mm512_mask_add_epi32(iota, _mm512_cmplt_epi32_mask(iota, qv), iota, one);
-    __m512i x1 = _mm512_mask_add_epi32(hi16, _mm512_cmplt_epi32_mask(hi16, qv), hi16, one);
-    x0 = _mm512_mask_mov_epi32(x0, _mm512_cmpeq_epi32_mask(iota, qv), _mm512_setzero_si512());
-    x1 = _mm512_mask_mov_epi32(x1, _mm512_cmpeq_epi32_mask(hi16, qv), _mm512_setzero_si512());
-    __m512i r0 = _mm512_permutex2var_epi32(c0, x0, c1), r1 = _mm512_permutex2var_epi32(c0, x1, c1);
-    __m512 rv0 = _mm512_permutex2var_ps(v0, x0, v1), rv1 = _mm512_permutex2var_ps(v0, x1, v1);
 
     unsigned r;
     if (sup && slen) {

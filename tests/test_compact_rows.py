@@ -141,7 +141,8 @@ def test_rows_and_candidates_in_one_pass(impl, arrays):
 @st.composite
 def compact_head_arrays(draw):
     """Rows as samplers write them (the sampled token, then the ranked head: ties, also at
-    the k-th place, filtered tails at the sentinel, the sampled id again among them), some
+    the k-th place and in the engine's order, filtered tails at the sentinel, the sampled id
+    again among them), some
     disturbed (two entries swapped, a sentinel inside, a repeat, NaN, a value above 1), their
     masses at and around each threshold, and kept sets per token (absent, exact, with an id
     the row lacks, a negative id, repeated ids, longer than the row)."""
@@ -177,6 +178,10 @@ def compact_head_arrays(draw):
         ids = draw(st.lists(st.integers(0, alphabet), min_size=width, max_size=width, unique=True))
         pairs = sorted(zip(values, ids), key=lambda p: (-p[0], p[1]))
         head_ids, head_values = [i for _, i in pairs], [v for v, _ in pairs]
+        if draw(st.integers(0, 2)) == 0:  # tied values in the engine's order, not by id
+            for j in range(width - 1):
+                if head_values[j] == head_values[j + 1] and draw(st.booleans()):
+                    head_ids[j], head_ids[j + 1] = head_ids[j + 1], head_ids[j]
         if width and draw(st.integers(0, 3)) == 0:  # a filtered tail
             cut = draw(st.integers(1 if plain else 0, width))
             head_values[cut:] = [samples.SENTINEL] * (width - cut)

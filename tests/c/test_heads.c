@@ -835,7 +835,8 @@ static void rank_row(uint32_t *ids, float *vals, size_t n) {
 /* One compact row as a sampler writes it: the sampled token, then a ranked head of `width`
    (flat, peaked or tied values, a filtered tail at the sentinel, `mass` in all before it), the
    sampled id again among them or not; one case in three disturbed (two entries swapped, a
-   sentinel inside, NaN, a value above 1, a zero of the other sign, a repeat appended).
+   sentinel inside, NaN, a value above 1, a zero of the other sign, a repeat appended); tied
+   values in the engine's order (not by id) one row in three.
    `plain`: wide enough for a head of k, a mass below the limit, seldom disturbed.
    Returns the row's length; ids below 2^31 when `small_ids`. */
 static size_t sampler_row(uint32_t *ids, float *vals, int small_ids, int64_t k, int plain) {
@@ -871,6 +872,13 @@ static size_t sampler_row(uint32_t *ids, float *vals, int small_ids, int64_t k, 
         hv[j] = j < cut ? (float)log(mass * p[j] / total) : (float)HEAD_SENTINEL;
     }
     rank_row(hid, hv, width);
+    if (rndn(3) == 0) /* the engine's order of tied values: not by id */
+        for (size_t j = 0; j + 1 < width; j++)
+            if (hv[j] == hv[j + 1] && rndn(2)) {
+                uint32_t d = hid[j];
+                hid[j] = hid[j + 1];
+                hid[j + 1] = d;
+            }
     if (width && rndn(2)) { /* the sampled token is in the head */
         size_t at = rndn(width);
         ids[len] = hid[at];
