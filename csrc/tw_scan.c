@@ -1587,6 +1587,25 @@ int tw_count_nested(const char *buf, const tw_value *v, size_t *total)
     return 0;
 }
 
+size_t tw_nested_bound(const char *buf, const tw_value *v)
+{
+    const uint8_t *p, *e;
+    size_t n = 0;
+    if (!v->present || v->type != TW_T_ARRAY)
+        return 0;
+    p = (const uint8_t *)buf + v->start;
+    e = (const uint8_t *)buf + v->end;
+    for (; e - p >= 8; p += 8) { /* the bytes equal to ',', eight at a time */
+        uint64_t x, low = UINT64_C(0x7F7F7F7F7F7F7F7F);
+        memcpy(&x, p, sizeof x);
+        x ^= UINT64_C(0x2C2C2C2C2C2C2C2C); /* a comma is now a zero byte */
+        n += tw_popcount64(~(((x & low) + low) | x | low));
+    }
+    for (; p < e; p++)
+        n += *p == ',';
+    return n + v->count;
+}
+
 int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max,
                          int64_t *offsets, int32_t *values, size_t *err_row)
 {

@@ -347,12 +347,16 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
  * (non-array rows count 0).  Returns 0, or -1 if v is not an array.
  * tw_parse_nested_uint: fills offsets[0..rows] (offsets[0] = 0, row r is
  * values[offsets[r] .. offsets[r+1])) and values (capacity *total from
- * tw_count_nested), each element an integer literal in [0, max] (max is
+ * tw_count_nested, or tw_nested_bound), each element an integer literal in [0, max] (max is
  * clamped to INT32_MAX).  Returns 0, or -1 with *err_row = the first row
  * that is not an array or has a bad element (offsets/values are then
  * filled up to that row only); -1 with *err_row = 0 if v is not an array.
  */
 int tw_count_nested(const char *buf, const tw_value *v, size_t *total);
+/* A bound on tw_count_nested's *total for a value of a document tw_scan accepted, without
+   walking it: the commas in the value's bytes plus its rows (every element of a row but the
+   last is followed by one). 0 if v is not an array. */
+size_t tw_nested_bound(const char *buf, const tw_value *v);
 int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max,
                          int64_t *offsets, int32_t *values, size_t *err_row);
 

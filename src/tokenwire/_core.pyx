@@ -454,6 +454,7 @@ cdef extern from "tw_scan.h" nogil:
     int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max, int64_t *out, size_t *err_index, int path)
     int tw_take_uints(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *out, size_t *err_index)
     int tw_count_nested(const char *buf, const tw_value *v, size_t *total)
+    size_t tw_nested_bound(const char *buf, const tw_value *v)
     int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max, int64_t *offsets, int32_t *values, size_t *err_row)
     size_t tw_unescape(const char *buf, const tw_value *v, char *dst)
     int tw_blank_field(tw_doc *doc, size_t ci, int field)
@@ -985,7 +986,7 @@ cdef class _Scan:
         cdef int rc
         cdef int64_t[::1] offs
         cdef int32_t[::1] vals
-        tw_count_nested(self.buf, v, &total)
+        total = tw_nested_bound(self.buf, v)  # no walk to count: the unused tail is sliced off
         offsets = np.empty(rows + 1, dtype=np.int64)
         values = np.empty(total, dtype=np.int32)
         offs = offsets
@@ -995,7 +996,7 @@ cdef class _Scan:
                                       &vals[0] if total else NULL, &bad)
         if rc < 0:
             return Ragged(offsets[: bad + 1], values[: offsets[bad]]), rows, bad
-        return Ragged(offsets, values), rows, None
+        return Ragged(offsets, values[: offsets[rows]]), rows, None
 
 
 # --- the kernels: the reference's per-token loops as free functions, in C ------------------------

@@ -327,6 +327,7 @@ static void test_doc_records(void)
             int32_t vals[3];
             CHECK(tw_count_nested(b, &c->f[TW_F_SAMPLING_MASK], &total) == 0 && total == 3,
                   "count_nested");
+            CHECK(tw_nested_bound(b, &c->f[TW_F_SAMPLING_MASK]) >= total, "nested_bound");
             CHECK(tw_parse_nested_uint(b, &c->f[TW_F_SAMPLING_MASK], 100, off, vals, &err) == 0 &&
                       off[0] == 0 && off[1] == 2 && off[2] == 3 && vals[0] == 1 &&
                       vals[1] == 2 && vals[2] == 3,
@@ -665,18 +666,21 @@ static void test_helpers(void)
               "absent value");
         CHECK(tw_count_nested(b, &d.choice[0].f[TW_F_SAMPLING_MASK], &total) == 0 && total == 3,
               "count nested with a nested array: %zu", total);
+        CHECK(tw_nested_bound(b, &d.choice[0].f[TW_F_SAMPLING_MASK]) >= total, "nested_bound 0");
         CHECK(tw_parse_nested_uint(b, &d.choice[0].f[TW_F_SAMPLING_MASK], 100, off, vals, &err) ==
                       -1 &&
                   err == 0,
               "nested bad element row 0");
         CHECK(tw_count_nested(b, &d.choice[1].f[TW_F_SAMPLING_MASK], &total) == 0 && total == 2,
               "count nested 2");
+        CHECK(tw_nested_bound(b, &d.choice[1].f[TW_F_SAMPLING_MASK]) >= total, "nested_bound 1");
         CHECK(tw_parse_nested_uint(b, &d.choice[1].f[TW_F_SAMPLING_MASK], UINT64_MAX, off, vals,
                                    &err) == -1 &&
                   err == 1,
               "nested out of int32 range");
         CHECK(tw_count_nested(b, &d.choice[2].f[TW_F_SAMPLING_MASK], &total) == 0 && total == 1,
               "count nested non-array row");
+        CHECK(tw_nested_bound(b, &d.choice[2].f[TW_F_SAMPLING_MASK]) >= total, "nested_bound 2");
         CHECK(tw_parse_nested_uint(b, &d.choice[2].f[TW_F_SAMPLING_MASK], 100, off, vals, &err) ==
                       -1 &&
                   err == 1 && off[1] == 1 && vals[0] == 5,
