@@ -1249,20 +1249,48 @@ TW_TARGET_AVX512 static int row_keep_avx512(const uint32_t *ids, const float *va
 
 /* Rows of up to 32 entries by conflict detection; 0 (nothing written) when a repeated id
    does not carry identical bits everywhere (a zero of either sign), left to the scalar code. */
+/* The kept lanes of a row (row_keep_avx512) as candidates: ids and values widened. */
+TW_TARGET_AVX512 static size_t store_keep(const row_lanes *L, uint32_t keep, int64_t *oid, double *olp) {
+    __mmask16 ka = (__mmask16)(keep & 0xFFFF), kb = (__mmask16)(keep >> 16);
+    unsigned na = (unsigned)_mm_popcnt_u32(ka), nb = (unsigned)_mm_popcnt_u32(kb);
+    store_lanes(_mm512_maskz_compress_epi32(ka, L->a),
+                _mm512_maskz_compress_ps(ka, _mm512_castsi512_ps(L->va)), na, oid, olp);
+    if (nb)
+        store_lanes(_mm512_maskz_compress_epi32(kb, L->b),
+                    _mm512_maskz_compress_ps(kb, _mm512_castsi512_ps(L->vb)), nb, oid + na, olp + na);
+    return na + nb;
+}
+
 TW_TARGET_AVX512 static int compact_row_avx512(const uint32_t *ids, const float *vals, size_t len,
                                                uint64_t take, int64_t *oid, double *olp,
                                                size_t *count) {
     row_lanes L;
     uint32_t keep;
     if (!row_keep_avx512(ids, vals, len, take, &L, &keep)) return 0;
-    __mmask16 ka = (__mmask16)(keep & 0xFFFF), kb = (__mmask16)(keep >> 16);
-    unsigned na = (unsigned)_mm_popcnt_u32(ka), nb = (unsigned)_mm_popcnt_u32(kb);
-    store_lanes(_mm512_maskz_compress_epi32(ka, L.a),
-                _mm512_maskz_compress_ps(ka, _mm512_castsi512_ps(L.va)), na, oid, olp);
-    if (nb)
-        store_lanes(_mm512_maskz_compress_epi32(kb, L.b),
-                    _mm512_maskz_compress_ps(kb, _mm512_castsi512_ps(L.vb)), nb, oid + na, olp + na);
-    *count = na + nb;
+    *count = store_keep(&L, keep, oid, olp);
+    return 1;
+}
+
+/* The row rule on a row row_keep_avx512 took (its repeats carry identical bits): 0 when a
+   value is NaN (left to the scalar code), else 1 with *r TW_ROW_OK and the sampled value in
+   *out when the sampled id is in the row and its last value (a zero's sign) is not the
+   sentinel, TW_ROW_MISSING_SAMPLED otherwise. */
+TW_TARGET_AVX512 static int row_rule_avx512(const row_lanes *L, const float *vals, int64_t sid,
+                                            float *out, int *r) {
+    __m512 va = _mm512_castsi512_ps(L->va), vb = _mm512_castsi512_ps(L->vb);
+    if (_mm512_mask_cmp_ps_mask(L->ma, va, va, _CMP_UNORD_Q) | _mm512_mask_cmp_ps_mask(L->mb, vb, vb, _CMP_UNORD_Q))
+        return 0;
+    uint32_t hit = 0;
+    if (sid >= 0 && sid <= (int64_t)UINT32_MAX) {
+        __m512i want = _mm512_set1_epi32((int)(uint32_t)sid);
+        hit = (uint32_t)_mm512_mask_cmpeq_epi32_mask(L->ma, L->a, want) |
+              (uint32_t)_mm512_mask_cmpeq_epi32_mask(L->mb, L->b, want) << 16;
+    }
+    *r = TW_ROW_MISSING_SAMPLED;
+    if (hit && vals[63 - tw_clz64(hit)] != (float)TW_SENTINEL) {
+        *out = vals[63 - tw_clz64(hit)];
+        *r = TW_ROW_OK;
+    }
     return 1;
 }
 #endif
@@ -1274,30 +1302,13 @@ TW_TARGET_AVX512 static int compact_row_avx512(const uint32_t *ids, const float 
    on it one after the other. Repeats with identical bits and no NaN agree, so what is left
    of the row rule is the sampled id. */
 TW_TARGET_AVX512 static int fused_row_avx512(const uint32_t *ids, const float *vals, size_t len,
-                                             uint64_t take, uint32_t sampled, int sampled_ok,
-                                             float *out, int64_t *oid, double *olp,
-                                             size_t *count, int *r) {
-    __mmask16 ma = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
-    __mmask16 mb = len > 16 ? (__mmask16)((1u << (len - 16)) - 1) : 0;
-    __m512 va = _mm512_maskz_loadu_ps(ma, vals), vb = _mm512_maskz_loadu_ps(mb, vals + 16);
-    if (_mm512_mask_cmp_ps_mask(ma, va, va, _CMP_UNORD_Q) |
-        _mm512_mask_cmp_ps_mask(mb, vb, vb, _CMP_UNORD_Q))
+                                             uint64_t take, int64_t sid, float *out, int64_t *oid,
+                                             double *olp, size_t *count, int *r) {
+    row_lanes L;
+    uint32_t keep;
+    if (!row_keep_avx512(ids, vals, len, take, &L, &keep) || !row_rule_avx512(&L, vals, sid, out, r))
         return 0;
-    if (!compact_row_avx512(ids, vals, len, take, oid, olp, count))
-        return 0;
-    *r = TW_ROW_MISSING_SAMPLED;
-    if (sampled_ok) {
-        __m512i want = _mm512_set1_epi32((int)sampled);
-        uint32_t hit = (uint32_t)_mm512_mask_cmpeq_epi32_mask(ma, _mm512_maskz_loadu_epi32(ma, ids), want) |
-                       (uint32_t)_mm512_mask_cmpeq_epi32_mask(mb, _mm512_maskz_loadu_epi32(mb, ids + 16), want) << 16;
-        if (hit) { /* the last occurrence gives the value (a zero's sign) */
-            float value = vals[63 - tw_clz64(hit)];
-            if (value != (float)TW_SENTINEL) {
-                *out = value;
-                *r = TW_ROW_OK;
-            }
-        }
-    }
+    *count = store_keep(&L, keep, oid, olp);
     return 1;
 }
 #endif
@@ -1325,8 +1336,8 @@ ptrdiff_t tw_compact_rows_candidates(size_t n, const int64_t *roff, const uint32
             size_t len = (size_t)(roff[t + 1] - roff[t]), c = 0;
             int64_t s = sampled[t], one[2];
             int r = TW_ROW_OK;
-            if (!fused_row_avx512(ids, vals, len, take, (uint32_t)s, s >= 0 && s <= (int64_t)UINT32_MAX,
-                                  out_sampled + t, cand_ids + o, cand_lps + o, &c, &r)) {
+            if (!fused_row_avx512(ids, vals, len, take, s, out_sampled + t, cand_ids + o, cand_lps + o, &c,
+                                  &r)) {
                 /* rows of at most 32: neither kernel needs scratch memory */
                 tw_compact_rows(row_ids, row_vals, roff + t, 1, sampled + t, out_sampled + t, &r, path);
                 if (r == TW_ROW_OK)
@@ -1468,7 +1479,7 @@ TW_TARGET_AVX512 static void exps_f32_avx512(const float *v, size_t n, double *e
 
 /*
  * One token of a compact row of up to 32 entries, in registers: the row rule
- * (fused_row_avx512), the candidates (row_keep_avx512), their ranked order (from their shape
+ * (row_rule_avx512), the candidates (row_keep_avx512), their ranked order (from their shape
  * as head_shape finds it, or sorted as select_one's rank_top sorts candidates without one:
  * ties in another order, sentinels inside), the head kept (kept(), or the support's ids as
  * keep_support keeps them), written to oid/olp. It decides only what is plain: FAST_OK when
@@ -1486,22 +1497,10 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
                                                 int *row_kind) {
     row_lanes L;
     uint32_t keep;
-    if (len == 0 || len > 32 || !row_keep_avx512(ids, vals, len, take, &L, &keep)) return FAST_NO;
-    __m512 va = _mm512_castsi512_ps(L.va), vb = _mm512_castsi512_ps(L.vb);
-    if (_mm512_mask_cmp_ps_mask(L.ma, va, va, _CMP_UNORD_Q) | _mm512_mask_cmp_ps_mask(L.mb, vb, vb, _CMP_UNORD_Q))
+    if (len == 0 || len > 32 || !row_keep_avx512(ids, vals, len, take, &L, &keep) ||
+        !row_rule_avx512(&L, vals, sid, out_sampled, row_kind))
         return FAST_NO;
-    /* the row rule: the sampled id is in the row and its last value is not the sentinel */
-    uint32_t hit = 0;
-    if (sid >= 0 && sid <= (int64_t)UINT32_MAX) {
-        __m512i want = _mm512_set1_epi32((int)(uint32_t)sid);
-        hit = (uint32_t)_mm512_mask_cmpeq_epi32_mask(L.ma, L.a, want) |
-              (uint32_t)_mm512_mask_cmpeq_epi32_mask(L.mb, L.b, want) << 16;
-    }
-    if (!hit || vals[63 - tw_clz64(hit)] == (float)TW_SENTINEL) {
-        *row_kind = TW_ROW_MISSING_SAMPLED;
-        return FAST_ROW;
-    }
-    *out_sampled = vals[63 - tw_clz64(hit)];
+    if (*row_kind != TW_ROW_OK) return FAST_ROW;
 
     /* the m candidates as lanes 0-31 of (c0, c1) and (v0, v1) */
     __mmask16 ka = (__mmask16)(keep & 0xFFFF), kb = (__mmask16)(keep >> 16);

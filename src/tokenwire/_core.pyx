@@ -453,7 +453,6 @@ cdef extern from "tw_scan.h" nogil:
     void tw_strip(const char *buf, size_t len, const tw_doc *doc, char *out)
     int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max, int64_t *out, size_t *err_index, int path)
     int tw_take_uints(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *out, size_t *err_index)
-    int tw_count_nested(const char *buf, const tw_value *v, size_t *total)
     size_t tw_nested_bound(const char *buf, const tw_value *v)
     int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max, int64_t *offsets, int32_t *values, size_t *err_row)
     size_t tw_unescape(const char *buf, const tw_value *v, char *dst)
