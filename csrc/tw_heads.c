@@ -1647,8 +1647,8 @@ typedef struct {
     size_t cap;
 } compact_call;
 
-/* Tokens a block of the kernels above takes: up to TOKEN_BLOCK, and candidates that fit a
-   sweep (or one longer token). */
+/* Scratch for a block of the kernels above (its candidates, as ids and values, and its heads'
+   values as doubles): room for `need` entries, at least a sweep's. 0 without memory. */
 static int block_scratch(compact_call *c, size_t need) {
     if (need <= c->cap) return 1;
     size_t cap = need < SWEEP ? SWEEP : need;
