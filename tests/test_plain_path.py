@@ -1,7 +1,7 @@
-"""The compiled core's plain path (a generate response whose choices carry only token ids
-and packed logprobs, built straight from the scan) against the rules: it takes exactly the
-plain responses that are valid, and gives what the rules give; anything else goes to the
-rules, which decide as they do without it."""
+"""The compiled core's plain path (a generate response without a head whose choices carry
+only token ids and packed logprobs or compact rows, built straight from the scan) against
+the rules: it takes exactly the plain responses that are valid, and gives what the rules
+give; anything else goes to the rules, which decide as they do without it."""
 
 from __future__ import annotations
 
@@ -29,10 +29,90 @@ _CHOICE_CHANGES = (
     "packed_not_object", "data_missing", "data_not_str", "data_bad", "shape_float", "shape_bool",
     "shape_str", "dtype_unknown", "dtype_not_str", "odd_bytes", "ids_null",
 )
+# The same for a choice with compact rows.
+_COMPACT_CHANGES = (
+    "logprobs_dict", "logprobs_str", "packed_too", "mask_list", "kept", "routed", "compact_null",
+    "compact_not_object", "format_missing", "format_not_str", "num_top_missing", "num_top_str",
+    "num_top_float", "offsets_str", "offsets_nested", "offsets_empty_rows", "offsets_extra", "offsets_negative",
+    "data_missing", "data_not_str", "data_odd", "ids_null", "num_top_huge",
+) + tuple(name for name in strategies._mutations({"compact_logprobs": {}}) if name.startswith("compact."))
+# Changes to a compact choice that leave it valid and plain.
+_COMPACT_STILL_PLAIN = ("num_top_big", "num_top_minus_one", "packed_null", "ids_empty")
 _DOCUMENT_CHANGES = ("prompt_null", "prompt_bad", "prompt_str", "prompt_missing", "choices_empty",
                      "choice_list", "request_id_missing", "usage_missing")
 # Changes that leave a valid plain response: the plain path must still take it.
 _STILL_PLAIN = ("prompt_null", "prompt_missing", "request_id_missing", "usage_missing")
+
+
+def _change_object(choice: dict[str, Any], field: str, name: str) -> bool:
+    """The changes packed logprobs (``packed_*``) and compact rows (``compact_*``) share;
+    whether ``name`` was one."""
+    value = choice[field]
+    prefix = "compact" if field == "compact_logprobs" else "packed"
+    if name == prefix + "_null":
+        choice[field] = None
+    elif name == prefix + "_not_object":
+        choice[field] = [value]
+    elif name == "data_missing":
+        del value["data"]
+    elif name == "data_not_str":
+        value["data"] = [value["data"]]
+    else:
+        return False
+    return True
+
+
+def _change_compact(choice: dict[str, Any], name: str, draw) -> None:
+    packed = choice["compact_logprobs"]
+    n = len(choice["token_ids"])
+    if _change_object(choice, "compact_logprobs", name):
+        pass
+    elif name.startswith("compact."):  # the generator's own: offsets, values, sampled ids, repeats
+        strategies._apply_compact(packed, name[len("compact."):], n, draw)
+    elif name == "packed_too":
+        choice["completion_logprobs"] = {"data": samples.b64(b"\0" * 4 * n), "shape": [n], "dtype": "float32"}
+    elif name in ("logprobs_dict", "logprobs_str", "mask_list", "kept", "routed", "ids_null"):
+        choice["completion_logprobs"] = {}  # a placeholder _change_choice's packed view needs
+        _change_choice(choice, name, draw)
+        del choice["completion_logprobs"]
+    elif name == "format_missing":
+        del packed["format"]
+    elif name == "format_not_str":
+        packed["format"] = draw(st.sampled_from([None, 1, ["u32-f32-le-v1"]]))
+    elif name == "num_top_missing":
+        del packed["num_top_logprobs"]
+    elif name == "num_top_str":
+        packed["num_top_logprobs"] = "20"
+    elif name == "num_top_float":
+        packed["num_top_logprobs"] = 20.0
+    elif name == "num_top_big":
+        packed["num_top_logprobs"] = 2**40
+    elif name == "num_top_huge":  # valid, past what the JSON reader holds in 64 bits
+        packed["num_top_logprobs"] = 2**70
+    elif name == "num_top_minus_one":
+        packed["num_top_logprobs"] = -1
+    elif name == "offsets_str":
+        packed["offsets"] = ",".join(map(str, packed["offsets"]))
+    elif name == "offsets_nested":
+        packed["offsets"] = [packed["offsets"]]
+    elif name == "offsets_empty_rows":
+        packed["offsets"] = [0] * (n + 1)
+        packed["data"] = ""
+    elif name == "offsets_extra" and n:  # one offset past the ids, the data of the ids' rows
+        choice["token_ids"].pop()
+        offsets = packed["offsets"]
+        raw = samples.base64.b64decode(packed["data"])
+        count, kept = offsets[-1], offsets[-2]
+        packed["data"] = samples.b64(raw[: 4 * kept] + raw[4 * count : 4 * (count + kept)])
+    elif name == "offsets_negative":
+        packed["offsets"][-1] = -1
+    elif name == "data_odd":
+        packed["data"] = samples.b64(samples.base64.b64decode(packed["data"]) + b"\0" * draw(st.sampled_from([1, 4, 8])))
+    elif name == "packed_null":
+        choice["completion_logprobs"] = None
+    elif name == "ids_empty":
+        choice["token_ids"] = []
+        choice["compact_logprobs"] = {"format": "u32-f32-le-v1", "offsets": [0], "data": "", "num_top_logprobs": 0}
 
 
 def _change_choice(choice: dict[str, Any], name: str, draw) -> None:
@@ -53,14 +133,8 @@ def _change_choice(choice: dict[str, Any], name: str, draw) -> None:
     elif name == "routed":
         choice["routed_experts"] = {"data": samples.b64(b"\1" * max(n, 1) * 4), "shape": [max(n, 1), 2, 2],
                                     "dtype": "uint8"}
-    elif name == "packed_null":
-        choice["completion_logprobs"] = None
-    elif name == "packed_not_object":
-        choice["completion_logprobs"] = [packed]
-    elif name == "data_missing":
-        del packed["data"]
-    elif name == "data_not_str":
-        packed["data"] = [packed["data"]]
+    elif _change_object(choice, "completion_logprobs", name):
+        pass
     elif name == "data_bad":
         packed["data"] = draw(st.sampled_from(["@" + packed["data"][1:], packed["data"] + "=", "A"]))
     elif name == "shape_float":
@@ -84,18 +158,30 @@ def _change_choice(choice: dict[str, Any], name: str, draw) -> None:
 def plain_choice(draw, index: int) -> dict[str, Any]:
     # Long ones too: base64 the scan decodes itself (over 4 KiB) and checks without the GIL.
     n = draw(st.one_of(st.integers(0, 8), st.integers(100, 300), st.sampled_from([1100, 4200])))
-    ev = samples.evidence(n, 0, seed=draw(st.integers(0, 2**16)))
-    choice = samples.build_choice(ev, transport="packed", index=index)
+    if draw(st.booleans()):
+        # Compact rows as samplers write them: sampled-only or with candidates, tails cut by a
+        # filter, ties; the sampled id repeated among the candidates or not.
+        ev = samples.evidence(n, draw(st.integers(0, 6)), seed=draw(st.integers(0, 2**16)),
+                              filtered=draw(st.sampled_from([0.0, 0.1, 0.5])), ties=draw(st.sampled_from([0.0, 0.2])),
+                              scale=draw(st.sampled_from([(0.3, 2.0), (2.0, 8.0)])))
+        choice = samples.build_choice(ev, transport="compact", index=index,
+                                      num_top=draw(st.sampled_from([None, None, 0, 20, -1])))
+    else:
+        ev = samples.evidence(n, 0, seed=draw(st.integers(0, 2**16)))
+        choice = samples.build_choice(ev, transport="packed", index=index)
+    if draw(st.integers(0, 3)) == 0:
+        for key in draw(st.lists(st.sampled_from(["text", "stop_reason", "logprobs", "index"]), unique=True, max_size=2)):
+            del choice[key]
+    if draw(st.integers(0, 4)) == 0:
+        choice["extra"] = {"token_ids": [1], "completion_logprobs": {"data": "!!"}, "compact_logprobs": {"data": "!"}}
+    if "compact_logprobs" in choice:
+        return choice
     packed = choice["completion_logprobs"]
     if draw(st.booleans()):
         packed["dtype"] = "float64"
         packed["data"] = samples.b64(ev.logprobs.astype("<f8").tobytes())
     if draw(st.integers(0, 3)) == 0:
         del packed["shape"]
-    for key in draw(st.lists(st.sampled_from(["text", "stop_reason", "logprobs", "index"]), unique=True, max_size=2)):
-        del choice[key]
-    if draw(st.integers(0, 4)) == 0:
-        choice["extra"] = {"token_ids": [1], "completion_logprobs": {"data": "!!"}}
     return choice
 
 
@@ -110,6 +196,11 @@ def plain_cases(draw) -> tuple[strategies.Case, bool]:
     target = draw(st.integers(0, count - 1))
     if change == "mutation":  # the generator's own packed and token id mutations
         strategies._apply(chosen[target], draw(st.sampled_from(strategies._mutations(chosen[target]))), draw)
+    still_plain = False
+    if change == "choice" and "compact_logprobs" in chosen[target]:
+        changed = draw(st.sampled_from(_COMPACT_CHANGES + _COMPACT_STILL_PLAIN))
+        _change_compact(chosen[target], changed, draw)
+        still_plain = changed in _COMPACT_STILL_PLAIN
     elif change == "choice":
         _change_choice(chosen[target], draw(st.sampled_from(_CHOICE_CHANGES)), draw)
     name = None
@@ -131,7 +222,7 @@ def plain_cases(draw) -> tuple[strategies.Case, bool]:
     raw: Any = strategies.spell(document, spelling, seed=draw(st.integers(0, 99)))
     # Every input type: bytes without a view, and the views (a bytearray is copied first).
     raw = draw(st.sampled_from([raw, raw, bytearray(raw), memoryview(raw), raw.decode()]))
-    plain = change is None or (change == "document" and name in _STILL_PLAIN)
+    plain = change is None or still_plain or (change == "document" and name in _STILL_PLAIN)
     return strategies.Case(raw, None, change, spelling), plain
 
 
@@ -191,3 +282,38 @@ def test_plain_path_keeps_the_choice_fields_the_rules_keep():
     got = _core._plain_generate_response(raw)
     assert list(got.payload) == ["request_id", "usage", "kv_transfer_params"]
     assert got.prompt_token_ids.dtype == np.int64 and len(got.prompt_token_ids) == 3
+
+
+@pytest.mark.parametrize("name", ["choices_8x512", "compact_sampled_8k", "packed_128"])
+def test_plain_path_takes_the_benchmark_workloads(name):
+    """The plain loop's responses without a head are all of the plain form: each is built
+    by the plain path, as the rules build it."""
+    workload = samples.WORKLOADS[name]
+    for raw in workload.responses(2):
+        taken = _core._plain_generate_response(raw)
+        assert taken is not None
+        case = strategies.Case(raw, None, None, None)
+        assert outcome(_Given(taken), case) == outcome(PYTHON, case)
+
+
+@pytest.mark.parametrize("change", _COMPACT_CHANGES + _COMPACT_STILL_PLAIN)
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_plain_path_hands_over_each_compact_change(change, data):
+    """Each change to a choice of compact rows, on its own: the plain path takes the response
+    only when the rules accept it, with the rules' result; the valid plain ones it takes."""
+    n = data.draw(st.sampled_from([1, 2, 7, 300]))
+    ev = samples.evidence(n, data.draw(st.integers(0, 4)), seed=data.draw(st.integers(0, 99)), filtered=0.2, ties=0.2)
+    choice = samples.build_choice(ev, transport="compact")
+    document = samples.response([choice], prompt_tokens=3)
+    _change_compact(choice, change, data.draw)
+    case = strategies.Case(samples.dumps(document), None)
+    expected = outcome(PYTHON, case)
+    for path in _core.simd_paths():
+        with _core.simd_path_forced(path):
+            taken = _core._plain_generate_response(case.raw)
+            if change in _COMPACT_STILL_PLAIN:
+                assert taken is not None, "a plain valid response went to the rules"
+            if taken is not None:
+                assert outcome(_Given(taken), case) == expected, path
+            assert outcome(_core, case) == expected, path

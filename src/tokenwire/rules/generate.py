@@ -302,6 +302,9 @@ def _fail_head(c: Evidence, choice: dict[str, Any], field: str, bad: tuple[int, 
 def parse_compact_logprobs(
     choice: dict[str, Any], ids: np.ndarray, k: int | None, c: Evidence
 ) -> tuple[np.ndarray, Ragged | None, Ragged | None, Ragged | None]:
+    # The compiled core's plain path (_core.pyx, _plain_compact) accepts the plainest valid
+    # choices of compact rows without a head on its own: a rule added here must be added
+    # there (or hand them over).
     field = "compact_logprobs"
     packed = choice[field]
     if not isinstance(packed, dict) or packed.get("format") != COMPACT_FORMAT:
