@@ -20,7 +20,9 @@
  *      the halfway point above a floor candidate taken from step 1 (at most
  *      800 significant digits are kept, plus a sticky nonzero digit).
  * On the SIMD paths the usual literal (<= 8 integer digits, a fraction, no
- * exponent, <= 19 digits) is delimited with SSE2 and read without loops.
+ * exponent, <= 19 digits) is delimited with SSE2 and read without loops;
+ * tw_number_try does the same for text not yet validated, checking the
+ * grammar on the way (no digit, a leading zero, no digit after the point).
  * The table T(q), q in [-343, 308], is tw_pow5_table.h, written by
  * gen_pow5_table.py (which defines T); tests/c/check_records.py verifies its
  * bounds and the exponent formula below with exact integer arithmetic.
@@ -502,6 +504,75 @@ static uint64_t twd_decimal(const uint8_t *ip, const uint8_t *ie,
 
 #define TWD_EXP_CAP INT64_C(100000000000) /* |exponent| saturates here */
 
+#ifdef TW_X86_SIMD
+/*
+ * The usual shape, without loops: at most 8 integer digits, an optional
+ * fraction, no exponent, at most 19 digits in all, found with one pass over
+ * 32 bytes (the end of the number is on the critical path of the whole walk,
+ * its value is not).  p just after the sign, 32 bytes readable.  Returns the
+ * literal's length from p, with *bits its magnitude and *integer set for an
+ * integer literal, or 0 for any other shape and for a value the product
+ * cannot decide.  strict: the text is not known to be valid, and 0 is also
+ * returned for no digit, a leading zero or no digit after the point.
+ */
+static inline TW_ALWAYS_INLINE unsigned twd_fast(const uint8_t *p, uint64_t *bits, int *integer,
+                                                 const int strict)
+{
+    const __m128i lo = _mm_set1_epi8('0'), hi = _mm_set1_epi8('9');
+    const __m128i dot = _mm_set1_epi8('.'), ee = _mm_set1_epi8('e');
+    const __m128i bit5 = _mm_set1_epi8(0x20);
+    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(p + 16));
+    uint64_t nd = (uint64_t)(uint32_t)_mm_movemask_epi8(
+                      _mm_or_si128(_mm_cmplt_epi8(a, lo), _mm_cmpgt_epi8(a, hi))) |
+                  ((uint64_t)(uint32_t)_mm_movemask_epi8(
+                       _mm_or_si128(_mm_cmplt_epi8(b, lo), _mm_cmpgt_epi8(b, hi)))
+                   << 16) |
+                  (UINT64_C(1) << 32);
+    uint32_t dots = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(a, dot)) |
+                    ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(b, dot)) << 16);
+    uint32_t exps =
+        (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(a, bit5), ee)) |
+        ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(b, bit5), ee)) << 16);
+    unsigned ni = tw_ctz64(nd), nf = 0, end = ni;
+    uint64_t w;
+    if (ni > 8)
+        return 0;
+    if (strict && (ni == 0 || (ni > 1 && *p == '0')))
+        return 0;
+    w = tw_short_digits(p, ni);
+    *integer = 1;
+    if ((dots >> ni) & 1u) {
+        const uint8_t *f = p + ni + 1;
+        unsigned left;
+        nf = tw_ctz64(nd >> (ni + 1));
+        end = ni + 1 + nf;
+        if (end >= 32 || ni + nf > 19 || (strict && nf == 0))
+            return 0;
+        left = nf;
+        if (left > 8) {
+            w = w * 100000000u + twd_eight(f);
+            f += 8;
+            left -= 8;
+        }
+        if (left > 8) {
+            w = w * 100000000u + twd_eight(f);
+            f += 8;
+            left -= 8;
+        }
+        w = w * TWD_POW10_U64[left] + tw_short_digits(f, left);
+        *integer = 0;
+    }
+    if ((exps >> end) & 1u)
+        return 0;
+    if (w == 0)
+        *bits = 0;
+    else if (!twd_round(w, -(int64_t)nf, bits))
+        return 0;
+    return end;
+}
+#endif
+
 /* p at a valid number (its end is before e): the position after it, with
    *out its value and *is_int set when it is an integer literal. */
 const uint8_t *tw_number_read(const uint8_t *p, const uint8_t *e, double *out, int *is_int,
@@ -516,68 +587,17 @@ const uint8_t *tw_number_read(const uint8_t *p, const uint8_t *e, double *out, i
         p++;
     }
 #ifdef TW_X86_SIMD
-    /* The usual shape, without loops: at most 8 integer digits, an optional
-       fraction, no exponent, at most 19 digits in all, found with one pass
-       over 32 bytes (the end of the number is on the critical path of the
-       whole walk, its value is not). */
     if (simd && TW_LIKELY(e - p >= 48)) {
-        const __m128i lo = _mm_set1_epi8('0'), hi = _mm_set1_epi8('9');
-        const __m128i dot = _mm_set1_epi8('.'), ee = _mm_set1_epi8('e');
-        const __m128i bit5 = _mm_set1_epi8(0x20);
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)p);
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(p + 16));
-        uint64_t nd = (uint64_t)(uint32_t)_mm_movemask_epi8(
-                          _mm_or_si128(_mm_cmplt_epi8(a, lo), _mm_cmpgt_epi8(a, hi))) |
-                      ((uint64_t)(uint32_t)_mm_movemask_epi8(
-                           _mm_or_si128(_mm_cmplt_epi8(b, lo), _mm_cmpgt_epi8(b, hi)))
-                       << 16) |
-                      (UINT64_C(1) << 32);
-        uint32_t dots = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(a, dot)) |
-                        ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(b, dot)) << 16);
-        uint32_t exps =
-            (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(a, bit5), ee)) |
-            ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(b, bit5), ee)) << 16);
-        unsigned ni = tw_ctz64(nd), nf = 0, end = ni;
-        if (ni <= 8) {
-            uint64_t w = tw_short_digits(p, ni);
-            if ((dots >> ni) & 1u) {
-                const uint8_t *f = p + ni + 1;
-                unsigned left;
-                nf = tw_ctz64(nd >> (ni + 1));
-                end = ni + 1 + nf;
-                if (end >= 32 || ni + nf > 19)
-                    goto general;
-                left = nf;
-                if (left > 8) {
-                    w = w * 100000000u + twd_eight(f);
-                    f += 8;
-                    left -= 8;
-                }
-                if (left > 8) {
-                    w = w * 100000000u + twd_eight(f);
-                    f += 8;
-                    left -= 8;
-                }
-                w = w * TWD_POW10_U64[left] + tw_short_digits(f, left);
-                integer = 0;
-            }
-            if (!((exps >> end) & 1u)) {
-                if (w == 0) {
-                    bits = 0;
-                } else if (!twd_round(w, -(int64_t)nf, &bits)) {
-                    integer = 1;
-                    goto general;
-                }
-                if (neg && !(integer && bits == 0))
-                    bits |= TWD_SIGN;
-                *out = twd_from_bits(bits);
-                *is_int = integer;
-                return p + end;
-            }
-            integer = 1;
+        unsigned n = twd_fast(p, &bits, &integer, 0);
+        if (n) {
+            if (neg && !(integer && bits == 0))
+                bits |= TWD_SIGN;
+            *out = twd_from_bits(bits);
+            *is_int = integer;
+            return p + n;
         }
+        integer = 1;
     }
-general:
 #else
     (void)simd;
 #endif
@@ -610,6 +630,37 @@ general:
     *out = twd_from_bits(bits);
     *is_int = integer;
     return p;
+}
+
+const uint8_t *tw_number_try(const uint8_t *p, const uint8_t *e, double *out, int *is_int,
+                             int simd)
+{
+#ifdef TW_X86_SIMD
+    int neg = 0, integer = 1;
+    uint64_t bits;
+    unsigned n;
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (!simd || e - p < 48)
+        return NULL;
+    n = twd_fast(p, &bits, &integer, 1);
+    if (!n)
+        return NULL;
+    if (neg && !(integer && bits == 0))
+        bits |= TWD_SIGN;
+    *out = twd_from_bits(bits);
+    *is_int = integer;
+    return p + n;
+#else
+    (void)p;
+    (void)e;
+    (void)out;
+    (void)is_int;
+    (void)simd;
+    return NULL;
+#endif
 }
 
 size_t tw_number_parse(const char *s, size_t len, double *out, int path)

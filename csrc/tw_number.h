@@ -35,6 +35,19 @@ size_t tw_number_parse(const char *s, size_t len, double *out, int path);
 const uint8_t *tw_number_read(const uint8_t *p, const uint8_t *e, double *out, int *is_int,
                               int simd);
 
+/*
+ * For a reader that validates as it reads: p at a byte of a document that
+ * continues to e (p < e).  When p starts a valid number literal of the usual
+ * shape (at most 8 integer digits, an optional fraction, no exponent, at
+ * most 19 digits in all), returns the position after it with *out and
+ * *is_int as tw_number_read gives them; else NULL (an invalid literal,
+ * another shape, or TW_PATH_SCALAR and builds without the SIMD kernels),
+ * where the caller checks and reads the literal the long way.  Reads up to
+ * 48 bytes ahead, never at or past e.
+ */
+const uint8_t *tw_number_try(const uint8_t *p, const uint8_t *e, double *out, int *is_int,
+                             int simd);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,12 @@
  * keeping the last occurrence of every key; the top_logprobs array of an
  * entry is decoded while it is read, and read again from scratch if the key
  * repeats.  Numbers are converted by tw_number.c.
+ *
+ * tw_rec_content_reader is the same walk over bytes not yet validated, run
+ * by tw_scan in place of its own pass over a logprobs.content array: it
+ * checks every byte as the scan would and stores each entry's fields and
+ * candidates in the tw_doc, from which tw_rec_take answers as tw_rec_parse
+ * would; the document is then walked once instead of twice.
  */
 #include "tw_records.h"
 #include "tw_cpu.h"
@@ -46,14 +52,11 @@ static inline int twr_classify(const uint8_t *s, size_t n)
 }
 
 /* p just after the opening quote of a key: the position after its closing
-   quote, *kind its class. */
-static inline const uint8_t *twr_key(const uint8_t *p, const uint8_t *e, int *kind, int simd)
+   quote with *kind its class when the key is one of the usual ones (read 8
+   bytes at a time; their text is printable ASCII, a valid string), else NULL. */
+static inline const uint8_t *twr_usual_key(const uint8_t *p, const uint8_t *e, int *kind)
 {
-    const uint8_t *r, *end;
-    uint8_t tmp[17];
-    size_t n = 0;
     if (TW_LIKELY(e - p >= 16)) {
-        /* the usual keys with their closing quote, 8 bytes at a time */
         const uint64_t m48 = (UINT64_C(1) << 48) - 1, m40 = (UINT64_C(1) << 40) - 1;
         uint64_t a = tw_load_le64(p);
         if ((a & m48) == (tw_load_le64((const uint8_t *)"token\"\0") & m48)) {
@@ -78,6 +81,19 @@ static inline const uint8_t *twr_key(const uint8_t *p, const uint8_t *e, int *ki
             return p + 9;
         }
     }
+    return NULL;
+}
+
+/* p just after the opening quote of a key: the position after its closing
+   quote, *kind its class. */
+static inline const uint8_t *twr_key(const uint8_t *p, const uint8_t *e, int *kind, int simd)
+{
+    const uint8_t *r, *end;
+    uint8_t tmp[17];
+    size_t n = 0;
+    r = twr_usual_key(p, e, kind);
+    if (r)
+        return r;
     r = twj_find_qb(p, e, simd);
     if (TW_LIKELY(r < e && *r == '"')) {
         *kind = twr_classify(p, (size_t)(r - p));
@@ -318,6 +334,17 @@ static size_t twr_ht_build(twr_ctx *x, const int64_t *ids, size_t k0, size_t k)
 
 static const uint8_t *twr_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top);
 
+/* An object with none of the fields read yet. */
+static inline void twr_obj_init(twr_obj *o)
+{
+    o->tid = -1;
+    o->tok = -1;
+    o->lp = o->slp = 0.0;
+    o->has_tid = 0;
+    o->lp_ok = 0;
+    o->lp_kind = o->slp_kind = TW_REC_V_MISSING;
+}
+
 /* Duplicate ids within one row of candidates ids[k0..k). */
 typedef struct {
     uint64_t bloom[4];
@@ -370,6 +397,40 @@ static int twr_seen(twr_ctx *x, twr_seen_set *s, size_t k0, size_t k, int64_t id
 }
 
 /* p at the '[' of a "top_logprobs" value: read it into top (from top->k0). */
+/* An entry whose "top_logprobs" is missing, empty or not an array. */
+static inline void twr_top_missing(twr_top *top)
+{
+    top->k = top->k0;
+    top->code = TW_REC_MISSING_TOP;
+}
+
+/* The verdict on candidate o of a "top_logprobs" array whose candidates so
+   far are [k0, *k): TW_REC_OK with o stored at *k (and *k advanced), the
+   TW_REC_TOP_* code it breaks, or -1 when out of memory (x->nomem set). */
+static inline int twr_candidate(twr_ctx *x, twr_seen_set *seen, size_t k0, size_t *k,
+                                const twr_obj *o)
+{
+    int64_t id = o->has_tid ? o->tid : o->tok;
+    int dup;
+    if (id < 0)
+        return TW_REC_TOP_NO_ID;
+    if (!o->lp_ok || !isfinite(o->lp))
+        return TW_REC_TOP_NOT_FINITE;
+    if (o->lp > 1e-6)
+        return TW_REC_TOP_POSITIVE;
+    dup = twr_seen(x, seen, k0, *k, id);
+    if (dup < 0)
+        return -1;
+    if (dup)
+        return TW_REC_TOP_DUPLICATE;
+    if (!twr_room(x, *k))
+        return -1;
+    x->c->ids[*k] = id;
+    x->c->lps[*k] = o->lp;
+    ++*k;
+    return TW_REC_OK;
+}
+
 static const uint8_t *twr_top_array(twr_ctx *x, const uint8_t *p, twr_top *top)
 {
     const uint8_t *e = x->e;
@@ -379,8 +440,7 @@ static const uint8_t *twr_top_array(twr_ctx *x, const uint8_t *p, twr_top *top)
     twr_seen_init(&seen);
     p = twj_ws(p + 1, e);
     if (p < e && *p == ']') {
-        top->k = k;
-        top->code = TW_REC_MISSING_TOP;
+        twr_top_missing(top);
         return p + 1;
     }
     while (p < e) {
@@ -388,29 +448,10 @@ static const uint8_t *twr_top_array(twr_ctx *x, const uint8_t *p, twr_top *top)
             code = TW_REC_TOP_NOT_OBJECT;
         } else {
             twr_obj o;
-            int64_t id;
             p = twr_object(x, p, &o, NULL);
-            id = o.has_tid ? o.tid : o.tok;
-            if (id < 0) {
-                code = TW_REC_TOP_NO_ID;
-            } else if (!o.lp_ok || !isfinite(o.lp)) {
-                code = TW_REC_TOP_NOT_FINITE;
-            } else if (o.lp > 1e-6) {
-                code = TW_REC_TOP_POSITIVE;
-            } else {
-                int dup = twr_seen(x, &seen, top->k0, k, id);
-                if (dup < 0)
-                    return e;
-                if (dup) {
-                    code = TW_REC_TOP_DUPLICATE;
-                } else {
-                    if (!twr_room(x, k))
-                        return e;
-                    x->c->ids[k] = id;
-                    x->c->lps[k] = o.lp;
-                    k++;
-                }
-            }
+            code = twr_candidate(x, &seen, top->k0, &k, &o);
+            if (code < 0)
+                return e;
         }
         if (code != TW_REC_OK) {
             /* the first bad candidate decides: skip the rest of the array
@@ -438,12 +479,7 @@ static inline TW_ALWAYS_INLINE const uint8_t *twr_object_on(twr_ctx *x, const ui
 {
     const uint8_t *e = x->e;
     int is_int;
-    o->tid = -1;
-    o->tok = -1;
-    o->lp = o->slp = 0.0;
-    o->has_tid = 0;
-    o->lp_ok = 0;
-    o->lp_kind = o->slp_kind = TW_REC_V_MISSING;
+    twr_obj_init(o);
     p = twj_ws(p + 1, e);
     if (p < e && *p == '}')
         return p + 1;
@@ -491,10 +527,8 @@ static inline TW_ALWAYS_INLINE const uint8_t *twr_object_on(twr_ctx *x, const ui
                     return e;
                 break;
             }
-            if (top) {
-                top->k = top->k0;
-                top->code = TW_REC_MISSING_TOP;
-            }
+            if (top)
+                twr_top_missing(top);
             p = twj_skip_value(p, e, simd);
             break;
         default:
@@ -718,6 +752,448 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
     if (want_top)
         res->ncand = k;
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading logprobs.content during the scan                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * tw_rec_content_reader reads each entry as twr_object does, but over bytes
+ * tw_scan has not validated yet: every byte it passes is checked as tw_scan
+ * checks it (strings and numbers with tw_scan's own checks; the fast paths
+ * for keys, token strings and numbers accept only text that is valid), and
+ * whatever it does not handle makes it decline the whole array (NULL), which
+ * tw_scan then reads itself.  It declines: invalid JSON; an element of the
+ * array that is not an object; a key with an escape; a repeated key among
+ * those twr_object reads; a token string with an escape; an object anywhere
+ * but as an entry or a candidate; an array in an array other than an
+ * entry's "top_logprobs"; running out of memory.
+ */
+
+/* JSON whitespace (space, tab, LF, CR) from p. */
+static inline const uint8_t *twf_ws(const uint8_t *p, const uint8_t *e)
+{
+    while (p < e && *p <= ' ' && ((UINT64_C(0x100002600) >> *p) & 1u))
+        p++;
+    return p;
+}
+
+/* p at a value (p < e): the position after it when it is a valid string,
+   number or literal, else NULL. */
+static const uint8_t *twf_scalar(const uint8_t *p, const uint8_t *e, int simd)
+{
+    const uint8_t *q;
+    unsigned flags;
+    int is_int;
+    switch (*p) {
+    case '"':
+        q = tw_scan_string(p + 1, e, simd, &flags);
+        return q ? q + 1 : NULL;
+    case 't':
+        return e - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
+    case 'f':
+        return e - p >= 5 && memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
+    case 'n':
+        return e - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+    default:
+        if (*p == '-' || tw_is_digit(*p))
+            return tw_scan_number(p, e, simd, &is_int);
+        return NULL;
+    }
+}
+
+/* twf_scalar, with the small positive integers of "bytes" arrays taken
+   inline: 1 to 7 digits, the first not '0', followed by a byte that cannot
+   continue a number. */
+static inline const uint8_t *twf_element(const uint8_t *p, const uint8_t *e, int simd)
+{
+    if (TW_LIKELY(e - p >= 8) && (unsigned)(*p - '1') < 9u) {
+        uint64_t nd = tw_nondigit8(tw_load_le64(p));
+        if (nd) {
+            unsigned n = tw_ctz64(nd) >> 3; /* the first byte that is not a digit */
+            uint8_t c = p[n];
+            if (c != '.' && (c | 0x20) != 'e')
+                return p + n;
+        }
+    }
+    return twf_scalar(p, e, simd);
+}
+
+/* p at a value (p < e): the position after it when it is a valid scalar or
+   an array of them, else NULL. */
+static const uint8_t *twf_skip(const uint8_t *p, const uint8_t *e, int simd)
+{
+    if (*p != '[')
+        return twf_scalar(p, e, simd);
+    p = twf_ws(p + 1, e);
+    if (p < e && *p == ']')
+        return p + 1;
+    for (;;) {
+        if (p >= e)
+            return NULL;
+        p = twf_element(p, e, simd);
+        if (!p)
+            return NULL;
+        p = twf_ws(p, e);
+        if (p >= e)
+            return NULL;
+        if (*p == ',') {
+            p = twf_ws(p + 1, e);
+            continue;
+        }
+        return *p == ']' ? p + 1 : NULL;
+    }
+}
+
+/* p at the opening quote of a key: the position after its closing quote
+   with *kind its class, or NULL (not a valid string, or one with an escape). */
+static inline const uint8_t *twf_key(const uint8_t *p, const uint8_t *e, int *kind, int simd)
+{
+    const uint8_t *q;
+    unsigned flags;
+    p++;
+    q = twr_usual_key(p, e, kind);
+    if (q)
+        return q;
+    q = tw_scan_string(p, e, simd, &flags);
+    if (!q || (flags & TW_STR_ESCAPE))
+        return NULL;
+    *kind = twr_classify(p, (size_t)(q - p));
+    return q + 1;
+}
+
+/* p just after the opening quote of a "token" value: the position after the
+   closing quote with *id the id it names or -1, or NULL (not a valid string,
+   or one with an escape). */
+static inline const uint8_t *twf_token(const uint8_t *p, const uint8_t *e, int64_t *id, int simd)
+{
+    const uint8_t *q;
+    unsigned flags;
+    if (TW_LIKELY(e - p >= 24) && tw_load_le64(p) == tw_load_le64((const uint8_t *)"token_id") &&
+        p[8] == ':') {
+        /* "token_id:" and 1..7 digits then the closing quote: a valid string */
+        uint64_t nd = tw_nondigit8(tw_load_le64(p + 9));
+        if (nd) {
+            unsigned d = tw_ctz64(nd) / 8;
+            if (d && p[9 + d] == '"') {
+                *id = (int64_t)tw_short_digits(p + 9, d);
+                return p + 10 + d;
+            }
+        }
+    }
+    q = tw_scan_string(p, e, simd, &flags);
+    if (!q || (flags & TW_STR_ESCAPE))
+        return NULL;
+    *id = twr_token_raw(p, q);
+    return q + 1;
+}
+
+/* p at a "token_id" value (p < e): the position after it with *id as
+   twr_token_id gives it, or NULL (not a valid scalar or array of them). */
+static const uint8_t *twf_token_id(const uint8_t *p, const uint8_t *e, int64_t *id, int simd)
+{
+    const uint8_t *q, *s = p;
+    int is_int, neg = 0;
+    uint64_t v = 0;
+    *id = -1;
+    if (*p != '-' && !tw_is_digit(*p))
+        return twf_skip(p, e, simd);
+    q = tw_scan_number(p, e, simd, &is_int);
+    if (!q || !is_int)
+        return q;
+    if (*s == '-') {
+        neg = 1;
+        s++;
+    }
+    if (q - s > 10)
+        return q;
+    for (; s < q; s++)
+        v = v * 10 + (uint64_t)(*s - '0');
+    if (v <= TWR_MAX_ID && !(neg && v))
+        *id = (int64_t)v;
+    return q;
+}
+
+/* p at a number (p < e): the position after it with *out its value, or NULL
+   (not a valid number, or one ending at e). */
+static inline const uint8_t *twf_number(const uint8_t *p, const uint8_t *e, double *out, int simd)
+{
+    int is_int;
+    const uint8_t *q = tw_number_try(p, e, out, &is_int, simd);
+    if (TW_LIKELY(q != NULL))
+        return q;
+    q = tw_scan_number(p, e, simd, &is_int);
+    if (!q || q >= e)
+        return NULL;
+    return tw_number_read(p, e, out, &is_int, simd);
+}
+
+static const uint8_t *twf_top_array(twr_ctx *x, const uint8_t *p, twr_top *top);
+
+/* p at the '{' of an object: twr_object's reading of it (the same fields in
+   o, the same "top_logprobs" verdict and candidates with top) over bytes
+   that are validated on the way; the position after the '}', or NULL. */
+static const uint8_t *twf_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top)
+{
+    const uint8_t *e = x->e;
+    const int simd = x->simd;
+    unsigned seen = 0;
+    twr_obj_init(o);
+    p = twf_ws(p + 1, e);
+    if (p < e && *p == '}')
+        return p + 1;
+    for (;;) {
+        int kind;
+        if (p >= e || *p != '"')
+            return NULL;
+        p = twf_key(p, e, &kind, simd);
+        if (!p)
+            return NULL;
+        p = twf_ws(p, e);
+        if (p >= e || *p != ':')
+            return NULL;
+        p = twf_ws(p + 1, e);
+        if (p >= e)
+            return NULL;
+        if (kind != TWR_K_OTHER) {
+            /* the last occurrence would win: leave repeated keys to the usual reader */
+            if (seen & (1u << kind))
+                return NULL;
+            seen |= 1u << kind;
+        }
+        switch (kind) {
+        case TWR_K_LOGPROB:
+            if (*p == '-' || tw_is_digit(*p)) {
+                p = twf_number(p, e, &o->lp, simd);
+                o->lp_ok = 1;
+            } else {
+                p = twf_skip(p, e, simd);
+            }
+            break;
+        case TWR_K_TOKEN:
+            if (*p == '"')
+                p = twf_token(p + 1, e, &o->tok, simd);
+            else
+                p = twf_skip(p, e, simd);
+            break;
+        case TWR_K_TOKEN_ID:
+            o->has_tid = 1;
+            p = twf_token_id(p, e, &o->tid, simd);
+            break;
+        case TWR_K_TOP:
+            if (top && *p == '[') {
+                p = twf_top_array(x, p, top);
+                break;
+            }
+            if (top)
+                twr_top_missing(top);
+            p = twf_skip(p, e, simd);
+            break;
+        default: /* "sampling_logprob" too: tw_rec_parse does not use it */
+            p = twf_skip(p, e, simd);
+            break;
+        }
+        if (!p)
+            return NULL;
+        p = twf_ws(p, e);
+        if (p >= e)
+            return NULL;
+        if (*p == ',') {
+            p = twf_ws(p + 1, e);
+            continue;
+        }
+        return *p == '}' ? p + 1 : NULL;
+    }
+}
+
+/* p at the '[' of an entry's "top_logprobs": twr_top_array's reading of it,
+   every element validated (also those after the first bad one); the
+   position after the ']', or NULL. */
+static const uint8_t *twf_top_array(twr_ctx *x, const uint8_t *p, twr_top *top)
+{
+    const uint8_t *e = x->e;
+    size_t k = top->k0;
+    twr_seen_set seen;
+    int code = TW_REC_OK;
+    twr_seen_init(&seen);
+    p = twf_ws(p + 1, e);
+    if (p < e && *p == ']') {
+        twr_top_missing(top);
+        return p + 1;
+    }
+    for (;;) {
+        if (p >= e)
+            return NULL;
+        if (*p != '{') {
+            p = twf_skip(p, e, x->simd);
+            if (!p)
+                return NULL;
+            if (code == TW_REC_OK)
+                code = TW_REC_TOP_NOT_OBJECT;
+        } else {
+            twr_obj o;
+            p = twf_object(x, p, &o, NULL);
+            if (!p)
+                return NULL;
+            if (code == TW_REC_OK) {
+                code = twr_candidate(x, &seen, top->k0, &k, &o);
+                if (code < 0)
+                    return NULL;
+            }
+        }
+        p = twf_ws(p, e);
+        if (p >= e)
+            return NULL;
+        if (*p == ',') {
+            p = twf_ws(p + 1, e);
+            continue;
+        }
+        if (*p != ']')
+            return NULL;
+        top->k = k;
+        top->code = code;
+        return p + 1;
+    }
+}
+
+const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t *end, int simd,
+                                     size_t *count)
+{
+    tw_rec_cands c;
+    twr_ctx x;
+    const size_t n0 = d->nentries;
+    size_t n = n0, kfree = n0 ? d->entries[n0 - 1].k : 0;
+    const uint8_t *r = NULL;
+    c.ids = d->cand_ids;
+    c.lps = d->cand_lps;
+    c.cap = d->cands_cap;
+    c.grow = 1;
+    memset(&x, 0, sizeof x);
+    x.e = end;
+    x.c = &c;
+    x.simd = simd;
+    for (;;) {
+        twr_obj o;
+        twr_top top;
+        tw_entry *en;
+        if (p >= end || *p != '{')
+            break;
+        if (n == d->entries_cap) {
+            size_t ncap = d->entries_cap ? 2 * d->entries_cap : 256;
+            void *q = ncap <= SIZE_MAX / sizeof(tw_entry)
+                          ? tw_mem_realloc(d->entries, ncap * sizeof(tw_entry))
+                          : NULL;
+            if (!q)
+                break;
+            d->entries = (tw_entry *)q;
+            d->entries_cap = ncap;
+        }
+        top.k0 = top.k = kfree;
+        top.code = TW_REC_MISSING_TOP;
+        p = twf_object(&x, p, &o, &top);
+        if (!p)
+            break;
+        en = &d->entries[n++];
+        en->id = o.has_tid ? o.tid : o.tok;
+        en->lp = o.lp;
+        en->lp_ok = o.lp_ok;
+        en->k0 = top.k0;
+        en->k = top.k;
+        en->top_code = (uint8_t)top.code;
+        kfree = top.k;
+        p = twf_ws(p, end);
+        if (p >= end)
+            break;
+        if (*p == ',') {
+            p = twf_ws(p + 1, end);
+            continue;
+        }
+        if (*p == ']') {
+            r = p + 1;
+            *count = n - n0;
+            d->nentries = n;
+        }
+        break;
+    }
+    /* the candidate arrays may have moved, also when the array is declined */
+    d->cand_ids = c.ids;
+    d->cand_lps = c.lps;
+    d->cands_cap = c.cap;
+    tw_mem_free(x.ht);
+    return r;
+}
+
+void tw_rec_read_during_scan(tw_doc *d)
+{
+    d->content_reader = tw_rec_content_reader;
+}
+
+int tw_rec_take(const tw_doc *d, const tw_value *content, size_t n, const int64_t *ids,
+                int want_top, double *sampled, int64_t *coff, double *entry_lps,
+                tw_rec_cands *cands, tw_rec_result *res)
+{
+    const tw_entry *en;
+    twr_ctx x;
+    size_t k = 0;
+    int s_on = 1, t_on = want_top != 0;
+
+    twr_result_init(res);
+    if (!twr_content_ok(content) || !content->read || content->count != n ||
+        content->read_at > d->nentries || d->nentries - content->read_at < n ||
+        (n && (!ids || !sampled)) || (t_on && (!coff || !entry_lps || !cands)))
+        return TW_REC_BAD_ARG;
+    en = d->entries + content->read_at;
+    memset(&x, 0, sizeof x);
+    x.c = cands;
+    if (t_on)
+        coff[0] = 0;
+    for (size_t i = 0; i < n && (s_on || t_on); i++) {
+        if (s_on) {
+            int code = TW_REC_OK;
+            if (en[i].id < 0 || en[i].id != ids[i])
+                code = TW_REC_TOKEN_MISMATCH;
+            else if (!en[i].lp_ok)
+                code = TW_REC_NOT_A_NUMBER;
+            else if (!isfinite(en[i].lp))
+                code = TW_REC_NOT_FINITE;
+            else if (en[i].lp == -9999.0)
+                code = TW_REC_NO_EVIDENCE;
+            if (code) {
+                res->sampled_err = (ptrdiff_t)i;
+                res->sampled_code = code;
+                s_on = 0;
+            } else {
+                sampled[i] = en[i].lp;
+            }
+        }
+        if (t_on) {
+            size_t m = en[i].k - en[i].k0;
+            int tcode = en[i].top_code;
+            /* tw_rec_parse writes an entry's candidates while it reads them, before
+               its verdict: the same room is needed */
+            if (m && !twr_room(&x, k + m - 1))
+                return TW_REC_NOMEM;
+            if (!tcode && !en[i].lp_ok)
+                tcode = TW_REC_SAMPLED_NOT_A_NUMBER;
+            if (!tcode) {
+                memcpy(cands->ids + k, d->cand_ids + en[i].k0, m * sizeof(int64_t));
+                memcpy(cands->lps + k, d->cand_lps + en[i].k0, m * sizeof(double));
+                k += m;
+                coff[i + 1] = (int64_t)k;
+                entry_lps[i] = en[i].lp;
+            } else {
+                res->top_err = (ptrdiff_t)i;
+                res->top_code = tcode;
+                t_on = 0;
+                for (size_t j = i + 1; j <= n; j++)
+                    coff[j] = (int64_t)k;
+            }
+        }
+    }
+    if (want_top)
+        res->ncand = k;
+    return TW_REC_OK;
 }
 
 /* ------------------------------------------------------------------------ */

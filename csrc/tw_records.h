@@ -169,6 +169,32 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
                     tw_rec_result *res, int path);
 
 /*
+ * Records read during the scan (tw_scan.h): set tw_doc.content_reader to
+ * tw_rec_content_reader before tw_scan (tw_rec_read_during_scan does), and a
+ * logprobs.content record with read = 1 is then read by tw_rec_take instead
+ * of tw_rec_parse.
+ *
+ * tw_rec_content_reader: a tw_content_reader.  It validates the array as
+ * tw_scan does and reads each entry as tw_rec_parse would read it (with the
+ * candidates pass), or declines (NULL) for anything outside the usual shape:
+ * invalid JSON, an element that is not an object, a key or a token string
+ * with an escape, a repeated "token", "token_id", "logprob",
+ * "top_logprobs" or "sampling_logprob" key in an object, an object other
+ * than an entry or a candidate, an array in an array other than an entry's
+ * "top_logprobs", out of memory.
+ *
+ * tw_rec_take: tw_rec_parse's results (the same return value, res, sampled,
+ * coff, entry_lps and candidates) for the content record of d's last scan,
+ * which must have read = 1.  TW_REC_BAD_ARG also when it has not.
+ */
+const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t *end, int simd,
+                                     size_t *count);
+void tw_rec_read_during_scan(tw_doc *d);
+int tw_rec_take(const tw_doc *d, const tw_value *content, size_t n, const int64_t *ids,
+                int want_top, double *sampled, int64_t *coff, double *entry_lps,
+                tw_rec_cands *cands, tw_rec_result *res);
+
+/*
  * Flat arrays recorded by tw_scan (arr: a TW_T_ARRAY value), as the
  * OpenAI-compatible completions format sends them; out/ids hold
  * arr->count elements.

@@ -14,6 +14,10 @@
  * non-ASCII bytes are then validated by scalar code and the kernel resumes
  * after them.
  *
+ * A logprobs.content array may be handed to tw_doc.content_reader instead,
+ * which validates it as this loop would while reading its records (see
+ * "Records read during the scan" in tw_scan.h).
+ *
  * The SIMD kernels use GCC/Clang function target attributes, so the file
  * builds with default flags; tw_doc.path picks the path at run time
  * (tw_cpu.h).
@@ -261,8 +265,8 @@ typedef struct {
 
 static const char TWS_MSG_END[] = "unexpected end of data";
 
-#define TWS_STR_ESCAPE 1u
-#define TWS_STR_NONASCII 2u
+#define TWS_STR_ESCAPE TW_STR_ESCAPE
+#define TWS_STR_NONASCII TW_STR_NONASCII
 
 /* p at a backslash: the position after the escape, or NULL. */
 static const uint8_t *tws_escape(const uint8_t *p, const uint8_t *end, tws_err *e)
@@ -491,6 +495,19 @@ truncated:
     e->pos = end;
     e->msg = TWS_MSG_END;
     return NULL;
+}
+
+const uint8_t *tw_scan_string(const uint8_t *p, const uint8_t *end, int simd,
+                              unsigned *flags)
+{
+    tws_err e;
+    return tws_string(p, end, simd, flags, &e);
+}
+
+const uint8_t *tw_scan_number(const uint8_t *p, const uint8_t *end, int simd, int *is_int)
+{
+    tws_err e;
+    return tws_number(p, end, simd, is_int, &e);
 }
 
 /* Decode the escapes of a validated string body [s, e) into d.  Returns the
@@ -723,6 +740,9 @@ void tw_doc_free(tw_doc *d)
     tws_free_blobs(d);
     tw_mem_free(d->blobs);
     tw_mem_free(d->uints);
+    tw_mem_free(d->entries);
+    tw_mem_free(d->cand_ids);
+    tw_mem_free(d->cand_lps);
     tw_mem_free(d->choice);
     tw_mem_free(d->blank);
     tw_mem_free(d->stack);
@@ -733,6 +753,7 @@ void tw_doc_free(tw_doc *d)
     settings.b64_path = d->b64_path;
     settings.openai = d->openai;
     settings.sglang = d->sglang;
+    settings.content_reader = d->content_reader;
     *d = settings;
 }
 
@@ -1018,6 +1039,7 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
 
     tws_free_blobs(d);
     d->nuints = 0;
+    d->nentries = 0;
     d->top_is_object = 0;
     memset(&d->prompt_token_ids, 0, sizeof(tw_value));
     memset(&d->choices, 0, sizeof(tw_value));
@@ -1100,6 +1122,23 @@ value_nows:
                 v->read = 1;
                 v->read_at = d->nuints - n;
                 top->count = n;
+                p = q;
+                goto close;
+            }
+        }
+        /* The entries of a record array: the reader validates them as this loop would (an
+           entry's object, its candidates array, a candidate's object and an array in that
+           are at most 4 levels below the array) or leaves the array to it. */
+        if (ptgt == TWS_F(TW_F_LOGPROBS_CONTENT) && d->content_reader && !d->openai &&
+            !d->sglang && (!maxd || maxd - depth >= 4)) {
+            size_t n = 0, at = d->nentries;
+            q = d->content_reader(d, p, end, simd, &n);
+            if (q) {
+                v = tws_slot(d, ptgt, pci);
+                v->read = 1;
+                v->read_at = at;
+                top->count = n;
+                top->all_int = 0; /* its elements are objects */
                 p = q;
                 goto close;
             }

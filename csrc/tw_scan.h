@@ -135,8 +135,19 @@
  * does a 65536th blob in one document).
  * Blobs not taken are freed by the next tw_scan and by tw_doc_free.
  *
+ * Records read during the scan (doc->content_reader set, not openai or
+ * sglang): at a choice's logprobs.content array that is not empty, the scan
+ * hands the array to the reader (tw_rec_content_reader, tw_records.h), which
+ * validates it as the scan would and reads its entries into doc->entries;
+ * the record then has read = 1 and read_at = the index of its first entry,
+ * and tw_rec_take gives what tw_rec_parse gives for it.  Where the reader
+ * declines, the scan goes on over the array as usual (read = 0), so what the
+ * scan accepts, rejects and records never depends on the reader.  Not
+ * tried when the array's entries could reach the depth limit.
+ *
  * Memory: the nesting stack takes 32 bytes per open container (32 KB at the
- * default depth limit), the blank list 16 bytes per blanked value; all of it
+ * default depth limit), the blank list 16 bytes per blanked value, records
+ * read during the scan 40 bytes per entry and 16 per candidate; all of it
  * is kept in the tw_doc and reused by the next tw_scan.
  */
 #ifndef TW_SCAN_H
@@ -177,10 +188,12 @@ enum {
  */
 typedef struct {
     uint8_t present, type, has_escape, ascii, all_int;
-    uint8_t read; /* an array of ids or offsets read during the scan (tw_take_uints) */
+    uint8_t read; /* an array of ids or offsets read during the scan (tw_take_uints),
+                     or a logprobs.content array whose entries the scan read */
     uint16_t blob; /* 1-based index into tw_doc.blobs when decoded, else 0 */
     size_t start, end, count;
-    size_t read_at; /* where its count values start in tw_doc.uints when read */
+    size_t read_at; /* where its count values start in tw_doc.uints when read
+                       (tw_doc.entries for logprobs.content) */
 } tw_value;
 
 enum {
@@ -226,12 +239,35 @@ typedef struct {
     size_t len;
 } tw_blob;
 
+/* One logprobs.content entry read during the scan (see "Records read during
+   the scan"): what tw_rec_parse reads from it. */
+typedef struct {
+    int64_t id;       /* its last "token_id" when it has one, else the id its
+                         "token" names (tw_records.h's id rules); -1: none */
+    double lp;        /* its "logprob" when lp_ok */
+    size_t k0, k;     /* its candidates: tw_doc.cand_ids/cand_lps[k0 .. k) (with
+                         top_code set: those written before the bad one) */
+    uint8_t lp_ok;    /* "logprob" is a number */
+    uint8_t top_code; /* TW_REC_* verdict of its "top_logprobs" (tw_records.h),
+                         0 when every candidate is good */
+} tw_entry;
+
+struct tw_doc;
+/* A reader of the records of a logprobs.content array (tw_doc.content_reader):
+   p at the array's first element (not ']'), simd as the scan's.  Returns the
+   position after the closing ']' with the element count in *count, having
+   appended one tw_entry per element (and their candidates) to the doc; or
+   NULL, leaving the doc as it was, when it cannot (the array is not valid
+   JSON, or has a shape the reader leaves to the scan and tw_rec_parse). */
+typedef const uint8_t *(*tw_content_reader)(struct tw_doc *d, const uint8_t *p,
+                                            const uint8_t *end, int simd, size_t *count);
+
 /* Bytes [start, end) of the input that the stripped copy leaves out. */
 typedef struct {
     size_t start, end;
 } tw_span;
 
-typedef struct {
+typedef struct tw_doc {
     /* Settings: tw_doc_init sets the defaults; change them before tw_scan. */
     int path;          /* TW_PATH_* (tw_cpu.h), default AUTO */
     size_t max_depth;  /* default 1024 (orjson's limit); 0 = unlimited */
@@ -242,6 +278,8 @@ typedef struct {
     uint32_t blank_fields; /* bit f (TW_F_*): blank that field too, wherever it is
                               recorded: an array's interior or a string's
                               content (default 0; see tw_blank_field) */
+    tw_content_reader content_reader; /* default NULL; see "Records read during
+                                         the scan" */
 
     /* Results of the last successful tw_scan. */
     uint8_t top_is_object;
@@ -261,9 +299,14 @@ typedef struct {
     size_t nblobs;
     uint64_t *uints;   /* heap: the elements of the id and offset arrays the scan read */
     size_t nuints;
+    tw_entry *entries; /* heap: the logprobs.content entries the scan read */
+    size_t nentries;
+    int64_t *cand_ids; /* heap (tw_mem): their candidates, cands_cap of each */
+    double *cand_lps;
+    size_t cands_cap;
 
     /* Internal: capacities and the reusable nesting stack. */
-    size_t choice_cap, blank_cap, stack_cap, blobs_cap, uints_cap;
+    size_t choice_cap, blank_cap, stack_cap, blobs_cap, uints_cap, entries_cap;
     void *stack;
 } tw_doc;
 
@@ -340,6 +383,19 @@ int tw_take_uints(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *out
 
 int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
                         int64_t *out, size_t *err_index, int path);
+
+/*
+ * The scan's own checks, for the content reader: tw_scan_string (p just
+ * after an opening quote) returns the closing quote with *flags
+ * (TW_STR_ESCAPE: a backslash occurs, TW_STR_NONASCII: a byte >= 0x80), and
+ * tw_scan_number (p at '-' or a digit) the end of the number literal, with
+ * *is_int set for an integer literal; each NULL where tw_scan fails.
+ */
+#define TW_STR_ESCAPE 1u
+#define TW_STR_NONASCII 2u
+const uint8_t *tw_scan_string(const uint8_t *p, const uint8_t *end, int simd,
+                              unsigned *flags);
+const uint8_t *tw_scan_number(const uint8_t *p, const uint8_t *end, int simd, int *is_int);
 
 /*
  * List of lists (the sampling_mask list form); rows = v->count.

@@ -526,6 +526,10 @@ cdef extern from "tw_records.h" nogil:
     int tw_rec_parse(const char *buf, const tw_value *content, size_t n, const int64_t *ids, int want_top,
                         double *sampled, int64_t *coff, double *entry_lps, tw_rec_cands *cands,
                         tw_rec_result *res, int path)
+    void tw_rec_read_during_scan(tw_doc *d)
+    int tw_rec_take(const tw_doc *d, const tw_value *content, size_t n, const int64_t *ids,
+                    int want_top, double *sampled, int64_t *coff, double *entry_lps,
+                    tw_rec_cands *cands, tw_rec_result *res)
 
 
 cdef extern from "tw_validate.h" nogil:
@@ -721,6 +725,7 @@ cdef class _Scan:
 
     def __cinit__(self):
         tw_doc_init(&self.doc)
+        tw_rec_read_during_scan(&self.doc)  # logprobs.content entries: read as they are scanned
 
     def __dealloc__(self):
         tw_doc_free(&self.doc)
@@ -853,8 +858,12 @@ cdef class _Scan:
         _cands_init(&cands)
         try:
             with nogil:
-                rc = tw_rec_parse(self.buf, v, n, ids_ptr, top, &sampled_view[0], &coff_view[0],
-                                     &entry_view[0], &cands, &res, self.path)
+                if v.read:  # the scan read its entries
+                    rc = tw_rec_take(&self.doc, v, n, ids_ptr, top, &sampled_view[0],
+                                     &coff_view[0], &entry_view[0], &cands, &res)
+                else:
+                    rc = tw_rec_parse(self.buf, v, n, ids_ptr, top, &sampled_view[0],
+                                      &coff_view[0], &entry_view[0], &cands, &res, self.path)
             candidates = _candidates(rc, coff, &cands, res.ncand)
         finally:
             tw_rec_cands_free(&cands)

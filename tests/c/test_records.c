@@ -252,6 +252,143 @@ static int prepare(const char *content, char **out, tw_value *v)
     return ok;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Records read during the scan: the same as the scan, then tw_rec_parse     */
+/* ------------------------------------------------------------------------ */
+
+static unsigned long long g_taken; /* content arrays the scan's reader read */
+
+/* Same scan verdict and records with the content reader (c1) as without (c0). */
+static int same_scan(const tw_doc *a, int ra, const tw_doc *b, int rb)
+{
+    if (ra != rb || a->err_pos != b->err_pos || (a->err_msg == NULL) != (b->err_msg == NULL) ||
+        (a->err_msg && strcmp(a->err_msg, b->err_msg) != 0))
+        return 0;
+    if (ra != TW_OK)
+        return 1;
+    if (a->nchoices != b->nchoices || a->nblank != b->nblank || a->blank_bytes != b->blank_bytes ||
+        memcmp(&a->choices, &b->choices, sizeof(tw_value)) != 0)
+        return 0;
+    for (size_t i = 0; i < a->nblank; i++)
+        if (a->blank[i].start != b->blank[i].start || a->blank[i].end != b->blank[i].end)
+            return 0;
+    for (size_t i = 0; i < a->nchoices; i++) {
+        if (a->choice[i].is_object != b->choice[i].is_object)
+            return 0;
+        for (int f = 0; f < TW_NFIELDS; f++) {
+            tw_value x = a->choice[i].f[f], y = b->choice[i].f[f];
+            if (f == TW_F_LOGPROBS_CONTENT) {
+                if (x.read || (y.read && y.type != TW_T_ARRAY))
+                    return 0;
+                y.read = 0;
+                y.read_at = 0;
+            }
+            if (memcmp(&x, &y, sizeof x) != 0)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* tw_rec_take against tw_rec_parse over one document's content record. */
+static void take_vs_parse(const char *doc, const tw_doc *d, const tw_value *v, const int64_t *ids,
+                          int want_top)
+{
+    size_t n = v->count;
+    double *s0 = (double *)calloc(n + 1, sizeof(double)), *s1 = (double *)calloc(n + 1, sizeof(double));
+    double *e0 = (double *)calloc(n + 1, sizeof(double)), *e1 = (double *)calloc(n + 1, sizeof(double));
+    int64_t *c0 = (int64_t *)calloc(n + 1, sizeof(int64_t)), *c1 = (int64_t *)calloc(n + 1, sizeof(int64_t));
+    tw_rec_cands k0 = {NULL, NULL, 0, 1}, k1 = {NULL, NULL, 0, 1};
+    tw_rec_result r0, r1;
+    int rc0, rc1, ok;
+    size_t good;
+    if (!s0 || !s1 || !e0 || !e1 || !c0 || !c1)
+        exit(2);
+    tw_value plain = *v;
+    plain.read = 0;
+    rc0 = tw_rec_parse(doc, &plain, n, ids, want_top, s0, want_top ? c0 : NULL,
+                       want_top ? e0 : NULL, want_top ? &k0 : NULL, &r0, g_path);
+    rc1 = tw_rec_take(d, v, n, ids, want_top, s1, want_top ? c1 : NULL, want_top ? e1 : NULL,
+                      want_top ? &k1 : NULL, &r1);
+    ok = rc0 == rc1 && r0.sampled_err == r1.sampled_err && r0.sampled_code == r1.sampled_code &&
+         r0.top_err == r1.top_err && r0.top_code == r1.top_code && r0.ncand == r1.ncand;
+    good = r0.sampled_err < 0 ? n : (size_t)r0.sampled_err;
+    ok = ok && memcmp(s0, s1, good * sizeof(double)) == 0;
+    if (ok && want_top) {
+        size_t t = r0.top_err < 0 ? n : (size_t)r0.top_err;
+        ok = memcmp(c0, c1, (n + 1) * sizeof(int64_t)) == 0 &&
+             memcmp(e0, e1, t * sizeof(double)) == 0 &&
+             (!r0.ncand || (memcmp(k0.ids, k1.ids, r0.ncand * sizeof(int64_t)) == 0 &&
+                            memcmp(k0.lps, k1.lps, r0.ncand * sizeof(double)) == 0));
+    }
+    CHECK(ok, "take vs parse (top %d): rc %d/%d sampled (%td,%d)/(%td,%d) top (%td,%d)/(%td,%d) "
+              "ncand %zu/%zu: %.300s",
+          want_top, rc0, rc1, r0.sampled_err, r0.sampled_code, r1.sampled_err, r1.sampled_code,
+          r0.top_err, r0.top_code, r1.top_err, r1.top_code, r0.ncand, r1.ncand, doc);
+    if (want_top && rc0 == TW_REC_OK && r0.ncand) {
+        /* fixed-size candidate arrays: the same room is enough, or too small */
+        for (size_t cap = r0.ncand - 1; cap <= r0.ncand; cap++) {
+            tw_rec_cands f0 = {k0.ids, k0.lps, cap, 0}, f1 = {k1.ids, k1.lps, cap, 0};
+            rc0 = tw_rec_parse(doc, &plain, n, ids, 1, s0, c0, e0, &f0, &r0, g_path);
+            rc1 = tw_rec_take(d, v, n, ids, 1, s1, c1, e1, &f1, &r1);
+            CHECK(rc0 == rc1, "take vs parse, %zu candidates room: rc %d/%d", cap, rc0, rc1);
+        }
+    }
+    tw_rec_cands_free(&k0);
+    tw_rec_cands_free(&k1);
+    free(s0);
+    free(s1);
+    free(e0);
+    free(e1);
+    free(c0);
+    free(c1);
+}
+
+/* `content` in a document scanned with and without the content reader, at several depth limits:
+   the same verdict, error and records; where the reader read the array, tw_rec_take gives what
+   tw_rec_parse gives (for ids, then zeros where ids is shorter). */
+static void check_take(const char *content, const int64_t *ids, size_t nids)
+{
+    static const char pre[] = "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":";
+    static const char post[] = "}}]}";
+    static const size_t DEPTHS[] = {1024, 6, 7, 8, 9, 10, 0};
+    size_t n = strlen(content), len;
+    char *doc = (char *)malloc(sizeof pre + n + sizeof post);
+    if (!doc)
+        exit(2);
+    sprintf(doc, "%s%s%s", pre, content, post);
+    len = strlen(doc);
+    for (size_t di = 0; di < sizeof DEPTHS / sizeof DEPTHS[0]; di++) {
+        tw_doc d0, d1;
+        int r0, r1;
+        tw_doc_init(&d0);
+        tw_doc_init(&d1);
+        d0.path = d1.path = g_path;
+        d0.max_depth = d1.max_depth = DEPTHS[di];
+        d0.blank_fields = d1.blank_fields = 1u << TW_F_LOGPROBS_CONTENT;
+        tw_rec_read_during_scan(&d1);
+        r0 = tw_scan(doc, len, &d0);
+        r1 = tw_scan(doc, len, &d1);
+        CHECK(same_scan(&d0, r0, &d1, r1), "scan with the content reader differs (depth %zu): %.300s",
+              DEPTHS[di], doc);
+        if (r1 == TW_OK && d1.nchoices == 1 && d1.choice[0].f[TW_F_LOGPROBS_CONTENT].read) {
+            const tw_value *v = &d1.choice[0].f[TW_F_LOGPROBS_CONTENT];
+            int64_t *idv = (int64_t *)calloc(v->count + 1, sizeof(int64_t));
+            if (!idv)
+                exit(2);
+            for (size_t i = 0; i < v->count && i < nids; i++)
+                idv[i] = ids[i];
+            take_vs_parse(doc, &d1, v, idv, 1);
+            take_vs_parse(doc, &d1, v, idv, 0);
+            g_taken++;
+            free(idv);
+        }
+        tw_doc_free(&d0);
+        tw_doc_free(&d1);
+    }
+    free(doc);
+}
+
 /* Parse content for ids (n = the content's count; ids shorter: zeros). */
 static void run(run_t *r, const char *content, const int64_t *ids, size_t nids, int want_top)
 {
@@ -276,6 +413,8 @@ static void run(run_t *r, const char *content, const int64_t *ids, size_t nids, 
     r->rc = tw_rec_parse(r->buf, &r->v, r->n, idv, want_top, r->sampled, r->coff, r->elps,
                             &r->c, &r->res, g_path);
     g_fail_after = -1;
+    if (g_inject < 0 && want_top)
+        check_take(content, idv, r->n);
     free(idv);
 }
 
@@ -946,6 +1085,7 @@ static void test_fuzz(size_t rounds)
         memcpy(m, b.s, b.n + 1);
         for (size_t e = 0; e < edits; e++)
             m[rndn(b.n)] = ALPHA[rndn(sizeof ALPHA - 1)];
+        check_take(m, ids, 6);
         if (prepare(m, &buf, &v)) {
             int64_t *idv = (int64_t *)calloc(v.count + 1, sizeof(int64_t));
             double *s = (double *)calloc(v.count + 1, sizeof(double));
@@ -974,6 +1114,70 @@ static void test_fuzz(size_t rounds)
     }
     free(b.s);
     printf("fuzz: %zu mutations, %zu valid\n", rounds, accepted);
+}
+
+/* Content in the shape servers send (what the scan's reader reads), with variations at every
+   value: number forms, "token_id" besides or instead of "token", other keys, whitespace. */
+static void make_shaped(sbuf *b, size_t n, size_t k, int64_t *ids)
+{
+    static const char *const LPS[] = {"-0.5216978788375854", "-2", "0", "-0", "-0.0", "-1e-3",
+                                      "-1.5E+2", "-123456789.5", "-0.00000000000000000000001",
+                                      "1e-7", "2", "-9999.0", "-9999", "-1e400", "-4.0e0",
+                                      "-12345678.123456789012", "\"x\"", "null", "true", "[]"};
+    static const char *const WS[] = {"", "", "", " ", "\n  ", "\t", "\r\n"};
+#define SW WS[rndn(sizeof WS / sizeof WS[0])]
+    sb_put(b, "[%s", SW);
+    for (size_t i = 0; i < n; i++) {
+        size_t kk = rndn(8) == 0 ? rndn(3) : k;
+        ids[i] = (int64_t)rndn(200000);
+        sb_put(b, "%s{%s", i ? "," : "", SW);
+        if (rndn(6) == 0)
+            sb_put(b, "\"token_id\"%s:%s%lld,", SW, SW, (long long)ids[i]);
+        sb_put(b, "\"token\":%s\"token_id:%lld\"%s,", SW, (long long)ids[i], SW);
+        sb_put(b, "\"logprob\":%s%s,", SW,
+               rndn(3) ? "-0.25" : LPS[rndn(sizeof LPS / sizeof LPS[0])]);
+        if (rndn(4) == 0)
+            sb_put(b, "\"bytes\":[%s116,%s49,0,255]%s,", SW, SW, SW);
+        else if (rndn(8) == 0)
+            sb_put(b, "\"bytes\":%s,", rndn(2) ? "null" : "[]");
+        if (rndn(8) == 0)
+            sb_put(b, "\"sampling_logprob\":-1.25,\"t\\u0065xt\":\"\xc3\xa9\\n\",");
+        sb_put(b, "\"top_logprobs\":%s[", SW);
+        for (size_t j = 0; j < kk; j++) {
+            long long cid = (long long)(i * 100003 + j * 7919) % 4294967296LL;
+            if (rndn(16) == 0)
+                sb_put(b, "%s{\"token_id\":%lld,\"logprob\":%s}", j ? "," : "", cid,
+                       LPS[rndn(sizeof LPS / sizeof LPS[0])]);
+            else
+                sb_put(b, "%s{\"token\":\"token_id:%lld\",%s\"logprob\":-%u.%u,\"bytes\":[%u,%u]}",
+                       j ? "," : "", cid, SW, (unsigned)rndn(30), (unsigned)rndn(100000),
+                       (unsigned)rndn(300), (unsigned)rndn(10));
+        }
+        sb_put(b, "]%s}", SW);
+    }
+    sb_put(b, "%s]", SW);
+#undef SW
+}
+
+/* Mutations of shaped content: the scan with its content reader against the scan without,
+   and tw_rec_take against tw_rec_parse wherever the reader read the array. */
+static void test_fuzz_shaped(size_t rounds)
+{
+    static const char ALPHA[] = "{}[]\",:\\ 0123456789.-eEtruefalsn_kopgbyid\x80\xc3\x01";
+    unsigned long long before = g_taken;
+    for (size_t r = 0; r < rounds; r++) {
+        sbuf b = {NULL, 0, 0};
+        int64_t ids[8];
+        size_t n = 1 + rndn(8), edits = rndn(3);
+        make_shaped(&b, n, 1 + rndn(25), ids);
+        for (size_t e = 0; e < edits; e++)
+            b.s[rndn(b.n)] = ALPHA[rndn(sizeof ALPHA - 1)];
+        if (rndn(4) == 0 && n > 1)
+            ids[rndn(n)] = 7; /* a token mismatch */
+        check_take(b.s, ids, n);
+        free(b.s);
+    }
+    printf("fuzz (shaped): %zu contents, %llu read during the scan\n", rounds, g_taken - before);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1171,6 +1375,9 @@ int main(int argc, char **argv)
         test_blank_field();
         test_flat_arrays();
         test_fuzz(fuzz);
+        test_fuzz_shaped(fuzz);
+        printf("content read during the scan: %llu arrays, checked against tw_rec_parse\n", g_taken);
+        g_taken = 0;
         printf("path %s: %llu checks\n", tw_path_name(g_path), g_checks - before);
     }
     printf("%llu checks, %llu failures\n", g_checks, g_failures);
