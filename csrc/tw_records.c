@@ -189,29 +189,31 @@ static inline const uint8_t *twr_token(const uint8_t *p, const uint8_t *e, int64
     return end;
 }
 
+/* The id an integer literal [s, d) names (in [0, 2^32); "-0" is 0), or -1. */
+static inline int64_t twr_int_id(const uint8_t *s, const uint8_t *d)
+{
+    int neg = *s == '-';
+    uint64_t v = 0;
+    s += neg;
+    if (d - s > 10)
+        return -1;
+    for (; s < d; s++)
+        v = v * 10 + (uint64_t)(*s - '0');
+    return v <= TWR_MAX_ID && !(neg && v) ? (int64_t)v : -1;
+}
+
 /* p at a "token_id" value: the position after it, *id the id (an integer
    literal in [0, 2^32); "-0" is 0) or -1. */
 static inline const uint8_t *twr_token_id(const uint8_t *p, const uint8_t *e, int64_t *id, int simd)
 {
-    const uint8_t *s = p, *d;
-    int neg = 0;
-    uint64_t v = 0;
+    const uint8_t *s = p + (*p == '-'), *d;
     *id = -1;
-    if (*s == '-') {
-        neg = 1;
-        s++;
-    }
     if (s >= e || !tw_is_digit(*s))
         return twj_skip_value(p, e, simd);
     d = tw_digits(s, e, simd);
     if (d < e && (*d == '.' || (*d | 0x20) == 'e'))
         return twj_skip_value(p, e, simd); /* a float */
-    if (d - s > 10)
-        return d;
-    for (; s < d; s++)
-        v = v * 10 + (uint64_t)(*s - '0');
-    if (v <= TWR_MAX_ID && !(neg && v))
-        *id = (int64_t)v;
+    *id = twr_int_id(p, d);
     return d;
 }
 
@@ -431,125 +433,27 @@ static inline int twr_candidate(twr_ctx *x, twr_seen_set *seen, size_t k0, size_
     return TW_REC_OK;
 }
 
-static const uint8_t *twr_top_array(twr_ctx *x, const uint8_t *p, twr_top *top)
+/* The sampled-token rules on entry i (the id it names, -1 for none; its
+   logprob): 1 with its logprob stored, or 0 with the broken rule in res. */
+static inline int twr_sampled(tw_rec_result *res, double *sampled, size_t i, int64_t id,
+                              int64_t want, int lp_ok, double lp)
 {
-    const uint8_t *e = x->e;
-    size_t k = top->k0;
-    twr_seen_set seen;
     int code = TW_REC_OK;
-    twr_seen_init(&seen);
-    p = twj_ws(p + 1, e);
-    if (p < e && *p == ']') {
-        twr_top_missing(top);
-        return p + 1;
+    if (id < 0 || id != want)
+        code = TW_REC_TOKEN_MISMATCH;
+    else if (!lp_ok)
+        code = TW_REC_NOT_A_NUMBER;
+    else if (!isfinite(lp))
+        code = TW_REC_NOT_FINITE;
+    else if (lp == -9999.0)
+        code = TW_REC_NO_EVIDENCE;
+    if (code) {
+        res->sampled_err = (ptrdiff_t)i;
+        res->sampled_code = code;
+        return 0;
     }
-    while (p < e) {
-        if (*p != '{') {
-            code = TW_REC_TOP_NOT_OBJECT;
-        } else {
-            twr_obj o;
-            p = twr_object(x, p, &o, NULL);
-            code = twr_candidate(x, &seen, top->k0, &k, &o);
-            if (code < 0)
-                return e;
-        }
-        if (code != TW_REC_OK) {
-            /* the first bad candidate decides: skip the rest of the array
-               (p is inside it, at its element or just after one) */
-            p = twj_skip_container(p, e, NULL, x->simd);
-            break;
-        }
-        p = twj_ws(p, e);
-        if (p < e && *p == ',') {
-            p = twj_ws(p + 1, e);
-            continue;
-        }
-        p = p < e ? p + 1 : e;
-        break;
-    }
-    top->k = k;
-    top->code = code;
-    return p;
-}
-
-/* twr_object for a constant simd (inlined twice: a run-time test in every byte search of the
-   hot loop costs about 5% on the SIMD paths). */
-static inline TW_ALWAYS_INLINE const uint8_t *twr_object_on(twr_ctx *x, const uint8_t *p, twr_obj *o,
-                                                            twr_top *top, const int simd)
-{
-    const uint8_t *e = x->e;
-    int is_int;
-    twr_obj_init(o);
-    p = twj_ws(p + 1, e);
-    if (p < e && *p == '}')
-        return p + 1;
-    while (p < e) {
-        int kind;
-        p = twr_key(p + 1, e, &kind, simd); /* p was at the key's quote */
-        p = twj_ws(p, e);
-        p = twj_ws(p + 1, e); /* ':' */
-        if (p >= e)
-            return e;
-        switch (kind) {
-        case TWR_K_LOGPROB:
-            o->lp_kind = twr_kind(*p);
-            if (*p == '-' || tw_is_digit(*p)) {
-                p = tw_number_read(p, e, &o->lp, &is_int, simd);
-                o->lp_ok = 1;
-            } else {
-                o->lp_ok = 0;
-                p = twj_skip_value(p, e, simd);
-            }
-            break;
-        case TWR_K_SLP:
-            o->slp_kind = twr_kind(*p);
-            if (*p == '-' || tw_is_digit(*p))
-                p = tw_number_read(p, e, &o->slp, &is_int, simd);
-            else
-                p = twj_skip_value(p, e, simd);
-            break;
-        case TWR_K_TOKEN:
-            if (*p == '"') {
-                p = twr_token(p + 1, e, &o->tok, simd);
-            } else {
-                o->tok = -1;
-                p = twj_skip_value(p, e, simd);
-            }
-            break;
-        case TWR_K_TOKEN_ID:
-            o->has_tid = 1;
-            p = twr_token_id(p, e, &o->tid, simd);
-            break;
-        case TWR_K_TOP:
-            if (top && *p == '[') {
-                p = twr_top_array(x, p, top);
-                if (x->nomem)
-                    return e;
-                break;
-            }
-            if (top)
-                twr_top_missing(top);
-            p = twj_skip_value(p, e, simd);
-            break;
-        default:
-            p = twj_skip_value(p, e, simd);
-            break;
-        }
-        p = twj_ws(p, e);
-        if (p < e && *p == ',') {
-            p = twj_ws(p + 1, e);
-            continue;
-        }
-        return p < e ? p + 1 : e;
-    }
-    return e;
-}
-
-/* p at the '{' of an object: read its fields into o (and, with top, its
-   "top_logprobs" into top); the position after the '}'. */
-static const uint8_t *twr_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top)
-{
-    return x->simd ? twr_object_on(x, p, o, top, 1) : twr_object_on(x, p, o, top, 0);
+    sampled[i] = lp;
+    return 1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -706,25 +610,8 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
                 rc = TW_REC_NOMEM;
                 break;
             }
-            if (s_on) {
-                int64_t id = o.has_tid ? o.tid : o.tok;
-                int code = TW_REC_OK;
-                if (id < 0 || id != ids[i])
-                    code = TW_REC_TOKEN_MISMATCH;
-                else if (!o.lp_ok)
-                    code = TW_REC_NOT_A_NUMBER;
-                else if (!isfinite(o.lp))
-                    code = TW_REC_NOT_FINITE;
-                else if (o.lp == -9999.0)
-                    code = TW_REC_NO_EVIDENCE;
-                if (code) {
-                    res->sampled_err = (ptrdiff_t)i;
-                    res->sampled_code = code;
-                    s_on = 0;
-                } else {
-                    sampled[i] = o.lp;
-                }
-            }
+            if (s_on)
+                s_on = twr_sampled(res, sampled, i, o.has_tid ? o.tid : o.tok, ids[i], o.lp_ok, o.lp);
             if (t_on) {
                 if (top.code)
                     tcode = top.code;
@@ -779,6 +666,24 @@ static inline const uint8_t *twf_ws(const uint8_t *p, const uint8_t *e)
     return p;
 }
 
+/* After an element of a container, at *pp: 1 when a ',' follows (*pp then
+   past it and the whitespace after it), 0 when the closing byte close
+   follows (*pp past it), else -1 (*pp at the end or at another byte). */
+static inline int twf_next(const uint8_t **pp, const uint8_t *e, uint8_t close)
+{
+    const uint8_t *p = twf_ws(*pp, e);
+    if (p < e && *p == ',') {
+        *pp = twf_ws(p + 1, e);
+        return 1;
+    }
+    if (p < e && *p == close) {
+        *pp = p + 1;
+        return 0;
+    }
+    *pp = p;
+    return -1;
+}
+
 /* p at a value (p < e): the position after it when it is a valid string,
    number or literal, else NULL. */
 static const uint8_t *twf_scalar(const uint8_t *p, const uint8_t *e, int simd)
@@ -824,6 +729,7 @@ static inline const uint8_t *twf_element(const uint8_t *p, const uint8_t *e, int
    an array of them, else NULL. */
 static const uint8_t *twf_skip(const uint8_t *p, const uint8_t *e, int simd)
 {
+    int next;
     if (*p != '[')
         return twf_scalar(p, e, simd);
     p = twf_ws(p + 1, e);
@@ -835,14 +741,11 @@ static const uint8_t *twf_skip(const uint8_t *p, const uint8_t *e, int simd)
         p = twf_element(p, e, simd);
         if (!p)
             return NULL;
-        p = twf_ws(p, e);
-        if (p >= e)
+        next = twf_next(&p, e, ']');
+        if (next < 0)
             return NULL;
-        if (*p == ',') {
-            p = twf_ws(p + 1, e);
-            continue;
-        }
-        return *p == ']' ? p + 1 : NULL;
+        if (!next)
+            return p;
     }
 }
 
@@ -893,25 +796,14 @@ static inline const uint8_t *twf_token(const uint8_t *p, const uint8_t *e, int64
    twr_token_id gives it, or NULL (not a valid scalar or array of them). */
 static const uint8_t *twf_token_id(const uint8_t *p, const uint8_t *e, int64_t *id, int simd)
 {
-    const uint8_t *q, *s = p;
-    int is_int, neg = 0;
-    uint64_t v = 0;
+    const uint8_t *q;
+    int is_int;
     *id = -1;
     if (*p != '-' && !tw_is_digit(*p))
         return twf_skip(p, e, simd);
     q = tw_scan_number(p, e, simd, &is_int);
-    if (!q || !is_int)
-        return q;
-    if (*s == '-') {
-        neg = 1;
-        s++;
-    }
-    if (q - s > 10)
-        return q;
-    for (; s < q; s++)
-        v = v * 10 + (uint64_t)(*s - '0');
-    if (v <= TWR_MAX_ID && !(neg && v))
-        *id = (int64_t)v;
+    if (q && is_int)
+        *id = twr_int_id(p, q);
     return q;
 }
 
@@ -929,93 +821,22 @@ static inline const uint8_t *twf_number(const uint8_t *p, const uint8_t *e, doub
     return tw_number_read(p, e, out, &is_int, simd);
 }
 
-static const uint8_t *twf_top_array(twr_ctx *x, const uint8_t *p, twr_top *top);
+static const uint8_t *twf_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top);
 
-/* p at the '{' of an object: twr_object's reading of it (the same fields in
-   o, the same "top_logprobs" verdict and candidates with top) over bytes
-   that are validated on the way; the position after the '}', or NULL. */
-static const uint8_t *twf_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top)
+/* p at the '[' of an entry's "top_logprobs": read its candidates into x->c
+   from top->k0 on, the verdict and the end in top; the position after the
+   ']'.  checked (a constant): over bytes not validated yet (twf_*): every
+   element is validated, also those after the first bad one, and NULL means
+   invalid JSON or no memory; else over bytes tw_scan validated (twr_*): the
+   rest of the array is skipped at the first bad candidate, and no memory
+   ends the walk at the buffer's end (x->nomem set). */
+static inline TW_ALWAYS_INLINE const uint8_t *twr_top_array_on(twr_ctx *x, const uint8_t *p,
+                                                               twr_top *top, const int checked)
 {
-    const uint8_t *e = x->e;
-    const int simd = x->simd;
-    unsigned seen = 0;
-    twr_obj_init(o);
-    p = twf_ws(p + 1, e);
-    if (p < e && *p == '}')
-        return p + 1;
-    for (;;) {
-        int kind;
-        if (p >= e || *p != '"')
-            return NULL;
-        p = twf_key(p, e, &kind, simd);
-        if (!p)
-            return NULL;
-        p = twf_ws(p, e);
-        if (p >= e || *p != ':')
-            return NULL;
-        p = twf_ws(p + 1, e);
-        if (p >= e)
-            return NULL;
-        if (kind != TWR_K_OTHER) {
-            /* the last occurrence would win: leave repeated keys to the usual reader */
-            if (seen & (1u << kind))
-                return NULL;
-            seen |= 1u << kind;
-        }
-        switch (kind) {
-        case TWR_K_LOGPROB:
-            if (*p == '-' || tw_is_digit(*p)) {
-                p = twf_number(p, e, &o->lp, simd);
-                o->lp_ok = 1;
-            } else {
-                p = twf_skip(p, e, simd);
-            }
-            break;
-        case TWR_K_TOKEN:
-            if (*p == '"')
-                p = twf_token(p + 1, e, &o->tok, simd);
-            else
-                p = twf_skip(p, e, simd);
-            break;
-        case TWR_K_TOKEN_ID:
-            o->has_tid = 1;
-            p = twf_token_id(p, e, &o->tid, simd);
-            break;
-        case TWR_K_TOP:
-            if (top && *p == '[') {
-                p = twf_top_array(x, p, top);
-                break;
-            }
-            if (top)
-                twr_top_missing(top);
-            p = twf_skip(p, e, simd);
-            break;
-        default: /* "sampling_logprob" too: tw_rec_parse does not use it */
-            p = twf_skip(p, e, simd);
-            break;
-        }
-        if (!p)
-            return NULL;
-        p = twf_ws(p, e);
-        if (p >= e)
-            return NULL;
-        if (*p == ',') {
-            p = twf_ws(p + 1, e);
-            continue;
-        }
-        return *p == '}' ? p + 1 : NULL;
-    }
-}
-
-/* p at the '[' of an entry's "top_logprobs": twr_top_array's reading of it,
-   every element validated (also those after the first bad one); the
-   position after the ']', or NULL. */
-static const uint8_t *twf_top_array(twr_ctx *x, const uint8_t *p, twr_top *top)
-{
-    const uint8_t *e = x->e;
+    const uint8_t *e = x->e, *fail = checked ? NULL : e;
     size_t k = top->k0;
     twr_seen_set seen;
-    int code = TW_REC_OK;
+    int code = TW_REC_OK, next;
     twr_seen_init(&seen);
     p = twf_ws(p + 1, e);
     if (p < e && *p == ']') {
@@ -1023,38 +844,155 @@ static const uint8_t *twf_top_array(twr_ctx *x, const uint8_t *p, twr_top *top)
         return p + 1;
     }
     for (;;) {
-        if (p >= e)
-            return NULL;
+        if (p >= e) {
+            if (checked)
+                return NULL;
+            break;
+        }
         if (*p != '{') {
-            p = twf_skip(p, e, x->simd);
-            if (!p)
+            if (checked && !(p = twf_skip(p, e, x->simd)))
                 return NULL;
             if (code == TW_REC_OK)
                 code = TW_REC_TOP_NOT_OBJECT;
         } else {
             twr_obj o;
-            p = twf_object(x, p, &o, NULL);
+            p = checked ? twf_object(x, p, &o, NULL) : twr_object(x, p, &o, NULL);
             if (!p)
                 return NULL;
-            if (code == TW_REC_OK) {
-                code = twr_candidate(x, &seen, top->k0, &k, &o);
-                if (code < 0)
-                    return NULL;
-            }
+            if (code == TW_REC_OK && (code = twr_candidate(x, &seen, top->k0, &k, &o)) < 0)
+                return fail;
         }
-        p = twf_ws(p, e);
-        if (p >= e)
-            return NULL;
-        if (*p == ',') {
-            p = twf_ws(p + 1, e);
+        if (!checked && code != TW_REC_OK) {
+            /* the first bad candidate decides: skip the rest of the array
+               (p is inside it, at its element or just after one) */
+            p = twj_skip_container(p, e, NULL, x->simd);
+            break;
+        }
+        next = twf_next(&p, e, ']');
+        if (next > 0)
             continue;
+        if (next < 0) {
+            if (checked)
+                return NULL;
+            p = p < e ? p + 1 : e; /* tw_scan validated the array: its ']' */
         }
-        if (*p != ']')
-            return NULL;
-        top->k = k;
-        top->code = code;
-        return p + 1;
+        break;
     }
+    top->k = k;
+    top->code = code;
+    return p;
+}
+
+/* A value of no interest at p (p < e): its end (checked: validated, NULL when
+   invalid; see twr_top_array_on). */
+static inline TW_ALWAYS_INLINE const uint8_t *twr_skip(const uint8_t *p, const uint8_t *e, int simd,
+                                                       const int checked)
+{
+    return checked ? twf_skip(p, e, simd) : twj_skip_value(p, e, simd);
+}
+
+/* p at the '{' of an object: read its fields into o (and, with top, its
+   "top_logprobs" into top, the last occurrence of every key winning); the
+   position after the '}'.  simd and checked are constants (inlined per
+   pair: a run-time test in every byte search of the hot loop costs about 5%
+   on the SIMD paths); checked as for twr_top_array_on, and then a key with
+   an escape, a token string with an escape or a repeated key among those
+   read makes it give up (NULL) as for invalid JSON. */
+static inline TW_ALWAYS_INLINE const uint8_t *twr_object_on(twr_ctx *x, const uint8_t *p, twr_obj *o,
+                                                            twr_top *top, const int simd,
+                                                            const int checked)
+{
+    const uint8_t *e = x->e, *fail = checked ? NULL : e;
+    unsigned seen = 0;
+    int is_int;
+    twr_obj_init(o);
+    p = twf_ws(p + 1, e);
+    if (p < e && *p == '}')
+        return p + 1;
+    for (;;) {
+        int kind, next;
+        if (p >= e || (checked && *p != '"'))
+            return fail;
+        /* p at the key's quote */
+        p = checked ? twf_key(p, e, &kind, simd) : twr_key(p + 1, e, &kind, simd);
+        if (!p)
+            return NULL;
+        p = twf_ws(p, e);
+        if (checked && (p >= e || *p != ':'))
+            return NULL;
+        p = twf_ws(p + 1, e);
+        if (p >= e)
+            return fail;
+        if (checked && kind != TWR_K_OTHER) {
+            /* the last occurrence would win: leave repeated keys to tw_scan */
+            if (seen & (1u << kind))
+                return NULL;
+            seen |= 1u << kind;
+        }
+        switch (kind) {
+        case TWR_K_LOGPROB:
+            o->lp_kind = twr_kind(*p);
+            if (*p == '-' || tw_is_digit(*p)) {
+                p = checked ? twf_number(p, e, &o->lp, simd) : tw_number_read(p, e, &o->lp, &is_int, simd);
+                o->lp_ok = 1;
+            } else {
+                o->lp_ok = 0;
+                p = twr_skip(p, e, simd, checked);
+            }
+            break;
+        case TWR_K_SLP:
+            o->slp_kind = twr_kind(*p);
+            if (*p == '-' || tw_is_digit(*p))
+                p = checked ? twf_number(p, e, &o->slp, simd) : tw_number_read(p, e, &o->slp, &is_int, simd);
+            else
+                p = twr_skip(p, e, simd, checked);
+            break;
+        case TWR_K_TOKEN:
+            if (*p == '"') {
+                p = checked ? twf_token(p + 1, e, &o->tok, simd) : twr_token(p + 1, e, &o->tok, simd);
+            } else {
+                o->tok = -1;
+                p = twr_skip(p, e, simd, checked);
+            }
+            break;
+        case TWR_K_TOKEN_ID:
+            o->has_tid = 1;
+            p = checked ? twf_token_id(p, e, &o->tid, simd) : twr_token_id(p, e, &o->tid, simd);
+            break;
+        case TWR_K_TOP:
+            if (top && *p == '[') {
+                p = twr_top_array_on(x, p, top, checked);
+                if (x->nomem)
+                    return fail;
+                break;
+            }
+            if (top)
+                twr_top_missing(top);
+            p = twr_skip(p, e, simd, checked);
+            break;
+        default:
+            p = twr_skip(p, e, simd, checked);
+            break;
+        }
+        if (checked && !p)
+            return NULL;
+        next = twf_next(&p, e, '}');
+        if (next > 0)
+            continue;
+        if (next < 0 && (checked || p >= e))
+            return fail;
+        return next ? p + 1 : p; /* tw_scan validated the object: its '}' */
+    }
+}
+
+static const uint8_t *twr_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top)
+{
+    return x->simd ? twr_object_on(x, p, o, top, 1, 0) : twr_object_on(x, p, o, top, 0, 0);
+}
+
+static const uint8_t *twf_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top)
+{
+    return twr_object_on(x, p, o, top, x->simd, 1);
 }
 
 const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t *end, int simd,
@@ -1077,6 +1015,7 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
         twr_obj o;
         twr_top top;
         tw_entry *en;
+        int next;
         if (p >= end || *p != '{')
             break;
         if (n == d->entries_cap) {
@@ -1102,15 +1041,11 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
         en->k = top.k;
         en->top_code = (uint8_t)top.code;
         kfree = top.k;
-        p = twf_ws(p, end);
-        if (p >= end)
-            break;
-        if (*p == ',') {
-            p = twf_ws(p + 1, end);
+        next = twf_next(&p, end, ']');
+        if (next > 0)
             continue;
-        }
-        if (*p == ']') {
-            r = p + 1;
+        if (next == 0) {
+            r = p;
             *count = n - n0;
             d->nentries = n;
         }
@@ -1149,24 +1084,8 @@ int tw_rec_take(const tw_doc *d, const tw_value *content, size_t n, const int64_
     if (t_on)
         coff[0] = 0;
     for (size_t i = 0; i < n && (s_on || t_on); i++) {
-        if (s_on) {
-            int code = TW_REC_OK;
-            if (en[i].id < 0 || en[i].id != ids[i])
-                code = TW_REC_TOKEN_MISMATCH;
-            else if (!en[i].lp_ok)
-                code = TW_REC_NOT_A_NUMBER;
-            else if (!isfinite(en[i].lp))
-                code = TW_REC_NOT_FINITE;
-            else if (en[i].lp == -9999.0)
-                code = TW_REC_NO_EVIDENCE;
-            if (code) {
-                res->sampled_err = (ptrdiff_t)i;
-                res->sampled_code = code;
-                s_on = 0;
-            } else {
-                sampled[i] = en[i].lp;
-            }
-        }
+        if (s_on)
+            s_on = twr_sampled(res, sampled, i, en[i].id, ids[i], en[i].lp_ok, en[i].lp);
         if (t_on) {
             size_t m = en[i].k - en[i].k0;
             int tcode = en[i].top_code;

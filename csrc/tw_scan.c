@@ -737,15 +737,11 @@ static void tws_free_blobs(tw_doc *d)
 void tw_doc_free(tw_doc *d)
 {
     tw_doc settings;
+    void *owned[] = {d->blobs, d->uints, d->entries, d->cand_ids,
+                     d->cand_lps, d->choice, d->blank, d->stack};
     tws_free_blobs(d);
-    tw_mem_free(d->blobs);
-    tw_mem_free(d->uints);
-    tw_mem_free(d->entries);
-    tw_mem_free(d->cand_ids);
-    tw_mem_free(d->cand_lps);
-    tw_mem_free(d->choice);
-    tw_mem_free(d->blank);
-    tw_mem_free(d->stack);
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        tw_mem_free(owned[i]);
     tw_doc_init(&settings); /* keep every setting, nothing else */
     settings.path = d->path;
     settings.max_depth = d->max_depth;
