@@ -398,7 +398,6 @@ static int twr_seen(twr_ctx *x, twr_seen_set *s, size_t k0, size_t k, int64_t id
     return 0;
 }
 
-/* p at the '[' of a "top_logprobs" value: read it into top (from top->k0). */
 /* An entry whose "top_logprobs" is missing, empty or not an array. */
 static inline void twr_top_missing(twr_top *top)
 {
@@ -1031,7 +1030,11 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
         top.k0 = top.k = kfree;
         top.code = TW_REC_MISSING_TOP;
         p = twf_object(&x, p, &o, &top);
-        if (!p)
+        /* An entry certain to fail (no id, a logprob that is not a number) ends
+           the reading: stored entries then take at least 26 bytes of text each
+           ({"token_id":0,"logprob":0}), so a document of empty objects cannot
+           make the scan hold 40 bytes for each 3 of its own. */
+        if (!p || (o.has_tid ? o.tid : o.tok) < 0 || !o.lp_ok)
             break;
         en = &d->entries[n++];
         en->id = o.has_tid ? o.tid : o.tok;

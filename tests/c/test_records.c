@@ -1067,6 +1067,40 @@ static void test_blank_field(void)
 /* Fuzz: mutations of a valid document, parsed when tw_scan accepts them     */
 /* ------------------------------------------------------------------------ */
 
+/* Entries certain to fail are not stored: arrays of small objects that cannot pass leave the
+   reader's entries at their first block (and the array to the scan), whatever their count. */
+static void test_reader_bounded(void)
+{
+    static const char *const ENTRY[] = {"{}", "{\"token_id\":1}", "{\"logprob\":-1}",
+                                        "{\"token\":\"a\",\"logprob\":-1}"};
+    static const char pre[] = "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":[";
+    for (size_t i = 0; i < sizeof ENTRY / sizeof ENTRY[0]; i++) {
+        size_t count = 200000, w = strlen(ENTRY[i]), len = 0;
+        char *doc = (char *)malloc(sizeof pre + count * (w + 1) + 8);
+        tw_doc d;
+        if (!doc)
+            exit(2);
+        memcpy(doc, pre, sizeof pre - 1);
+        len = sizeof pre - 1;
+        for (size_t k = 0; k < count; k++) {
+            memcpy(doc + len, ENTRY[i], w);
+            len += w;
+            doc[len++] = k + 1 < count ? ',' : ']';
+        }
+        memcpy(doc + len, "}}]}", 4);
+        len += 4;
+        tw_doc_init(&d);
+        d.path = g_path;
+        tw_rec_read_during_scan(&d);
+        CHECK(tw_scan(doc, len, &d) == TW_OK, "bounded reader: scan failed (%s)", ENTRY[i]);
+        CHECK(d.nentries == 0 && d.entries_cap <= 256 && !d.choice[0].f[TW_F_LOGPROBS_CONTENT].read,
+              "bounded reader: %zu entries stored (capacity %zu) for %zu entries %s", d.nentries,
+              d.entries_cap, count, ENTRY[i]);
+        tw_doc_free(&d);
+        free(doc);
+    }
+}
+
 static void test_fuzz(size_t rounds)
 {
     sbuf b = {NULL, 0, 0};
@@ -1373,6 +1407,7 @@ int main(int argc, char **argv)
         test_generated();
         test_nomem();
         test_blank_field();
+        test_reader_bounded();
         test_flat_arrays();
         test_fuzz(fuzz);
         test_fuzz_shaped(fuzz);
