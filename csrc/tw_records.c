@@ -654,7 +654,8 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
  * array that is not an object; a key with an escape; a repeated key among
  * those twr_object reads; a token string with an escape; an object anywhere
  * but as an entry or a candidate; an array in an array other than an
- * entry's "top_logprobs"; running out of memory.
+ * entry's "top_logprobs"; an entry certain to fail (no id, a logprob that is
+ * not a number); running out of memory.
  */
 
 /* JSON whitespace (space, tab, LF, CR) from p. */
