@@ -1247,8 +1247,6 @@ TW_TARGET_AVX512 static int row_keep_avx512(const uint32_t *ids, const float *va
     return 1;
 }
 
-/* Rows of up to 32 entries by conflict detection; 0 (nothing written) when a repeated id
-   does not carry identical bits everywhere (a zero of either sign), left to the scalar code. */
 /* The kept lanes of a row (row_keep_avx512) as candidates: ids and values widened. */
 TW_TARGET_AVX512 static size_t store_keep(const row_lanes *L, uint32_t keep, int64_t *oid, double *olp) {
     __mmask16 ka = (__mmask16)(keep & 0xFFFF), kb = (__mmask16)(keep >> 16);
@@ -1261,6 +1259,8 @@ TW_TARGET_AVX512 static size_t store_keep(const row_lanes *L, uint32_t keep, int
     return na + nb;
 }
 
+/* Rows of up to 32 entries by conflict detection; 0 (nothing written) when a repeated id
+   does not carry identical bits everywhere (a zero of either sign), left to the scalar code. */
 TW_TARGET_AVX512 static int compact_row_avx512(const uint32_t *ids, const float *vals, size_t len,
                                                uint64_t take, int64_t *oid, double *olp,
                                                size_t *count) {

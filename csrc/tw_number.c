@@ -504,6 +504,16 @@ static uint64_t twd_decimal(const uint8_t *ip, const uint8_t *ie,
 
 #define TWD_EXP_CAP INT64_C(100000000000) /* |exponent| saturates here */
 
+/* A literal's value: the magnitude's bits with the sign (an integer literal is a Python
+   int: "-0" is 0) into *out, and whether it is an integer literal into *is_int. */
+static inline void twd_store(uint64_t bits, int neg, int integer, double *out, int *is_int)
+{
+    if (neg && !(integer && bits == 0))
+        bits |= TWD_SIGN;
+    *out = twd_from_bits(bits);
+    *is_int = integer;
+}
+
 #ifdef TW_X86_SIMD
 /*
  * The usual shape, without loops: at most 8 integer digits, an optional
@@ -590,10 +600,7 @@ const uint8_t *tw_number_read(const uint8_t *p, const uint8_t *e, double *out, i
     if (simd && TW_LIKELY(e - p >= 48)) {
         unsigned n = twd_fast(p, &bits, &integer, 0);
         if (n) {
-            if (neg && !(integer && bits == 0))
-                bits |= TWD_SIGN;
-            *out = twd_from_bits(bits);
-            *is_int = integer;
+            twd_store(bits, neg, integer, out, is_int);
             return p + n;
         }
         integer = 1;
@@ -624,11 +631,7 @@ const uint8_t *tw_number_read(const uint8_t *p, const uint8_t *e, double *out, i
             ex = -ex;
     }
     bits = twd_decimal(ip, ie, fp, fe, ex - (int64_t)(fe - fp), e);
-    /* an integer literal is a Python int: "-0" is 0 */
-    if (neg && !(integer && bits == 0))
-        bits |= TWD_SIGN;
-    *out = twd_from_bits(bits);
-    *is_int = integer;
+    twd_store(bits, neg, integer, out, is_int);
     return p;
 }
 
@@ -648,10 +651,7 @@ const uint8_t *tw_number_try(const uint8_t *p, const uint8_t *e, double *out, in
     n = twd_fast(p, &bits, &integer, 1);
     if (!n)
         return NULL;
-    if (neg && !(integer && bits == 0))
-        bits |= TWD_SIGN;
-    *out = twd_from_bits(bits);
-    *is_int = integer;
+    twd_store(bits, neg, integer, out, is_int);
     return p + n;
 #else
     (void)p;

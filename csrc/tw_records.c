@@ -336,6 +336,13 @@ static size_t twr_ht_build(twr_ctx *x, const int64_t *ids, size_t k0, size_t k)
 
 static const uint8_t *twr_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top);
 
+/* The id an entry or candidate names: its last "token_id" when it has one, else the id
+   its "token" names; -1 for none. */
+static inline int64_t twr_obj_id(const twr_obj *o)
+{
+    return o->has_tid ? o->tid : o->tok;
+}
+
 /* An object with none of the fields read yet. */
 static inline void twr_obj_init(twr_obj *o)
 {
@@ -411,7 +418,7 @@ static inline void twr_top_missing(twr_top *top)
 static inline int twr_candidate(twr_ctx *x, twr_seen_set *seen, size_t k0, size_t *k,
                                 const twr_obj *o)
 {
-    int64_t id = o->has_tid ? o->tid : o->tok;
+    int64_t id = twr_obj_id(o);
     int dup;
     if (id < 0)
         return TW_REC_TOP_NO_ID;
@@ -560,6 +567,18 @@ static void twr_result_init(tw_rec_result *res)
     res->ncand = 0;
 }
 
+/* The candidates pass ends at entry i, which breaks tcode: the rest of the offsets stay at
+   k, its k candidates so far. Returns 0 (the pass is off). */
+static inline int twr_top_failed(tw_rec_result *res, int64_t *coff, size_t i, size_t n, size_t k,
+                                 int tcode)
+{
+    res->top_err = (ptrdiff_t)i;
+    res->top_code = tcode;
+    for (size_t j = i + 1; j <= n; j++)
+        coff[j] = (int64_t)k;
+    return 0;
+}
+
 int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
                     const int64_t *ids, int want_top, double *sampled,
                     int64_t *coff, double *entry_lps, tw_rec_cands *cands,
@@ -610,7 +629,7 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
                 break;
             }
             if (s_on)
-                s_on = twr_sampled(res, sampled, i, o.has_tid ? o.tid : o.tok, ids[i], o.lp_ok, o.lp);
+                s_on = twr_sampled(res, sampled, i, twr_obj_id(&o), ids[i], o.lp_ok, o.lp);
             if (t_on) {
                 if (top.code)
                     tcode = top.code;
@@ -623,13 +642,8 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
                 }
             }
         }
-        if (t_on && tcode) {
-            res->top_err = (ptrdiff_t)i;
-            res->top_code = tcode;
-            t_on = 0;
-            for (size_t j = i + 1; j <= n; j++)
-                coff[j] = (int64_t)k;
-        }
+        if (t_on && tcode)
+            t_on = twr_top_failed(res, coff, i, n, k, tcode);
         p = twj_ws(p, e);
         if (p < e && *p == ',')
             p++;
@@ -1018,16 +1032,10 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
         int next;
         if (p >= end || *p != '{')
             break;
-        if (n == d->entries_cap) {
-            size_t ncap = d->entries_cap ? 2 * d->entries_cap : 256;
-            void *q = ncap <= SIZE_MAX / sizeof(tw_entry)
-                          ? tw_mem_realloc(d->entries, ncap * sizeof(tw_entry))
-                          : NULL;
-            if (!q)
-                break;
-            d->entries = (tw_entry *)q;
-            d->entries_cap = ncap;
-        }
+        void *arr = d->entries;
+        if (tw_doc_grow(&arr, &d->entries_cap, n, sizeof(tw_entry), 256))
+            break;
+        d->entries = (tw_entry *)arr;
         top.k0 = top.k = kfree;
         top.code = TW_REC_MISSING_TOP;
         p = twf_object(&x, p, &o, &top);
@@ -1035,12 +1043,11 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
            the reading: stored entries then take at least 26 bytes of text each
            ({"token_id":0,"logprob":0}), so a document of empty objects cannot
            make the scan hold 40 bytes for each 3 of its own. */
-        if (!p || (o.has_tid ? o.tid : o.tok) < 0 || !o.lp_ok)
+        if (!p || twr_obj_id(&o) < 0 || !o.lp_ok)
             break;
         en = &d->entries[n++];
-        en->id = o.has_tid ? o.tid : o.tok;
+        en->id = twr_obj_id(&o);
         en->lp = o.lp;
-        en->lp_ok = o.lp_ok;
         en->k0 = top.k0;
         en->k = top.k;
         en->top_code = (uint8_t)top.code;
@@ -1088,8 +1095,8 @@ int tw_rec_take(const tw_doc *d, const tw_value *content, size_t n, const int64_
     if (t_on)
         coff[0] = 0;
     for (size_t i = 0; i < n && (s_on || t_on); i++) {
-        if (s_on)
-            s_on = twr_sampled(res, sampled, i, en[i].id, ids[i], en[i].lp_ok, en[i].lp);
+        if (s_on) /* stored entries have a number as logprob */
+            s_on = twr_sampled(res, sampled, i, en[i].id, ids[i], 1, en[i].lp);
         if (t_on) {
             size_t m = en[i].k - en[i].k0;
             int tcode = en[i].top_code;
@@ -1097,8 +1104,6 @@ int tw_rec_take(const tw_doc *d, const tw_value *content, size_t n, const int64_
                its verdict: the same room is needed */
             if (m && !twr_room(&x, k + m - 1))
                 return TW_REC_NOMEM;
-            if (!tcode && !en[i].lp_ok)
-                tcode = TW_REC_SAMPLED_NOT_A_NUMBER;
             if (!tcode) {
                 memcpy(cands->ids + k, d->cand_ids + en[i].k0, m * sizeof(int64_t));
                 memcpy(cands->lps + k, d->cand_lps + en[i].k0, m * sizeof(double));
@@ -1106,11 +1111,7 @@ int tw_rec_take(const tw_doc *d, const tw_value *content, size_t n, const int64_
                 coff[i + 1] = (int64_t)k;
                 entry_lps[i] = en[i].lp;
             } else {
-                res->top_err = (ptrdiff_t)i;
-                res->top_code = tcode;
-                t_on = 0;
-                for (size_t j = i + 1; j <= n; j++)
-                    coff[j] = (int64_t)k;
+                t_on = twr_top_failed(res, coff, i, n, k, tcode);
             }
         }
     }
@@ -1177,7 +1178,7 @@ ptrdiff_t tw_rec_entries(const char *buf, const tw_value *content, int64_t *ids,
         if (*p != '{')
             return (ptrdiff_t)i;
         p = twr_object(&x, p, &o, NULL);
-        ids[i] = o.has_tid ? o.tid : o.tok;
+        ids[i] = twr_obj_id(&o);
         lp[i] = o.lp;
         lp_kind[i] = o.lp_kind;
         slp[i] = o.slp;

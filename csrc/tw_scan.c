@@ -766,8 +766,7 @@ uint8_t *tw_take_blob(tw_doc *d, const tw_value *v, size_t *len)
     return data;
 }
 
-/* Grow *arr (element size `size`) so that it holds at least n + 1. */
-static int tws_grow(void **arr, size_t *cap, size_t n, size_t size, size_t first)
+int tw_doc_grow(void **arr, size_t *cap, size_t n, size_t size, size_t first)
 {
     size_t ncap;
     void *q;
@@ -823,7 +822,7 @@ static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *e
         size_t k = 0;
         if (n == d->uints_cap) {
             void *arr = d->uints;
-            if (tws_grow(&arr, &d->uints_cap, n, sizeof(uint64_t), 1024)) {
+            if (tw_doc_grow(&arr, &d->uints_cap, n, sizeof(uint64_t), 1024)) {
                 *nomem = 1;
                 return NULL;
             }
@@ -894,7 +893,7 @@ static int tws_add_blank(tw_doc *d, size_t start, size_t end)
         d->nblank--;
         d->blank_bytes -= d->blank[d->nblank].end - d->blank[d->nblank].start;
     }
-    if (tws_grow(&arr, &d->blank_cap, d->nblank, sizeof(tw_span), 16))
+    if (tw_doc_grow(&arr, &d->blank_cap, d->nblank, sizeof(tw_span), 16))
         return -1;
     d->blank = (tw_span *)arr;
     d->blank[d->nblank].start = start;
@@ -907,7 +906,7 @@ static int tws_add_blank(tw_doc *d, size_t start, size_t end)
 static int tws_add_choice(tw_doc *d, int is_object)
 {
     void *arr = d->choice;
-    if (tws_grow(&arr, &d->choice_cap, d->nchoices, sizeof(tw_choice), 4))
+    if (tw_doc_grow(&arr, &d->choice_cap, d->nchoices, sizeof(tw_choice), 4))
         return -1;
     d->choice = (tw_choice *)arr;
     memset(&d->choice[d->nchoices], 0, sizeof(tw_choice));
@@ -939,7 +938,7 @@ static const uint8_t *tws_string_b64(tw_doc *d, const uint8_t *s,
         return tws_string(s, end, simd, flags, e);
     if (d->nblobs == d->blobs_cap) {
         void *arr = d->blobs;
-        if (tws_grow(&arr, &d->blobs_cap, d->nblobs, sizeof(tw_blob), 4))
+        if (tw_doc_grow(&arr, &d->blobs_cap, d->nblobs, sizeof(tw_blob), 4))
             return tws_string(s, end, simd, flags, e);
         d->blobs = (tw_blob *)arr;
     }
@@ -1071,7 +1070,7 @@ value_nows:
             TWS_FAIL(p, "nesting too deep");
         if (depth == d->stack_cap) {
             void *arr = st;
-            if (tws_grow(&arr, &d->stack_cap, depth, sizeof(tws_frame), 32))
+            if (tw_doc_grow(&arr, &d->stack_cap, depth, sizeof(tws_frame), 32))
                 TWS_NOMEM();
             st = (tws_frame *)arr;
             d->stack = arr;
@@ -1385,7 +1384,7 @@ int tw_blank_field(tw_doc *d, size_t ci, int field)
         removed += d->blank[j].end - d->blank[j].start; /* nested: replaced */
     if (j == lo) {
         void *arr = d->blank;
-        if (tws_grow(&arr, &d->blank_cap, d->nblank, sizeof(tw_span), 16))
+        if (tw_doc_grow(&arr, &d->blank_cap, d->nblank, sizeof(tw_span), 16))
             return TW_ERR_NOMEM;
         d->blank = (tw_span *)arr;
         memmove(d->blank + lo + 1, d->blank + lo, (d->nblank - lo) * sizeof(tw_span));
@@ -1631,9 +1630,8 @@ size_t tw_nested_bound(const char *buf, const tw_value *v)
     p = (const uint8_t *)buf + v->start;
     e = (const uint8_t *)buf + v->end;
     for (; e - p >= 8; p += 8) { /* the bytes equal to ',', eight at a time */
-        uint64_t x, low = UINT64_C(0x7F7F7F7F7F7F7F7F);
-        memcpy(&x, p, sizeof x);
-        x ^= UINT64_C(0x2C2C2C2C2C2C2C2C); /* a comma is now a zero byte */
+        const uint64_t low = UINT64_C(0x7F7F7F7F7F7F7F7F);
+        uint64_t x = tw_load_le64(p) ^ UINT64_C(0x2C2C2C2C2C2C2C2C); /* a comma is now a zero byte */
         n += tw_popcount64(~(((x & low) + low) | x | low));
     }
     for (; p < e; p++)

@@ -244,10 +244,9 @@ typedef struct {
 typedef struct {
     int64_t id;       /* its last "token_id" when it has one, else the id its
                          "token" names (tw_records.h's id rules); -1: none */
-    double lp;        /* its "logprob" when lp_ok */
+    double lp;        /* its "logprob" (a number: an entry without one is not stored) */
     size_t k0, k;     /* its candidates: tw_doc.cand_ids/cand_lps[k0 .. k) (with
                          top_code set: those written before the bad one) */
-    uint8_t lp_ok;    /* "logprob" is a number */
     uint8_t top_code; /* TW_REC_* verdict of its "top_logprobs" (tw_records.h),
                          0 when every candidate is good */
 } tw_entry;
@@ -349,6 +348,14 @@ int tw_blank_field(tw_doc *doc, size_t ci, int field);
  * its size.  v must be a record of d's last scan.
  */
 uint8_t *tw_take_blob(tw_doc *d, const tw_value *v, size_t *len);
+
+/*
+ * One of a tw_doc's arrays (tw_mem, *cap elements of `size` bytes), grown by
+ * doubling from `first` so that it holds at least n + 1; nothing changes
+ * while n < *cap.  Returns 0, or -1 without memory or when the size would
+ * overflow (the array is then as it was).  For the scan and its readers.
+ */
+int tw_doc_grow(void **arr, size_t *cap, size_t n, size_t size, size_t first);
 
 /*
  * [*start, *end): the text of element `index` of the array v.  Returns 0,
