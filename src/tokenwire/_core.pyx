@@ -1400,10 +1400,11 @@ def extract_generate(raw, top_k=None):
 # --- the plain path: responses without a head, without the rules' Python -------------------------
 #
 # A choice whose only evidence is its token ids and either packed logprobs or compact rows
-# (no head asked for, no mask), each of them valid, is built here straight from the scan. This path decides nothing: it takes a choice only when
-# every rule of rules/generate.py that could apply passes, and hands anything else, valid or
-# not, to the rules, which then give the same result or say what is wrong
-# (tests/test_plain_path.py holds the two to the same results).
+# (no head asked for, no mask), each of them valid, is built here straight from the scan.
+# This path decides nothing: it takes a choice only when every rule of rules/generate.py
+# that could apply passes, and hands anything else, valid or not, to the rules, which then
+# give the same result or say what is wrong (tests/test_plain_path.py holds the two to the
+# same results).
 
 # The fields whose presence sends a choice to the rules: each brings rules this path lacks
 # (for compact rows, the packed logprobs too: the rules keep them in GenerateChoice.raw).
@@ -1476,22 +1477,28 @@ cdef object _plain_choice(_Scan scan, size_t index, dict choice, int form):
     """The GenerateChoice of choice ``index`` (of the plain ``form``, _plain_form's answer)
     when it is valid, else None."""
     cdef const tw_value *f = scan.doc.choice[index].f
-    cdef size_t size = 0, n, itemsize = <size_t>form
-    cdef uint8_t *data
-    cdef ptrdiff_t bad = -1
     ids = _plain_ints(scan, &f[TW_F_TOKEN_IDS])
     if ids is None:
         return None
-    n = len(ids)
     if form == _PLAIN_COMPACT:
-        logprobs = _plain_compact(scan, f, ids, n)
-        if logprobs is None:
-            return None
-        raw = choice.copy()
-        for key in _PLAIN_COMPACT_CONSUMED:
-            raw.pop(key, None)
-        return _GenerateChoice(index, ids, logprobs, None, None, None, None, choice.get("finish_reason"), raw, None)
-    packed = <dict>choice["completion_logprobs"]
+        logprobs, consumed = _plain_compact(scan, f, ids, len(ids)), _PLAIN_COMPACT_CONSUMED
+    else:
+        packed = <dict>choice["completion_logprobs"]
+        logprobs, consumed = _plain_packed(scan, f, packed, ids, <size_t>form), _PLAIN_CONSUMED
+    if logprobs is None:
+        return None
+    raw = choice.copy()
+    for key in consumed:
+        raw.pop(key, None)
+    return _GenerateChoice(index, ids, logprobs, None, None, None, None, choice.get("finish_reason"), raw, None)
+
+
+cdef object _plain_packed(_Scan scan, const tw_value *f, dict packed, object ids, size_t itemsize):
+    """The packed logprobs (``itemsize`` bytes each) of a choice with token ids ``ids`` when
+    every rule of rules/generate.py's parse_packed_logprobs passes, else None."""
+    cdef size_t size = 0, n = len(ids)
+    cdef uint8_t *data
+    cdef ptrdiff_t bad = -1
     shape = packed.get("shape", _MISSING)
     if shape is not _MISSING and not (type(shape) is list and len(<list>shape) == 1
                                       and type((<list>shape)[0]) is int and (<list>shape)[0] == n):
@@ -1507,12 +1514,7 @@ cdef object _plain_choice(_Scan scan, size_t index, dict choice, int form):
     elif n:
         with nogil:
             bad = _packed_bad(data, n, itemsize)
-    if bad >= 0:
-        return None
-    raw = choice.copy()
-    for key in _PLAIN_CONSUMED:
-        raw.pop(key, None)
-    return _GenerateChoice(index, ids, logprobs, None, None, None, None, choice.get("finish_reason"), raw, None)
+    return None if bad >= 0 else logprobs
 
 
 cdef inline ptrdiff_t _plain_rows(const uint8_t *data, const int64_t *offs, size_t n, size_t count,
