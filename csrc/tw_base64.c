@@ -28,6 +28,21 @@
 #include <arm_neon.h>
 #endif
 
+/* The SIMD decoders ask for the input this many bytes ahead of the bytes they
+   decode: a string of megabytes (MoE routing) comes from memory, not from a
+   cache, and the prefetchers alone leave the loop waiting for it (8 MB
+   decoded in 1.05-1.10 ms without, 0.81-0.89 ms with, on a shared EPYC;
+   no cost when the input is cached).  A prefetch never faults, so the
+   address may lie past the input. */
+#define TW_DEC_AHEAD 2048
+#if defined(__GNUC__) || defined(__clang__)
+#define TW_PREFETCH(p) __builtin_prefetch((const void *)(p), 0, 3)
+#elif defined(TW_X86_SIMD)
+#define TW_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define TW_PREFETCH(p) ((void)0)
+#endif
+
 /* TW_LE enables little-endian shortcuts; TW_GENERIC_ENDIAN forces the
    byte-order independent code (used to test it on x86). */
 #if defined(TW_GENERIC_ENDIAN)
@@ -304,6 +319,7 @@ TW_TARGET_AVX2 static size_t tw_dec_avx2(const uint8_t *s, size_t n,
     size_t i = 0;
     /* Full 32-byte stores while 3i/4 + 32 <= 3n/4, i.e. i + 44 <= n. */
     for (; i + 76 <= n; i += 64, d += 48) {
+        TW_PREFETCH(s + i + TW_DEC_AHEAD);
         __m256i a = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i)), &err);
         __m256i b = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i + 32)), &err);
         _mm256_storeu_si256((__m256i *)d, a);
@@ -415,6 +431,8 @@ TW_TARGET_AVX512 static size_t tw_dec_avx512(const uint8_t *s, size_t n,
     size_t i = 0;
     /* Full 64-byte stores while 3i/4 + 64 <= 3n/4, i.e. i + 88 <= n. */
     for (; i + 152 <= n; i += 128, d += 96) {
+        TW_PREFETCH(s + i + TW_DEC_AHEAD);
+        TW_PREFETCH(s + i + TW_DEC_AHEAD + 64);
         __m512i a = _mm512_loadu_si512((const void *)(s + i));
         __m512i b = _mm512_loadu_si512((const void *)(s + i + 64));
         __m512i ta = _mm512_permutex2var_epi8(lut0, a, lut1);
@@ -528,6 +546,7 @@ static size_t tw_dec_neon(const uint8_t *s, size_t n, uint8_t *d, int *bad)
     uint8x16_t err = vdupq_n_u8(0);
     size_t i = 0;
     for (; i + 64 <= n; i += 64, d += 48) {
+        TW_PREFETCH(s + i + TW_DEC_AHEAD);
         uint8x16x4_t q = vld4q_u8(s + i);
         uint8x16_t a = tw_neon_values(q.val[0], lo, hi, &err);
         uint8x16_t b = tw_neon_values(q.val[1], lo, hi, &err);
