@@ -582,6 +582,18 @@ static int keep_support(int path, int64_t *oid, double *olp, size_t m, const int
 #define SWEEP 4096 /* candidates per sweep */
 #define SWEEP_WORDS (SWEEP / 64 + 1)
 
+/* The end of the block of tokens from `from` (< n) whose entries (offsets off) fit one
+   sweep: at most TOKEN_BLOCK tokens, and always at least one, however long. With
+   `long_only`, the block also stops before a token of at most 32 entries (those the
+   AVX-512 path decides in registers). */
+static size_t block_end(const int64_t *off, size_t from, size_t n, int long_only) {
+    size_t to = from + 1;
+    while (to < n && to - from < TOKEN_BLOCK && off[to + 1] - off[from] <= SWEEP &&
+           (!long_only || off[to + 1] - off[to] > 32))
+        to++;
+    return to;
+}
+
 /* The flags of candidates [i, end) of one word into its bits i & 63. */
 static inline size_t sweep_range(const int64_t *ids, const double *lps, size_t i, size_t end,
                                  uint64_t *u, uint64_t *z) {
@@ -1048,8 +1060,7 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
     for (size_t from = 0, to; from < n && failed < 0; from = to) {
         /* a block: tokens whose candidates fit one sweep, or one longer token */
         int64_t base = coff[from];
-        to = from + 1;
-        while (to < n && to - from < TOKEN_BLOCK && coff[to + 1] - base <= SWEEP) to++;
+        to = block_end(coff, from, n, 0);
         int flagged = coff[to] - base <= SWEEP;
         if (flagged) sweep(path, cand_ids + base, cand_lps + base, (size_t)(coff[to] - base), up, sent);
         int bad = TW_HEAD_OK;
@@ -1743,10 +1754,7 @@ TW_TARGET_AVX512 static ptrdiff_t heads_avx512(compact_call *c, size_t n, int *r
         }
         if (fast == FAST_ROW) return (ptrdiff_t)t;
         if (fast == FAST_NO) { /* with the rows after it too long for the registers */
-            size_t to = t + 1;
-            while (to < n && to - t < TOKEN_BLOCK && c->roff[to + 1] - c->roff[to] > 32 &&
-                   c->roff[to + 1] - c->roff[t] <= SWEEP)
-                to++;
+            size_t to = block_end(c->roff, t, n, 1);
             bad = compact_block(c, t, to, &o, row_kind, head_code);
             if (bad >= 0) return bad;
             t = to;
@@ -1774,8 +1782,7 @@ ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_id
     else
 #endif
         for (size_t from = 0, to; from < n && failed < 0; from = to) {
-            to = from + 1;
-            while (to < n && to - from < TOKEN_BLOCK && roff[to + 1] - roff[from] <= SWEEP) to++;
+            to = block_end(roff, from, n, 0);
             failed = compact_block(&c, from, to, &o, row_kind, head_code);
         }
     tw_mem_free(c.cand_ids);
