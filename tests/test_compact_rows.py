@@ -86,6 +86,29 @@ def test_offsets_not_rising_kernel_matches_the_reference(values, rising):
         assert expected == -1
 
 
+# rule: the dtype, values that break it, values that keep it
+_FIRST_BAD_CASES = {
+    "negative": (np.int32, [-1, -(2**31), -7], [0, 5, 2**31 - 1]),
+    "packed": (np.float32, [np.nan, -np.inf, np.inf, -9999.0, -1e6], [-0.0, 0.0, -1.5, -9998.0]),
+    "packed64": (np.float64, [np.nan, -np.inf, np.inf, -9999.0, -1e300], [-0.0, 0.0, -1.5, -9998.0]),
+    "compact": (np.float32, [np.nan, -np.inf, np.inf, 1e-5, 0.5], [0.0, -0.0, -1.5, -1e30, 1e-6]),
+}
+
+
+@given(st.sampled_from(sorted(_FIRST_BAD_CASES)), st.integers(0, 300), st.data())
+def test_first_bad_kernels_match_the_reference(case, n, data):
+    """The validators' kernels find the first bad value (blocks of 64 checked without a
+    branch a value, then searched): at any position, one or several, or none."""
+    if _core is None:
+        pytest.skip("the compiled core is not built")
+    dtype, bad, good = _FIRST_BAD_CASES[case]
+    values = np.resize(np.array(data.draw(st.lists(st.sampled_from(good), min_size=1, max_size=8)), dtype=dtype), n)
+    for at in data.draw(st.lists(st.integers(0, n - 1), max_size=3)) if n else []:
+        values[at] = data.draw(st.sampled_from(bad))
+    rule = "packed" if case == "packed64" else case
+    assert _core.first_bad(rule, values) == python_kernels.first_bad(rule, values)
+
+
 @st.composite
 def compact_rows_arrays(draw):
     """Rows as the kernels take them: ids, values, offsets, the sampled ids and num_top; few
