@@ -1598,13 +1598,38 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
     if (sup && slen) {
         /* keep_support: every support id among the live ranked ones; those are the head */
         uint32_t marks = 0;
-        for (size_t j = 0; j < slen; j++) {
-            if (sup[j] < 0) return FAST_NO;
-            __m512i want = _mm512_set1_epi32(sup[j]);
-            uint32_t h = ((uint32_t)_mm512_cmpeq_epi32_mask(r0, want) |
-                          (uint32_t)_mm512_cmpeq_epi32_mask(r1, want) << 16) & lm;
-            if (!h) return FAST_NO;
-            marks |= h;
+        if (slen <= 16) {
+            /* without a branch an id: the candidates against the 16 rotations of the ids'
+               vector (its unused lanes repeat the first id). All ids were found when as many
+               candidates are marked as there are ids: the candidates are distinct, so that
+               many marks take that many distinct ids (a repeated id hands the token over). */
+            __m512i s = _mm512_mask_loadu_epi32(_mm512_set1_epi32(sup[0]), (__mmask16)((1u << slen) - 1), sup);
+            if (_mm512_movepi32_mask(s)) return FAST_NO; /* a negative id */
+            __m512i miss0 = _mm512_set1_epi32(-1), miss1 = miss0;
+#define TW_ROTATION(j)                                                          \
+    do {                                                                        \
+        __m512i sj = _mm512_alignr_epi32(s, s, j);                              \
+        miss0 = _mm512_min_epu32(miss0, _mm512_xor_si512(r0, sj));             \
+        miss1 = _mm512_min_epu32(miss1, _mm512_xor_si512(r1, sj));             \
+    } while (0)
+            TW_ROTATION(0); TW_ROTATION(1); TW_ROTATION(2); TW_ROTATION(3);
+            TW_ROTATION(4); TW_ROTATION(5); TW_ROTATION(6); TW_ROTATION(7);
+            TW_ROTATION(8); TW_ROTATION(9); TW_ROTATION(10); TW_ROTATION(11);
+            TW_ROTATION(12); TW_ROTATION(13); TW_ROTATION(14); TW_ROTATION(15);
+#undef TW_ROTATION
+            /* a lane whose smallest xor is zero equals some id */
+            marks = ((uint32_t)_mm512_testn_epi32_mask(miss0, miss0) |
+                     (uint32_t)_mm512_testn_epi32_mask(miss1, miss1) << 16) & lm;
+            if ((size_t)_mm_popcnt_u32(marks) != slen) return FAST_NO;
+        } else {
+            for (size_t j = 0; j < slen; j++) {
+                if (sup[j] < 0) return FAST_NO;
+                __m512i want = _mm512_set1_epi32(sup[j]);
+                uint32_t h = ((uint32_t)_mm512_cmpeq_epi32_mask(r0, want) |
+                              (uint32_t)_mm512_cmpeq_epi32_mask(r1, want) << 16) & lm;
+                if (!h) return FAST_NO;
+                marks |= h;
+            }
         }
         r = (unsigned)_mm_popcnt_u32(marks);
         if (above_one(rv0, rv1, marks)) return FAST_NO; /* decided exactly */
