@@ -218,16 +218,17 @@ static inline int near_limit(double s, double limit, double delta) {
     return fabs(s - limit) <= delta + limit * 0x1p-50;
 }
 
-/* The rules from the estimate s of the token's sum (special: a value NaN or above 1; rel:
-   2^-37 or 2^-16 by the fast exp used). */
-static inline int sum_verdict(const double *v, size_t r, int has_sup, double s, int special,
-                              double rel) {
-    if (special) return exact_verdict(v, r, has_sup);
+/* The rules from the estimate s of the token's sum of r values (rel: 2^-37 or 2^-16 by
+   the fast exp used), or EXACT when only the exact sum decides (s NaN: a value NaN or
+   above 1; or s near a threshold). */
+#define EXACT (-1)
+static inline int sum_verdict(size_t r, int has_sup, double s, double rel) {
+    if (s != s) return EXACT;
     double delta = s * ((double)r * 0x1p-52 + rel) + (double)r * 0x1p-999;
-    if (near_limit(s, MASS_LIMIT, delta)) return exact_verdict(v, r, has_sup);
+    if (near_limit(s, MASS_LIMIT, delta)) return EXACT;
     if (has_sup) {
         if (near_limit(s, 1.0 - NORM_TOL, delta) || near_limit(s, 1.0 + NORM_TOL, delta))
-            return exact_verdict(v, r, has_sup);
+            return EXACT;
         if (!(s >= 1.0 - NORM_TOL && s <= 1.0 + NORM_TOL)) return TW_HEAD_NORMALIZE;
     }
     if (r == 0 || s > MASS_LIMIT) return TW_HEAD_MASS;
@@ -1032,8 +1033,8 @@ static ptrdiff_t check_sums(int path, size_t from, size_t to, const int64_t *cof
         size_t r = (size_t)(out_off[t + 1] - out_off[t]);
         double s = sums[t - from];
         int has_sup = row_has_support(soff, t);
-        int verdict =
-            r == 0 && !has_sup ? TW_HEAD_MASS : sum_verdict(v, r, has_sup, s, s != s, rel);
+        int verdict = r == 0 && !has_sup ? TW_HEAD_MASS : sum_verdict(r, has_sup, s, rel);
+        if (verdict == EXACT) verdict = exact_verdict(v, r, has_sup);
         if (!verdict && !has_sup && too_few((size_t)(coff[t + 1] - coff[t]), k))
             verdict = TW_HEAD_FEWER;
         if (verdict) {
@@ -1742,9 +1743,13 @@ TW_TARGET_AVX512 static ptrdiff_t batch_sums(const compact_call *c, size_t from,
     exps_f32_avx512(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
     for (size_t t = from; t < to; t++) {
         size_t r = (size_t)(c->out_off[t + 1] - c->out_off[t]);
-        const float *head = c->out_lps + c->out_off[t];
-        for (size_t i = 0; i < r; i++) v[i] = head[i];
-        int verdict = sum_verdict(v, r, row_has_support(c->soff, t), sum(e + (c->out_off[t] - base), r), 0, 0x1p-16);
+        int has_sup = row_has_support(c->soff, t);
+        int verdict = sum_verdict(r, has_sup, sum(e + (c->out_off[t] - base), r), 0x1p-16);
+        if (verdict == EXACT) {
+            const float *head = c->out_lps + c->out_off[t];
+            for (size_t i = 0; i < r; i++) v[i] = head[i];
+            verdict = exact_verdict(v, r, has_sup);
+        }
         if (verdict) {
             *head_code = verdict;
             return (ptrdiff_t)t;
