@@ -31,8 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* SSE2 (the x86-64 baseline) serves as the short-string probe and the
-   integer-run parser of the SIMD paths; TW_PATH_SCALAR runs none of it. */
+/* SSE2 (the x86-64 baseline) serves as the short-string probe of the SIMD paths, and with
+   NEON as the integer-run blocks (tws_uint_block); TW_PATH_SCALAR runs none of it. */
 #ifdef TW_X86_SIMD
 #define TWS_SSE2 1
 #include <emmintrin.h>
@@ -808,26 +808,97 @@ static inline unsigned tws_digits8(const uint8_t *p, uint64_t *x)
      TWS_BIT(TWS_F(TW_F_LP_TOKEN_IDS)) | TWS_BIT(TWS_F(TW_F_RO_TOKEN_IDS)) |         \
      TWS_BIT(TWS_F(TW_F_SGL_IDS)))
 
+#ifdef TW_SIMD16
+/* The digits and the commas of the 64 bytes at p, a bit a byte. */
+static inline void tws_digits_commas64(const uint8_t *p, uint64_t *digits, uint64_t *commas)
+{
+#if defined(TW_X86_SIMD)
+    uint64_t dg = 0, cm = 0;
+    for (int i = 0; i < 4; i++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+        __m128i t = _mm_sub_epi8(v, _mm_set1_epi8('0')); /* a digit: 0..9 */
+        unsigned sh = 16u * (unsigned)i;
+        dg |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(t, _mm_set1_epi8(9)), t)) << sh;
+        cm |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(','))) << sh;
+    }
+    *digits = dg;
+    *commas = cm;
+#else
+    const uint8x16x4_t v = vld1q_u8_x4(p);
+    const uint8x16_t zero = vdupq_n_u8('0'), nine = vdupq_n_u8(9), comma = vdupq_n_u8(',');
+    *digits = tw_neon_bits64(vcleq_u8(vsubq_u8(v.val[0], zero), nine), vcleq_u8(vsubq_u8(v.val[1], zero), nine),
+                             vcleq_u8(vsubq_u8(v.val[2], zero), nine), vcleq_u8(vsubq_u8(v.val[3], zero), nine));
+    *commas = tw_neon_bits64(vceqq_u8(v.val[0], comma), vceqq_u8(v.val[1], comma),
+                             vceqq_u8(v.val[2], comma), vceqq_u8(v.val[3], comma));
+#endif
+}
+
+/* The elements of 1 to 7 digits, each followed by a comma, that open the 64 bytes at p (72
+   bytes or more before the end), at most `room` of them and each at most max, into out: how
+   many, with *past after the last one's comma (p when none). It stops at the first element
+   it cannot take so (more digits, a leading zero, above max, or a byte other than a digit or
+   a comma ahead), which the caller's serial step then reads. The elements' bounds come from
+   the block's comma mask, so their conversions do not wait on one another as a serial walk's
+   do, each on the length of the one before it. */
+static inline size_t tws_uint_block(const uint8_t *p, uint64_t max, size_t room, uint64_t *out,
+                                    const uint8_t **past)
+{
+    uint64_t digits, commas, other;
+    const uint8_t *at = p;
+    size_t n = 0;
+    tws_digits_commas64(p, &digits, &commas);
+    other = ~(digits | commas);
+    if (other)
+        commas &= (other & (0 - other)) - 1; /* only those before it */
+    while (commas && n < room) {
+        const uint8_t *comma = p + tw_ctz64(commas);
+        size_t k = (size_t)(comma - at);
+        uint64_t x;
+        if (k - 1 >= 7 || (k > 1 && *at == '0'))
+            break;
+        x = tw_swar_digits8((tw_load_le64(at) ^ (TW_ONES * '0')) << (8 * (8 - k)));
+        if (x > max)
+            break;
+        out[n++] = x;
+        at = comma + 1;
+        commas &= commas - 1;
+    }
+    *past = at;
+    return n;
+}
+#endif
+
 /* The elements of an array of unsigned integer literals written without whitespace
    ("[12,0,345]", p at the first element), each at most 19 digits (below 2^64), appended to
    d->uints; returns the byte past ']' with their number in *count. NULL when the array is
    anything else (nothing is kept: the general scan reads it), with *nomem set when memory
-   ran out. */
+   ran out. On the SIMD paths a block of 64 bytes at a time while tws_uint_block takes
+   elements, else (and for an element it leaves) one element at a time. */
 static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *end,
-                                   size_t *count, int *nomem)
+                                   size_t *count, int *nomem, int simd)
 {
     size_t n = d->nuints;
     for (;;) {
         uint64_t x = 0;
         size_t k = 0;
-        if (n == d->uints_cap) {
+        if (d->uints_cap - n < 64) {
             void *arr = d->uints;
-            if (tw_doc_grow(&arr, &d->uints_cap, n, sizeof(uint64_t), 1024)) {
+            if (tw_doc_grow(&arr, &d->uints_cap, n + 63, sizeof(uint64_t), 1024)) {
                 *nomem = 1;
                 return NULL;
             }
             d->uints = (uint64_t *)arr;
         }
+#ifdef TW_SIMD16
+        if (simd && end - p >= 72) {
+            size_t got = tws_uint_block(p, UINT64_MAX, 64, d->uints + n, &p);
+            n += got;
+            if (got)
+                continue;
+        }
+#else
+        (void)simd;
+#endif
         if (TWS_LIKELY(end - p >= 8))
             k = tws_digits8(p, &x);
         if (k == 0) { /* 8 digits or more, or the last bytes */
@@ -1109,7 +1180,7 @@ value_nows:
         if (TWS_UINTS & TWS_BIT(ptgt)) {
             size_t n = 0;
             int nomem = 0;
-            q = tws_uint_run(d, p, end, &n, &nomem);
+            q = tws_uint_run(d, p, end, &n, &nomem, simd);
             if (nomem)
                 TWS_NOMEM();
             if (q) { /* read whole: its elements need no other look */
@@ -1483,45 +1554,18 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
     p = (const uint8_t *)buf + v->start + 1;
     e = (const uint8_t *)buf + v->end - 1;
     p = tws_skip_ws(p, e);
-#ifdef TWS_SSE2
-    if (tw_path_resolve(path) == TW_PATH_SCALAR)
-        goto general;
-    /* Compact runs ("123,45,6789,"): comma positions from a 64-byte mask,
-       so each element's parse depends on no other; stops at the first
-       block holding anything but digits and commas, or an element of more
-       than 7 digits.  8 bytes past each block must be readable. */
-    while (e - p >= 72 && i < v->count) {
-        uint64_t comma = 0, other = 0;
-        const uint8_t *blk = p;
-        for (int k = 0; k < 4; k++) {
-            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(blk + 16 * k));
-            __m128i c = _mm_cmpeq_epi8(b, _mm_set1_epi8(','));
-            __m128i nd = _mm_or_si128(_mm_cmplt_epi8(b, _mm_set1_epi8('0')),
-                                      _mm_cmpgt_epi8(b, _mm_set1_epi8('9')));
-            comma |= (uint64_t)(uint32_t)_mm_movemask_epi8(c) << (16 * k);
-            other |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_andnot_si128(c, nd))
-                     << (16 * k);
+#ifdef TW_SIMD16
+    /* Compact runs ("123,45,6789,") a block of 64 bytes at a time (tws_uint_block), while
+       the blocks give elements; then the general walk. */
+    if (tw_path_resolve(path) != TW_PATH_SCALAR) {
+        while (e - p >= 72 && i < v->count) {
+            size_t got = tws_uint_block(p, max, v->count - i, (uint64_t *)(void *)(out + i), &p);
+            if (!got)
+                break;
+            i += got;
         }
-        if (other)
-            comma &= (other & -other) - 1; /* only commas before it */
-        while (comma && i < v->count) {
-            const uint8_t *at = blk + tw_ctz64(comma);
-            size_t n = (size_t)(at - p);
-            uint64_t x;
-            if (n - 1 >= 7 || (n > 1 && *p == '0'))
-                goto general;
-            x = tw_swar_digits8((tw_load_le64(p) ^ (TW_ONES * '0')) << (8 * (8 - n)));
-            if (x > max)
-                goto general;
-            out[i++] = (int64_t)x;
-            p = at + 1;
-            comma &= comma - 1;
-        }
-        if (other || p == blk)
-            break; /* something else ahead, or one element spans the block */
+        p = tws_skip_ws(p, e);
     }
-general:
-    p = tws_skip_ws(p, e);
 #else
     (void)path;
 #endif

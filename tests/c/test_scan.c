@@ -758,7 +758,7 @@ static void test_uint_arrays(void)
     tw_doc_init(&d);
     for (size_t r = 0; r < rounds; r++) {
         size_t count = rndn(MAXN), n = 0, bad_at = SIZE_MAX, err = 0;
-        int spaced = rndn(4) == 0, rc;
+        int spaced = rndn(4) == 0, rc, plain = !spaced; /* plain: compact, integers only */
         uint64_t max = rndn(3) == 0 ? (uint64_t)rndn(2000000) : UINT64_MAX;
         const char *prefix = "{\"prompt_token_ids\":[";
         if (rndn(3) == 0 && count)
@@ -771,11 +771,13 @@ static void test_uint_arrays(void)
                                             : ",");
             if (i == bad_at) {
                 n += (size_t)sprintf(buf + n, "%s", BAD[rndn(8)]);
+                plain = 0;
                 continue;
             }
             if (rndn(50) == 0) {
                 n += (size_t)sprintf(buf + n, "-0");
                 want[i] = 0;
+                plain = 0;
                 continue;
             }
             {
@@ -799,6 +801,18 @@ static void test_uint_arrays(void)
         for (int pi = 0; pi < NPATHS; pi++) {
             if (!tw_path_available(PATHS[pi]))
                 continue;
+            /* the scan on this path reads a plain non-empty array whole (its 64-byte blocks on the
+               SIMD paths), and nothing else */
+            CHECK(scan_path(buf, n, PATHS[pi], 1024, &d) == TW_OK &&
+                      d.prompt_token_ids.count == count && d.prompt_token_ids.read == (plain && count),
+                  "uint %zu %s: scan, read %d, plain %d", r, PATH_NAMES[pi],
+                  (int)d.prompt_token_ids.read, plain);
+            if (d.prompt_token_ids.read) {
+                memset(got, 0x55, MAXN * sizeof(int64_t));
+                CHECK(tw_take_uints(&d, &d.prompt_token_ids, UINT64_MAX, got, &err) == 0 &&
+                          memcmp(got, want, count * sizeof(int64_t)) == 0,
+                      "uint %zu %s: values read during the scan", r, PATH_NAMES[pi]);
+            }
             memset(got, 0x55, MAXN * sizeof(int64_t));
             rc = tw_parse_uint_array(buf, &d.prompt_token_ids, max, got, &err, PATHS[pi]);
             if (bad_at < count) {
