@@ -1323,6 +1323,57 @@ TW_TARGET_AVX512 static int fused_row_avx512(const uint32_t *ids, const float *v
     *count = store_keep(&L, keep, oid, olp);
     return 1;
 }
+
+/* fused_row_avx512 with AVX2, for rows of up to 32 entries: the lanes repeating an earlier
+   lane found by comparing each id with the ids before it (eight lanes a compare, against
+   the whole row's bits at once in registers); then as there. */
+TW_TARGET_AVX2 static int fused_row_avx2(const uint32_t *ids, const float *vals, size_t len,
+                                         uint64_t take, int64_t sid, float *out, int64_t *oid,
+                                         double *olp, size_t *count, int *r) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i a[4];
+    size_t nvec = (len + 7) / 8, c = 0;
+    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1, nan = 0, rep = 0, hit = 0;
+    for (size_t k = 0; k < nvec; k++) {
+        __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane);
+        __m256 v = _mm256_maskload_ps(vals + 8 * k, valid);
+        a[k] = _mm256_maskload_epi32((const int *)(const void *)(ids + 8 * k), valid);
+        nan |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) << (8 * k);
+    }
+    if (nan) return 0;
+    for (size_t j = 1; j < len; j++) { /* lanes before j: whole vectors, then part of j's */
+        __m256i id = _mm256_set1_epi32((int)ids[j]);
+        size_t kj = j / 8;
+        __m256i eq = _mm256_and_si256(_mm256_cmpeq_epi32(a[kj], id),
+                                      _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(j % 8)), lane));
+        for (size_t k = 0; k < kj; k++) eq = _mm256_or_si256(eq, _mm256_cmpeq_epi32(a[k], id));
+        rep |= (uint32_t)!_mm256_testz_si256(eq, eq) << j;
+    }
+    /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
+    for (uint32_t left = rep; left; left &= left - 1) {
+        unsigned j = tw_ctz32(left);
+        for (unsigned i = 0; i < j; i++)
+            if (ids[i] == ids[j] && memcmp(vals + i, vals + j, sizeof(float)) != 0) return 0;
+    }
+    if (sid >= 0 && sid <= (int64_t)UINT32_MAX) {
+        __m256i want = _mm256_set1_epi32((int)(uint32_t)sid);
+        for (size_t k = 0; k < nvec; k++)
+            hit |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], want))) << (8 * k);
+        hit &= all; /* lanes past the row load as id 0 */
+    }
+    *r = TW_ROW_MISSING_SAMPLED;
+    if (hit && vals[63 - tw_clz64(hit)] != (float)TW_SENTINEL) {
+        *out = vals[63 - tw_clz64(hit)];
+        *r = TW_ROW_OK;
+    }
+    for (uint32_t keep = all & ~rep; keep && c < take; keep &= keep - 1, c++) {
+        unsigned i = tw_ctz32(keep);
+        oid[c] = ids[i];
+        olp[c] = vals[i];
+    }
+    *count = c;
+    return 1;
+}
 #endif
 
 ptrdiff_t tw_compact_rows_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
@@ -1339,7 +1390,7 @@ ptrdiff_t tw_compact_rows_candidates(size_t n, const int64_t *roff, const uint32
     }
     coff[0] = 0;
 #ifdef TW_X86_SIMD
-    if (path == TW_PATH_AVX512 && longest <= 32) {
+    if ((path == TW_PATH_AVX512 || path == TW_PATH_AVX2) && longest <= 32) {
         uint64_t take = num_top < 1 ? 1 : (uint64_t)num_top;
         int64_t o = 0;
         for (size_t t = 0; t < n; t++) {
@@ -1348,8 +1399,12 @@ ptrdiff_t tw_compact_rows_candidates(size_t n, const int64_t *roff, const uint32
             size_t len = (size_t)(roff[t + 1] - roff[t]), c = 0;
             int64_t s = sampled[t], one[2];
             int r = TW_ROW_OK;
-            if (!fused_row_avx512(ids, vals, len, take, s, out_sampled + t, cand_ids + o, cand_lps + o, &c,
-                                  &r)) {
+            int fused = path == TW_PATH_AVX512
+                            ? fused_row_avx512(ids, vals, len, take, s, out_sampled + t, cand_ids + o,
+                                               cand_lps + o, &c, &r)
+                            : fused_row_avx2(ids, vals, len, take, s, out_sampled + t, cand_ids + o,
+                                             cand_lps + o, &c, &r);
+            if (!fused) {
                 /* rows of at most 32: neither kernel needs scratch memory */
                 tw_compact_rows(row_ids, row_vals, roff + t, 1, sampled + t, out_sampled + t, &r, path);
                 if (r == TW_ROW_OK)
