@@ -1325,8 +1325,7 @@ TW_TARGET_AVX512 static int fused_row_avx512(const uint32_t *ids, const float *v
 }
 
 /* fused_row_avx512 with AVX2, for rows of up to 32 entries: the lanes repeating an earlier
-   lane found by comparing each id with the ids before it (eight lanes a compare, against
-   the whole row's bits at once in registers); then as there. */
+   lane found in registers, eight lanes a compare; then as there. */
 TW_TARGET_AVX2 static int fused_row_avx2(const uint32_t *ids, const float *vals, size_t len,
                                          uint64_t take, int64_t sid, float *out, int64_t *oid,
                                          double *olp, size_t *count, int *r) {
@@ -1341,14 +1340,26 @@ TW_TARGET_AVX2 static int fused_row_avx2(const uint32_t *ids, const float *vals,
         nan |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) << (8 * k);
     }
     if (nan) return 0;
-    for (size_t j = 1; j < len; j++) { /* lanes before j: whole vectors, then part of j's */
-        __m256i id = _mm256_set1_epi32((int)ids[j]);
-        size_t kj = j / 8;
-        __m256i eq = _mm256_and_si256(_mm256_cmpeq_epi32(a[kj], id),
-                                      _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(j % 8)), lane));
-        for (size_t k = 0; k < kj; k++) eq = _mm256_or_si256(eq, _mm256_cmpeq_epi32(a[k], id));
-        rep |= (uint32_t)!_mm256_testz_si256(eq, eq) << j;
+    /* the lanes repeating an earlier lane, without a branch: each vector against its own
+       rotations (lane i against lane i - r, for i >= r), and against every rotation of each
+       vector before it. Lanes past the row (id 0) come after the row's, so they mark none
+       of the row's; they are dropped from rep, so nothing past the row is read below. */
+    __m256i repv[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                       _mm256_setzero_si256()};
+    for (int r = 0; r < 8; r++) {
+        __m256i idx = _mm256_and_si256(_mm256_sub_epi32(lane, _mm256_set1_epi32(r)), _mm256_set1_epi32(7));
+        __m256i later = _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(r - 1)); /* lanes i >= r */
+        for (size_t k = 0; k < nvec; k++) {
+            __m256i turned = _mm256_permutevar8x32_epi32(a[k], idx);
+            if (r)
+                repv[k] = _mm256_or_si256(repv[k], _mm256_and_si256(_mm256_cmpeq_epi32(a[k], turned), later));
+            for (size_t k2 = k + 1; k2 < nvec; k2++)
+                repv[k2] = _mm256_or_si256(repv[k2], _mm256_cmpeq_epi32(a[k2], turned));
+        }
     }
+    for (size_t k = 0; k < nvec; k++)
+        rep |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(repv[k])) << (8 * k);
+    rep &= all;
     /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
     for (uint32_t left = rep; left; left &= left - 1) {
         unsigned j = tw_ctz32(left);
