@@ -1332,7 +1332,7 @@ TW_TARGET_AVX2 static int fused_row_avx2(const uint32_t *ids, const float *vals,
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i a[4];
     size_t nvec = (len + 7) / 8, c = 0;
-    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1, nan = 0, rep = 0, hit = 0;
+    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1, nan = 0, rep, hit = 0;
     for (size_t k = 0; k < nvec; k++) {
         __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane);
         __m256 v = _mm256_maskload_ps(vals + 8 * k, valid);
@@ -1340,26 +1340,9 @@ TW_TARGET_AVX2 static int fused_row_avx2(const uint32_t *ids, const float *vals,
         nan |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) << (8 * k);
     }
     if (nan) return 0;
-    /* the lanes repeating an earlier lane, without a branch: each vector against its own
-       rotations (lane i against lane i - r, for i >= r), and against every rotation of each
-       vector before it. Lanes past the row (id 0) come after the row's, so they mark none
-       of the row's; they are dropped from rep, so nothing past the row is read below. */
-    __m256i repv[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                       _mm256_setzero_si256()};
-    for (int r = 0; r < 8; r++) {
-        __m256i idx = _mm256_and_si256(_mm256_sub_epi32(lane, _mm256_set1_epi32(r)), _mm256_set1_epi32(7));
-        __m256i later = _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(r - 1)); /* lanes i >= r */
-        for (size_t k = 0; k < nvec; k++) {
-            __m256i turned = _mm256_permutevar8x32_epi32(a[k], idx);
-            if (r)
-                repv[k] = _mm256_or_si256(repv[k], _mm256_and_si256(_mm256_cmpeq_epi32(a[k], turned), later));
-            for (size_t k2 = k + 1; k2 < nvec; k2++)
-                repv[k2] = _mm256_or_si256(repv[k2], _mm256_cmpeq_epi32(a[k2], turned));
-        }
-    }
-    for (size_t k = 0; k < nvec; k++)
-        rep |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(repv[k])) << (8 * k);
-    rep &= all;
+    /* lanes past the row (id 0) come after the row's, so they mark none of the row's; they
+       are dropped from rep, so nothing past the row is read below */
+    rep = tw_repeats_avx2(a, nvec) & all;
     /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
     for (uint32_t left = rep; left; left &= left - 1) {
         unsigned j = tw_ctz32(left);

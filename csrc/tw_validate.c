@@ -367,6 +367,27 @@ TW_TARGET_AVX512 static int support_row_avx512(const int32_t *row, size_t len, i
 }
 #endif
 
+#ifdef TW_X86_SIMD
+/* A support row of 1 to 32 entries with AVX2: whether it lacks `sampled` or repeats an id
+   (tw_repeats_avx2; lanes past the row load as id 0, come after the row's and are masked
+   off). */
+TW_TARGET_AVX2 static int support_row_avx2(const int32_t *row, size_t len, int64_t sampled) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i a[4];
+    size_t nvec = (len + 7) / 8;
+    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1, found = 0;
+    for (size_t k = 0; k < nvec; k++)
+        a[k] = _mm256_maskload_epi32(row + 8 * k,
+                                     _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane));
+    if (sampled >= INT32_MIN && sampled <= INT32_MAX) {
+        __m256i want = _mm256_set1_epi32((int32_t)sampled);
+        for (size_t k = 0; k < nvec; k++)
+            found |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], want))) << (8 * k);
+    }
+    return !(found & all) || (tw_repeats_avx2(a, nvec) & all) != 0;
+}
+#endif
+
 /* Whether an id repeats in a short row: a 256-bit filter of the ids seen so far, a hit
    confirmed by a scan of them (a row of distinct ids costs one filter look-up an id, and
    about one scan a row for the false hits). */
@@ -404,6 +425,10 @@ ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t 
 #ifdef TW_X86_SIMD
         if (path == TW_PATH_AVX512 && !bad && len <= TW_SMALL_ROW) {
             if (support_row_avx512(row, len, sampled[t])) { tw_mem_free(scratch); return (ptrdiff_t)t; }
+            continue;
+        }
+        if (path == TW_PATH_AVX2 && !bad && len <= 32) {
+            if (support_row_avx2(row, len, sampled[t])) { tw_mem_free(scratch); return (ptrdiff_t)t; }
             continue;
         }
 #endif

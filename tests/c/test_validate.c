@@ -192,6 +192,10 @@ static void test_fixed(void)
         const int64_t soff[] = {0, 3, 4}, ss[] = {2, 3}, miss[] = {4, 3};
         CHECK(tw_support_rows(sup, soff, 2, ss, 0, &nomem, path) == -1, "support ok, path %s", tw_path_name(path));
         CHECK(tw_support_rows(sup, soff, 2, miss, 0, &nomem, path) == 0, "support missing, path %s", tw_path_name(path));
+        /* the sampled id 0, not in a row shorter than a vector (whose lanes past it load as 0) */
+        const int64_t zero_s[] = {0};
+        CHECK(tw_support_rows(sup, soff, 1, zero_s, 0, &nomem, path) == 0, "support without id 0, path %s",
+              tw_path_name(path));
         const int64_t rep_off[] = {0, 4};
         CHECK(tw_support_rows(sup, rep_off, 1, ss, 0, &nomem, path) == 0, "support repeat, path %s",
               tw_path_name(path));
