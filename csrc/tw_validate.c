@@ -175,46 +175,26 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
     return row_sampled(ids, vals, len, sampled, sampled_ok, out);
 }
 
-/* The same rows with AVX2: every entry against the whole row, eight lanes at a time (lanes
-   past the row are masked off). An equal id with an unequal value anywhere is a disagreement;
-   comparing an entry with itself is harmless. */
+/* The same rows with AVX2: the entries repeating an earlier one found in registers
+   (tw_repeats_avx2), then each such entry's value against those of the earlier entries with
+   its id (!=, as the table). Lanes past the row load as id 0, come after the row's and are
+   masked off. */
 TW_TARGET_AVX2 static int
 row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
          float *out) {
-    __m256i a[4], valid[4];
-    __m256 va[4];
-    size_t nvec = (len + 7) / 8;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i bad = _mm256_setzero_si256();
-    for (size_t k = 0; k < nvec; k++) {
-        valid[k] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane);
-        a[k] = _mm256_maskload_epi32((const int *)(ids + 8 * k), valid[k]);
-        va[k] = _mm256_maskload_ps(vals + 8 * k, valid[k]);
+    __m256i a[4];
+    size_t nvec = (len + 7) / 8;
+    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1;
+    for (size_t k = 0; k < nvec; k++)
+        a[k] = _mm256_maskload_epi32((const int *)(const void *)(ids + 8 * k),
+                                     _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane));
+    for (uint32_t rep = tw_repeats_avx2(a, nvec) & all; rep; rep &= rep - 1) {
+        unsigned j = tw_ctz32(rep);
+        for (unsigned i = 0; i < j; i++)
+            if (ids[i] == ids[j] && vals[i] != vals[j]) return TW_ROW_REPEAT_DISAGREE;
     }
-    for (size_t j = 0; j < len; j++) {
-        __m256i id = _mm256_set1_epi32((int)ids[j]);
-        __m256 v = _mm256_set1_ps(vals[j]);
-        for (size_t k = 0; k < nvec; k++) {
-            __m256i same = _mm256_and_si256(_mm256_cmpeq_epi32(a[k], id), valid[k]);
-            __m256i differ = _mm256_castps_si256(_mm256_cmp_ps(va[k], v, _CMP_NEQ_OQ));
-            bad = _mm256_or_si256(bad, _mm256_and_si256(same, differ));
-        }
-    }
-    if (!_mm256_testz_si256(bad, bad)) return TW_ROW_REPEAT_DISAGREE;
-    if (sampled_ok) {
-        __m256i s = _mm256_set1_epi32((int)sampled);
-        for (size_t k = nvec; k-- > 0;) { /* the last occurrence gives the value */
-            unsigned hit = (unsigned)_mm256_movemask_ps(
-                _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpeq_epi32(a[k], s), valid[k])));
-            if (hit) {
-                float value = vals[8 * k + 63 - tw_clz64(hit)];
-                if (value == (float)TW_SENTINEL) break;
-                *out = value;
-                return TW_ROW_OK;
-            }
-        }
-    }
-    return TW_ROW_MISSING_SAMPLED;
+    return row_sampled(ids, vals, len, sampled, sampled_ok, out);
 }
 
 #endif
