@@ -219,16 +219,16 @@ static inline int near_limit(double s, double limit, double delta) {
 }
 
 /* The rules from the estimate s of the token's sum of r values (rel: 2^-37 or 2^-16 by
-   the fast exp used), or EXACT when only the exact sum decides (s NaN: a value NaN or
+   the fast exp used), or SUM_EXACT when only the exact sum decides (s NaN: a value NaN or
    above 1; or s near a threshold). */
-#define EXACT (-1)
+enum { SUM_EXACT = -1 }; /* not a TW_HEAD_* code: those are 0 and up */
 static inline int sum_verdict(size_t r, int has_sup, double s, double rel) {
-    if (s != s) return EXACT;
+    if (s != s) return SUM_EXACT;
     double delta = s * ((double)r * 0x1p-52 + rel) + (double)r * 0x1p-999;
-    if (near_limit(s, MASS_LIMIT, delta)) return EXACT;
+    if (near_limit(s, MASS_LIMIT, delta)) return SUM_EXACT;
     if (has_sup) {
         if (near_limit(s, 1.0 - NORM_TOL, delta) || near_limit(s, 1.0 + NORM_TOL, delta))
-            return EXACT;
+            return SUM_EXACT;
         if (!(s >= 1.0 - NORM_TOL && s <= 1.0 + NORM_TOL)) return TW_HEAD_NORMALIZE;
     }
     if (r == 0 || s > MASS_LIMIT) return TW_HEAD_MASS;
@@ -1034,7 +1034,7 @@ static ptrdiff_t check_sums(int path, size_t from, size_t to, const int64_t *cof
         double s = sums[t - from];
         int has_sup = row_has_support(soff, t);
         int verdict = r == 0 && !has_sup ? TW_HEAD_MASS : sum_verdict(r, has_sup, s, rel);
-        if (verdict == EXACT) verdict = exact_verdict(v, r, has_sup);
+        if (verdict == SUM_EXACT) verdict = exact_verdict(v, r, has_sup);
         if (!verdict && !has_sup && too_few((size_t)(coff[t + 1] - coff[t]), k))
             verdict = TW_HEAD_FEWER;
         if (verdict) {
@@ -1651,8 +1651,10 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
         if (slen <= 16) {
             /* without a branch an id: the candidates against the 16 rotations of the ids'
                vector (its unused lanes repeat the first id). All ids were found when as many
-               candidates are marked as there are ids: the candidates are distinct, so that
-               many marks take that many distinct ids (a repeated id hands the token over). */
+               candidates are marked as there are ids: the candidates are distinct
+               (row_keep_avx512 kept one lane an id, and the ranking only reorders them), so
+               that many marks take that many distinct ids (a repeated id hands the token
+               over). */
             __m512i s = _mm512_mask_loadu_epi32(_mm512_set1_epi32(sup[0]), (__mmask16)((1u << slen) - 1), sup);
             if (_mm512_movepi32_mask(s)) return FAST_NO; /* a negative id */
             __m512i miss0 = _mm512_set1_epi32(-1), miss1 = miss0;
@@ -1794,7 +1796,7 @@ TW_TARGET_AVX512 static ptrdiff_t batch_sums(const compact_call *c, size_t from,
         size_t r = (size_t)(c->out_off[t + 1] - c->out_off[t]);
         int has_sup = row_has_support(c->soff, t);
         int verdict = sum_verdict(r, has_sup, sum(e + (c->out_off[t] - base), r), 0x1p-16);
-        if (verdict == EXACT) {
+        if (verdict == SUM_EXACT) {
             const float *head = c->out_lps + c->out_off[t];
             for (size_t i = 0; i < r; i++) v[i] = head[i];
             verdict = exact_verdict(v, r, has_sup);

@@ -31,8 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* SSE2 (the x86-64 baseline) serves as the short-string probe of the SIMD paths, and with
-   NEON as the integer-run blocks (tws_uint_block); TW_PATH_SCALAR runs none of it. */
+/* On the SIMD paths SSE2 (the x86-64 baseline) is the short-string probe, and SSE2 or NEON
+   finds the digits and commas of integer runs (tws_uint_block); TW_PATH_SCALAR runs none of
+   it. */
 #ifdef TW_X86_SIMD
 #define TWS_SSE2 1
 #include <emmintrin.h>
@@ -833,7 +834,7 @@ static inline void tws_digits_commas64(const uint8_t *p, uint64_t *digits, uint6
 #endif
 }
 
-/* The elements of 1 to 7 digits, each followed by a comma, that open the 64 bytes at p (72
+/* The elements of 1 to 16 digits, each followed by a comma, that open the 64 bytes at p (80
    bytes or more before the end), at most `room` of them and each at most max, into out: how
    many, with *past after the last one's comma (p when none). It stops at the first element
    it cannot take so (more digits, a leading zero, above max, or a byte other than a digit or
@@ -843,6 +844,7 @@ static inline void tws_digits_commas64(const uint8_t *p, uint64_t *digits, uint6
 static inline size_t tws_uint_block(const uint8_t *p, uint64_t max, size_t room, uint64_t *out,
                                     const uint8_t **past)
 {
+    static const uint64_t pow10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
     uint64_t digits, commas, other;
     const uint8_t *at = p;
     size_t n = 0;
@@ -853,10 +855,17 @@ static inline size_t tws_uint_block(const uint8_t *p, uint64_t max, size_t room,
     while (commas && n < room) {
         const uint8_t *comma = p + tw_ctz64(commas);
         size_t k = (size_t)(comma - at);
-        uint64_t x;
-        if (k - 1 >= 7 || (k > 1 && *at == '0'))
+        uint64_t x, head;
+        if (k - 1 >= 16 || (k > 1 && *at == '0'))
             break;
-        x = tw_swar_digits8((tw_load_le64(at) ^ (TW_ONES * '0')) << (8 * (8 - k)));
+        /* up to 8 digits at the top of one word (zeros below), then the rest in a second */
+        head = tw_load_le64(at) ^ (TW_ONES * '0');
+        if (k <= 8) {
+            x = tw_swar_digits8(head << (8 * (8 - k)));
+        } else {
+            x = tw_swar_digits8(head) * pow10[k - 8] +
+                tw_swar_digits8((tw_load_le64(at + 8) ^ (TW_ONES * '0')) << (8 * (16 - k)));
+        }
         if (x > max)
             break;
         out[n++] = x;
@@ -878,23 +887,27 @@ static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *e
                                    size_t *count, int *nomem, int simd)
 {
     size_t n = d->nuints;
+    const uint8_t *block_at = p; /* where the next block may start */
     for (;;) {
         uint64_t x = 0;
         size_t k = 0;
-        if (d->uints_cap - n < 64) {
+        if (d->uints_cap - n < 32) { /* room for a block's elements, 32 at most */
             void *arr = d->uints;
-            if (tw_doc_grow(&arr, &d->uints_cap, n + 63, sizeof(uint64_t), 1024)) {
+            if (tw_doc_grow(&arr, &d->uints_cap, n + 31, sizeof(uint64_t), 1024)) {
                 *nomem = 1;
                 return NULL;
             }
             d->uints = (uint64_t *)arr;
         }
 #ifdef TW_SIMD16
-        if (simd && end - p >= 72) {
-            size_t got = tws_uint_block(p, UINT64_MAX, 64, d->uints + n, &p);
+        if (simd && p >= block_at && end - p >= 80) {
+            size_t got = tws_uint_block(p, UINT64_MAX, 32, d->uints + n, &p);
             n += got;
             if (got)
                 continue;
+            /* an element the block cannot take: the next 64 bytes go the serial way, so
+               that runs of long elements do not pay for a block each */
+            block_at = p + 64;
         }
 #else
         (void)simd;
@@ -1558,7 +1571,7 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
     /* Compact runs ("123,45,6789,") a block of 64 bytes at a time (tws_uint_block), while
        the blocks give elements; then the general walk. */
     if (tw_path_resolve(path) != TW_PATH_SCALAR) {
-        while (e - p >= 72 && i < v->count) {
+        while (e - p >= 80 && i < v->count) {
             size_t got = tws_uint_block(p, max, v->count - i, (uint64_t *)(void *)(out + i), &p);
             if (!got)
                 break;
