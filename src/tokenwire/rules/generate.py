@@ -251,10 +251,10 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) ->
                 c.fail("Invalid packed sampling mask", f"{field}.{name}", negative)
             arrays[name] = values
         counts, values = arrays["counts"], arrays["ids"]
-        if len(counts) != len(ids) or int(counts.sum(dtype=np.int64)) != len(values):
-            c.fail("Sampling mask token count mismatch", field)
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
+        np.cumsum(counts, out=offsets[1:])  # no count is negative: the last offset is their sum
+        if len(counts) != len(ids) or int(offsets[-1]) != len(values):
+            c.fail("Sampling mask token count mismatch", field)
         rows = Ragged(offsets, values)
     elif isinstance(mask, list):
         rows, count, bad_row = nested_at(c, mask, field)
@@ -493,7 +493,7 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         routed_experts=parse_routed_experts(routed, c) if routed is not None else None,
         finish_reason=choice.get("finish_reason"),
         raw=_raw(c, choice, consumed),
-        sampling_mask_present=None if mask is None else mask.lengths() > 0,
+        sampling_mask_present=None if mask is None else mask.offsets[1:] != mask.offsets[:-1],
     )
 
 
