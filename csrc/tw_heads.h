@@ -93,8 +93,8 @@ int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids
  * sampled values into out_sampled and the first row that breaks a row rule (its TW_ROW_*
  * reason in *kind; -1 and TW_ROW_OK when none does), and the candidates of every row before
  * that one (coff stays flat from it on: those rows have none). *kind is TW_ROW_NOMEM (row 0
- * reported) when scratch memory could not be had. On the AVX-512 path, rows of up to 32
- * entries are loaded once for both; other paths and longer rows run the two kernels.
+ * reported) when scratch memory could not be had. On the AVX-512 and AVX2 paths, rows of up
+ * to 32 entries are loaded once for both; other paths and longer rows run the two kernels.
  */
 ptrdiff_t tw_compact_rows_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
                                      const float *row_vals, const int64_t *sampled,

@@ -834,8 +834,8 @@ static inline void tws_digits_commas64(const uint8_t *p, uint64_t *digits, uint6
 #endif
 }
 
-/* The elements of 1 to 16 digits, each followed by a comma, that open the 64 bytes at p (80
-   bytes or more before the end), at most `room` of them and each at most max, into out: how
+/* The elements of 1 to 16 digits, each followed by a comma, that open the 64 bytes at p (72
+   bytes or more before the end: the last read ends 7 bytes past the block's last comma), at most `room` of them and each at most max, into out: how
    many, with *past after the last one's comma (p when none). It stops at the first element
    it cannot take so (more digits, a leading zero, above max, or a byte other than a digit or
    a comma ahead), which the caller's serial step then reads. The elements' bounds come from
@@ -900,7 +900,7 @@ static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *e
             d->uints = (uint64_t *)arr;
         }
 #ifdef TW_SIMD16
-        if (simd && p >= block_at && end - p >= 80) {
+        if (simd && p >= block_at && end - p >= 72) {
             size_t got = tws_uint_block(p, UINT64_MAX, 32, d->uints + n, &p);
             n += got;
             if (got)
@@ -1571,7 +1571,7 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
     /* Compact runs ("123,45,6789,") a block of 64 bytes at a time (tws_uint_block), while
        the blocks give elements; then the general walk. */
     if (tw_path_resolve(path) != TW_PATH_SCALAR) {
-        while (e - p >= 80 && i < v->count) {
+        while (e - p >= 72 && i < v->count) {
             size_t got = tws_uint_block(p, max, v->count - i, (uint64_t *)(void *)(out + i), &p);
             if (!got)
                 break;

@@ -150,7 +150,7 @@ dup_disagree(__m512i ids, __m512 vals, __mmask16 m) {
     if (!repeated) return 0;
     __m512i latest = _mm512_sub_epi32(_mm512_set1_epi32(31), _mm512_lzcnt_epi32(conflicts));
     __m512 earlier = _mm512_permutexvar_ps(latest, vals);
-    return _mm512_mask_cmp_ps_mask(repeated, vals, earlier, _CMP_NEQ_OQ) != 0;
+    return _mm512_mask_cmp_ps_mask(repeated, vals, earlier, _CMP_NEQ_UQ) != 0; /* != of C */
 }
 
 /* Rows of at most 32 entries, which is every row a top-k request up to k = 29 produces. */
@@ -168,7 +168,7 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
         if (dup_disagree(b, vb, mb)) return TW_ROW_REPEAT_DISAGREE;
         for (size_t j = 16; j < len; j++) {  /* the tail against the first 16 */
             __mmask16 eq = _mm512_mask_cmpeq_epi32_mask(ma, a, _mm512_set1_epi32((int)ids[j]));
-            if (eq && _mm512_mask_cmp_ps_mask(eq, va, _mm512_set1_ps(vals[j]), _CMP_NEQ_OQ))
+            if (eq && _mm512_mask_cmp_ps_mask(eq, va, _mm512_set1_ps(vals[j]), _CMP_NEQ_UQ))
                 return TW_ROW_REPEAT_DISAGREE;
         }
     }

@@ -26,13 +26,15 @@ enum { TW_ROW_OK = 0, TW_ROW_REPEAT_DISAGREE = 1, TW_ROW_MISSING_SAMPLED = 2, TW
 
 /*
  * Compact rows without a head. Row t is [offsets[t], offsets[t+1]) of ids/vals.
- * Per row, in order: every repeated id carries the same value (else REPEAT_DISAGREE);
+ * Per row, in order: every repeated id carries the same value, as != compares them (a NaN
+ * equals nothing; else REPEAT_DISAGREE);
  * the sampled id is in the row with a value other than the sentinel (else MISSING_SAMPLED).
  * Writes the sampled value to out[t]. Returns -1, or the failing row with *kind set
  * (TW_ROW_NOMEM: no memory for the scratch table, row 0 reported).
  * path (TW_PATH_*, tw_cpu.h, resolved with tw_path_resolve): TW_PATH_SCALAR is the portable
- * hash table; AVX2 and NEON check rows of up to 32 entries with all-pairs compares, AVX512
- * with conflict detection (longer rows use the table on every path).
+ * hash table; rows of up to 32 entries are checked in registers: AVX2 finds the repeated
+ * entries by rotations (tw_repeats_avx2), NEON by all-pairs compares, AVX512 by conflict
+ * detection (longer rows use the table on every path).
  */
 ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets,
                           size_t n, const int64_t *sampled, float *out, int *kind, int path);
@@ -42,8 +44,9 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
  * repeats, containing the sampled id; with absent_ok, an empty row is an absent support
  * (kept_tokens' zero count) and breaks no rule. Returns -1 or the first bad row
  * (*nomem set when scratch memory could not be had).  path (TW_PATH_*): AVX-512 checks
- * rows of up to 48 entries by conflict detection, NEON with all-pairs compares; every other
- * path (and longer rows) filters for repeats, or sorts a copy.
+ * rows of up to 48 entries by conflict detection, NEON with all-pairs compares, AVX2 rows
+ * of up to 32 by rotations (tw_repeats_avx2); the scalar path (and longer rows) filters for
+ * repeats, or sorts a copy.
  */
 ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n,
                           const int64_t *sampled, int absent_ok, int *nomem, int path);

@@ -185,6 +185,12 @@ static void test_fixed(void)
         CHECK(tw_compact_rows(ids, differ, offs, 1, s7, &out, &kind, path) == 0 && kind == TW_ROW_REPEAT_DISAGREE,
               "differ, path %s", tw_path_name(path));
         CHECK(tw_compact_rows(ids, zeros, offs, 1, s7, &out, &kind, path) == -1, "zeros, path %s", tw_path_name(path));
+        /* a NaN equals nothing (!=, as the table compares): its repeat disagrees on every path */
+        const float nan_first[] = {NAN, -2.0f, -1.0f, -3.0f}, nan_both[] = {NAN, -2.0f, NAN, -3.0f};
+        CHECK(tw_compact_rows(ids, nan_first, offs, 1, s7, &out, &kind, path) == 0 && kind == TW_ROW_REPEAT_DISAGREE,
+              "NaN repeat, path %s", tw_path_name(path));
+        CHECK(tw_compact_rows(ids, nan_both, offs, 1, s7, &out, &kind, path) == 0 && kind == TW_ROW_REPEAT_DISAGREE,
+              "NaN repeats, path %s", tw_path_name(path));
         CHECK(tw_compact_rows(ids, agree, offs, 1, s8, &out, &kind, path) == 0 && kind == TW_ROW_MISSING_SAMPLED,
               "missing, path %s", tw_path_name(path));
         int nomem = 0;
