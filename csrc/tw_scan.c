@@ -887,7 +887,9 @@ static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *e
                                    size_t *count, int *nomem, int simd)
 {
     size_t n = d->nuints;
+#ifdef TW_SIMD16
     const uint8_t *block_at = p; /* where the next block may start */
+#endif
     for (;;) {
         uint64_t x = 0;
         size_t k = 0;
