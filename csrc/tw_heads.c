@@ -1329,14 +1329,12 @@ TW_TARGET_AVX512 static int fused_row_avx512(const uint32_t *ids, const float *v
 TW_TARGET_AVX2 static int fused_row_avx2(const uint32_t *ids, const float *vals, size_t len,
                                          uint64_t take, int64_t sid, float *out, int64_t *oid,
                                          double *olp, size_t *count, int *r) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i a[4];
+    __m256i a[4], bits[4];
     size_t nvec = (len + 7) / 8, c = 0;
-    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1, nan = 0, rep, hit = 0;
+    uint32_t all = tw_load32_avx2(ids, len, a), nan = 0, rep, hit = 0;
+    tw_load32_avx2(vals, len, bits);
     for (size_t k = 0; k < nvec; k++) {
-        __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane);
-        __m256 v = _mm256_maskload_ps(vals + 8 * k, valid);
-        a[k] = _mm256_maskload_epi32((const int *)(const void *)(ids + 8 * k), valid);
+        __m256 v = _mm256_castsi256_ps(bits[k]);
         nan |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) << (8 * k);
     }
     if (nan) return 0;

@@ -260,6 +260,18 @@ static inline const uint8_t *tw_digits(const uint8_t *p, const uint8_t *e, int s
 }
 
 #ifdef TW_X86_SIMD
+/* Up to 32 elements of 32 bits at p as vectors of 8 (lane i of a[k] is element 8k + i), the
+   lanes past len zero (masked loads: nothing past them is read); returns the bits of the
+   len lanes. */
+TW_TARGET_AVX2 static inline uint32_t tw_load32_avx2(const void *p, size_t len, __m256i *a)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (size_t k = 0; k < (len + 7) / 8; k++)
+        a[k] = _mm256_maskload_epi32((const int *)p + 8 * k,
+                                     _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane));
+    return len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1;
+}
+
 /* The lanes of up to 4 vectors of 8 ids (lane i of a[k] is element 8k + i) that repeat an
    earlier lane, a bit each, without a branch: each vector against its own rotations (lane i
    against lane i - r, for i >= r) and against every rotation of each vector before it. */

@@ -182,14 +182,9 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
 TW_TARGET_AVX2 static int
 row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
          float *out) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i a[4];
-    size_t nvec = (len + 7) / 8;
-    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1;
-    for (size_t k = 0; k < nvec; k++)
-        a[k] = _mm256_maskload_epi32((const int *)(const void *)(ids + 8 * k),
-                                     _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane));
-    for (uint32_t rep = tw_repeats_avx2(a, nvec) & all; rep; rep &= rep - 1) {
+    uint32_t all = tw_load32_avx2(ids, len, a);
+    for (uint32_t rep = tw_repeats_avx2(a, (len + 7) / 8) & all; rep; rep &= rep - 1) {
         unsigned j = tw_ctz32(rep);
         for (unsigned i = 0; i < j; i++)
             if (ids[i] == ids[j] && vals[i] != vals[j]) return TW_ROW_REPEAT_DISAGREE;
@@ -352,13 +347,9 @@ TW_TARGET_AVX512 static int support_row_avx512(const int32_t *row, size_t len, i
    (tw_repeats_avx2; lanes past the row load as id 0, come after the row's and are masked
    off). */
 TW_TARGET_AVX2 static int support_row_avx2(const int32_t *row, size_t len, int64_t sampled) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i a[4];
     size_t nvec = (len + 7) / 8;
-    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1, found = 0;
-    for (size_t k = 0; k < nvec; k++)
-        a[k] = _mm256_maskload_epi32(row + 8 * k,
-                                     _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane));
+    uint32_t all = tw_load32_avx2(row, len, a), found = 0;
     if (sampled >= INT32_MIN && sampled <= INT32_MAX) {
         __m256i want = _mm256_set1_epi32((int32_t)sampled);
         for (size_t k = 0; k < nvec; k++)
