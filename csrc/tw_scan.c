@@ -835,12 +835,13 @@ static inline void tws_digits_commas64(const uint8_t *p, uint64_t *digits, uint6
 }
 
 /* The elements of 1 to 16 digits, each followed by a comma, that open the 64 bytes at p (72
-   bytes or more before the end: the last read ends 7 bytes past the block's last comma), at most `room` of them and each at most max, into out: how
-   many, with *past after the last one's comma (p when none). It stops at the first element
-   it cannot take so (more digits, a leading zero, above max, or a byte other than a digit or
-   a comma ahead), which the caller's serial step then reads. The elements' bounds come from
-   the block's comma mask, so their conversions do not wait on one another as a serial walk's
-   do, each on the length of the one before it. */
+   bytes or more before the end: the last read ends 7 bytes past the block's last comma), at
+   most `room` of them and each at most max, into out: how many, with *past after the last
+   one's comma (p when none). It stops at the first element it cannot take so (more digits,
+   a leading zero, above max, or a byte other than a digit or a comma ahead), which the
+   caller's serial step then reads. The elements' bounds come from the block's comma mask,
+   so their conversions do not wait on one another as a serial walk's do, each on the length
+   of the one before it. */
 static inline size_t tws_uint_block(const uint8_t *p, uint64_t max, size_t room, uint64_t *out,
                                     const uint8_t **past)
 {
