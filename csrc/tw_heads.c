@@ -466,7 +466,7 @@ TW_TARGET_AVX512 static int keep_marked_avx512(int64_t *oid, double *olp, size_t
         /* compressed in a register, then a masked store (a compressing store to memory is
            microcoded on some cores) */
         __mmask8 keep = (__mmask8)(marks >> (8 * b));
-        unsigned cnt = tw_popcount64(keep);
+        unsigned cnt = (unsigned)_mm_popcnt_u32(keep);
         __mmask8 head = (__mmask8)((1u << cnt) - 1);
         __m512d v = _mm512_maskz_loadu_pd(live[b], olp + 8 * b);
         _mm512_mask_storeu_epi64(oid + w, head, _mm512_maskz_compress_epi64(keep, c[b]));

@@ -943,6 +943,86 @@ static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *e
     }
 }
 
+/* A list of such arrays ("[[5,9],[],[7]]", p at the first row), the sampling_mask list
+   form: each row's length, then its elements, appended to d->uints; returns the byte past the
+   outer ']' with the number of rows in *rows. NULL when the list is anything else (nothing is
+   kept: the general scan reads it), with *nomem set when memory ran out. */
+static const uint8_t *tws_nested_run(tw_doc *d, const uint8_t *p, const uint8_t *end,
+                                     size_t *rows, int *nomem, int simd)
+{
+    size_t first = d->nuints, r = 0;
+    for (;;) {
+        size_t slot = d->nuints, n = 0;
+        if (*p != '[')
+            break;
+        if (d->uints_cap == slot) {
+            void *arr = d->uints;
+            if (tw_doc_grow(&arr, &d->uints_cap, slot + 1, sizeof(uint64_t), 1024)) {
+                *nomem = 1;
+                break;
+            }
+            d->uints = (uint64_t *)arr;
+        }
+        d->nuints = slot + 1;
+        if (++p == end)
+            break;
+        if (*p == ']') {
+            p++;
+        } else {
+            p = tws_uint_run(d, p, end, &n, nomem, simd);
+            if (!p)
+                break;
+        }
+        d->uints[slot] = n;
+        r++;
+        if (p == end)
+            break;
+        if (*p == ']') {
+            *rows = r;
+            return p + 1;
+        }
+        if (*p != ',' || ++p == end)
+            break;
+    }
+    d->nuints = first;
+    return NULL;
+}
+
+size_t tw_nested_total(const tw_doc *d, const tw_value *v)
+{
+    const uint64_t *u = d->uints + v->read_at;
+    size_t total = 0;
+    for (size_t r = 0; r < v->count; r++) {
+        total += (size_t)*u;
+        u += 1 + *u;
+    }
+    return total;
+}
+
+int tw_take_nested(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *offsets,
+                   int32_t *values, size_t *err_row)
+{
+    const uint64_t *u = d->uints + v->read_at;
+    size_t k = 0;
+    if (max > (uint64_t)INT32_MAX)
+        max = (uint64_t)INT32_MAX;
+    offsets[0] = 0;
+    for (size_t r = 0; r < v->count; r++) {
+        size_t n = (size_t)*u++;
+        for (size_t i = 0; i < n; i++) {
+            if (u[i] > max) {
+                *err_row = r;
+                return -1;
+            }
+            values[k + i] = (int32_t)u[i];
+        }
+        u += n;
+        k += n;
+        offsets[r + 1] = (int64_t)k;
+    }
+    return 0;
+}
+
 int tw_take_uints(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *out,
                   size_t *err_index)
 {
@@ -1193,34 +1273,34 @@ value_nows:
             p++;
             goto close;
         }
-        if (TWS_UINTS & TWS_BIT(ptgt)) {
-            size_t n = 0;
-            int nomem = 0;
-            q = tws_uint_run(d, p, end, &n, &nomem, simd);
+        /* Arrays read whole while they are scanned, their elements needing no other look: id
+           and offset arrays (tws_uint_run), a sampling_mask list (tws_nested_run), and the
+           entries of a record array, which the reader validates as this loop would (an
+           entry's object, its candidates array, a candidate's object and an array in that
+           are at most 4 levels below the array) or leaves to it. */
+        {
+            size_t n = 0, at = d->nuints;
+            int nomem = 0, elements_int = 0;
+            q = NULL;
+            if (TWS_UINTS & TWS_BIT(ptgt)) {
+                q = tws_uint_run(d, p, end, &n, &nomem, simd);
+                elements_int = 1;
+            } else if (ptgt == TWS_F(TW_F_SAMPLING_MASK) && *p == '[' && (!maxd || maxd - depth >= 1)) {
+                q = tws_nested_run(d, p, end, &n, &nomem, simd);
+            } else if (ptgt == TWS_F(TW_F_LOGPROBS_CONTENT) && d->content_reader && !d->openai &&
+                       !d->sglang && (!maxd || maxd - depth >= 4)) {
+                at = d->nentries;
+                q = d->content_reader(d, p, end, simd, &n);
+            }
             if (nomem)
                 TWS_NOMEM();
-            if (q) { /* read whole: its elements need no other look */
-                v = tws_slot(d, ptgt, pci);
-                v->read = 1;
-                v->read_at = d->nuints - n;
-                top->count = n;
-                p = q;
-                goto close;
-            }
-        }
-        /* The entries of a record array: the reader validates them as this loop would (an
-           entry's object, its candidates array, a candidate's object and an array in that
-           are at most 4 levels below the array) or leaves the array to it. */
-        if (ptgt == TWS_F(TW_F_LOGPROBS_CONTENT) && d->content_reader && !d->openai &&
-            !d->sglang && (!maxd || maxd - depth >= 4)) {
-            size_t n = 0, at = d->nentries;
-            q = d->content_reader(d, p, end, simd, &n);
             if (q) {
                 v = tws_slot(d, ptgt, pci);
                 v->read = 1;
                 v->read_at = at;
                 top->count = n;
-                top->all_int = 0; /* its elements are objects */
+                if (!elements_int)
+                    top->all_int = 0; /* its elements are arrays or objects */
                 p = q;
                 goto close;
             }

@@ -188,8 +188,9 @@ enum {
  */
 typedef struct {
     uint8_t present, type, has_escape, ascii, all_int;
-    uint8_t read; /* an array of ids or offsets read during the scan (tw_take_uints),
-                     or a logprobs.content array whose entries the scan read */
+    uint8_t read; /* an array of ids or offsets read during the scan (tw_take_uints), a
+                     sampling_mask list read so (tw_take_nested), or a logprobs.content
+                     array whose entries the scan read */
     uint16_t blob; /* 1-based index into tw_doc.blobs when decoded, else 0 */
     size_t start, end, count;
     size_t read_at; /* where its count values start in tw_doc.uints when read
@@ -422,6 +423,17 @@ int tw_count_nested(const char *buf, const tw_value *v, size_t *total);
 size_t tw_nested_bound(const char *buf, const tw_value *v);
 int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max,
                          int64_t *offsets, int32_t *values, size_t *err_row);
+/*
+ * A sampling_mask list whose rows are all such arrays of unsigned integer literals written
+ * without whitespace ("[[5,9],[],[7]]", each element at most 19 digits) is read while it is
+ * scanned: v->read is 1, and each row's length and then its elements are in tw_doc.uints.
+ * tw_nested_total gives the number of elements; tw_take_nested hands them over as
+ * tw_parse_nested_uint would parse them (the same offsets and values, the same first bad row:
+ * one with an element above max). Any other list is left to tw_parse_nested_uint.
+ */
+size_t tw_nested_total(const tw_doc *d, const tw_value *v);
+int tw_take_nested(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *offsets,
+                   int32_t *values, size_t *err_row);
 
 /*
  * Decode the validated string value v (type TW_T_STRING) into dst, whose

@@ -455,6 +455,8 @@ cdef extern from "tw_scan.h" nogil:
     int tw_take_uints(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *out, size_t *err_index)
     size_t tw_nested_bound(const char *buf, const tw_value *v)
     int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max, int64_t *offsets, int32_t *values, size_t *err_row)
+    size_t tw_nested_total(const tw_doc *d, const tw_value *v)
+    int tw_take_nested(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *offsets, int32_t *values, size_t *err_row)
     size_t tw_unescape(const char *buf, const tw_value *v, char *dst)
     int tw_blank_field(tw_doc *doc, size_t ci, int field)
     uint8_t *tw_take_blob(tw_doc *doc, const tw_value *v, size_t *len)
@@ -995,14 +997,21 @@ cdef class _Scan:
         cdef int rc
         cdef int64_t[::1] offs
         cdef int32_t[::1] vals
-        total = tw_nested_bound(self.buf, v)  # no walk to count: the unused tail is sliced off
+        if v.read:  # the scan read its rows
+            total = tw_nested_total(&self.doc, v)
+        else:  # no walk to count: the unused tail is sliced off
+            total = tw_nested_bound(self.buf, v)
         offsets = np.empty(rows + 1, dtype=np.int64)
         values = np.empty(total, dtype=np.int32)
         offs = offsets
         vals = values
-        with nogil:
-            rc = tw_parse_nested_uint(self.buf, v, _MAX_MASK_ID, &offs[0],
-                                      &vals[0] if total else NULL, &bad)
+        if v.read:
+            with nogil:
+                rc = tw_take_nested(&self.doc, v, _MAX_MASK_ID, &offs[0], &vals[0] if total else NULL, &bad)
+        else:
+            with nogil:
+                rc = tw_parse_nested_uint(self.buf, v, _MAX_MASK_ID, &offs[0],
+                                          &vals[0] if total else NULL, &bad)
         if rc < 0:
             return Ragged(offsets[: bad + 1], values[: offsets[bad]]), rows, bad
         return Ragged(offsets, values[: offsets[rows]]), rows, None

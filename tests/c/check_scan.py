@@ -126,6 +126,9 @@ FIELDS = [
 ]
 
 
+MASK_FIELD = FIELDS.index(("sampling_mask",))  # TW_F_SAMPLING_MASK
+
+
 def build(sanitize: bool) -> Path:
     return clib.build(OUT, "twscan", ["tw_scan.c", "tw_base64.c"], sanitize=sanitize)
 
@@ -144,8 +147,15 @@ class Scanner:
         ints = [C.POINTER(TwValue), C.c_uint64, C.POINTER(C.c_int64), C.POINTER(C.c_size_t)]
         lib.tw_take_uints.argtypes = [C.POINTER(TwDoc), *ints]
         lib.tw_parse_uint_array.argtypes = [C.c_char_p, *ints, C.c_int]
+        rows = [C.POINTER(TwValue), C.c_uint64, C.POINTER(C.c_int64), C.POINTER(C.c_int32), C.POINTER(C.c_size_t)]
+        lib.tw_take_nested.argtypes = [C.POINTER(TwDoc), *rows]
+        lib.tw_parse_nested_uint.argtypes = [C.c_char_p, *rows]
+        lib.tw_nested_total.argtypes = [C.POINTER(TwDoc), C.POINTER(TwValue)]
+        lib.tw_nested_total.restype = C.c_size_t
+        lib.tw_nested_bound.argtypes = [C.c_char_p, C.POINTER(TwValue)]
+        lib.tw_nested_bound.restype = C.c_size_t
         self.lib = lib
-        self.read_arrays = 0
+        self.read_arrays = self.read_lists = 0
         self.paths = [p for p in PATH_IDS if lib.tw_path_available(PATH_IDS[p])]
         self.doc = TwDoc()
         lib.tw_doc_init(C.byref(self.doc))
@@ -170,8 +180,13 @@ class Scanner:
             "blank": [(d.blank[i].start, d.blank[i].end) for i in range(d.nblank)],
         }
         values = [d.prompt_token_ids] + [d.choice[i].f[k] for i in range(d.nchoices) for k in range(NFIELDS)]
-        for v in values:
-            if v.read:  # read during the scan: what tw_parse_uint_array reads, for any max
+        for i, v in enumerate(values):
+            if v.read and i and (i - 1) % NFIELDS == MASK_FIELD:
+                # a sampling_mask list read during the scan: what tw_parse_nested_uint reads
+                self.read_lists += 1
+                for high in (2**31 - 1, 7):
+                    assert self._rows(buf, v, high, True) == self._rows(buf, v, high, False), (high, data[:300])
+            elif v.read:  # read during the scan: what tw_parse_uint_array reads, for any max
                 self.read_arrays += 1
                 for high in (2**63 - 1, 2**32 - 1, 7):
                     assert self._ints(buf, v, high, True) == self._ints(buf, v, high, False), (high, data[:300])
@@ -190,6 +205,22 @@ class Scanner:
             rc = self.lib.tw_parse_uint_array(buf, C.byref(v), high, out, C.byref(err), 1)
         end = v.count if rc == 0 else err.value
         return rc, err.value if rc else None, list(out[:end])
+
+
+    def _rows(self, buf, v, high: int, taken: bool):
+        if taken:
+            total = self.lib.tw_nested_total(C.byref(self.doc), C.byref(v))
+        else:
+            total = self.lib.tw_nested_bound(buf, C.byref(v))
+        offsets = (C.c_int64 * (v.count + 1))()
+        values = (C.c_int32 * max(total, 1))()
+        err = C.c_size_t(0)
+        if taken:
+            rc = self.lib.tw_take_nested(C.byref(self.doc), C.byref(v), high, offsets, values, C.byref(err))
+        else:
+            rc = self.lib.tw_parse_nested_uint(buf, C.byref(v), high, offsets, values, C.byref(err))
+        rows = v.count if rc == 0 else err.value
+        return rc, err.value if rc else None, list(offsets[: rows + 1]), list(values[: offsets[rows]])
 
 
 def _val(v: TwValue):
@@ -931,7 +962,8 @@ def main() -> int:
     print(
         f"{st.total} documents checked in {time.time() - t0:.1f}s: "
         f"{st.accepted} accepted, {st.rejected} rejected; all agree with orjson; "
-        f"{sc.read_arrays} id arrays read during the scan agree with tw_parse_uint_array"
+        f"{sc.read_arrays} id arrays read during the scan agree with tw_parse_uint_array, "
+        f"{sc.read_lists} sampling_mask lists with tw_parse_nested_uint"
     )
     print(
         "  by kind (accepted/total): "

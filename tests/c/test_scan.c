@@ -744,6 +744,144 @@ static void test_nomem(void)
    its 8-byte path and the general one) against values known by
    construction: compact and spaced runs, 1..19 digits, "-0", values above
    max, and a non-integer element somewhere. */
+/* A random integer of `digits` digits (1 to 19), without a leading zero. */
+static uint64_t rnd_literal(unsigned digits)
+{
+    uint64_t x = rnd() % 10;
+    for (unsigned k = 1; k < digits; k++)
+        x = x * 10 + (k == 1 && x == 0 ? 1 + rnd() % 9 : rnd() % 10);
+    return x;
+}
+
+/* sampling_mask lists: the scan reads a list of compact integer rows whole on every path
+   (tw_take_nested), and that gives what tw_parse_nested_uint parses from the bytes (the same
+   offsets and values, the same first bad row), for lists with empty rows, long and short
+   elements, elements above the bound, whitespace, and rows that are not integer arrays. */
+static void test_nested_arrays(void)
+{
+    enum { MAXROWS = 80, MAXROW = 40 };
+    static const char *const BAD[] = {"-3", "1.5", "2e3", "true", "\"7\"", "[1]", "null", "-0"};
+    static const char *const ROW_BAD[] = {"null", "7", "{}", "\"x\""};
+    size_t cap = MAXROWS * (MAXROW * 24 + 8) + 64;
+    char *buf = (char *)malloc(cap);
+    int64_t *want_off = (int64_t *)malloc((MAXROWS + 1) * sizeof(int64_t));
+    int64_t *off = (int64_t *)malloc((MAXROWS + 1) * sizeof(int64_t));
+    int64_t *off2 = (int64_t *)malloc((MAXROWS + 1) * sizeof(int64_t));
+    int32_t *vals = (int32_t *)malloc(MAXROWS * MAXROW * sizeof(int32_t));
+    int32_t *vals2 = (int32_t *)malloc(MAXROWS * MAXROW * sizeof(int32_t));
+    size_t rounds = 3000, read_lists = 0, bad_lists = 0;
+    tw_doc d;
+    if (!buf || !want_off || !off || !off2 || !vals || !vals2)
+        exit(2);
+    tw_doc_init(&d);
+    for (size_t r = 0; r < rounds; r++) {
+        size_t rows = 1 + rndn(MAXROWS), n = 0, k = 0;
+        int spaced = rndn(5) == 0, plain = 1; /* plain: compact, integer rows only */
+        uint64_t max = rndn(4) == 0 ? (uint64_t)rndn(100000) : rndn(2) ? UINT64_MAX : (uint64_t)INT32_MAX;
+        n += (size_t)sprintf(buf + n, "{\"choices\":[{\"sampling_mask\":[");
+        want_off[0] = 0;
+        for (size_t i = 0; i < rows; i++) {
+            size_t len = rndn(4) == 0 ? 0 : 1 + rndn(rndn(8) == 0 ? MAXROW : 6);
+            if (i) {
+                int space = spaced && rndn(2);
+                n += (size_t)sprintf(buf + n, "%s", space ? ", " : ",");
+                plain &= !space;
+            }
+            if (rndn(60) == 0) {
+                n += (size_t)sprintf(buf + n, "%s", ROW_BAD[rndn(4)]);
+                plain = 0;
+                want_off[i + 1] = (int64_t)k;
+                continue;
+            }
+            n += (size_t)sprintf(buf + n, "[");
+            for (size_t j = 0; j < len; j++) {
+                if (j) {
+                    int space = spaced && rndn(3) == 0;
+                    n += (size_t)sprintf(buf + n, "%s", space ? " , " : ",");
+                    plain &= !space;
+                }
+                if (rndn(300) == 0) {
+                    n += (size_t)sprintf(buf + n, "%s", BAD[rndn(8)]);
+                    plain = 0;
+                    continue;
+                }
+                {
+                    uint64_t x = rnd_literal(rndn(300) == 0 ? 1 + (unsigned)rndn(19) : 1 + (unsigned)rndn(5));
+                    if (rndn(200) == 0) /* at the bound, or just above it */
+                        x = (max < INT32_MAX ? max : INT32_MAX) + rndn(2);
+                    n += (size_t)sprintf(buf + n, "%llu", (unsigned long long)x);
+                }
+                k++;
+            }
+            n += (size_t)sprintf(buf + n, "]");
+            want_off[i + 1] = (int64_t)k;
+        }
+        n += (size_t)sprintf(buf + n, "]}]}");
+        for (int pi = 0; pi < NPATHS; pi++) {
+            tw_value *v;
+            size_t err = 99, err2 = 99, total;
+            int rc, rc2;
+            char *exact;
+            if (!tw_path_available(PATHS[pi]))
+                continue;
+            CHECK(scan_path(buf, n, PATHS[pi], 1024, &d) == TW_OK && d.nchoices == 1,
+                  "nested %zu %s: scan", r, PATH_NAMES[pi]);
+            if (d.nchoices != 1)
+                continue;
+            v = &d.choice[0].f[TW_F_SAMPLING_MASK];
+            CHECK(v->present && v->type == TW_T_ARRAY && v->count == rows && (!plain || !v->all_int) &&
+                      v->read == plain,
+                  "nested %zu %s: count %zu, read %d, plain %d (%.*s)", r, PATH_NAMES[pi], v->count,
+                  (int)v->read, plain, (int)(n < 300 ? n : 300), buf);
+            exact = tail_copy(buf, n); /* the document alone: a read past it shows under ASan */
+            total = tw_nested_bound(exact, v);
+            CHECK(total <= MAXROWS * MAXROW, "nested %zu: bound %zu", r, total);
+            memset(off2, 0x55, (MAXROWS + 1) * sizeof(int64_t));
+            rc2 = tw_parse_nested_uint(exact, v, max, off2, vals2, &err2);
+            free(exact);
+            if (!v->read)
+                continue;
+            read_lists++;
+            bad_lists += rc2 != 0;
+            CHECK(tw_nested_total(&d, v) == (size_t)want_off[rows], "nested %zu %s: total", r,
+                  PATH_NAMES[pi]);
+            memset(off, 0x55, (MAXROWS + 1) * sizeof(int64_t));
+            rc = tw_take_nested(&d, v, max, off, vals, &err);
+            CHECK(rc == rc2 && (rc == 0 || err == err2), "nested %zu %s: rc %d/%d, row %zu/%zu", r,
+                  PATH_NAMES[pi], rc, rc2, err, err2);
+            {
+                size_t good = rc == 0 ? rows : err; /* the rows both filled */
+                CHECK(memcmp(off, off2, (good + 1) * sizeof(int64_t)) == 0 &&
+                          memcmp(off, want_off, (good + 1) * sizeof(int64_t)) == 0 &&
+                          memcmp(vals, vals2, (size_t)off[good] * sizeof(int32_t)) == 0,
+                      "nested %zu %s: offsets or values differ", r, PATH_NAMES[pi]);
+            }
+        }
+    }
+    /* a list the depth limit stops before its rows: the scan fails as it would unread */
+    {
+        const char *doc = "{\"choices\":[{\"sampling_mask\":[[1,2],[3]]}]}";
+        for (int pi = 0; pi < NPATHS; pi++) {
+            if (!tw_path_available(PATHS[pi]))
+                continue;
+            CHECK(scan_path(doc, strlen(doc), PATHS[pi], 4, &d) != TW_OK, "nested depth 4 %s",
+                  PATH_NAMES[pi]);
+            CHECK(scan_path(doc, strlen(doc), PATHS[pi], 5, &d) == TW_OK &&
+                      d.choice[0].f[TW_F_SAMPLING_MASK].read,
+                  "nested depth 5 %s", PATH_NAMES[pi]);
+        }
+    }
+    tw_doc_free(&d);
+    printf("nested lists: %zu generated, %zu read during the scan, %zu of those with a bad row\n",
+           rounds, read_lists, bad_lists);
+    free(buf);
+    free(want_off);
+    free(off);
+    free(off2);
+    free(vals);
+    free(vals2);
+}
+
 static void test_uint_arrays(void)
 {
     enum { MAXN = 600 };
@@ -782,10 +920,7 @@ static void test_uint_arrays(void)
                 continue;
             }
             {
-                unsigned digits = rndn(10) == 0 ? 1 + (unsigned)rndn(19) : 1 + (unsigned)rndn(7);
-                uint64_t x = rnd() % 10;
-                for (unsigned k = 1; k < digits; k++)
-                    x = x * 10 + (k == 1 && x == 0 ? 1 + rnd() % 9 : rnd() % 10);
+                uint64_t x = rnd_literal(rndn(10) == 0 ? 1 + (unsigned)rndn(19) : 1 + (unsigned)rndn(7));
                 if (x > (uint64_t)INT64_MAX)
                     x /= 10;
                 want[i] = (int64_t)x;
@@ -1278,6 +1413,7 @@ int main(int argc, char **argv)
     test_helpers();
     test_nomem();
     test_uint_arrays();
+    test_nested_arrays();
     test_openai();
     test_decode();
     test_fuzz(fuzz);
