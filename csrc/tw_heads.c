@@ -586,7 +586,7 @@ static int keep_support(int path, int64_t *oid, double *olp, size_t m, const int
 /* The end of the block of tokens from `from` (< n) whose entries (offsets off) fit one
    sweep: at most TOKEN_BLOCK tokens, and always at least one, however long. With
    `long_only`, the block also stops before a token of at most 32 entries (those the
-   AVX-512 path decides in registers). */
+   AVX-512 and AVX2 paths decide in registers). */
 static size_t block_end(const int64_t *off, size_t from, size_t n, int long_only) {
     size_t to = from + 1;
     while (to < n && to - from < TOKEN_BLOCK && off[to + 1] - off[from] <= SWEEP &&
@@ -1324,14 +1324,17 @@ TW_TARGET_AVX512 static int fused_row_avx512(const uint32_t *ids, const float *v
     return 1;
 }
 
-/* fused_row_avx512 with AVX2, for rows of up to 32 entries: the lanes repeating an earlier
-   lane found in registers, eight lanes a compare; then as there. */
-TW_TARGET_AVX2 static int fused_row_avx2(const uint32_t *ids, const float *vals, size_t len,
-                                         uint64_t take, int64_t sid, float *out, int64_t *oid,
-                                         double *olp, size_t *count, int *r) {
-    __m256i a[4], bits[4];
-    size_t nvec = (len + 7) / 8, c = 0;
-    uint32_t all = tw_load32_avx2(ids, len, a), nan = 0, rep, hit = 0;
+/* row_keep_avx512 and row_rule_avx512 with AVX2, for rows of up to 32 entries: the lanes
+   repeating an earlier lane found in registers, eight lanes a compare. 0 (nothing decided)
+   when the row holds a NaN or repeats whose bits differ (a zero of either sign); else 1, the
+   row loaded into a and bits (four vectors each, zero past the row), *keep the lanes of the
+   first `take` distinct ids, and the row rule in *r with the sampled value in *out when it
+   holds. */
+TW_TARGET_AVX2 static int row_keep_avx2(const uint32_t *ids, const float *vals, size_t len,
+                                        uint64_t take, int64_t sid, float *out, int *r,
+                                        __m256i *a, __m256i *bits, uint32_t *keep_out) {
+    size_t nvec = (len + 7) / 8;
+    uint32_t all = tw_load32_avx2(ids, len, a), nan = 0, rep, hit = 0, keep;
     tw_load32_avx2(vals, len, bits);
     for (size_t k = 0; k < nvec; k++) {
         __m256 v = _mm256_castsi256_ps(bits[k]);
@@ -1358,7 +1361,23 @@ TW_TARGET_AVX2 static int fused_row_avx2(const uint32_t *ids, const float *vals,
         *out = vals[63 - tw_clz64(hit)];
         *r = TW_ROW_OK;
     }
-    for (uint32_t keep = all & ~rep; keep && c < take; keep &= keep - 1, c++) {
+    /* the first `take`: the highest lanes dropped (a row holds at most a few more) */
+    keep = all & ~rep;
+    while ((uint64_t)_mm_popcnt_u32(keep) > take) keep &= ~(UINT32_C(1) << (63 - tw_clz64(keep)));
+    for (size_t k = nvec; k < 4; k++) a[k] = bits[k] = _mm256_setzero_si256();
+    *keep_out = keep;
+    return 1;
+}
+
+/* fused_row_avx512 with AVX2 (row_keep_avx2), the candidates widened one at a time. */
+TW_TARGET_AVX2 static int fused_row_avx2(const uint32_t *ids, const float *vals, size_t len,
+                                         uint64_t take, int64_t sid, float *out, int64_t *oid,
+                                         double *olp, size_t *count, int *r) {
+    __m256i a[4], bits[4];
+    uint32_t keep;
+    size_t c = 0;
+    if (!row_keep_avx2(ids, vals, len, take, sid, out, r, a, bits, &keep)) return 0;
+    for (; keep; keep &= keep - 1, c++) {
         unsigned i = tw_ctz32(keep);
         oid[c] = ids[i];
         olp[c] = vals[i];
@@ -1496,6 +1515,23 @@ int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids
 #define FAST_ROW 2 /* the row breaks a row rule (*row_kind) */
 
 #ifdef TW_X86_SIMD
+/* n ids and their values in insertion_sort's order (value descending, then id ascending),
+   in place. */
+static void sort_head(uint32_t *id, float *val, unsigned n) {
+    for (unsigned i = 1; i < n; i++) {
+        uint32_t d = id[i];
+        float x = val[i];
+        unsigned j = i;
+        while (j > 0 && (x > val[j - 1] || (x == val[j - 1] && d < id[j - 1]))) {
+            id[j] = id[j - 1];
+            val[j] = val[j - 1];
+            j--;
+        }
+        id[j] = d;
+        val[j] = x;
+    }
+}
+
 /* cnt (<= 16) lanes of ids (as int64) and values into oid/olp. */
 TW_TARGET_AVX512 static inline void store_head(int64_t *oid, float *olp, __m512i ids, __m512 vals,
                                                unsigned cnt) {
@@ -1543,7 +1579,7 @@ TW_TARGET_AVX512 static void exps_f32_avx512(const float *v, size_t n, double *e
  * ties in another order, sentinels inside), the head kept (kept(), or the support's ids as
  * keep_support keeps them), written to oid/olp. It decides only what is plain: FAST_OK when
  * the row is valid and so is its head up to the sum rules (no value above 1, not empty, no
- * FEWER), which heads_avx512 then checks a batch at a time; FAST_ROW when the sampled id
+ * FEWER), which heads_in_registers then checks a batch at a time; FAST_ROW when the sampled id
  * breaks the row rule. Anything else (a NaN, a repeat whose zero's sign differs, a support
  * id not ranked, ...) is FAST_NO, and the token goes to the kernels above, which decide and
  * report it as for every token. The sampled id's candidate carries the sampled value itself
@@ -1623,18 +1659,7 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
         _mm512_storeu_ps(val, _mm512_maskz_compress_ps(k0, v0));
         _mm512_storeu_ps(val + 16, _mm512_setzero_ps());
         _mm512_mask_storeu_ps(val + n0, (__mmask16)((1u << (live - n0)) - 1), _mm512_maskz_compress_ps(k1, v1));
-        for (unsigned i = 1; i < live; i++) { /* insertion_sort's order: value desc, id asc */
-            uint32_t d = id[i];
-            float x = val[i];
-            unsigned j = i;
-            while (j > 0 && (x > val[j - 1] || (x == val[j - 1] && d < id[j - 1]))) {
-                id[j] = id[j - 1];
-                val[j] = val[j - 1];
-                j--;
-            }
-            id[j] = d;
-            val[j] = x;
-        }
+        sort_head(id, val, live);
         r0 = _mm512_loadu_si512(id);
         r1 = _mm512_loadu_si512(id + 16);
         rv0 = _mm512_loadu_ps(val);
@@ -1712,6 +1737,198 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
     *count = r;
     return FAST_OK;
 }
+
+/* better() of eight lanes (values v, ids c) over eight others (pv, pc): a bit per lane, the
+   ids compared unsigned (their top bits flipped, then a signed compare). */
+TW_TARGET_AVX2 static inline uint32_t better8(__m256 v, __m256i c, __m256 pv, __m256i pc) {
+    const __m256i flip = _mm256_set1_epi32(INT32_MIN);
+    __m256i lt = _mm256_cmpgt_epi32(_mm256_xor_si256(pc, flip), _mm256_xor_si256(c, flip));
+    __m256 b = _mm256_or_ps(_mm256_cmp_ps(v, pv, _CMP_GT_OQ),
+                            _mm256_and_ps(_mm256_cmp_ps(v, pv, _CMP_EQ_OQ), _mm256_castsi256_ps(lt)));
+    return (uint32_t)_mm256_movemask_ps(b);
+}
+
+/* Lanes 8k-1 .. 8k+6 of the 32 in x (lane -1: lane 7 of x[0]), and lanes 8k+1 .. 8k+8 (lane
+   32: lane 0 of x[3]), from registers. */
+TW_TARGET_AVX2 static inline __m256i lanes_before(const __m256i *x, size_t k) {
+    const __m256i up = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+    return _mm256_blend_epi32(_mm256_permutevar8x32_epi32(x[k], up),
+                              _mm256_permutevar8x32_epi32(x[k ? k - 1 : 0], up), 0x01);
+}
+TW_TARGET_AVX2 static inline __m256i lanes_after(const __m256i *x, size_t k) {
+    const __m256i down = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
+    return _mm256_blend_epi32(_mm256_permutevar8x32_epi32(x[k], down),
+                              _mm256_permutevar8x32_epi32(x[k < 3 ? k + 1 : 3], down), 0x80);
+}
+
+/* The lanes of the first nv vectors of x equal to / above y, a bit each. */
+TW_TARGET_AVX2 static inline uint32_t lanes_eq_ps(const __m256i *x, size_t nv, float y) {
+    uint32_t bits = 0;
+    for (size_t k = 0; k < nv; k++)
+        bits |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_castsi256_ps(x[k]), _mm256_set1_ps(y), _CMP_EQ_OQ)) << (8 * k);
+    return bits;
+}
+TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, size_t nv, float y) {
+    uint32_t bits = 0;
+    for (size_t k = 0; k < nv; k++)
+        bits |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_castsi256_ps(x[k]), _mm256_set1_ps(y), _CMP_GT_OQ)) << (8 * k);
+    return bits;
+}
+
+/*
+ * compact_head_avx512 with AVX2, for rows of up to 32 entries: the same decisions (FAST_OK,
+ * FAST_ROW, or FAST_NO for anything not plain), from row_keep_avx2's lanes. The candidates
+ * are moved into place in registers when the row repeats at most one earlier id (the usual
+ * compact row: the sampled token, then the engine's ranked candidates, one of them the
+ * sampled token again), else one at a time; the ranked order from the head's shape as there,
+ * or sorted; a support's ids are found one id a compare.
+ */
+TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *vals, size_t len,
+                                            uint64_t take, int64_t sid, int64_t k,
+                                            const int32_t *sup, size_t slen, float *out_sampled,
+                                            int64_t *oid, float *olp, size_t *count,
+                                            int *row_kind) {
+    __m256i a[4], bits[4], c[4], v[4], rc[4], rv[4];
+    uint32_t keep;
+    if (len == 0 || len > 32 || !row_keep_avx2(ids, vals, len, take, sid, out_sampled, row_kind, a, bits, &keep))
+        return FAST_NO;
+    if (*row_kind != TW_ROW_OK) return FAST_ROW;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    unsigned m = (unsigned)_mm_popcnt_u32(keep);
+    size_t nv = (m + 7) / 8;
+    uint32_t all = m == 32 ? ~UINT32_C(0) : (UINT32_C(1) << m) - 1;
+
+    /* the m candidates as lanes 0 .. m-1 of c (ids) and v (value bits): lane 0 is always
+       kept, so the lanes not kept below the last kept one are the holes */
+    uint32_t holes = ~keep & ((UINT32_C(2) << (31 - (tw_clz64(keep) - 32))) - 1);
+    if (holes == 0 || (holes & (holes - 1)) == 0) {
+        __m256i j = _mm256_set1_epi32(holes ? (int)tw_ctz32(holes) : 32);
+        for (size_t q = 0; q < 4; q++) { /* lanes from the hole on take the lane after them */
+            __m256i from_next = _mm256_cmpgt_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * q + 1))), j);
+            c[q] = _mm256_blendv_epi8(a[q], lanes_after(a, q), from_next);
+            v[q] = _mm256_blendv_epi8(bits[q], lanes_after(bits, q), from_next);
+        }
+    } else {
+        uint32_t ci[32], vi[32], ri[32], rvi[32];
+        memset(ci, 0, sizeof ci);
+        memset(vi, 0, sizeof vi);
+        for (size_t q = 0; q < 4; q++) {
+            _mm256_storeu_si256((__m256i *)(void *)(ri + 8 * q), a[q]);
+            _mm256_storeu_si256((__m256i *)(void *)(rvi + 8 * q), bits[q]);
+        }
+        unsigned n = 0;
+        for (uint32_t left = keep; left; left &= left - 1, n++) {
+            ci[n] = ri[tw_ctz32(left)];
+            vi[n] = rvi[tw_ctz32(left)];
+        }
+        for (size_t q = 0; q < 4; q++) {
+            c[q] = _mm256_loadu_si256((const __m256i *)(const void *)(ci + 8 * q));
+            v[q] = _mm256_loadu_si256((const __m256i *)(const void *)(vi + 8 * q));
+        }
+    }
+
+    /* live: the candidates before a tail at the sentinel */
+    uint32_t z = lanes_eq_ps(v, nv, (float)HEAD_SENTINEL) & all;
+    unsigned live = z ? tw_ctz32(z) : m;
+    uint32_t lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+    int shaped = live > 0 && (z == 0 || z >> live == all >> live); /* sentinels only as a tail */
+
+    /* the shape (head_shape): each candidate against the one before it, then the run */
+    uint32_t up = 0;
+    for (size_t q = 0; q < nv; q++)
+        up |= better8(_mm256_castsi256_ps(v[q]), c[q], _mm256_castsi256_ps(lanes_before(v, q)),
+                      lanes_before(c, q)) << (8 * q);
+    up &= lm & ~UINT32_C(1);
+    float at[32];
+    uint32_t id[32];
+    if (shaped && (up == 0 || up == 2)) {
+        unsigned q = 0;
+        if (up) {
+            __m256 f = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256()));
+            __m256i fi = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
+            uint32_t run = 0;
+            for (size_t u = 0; u < nv; u++)
+                run |= better8(_mm256_castsi256_ps(v[u]), c[u], f, fi) << (8 * u);
+            run &= lm;
+            q = 1 + tw_ctz32(~(run >> 2));
+        }
+        /* the ranked order (shape_at): c[1 .. q], c[0], c[q+1 ..] */
+        __m256i qv = _mm256_set1_epi32((int)q);
+        __m256i c0 = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
+        __m256i v0 = _mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256());
+        for (size_t u = 0; u < 4; u++) {
+            __m256i at_lane = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * u)));
+            __m256i before = _mm256_cmpgt_epi32(qv, at_lane), is_q = _mm256_cmpeq_epi32(qv, at_lane);
+            rc[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(c[u], lanes_after(c, u), before), c0, is_q);
+            rv[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(v[u], lanes_after(v, u), before), v0, is_q);
+        }
+    } else {
+        /* no shape: the candidates not at the sentinel, wherever they are, sorted (what
+           select_one ranks with rank_top then) */
+        uint32_t cs[32], keep_live = all & ~z;
+        float vs[32];
+        for (size_t u = 0; u < 4; u++) {
+            _mm256_storeu_si256((__m256i *)(void *)(cs + 8 * u), c[u]);
+            _mm256_storeu_si256((__m256i *)(void *)(vs + 8 * u), v[u]);
+        }
+        memset(id, 0, sizeof id);
+        memset(at, 0, sizeof at);
+        live = 0;
+        for (; keep_live; keep_live &= keep_live - 1, live++) {
+            id[live] = cs[tw_ctz32(keep_live)];
+            at[live] = vs[tw_ctz32(keep_live)];
+        }
+        if (live == 0) return FAST_NO;
+        sort_head(id, at, live);
+        for (size_t u = 0; u < 4; u++) {
+            rc[u] = _mm256_loadu_si256((const __m256i *)(const void *)(id + 8 * u));
+            rv[u] = _mm256_loadu_si256((const __m256i *)(const void *)(at + 8 * u));
+        }
+        lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+    }
+    size_t nl = (live + 7) / 8;
+    for (size_t u = 0; u < 4; u++) {
+        _mm256_storeu_si256((__m256i *)(void *)(id + 8 * u), rc[u]);
+        _mm256_storeu_si256((__m256i *)(void *)(at + 8 * u), rv[u]);
+    }
+
+    unsigned r;
+    if (sup && slen) {
+        /* keep_support: every support id among the live ranked ones; those are the head */
+        uint32_t marks = 0;
+        for (size_t j = 0; j < slen; j++) {
+            if (sup[j] < 0) return FAST_NO;
+            __m256i want = _mm256_set1_epi32(sup[j]);
+            uint32_t h = 0;
+            for (size_t u = 0; u < nl; u++)
+                h |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(rc[u], want))) << (8 * u);
+            h &= lm;
+            if (!h) return FAST_NO;
+            marks |= h;
+        }
+        if (lanes_above_ps(rv, nl, 1.0f) & marks) return FAST_NO; /* decided exactly */
+        r = 0;
+        for (; marks; marks &= marks - 1, r++) {
+            unsigned i = tw_ctz32(marks);
+            oid[r] = id[i];
+            olp[r] = at[i];
+        }
+    } else {
+        /* kept(): the first k, or those above a tie across the k-th place */
+        r = k < 1 ? 0 : (uint64_t)k < live ? (unsigned)k : live;
+        if (r > 0 && r < live && at[r - 1] == at[r])
+            r = tw_ctz32(lanes_eq_ps(rv, nl, at[r]) & lm); /* ranked: the values equal to the boundary are one run */
+        if (r == 0 || too_few(m, k)) return FAST_NO;
+        uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
+        if (lanes_above_ps(rv, nl, 1.0f) & head) return FAST_NO; /* decided exactly */
+        for (unsigned i = 0; i < r; i++) {
+            oid[i] = id[i];
+            olp[i] = at[i];
+        }
+    }
+    *count = r;
+    return FAST_OK;
+}
 #endif
 
 /* One call's arguments (tw_compact_heads). */
@@ -1781,15 +1998,42 @@ static ptrdiff_t compact_block(compact_call *c, size_t from, size_t to, int64_t 
 }
 
 #ifdef TW_X86_SIMD
-/* Tokens whose sums heads_avx512 checks together. */
+/* exps_f32_avx512 with AVX2: eight values at a time, the last few through a copy. */
+TW_TARGET_AVX2 static inline void exps8_f32_avx2(const float *v, double *e) {
+    const __m256d lo = _mm256_set1_pd(FEXP_LO), one = _mm256_set1_pd(1.0);
+    __m256 x = _mm256_loadu_ps(v);
+    __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    __m256d f0, f1;
+    fast_exp8_avx2(_mm256_min_pd(_mm256_max_pd(x0, lo), one), _mm256_min_pd(_mm256_max_pd(x1, lo), one), &f0, &f1);
+    _mm256_storeu_pd(e, _mm256_and_pd(f0, _mm256_cmp_pd(x0, lo, _CMP_GE_OQ)));
+    _mm256_storeu_pd(e + 4, _mm256_and_pd(f1, _mm256_cmp_pd(x1, lo, _CMP_GE_OQ)));
+}
+
+TW_TARGET_AVX2 static void exps_f32_avx2(const float *v, size_t n, double *e) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) exps8_f32_avx2(v + i, e + i);
+    if (i < n) {
+        float x8[8] = {0};
+        double e8[8];
+        for (size_t j = i; j < n; j++) x8[j - i] = v[j];
+        exps8_f32_avx2(x8, e8);
+        for (size_t j = i; j < n; j++) e[j] = e8[j - i];
+    }
+}
+
+/* Tokens whose sums heads_in_registers checks together. */
 #define SUM_BATCH 32
 
-/* The sum rules of the tokens [from, to) that compact_head_avx512 decided (check_sums' rules
-   and estimate; heads of at most 32 values, none above 1): -1, or the first failing token. */
-TW_TARGET_AVX512 static ptrdiff_t batch_sums(const compact_call *c, size_t from, size_t to, int *head_code) {
+/* The sum rules of the tokens [from, to) that compact_head_avx512 or compact_head_avx2
+   decided (check_sums' rules and estimate; heads of at most 32 values, none above 1): -1, or
+   the first failing token. */
+static ptrdiff_t batch_sums(const compact_call *c, size_t from, size_t to, int *head_code) {
     double e[SUM_BATCH * 32], v[32];
     int64_t base = c->out_off[from];
-    exps_f32_avx512(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
+    if (c->path == TW_PATH_AVX512)
+        exps_f32_avx512(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
+    else
+        exps_f32_avx2(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
     for (size_t t = from; t < to; t++) {
         size_t r = (size_t)(c->out_off[t + 1] - c->out_off[t]);
         int has_sup = row_has_support(c->soff, t);
@@ -1807,9 +2051,9 @@ TW_TARGET_AVX512 static ptrdiff_t batch_sums(const compact_call *c, size_t from,
     return -1;
 }
 
-/* tw_compact_heads on the AVX-512 path: batches of tokens decided in registers, their sums
-   checked together, and each token those leave to the kernels above. */
-TW_TARGET_AVX512 static ptrdiff_t heads_avx512(compact_call *c, size_t n, int *row_kind, int *head_code) {
+/* tw_compact_heads on the AVX-512 and AVX2 paths: batches of tokens decided in registers,
+   their sums checked together, and each token those leave to the kernels above. */
+static ptrdiff_t heads_in_registers(compact_call *c, size_t n, int *row_kind, int *head_code) {
     uint64_t take = c->num_top < 1 ? 1 : (uint64_t)c->num_top;
     int64_t o = 0;
     for (size_t t = 0; t < n;) {
@@ -1818,10 +2062,15 @@ TW_TARGET_AVX512 static ptrdiff_t heads_avx512(compact_call *c, size_t n, int *r
         for (; t < n && t - from < SUM_BATCH; t++) {
             size_t len = (size_t)(c->roff[t + 1] - c->roff[t]), r = 0;
             int has_sup = row_has_support(c->soff, t);
-            fast = compact_head_avx512(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take,
-                                       c->sampled[t], c->k, has_sup ? c->sup + c->soff[t] : NULL,
-                                       has_sup ? (size_t)(c->soff[t + 1] - c->soff[t]) : 0,
-                                       c->out_sampled + t, c->out_ids + o, c->out_lps + o, &r, row_kind);
+            const int32_t *sup = has_sup ? c->sup + c->soff[t] : NULL;
+            size_t slen = has_sup ? (size_t)(c->soff[t + 1] - c->soff[t]) : 0;
+            fast = c->path == TW_PATH_AVX512
+                       ? compact_head_avx512(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take,
+                                             c->sampled[t], c->k, sup, slen, c->out_sampled + t,
+                                             c->out_ids + o, c->out_lps + o, &r, row_kind)
+                       : compact_head_avx2(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take,
+                                           c->sampled[t], c->k, sup, slen, c->out_sampled + t,
+                                           c->out_ids + o, c->out_lps + o, &r, row_kind);
             if (fast != FAST_OK) break;
             o += (int64_t)r;
             c->out_off[t + 1] = o;
@@ -1856,8 +2105,8 @@ ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_id
     *head_code = TW_HEAD_OK;
     out_off[0] = 0;
 #ifdef TW_X86_SIMD
-    if (c.path == TW_PATH_AVX512)
-        failed = heads_avx512(&c, n, row_kind, head_code);
+    if (c.path == TW_PATH_AVX512 || c.path == TW_PATH_AVX2)
+        failed = heads_in_registers(&c, n, row_kind, head_code);
     else
 #endif
         for (size_t from = 0, to; from < n && failed < 0; from = to) {

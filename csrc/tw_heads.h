@@ -112,9 +112,9 @@ ptrdiff_t tw_compact_rows_candidates(size_t n, const int64_t *roff, const uint32
  * TW_HEAD_NOMEM: no scratch memory. Output as tw_select_heads': out_off[0..n], out_ids and
  * out_lps of capacity roff[n] - roff[0] each (any of it may be written), out_sampled[0..n)
  * (when a token fails, out_sampled and the output from it on are unspecified).
- * On the AVX-512 path a row of up to 32 entries whose head is plain (see tw_heads.c) is
- * decided in registers; every other token, and every token on the other paths, by the two
- * kernels a block at a time. The same decisions and output on every path.
+ * On the AVX-512 and AVX2 paths a row of up to 32 entries whose head is plain (see
+ * tw_heads.c) is decided in registers; every other token, and every token on the other
+ * paths, by the two kernels a block at a time. The same decisions and output on every path.
  */
 ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
                            const float *row_vals, const int64_t *sampled, int64_t num_top,

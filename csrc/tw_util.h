@@ -276,20 +276,31 @@ TW_TARGET_AVX2 static inline uint32_t tw_load32_avx2(const void *p, size_t len, 
 
 /* The lanes of up to 4 vectors of 8 ids (lane i of a[k] is element 8k + i) that repeat an
    earlier lane, a bit each, without a branch: each vector against its own rotations (lane i
-   against lane i - r, for i >= r) and against every rotation of each vector before it. */
-TW_TARGET_AVX2 static inline uint32_t tw_repeats_avx2(const __m256i *a, size_t nvec)
+   against lane i - r, for i >= r) and against every rotation of each vector before it. One
+   body a vector count (tw_repeats_avx2 picks it), so that the loops unroll and the
+   accumulators stay in registers. */
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE uint32_t tw_repeats_avx2_n(const __m256i *a, const size_t nvec)
 {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i rep[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                       _mm256_setzero_si256()};
     uint32_t bits = 0;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 8
+#endif
     for (int r = 0; r < 8; r++) {
         __m256i idx = _mm256_and_si256(_mm256_sub_epi32(lane, _mm256_set1_epi32(r)), _mm256_set1_epi32(7));
         __m256i later = _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(r - 1)); /* lanes i >= r */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 4
+#endif
         for (size_t k = 0; k < nvec; k++) {
             __m256i turned = _mm256_permutevar8x32_epi32(a[k], idx);
             if (r)
                 rep[k] = _mm256_or_si256(rep[k], _mm256_and_si256(_mm256_cmpeq_epi32(a[k], turned), later));
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 4
+#endif
             for (size_t k2 = k + 1; k2 < nvec; k2++)
                 rep[k2] = _mm256_or_si256(rep[k2], _mm256_cmpeq_epi32(a[k2], turned));
         }
@@ -297,6 +308,22 @@ TW_TARGET_AVX2 static inline uint32_t tw_repeats_avx2(const __m256i *a, size_t n
     for (size_t k = 0; k < nvec; k++)
         bits |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(rep[k])) << (8 * k);
     return bits;
+}
+
+TW_TARGET_AVX2 static inline uint32_t tw_repeats_avx2(const __m256i *a, size_t nvec)
+{
+    switch (nvec) {
+    case 0:
+        return 0;
+    case 1:
+        return tw_repeats_avx2_n(a, 1);
+    case 2:
+        return tw_repeats_avx2_n(a, 2);
+    case 3:
+        return tw_repeats_avx2_n(a, 3);
+    default:
+        return tw_repeats_avx2_n(a, 4);
+    }
 }
 #endif
 

@@ -967,6 +967,8 @@ static void test_compact_heads(long count) {
         roff[0] = soff[0] = 0;
         for (size_t t = 0; t < n; t++) {
             size_t len = sampler_row(ids + total, vals + total, with_sup, k, plain);
+            if (len && rndn(30) == 0) /* a value above 1 (or at it): its head's sum is decided exactly */
+                vals[total + rndn(len)] = rndn(2) ? 1.5f : 1.0f;
             sampled[t] = len && rndn(10) ? (int64_t)ids[total] : (int64_t)rndn(3) - 1;
             if (with_sup) {
                 size_t w = 0, kind = rndn(6);
