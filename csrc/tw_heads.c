@@ -1336,7 +1336,8 @@ TW_TARGET_AVX2 static int row_keep_avx2(const uint32_t *ids, const float *vals, 
     size_t nvec = (len + 7) / 8;
     uint32_t all = tw_load32_avx2(ids, len, a), nan = 0, rep, hit = 0, keep;
     tw_load32_avx2(vals, len, bits);
-    for (size_t k = 0; k < nvec; k++) {
+    for (size_t k = nvec; k < 4; k++) a[k] = bits[k] = _mm256_setzero_si256();
+    TW_UNROLL4 for (size_t k = 0; k < 4; k++) {
         __m256 v = _mm256_castsi256_ps(bits[k]);
         nan |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) << (8 * k);
     }
@@ -1347,12 +1348,19 @@ TW_TARGET_AVX2 static int row_keep_avx2(const uint32_t *ids, const float *vals, 
     /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
     for (uint32_t left = rep; left; left &= left - 1) {
         unsigned j = tw_ctz32(left);
-        for (unsigned i = 0; i < j; i++)
-            if (ids[i] == ids[j] && memcmp(vals + i, vals + j, sizeof(float)) != 0) return 0;
+        int32_t same;
+        uint32_t differ = 0;
+        memcpy(&same, vals + j, sizeof same);
+        __m256i want = _mm256_set1_epi32((int)ids[j]), want_bits = _mm256_set1_epi32(same);
+        TW_UNROLL4 for (size_t k = 0; k < 4; k++)
+            differ |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(
+                          _mm256_andnot_si256(_mm256_cmpeq_epi32(bits[k], want_bits), _mm256_cmpeq_epi32(a[k], want))))
+                      << (8 * k);
+        if (differ & all) return 0;
     }
     if (sid >= 0 && sid <= (int64_t)UINT32_MAX) {
         __m256i want = _mm256_set1_epi32((int)(uint32_t)sid);
-        for (size_t k = 0; k < nvec; k++)
+        TW_UNROLL4 for (size_t k = 0; k < 4; k++)
             hit |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], want))) << (8 * k);
         hit &= all; /* lanes past the row load as id 0 */
     }
@@ -1364,7 +1372,6 @@ TW_TARGET_AVX2 static int row_keep_avx2(const uint32_t *ids, const float *vals, 
     /* the first `take`: the highest lanes dropped (a row holds at most a few more) */
     keep = all & ~rep;
     while ((uint64_t)_mm_popcnt_u32(keep) > take) keep &= ~(UINT32_C(1) << (63 - tw_clz64(keep)));
-    for (size_t k = nvec; k < 4; k++) a[k] = bits[k] = _mm256_setzero_si256();
     *keep_out = keep;
     return 1;
 }
@@ -1761,16 +1768,16 @@ TW_TARGET_AVX2 static inline __m256i lanes_after(const __m256i *x, size_t k) {
                               _mm256_permutevar8x32_epi32(x[k < 3 ? k + 1 : 3], down), 0x80);
 }
 
-/* The lanes of the first nv vectors of x equal to / above y, a bit each. */
-TW_TARGET_AVX2 static inline uint32_t lanes_eq_ps(const __m256i *x, size_t nv, float y) {
+/* The lanes of the four vectors of x equal to / above y, a bit each. */
+TW_TARGET_AVX2 static inline uint32_t lanes_eq_ps(const __m256i *x, float y) {
     uint32_t bits = 0;
-    for (size_t k = 0; k < nv; k++)
+    TW_UNROLL4 for (size_t k = 0; k < 4; k++)
         bits |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_castsi256_ps(x[k]), _mm256_set1_ps(y), _CMP_EQ_OQ)) << (8 * k);
     return bits;
 }
-TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, size_t nv, float y) {
+TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, float y) {
     uint32_t bits = 0;
-    for (size_t k = 0; k < nv; k++)
+    TW_UNROLL4 for (size_t k = 0; k < 4; k++)
         bits |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_castsi256_ps(x[k]), _mm256_set1_ps(y), _CMP_GT_OQ)) << (8 * k);
     return bits;
 }
@@ -1795,7 +1802,6 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
     if (*row_kind != TW_ROW_OK) return FAST_ROW;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     unsigned m = (unsigned)_mm_popcnt_u32(keep);
-    size_t nv = (m + 7) / 8;
     uint32_t all = m == 32 ? ~UINT32_C(0) : (UINT32_C(1) << m) - 1;
 
     /* the m candidates as lanes 0 .. m-1 of c (ids) and v (value bits): lane 0 is always
@@ -1803,7 +1809,7 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
     uint32_t holes = ~keep & ((UINT32_C(2) << (31 - (tw_clz64(keep) - 32))) - 1);
     if (holes == 0 || (holes & (holes - 1)) == 0) {
         __m256i j = _mm256_set1_epi32(holes ? (int)tw_ctz32(holes) : 32);
-        for (size_t q = 0; q < 4; q++) { /* lanes from the hole on take the lane after them */
+        TW_UNROLL4 for (size_t q = 0; q < 4; q++) { /* lanes from the hole on take the lane after them */
             __m256i from_next = _mm256_cmpgt_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * q + 1))), j);
             c[q] = _mm256_blendv_epi8(a[q], lanes_after(a, q), from_next);
             v[q] = _mm256_blendv_epi8(bits[q], lanes_after(bits, q), from_next);
@@ -1812,7 +1818,7 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
         uint32_t ci[32], vi[32], ri[32], rvi[32];
         memset(ci, 0, sizeof ci);
         memset(vi, 0, sizeof vi);
-        for (size_t q = 0; q < 4; q++) {
+        TW_UNROLL4 for (size_t q = 0; q < 4; q++) {
             _mm256_storeu_si256((__m256i *)(void *)(ri + 8 * q), a[q]);
             _mm256_storeu_si256((__m256i *)(void *)(rvi + 8 * q), bits[q]);
         }
@@ -1821,21 +1827,21 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
             ci[n] = ri[tw_ctz32(left)];
             vi[n] = rvi[tw_ctz32(left)];
         }
-        for (size_t q = 0; q < 4; q++) {
+        TW_UNROLL4 for (size_t q = 0; q < 4; q++) {
             c[q] = _mm256_loadu_si256((const __m256i *)(const void *)(ci + 8 * q));
             v[q] = _mm256_loadu_si256((const __m256i *)(const void *)(vi + 8 * q));
         }
     }
 
     /* live: the candidates before a tail at the sentinel */
-    uint32_t z = lanes_eq_ps(v, nv, (float)HEAD_SENTINEL) & all;
+    uint32_t z = lanes_eq_ps(v, (float)HEAD_SENTINEL) & all;
     unsigned live = z ? tw_ctz32(z) : m;
     uint32_t lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
     int shaped = live > 0 && (z == 0 || z >> live == all >> live); /* sentinels only as a tail */
 
     /* the shape (head_shape): each candidate against the one before it, then the run */
     uint32_t up = 0;
-    for (size_t q = 0; q < nv; q++)
+    TW_UNROLL4 for (size_t q = 0; q < 4; q++)
         up |= better8(_mm256_castsi256_ps(v[q]), c[q], _mm256_castsi256_ps(lanes_before(v, q)),
                       lanes_before(c, q)) << (8 * q);
     up &= lm & ~UINT32_C(1);
@@ -1847,7 +1853,7 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
             __m256 f = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256()));
             __m256i fi = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
             uint32_t run = 0;
-            for (size_t u = 0; u < nv; u++)
+            TW_UNROLL4 for (size_t u = 0; u < 4; u++)
                 run |= better8(_mm256_castsi256_ps(v[u]), c[u], f, fi) << (8 * u);
             run &= lm;
             q = 1 + tw_ctz32(~(run >> 2));
@@ -1856,7 +1862,7 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
         __m256i qv = _mm256_set1_epi32((int)q);
         __m256i c0 = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
         __m256i v0 = _mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256());
-        for (size_t u = 0; u < 4; u++) {
+        TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
             __m256i at_lane = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * u)));
             __m256i before = _mm256_cmpgt_epi32(qv, at_lane), is_q = _mm256_cmpeq_epi32(qv, at_lane);
             rc[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(c[u], lanes_after(c, u), before), c0, is_q);
@@ -1867,7 +1873,7 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
            select_one ranks with rank_top then) */
         uint32_t cs[32], keep_live = all & ~z;
         float vs[32];
-        for (size_t u = 0; u < 4; u++) {
+        TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
             _mm256_storeu_si256((__m256i *)(void *)(cs + 8 * u), c[u]);
             _mm256_storeu_si256((__m256i *)(void *)(vs + 8 * u), v[u]);
         }
@@ -1880,14 +1886,13 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
         }
         if (live == 0) return FAST_NO;
         sort_head(id, at, live);
-        for (size_t u = 0; u < 4; u++) {
+        TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
             rc[u] = _mm256_loadu_si256((const __m256i *)(const void *)(id + 8 * u));
             rv[u] = _mm256_loadu_si256((const __m256i *)(const void *)(at + 8 * u));
         }
         lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
     }
-    size_t nl = (live + 7) / 8;
-    for (size_t u = 0; u < 4; u++) {
+    TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
         _mm256_storeu_si256((__m256i *)(void *)(id + 8 * u), rc[u]);
         _mm256_storeu_si256((__m256i *)(void *)(at + 8 * u), rv[u]);
     }
@@ -1900,13 +1905,13 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
             if (sup[j] < 0) return FAST_NO;
             __m256i want = _mm256_set1_epi32(sup[j]);
             uint32_t h = 0;
-            for (size_t u = 0; u < nl; u++)
+            TW_UNROLL4 for (size_t u = 0; u < 4; u++)
                 h |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(rc[u], want))) << (8 * u);
             h &= lm;
             if (!h) return FAST_NO;
             marks |= h;
         }
-        if (lanes_above_ps(rv, nl, 1.0f) & marks) return FAST_NO; /* decided exactly */
+        if (lanes_above_ps(rv, 1.0f) & marks) return FAST_NO; /* decided exactly */
         r = 0;
         for (; marks; marks &= marks - 1, r++) {
             unsigned i = tw_ctz32(marks);
@@ -1917,10 +1922,10 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
         /* kept(): the first k, or those above a tie across the k-th place */
         r = k < 1 ? 0 : (uint64_t)k < live ? (unsigned)k : live;
         if (r > 0 && r < live && at[r - 1] == at[r])
-            r = tw_ctz32(lanes_eq_ps(rv, nl, at[r]) & lm); /* ranked: the values equal to the boundary are one run */
+            r = tw_ctz32(lanes_eq_ps(rv, at[r]) & lm); /* ranked: the values equal to the boundary are one run */
         if (r == 0 || too_few(m, k)) return FAST_NO;
         uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
-        if (lanes_above_ps(rv, nl, 1.0f) & head) return FAST_NO; /* decided exactly */
+        if (lanes_above_ps(rv, 1.0f) & head) return FAST_NO; /* decided exactly */
         for (unsigned i = 0; i < r; i++) {
             oid[i] = id[i];
             olp[i] = at[i];

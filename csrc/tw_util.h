@@ -33,6 +33,13 @@
 #define TW_ONES UINT64_C(0x0101010101010101)
 #define TW_HIGH UINT64_C(0x8080808080808080)
 
+/* Unroll the loop that follows four times (GCC; other compilers choose). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TW_UNROLL4 _Pragma("GCC unroll 4")
+#else
+#define TW_UNROLL4
+#endif
+
 /* Number of set bits of x. On x86 the builtin is one instruction only where the build
    targets POPCNT; otherwise (a baseline x86-64 build) it is a call into libgcc, slower than
    the bit arithmetic below inlined. */
