@@ -1991,12 +1991,14 @@ static ptrdiff_t compact_block(compact_call *c, size_t from, size_t to, int64_t 
         ptrdiff_t bad = tw_select_heads(heads, coff, c->cand_ids, c->cand_lps, c->sampled + from, slps,
                                         c->k, c->soff ? c->soff + from : NULL, c->sup, off,
                                         c->out_ids + *o, c->lps, head_code, c->path);
+        /* the heads before a failing token are output too, as tw_select_heads outputs them */
+        size_t done = bad >= 0 ? (size_t)bad : heads;
+        for (size_t t = 0; t < done; t++) c->out_off[from + t + 1] = *o + off[t + 1];
+        for (int64_t j = 0; j < off[done]; j++) c->out_lps[*o + j] = (float)c->lps[j];
         if (bad >= 0) {
             *row_kind = TW_ROW_OK;
             return (ptrdiff_t)from + bad;
         }
-        for (size_t t = 0; t < heads; t++) c->out_off[from + t + 1] = *o + off[t + 1];
-        for (int64_t j = 0; j < off[heads]; j++) c->out_lps[*o + j] = (float)c->lps[j];
         *o += off[heads];
     }
     return row >= 0 ? (ptrdiff_t)from + row : -1;

@@ -1019,9 +1019,10 @@ static void test_compact_heads(long count) {
             ptrdiff_t got = tw_compact_heads(n, roff, ids, vals, sampled, num_top, k, so, sup, gs, goff,
                                              gids, glps, &gkind, &gcode, paths[p]);
             int ok = got == want && gkind == kind && (bad_head < 0 || gcode == code);
-            if (ok && want < 0) {
-                ok = memcmp(gs, ws, n * sizeof(float)) == 0 && memcmp(goff, woff, (n + 1) * sizeof(int64_t)) == 0;
-                for (int64_t i = 0; ok && i < woff[n]; i++) {
+            if (ok) { /* every head before the failing token (all of them when none fails) */
+                size_t upto = want < 0 ? n : (size_t)want;
+                ok = memcmp(gs, ws, upto * sizeof(float)) == 0 && memcmp(goff, woff, (upto + 1) * sizeof(int64_t)) == 0;
+                for (int64_t i = 0; ok && i < woff[upto]; i++) {
                     float v = (float)wlps[i];
                     ok = gids[i] == wids[i] && memcmp(&glps[i], &v, sizeof v) == 0;
                 }
