@@ -2061,6 +2061,9 @@ static ptrdiff_t batch_sums(const compact_call *c, size_t from, size_t to, int *
 /* tw_compact_heads on the AVX-512 and AVX2 paths: batches of tokens decided in registers,
    their sums checked together, and each token those leave to the kernels above. */
 static ptrdiff_t heads_in_registers(compact_call *c, size_t n, int *row_kind, int *head_code) {
+    int (*head)(const uint32_t *, const float *, size_t, uint64_t, int64_t, int64_t, const int32_t *, size_t,
+                float *, int64_t *, float *, size_t *, int *) =
+        c->path == TW_PATH_AVX512 ? compact_head_avx512 : compact_head_avx2;
     uint64_t take = c->num_top < 1 ? 1 : (uint64_t)c->num_top;
     int64_t o = 0;
     for (size_t t = 0; t < n;) {
@@ -2069,15 +2072,9 @@ static ptrdiff_t heads_in_registers(compact_call *c, size_t n, int *row_kind, in
         for (; t < n && t - from < SUM_BATCH; t++) {
             size_t len = (size_t)(c->roff[t + 1] - c->roff[t]), r = 0;
             int has_sup = row_has_support(c->soff, t);
-            const int32_t *sup = has_sup ? c->sup + c->soff[t] : NULL;
-            size_t slen = has_sup ? (size_t)(c->soff[t + 1] - c->soff[t]) : 0;
-            fast = c->path == TW_PATH_AVX512
-                       ? compact_head_avx512(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take,
-                                             c->sampled[t], c->k, sup, slen, c->out_sampled + t,
-                                             c->out_ids + o, c->out_lps + o, &r, row_kind)
-                       : compact_head_avx2(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take,
-                                           c->sampled[t], c->k, sup, slen, c->out_sampled + t,
-                                           c->out_ids + o, c->out_lps + o, &r, row_kind);
+            fast = head(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take, c->sampled[t], c->k,
+                        has_sup ? c->sup + c->soff[t] : NULL, has_sup ? (size_t)(c->soff[t + 1] - c->soff[t]) : 0,
+                        c->out_sampled + t, c->out_ids + o, c->out_lps + o, &r, row_kind);
             if (fast != FAST_OK) break;
             o += (int64_t)r;
             c->out_off[t + 1] = o;

@@ -33,11 +33,13 @@
 #define TW_ONES UINT64_C(0x0101010101010101)
 #define TW_HIGH UINT64_C(0x8080808080808080)
 
-/* Unroll the loop that follows four times (GCC; other compilers choose). */
+/* Unroll the loop that follows four / eight times (GCC; other compilers choose). */
 #if defined(__GNUC__) && !defined(__clang__)
 #define TW_UNROLL4 _Pragma("GCC unroll 4")
+#define TW_UNROLL8 _Pragma("GCC unroll 8")
 #else
 #define TW_UNROLL4
+#define TW_UNROLL8
 #endif
 
 /* Number of set bits of x. On x86 the builtin is one instruction only where the build
@@ -292,23 +294,14 @@ TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE uint32_t tw_repeats_avx2_n(const _
     __m256i rep[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                       _mm256_setzero_si256()};
     uint32_t bits = 0;
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC unroll 8
-#endif
-    for (int r = 0; r < 8; r++) {
+    TW_UNROLL8 for (int r = 0; r < 8; r++) {
         __m256i idx = _mm256_and_si256(_mm256_sub_epi32(lane, _mm256_set1_epi32(r)), _mm256_set1_epi32(7));
         __m256i later = _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(r - 1)); /* lanes i >= r */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC unroll 4
-#endif
-        for (size_t k = 0; k < nvec; k++) {
+        TW_UNROLL4 for (size_t k = 0; k < nvec; k++) {
             __m256i turned = _mm256_permutevar8x32_epi32(a[k], idx);
             if (r)
                 rep[k] = _mm256_or_si256(rep[k], _mm256_and_si256(_mm256_cmpeq_epi32(a[k], turned), later));
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC unroll 4
-#endif
-            for (size_t k2 = k + 1; k2 < nvec; k2++)
+            TW_UNROLL4 for (size_t k2 = k + 1; k2 < nvec; k2++)
                 rep[k2] = _mm256_or_si256(rep[k2], _mm256_cmpeq_epi32(a[k2], turned));
         }
     }
