@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -723,3 +724,39 @@ def test_out_of_memory_is_an_error_of_the_run_not_a_defect(tmp_path, capsys, mon
     status, out, err = check(capsys, path)
     assert status == 2 and "malformed" not in out
     assert "out of memory while checking this record" in err and "Traceback" not in err
+
+
+# --- decompression bombs -------------------------------------------------------------------------
+
+_PEAK = textwrap.dedent(
+    """
+    import resource, sys
+    from tokenwire import cli
+    status = cli.main(["check", sys.argv[1], "--report", "json"])
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)  # KiB on Linux
+    sys.exit(status)
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss is in KiB on Linux")
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_a_small_compressed_file_of_huge_output_stays_in_flat_memory(tmp_path, codec):
+    """256 MiB of 1 MiB lines in a few hundred KiB (zstd: ~12 KiB): every decompressor's
+    output is bounded per read, so the check's peak RSS stays far below the content's size."""
+    import zlib
+
+    lines, line = 256, b'{"x":"' + b"a" * ((1 << 20) - 9) + b'"}\n'
+    if codec == "zstd":
+        packer = pytest.importorskip("zstandard").ZstdCompressor(level=3).compressobj()
+    else:
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip header and trailer
+    path = tmp_path / f"bomb.jsonl.{'zst' if codec == 'zstd' else 'gz'}"
+    path.write_bytes(b"".join([*(packer.compress(line) for _ in range(lines)), packer.flush()]))
+    assert path.stat().st_size < 1 << 20
+    ran = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True, timeout=300)
+    result = json.loads(ran.stdout)
+    assert ran.returncode == 1 and result["records"] == lines, ran.stderr[-2000:]
+    assert counts(result) == {"unrecognized": lines}
+    peak_mib = int(ran.stderr.split()[-1]) / 1024
+    assert peak_mib < 160, f"peak RSS {peak_mib:.0f} MiB checking {lines} MiB of {codec} output"

@@ -70,3 +70,31 @@ def test_zstd_without_zstandard(tmp_path, capsys, monkeypatch):
     status, out, err = check(capsys, path)
     assert status == 2 and out == ""
     assert "reading zstd needs the zstandard package" in err and "pip install 'tokenwire[zstd]'" in err
+
+
+def test_frames_are_cut_along_their_blocks(tmp_path):
+    """Frames with and without a checksum or a content size, a skippable frame between them
+    and a highly compressible one, read at any size, give the content back; bytes after the
+    last frame that are no frame are damage."""
+    import io
+
+    parts = [b"".join(b"%d," % i for i in range(50_000)), b"\0" * (3 << 20), b"", b"tail\n"]
+    frames = [
+        zstandard.ZstdCompressor(level=3, write_checksum=True).compress(parts[0]),
+        zstandard.ZstdCompressor(level=19, write_content_size=False).compress(parts[1]),
+        b"\x5a\x2a\x4d\x18" + (5).to_bytes(4, "little") + b"skip!",  # a skippable frame
+        zstandard.ZstdCompressor().compress(parts[2]),
+        zstandard.ZstdCompressor(write_checksum=True).compress(parts[3]),
+    ]
+    data = b"".join(frames)
+    for size in (1, 4093, 1 << 22):
+        stream = cli_io._ZstdFrames(io.BytesIO(data), zstandard)
+        got = []
+        while block := stream.read(size):
+            assert len(block) <= size
+            got.append(block)
+        assert b"".join(got) == b"".join(parts), size
+    stream = cli_io._ZstdFrames(io.BytesIO(data + b"junk"), zstandard)
+    with pytest.raises(zstandard.ZstdError, match="no zstd frame at byte"):
+        while stream.read(1 << 20):
+            pass

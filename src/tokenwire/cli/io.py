@@ -177,35 +177,96 @@ class Reader:
 
 
 class _ZstdFrames:
-    """zstd frames one after another (as ``zstd`` and ``cat a.zst b.zst`` write them),
-    decompressed as they are read. A stream that ends inside a frame is damaged: ``EOFError``,
-    as gzip raises, where ``zstandard``'s own stream reader would return the part silently."""
+    """zstd frames one after another (as ``zstd`` and ``cat a.zst b.zst`` write them, skippable
+    frames included), decompressed as they are read. The stream is cut along its frames and
+    blocks (``_cut``) and the decompressor is handed a few whole blocks at a time: a block
+    decompresses to at most 128 KiB, so no read holds more than ``_BLOCKS`` of them however
+    well the input compresses (``decompressobj`` has no bound on its output). A stream that
+    ends inside a frame is damaged: ``EOFError``, as gzip raises, where ``zstandard``'s own
+    readers would return the part silently."""
 
-    _INPUT = 1 << 17  # compressed bytes fed at a time: bounds the output held at once
+    _INPUT = 1 << 17  # compressed bytes read from the file at a time
+    _BLOCKS = 16  # whole blocks handed to the decompressor at once: at most 2 MiB out
+    _BLOCK_MAX = 128 << 10  # the most a block holds, compressed or not (the format's limit)
 
     def __init__(self, file: IO[bytes], zstandard: Any) -> None:
         self._file = file
         self._context = zstandard.ZstdDecompressor()
-        self._frame = self._context.decompressobj()
-        self._in_frame = False
+        self._error = zstandard.ZstdError
+        self._in = b""  # compressed bytes read from the file; self._pos on are not cut yet
+        self._pos = 0
+        self._at = 0  # bytes of the file cut so far (for messages)
+        self._pieces = self._cut()
+        self._frame: Any = None
         self._out = bytearray()
 
     def read(self, size: int) -> bytes:
         while len(self._out) < size:
-            data = self._file.read(self._INPUT)
-            if not data:
-                if self._in_frame:
-                    raise EOFError("the stream ends inside a frame (truncated)")
+            piece = next(self._pieces, None)
+            if piece is None:
                 break
-            while data:
-                if self._frame.eof:
-                    self._frame = self._context.decompressobj()
-                self._out += self._frame.decompress(data)
-                self._in_frame = not self._frame.eof
-                data = self._frame.unused_data if self._frame.eof else b""
+            starts, data = piece
+            if starts:
+                self._frame = self._context.decompressobj()
+            self._out += self._frame.decompress(data)
         block = bytes(self._out[:size])
         del self._out[:size]
         return block
+
+    def _take(self, n: int, frame_start: bool = False) -> bytes:
+        """The next ``n`` bytes of the stream; none at its end where a frame may start,
+        ``EOFError`` (truncated) anywhere else."""
+        end = self._pos + n
+        if end > len(self._in):
+            parts = [self._in[self._pos :]]
+            held = len(parts[0])
+            while held < n:
+                data = self._file.read(max(self._INPUT, n - held))
+                if not data:
+                    if frame_start and not held:
+                        return b""
+                    raise EOFError("the stream ends inside a frame (truncated)")
+                parts.append(data)
+                held += len(data)
+            self._in, self._pos, end = b"".join(parts), 0, n
+        piece = self._in[self._pos : end]
+        self._pos = end
+        self._at += n
+        return piece
+
+    def _cut(self) -> Iterator[tuple[bool, bytes]]:
+        """The stream as pieces for the decompressor: ``(True, header)`` starts a frame,
+        ``(False, data)`` goes on with whole blocks of it (and, last, its checksum)."""
+        while magic := self._take(4, frame_start=True):
+            if magic[1:] == b"\x2a\x4d\x18" and magic[0] & 0xF0 == 0x50:  # a skippable frame
+                left = int.from_bytes(self._take(4), "little")
+                while left:
+                    left -= len(self._take(min(left, self._INPUT)))
+                continue
+            if magic != _ZSTD_MAGIC:
+                raise self._error(f"no zstd frame at byte {self._at - 4:,}")
+            descriptor = self._take(1)
+            flags = descriptor[0]
+            single = flags >> 5 & 1  # no window descriptor; a content size of at least one byte
+            header = 1 - single + (0, 1, 2, 4)[flags & 3] + (single, 2, 4, 8)[flags >> 6]
+            yield True, magic + descriptor + self._take(header)
+            last = False
+            while not last:
+                parts = []  # each block's header and content
+                for _ in range(self._BLOCKS):
+                    head = self._take(3)
+                    value = int.from_bytes(head, "little")
+                    last, kind, size = bool(value & 1), value >> 1 & 3, value >> 3
+                    if kind == 3 or size > self._BLOCK_MAX:
+                        raise self._error(f"invalid block header at byte {self._at - 3:,}")
+                    parts += (head, self._take(1 if kind == 1 else size))  # 1: one byte repeated
+                    if last:
+                        break
+                yield False, b"".join(parts)
+            if flags & 4:
+                yield False, self._take(4)  # the content checksum
+            if not self._frame.eof:
+                raise self._error(f"a frame does not end with its last block (byte {self._at:,})")
 
 
 def _zstd_stream(file: IO[bytes], name: str) -> tuple[Any, type[BaseException]]:
