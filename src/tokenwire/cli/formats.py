@@ -22,7 +22,7 @@ from tokenwire._errors import MalformedResponseError, invalid_json, location
 from tokenwire.cli.io import json_bytes
 from tokenwire.rules.generate import named
 
-__all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "check_record", "resolve_field"]
+__all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "check_record", "detect", "resolve_field"]
 
 # Defect classes, in the order reports list them: key -> label.
 CLASSES: dict[str, str] = {
@@ -318,6 +318,11 @@ FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE, COMPLETIONS, CHAT, S
 # --- one record ----------------------------------------------------------------------------------
 
 
+def detect(document: Any) -> Format | None:
+    """The format of a parsed record, by its keys: the first of ``FORMATS`` that recognizes it."""
+    return next((f for f in FORMATS.values() if f.detect(document)), None)
+
+
 def _describe(document: Any) -> str:
     """What an unrecognized record looks like, for its message."""
     if isinstance(document, dict):
@@ -389,14 +394,13 @@ def check_record(
             document = None
     tried = FORMATS[fmt] if fmt != "auto" else GENERATE
     try:
-        error = _run(tried, raw, top_k, facts)
-        if error is None and fmt == "auto" and b'"object"' in raw:
-            # An OpenAI-compatible response can read as a generate response: name it by its type.
-            if document is None:
-                document, _ = _loads(raw)
-            other = next((f for f in FORMATS.values() if f is not GENERATE and f.detect(document)), None)
-            if other is not None:
-                tried, error = other, _run(other, raw, top_k, facts)
+        error, parsed = _run(tried, raw, top_k, facts)
+        if error is None and fmt == "auto":
+            # A response of another format can read as a generate response: name it by its
+            # keys, as the parser read them (escapes decoded, in any order).
+            other = detect(_keys(parsed))
+            if other is not None and other is not GENERATE:
+                tried, (error, _) = other, _run(other, raw, top_k, facts)
         if error is None:
             return tried.name, None
         if document is None:
@@ -404,13 +408,13 @@ def check_record(
             if invalid is not None:
                 return None, _prefixed(Defect("malformed_json", "", invalid), prefix)
         if fmt == "auto" and not tried.detect(document):
-            other = next((f for f in FORMATS.values() if f is not tried and f.detect(document)), None)
+            other = detect(document)
             if other is None:
                 names = ", ".join(f"{f.name} ({f.description})" for f in FORMATS.values())
                 reason = f"looks like {_describe(document)}; supported formats: {names}"
                 return None, _prefixed(Defect("unrecognized", "", reason), prefix)
             tried = other
-            error = _run(tried, raw, top_k, facts)
+            error, _ = _run(tried, raw, top_k, facts)
             if error is None:
                 return tried.name, None
         if facts is not None:
@@ -424,18 +428,29 @@ def check_record(
         return None, _prefixed(Defect("other", "", f"{type(exc).__name__}: {exc}"), prefix)
 
 
-def _run(fmt: Format, raw: bytes, top_k: int | None, facts: dict[str, Any] | None = None) -> MalformedResponseError | None:
+def _run(
+    fmt: Format, raw: bytes, top_k: int | None, facts: dict[str, Any] | None = None
+) -> tuple[MalformedResponseError | None, Any]:
+    """The rejection of ``raw`` by ``fmt``'s parser (None), and what the parser returned."""
     try:
         parsed = fmt.validate(raw, top_k)
     except MalformedResponseError as exc:
         # Without its traceback the rejected document is freed before the record is reloaded.
-        return exc.with_traceback(None)
+        return exc.with_traceback(None), None
     if facts is not None and isinstance(parsed, tokenwire.GenerateResponse):
         facts["choices"] = len(parsed.choices)
         facts["tokens"] = sum(len(c.completion_ids) for c in parsed.choices)
         facts["request_id"] = parsed.request_id
         facts["model"] = parsed.payload.get("model")
-    return None
+    return None, parsed
+
+
+def _keys(parsed: Any) -> Any:
+    """A parsed response as far as ``detect`` reads it: its top-level fields and each choice's
+    (the ones the parser does not take apart, whose keys are the ones that tell formats apart)."""
+    if not isinstance(parsed, tokenwire.GenerateResponse):
+        return None
+    return {**parsed.payload, "choices": [choice.raw for choice in parsed.choices]}
 
 
 def _identity(document: Any, facts: dict[str, Any]) -> None:
