@@ -152,10 +152,11 @@ def _connect(ray: Any, address: str) -> bool:
 def run(
     paths: list[str], options: Options, *, address: str = "local", input_kind: str = "auto",
     progress: bool | None = None, sink: Callable[[list[dict[str, Any]]], None] | None = None,
-    range_bytes: int = RANGE_BYTES,
+    range_bytes: int = RANGE_BYTES, rows_file: str | None = None,
 ) -> Tally:
     """Check ``paths`` on Ray: the same :class:`Tally` (and the same rows, in input order, to
-    ``sink``) as ``tokenwire check`` on one machine."""
+    ``sink``) as ``tokenwire check`` on one machine; ``rows_file`` (where ``sink`` writes) is
+    never an input."""
     import sys
     import time
 
@@ -164,7 +165,7 @@ def run(
         # the cluster it starts on the loopback interface (read when ray is first imported).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     ray = _require("ray", "ray")
-    sources = expand_paths(paths)
+    sources = expand_paths(paths, rows_file)
     units = _units(sources, input_kind, range_bytes)
     tally = Tally(options, sources, sink=sink)
     show = sys.stderr.isatty() if progress is None else progress
@@ -237,5 +238,5 @@ def check(
                       records=records is not None, columns=chosen)
     with records_sink(records, chosen) as sink:
         tally = run(paths, options, address=address, input_kind=input_kind, progress=progress,
-                    sink=sink, range_bytes=range_bytes)
+                    sink=sink, range_bytes=range_bytes, rows_file=records)
     return json_report(tally)

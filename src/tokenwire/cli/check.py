@@ -254,11 +254,11 @@ def _size(n: float) -> str:
 
 
 def run(paths: list[str], options: Options, *, jobs: int = 1, input_kind: str = "auto",
-        progress: bool | None = None, sink: Any = None) -> Tally:
+        progress: bool | None = None, sink: Any = None, rows_file: str | None = None) -> Tally:
     """Check every record of ``paths``. Raises :class:`InputError` before any work when an
-    input cannot be opened; a file that fails midway is reported in ``Tally.errors`` and the
-    run goes on with the next one."""
-    sources = expand_paths(paths)
+    input cannot be opened (or is ``rows_file``, where ``sink`` writes); a file that fails
+    midway is reported in ``Tally.errors`` and the run goes on with the next one."""
+    sources = expand_paths(paths, rows_file)
     jobs = min(jobs, _cpus(), _chunks(sources))
     tally = Tally(options, sources)
     tally.sink = sink
@@ -430,11 +430,12 @@ def main(args: Any) -> int:
 
             try:
                 tally = ray_run(args.paths, options, address=args.ray, input_kind=args.input,
-                                progress=args.progress, sink=sink)
+                                progress=args.progress, sink=sink, rows_file=records_path)
             except (ImportError, ConnectionError) as exc:  # no ray, or no cluster at that address
                 raise InputError(f"--ray {args.ray}: {exc}") from None
         else:
-            tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress, sink=sink)
+            tally = run(args.paths, options, jobs=jobs, input_kind=args.input, progress=args.progress, sink=sink,
+                        rows_file=records_path)
     if args.report == "json":
         sys.stdout.write(_json.dumps(json_report(tally), indent=True).decode() + "\n")
     else:

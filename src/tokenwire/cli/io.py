@@ -83,10 +83,21 @@ class Chunk:
     size: int = 0
 
 
-def expand_paths(paths: list[str]) -> list[Source]:
+def _file_id(path: str) -> tuple[int, int] | None:
+    """What tells a file apart whatever path names it (None: no such file)."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def expand_paths(paths: list[str], rows_file: str | None = None) -> list[Source]:
     """The files to read: each path as given, directories searched recursively for
     ``*.json``, ``*.jsonl`` and ``*.ndjson`` (each optionally ``.gz`` or ``.zst``). Every file is opened
-    once here, so an unreadable one stops the run before any work."""
+    once here, so an unreadable one stops the run before any work. ``rows_file`` (``--records``)
+    is never an input: a directory search passes over it, and naming it is an error."""
+    rows_id = _file_id(rows_file) if rows_file is not None else None
     sources: list[Source] = []
     for path in paths:
         if path == "-":
@@ -100,12 +111,15 @@ def expand_paths(paths: list[str]) -> list[Source]:
                     stem = name
                     for suffix in _COMPRESSED_SUFFIXES:
                         stem = stem.removesuffix(suffix)
-                    if stem.endswith(_CAPTURE_SUFFIXES):
-                        found.append(os.path.join(root, name))
+                    found_path = os.path.join(root, name)
+                    if stem.endswith(_CAPTURE_SUFFIXES) and (rows_id is None or _file_id(found_path) != rows_id):
+                        found.append(found_path)
             if not found:
                 raise InputError(f"{path}: directory holds no .json, .jsonl or .ndjson files")
             sources.extend(_source(p) for p in found)
         else:
+            if rows_id is not None and _file_id(path) == rows_id:
+                raise InputError(f"--records {rows_file}: is the input {path}; write the rows to another file")
             sources.append(_source(path))
     _zstd_readable(sources)
     return sources
