@@ -110,10 +110,10 @@ def check_unit(unit: _Unit, options: Options, input_kind: str) -> tuple[list[dic
     try:
         if unit.end is None:
             reader = Reader(unit.source)
-            chunks = read_chunks(reader, input_kind)
+            chunks = read_chunks(reader, input_kind, options.max_record)
         else:
             reader = _Range(unit)
-            chunks = read_chunks(reader, "jsonl")
+            chunks = read_chunks(reader, "jsonl", options.max_record)
         for chunk in chunks:
             newlines += chunk.data.count(b"\n")
             results.append(check_chunk(chunk, options))

@@ -48,6 +48,7 @@ class Options:
     examples: int = 3
     records: bool = False  # one row per record in the result's "rows" (--records)
     columns: tuple[tuple[str, tuple[str, ...]], ...] = ()  # --column: (name, path in the record)
+    max_record: int | None = None  # the largest record held (None: io.MAX_RECORD), in every process
 
 
 def _new_result() -> dict[str, Any]:
@@ -125,7 +126,8 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
     result["file"] = chunk.name
     if chunk.kind == "oversized":
         position = {"file": chunk.name, **({"line": chunk.first_line} if chunk.first_line else {})}
-        reason = f"{chunk.size:,} bytes, more than the {cli_io.MAX_RECORD:,}-byte limit on one record"
+        limit = options.max_record or cli_io.MAX_RECORD
+        reason = f"{chunk.size:,} bytes, more than the {limit:,}-byte limit on one record"
         _count(result, chunk.size, None, Defect("too_large", "", reason), options, position)
         return result
     if chunk.kind == "jsonl":
@@ -275,7 +277,7 @@ def run(paths: list[str], options: Options, *, jobs: int = 1, input_kind: str = 
         for source in sources:
             try:
                 reader = Reader(source)
-                yield from read_chunks(reader, input_kind)
+                yield from read_chunks(reader, input_kind, options.max_record)
             except InputError as exc:
                 tally.errors.append(str(exc))
             finally:

@@ -323,9 +323,11 @@ def sniff(block: bytes) -> str:
     return "json" if line == b"{" or line.startswith(b"[") else "jsonl"
 
 
-def read_chunks(reader: Reader, kind: str = "auto") -> Iterator[Chunk]:
-    """The chunks of one source; ``kind``: ``"auto"`` (sniffed), ``"json"`` or ``"jsonl"``."""
+def read_chunks(reader: Reader, kind: str = "auto", max_record: int | None = None) -> Iterator[Chunk]:
+    """The chunks of one source; ``kind``: ``"auto"`` (sniffed), ``"json"`` or ``"jsonl"``;
+    ``max_record``: the largest record held (None: ``MAX_RECORD``; at least ``BLOCK``)."""
     name = reader.source.name
+    limit = max_record or MAX_RECORD
     first = reader.read(BLOCK)
     if kind == "auto":
         kind = sniff(first)
@@ -334,18 +336,18 @@ def read_chunks(reader: Reader, kind: str = "auto") -> Iterator[Chunk]:
         size = len(first)
         while block := reader.read(BLOCK):
             size += len(block)
-            if size > MAX_RECORD:
+            if size > limit:
                 parts = None  # counted to the end, never held
             elif parts is not None:
                 parts.append(block)
         yield Chunk(name, 1, "json", b"".join(parts)) if parts is not None else Chunk(name, 0, "oversized", b"", size)
         return
-    yield from _lines(reader, name, first)
+    yield from _lines(reader, name, first, limit)
 
 
-def _lines(reader: Reader, name: str, block: bytes) -> Iterator[Chunk]:
+def _lines(reader: Reader, name: str, block: bytes, limit: int) -> Iterator[Chunk]:
     """JSON lines from ``block`` on: chunks of whole lines, and each line longer than
-    ``MAX_RECORD`` as an "oversized" chunk (read to its newline, never held)."""
+    ``limit`` as an "oversized" chunk (read to its newline, never held)."""
     line = 1
     pending: list[bytes] = []  # the start of a line longer than a block
     held = 0  # bytes in pending
@@ -353,7 +355,7 @@ def _lines(reader: Reader, name: str, block: bytes) -> Iterator[Chunk]:
     while block:
         if skipped is None:
             end = block.find(b"\n")
-            if end >= 0 and held + end <= MAX_RECORD:
+            if end >= 0 and held + end <= limit:
                 cut = block.rfind(b"\n")
                 data = b"".join([*pending, block[: cut + 1]]) if pending else block[: cut + 1]
                 rest = block[cut + 1 :]
@@ -362,7 +364,7 @@ def _lines(reader: Reader, name: str, block: bytes) -> Iterator[Chunk]:
                 line += data.count(b"\n")
                 block = reader.read(BLOCK)
                 continue
-            if end < 0 and held + len(block) <= MAX_RECORD:
+            if end < 0 and held + len(block) <= limit:
                 pending.append(block)
                 held += len(block)
                 block = reader.read(BLOCK)
