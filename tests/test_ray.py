@@ -142,3 +142,47 @@ def test_standard_input_is_not_for_ray(capsys, monkeypatch):
     status, out, err = check(capsys, "-", "--ray", "auto")
     assert out == ""
     assert status == 2 and "standard input cannot be checked on Ray" in err
+
+
+_OVERSIZED = textwrap.dedent(
+    """
+    import json, os, sys
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    import tokenwire.ray
+    from tokenwire.cli.check import Options, json_report
+    path, limit = sys.argv[1], int(sys.argv[2])
+    rows = []
+    options = Options(examples=50, records=True, max_record=limit)
+    tally = tokenwire.ray.run([path], options, address="auto", sink=rows.extend, range_bytes=1 << 20)
+    ray.shutdown()
+    print(json.dumps({"report": json_report(tally), "lines": [row["line"] for row in rows]}))
+    """
+)
+
+
+def test_ray_line_numbers_after_an_oversized_record(tmp_path):
+    """A line over the record limit is counted as a line: the lines after it, in later
+    ranges, are numbered as on one machine."""
+    pytest.importorskip("ray")
+    from .test_cli import _packed, line_of, m_native_lost_eos
+
+    limit = tokenwire.cli.io.BLOCK  # the least limit the reader takes
+    good, bad = line_of(_packed()), line_of(m_native_lost_eos()[0])
+    records = [good, bad, b'{"pad": "' + b"x" * (limit + 4096) + b'"}'] + [good, bad] * 20
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(r + b"\n" for r in records))
+    rows: list = []
+    options = cli_check.Options(examples=50, records=True, max_record=limit)
+    one = cli_check.json_report(cli_check.run([str(path)], options, sink=rows.extend))
+    assert one["classes"]["too_large"]["count"] == 1
+    assert [row["line"] for row in rows] == list(range(1, len(records) + 1))
+    ran = subprocess.run([sys.executable, "-c", _OVERSIZED, str(path), str(limit)],
+                         capture_output=True, text=True, timeout=240)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    on_ray = json.loads(ran.stdout)
+    assert on_ray["lines"] == list(range(1, len(records) + 1))
+    shown = [e["line"] for e in on_ray["report"]["classes"]["length_mismatch"]["examples"]]
+    assert shown == [e["line"] for e in one["classes"]["length_mismatch"]["examples"]] == [2, *range(5, 44, 2)]
+    assert _comparable(on_ray["report"]) == _comparable(one)

@@ -115,7 +115,9 @@ def check_unit(unit: _Unit, options: Options, input_kind: str) -> tuple[list[dic
             reader = _Range(unit)
             chunks = read_chunks(reader, "jsonl", options.max_record)
         for chunk in chunks:
-            newlines += chunk.data.count(b"\n")
+            # An oversized line comes without its data: it is one line all the same (its
+            # newline is read; at the end of the file nothing follows it to be renumbered).
+            newlines += chunk.data.count(b"\n") if chunk.kind != "oversized" else int(chunk.first_line > 0)
             results.append(check_chunk(chunk, options))
     except InputError as exc:
         return results, newlines, str(exc)
