@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from tokenwire.cli import check as cli_check
@@ -160,8 +161,9 @@ _EXTREMES = {
     "int64": [(2**64 - 1, INT64_MAX), (2**63, INT64_MAX), (INT64_MAX, INT64_MAX), (INT64_MIN, INT64_MIN),
               (-(2**63) - 1, INT64_MIN), (-(10**30), INT64_MIN), (10**5000, INT64_MAX), (-1, -1), (3.0, 3),
               (1e300, INT64_MAX), (1.5, None), (math.nan, None), (math.inf, None), ("12", None), (True, 1),
-              (None, None)],
-    "bool_": [(True, True), (False, False), (None, None), (1, True), (0, False), ("", False)],
+              (np.uint64(2**64 - 1), INT64_MAX), (np.int32(-7), -7), (None, None)],
+    "bool_": [(True, True), (False, False), (None, None), (1, True), (0, False), ("", False),
+              (np.bool_(True), True), (np.array([1, 2]), None)],
     "string": [("\ud800 lone", "\\ud800 lone"), ("é🚀", "é🚀"), (HUGE, HUGE), (2**64, str(2**64)), (-1.5, "-1.5"),
                (10**5000, "an integer of 16610 bits"), ("", ""), (None, None)],
 }

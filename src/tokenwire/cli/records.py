@@ -101,14 +101,20 @@ def _fit(kind: str, value: Any, strings: bool = False) -> Any:
             if not math.isfinite(value) or not value.is_integer():
                 return None
             value = int(value)
-        return min(max(int(value), _INT64_MIN), _INT64_MAX) if isinstance(value, int) else None
+        try:
+            return min(max(operator.index(value), _INT64_MIN), _INT64_MAX)  # a numpy integer too
+        except TypeError:
+            return None
     if kind == "bool_":
-        return bool(value)
+        try:
+            return bool(value)
+        except Exception:  # an array's truth, say
+            return None
     if not isinstance(value, str):
         try:
             value = str(value)
-        except ValueError:  # an integer too long to write out
-            return f"an integer of {value.bit_length()} bits"
+        except Exception:  # an integer too long to write out, or a value that cannot say what it is
+            return f"an integer of {value.bit_length()} bits" if isinstance(value, int) else None
     if strings:
         try:
             value.encode("utf-8")
@@ -130,8 +136,8 @@ class RecordsWriter:
 
     def __init__(self, path: str, columns: tuple[tuple[str, tuple[str, ...]], ...] = (), group: int = 65536) -> None:
         self.path = path
-        self.names = [*COLUMNS, *(name for name, _ in columns)]
-        self._kinds = [(name, {**COLUMNS, **{n: "string" for n, _ in columns}}[name]) for name in self.names]
+        self._kinds = list({**COLUMNS, **{name: "string" for name, _ in columns}}.items())
+        self.names = [name for name, _ in self._kinds]
         # The types each column takes as they are, and the int64 columns' values of a row.
         self._names = tuple(self.names)
         self._allowed = [frozenset((_FITS[kind], type(None))) for _, kind in self._kinds]
@@ -159,22 +165,26 @@ class RecordsWriter:
         try:
             self._file = self._create()
             self._out: Any = pq.ParquetWriter(self._file, self.schema, compression="zstd") if self.parquet else self._file
-        except OSError as exc:
+        except BaseException as exc:
             self.discard()
-            raise InputError(f"--records {path}: cannot write: {exc.strerror or exc}") from None
+            if isinstance(exc, OSError):
+                raise InputError(f"--records {path}: cannot write: {exc.strerror or exc}") from None
+            raise
 
     def _create(self) -> IO[bytes]:
         """A new file beside ``path``, hidden and named unlike any capture (``.part``); its
         mode is the one the umask gives a new file."""
         directory, name = os.path.split(self.path)
-        while True:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        for _ in range(100):
             temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.part")
             try:
-                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+                fd = os.open(temporary, flags, 0o666)
             except FileExistsError:
                 continue
             self._temporary = temporary
             return os.fdopen(fd, "wb")
+        raise FileExistsError(f"no new file name beside {self.path}")
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         for row in rows:
