@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
-TARGETS = ["fuzz_generate.py", "fuzz_openai.py", "fuzz_base64.py", "fuzz_writer.py", "fuzz_arguments.py"]
+TARGETS = ["fuzz_generate.py", "fuzz_openai.py", "fuzz_base64.py", "fuzz_writer.py", "fuzz_arguments.py",
+           "fuzz_mutation.py"]
 
 
 def main() -> int:

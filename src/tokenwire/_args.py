@@ -25,7 +25,10 @@ def int_arg(value: Any, name: str, low: int, high: int = INT64_MAX) -> int:
 
 
 def _vector(values: Any, name: str, flat: bool, kinds: str, what: str) -> np.ndarray:
-    array = np.asarray(values)
+    # A private copy, made before any check: the checks, and the kernels after them (some
+    # without the GIL), read this copy, so another thread or a gc callback writing the
+    # caller's array cannot change a value once it has been checked.
+    array = np.array(values, order="C")
     if flat:
         array = array.reshape(-1)
     elif array.ndim != 1:
@@ -37,8 +40,9 @@ def _vector(values: Any, name: str, flat: bool, kinds: str, what: str) -> np.nda
 
 
 def int_array(values: Any, name: str, dtype: Any, low: int, high: int, *, flat: bool = False) -> np.ndarray:
-    """``values`` as a C-contiguous 1-D array of ``dtype`` (any shape flattened when ``flat``),
-    every value an integer in ``[low, high]`` checked before the cast (which could wrap)."""
+    """``values`` as a private C-contiguous 1-D array of ``dtype`` (any shape flattened when
+    ``flat``), every value an integer in ``[low, high]`` checked before the cast (which could
+    wrap)."""
     array = _vector(values, name, flat, "iu", "integers")
     if array.size and (array.min() < low or array.max() > high):
         raise ValueError(f"{name} must hold integers in [{low}, {high}]")
@@ -46,8 +50,8 @@ def int_array(values: Any, name: str, dtype: Any, low: int, high: int, *, flat: 
 
 
 def real_array(values: Any, name: str, dtype: Any, *, flat: bool = False) -> np.ndarray:
-    """``values`` as a C-contiguous 1-D array of the float ``dtype`` (any shape flattened when
-    ``flat``); real numbers only."""
+    """``values`` as a private C-contiguous 1-D array of the float ``dtype`` (any shape
+    flattened when ``flat``); real numbers only."""
     return np.ascontiguousarray(_vector(values, name, flat, "fiu", "real numbers"), dtype=dtype)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from . import _json
 from .cli.formats import CLASSES, FORMATS, Defect, check_record
 
 __all__ = ["Verdict", "audit", "verdict"]
@@ -80,9 +81,9 @@ def audit(
         raise ValueError(f"format must be 'auto' or one of {', '.join(FORMATS)}, not {format!r}")
     if isinstance(field, str):
         field = tuple(field.split(".")) if field else None
+    raw = _json.document(raw)  # a private copy of a mutable buffer; a subclass's contents
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogatepass")
-    raw = bytes(raw)
     facts: dict[str, Any] = {}
     fmt, defect = check_record(raw, format, field, top_k, facts)
     return verdict(len(raw), fmt, defect, facts)

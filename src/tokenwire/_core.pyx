@@ -355,26 +355,32 @@ cdef bint _well_formed(object offsets, list arrays):
 def rows_to_lists(offsets, *values):
     """The reference's ``rows_to_lists``, built directly: every row list of every array is
     made before any element, so the collections that creating thousands of lists triggers
-    traverse empty rows, and no flat list or per-row array is made on the way."""
-    bounds = np.asarray(offsets)
-    arrays = [np.asarray(v) for v in values]
+    traverse empty rows, and no flat list or per-row array is made on the way.
+
+    The offsets are read once, into a private copy that is checked and then both sizes the
+    rows and bounds the fill: those collections can run a gc callback, and another thread
+    can write the caller's array, between the two (a row sized from one state and filled
+    from another would be written past its end). The values are new views, whose length and
+    dtype (checked here) only this call sees, each read once by its fill."""
+    bounds = np.array(offsets)  # always a copy
+    arrays = [np.asarray(v).view() for v in values]
     if bounds.ndim != 1 or bounds.shape[0] < 2 or bounds.dtype.kind not in "iu":
-        return _kernels.rows_to_lists(offsets, *values)
-    bounds = np.ascontiguousarray(bounds, dtype=np.int64)  # uint64 past 2**63 turns negative
-    if not _well_formed(bounds, arrays):
-        return _kernels.rows_to_lists(offsets, *values)
-    cdef const int64_t[::1] b = bounds
+        return _kernels.rows_to_lists(bounds, *arrays)
+    signed = np.ascontiguousarray(bounds, dtype=np.int64)  # uint64 past 2**63 turns negative
+    if not _well_formed(signed, arrays):
+        return _kernels.rows_to_lists(bounds, *arrays)
+    cdef const int64_t[::1] b = signed
     cdef Py_ssize_t i, n = b.shape[0] - 1
     cdef PyObject **rows
+    flats = [np.ascontiguousarray(array) for array in arrays]  # a copy only of a strided array
     out = []
-    for _ in arrays:
+    for _ in flats:
         outer = _new_list(n)
         out.append(outer)  # owned from here: a failure below frees what was made
         rows = (<_ListObject *>outer).ob_item
         for i in range(n):
             rows[i] = _new_row(b[i + 1] - b[i])
-    for outer, array in zip(out, arrays):
-        array = np.ascontiguousarray(array)
+    for outer, array in zip(out, flats):
         if array.dtype == np.float32:
             _fill_rows[float](outer, array, b)
         elif array.dtype == np.float64:
@@ -750,7 +756,7 @@ cdef class _Scan:
             mv = _bytes_view(raw)
             view = mv
             n = view.shape[0]
-            if isinstance(mv.obj, bytes):
+            if type(mv.obj) is bytes:  # a subclass may export another object's memory
                 self.keep = view
                 self.source = mv
                 self.buf = _start(view)

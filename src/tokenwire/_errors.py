@@ -54,20 +54,25 @@ def _rebuild(cls, reason, choice, field, token):
     return cls(reason, choice=choice, field=field, token=token)
 
 
-def invalid_json(exc: Exception, raw: Any = None) -> Exception:
-    """What a JSON parser's error on ``raw`` means. orjson reports running out of memory as a
-    decode error, and also says "failed to allocate memory" of some documents that are simply
-    not JSON (an array left open deep down): given ``raw``, the standard library's reader
-    (held to orjson's rules) reads it again and decides. MemoryError when the document is
-    JSON after all (the parser did run out of memory), else the document is not JSON."""
-    text = str(exc)
-    if "memory" in text.lower():
-        if raw is not None:
-            from . import _json
+def invalid_json(exc: BaseException, raw: Any = None) -> Exception:
+    """What a JSON reader's error on ``raw`` means, decided by types, never by the words of
+    a message. A MemoryError is out of memory. orjson raises the same ``JSONDecodeError``
+    when it runs out of memory as for a document that is not JSON (and also refuses some
+    that are not JSON with "failed to allocate memory": an array left open deep down), so
+    given ``raw`` the standard library's reader (held to orjson's rules) reads it again and
+    decides: its ``JSONDecodeError`` makes the document invalid JSON, its success (the first
+    reader refused JSON) or its MemoryError means out of memory. An error of the standard
+    library's reader itself (``_json.loads`` is it) is not read again."""
+    from . import _json
 
-            try:
-                _json.stdlib_loads(raw)
-            except _json.JSONDecodeError as again:
-                return MalformedResponseError(f"invalid JSON: {again}")
-        return MemoryError(f"out of memory while parsing JSON: {text}")
-    return MalformedResponseError(f"invalid JSON: {text}")
+    if isinstance(exc, MemoryError):
+        return MemoryError(f"out of memory while parsing JSON: {exc}")
+    if raw is None or _json.loads is _json.stdlib_loads:
+        return MalformedResponseError(f"invalid JSON: {exc}")
+    try:
+        _json.stdlib_loads(raw)
+    except _json.JSONDecodeError as again:
+        return MalformedResponseError(f"invalid JSON: {again}")
+    except MemoryError:
+        pass
+    return MemoryError(f"out of memory while parsing JSON: {exc}")

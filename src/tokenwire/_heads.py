@@ -17,9 +17,10 @@ __all__ = ["select_heads"]
 
 
 def _offsets(values: Any, size: int, name: str) -> np.ndarray:
-    # A private copy: the kernels size their output and bound their reads by it, without the
-    # GIL, so another thread writing to the caller's array must not change it after the check.
-    offsets = int_array(values, name, np.int64, 0, INT64_MAX).copy()
+    # A private copy (int_array's): the kernels size their output and bound their reads by
+    # it, without the GIL, so another thread writing the caller's array must not change it
+    # after the check.
+    offsets = int_array(values, name, np.int64, 0, INT64_MAX)
     if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != size or (np.diff(offsets) < 0).any():
         raise ValueError(f"{name} must start at 0, never decrease and end at {size}")
     return offsets

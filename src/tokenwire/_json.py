@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["JSONDecodeError", "backend", "dumps", "dumps_deep", "fragment", "loads", "loads_keeping"]
+__all__ = ["JSONDecodeError", "backend", "document", "dumps", "dumps_deep", "fragment", "loads", "loads_keeping"]
 
 JSONDecodeError = json.JSONDecodeError  # orjson's own error derives from it
 
@@ -143,9 +143,25 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
+def document(raw: Any) -> bytes | str:
+    """``raw`` as an exact ``bytes`` or ``str`` object, what a reader is given: a str
+    subclass's characters, any other object's buffer copied once (a bytearray another
+    thread rewrites is read once; orjson takes exact types only). What an overridden method
+    of a subclass says is never asked, as the compiled core reads the object itself."""
+    if type(raw) is bytes or type(raw) is str:
+        return raw
+    if isinstance(raw, str):
+        return str.__str__(raw)  # the characters, as an exact str
+    try:
+        return memoryview(raw).cast("B").tobytes()
+    except TypeError:
+        raise TypeError(f"expected str or a bytes-like object, not {type(raw).__name__}") from None
+
+
 def stdlib_loads(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse one JSON document (UTF-8 bytes or str) as orjson would; raises
     :class:`JSONDecodeError`."""
+    data = document(data)
     if isinstance(data, str):
         text = data
         if not text.isascii():
@@ -155,7 +171,7 @@ def stdlib_loads(data: bytes | bytearray | memoryview | str) -> Any:
                 raise _reject("str is not valid UTF-8: surrogates not allowed", text, exc.start) from None
     else:
         try:
-            text = bytes(data).decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise _reject("str is not valid UTF-8", "", exc.start) from None
     if text.startswith("\ufeff"):

@@ -35,6 +35,7 @@ class Ragged:
 
     @classmethod
     def from_lists(cls, rows: list[list[Any]], dtype: Any) -> Ragged:
+        rows = [list(r) for r in rows]  # one read of each row: the lengths and values agree
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum([len(r) for r in rows], out=offsets[1:])
         values = np.fromiter((v for r in rows for v in r), dtype=dtype, count=int(offsets[-1]))
@@ -57,10 +58,10 @@ class Ragged:
             if step == 1:
                 # offsets[start] need not be 0: every consumer reads rows through the offsets.
                 return Ragged(self.offsets[start : max(start, stop) + 1], self.values)
-            picked = np.arange(start, stop, step)
-            offsets = np.zeros(len(picked) + 1, dtype=np.int64)
-            np.cumsum(np.diff(self.offsets)[picked], out=offsets[1:])
-            parts = [self[int(r)] for r in picked]
+            bounds = np.array(self.offsets[: n + 1])  # one read: the offsets agree with the parts
+            parts = [self.values[bounds[r] : bounds[r + 1]] for r in range(start, stop, step)]
+            offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+            np.cumsum([len(p) for p in parts], out=offsets[1:])
             return Ragged(offsets, np.concatenate(parts) if parts else self.values[:0].copy())
         i = operator.index(i)
         if i < 0:
@@ -92,7 +93,8 @@ class Ragged:
         ``ValueError`` (nothing is silently cut). For a head of log-probabilities, ``fill=-inf``
         keeps the padding out of a ``logsumexp``.
         """
-        lengths = self.lengths()
+        bounds = np.array(self.offsets, dtype=np.int64)  # one read: every step below agrees
+        lengths = np.diff(bounds)
         longest = int(lengths.max()) if len(lengths) else 0
         if width is None:
             width = longest
@@ -100,10 +102,10 @@ class Ragged:
             row = int(np.argmax(lengths))
             raise ValueError(f"row {row} has {longest} values, more than width {width}")
         out = np.full((len(lengths), width), fill, dtype=self.values.dtype)
-        first = int(self.offsets[0]) if len(self.offsets) else 0
+        first = int(bounds[0]) if len(bounds) else 0
         flat = self.values[first : first + int(lengths.sum())]
         rows = np.repeat(np.arange(len(lengths)), lengths)
-        columns = np.arange(len(flat)) - np.repeat(self.offsets[:-1] - first, lengths)
+        columns = np.arange(len(flat)) - np.repeat(bounds[:-1] - first, lengths)
         out[rows, columns] = flat
         return out, lengths
 

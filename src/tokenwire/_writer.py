@@ -44,15 +44,26 @@ class Blob:
     __slots__ = ("_array", "_text")
 
     def __init__(self, text: bytes | str, array: Any = None) -> None:
+        refused = "Blob text must be canonical base64 bytes (A-Z a-z 0-9 + /, '=' padding)"
+        # One private copy, then the check of that copy, which is what is kept: a buffer that
+        # another thread rewrites must not pass the check in one state and be kept in another.
         if isinstance(text, str):
-            text = text.encode("ascii", "replace")
+            text = str.__str__(text).encode("ascii", "replace")
+        elif type(text) is not bytes:
+            try:
+                view = memoryview(text)
+            except TypeError:
+                raise ValueError(refused) from None
+            if not view.c_contiguous:
+                raise ValueError(refused)
+            text = view.tobytes()
         try:
             decoded = _select.kernels.b64decode(text)
-        except (MalformedResponseError, TypeError):
-            raise ValueError("Blob text must be canonical base64 bytes (A-Z a-z 0-9 + /, '=' padding)") from None
+        except MalformedResponseError:
+            raise ValueError(refused) from None
         if array is not None and not np.array_equal(np.ascontiguousarray(array).reshape(-1).view(np.uint8), decoded):
             raise ValueError("Blob array must be the bytes its text decodes to")
-        self._text = bytes(text)
+        self._text = text
         self._array = decoded
 
     @classmethod
@@ -153,7 +164,7 @@ def encode_packed(array: Any) -> dict[str, Any]:
     name = values.dtype.name
     if name not in _PACKED or values.ndim != 1:
         raise TypeError(f"packed arrays are 1-D float32, float64 or int32, not {values.ndim}-D {name}")
-    values = np.ascontiguousarray(values, dtype=_PACKED[name])
+    values = np.array(values, dtype=_PACKED[name], order="C")  # what is checked is what is encoded
     field = {"data": _blob(values), "shape": [len(values)], "dtype": name}
     c = _given_choice("completion_logprobs", field)
     if name == "int32":
@@ -260,7 +271,7 @@ def encode_routed_experts(array: Any, start: int | None = 0) -> dict[str, Any]:
                         f"not a {routing.ndim}-D {name} array")
     if start is not None:
         start = int_arg(start, "start", 0)
-    routing = np.ascontiguousarray(routing, dtype=_ROUTED[name])
+    routing = np.array(routing, dtype=_ROUTED[name], order="C")  # what is checked is what is encoded
     field = {"data": _blob(routing), "shape": list(routing.shape), "start": start, "dtype": name}
     _rules.parse_routed_experts(field, _given_choice("routed_experts", field))
     return field

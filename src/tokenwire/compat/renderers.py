@@ -639,6 +639,7 @@ _DATA_PLACES = (
 
 def _loads(raw: Any) -> tuple[Any, dict[int, np.ndarray]]:
     """The document, and the payloads decoded on the way (by the id of their view)."""
+    raw = _json.document(raw)  # exact bytes or str: a mutable buffer read once
     try:
         data = raw.encode() if isinstance(raw, str) else raw
     except UnicodeEncodeError:  # a lone surrogate: as tokenwire's parsers say of such a str

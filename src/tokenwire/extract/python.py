@@ -92,14 +92,9 @@ def length_at(c: Evidence, value: list[Any], path: str) -> int:
 
 
 def load_document(raw: Any) -> Any:
-    """The parsed JSON of a response given as str or any bytes-like object."""
-    if not isinstance(raw, (bytes, str)):
-        try:
-            raw = memoryview(raw).cast("B").tobytes()
-        except TypeError:
-            raise TypeError(
-                f"expected str or a bytes-like object, not {type(raw).__name__}"
-            ) from None
+    """The parsed JSON of a response given as str or any bytes-like object (subclasses
+    included: their characters or buffer, copied once when they are mutable)."""
+    raw = _json.document(raw)
     try:
         return _json.loads(raw)
     except _json.JSONDecodeError as exc:
@@ -346,9 +341,7 @@ def _keep_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def load_keeping_repeats(raw: Any) -> Any:
     """The document again, with every object that repeats a key marked (see _Repeated).
     Only called after orjson accepted ``raw``, so the text is valid JSON."""
-    if not isinstance(raw, (bytes, str)):
-        raw = memoryview(raw).cast("B").tobytes()
-    return _json.loads_keeping(raw, _keep_repeats)
+    return _json.loads_keeping(_json.document(raw), _keep_repeats)
 
 
 def _has_keyed_heads(document: Any) -> bool:

@@ -59,18 +59,29 @@ def is_int(value: Any) -> bool:
     return type(value) is int
 
 
+def _text(data: Any) -> bytes | str | None:
+    """The characters (an exact str) or the bytes (one private copy) of ``data``, or None
+    when it is neither a str nor a buffer: read once, so a buffer another thread rewrites
+    is checked and decoded in one state."""
+    if isinstance(data, str):
+        return str.__str__(data)
+    if type(data) is bytes:
+        return data
+    try:
+        view = memoryview(data)
+    except TypeError:
+        return None
+    return view.tobytes() if view.c_contiguous else None
+
+
 def _b64(data: Any) -> bytes | None:
     """Canonical base64 (standard alphabet, padded, nothing else) or None."""
+    data = _text(data)
     if isinstance(data, str):
         if not data.isascii():
             return None
         data = data.encode("ascii")
-    else:
-        try:
-            data = memoryview(data).cast("B").tobytes()
-        except TypeError:
-            return None
-    if _CANONICAL_B64.fullmatch(data) is None:
+    if data is None or _CANONICAL_B64.fullmatch(data) is None:
         return None
     return base64.b64decode(data, validate=True)
 
@@ -79,10 +90,13 @@ def b64decode(data: Any, out: Any = None) -> np.ndarray:
     """Strictly decode base64 ``data`` to a uint8 array (into ``out`` when given)."""
     check_input(data)
     target = None if out is None else output_bytes(out)
-    text = data.encode("ascii", "replace") if isinstance(data, str) else memoryview(data).cast("B")
+    data = _text(data)  # one read of a buffer: the size below and the decoding see the same bytes
+    if data is None:  # never: check_input let a str or a C-contiguous buffer through
+        raise TypeError("expected str or a C-contiguous bytes-like object")
+    text = data.encode("ascii", "replace") if isinstance(data, str) else data
     # The size the length and the padding promise decides whether out is big enough, before
     # the characters are read (as the compiled core decodes straight into out).
-    tail = bytes(text[-3:])
+    tail = text[-3:]
     pads = len(tail) - len(tail.rstrip(b"="))
     if len(text) % 4 or pads > 2 or (isinstance(data, str) and not data.isascii()):
         raise MalformedResponseError("invalid base64")
@@ -101,7 +115,7 @@ def b64decode(data: Any, out: Any = None) -> np.ndarray:
 def b64encode(data: Any) -> bytes:
     """Standard base64 with padding, as bytes."""
     if isinstance(data, str):
-        data = data.encode("utf-8")
+        data = str.__str__(data).encode("utf-8")
     return base64.b64encode(memoryview(data).cast("B"))
 
 
