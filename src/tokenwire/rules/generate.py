@@ -36,7 +36,6 @@ from ..kernels.python import HEAD_MISSING_SUPPORT, NativeEntries, is_int
 
 __all__ = ["parse_document", "parse_generate_response"]
 
-MAX_DIMS = 64  # numpy's limit on an array's dimensions
 PACKED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
 # int16: a captured int16 routing array passes through prime-rl's encoder as it is.
 ROUTED_DTYPES: dict[str, np.dtype[Any]] = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"),
@@ -378,6 +377,13 @@ def parse_native_heads(
 # --- routed experts ------------------------------------------------------------------------------
 
 
+# numpy's own reader refuses a longer header (np.load's max_header_size): a (rows, layers,
+# topk) header is about 100 bytes, and nothing longer is parsed.
+NPY_MAX_HEADER = 10000
+# A routing array's layers and topk: what Arrow's fixed-size lists hold (tokenwire.arrow).
+MAX_ROUTED_WIDTH = 2**31 - 1
+
+
 def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
     """Upstream vLLM's form: a whole ``.npy`` file. Only the header fields we need are trusted."""
     field = "routed_experts"
@@ -390,6 +396,8 @@ def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
         size, begin = int.from_bytes(bytes(raw[8:12]), "little"), 12
     else:
         c.fail(f"routed_experts .npy version {major} is not supported", field)
+    if size > NPY_MAX_HEADER:
+        c.fail(f"routed_experts .npy header is longer than {NPY_MAX_HEADER} bytes", field)
     if len(raw) < begin + size:
         c.fail("routed_experts .npy header is truncated", field)
     try:
@@ -408,20 +416,28 @@ def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
 
 def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.ndarray:
     field = "routed_experts"
-    if not isinstance(shape, list) or not shape or not all(is_int(d) and d >= 0 for d in shape):
-        c.fail("routed_experts shape must be a list of non-negative ints", field + ".shape")
+    # The length and every bound first: nothing is multiplied, formatted or iterated past
+    # three dimensions.
+    if (
+        not isinstance(shape, list)
+        or len(shape) != 3
+        or not all(is_int(d) and d >= 0 for d in shape)
+        or not (1 <= shape[1] <= MAX_ROUTED_WIDTH and 1 <= shape[2] <= MAX_ROUTED_WIDTH)
+    ):
+        c.fail("routed_experts shape must be [rows, layers, topk]: three non-negative ints, with layers "
+               "and topk in [1, 2**31)", field + ".shape")
+    rows, layers, topk = shape
     dtype = ROUTED_DTYPES[dtype_name]
-    # Python ints: a declared shape can never overflow, and nothing is allocated from it.
-    if math.prod(shape) * dtype.itemsize != len(data):
+    # Python ints of three bounded factors: a declared shape can never overflow, and nothing
+    # is allocated from it.
+    if rows * layers * topk * dtype.itemsize != len(data):
         c.fail(
             f"routed_experts shape {shape} x {dtype.itemsize} bytes does not match "
             f"{len(data)} decoded bytes",
             field + ".shape",
         )
-    # What numpy can shape even when the bytes match: a zero dimension makes no bytes of the others.
-    if len(shape) > MAX_DIMS:
-        c.fail(f"routed_experts shape has {len(shape)} dimensions (at most {MAX_DIMS})", field + ".shape")
-    if math.prod(d for d in shape if d) * dtype.itemsize > MAX_OFFSET:
+    # What numpy can shape even when the bytes match: zero rows make no bytes of the others.
+    if max(rows, 1) * layers * topk * dtype.itemsize > MAX_OFFSET:
         c.fail(f"routed_experts shape {shape} is too big for an array (its non-zero dimensions span "
                "more than 2**63 - 1 bytes)", field + ".shape")
     routing = data.view(dtype).reshape(shape)
@@ -429,7 +445,7 @@ def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.nd
         # Expert ids are indices: a negative one names no expert (a signed dtype allows it).
         bad = c.kernels.first_bad("negative", routing.reshape(-1))
         if bad >= 0:
-            c.fail("routed_experts holds a negative expert id", field, bad // (routing.size // shape[0]))
+            c.fail("routed_experts holds a negative expert id", field, bad // (layers * topk))
     return routing
 
 
