@@ -154,7 +154,7 @@ def parse_native_logprobs(
         index, code = entries.sampled_err
         c.fail(_native_message(_NATIVE_SAMPLED, code, index, ids), field, index)
     if sampled is not None:
-        _check_sampled_agrees(_parse_sampled_list(sampled, ids, c), entries.sampled, c)
+        _check_agrees(c, _parse_sampled_list(sampled, ids, c), "logprobs.sampled", entries.sampled, "logprobs.content")
     return entries.sampled, entries
 
 
@@ -203,19 +203,54 @@ def _parse_sampled_list(sampled: Any, ids: np.ndarray, c: Evidence) -> np.ndarra
     return np.array(sampled, dtype=np.float64)
 
 
-def _check_sampled_agrees(sampled: np.ndarray, content: np.ndarray, c: Evidence) -> None:
-    """``logprobs.sampled`` beside ``logprobs.content``: both name each token's logprob, and
-    they must be the same number (within the head rule's tolerance)."""
-    close = np.isclose(sampled, content, rtol=1e-6, atol=1e-5)
-    differ = np.flatnonzero(~close)
+# How a disagreement names each transport's value of token t.
+_NAMES = {
+    "compact_logprobs": "compact_logprobs row {t}",
+    "completion_logprobs": "completion_logprobs[{t}]",
+    "logprobs.content": "logprobs.content[{t}].logprob",
+    "logprobs.sampled": "logprobs.sampled[{t}]",
+}
+
+
+def _check_agrees(c: Evidence, values: np.ndarray, field: str, reference: np.ndarray, reference_field: str) -> None:
+    """Two transports of the sampled-token logprobs, each valid under its own rules: every
+    value of ``field`` must be the number ``reference_field`` gives that token, within the
+    head rule's tolerance (``numpy.isclose(values, reference, rtol=1e-6, atol=1e-5)``, float32
+    values read as the float64 they are), else it fails at ``field``, the first token that
+    differs."""
+    differ = np.flatnonzero(~np.isclose(values, reference, rtol=1e-6, atol=1e-5))
     if len(differ):
         t = int(differ[0])
         c.fail(
-            f"{_SAMPLED_AT}[{t}] ({float(sampled[t])!r}) and logprobs.content[{t}].logprob "
-            f"({float(content[t])!r}) disagree.",
-            "logprobs.sampled",
+            f"Engine response choice.{_NAMES[field].format(t=t)} ({float(values[t])!r}) and "
+            f"{_NAMES[reference_field].format(t=t)} ({float(reference[t])!r}) disagree.",
+            field,
             t,
         )
+
+
+def check_other_transports(
+    c: Evidence, choice: dict[str, Any], ids: np.ndarray, used: str, logprobs: np.ndarray, k: int | None
+) -> NativeEntries | None:
+    """Every transport of the sampled-token logprobs present beside ``used`` (the one that
+    gave ``logprobs``), in a fixed order: ``completion_logprobs``, then ``logprobs``. Each is
+    validated under its own rules, then must agree with ``logprobs`` (a ``logprobs`` object
+    whose ``content`` and ``sampled`` are null or absent holds none). Returns the records of
+    ``logprobs.content`` when they were read (with their head candidates when a head is read
+    from them: ``top_k`` beside packed logprobs), else None. (The compiled core's plain path
+    takes no choice with a second transport: it hands them all to these rules.)"""
+    if used == "compact_logprobs" and choice.get("completion_logprobs") is not None:
+        packed = parse_packed_logprobs(choice["completion_logprobs"], len(ids), c)
+        _check_agrees(c, packed, "completion_logprobs", logprobs, used)
+    field = choice.get("logprobs")
+    if used == "logprobs" or field is None:
+        return None
+    if isinstance(field, dict) and field.get("content") is None and field.get("sampled") is None:
+        return None  # an object holding no logprobs (each member null or absent)
+    want_top = k is not None and used == "completion_logprobs"
+    native, entries = parse_native_logprobs(choice, ids, c, want_top)
+    _check_agrees(c, native, "logprobs.sampled" if entries is None else "logprobs.content", logprobs, used)
+    return entries
 
 
 # --- sampling mask -------------------------------------------------------------------------------
@@ -481,11 +516,13 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
     consumed = list(_CONSUMED)
     if choice.get("compact_logprobs") is not None:
         logprobs, top_ids, top_logprobs, mask = parse_compact_logprobs(choice, ids, k, c)
+        check_other_transports(c, choice, ids, "compact_logprobs", logprobs, k)
         consumed.append("compact_logprobs")
     else:
         entries = None
         if choice.get("completion_logprobs") is not None:
             logprobs = parse_packed_logprobs(choice["completion_logprobs"], len(ids), c)
+            entries = check_other_transports(c, choice, ids, "completion_logprobs", logprobs, k)
             consumed.append("completion_logprobs")
         elif choice.get("logprobs") is not None or require_logprobs or k is not None:
             logprobs, entries = parse_native_logprobs(choice, ids, c, want_top=k is not None)
