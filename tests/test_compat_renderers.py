@@ -291,8 +291,8 @@ def test_parse_generate_response_is_strict():
         ({**good, "choices": []}, "choices must be a non-empty list"),
         ({**good, "prompt_token_ids": [-1]}, "prompt_token_ids must hold token ids in [0, 2**32)"),
         ({**good, "choices": [{**good["choices"][0], "token_ids": [True]}]}, "token_ids must hold token ids in [0, 2**32)"),
-        ({**good, "choices": [{**good["choices"][0], "routed_experts": {"data": "AAAA", "shape": [2]}}]},
-         "routed_experts shape [2] x 1 bytes does not match 3 decoded bytes"),
+        ({**good, "choices": [{**good["choices"][0], "routed_experts": {"data": "AAAA", "shape": [2, 1, 1]}}]},
+         "routed_experts shape [2, 1, 1] x 1 bytes does not match 3 decoded bytes"),
     ]:
         with pytest.raises(MalformedResponseError) as info:
             compat.parse_generate_response(json.dumps(document).encode())

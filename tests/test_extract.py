@@ -138,17 +138,42 @@ def test_mutated_openai_documents(case, top_k):
             assert_openai_peers(raw, top_k, fmt.name.startswith("sglang"))
 
 
-@pytest.mark.parametrize("content", ['"abc"', '"a\\/b\\u00e9"', '[{"token": "x", "logprob": -1.0}]', "7", "null"])
+def _beside(transport: str, content: str | None) -> bytes:
+    """A choice of three tokens in ``transport`` with a ``logprobs`` object beside it whose
+    ``content`` is the JSON text ``content`` (None: the choice's own records, agreeing, with
+    escaped strings in them)."""
+    ev = samples.evidence(3, 0, seed=1)
+    choice = samples.build_choice(ev, transport=transport)
+    if content is None:
+        records = samples.build_choice(ev, transport="native")["logprobs"]["content"]
+        content = json.dumps(records).replace('"bytes"', '"text": "a\\/b\\u00e9", "bytes"', 1)
+    raw = samples.dumps(samples.response([choice], prompt_tokens=2))
+    return raw.replace(b'"token_ids":', b'"logprobs":{"content":' + content.encode() + b',"n":1},"token_ids":', 1)
+
+
+@pytest.mark.parametrize("content", [None, "null"])
 @pytest.mark.parametrize("transport", ["compact", "packed"])
 def test_raw_keeps_logprobs_the_scan_blanked(content, transport):
     """A `logprobs` object beside compact or packed logprobs stays in GenerateChoice.raw as
-    sent, whatever its `content` holds (the scan blanks an array's elements and a string's
-    characters in the copy orjson parses)."""
-    choice = samples.build_choice(samples.evidence(3, 0, seed=1), transport=transport)
-    raw = samples.dumps(samples.response([choice], prompt_tokens=2))
-    raw = raw.replace(b'"token_ids":', b'"logprobs":{"content":' + content.encode() + b',"n":1},"token_ids":', 1)
+    sent (the scan blanks an array's elements in the copy orjson parses)."""
+    raw = _beside(transport, content)
     expected = python_rules.parse_generate_response(raw).choices[0].raw["logprobs"]
-    assert expected["content"] == json.loads(content)
+    assert expected["content"] == (None if content else json.loads(raw)["choices"][0]["logprobs"]["content"])
     for path in _core.simd_paths():
         with _core.simd_path_forced(path):
             assert _core.parse_generate_response(raw).choices[0].raw["logprobs"] == expected
+
+
+@pytest.mark.parametrize("content", ['"abc"', '"a\\/b\\u00e9"', '[{"token": "x", "logprob": -1.0}]', "7"])
+@pytest.mark.parametrize("transport", ["compact", "packed"])
+def test_logprobs_the_scan_blanked_are_validated_alike(content, transport):
+    """Beside compact or packed logprobs, `logprobs.content` is validated from what the scan
+    read (the parsed copy is blanked): both implementations refuse it alike."""
+    raw = _beside(transport, content)
+    with pytest.raises(MalformedResponseError) as expected:
+        python_rules.parse_generate_response(raw)
+    for path in _core.simd_paths():
+        with _core.simd_path_forced(path), pytest.raises(MalformedResponseError) as got:
+            _core.parse_generate_response(raw)
+        assert str(got.value) == str(expected.value)
+        assert (got.value.field, got.value.token) == (expected.value.field, expected.value.token) == ("logprobs.content", None)

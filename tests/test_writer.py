@@ -70,7 +70,7 @@ def test_sampling_mask_round_trip(writer, rows):
     assert writer.parse_generate_response(raw).choices[0].sampling_mask.to_lists() == rows
 
 
-@given(hnp.arrays(st.sampled_from([np.uint8, np.uint16, np.int16, np.int32]), hnp.array_shapes(min_dims=1, max_dims=3, max_side=9), elements=st.integers(0, 255)), st.none() | st.integers(0, 10**6))
+@given(hnp.arrays(st.sampled_from([np.uint8, np.uint16, np.int16, np.int32]), hnp.array_shapes(min_dims=3, max_dims=3, min_side=0, max_side=9).filter(lambda s: s[1] and s[2]), elements=st.integers(0, 255)), st.none() | st.integers(0, 10**6))
 def test_routed_experts_round_trip(writer, routing, start):
     field = tokenwire.encode_routed_experts(routing, start=start)
     choice = {"token_ids": [], "completion_logprobs": tokenwire.encode_packed(np.zeros(0, np.float32)), "routed_experts": field}
@@ -196,7 +196,9 @@ def test_encoders_refuse_bad_arguments(writer, call):
         (lambda: tokenwire.encode_sampling_mask([1], [1], completion_ids=np.array([2**64 - 1], np.uint64)), ValueError, "completion_ids"),
         (lambda: tokenwire.encode_routed_experts(np.zeros((2, 1, 1), np.uint8), start=-1), ValueError, "start must be in"),
         (lambda: tokenwire.encode_routed_experts(np.zeros((2, 1, 1), np.uint8), start=1.0), TypeError, "start must be an int"),
-        (lambda: tokenwire.encode_routed_experts(np.uint8(3)), TypeError, "0-D uint8"),
+        (lambda: tokenwire.encode_routed_experts(np.uint8(3)), TypeError, "not a 0-D uint8"),
+        (lambda: tokenwire.encode_routed_experts(np.zeros((2, 3), np.uint8)), TypeError, r"\(rows, layers, topk\) arrays"),
+        (lambda: tokenwire.encode_routed_experts(np.zeros((2, 0, 3), np.uint8)), ValueError, "layers and topk in"),
         # float32 would turn it into vLLM's sentinel: refused, not read back as missing evidence.
         (lambda: tokenwire.encode_compact_logprobs([1, 2], [-9999.0001, -0.2], [0, 2], 1), ValueError, "becomes -9999.0 in float32"),
         (lambda: tokenwire.encode_compact_logprobs([1, 2], [-0.1, -9998.9996], [0, 2], 1), ValueError, r"logprobs\[1\]"),

@@ -1338,10 +1338,10 @@ cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k):
     v = &f[TW_F_LOGPROBS_CONTENT]
     if v.present and v.type == TW_T_ARRAY:
         values["logprobs.content:len"] = v.count
-        # Read when a rule will: the sampled logprobs, or the head candidates.
-        if (not compact and (not packed or k is not None) and ids is not None and ids[2] is None
-                and v.count == <size_t>len(ids[0])):
-            values["logprobs.content"] = scan.native(v, ids[0], k is not None)
+        # The rules validate the records beside any transport (extract_choice reads the same);
+        # their head candidates are read when a head comes from them (not from compact rows).
+        if ids is not None and ids[2] is None and v.count == <size_t>len(ids[0]):
+            values["logprobs.content"] = scan.native(v, ids[0], k is not None and not compact)
     logprobs = choice.get("logprobs")
     if (v.present and (v.type == TW_T_ARRAY or v.type == TW_T_STRING) and isinstance(logprobs, dict)
             and (compact or (packed and k is None))):

@@ -262,13 +262,16 @@ _ROUTED = {"uint8": "u1", "uint16": "<u2", "int16": "<i2", "int32": "<i4"}
 
 def encode_routed_experts(array: Any, start: int | None = 0) -> dict[str, Any]:
     """MoE routing replay ``{"data", "shape", "start", "dtype"}``: uint8, uint16, int16 or int32
-    (expert ids: never negative), shaped
-    ``(rows, layers, topk)``; ``start`` is the prompt offset for delta replay."""
+    (expert ids: never negative), shaped ``(rows, layers, topk)`` with at least one layer and
+    one expert per token; ``start`` is the prompt offset for delta replay."""
     routing = np.asarray(array)
     name = routing.dtype.name
-    if name not in _ROUTED or routing.ndim < 1:
-        raise TypeError(f"routed experts are uint8, uint16, int16 or int32 arrays of 1 or more dimensions, "
+    if name not in _ROUTED or routing.ndim != 3:
+        raise TypeError(f"routed experts are (rows, layers, topk) arrays of uint8, uint16, int16 or int32, "
                         f"not a {routing.ndim}-D {name} array")
+    if not (1 <= routing.shape[1] <= _rules.MAX_ROUTED_WIDTH and 1 <= routing.shape[2] <= _rules.MAX_ROUTED_WIDTH):
+        raise ValueError(f"routed experts need layers and topk in [1, 2**31), not {routing.shape[1]} and "
+                         f"{routing.shape[2]}")
     if start is not None:
         start = int_arg(start, "start", 0)
     routing = np.array(routing, dtype=_ROUTED[name], order="C")  # what is checked is what is encoded

@@ -119,9 +119,15 @@ def ragged_column(raggeds: Sequence[Ragged | None], dtype: Any) -> Any:
 
 def routing_column(arrays: Sequence[np.ndarray | None]) -> Any:
     """``(rows, layers, topk)`` routing arrays as lists of fixed-size ``(layers, topk)``
-    entries; every choice must have the same layers and top-k."""
+    entries; every choice must have the same layers and top-k. The readers accept no other
+    routing; a response built by hand with another shape is refused here, naming the field
+    (Arrow's fixed-size lists hold 1 to 2**31 - 1 values)."""
     pa = _pa()
     present = [a for a in arrays if a is not None]
+    for a in present:
+        if a.ndim != 3 or not (1 <= a.shape[1] < 2**31 and 1 <= a.shape[2] < 2**31):
+            raise ValueError(f"routed_experts of shape {a.shape} cannot be exported: a routing array is "
+                             "(rows, layers, topk) with layers and topk in [1, 2**31)")
     shapes = {a.shape[1:] for a in present}
     if len(shapes) > 1:
         raise ValueError(f"routed_experts of different (layers, topk) in one batch: {sorted(shapes)}")

@@ -137,10 +137,10 @@ def extract_choice(index: int | None, choice: Any, k: int | None = None) -> Evid
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if isinstance(content, list):
         values["logprobs.content:len"] = len(content)
-        packed = choice.get("completion_logprobs") is not None
-        if (compact is None and (not packed or k is not None) and ids is not None and ids[2] is None
-                and len(content) == ids[1]):
-            values["logprobs.content"] = native_entries(content, ids[0], k is not None)
+        # The rules validate the records beside any transport; their head candidates are read
+        # when a head comes from them (not from compact rows).
+        if ids is not None and ids[2] is None and len(content) == ids[1]:
+            values["logprobs.content"] = native_entries(content, ids[0], k is not None and compact is None)
     return c
 
 

@@ -36,7 +36,6 @@ from ..kernels.python import HEAD_MISSING_SUPPORT, NativeEntries, is_int
 
 __all__ = ["parse_document", "parse_generate_response"]
 
-MAX_DIMS = 64  # numpy's limit on an array's dimensions
 PACKED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
 # int16: a captured int16 routing array passes through prime-rl's encoder as it is.
 ROUTED_DTYPES: dict[str, np.dtype[Any]] = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"),
@@ -155,7 +154,7 @@ def parse_native_logprobs(
         index, code = entries.sampled_err
         c.fail(_native_message(_NATIVE_SAMPLED, code, index, ids), field, index)
     if sampled is not None:
-        _check_sampled_agrees(_parse_sampled_list(sampled, ids, c), entries.sampled, c)
+        _check_agrees(c, _parse_sampled_list(sampled, ids, c), "logprobs.sampled", entries.sampled, "logprobs.content")
     return entries.sampled, entries
 
 
@@ -204,19 +203,54 @@ def _parse_sampled_list(sampled: Any, ids: np.ndarray, c: Evidence) -> np.ndarra
     return np.array(sampled, dtype=np.float64)
 
 
-def _check_sampled_agrees(sampled: np.ndarray, content: np.ndarray, c: Evidence) -> None:
-    """``logprobs.sampled`` beside ``logprobs.content``: both name each token's logprob, and
-    they must be the same number (within the head rule's tolerance)."""
-    close = np.isclose(sampled, content, rtol=1e-6, atol=1e-5)
-    differ = np.flatnonzero(~close)
+# How a disagreement names each transport's value of token t.
+_NAMES = {
+    "compact_logprobs": "compact_logprobs row {t}",
+    "completion_logprobs": "completion_logprobs[{t}]",
+    "logprobs.content": "logprobs.content[{t}].logprob",
+    "logprobs.sampled": "logprobs.sampled[{t}]",
+}
+
+
+def _check_agrees(c: Evidence, values: np.ndarray, field: str, reference: np.ndarray, reference_field: str) -> None:
+    """Two transports of the sampled-token logprobs, each valid under its own rules: every
+    value of ``field`` must be the number ``reference_field`` gives that token, within the
+    head rule's tolerance (``numpy.isclose(values, reference, rtol=1e-6, atol=1e-5)``, float32
+    values read as the float64 they are), else it fails at ``field``, the first token that
+    differs."""
+    differ = np.flatnonzero(~np.isclose(values, reference, rtol=1e-6, atol=1e-5))
     if len(differ):
         t = int(differ[0])
         c.fail(
-            f"{_SAMPLED_AT}[{t}] ({float(sampled[t])!r}) and logprobs.content[{t}].logprob "
-            f"({float(content[t])!r}) disagree.",
-            "logprobs.sampled",
+            f"Engine response choice.{_NAMES[field].format(t=t)} ({float(values[t])!r}) and "
+            f"{_NAMES[reference_field].format(t=t)} ({float(reference[t])!r}) disagree.",
+            field,
             t,
         )
+
+
+def check_other_transports(
+    c: Evidence, choice: dict[str, Any], ids: np.ndarray, used: str, logprobs: np.ndarray, k: int | None
+) -> NativeEntries | None:
+    """Every transport of the sampled-token logprobs present beside ``used`` (the one that
+    gave ``logprobs``), in a fixed order: ``completion_logprobs``, then ``logprobs``. Each is
+    validated under its own rules, then must agree with ``logprobs`` (a ``logprobs`` object
+    whose ``content`` and ``sampled`` are null or absent holds none). Returns the records of
+    ``logprobs.content`` when they were read (with their head candidates when a head is read
+    from them: ``top_k`` beside packed logprobs), else None. (The compiled core's plain path
+    takes no choice with a second transport: it hands them all to these rules.)"""
+    if used == "compact_logprobs" and choice.get("completion_logprobs") is not None:
+        packed = parse_packed_logprobs(choice["completion_logprobs"], len(ids), c)
+        _check_agrees(c, packed, "completion_logprobs", logprobs, used)
+    field = choice.get("logprobs")
+    if used == "logprobs" or field is None:
+        return None
+    if isinstance(field, dict) and field.get("content") is None and field.get("sampled") is None:
+        return None  # an object holding no logprobs (each member null or absent)
+    want_top = k is not None and used == "completion_logprobs"
+    native, entries = parse_native_logprobs(choice, ids, c, want_top)
+    _check_agrees(c, native, "logprobs.sampled" if entries is None else "logprobs.content", logprobs, used)
+    return entries
 
 
 # --- sampling mask -------------------------------------------------------------------------------
@@ -378,6 +412,13 @@ def parse_native_heads(
 # --- routed experts ------------------------------------------------------------------------------
 
 
+# numpy's own reader refuses a longer header (np.load's max_header_size): a (rows, layers,
+# topk) header is about 100 bytes, and nothing longer is parsed.
+NPY_MAX_HEADER = 10000
+# A routing array's layers and topk: what Arrow's fixed-size lists hold (tokenwire.arrow).
+MAX_ROUTED_WIDTH = 2**31 - 1
+
+
 def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
     """Upstream vLLM's form: a whole ``.npy`` file. Only the header fields we need are trusted."""
     field = "routed_experts"
@@ -390,6 +431,8 @@ def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
         size, begin = int.from_bytes(bytes(raw[8:12]), "little"), 12
     else:
         c.fail(f"routed_experts .npy version {major} is not supported", field)
+    if size > NPY_MAX_HEADER:
+        c.fail(f"routed_experts .npy header is longer than {NPY_MAX_HEADER} bytes", field)
     if len(raw) < begin + size:
         c.fail("routed_experts .npy header is truncated", field)
     try:
@@ -408,20 +451,28 @@ def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
 
 def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.ndarray:
     field = "routed_experts"
-    if not isinstance(shape, list) or not shape or not all(is_int(d) and d >= 0 for d in shape):
-        c.fail("routed_experts shape must be a list of non-negative ints", field + ".shape")
+    # The length and every bound first: nothing is multiplied, formatted or iterated past
+    # three dimensions.
+    if (
+        not isinstance(shape, list)
+        or len(shape) != 3
+        or not all(is_int(d) and d >= 0 for d in shape)
+        or not (1 <= shape[1] <= MAX_ROUTED_WIDTH and 1 <= shape[2] <= MAX_ROUTED_WIDTH)
+    ):
+        c.fail("routed_experts shape must be [rows, layers, topk]: three non-negative ints, with layers "
+               "and topk in [1, 2**31)", field + ".shape")
+    rows, layers, topk = shape
     dtype = ROUTED_DTYPES[dtype_name]
-    # Python ints: a declared shape can never overflow, and nothing is allocated from it.
-    if math.prod(shape) * dtype.itemsize != len(data):
+    # Python ints of three bounded factors: a declared shape can never overflow, and nothing
+    # is allocated from it.
+    if rows * layers * topk * dtype.itemsize != len(data):
         c.fail(
             f"routed_experts shape {shape} x {dtype.itemsize} bytes does not match "
             f"{len(data)} decoded bytes",
             field + ".shape",
         )
-    # What numpy can shape even when the bytes match: a zero dimension makes no bytes of the others.
-    if len(shape) > MAX_DIMS:
-        c.fail(f"routed_experts shape has {len(shape)} dimensions (at most {MAX_DIMS})", field + ".shape")
-    if math.prod(d for d in shape if d) * dtype.itemsize > MAX_OFFSET:
+    # What numpy can shape even when the bytes match: zero rows make no bytes of the others.
+    if max(rows, 1) * layers * topk * dtype.itemsize > MAX_OFFSET:
         c.fail(f"routed_experts shape {shape} is too big for an array (its non-zero dimensions span "
                "more than 2**63 - 1 bytes)", field + ".shape")
     routing = data.view(dtype).reshape(shape)
@@ -429,7 +480,7 @@ def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.nd
         # Expert ids are indices: a negative one names no expert (a signed dtype allows it).
         bad = c.kernels.first_bad("negative", routing.reshape(-1))
         if bad >= 0:
-            c.fail("routed_experts holds a negative expert id", field, bad // (routing.size // shape[0]))
+            c.fail("routed_experts holds a negative expert id", field, bad // (layers * topk))
     return routing
 
 
@@ -465,11 +516,13 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
     consumed = list(_CONSUMED)
     if choice.get("compact_logprobs") is not None:
         logprobs, top_ids, top_logprobs, mask = parse_compact_logprobs(choice, ids, k, c)
+        check_other_transports(c, choice, ids, "compact_logprobs", logprobs, k)
         consumed.append("compact_logprobs")
     else:
         entries = None
         if choice.get("completion_logprobs") is not None:
             logprobs = parse_packed_logprobs(choice["completion_logprobs"], len(ids), c)
+            entries = check_other_transports(c, choice, ids, "completion_logprobs", logprobs, k)
             consumed.append("completion_logprobs")
         elif choice.get("logprobs") is not None or require_logprobs or k is not None:
             logprobs, entries = parse_native_logprobs(choice, ids, c, want_top=k is not None)
