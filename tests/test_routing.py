@@ -162,3 +162,15 @@ def test_routing_built_by_hand_that_cannot_export_names_the_field(shape):
     for export in (tokenwire.arrow.record_batch, tokenwire.arrow.table):
         with pytest.raises(ValueError, match=r"routed_experts of shape .* cannot be exported"):
             export(response)
+
+
+def test_routing_of_different_entry_shapes_is_refused_by_both_exports(impl):
+    """Choices whose routing has different (layers, topk) cannot share one column: record_batch
+    and table refuse them alike, naming the field (table once widened them to another type)."""
+    first = impl.parse_generate_response(_response(_routed_field([2, 3, 4], "uint8", "dict")[0]))
+    second = impl.parse_generate_response(_response(_routed_field([2, 3, 5], "uint8", "dict")[0]))
+    for export in (tokenwire.arrow.record_batch, tokenwire.arrow.table):
+        with pytest.raises(ValueError, match=r"routed_experts of different \(layers, topk\)"):
+            export([first, second])
+    same = impl.parse_generate_response(_response(_routed_field([5, 3, 4], "uint8", "dict")[0]))
+    assert tokenwire.arrow.table([first, same]).num_rows == 2

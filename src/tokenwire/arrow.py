@@ -117,13 +117,9 @@ def ragged_column(raggeds: Sequence[Ragged | None], dtype: Any) -> Any:
     return pa.LargeListArray.from_arrays(pa.array(outer), inner, mask=_mask([r is not None for r in raggeds]))
 
 
-def routing_column(arrays: Sequence[np.ndarray | None]) -> Any:
-    """``(rows, layers, topk)`` routing arrays as lists of fixed-size ``(layers, topk)``
-    entries; every choice must have the same layers and top-k. The readers accept no other
-    routing; a response built by hand with another shape is refused here, naming the field
-    (Arrow's fixed-size lists hold 1 to 2**31 - 1 values)."""
-    pa = _pa()
-    present = [a for a in arrays if a is not None]
+def _routing_entry(present: Sequence[np.ndarray]) -> tuple[int, int]:
+    """The ``(layers, topk)`` every routing array in ``present`` shares ((1, 1) for none), or
+    ValueError naming the field."""
     for a in present:
         if a.ndim != 3 or not (1 <= a.shape[1] < 2**31 and 1 <= a.shape[2] < 2**31):
             raise ValueError(f"routed_experts of shape {a.shape} cannot be exported: a routing array is "
@@ -131,7 +127,17 @@ def routing_column(arrays: Sequence[np.ndarray | None]) -> Any:
     shapes = {a.shape[1:] for a in present}
     if len(shapes) > 1:
         raise ValueError(f"routed_experts of different (layers, topk) in one batch: {sorted(shapes)}")
-    layers, topk = shapes.pop() if shapes else (1, 1)
+    return shapes.pop() if shapes else (1, 1)
+
+
+def routing_column(arrays: Sequence[np.ndarray | None]) -> Any:
+    """``(rows, layers, topk)`` routing arrays as lists of fixed-size ``(layers, topk)``
+    entries; every choice must have the same layers and top-k. The readers accept no other
+    routing; a response built by hand with another shape is refused here, naming the field
+    (Arrow's fixed-size lists hold 1 to 2**31 - 1 values)."""
+    pa = _pa()
+    present = [a for a in arrays if a is not None]
+    layers, topk = _routing_entry(present)
     flat = _joined([a.reshape(-1) for a in present], np.uint8)
     entries = pa.FixedSizeListArray.from_arrays(pa.FixedSizeListArray.from_arrays(pa.array(flat), topk), layers)
     offsets = _lengths_to_offsets([0 if a is None else a.shape[0] for a in arrays])
@@ -184,6 +190,10 @@ def table(responses: GenerateResponse | Iterable[GenerateResponse]) -> Any:
     pa = _pa()
     if isinstance(responses, GenerateResponse):
         responses = [responses]
+    responses = list(responses)
+    # One (layers, topk) for the whole table, as record_batch has: chunks of another entry
+    # shape would not share the column's type.
+    _routing_entry([c.routed_experts.array for r in responses for c in r.choices if c.routed_experts is not None])
     batches = [
         record_batch(GenerateResponse([choice], r.request_id, r.usage, r.prompt_token_ids, r.payload))
         for r in responses
