@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .cli.formats import CLASSES, FORMATS, Defect, check_record
+from ._formats import CLASSES, FORMATS, Defect, check_record
 
 __all__ = ["Verdict", "audit", "verdict"]
 
