@@ -17,10 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tokenwire import cli, samples
-from tokenwire.cli import check as cli_check
+from tokenwire import _capture, _check, cli, samples
 from tokenwire.cli import commands as cli_commands
-from tokenwire.cli import io as cli_io
 
 N = 12  # tokens per choice: small responses keep the suite fast
 
@@ -350,7 +348,7 @@ def test_jobs_and_chunking_match_one_process(tmp_path, capsys, monkeypatch):
             records.append(line_of(_packed()))
     path = write(tmp_path / "mixed.jsonl", records)
     single = report(capsys, path, "--examples", "50")[1]
-    monkeypatch.setattr(cli_io, "BLOCK", 1000)  # many chunks; most lines span several blocks
+    monkeypatch.setattr(_capture, "BLOCK", 1000)  # many chunks; most lines span several blocks
     chunked = report(capsys, path, "--examples", "50")[1]
     parallel = report(capsys, path, "--jobs", "2", "--examples", "50")[1]
     assert single["records"] == 40 and single["defective"] == len(defective)
@@ -368,7 +366,7 @@ def test_json_report_schema(tmp_path, capsys):
     path = write(tmp_path / "r.jsonl", [line_of(_packed())])
     status, result = report(capsys, path)
     assert status == 0 and result["status"] == 0 and result["errors"] == []
-    assert list(result["classes"]) == list(cli_check.CLASSES)
+    assert list(result["classes"]) == list(_check.CLASSES)
     assert result["files"] == [{"path": path, "bytes": os.path.getsize(path), "records": 1, "defective": 0}]
     assert result["formats"] == {"generate": 1} and result["format"] == "auto"
 
@@ -435,7 +433,7 @@ def test_errors_without_traceback(tmp_path, capsys):
 
 def test_progress_lines():
     stream = io.StringIO()
-    meter = cli_check.Progress(True, total=4_000_000, stream=stream)
+    meter = _check.Progress(True, total=4_000_000, stream=stream)
     meter.last -= 10
     meter.started -= 10
     meter.update(1_000_000, 500)
@@ -443,7 +441,7 @@ def test_progress_lines():
     assert text.startswith("1.0 MB / 4.0 MB (25%), 500 records, ") and "records/s" in text
     assert text.rstrip().endswith(", ETA 30s")  # 3 MB left at 0.1 MB/s
     quiet = io.StringIO()
-    cli_check.Progress(False, total=None, stream=quiet).update(1, 1)
+    _check.Progress(False, total=None, stream=quiet).update(1, 1)
     assert quiet.getvalue() == ""
 
 
@@ -557,18 +555,18 @@ def test_openai_compatible_defects(tmp_path, capsys):
 def test_jobs_are_capped_by_the_work_and_the_machine(tmp_path, capsys, monkeypatch):
     started = []
 
-    class Pool(cli_check.ProcessPoolExecutor):
+    class Pool(_check.ProcessPoolExecutor):
         def __init__(self, jobs, **kw):
             started.append(jobs)
             super().__init__(jobs, **kw)
 
-    monkeypatch.setattr(cli_check, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(_check, "ProcessPoolExecutor", Pool)
     path = write(tmp_path / "two.jsonl", [line_of(_packed()), line_of(_native())])
     assert report(capsys, path, "--jobs", "1024")[1]["records"] == 2
     assert started == []  # one block of input: one process
-    monkeypatch.setattr(cli_io, "BLOCK", 1000)
+    monkeypatch.setattr(_capture, "BLOCK", 1000)
     assert report(capsys, path, "--jobs", "1024")[1]["records"] == 2
-    assert started and started[0] <= min(cli_check._cpus(), 2 * len(line_of(_native())) // 1000 + 2)
+    assert started and started[0] <= min(_check._cpus(), 2 * len(line_of(_native())) // 1000 + 2)
     for jobs in ("1025", "10" * 15, "-1"):
         with pytest.raises(SystemExit) as exit_info:
             cli.main(["check", path, "--jobs", jobs])
@@ -600,12 +598,12 @@ def test_workers_end_with_the_main_process():
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         record = line_of(_packed()) + b"\n"
-        proc.stdin.write(record * ((cli_io.BLOCK // len(record)) + 2))  # a first chunk; then it waits
+        proc.stdin.write(record * ((_capture.BLOCK // len(record)) + 2))  # a first chunk; then it waits
         proc.stdin.flush()
         deadline = time.monotonic() + 60
         while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        if len(workers) < 2 and cli_check._cpus() < 2:
+        if len(workers) < 2 and _check._cpus() < 2:
             pytest.skip("one core: a single process does the work")
         assert len(workers) >= 2
         os.kill(proc.pid, signal.SIGKILL)
@@ -642,10 +640,10 @@ def test_non_regular_files_are_refused(tmp_path):
 
 
 def test_records_over_the_size_limit_are_a_defect_class(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli_io, "BLOCK", 64)
-    monkeypatch.setattr(cli_io, "MAX_RECORD", 1000)
+    monkeypatch.setattr(_capture, "BLOCK", 64)
+    monkeypatch.setattr(_capture, "MAX_RECORD", 1000)
     good = line_of(_packed())
-    monkeypatch.setattr(cli_io, "MAX_RECORD", len(good) + 10)
+    monkeypatch.setattr(_capture, "MAX_RECORD", len(good) + 10)
     huge = b'{"x": "' + b"a" * (3 * len(good)) + b'"}'
     path = write(tmp_path / "big.jsonl", [good, huge, good, huge])
     status, result = report(capsys, path)

@@ -16,8 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tokenwire.cli import check as cli_check
-from tokenwire.cli import records as cli_records
+from tokenwire import _check, _records
 
 from .test_cli import _openai_docs, _packed, check, line_of, m_native_lost_eos, report, write
 
@@ -61,8 +60,8 @@ _FEEDS = textwrap.dedent(
     """
     import sys
     from tokenwire import cli
-    from tokenwire.cli import records
-    records.RecordsWriter.__init__.__defaults__ = ((), 1)  # every row written as it comes
+    from tokenwire import _records
+    _records.RecordsWriter.__init__.__defaults__ = ((), 1)  # every row written as it comes
     sys.exit(cli.main(["check", sys.argv[1], "--records", sys.argv[2]]))
     """
 )
@@ -114,7 +113,7 @@ def test_a_failed_run_leaves_the_rows_file_as_it_was(tmp_path, capsys, monkeypat
     def interrupted(chunk, options=None):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_check, "check_chunk", interrupted)
+    monkeypatch.setattr(_check, "check_chunk", interrupted)
     status, _, err = check(capsys, path, "--records", str(out))
     assert status == 130 and "interrupted" in err
     assert out.read_bytes() == before
@@ -174,14 +173,14 @@ def test_the_writers_take_extreme_values_in_every_column(tmp_path, out_name):
     if out_name.endswith(".parquet"):
         pytest.importorskip("pyarrow")
     columns = (("step", ("step",)),)
-    kinds = {**cli_records.COLUMNS, "step": "string"}
+    kinds = {**_records.COLUMNS, "step": "string"}
     rows, wanted = [], []
     for name, kind in kinds.items():
         for value, fitted in _EXTREMES[kind]:
             rows.append({name: value})
             wanted.append((name, fitted))
     out = tmp_path / out_name
-    writer = cli_records.RecordsWriter(str(out), columns, group=7)  # several row groups
+    writer = _records.RecordsWriter(str(out), columns, group=7)  # several row groups
     writer.write(rows)
     writer.close()
     got = _rows(out)

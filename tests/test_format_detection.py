@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-from tokenwire.cli import formats
+from tokenwire import _formats
 
 from . import openai_strategies as ostr
 from .test_cli import MUTATIONS, _compact, _native, _packed, check, write
@@ -74,7 +74,7 @@ def records(draw) -> Any:
 def expected(raw: bytes) -> tuple[str | None, bool, str | None]:
     """(format, valid, message) by the parser of the format the parsed keys name."""
     document = json.loads(raw)
-    fmt = next((f for f in formats.FORMATS.values() if f.detect(document)), None)
+    fmt = next((f for f in _formats.FORMATS.values() if f.detect(document)), None)
     if fmt is None:
         return None, False, None
     try:

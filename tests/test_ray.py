@@ -14,8 +14,7 @@ import textwrap
 import pytest
 
 import tokenwire.ray
-from tokenwire import _json
-from tokenwire.cli import check as cli_check
+from tokenwire import _check, _json
 
 from .test_cli import check
 from .test_records import planted
@@ -80,7 +79,7 @@ def test_line_ranges(tmp_path):
     lines = [b"", b"{}", b"x" * 50, b"", b"[1]", b"y" * 5]
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
-    source = tokenwire.cli.io.Source(str(path), "r.jsonl", path.stat().st_size)
+    source = tokenwire._capture.Source(str(path), "r.jsonl", path.stat().st_size)
     for step in (1, 3, 7, 64):
         units = tokenwire.ray._units([source], "jsonl", step)
         got = b""
@@ -107,7 +106,7 @@ def test_local_cluster_stays_on_loopback(monkeypatch, tmp_path):
     monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
     monkeypatch.setattr(tokenwire.ray, "_require", lambda *a: (_ for _ in ()).throw(RuntimeError("stop")))
     with pytest.raises(RuntimeError, match="stop"):
-        tokenwire.ray.run([str(tmp_path)], cli_check.Options(), address="local")
+        tokenwire.ray.run([str(tmp_path)], _check.Options(), address="local")
     assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
     assert tokenwire.ray._connect(FakeRay, "local") is True
     assert tokenwire.ray._connect(FakeRay, "ray://head:10001") is True
@@ -151,7 +150,7 @@ _OVERSIZED = textwrap.dedent(
     import ray
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     import tokenwire.ray
-    from tokenwire.cli.check import Options, json_report
+    from tokenwire._check import Options, json_report
     path, limit = sys.argv[1], int(sys.argv[2])
     rows = []
     options = Options(examples=50, records=True, max_record=limit)
@@ -168,14 +167,14 @@ def test_ray_line_numbers_after_an_oversized_record(tmp_path):
     pytest.importorskip("ray")
     from .test_cli import _packed, line_of, m_native_lost_eos
 
-    limit = tokenwire.cli.io.BLOCK  # the least limit the reader takes
+    limit = tokenwire._capture.BLOCK  # the least limit the reader takes
     good, bad = line_of(_packed()), line_of(m_native_lost_eos()[0])
     records = [good, bad, b'{"pad": "' + b"x" * (limit + 4096) + b'"}'] + [good, bad] * 20
     path = tmp_path / "big.jsonl"
     path.write_bytes(b"".join(r + b"\n" for r in records))
     rows: list = []
-    options = cli_check.Options(examples=50, records=True, max_record=limit)
-    one = cli_check.json_report(cli_check.run([str(path)], options, sink=rows.extend))
+    options = _check.Options(examples=50, records=True, max_record=limit)
+    one = _check.json_report(_check.run([str(path)], options, sink=rows.extend))
     assert one["classes"]["too_large"]["count"] == 1
     assert [row["line"] for row in rows] == list(range(1, len(records) + 1))
     ran = subprocess.run([sys.executable, "-c", _OVERSIZED, str(path), str(limit)],

@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from tokenwire import cli
-from tokenwire.cli import io as cli_io
+from tokenwire import _capture, cli
 
 from .test_cli import MUTATIONS, _compact, _native, _packed, check, counts, line_of, report, write
 
@@ -31,7 +30,7 @@ def test_zstd_reads_as_plain(tmp_path, capsys, monkeypatch):
     plain = write(tmp_path / "plain.jsonl", records)
     data = b"".join(r + b"\n" for r in records)
     expected = report(capsys, plain)[1]
-    monkeypatch.setattr(cli_io, "BLOCK", 2048)  # blocks cut inside frames and lines
+    monkeypatch.setattr(_capture, "BLOCK", 2048)  # blocks cut inside frames and lines
     for frames in (1, 5):
         path = _zst(tmp_path / f"capture{frames}.bin", data, frames)  # the name says nothing
         status, result = report(capsys, path)
@@ -88,13 +87,13 @@ def test_frames_are_cut_along_their_blocks(tmp_path):
     ]
     data = b"".join(frames)
     for size in (1, 4093, 1 << 22):
-        stream = cli_io._ZstdFrames(io.BytesIO(data), zstandard)
+        stream = _capture._ZstdFrames(io.BytesIO(data), zstandard)
         got = []
         while block := stream.read(size):
             assert len(block) <= size
             got.append(block)
         assert b"".join(got) == b"".join(parts), size
-    stream = cli_io._ZstdFrames(io.BytesIO(data + b"junk"), zstandard)
+    stream = _capture._ZstdFrames(io.BytesIO(data + b"junk"), zstandard)
     with pytest.raises(zstandard.ZstdError, match="no zstd frame at byte"):
         while stream.read(1 << 20):
             pass

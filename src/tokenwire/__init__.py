@@ -7,11 +7,18 @@ pure-Python reference is (no compiled core, a non-CPython interpreter, or
 
 from __future__ import annotations
 
+from ._audit import Verdict, audit
 from ._docs import document
 from ._errors import MalformedResponseError
 from ._heads import select_heads
 from ._select import impl as _impl
-from ._select import implementation
+from ._select import (
+    implementation,
+    parse_chat_completions_response,
+    parse_completions_response,
+    parse_generate_response,
+    parse_sglang_generate_response,
+)
 from ._select import kernels as _kernels
 from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 from ._writer import (
@@ -65,17 +72,6 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-parse_generate_response = _impl.parse_generate_response
-if implementation == "c":
-    parse_completions_response = _impl.parse_completions_response
-    parse_chat_completions_response = _impl.parse_chat_completions_response
-    parse_sglang_generate_response = _impl.parse_sglang_generate_response
-else:
-    from .rules.openai import (
-        parse_chat_completions_response,
-        parse_completions_response,
-        parse_sglang_generate_response,
-    )
 b64decode = _kernels.b64decode
 b64encode = _kernels.b64encode
 document(
@@ -89,8 +85,6 @@ document(
         "parse_sglang_generate_response",
     ],
 )
-
-from ._audit import Verdict, audit  # noqa: E402  (it validates with the parsers chosen above)
 
 
 def simd_paths() -> list[str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from . import _json
-from .cli.formats import CLASSES, FORMATS, Defect, check_record
+from ._formats import CLASSES, FORMATS, Defect, check_record
 
 __all__ = ["Verdict", "audit", "verdict"]
 

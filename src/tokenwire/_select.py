@@ -8,6 +8,11 @@ functions (``int_list``, ``first_bad``, ``first_bad_support``, ``compact_rows``,
 per-token loops for code that holds arrays rather than a response: ``select_heads``, the
 writers, ``Ragged.to_lists`` and the renderers drop-in. With the compiled core both are
 ``_core``; in pure Python they are ``rules.generate`` and ``kernels.python``.
+
+The four response parsers in use are chosen here too, for the facade and the audit alike:
+the core's, or in pure Python ``rules.generate``'s and ``rules.openai``'s. The result types
+sit below the kernels (which build ``Ragged`` rows), so they do not import this module: it
+hands them ``kernels`` (``_types.use_kernels``) once chosen.
 """
 
 from __future__ import annotations
@@ -18,10 +23,19 @@ import warnings
 from importlib.util import find_spec
 from types import ModuleType
 
+from . import _types
 from .kernels import python as _python_kernels
 from .rules import generate as _python_rules
 
-__all__ = ["impl", "implementation", "kernels"]
+__all__ = [
+    "impl",
+    "implementation",
+    "kernels",
+    "parse_chat_completions_response",
+    "parse_completions_response",
+    "parse_generate_response",
+    "parse_sglang_generate_response",
+]
 
 
 def _wanted(name: str) -> bool:
@@ -60,3 +74,16 @@ def _choose() -> ModuleType:
 impl: ModuleType = _choose()
 implementation: str = "c" if impl is not _python_rules else "python"
 kernels: ModuleType = impl if implementation == "c" else _python_kernels
+_types.use_kernels(kernels)
+
+parse_generate_response = impl.parse_generate_response
+if implementation == "c":
+    parse_completions_response = impl.parse_completions_response
+    parse_chat_completions_response = impl.parse_chat_completions_response
+    parse_sglang_generate_response = impl.parse_sglang_generate_response
+else:
+    from .rules.openai import (
+        parse_chat_completions_response,
+        parse_completions_response,
+        parse_sglang_generate_response,
+    )

@@ -12,6 +12,16 @@ import numpy as np
 
 __all__ = ["GenerateChoice", "GenerateResponse", "Ragged", "RoutedExperts"]
 
+# The per-token loops in use (the compiled core's or the reference's): they build Ragged rows,
+# so they sit above these types, which never import them; the selector hands them over.
+_kernels: Any = None
+
+
+def use_kernels(kernels: Any) -> None:
+    """Run ``Ragged.to_lists`` on ``kernels`` (``_select`` calls this once it has chosen)."""
+    global _kernels
+    _kernels = kernels
+
 
 class Ragged:
     """Rows of different lengths in CSR form: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``.
@@ -80,9 +90,7 @@ class Ragged:
 
     def to_lists(self) -> list[list[Any]]:
         """The rows as Python lists (of ints, or of floats), as ``values.tolist()`` has them."""
-        from . import _select
-
-        rows: list[list[Any]] = _select.kernels.rows_to_lists(self.offsets, self.values)[0]
+        rows: list[list[Any]] = _kernels.rows_to_lists(self.offsets, self.values)[0]
         return rows
 
     def to_padded(self, width: int | None = None, fill: Any = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -17,10 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._capture import (
+    BLOCK,
+    InputError,
+    Reader,
+    Source,
+    expand_paths,
+    field_path,
+    read_chunks,
+    sniff,
+)
+from ._check import Options, Progress, Tally, check_chunk, json_report
+from ._records import parse_columns, records_sink
 from ._types import _require
-from .cli.check import Options, Progress, Tally, check_chunk, json_report
-from .cli.io import BLOCK, InputError, Reader, Source, expand_paths, read_chunks, sniff
-from .cli.records import parse_columns, records_sink
 
 __all__ = ["check", "run"]
 
@@ -231,8 +240,6 @@ def check(
     for one row per record, with ``columns`` (``"meta.step"`` or ``"step=meta.step"``) added.
     The other arguments are ``check``'s options of the same names.
     """
-    from .cli.io import field_path
-
     if isinstance(paths, str):
         paths = [paths]
     chosen = parse_columns(columns)

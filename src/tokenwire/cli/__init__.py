@@ -1,10 +1,6 @@
-"""tokenwire command line.
-
-  tokenwire bench             time the plain parse loop on the embedded workload generator
-  tokenwire check PATH...     audit captured responses (JSON, JSONL, gzip) by defect class
-  tokenwire inspect FILE      one response's fields, sizes, dtypes, shapes and token counts
-
-Exit status: 0 success (check: no defect), 1 defects found, 2 usage error or unreadable input.
+"""tokenwire command line: ``main`` runs it. The commands (``bench``, ``check``, ``inspect``)
+and their usage are in ``commands.py``, loaded only when the command line runs; they import
+the library, never the reverse.
 """
 
 from __future__ import annotations

@@ -1,6 +1,11 @@
-"""The command line's commands and argument parser (``tokenwire.cli.main`` runs them; the
-package itself stays light, since ``import tokenwire`` loads the defect classes of
-:mod:`tokenwire.cli.formats`)."""
+"""tokenwire command line.
+
+  tokenwire bench             time the plain parse loop on the embedded workload generator
+  tokenwire check PATH...     audit captured responses (JSON, JSONL, gzip) by defect class
+  tokenwire inspect FILE      one response's fields, sizes, dtypes, shapes and token counts
+
+Exit status: 0 success (check: no defect), 1 defects found, 2 usage error or unreadable input.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,6 @@ from typing import Any
 
 import tokenwire
 from tokenwire import _json, samples
-from tokenwire.cli import __doc__ as cli_doc
 from tokenwire.cli.bench import median_seconds as _median_seconds
 from tokenwire.rules import generate as python_rules
 
@@ -134,10 +138,10 @@ _count = _int_argument(0, "a count", "0 or more")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tokenwire.cli.formats import FORMATS
+    from tokenwire._formats import FORMATS
 
     parser = argparse.ArgumentParser(
-        prog="tokenwire", description=cli_doc, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="tokenwire", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"tokenwire {tokenwire.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{bench,check,inspect}")
@@ -219,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "bench":
         return _bench_command(args)
+    from tokenwire._capture import InputError
     from tokenwire.cli import check, inspect
-    from tokenwire.cli.io import InputError
 
     try:
         if args.command == "check":

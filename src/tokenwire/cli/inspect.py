@@ -12,8 +12,8 @@ import numpy as np
 import tokenwire
 
 from .. import _json
-from .formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
-from .io import InputError, expand_paths, field_path, first_record, json_bytes
+from .._capture import InputError, expand_paths, field_path, first_record, json_bytes
+from .._formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
 
 __all__ = ["describe", "main"]
 

@@ -1,5 +1,6 @@
-"""Reading captured responses for the command line: plain, gzip or zstd files (told apart by
-their magic bytes), JSON documents or JSON lines, streamed in blocks so memory stays flat.
+"""Reading captured responses for an audit (``tokenwire check``, ``tokenwire.ray``): plain, gzip
+or zstd files (told apart by their magic bytes), JSON documents or JSON lines, streamed in
+blocks so memory stays flat.
 
 A record is handed on as the file holds it, less the JSON whitespace around it (which every
 parser skips): a byte order mark or a form feed stays, so the verdict is the library's on the
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .. import _json
+from . import _json
 
 __all__ = [
     "BLOCK",
@@ -266,7 +267,7 @@ class _ZstdFrames:
             yield True, magic + descriptor + self._take(header)
             last = False
             while not last:
-                parts = []  # each block's header and content
+                parts: list[bytes] = []  # each block's header and content
                 for _ in range(self._BLOCKS):
                     head = self._take(3)
                     value = int.from_bytes(head, "little")

@@ -1,4 +1,5 @@
-"""Response formats the command line can check, and the defect classes it reports.
+"""Response formats an audit can check (``tokenwire.audit``, ``tokenwire check``), and the defect
+classes it reports.
 
 A format knows how to recognize a parsed record (``detect``), how to validate raw bytes
 (``validate``, raising :class:`MalformedResponseError`) and how to sort a rejection into a
@@ -16,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-import tokenwire
-from tokenwire import _json
-from tokenwire._errors import MalformedResponseError, invalid_json, location
-from tokenwire.cli.io import json_bytes
-from tokenwire.rules.generate import named
+from . import _json, _select
+from ._capture import json_bytes
+from ._errors import MalformedResponseError, invalid_json, location
+from ._types import GenerateResponse
+from .rules.generate import named
 
 __all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "check_record", "detect", "resolve_field"]
 
@@ -88,7 +89,7 @@ def _detect_generate(document: Any) -> bool:
 
 
 def _validate_generate(raw: bytes, top_k: int | None) -> object:
-    return tokenwire.parse_generate_response(raw, top_k=top_k)
+    return _select.parse_generate_response(raw, top_k=top_k)
 
 
 _NATIVE_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprob count \((\d+)\)")
@@ -301,7 +302,7 @@ def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
 
 def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str) -> Format:
     def validate(raw: bytes, top_k: int | None) -> object:
-        return getattr(tokenwire, parser)(raw, top_k=top_k)
+        return getattr(_select, parser)(raw, top_k=top_k)
 
     return Format(name, description, detect, validate, _classify_openai)
 
@@ -437,7 +438,7 @@ def _run(
     except MalformedResponseError as exc:
         # Without its traceback the rejected document is freed before the record is reloaded.
         return exc.with_traceback(None), None
-    if facts is not None and isinstance(parsed, tokenwire.GenerateResponse):
+    if facts is not None and isinstance(parsed, GenerateResponse):
         facts["choices"] = len(parsed.choices)
         facts["tokens"] = sum(len(c.completion_ids) for c in parsed.choices)
         facts["request_id"] = parsed.request_id
@@ -448,7 +449,7 @@ def _run(
 def _keys(parsed: Any) -> Any:
     """A parsed response as far as ``detect`` reads it: its top-level fields and each choice's
     (the ones the parser does not take apart, whose keys are the ones that tell formats apart)."""
-    if not isinstance(parsed, tokenwire.GenerateResponse):
+    if not isinstance(parsed, GenerateResponse):
         return None
     return {**parsed.payload, "choices": [choice.raw for choice in parsed.choices]}
 

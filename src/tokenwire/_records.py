@@ -1,5 +1,6 @@
-"""``tokenwire check --records``: one row per record (where it is, its verdict, its counts and
-the columns the user names), written as Parquet or JSON lines for query engines."""
+"""The rows of an audit (``tokenwire check --records``, ``tokenwire.ray.check(records=...)``):
+one row per record (where it is, its verdict, its counts and the columns the user names),
+written as Parquet or JSON lines for query engines."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
-from .. import _json
-from .._audit import Verdict, verdict
-from .formats import Defect, FieldMissing, resolve_field
-from .io import InputError, field_path
+from . import _json
+from ._audit import Verdict, verdict
+from ._capture import InputError, field_path
+from ._formats import Defect, FieldMissing, resolve_field
 
 __all__ = ["COLUMNS", "RecordsWriter", "parse_columns", "record_row", "records_sink"]
 

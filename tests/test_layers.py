@@ -1,0 +1,175 @@
+"""The package's modules import one way: no cycle among them, the bottom layers import nothing
+above them, and only the command line imports the command line.
+
+The import graph is read from the source with ``ast``: every ``import`` and ``from ... import``
+of a ``tokenwire`` module, at module level and inside functions (a deferred import is a
+dependency all the same, only a later one). ``from package import name`` is an edge to the
+submodule ``package.name`` when there is one, else to ``package``. The parent packages that
+Python initializes on the way to a submodule are not edges: every module would depend on the
+facade and the graph would say nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tokenwire
+
+PACKAGE = "tokenwire"
+ROOT = Path(tokenwire.__file__).parent
+
+# Edges that stay, each with its reason; checked to exist and to be deferred.
+DEFERRED_ALLOWED: dict[tuple[str, str], str] = {
+    ("tokenwire._types", "tokenwire.arrow"): (
+        "GenerateResponse.to_arrow() is the method form of tokenwire.arrow.record_batch, which "
+        "builds from the result types; it loads the Arrow layer only when called"
+    ),
+}
+
+# The bottom layers, lowest first: each imports only modules before it in this list.
+BOTTOM = ["tokenwire._wire", "tokenwire._json", "tokenwire._errors", "tokenwire._types"]
+
+# ``python -m tokenwire`` is the command line's entry point.
+CLI_ENTRY = {"tokenwire.__main__"}
+
+
+def _module_name(path: Path) -> str:
+    parts = [PACKAGE, *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+# The compiled core's Python imports (its .pyx is Cython, which ast cannot read): whole lines
+# ``from X import a, b`` / ``import X`` (never ``cimport``), parenthesized lists included.
+_PYX_IMPORT = re.compile(r"^[ \t]*(from[ \t]+[\w.]+[ \t]+import[ \t]+(?:\([^)]*\)|[^\n]*)|import[ \t]+[\w., \t]+)$",
+                         re.MULTILINE)
+
+
+def _imports(path: Path) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement of a module, and whether it runs inside a function."""
+    text = path.read_text("utf-8")
+    if path.suffix == ".pyx":
+        nodes = [ast.parse(m[1].strip()).body[0] for m in _PYX_IMPORT.finditer(text) if "cimport" not in m[1]]
+        return [(node, False) for node in nodes if isinstance(node, (ast.Import, ast.ImportFrom))]
+    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+
+    def walk(node: ast.AST, deferred: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append((child, deferred))
+            inner = deferred or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            walk(child, inner)
+
+    walk(ast.parse(text, str(path)), False)
+    return found
+
+
+def _graph() -> tuple[set[str], dict[tuple[str, str], bool]]:
+    """The package's modules, and each import edge between two of them -> whether every import
+    making it is deferred."""
+    paths = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    core = ROOT / "_core.pyx"
+    if core.exists():  # a source tree; installed wheels ship the compiled module only
+        paths[f"{PACKAGE}._core"] = core
+    elif any(ROOT.glob("_core.*")):
+        paths[f"{PACKAGE}._core"] = ROOT / "_core"  # a node, its own imports unknown
+    modules = set(paths)
+    edges: dict[tuple[str, str], bool] = {}
+    for module, path in paths.items():
+        if not path.exists():
+            continue
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node, deferred in _imports(path):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                if target.split(".")[0] != PACKAGE or target == module:
+                    continue
+                assert target in modules, f"{module} imports {target}, which is no module of the package"
+                edges[module, target] = edges.get((module, target), True) and deferred
+    return modules, edges
+
+
+def _cycle(modules: set[str], edges: set[tuple[str, str]]) -> list[str] | None:
+    """One import cycle (its modules in order, the first repeated last), or None."""
+    following: dict[str, list[str]] = {m: [] for m in modules}
+    for source, target in sorted(edges):
+        following[source].append(target)
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+    for start in sorted(modules):
+        if start in state:
+            continue
+        path, stack = [start], [iter(following[start])]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(following[nxt]))
+    return None
+
+
+def test_import_tokenwire_loads_no_command_line_module():
+    """``import tokenwire`` (and ``import tokenwire.ray``) loads nothing of ``tokenwire.cli``:
+    the audit is the library's, the command line imports it."""
+    code = (
+        "import sys, tokenwire; print(sorted(m for m in sys.modules if m.startswith('tokenwire.cli')))\n"
+        "import tokenwire.ray; print(sorted(m for m in sys.modules if m.startswith('tokenwire.cli')))\n"
+        "print(tokenwire.audit(b'{}').defect, tokenwire.Verdict.__module__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=None)
+    assert done.stdout.splitlines() == ["[]", "[]", "unrecognized tokenwire._audit"]
+
+
+def test_the_graph_is_read():
+    """The graph holds what the package is known to import (so an empty one cannot pass)."""
+    modules, edges = _graph()
+    assert {"tokenwire", "tokenwire._select", "tokenwire.rules.generate", "tokenwire.cli.commands"} <= modules
+    assert edges.get(("tokenwire", "tokenwire._select")) is False  # at module level
+    assert ("tokenwire._select", "tokenwire.rules.generate") in edges
+    assert ("tokenwire.cli", "tokenwire.cli.commands") in edges  # deferred
+    for edge in DEFERRED_ALLOWED:
+        assert edges.get(edge) is True, f"allowed edge {edge} is gone or no longer deferred: drop it"
+
+
+def test_no_import_cycle():
+    """No cycle among the package's modules, counting deferred imports, save the allowed edges."""
+    modules, edges = _graph()
+    cycle = _cycle(modules, set(edges) - set(DEFERRED_ALLOWED))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+    assert _cycle(modules, {e for e, deferred in edges.items() if not deferred}) is None
+
+
+@pytest.mark.parametrize("module", BOTTOM)
+def test_bottom_layers_import_nothing_above_them(module):
+    """Wire constants, the JSON reader, the errors and the result types import only the layers
+    below them."""
+    _, edges = _graph()
+    below = set(BOTTOM[: BOTTOM.index(module)])
+    above = sorted(t for s, t in edges if s == module and t not in below and (s, t) not in DEFERRED_ALLOWED)
+    assert above == [], f"{module} imports {above}"
+
+
+def test_only_the_command_line_imports_the_command_line():
+    _, edges = _graph()
+    outside = sorted((s, t) for s, t in edges
+                     if t.startswith("tokenwire.cli") and not s.startswith("tokenwire.cli") and s not in CLI_ENTRY)
+    assert outside == []
