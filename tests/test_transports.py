@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tokenwire
 from tokenwire import MalformedResponseError, samples
 
 from .conftest import PYTHON, _core
@@ -251,3 +252,17 @@ def test_core_matches_reference_with_two_transports(case):
     for path in _core.simd_paths():
         with _core.simd_path_forced(path):
             assert outcome(_core, case) == expected, path
+
+
+@pytest.mark.parametrize("used, other", [("compact", "packed"), ("packed", "native"), ("compact", "native")])
+def test_a_disagreement_is_a_logprob_defect_in_the_audit(used, other):
+    """``tokenwire check`` and ``tokenwire.audit`` file two transports that name other sampled
+    logprobs under bad_logprob, where the token is."""
+    c = choice(used, other)
+    field = FIELD[other]
+    if other == "packed":
+        _packed_minus_seven(c)
+    else:
+        c[field]["content"][2]["logprob"] -= 1.0
+    verdict = tokenwire.audit(raw(c))
+    assert (verdict.valid, verdict.defect, verdict.token) == (False, "bad_logprob", 0 if other == "packed" else 2), verdict

@@ -219,6 +219,8 @@ def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
         return Defect("bad_logprob", where, reason)
     if field.startswith("routed_experts"):
         return Defect("malformed_packed", where, reason)
+    if reason.endswith(") disagree."):  # two transports name other sampled logprobs
+        return Defect("bad_logprob", where, reason)
     for prefix, cls in _BY_REASON:
         if reason.startswith(prefix):
             return Defect(cls, where, reason)
