@@ -48,14 +48,15 @@ def _compact_rows(n: int) -> bytes:
 WIDE, KEYS = collide.ids_top_bits_zero64, collide.keys_low_bits_shared
 GENERATE, CHAT = "parse_generate_response", "parse_chat_completions_response"
 SGLANG, COMPLETIONS = "parse_sglang_generate_response", "parse_completions_response"
-# name: (parser, its top_k, the response of n colliding ids or keys)
+# name: (parser, its top_k, the response of n colliding ids or keys; of 2n keys, whose parse
+# does more besides the table)
 INPUTS = {
     "compact_rows": (GENERATE, None, _compact_rows),
     "compact_candidates": (GENERATE, 1, lambda n: _response(collide.compact, WIDE(n))),
     "native_top_logprobs": (GENERATE, 1, lambda n: _response(collide.native, WIDE(n))),
     "chat_top_logprobs": (CHAT, 1, lambda n: _response(collide.chat, WIDE(n))),
     "sglang_top_logprobs": (SGLANG, 1, lambda n: _response(collide.sglang, WIDE(n))),
-    "keyed_top_logprobs": (COMPLETIONS, 1, lambda n: _response(collide.completions, KEYS(n))),
+    "keyed_top_logprobs": (COMPLETIONS, 1, lambda n: _response(collide.completions, KEYS(2 * n))),
 }
 
 
