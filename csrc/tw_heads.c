@@ -1,5 +1,6 @@
 #include "tw_heads.h"
 #include "tw_cpu.h"
+#include "tw_hash.h"
 #include "tw_util.h"
 #include "tw_mem.h"
 #include "tw_validate.h"
@@ -419,7 +420,9 @@ static int cmp_i32(const void *a, const void *b) {
 /* Which of the m (<= 64) ids each support id is, a bit per id; 0 when one is not there (a
    support is never empty). */
 static uint64_t support_marks_scalar(const int64_t *oid, size_t m, const int32_t *sup, size_t slen) {
-    /* the ids' positions in a 128-slot open-addressing table (ranked ids are distinct) */
+    /* the ids' positions in a 128-slot open-addressing table (ranked ids are distinct). Its
+       hash is fixed: ids chosen to share a cluster make a look-up at most 64 compares, the
+       AVX-512 path's cost of every support id (all m ids, eight a vector) */
     uint8_t slot[128];
     uint64_t marks = 0;
     memset(slot, 0xFF, sizeof slot);
@@ -1112,7 +1115,8 @@ ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids
  * ------------------------------------------------------------------------------------------ */
 
 /* Rows of up to 64 entries: a 256-bit filter of the ids kept so far; a hit is confirmed by
-   a scan of them. A repeat of a kept id updates its value (the dict keeps the last). */
+   a scan of them. A repeat of a kept id updates its value (the dict keeps the last). The
+   filter's hash is fixed: ids chosen to hit it cost at most 64 compares an entry. */
 static size_t compact_row_small(const uint32_t *ids, const float *vals, size_t len, uint64_t take,
                                 int64_t *oid, double *olp) {
     uint64_t seen[4] = {0, 0, 0, 0};
@@ -1138,7 +1142,8 @@ static size_t compact_row_small(const uint32_t *ids, const float *vals, size_t l
     return c;
 }
 
-/* Longer rows: an open-addressing table from id to output position, stamped per row. */
+/* Longer rows: an open-addressing table from id to output position, stamped per row and
+   slotted by the keyed hash (tw_hash.h: the row's ids cannot be chosen to share a cluster). */
 typedef struct {
     uint32_t *keys;
     size_t *pos;
@@ -1152,7 +1157,7 @@ static size_t compact_row_table(id_table *tb, uint64_t stamp, const uint32_t *id
     size_t mask = ((size_t)1 << tb->bits) - 1, c = 0;
     for (size_t i = 0; i < len; i++) {
         uint32_t id = ids[i];
-        size_t h = (size_t)((id * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - tb->bits));
+        size_t h = tw_hash_slot(id, tb->bits);
         for (;;) {
             if (tb->stamps[h] != stamp) {
                 if (c < take) {

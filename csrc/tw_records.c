@@ -18,6 +18,7 @@
  */
 #include "tw_records.h"
 #include "tw_cpu.h"
+#include "tw_hash.h"
 #include "tw_json.h"
 #include "tw_mem.h"
 #include "tw_number.h"
@@ -295,9 +296,19 @@ static int twr_room(twr_ctx *x, size_t k)
     return 1;
 }
 
-static inline uint64_t twr_hash(int64_t id)
+/* The bloom filter's hash (twr_seen): fixed, as the filter is only asked about the first
+   TWR_LINEAR candidates of an entry; ids chosen to hit it cost at most TWR_LINEAR compares
+   each. */
+static inline unsigned twr_bloom_hash(int64_t id)
 {
-    return (uint64_t)id * UINT64_C(0x9E3779B97F4A7C15);
+    return (unsigned)(((uint64_t)id * UINT64_C(0x9E3779B97F4A7C15)) >> 56);
+}
+
+/* The slot of a candidate id (0 .. TWR_MAX_ID, as every reader returns) in a table of 2^bits:
+   the keyed hash (tw_hash.h), so an entry's candidates cannot be chosen to share a cluster. */
+static inline size_t twr_slot(int64_t id, unsigned bits)
+{
+    return tw_hash_slot((uint32_t)id, bits);
 }
 
 /* Open-addressing set of the ids k0..k (all distinct) with at least
@@ -326,7 +337,7 @@ static size_t twr_ht_build(twr_ctx *x, const int64_t *ids, size_t k0, size_t k)
     memset(x->ht, 0, size * sizeof(uint64_t));
     mask = size - 1;
     for (size_t j = k0; j < k; j++) {
-        size_t i = (size_t)(twr_hash(ids[j]) >> (64 - bits));
+        size_t i = twr_slot(ids[j], bits);
         while (x->ht[i])
             i = (i + 1) & mask;
         x->ht[i] = (uint64_t)ids[j] + 1;
@@ -373,7 +384,7 @@ static int twr_seen(twr_ctx *x, twr_seen_set *s, size_t k0, size_t k, int64_t id
 {
     size_t cnt = k - k0, i;
     if (cnt < TWR_LINEAR) {
-        unsigned h = (unsigned)(twr_hash(id) >> 56);
+        unsigned h = twr_bloom_hash(id);
         uint64_t bit = UINT64_C(1) << (h & 63);
         int dup = 0;
         if (s->bloom[h >> 6] & bit) {
@@ -395,7 +406,7 @@ static int twr_seen(twr_ctx *x, twr_seen_set *s, size_t k0, size_t k, int64_t id
         while ((size_t)1 << s->bits <= s->mask)
             s->bits++;
     }
-    i = (size_t)(twr_hash(id) >> (64 - s->bits));
+    i = twr_slot(id, s->bits);
     while (x->ht[i]) {
         if (x->ht[i] == (uint64_t)id + 1)
             return 1;
@@ -1371,15 +1382,6 @@ int tw_rec_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t 
     return twr_head_rows(buf, arr, n, coff, cands, res, '[', twr_triple_row, simd);
 }
 
-/* FNV-1a over a key's bytes. */
-static uint64_t twr_key_hash(const uint8_t *s, size_t n)
-{
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * UINT64_C(0x100000001b3);
-    return h;
-}
-
 typedef struct {
     const uint8_t *s;
     size_t n;
@@ -1387,8 +1389,10 @@ typedef struct {
 
 /* Pass 1 of tw_rec_keyed_heads over row i (p at its '{'): whether a key
    repeats an earlier key of the row (1, with its span), holds an escape (2),
-   or neither (0); -1 when out of memory.  *keys / *slots are scratch that
-   grows, freed by the caller. */
+   or neither (0); -1 when out of memory.  The keys go in an open-addressing
+   table slotted by the keyed string hash (tw_hash.h), so a row's keys cannot
+   be chosen to share a cluster.  *keys / *slots are scratch that grows, freed
+   by the caller. */
 static int twr_row_repeats(const uint8_t *p, const uint8_t *e, twr_span **keys, size_t *kcap,
                            uint32_t **slots, size_t *scap, twr_span *rep, int simd)
 {
@@ -1434,7 +1438,7 @@ static int twr_row_repeats(const uint8_t *p, const uint8_t *e, twr_span **keys, 
         mask = size - 1;
         for (size_t j = 0; j < nk; j++) {
             const twr_span *kj = &(*keys)[j];
-            size_t at = (size_t)twr_key_hash(kj->s, kj->n) & mask;
+            size_t at = (size_t)tw_hash_bytes(kj->s, kj->n) & mask;
             while ((*slots)[at]) {
                 const twr_span *ki = &(*keys)[(*slots)[at] - 1];
                 if (ki->n == kj->n && memcmp(ki->s, kj->s, kj->n) == 0) {

@@ -1,5 +1,6 @@
 #include "tw_validate.h"
 #include "tw_cpu.h"
+#include "tw_hash.h"
 #include "tw_util.h"
 #include "tw_mem.h"
 
@@ -58,8 +59,9 @@ ptrdiff_t tw_compact_values_bad(const float *v, size_t n) {
     return -1;
 }
 
-/* A per-call open-addressing table keyed by token id. Each row stamps the slots it fills,
-   so the table is never cleared between rows. */
+/* A per-call open-addressing table keyed by token id, slotted by the keyed hash (tw_hash.h:
+   the ids a row lists cannot be chosen to share a probe cluster). Each row stamps the slots
+   it fills, so the table is never cleared between rows. */
 typedef struct {
     uint32_t *keys;
     float *vals;
@@ -85,7 +87,7 @@ static void table_free(tw_table *t) {
 }
 
 static inline size_t table_slot(const tw_table *t, uint32_t id) {
-    return (size_t)((id * 0x9E3779B1u) >> (32 - t->bits));
+    return tw_hash_slot(id, t->bits);
 }
 
 static int row_hash(tw_table *t, uint32_t stamp, const uint32_t *ids, const float *vals,
@@ -361,7 +363,8 @@ TW_TARGET_AVX2 static int support_row_avx2(const int32_t *row, size_t len, int64
 
 /* Whether an id repeats in a short row: a 256-bit filter of the ids seen so far, a hit
    confirmed by a scan of them (a row of distinct ids costs one filter look-up an id, and
-   about one scan a row for the false hits). */
+   about one scan a row for the false hits). The filter's hash is fixed: ids chosen to hit
+   it cost a scan each, at most TW_SMALL_ROW compares an id, as the vector paths' rows. */
 static int small_row_repeats(const int32_t *row, size_t len) {
     uint64_t seen[4] = {0, 0, 0, 0};
     for (size_t j = 0; j < len; j++) {

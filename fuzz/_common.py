@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import _collide
+
 from tokenwire import MalformedResponseError, _core, samples
 
 PATHS = _core.simd_paths()
@@ -34,11 +36,30 @@ def write_seeds(directory: Path) -> None:
     }
     for name, doc in openai.items():
         (directory / f"openai-{name}.json").write_bytes(json.dumps(doc).encode())
+    write_collision_seeds(directory)
     corpus = Path(__file__).parent.parent / "tests" / "corpus"
     for name in json.loads((corpus / "expected.json").read_text()):
         raw = (corpus / f"{name}.json").read_bytes()
         if len(raw) < 100_000:
             (directory / f"corpus-{name}.json").write_bytes(raw)
+
+
+def write_collision_seeds(directory: Path, n: int = 512) -> None:
+    """Rows of ids and keys that collide under the tables' old fixed hashes (_collide.py), each
+    behind the selector byte fuzz_generate.py / fuzz_openai.py read first (generate: top_k 1;
+    6, 7, 8: completions, chat, SGLang with top_k 1)."""
+    values = _collide.distinct_values(n)
+    wide, keys = _collide.ids_top_bits_zero64(n), _collide.keys_low_bits_shared(n)
+    seeds = {
+        "compact-rows": b"\x00" + _collide.compact(_collide.ids_one_cluster32(n), values, 0, 0),
+        "compact-candidates": b"\x01" + _collide.compact(wide, values, wide[0], n),
+        "native": b"\x01" + _collide.native(wide, values, wide[0], values[0]),
+        "keyed": b"\x06" + _collide.completions(keys, values, keys[0], values[0]),
+        "chat": b"\x07" + _collide.chat(wide, values, wide[0], values[0]),
+        "sglang": b"\x08" + _collide.sglang(wide, values, wide[0], values[0]),
+    }
+    for name, raw in seeds.items():
+        (directory / f"collide-{name}.json").write_bytes(raw)
 
 
 def _sampled(c) -> tuple:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 TARGETS = ["fuzz_generate.py", "fuzz_openai.py", "fuzz_base64.py", "fuzz_writer.py", "fuzz_arguments.py",
-           "fuzz_mutation.py"]
+           "fuzz_mutation.py", "fuzz_collide.py"]
 
 
 def main() -> int:

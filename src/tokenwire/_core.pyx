@@ -33,6 +33,19 @@ from .rules import openai as _openai_rules
 cnp.import_array()
 
 
+cdef extern from "tw_hash.h" nogil:
+    int tw_hash_seed(const uint8_t *key)
+
+
+cdef _seed_hashes():
+    # The secret of every table whose keys a response chooses (csrc/tw_hash.h), drawn once.
+    cdef bytes key = os.urandom(32)
+    tw_hash_seed(<const uint8_t *><const char *>key)
+
+
+_seed_hashes()
+
+
 # --- memory: every array a parse makes comes from tw_mem's size-class cache ----------------------
 
 cdef extern from "tw_mem.h" nogil:

@@ -74,7 +74,7 @@ def ptr(a: np.ndarray, typ, offset: int = 0):
 
 class Lib:
     def __init__(self, path: Path):
-        lib = C.CDLL(str(path))
+        lib = clib.load(path)
         lib.tw_select_heads.restype = C.c_ssize_t
         lib.tw_select_heads.argtypes = [
             C.c_size_t, P64, P64, PD, P64, PD, C.c_int64, P64, C.POINTER(C.c_int32),

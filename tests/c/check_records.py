@@ -190,7 +190,7 @@ def build(sanitize: bool, portable: bool = False) -> Path:
 
 class Lib:
     def __init__(self, path: Path):
-        lib = C.CDLL(str(path))
+        lib = clib.load(path)
         lib.tw_number_parse.restype = C.c_size_t
         lib.tw_number_parse.argtypes = [C.c_char_p, C.c_size_t, C.POINTER(C.c_double), C.c_int]
         lib.tw_path_available.restype = C.c_int

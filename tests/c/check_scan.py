@@ -135,7 +135,7 @@ def build(sanitize: bool) -> Path:
 
 class Scanner:
     def __init__(self, lib_path: Path):
-        lib = C.CDLL(str(lib_path))
+        lib = clib.load(lib_path)
         lib.tw_doc_init.argtypes = [C.POINTER(TwDoc)]
         lib.tw_doc_free.argtypes = [C.POINTER(TwDoc)]
         lib.tw_scan.argtypes = [C.c_char_p, C.c_size_t, C.POINTER(TwDoc)]

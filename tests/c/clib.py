@@ -3,6 +3,7 @@ check_heads.py), and the re-run of a check under AddressSanitizer + UBSan."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -17,11 +18,12 @@ def build(out: Path, name: str, sources: Sequence[str | Path], *, sanitize: bool
           portable: bool = False) -> Path:
     """Compile ``sources`` (names in csrc/, or paths) into ``out``/lib<name>[_san][_portable].so
     with the project's warnings as errors; ``sanitize`` adds ASan + UBSan (no recovery),
-    ``portable`` builds without SIMD."""
+    ``portable`` builds without SIMD. TW_CHECK_OUT, when set, is the folder instead of ``out``."""
+    out = Path(os.environ.get("TW_CHECK_OUT") or out)
     out.mkdir(parents=True, exist_ok=True)
     lib = out / f"lib{name}{'_san' if sanitize else ''}{'_portable' if portable else ''}.so"
     cmd = [os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-           "-I", str(CSRC), *(str(s if isinstance(s, Path) else CSRC / s) for s in [*sources, "tw_mem.c", "tw_cpu.c"]),
+           "-I", str(CSRC), *(str(s if isinstance(s, Path) else CSRC / s) for s in [*sources, "tw_mem.c", "tw_cpu.c", "tw_hash.c"]),
            "-o", str(lib), "-lm"]
     if sanitize:
         cmd += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
@@ -32,6 +34,15 @@ def build(out: Path, name: str, sources: Sequence[str | Path], *, sanitize: bool
         cmd += ["-DTW_NO_SIMD"]
     subprocess.run(cmd, check=True)
     return lib
+
+
+def load(lib: Path) -> ctypes.CDLL:
+    """The library, its tables' hash secret drawn (csrc/tw_hash.h) as the compiled module
+    draws it at import."""
+    dll = ctypes.CDLL(str(lib))
+    dll.tw_hash_seed.argtypes = [ctypes.c_char_p]
+    dll.tw_hash_seed(os.urandom(32))
+    return dll
 
 
 def rerun_under_asan() -> int | None:

@@ -48,6 +48,7 @@ static void *test_realloc(void *p, size_t n) {
 
 #define TW_CHECK_MAX_REPORTS 30
 #include "tw_check.h"
+#include "tw_flood.h"
 
 /* ---- deterministic PRNG (splitmix64) ---- */
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -713,6 +714,9 @@ static size_t ref_compact_row(const uint32_t *ids, const float *vals, size_t len
     return c;
 }
 
+enum { FLOOD_WIDE = 4096 };
+static uint32_t *g_flood_wide; /* flood_ids64(FLOOD_WIDE) */
+
 static void test_compact(long count) {
     for (long c = 0; c < count; c++) {
         size_t n = 1 + rndn(40), total = 0;
@@ -731,8 +735,11 @@ static void test_compact(long count) {
         for (size_t t = 0; t < n; t++) {
             roff[t + 1] = roff[t] + (int64_t)lens[t];
             uint32_t alphabet = (uint32_t)(rndn(3) == 0 ? 3 : rndn(2) ? lens[t] + 1 : 0xFFFFFFFFu);
+            int flood = (int)rndn(6); /* 0, 1: ids that collide under a fixed hash (tw_flood.h) */
+            if (flood < 2 && alphabet > FLOOD_WIDE) alphabet = FLOOD_WIDE;
             for (size_t i = 0; i < lens[t]; i++) {
                 uint32_t id = (uint32_t)rndn(alphabet);
+                if (flood < 2) id = flood ? g_flood_wide[id] : flood_id32(id);
                 size_t at = (size_t)roff[t] + i, j;
                 for (j = (size_t)roff[t]; j < at && ids[j] != id; j++) {}
                 ids[at] = id;
@@ -1447,11 +1454,13 @@ static int bench(const char *path) {
 int main(int argc, char **argv) {
     for (int p = TW_PATH_SCALAR; p <= TW_PATH_LAST; p++)
         if (tw_path_available(p)) paths[npaths++] = p;
+    flood_seed();
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(argc > 2 ? argv[2] : NULL);
     long count = argc > 1 ? strtol(argv[1], NULL, 10) : 3000;
     printf("paths:");
     for (int p = 0; p < npaths; p++) printf("%s %s", p ? "," : "", tw_path_name(paths[p]));
     printf("\n");
+    g_flood_wide = flood_ids64(FLOOD_WIDE);
     test_fsum();
     test_edges();
     test_thresholds(walk_limit);
@@ -1461,6 +1470,7 @@ int main(int argc, char **argv) {
     test_compact_heads(count);
     test_thresholds(walk_compact);
     test_random(count);
+    free(g_flood_wide);
     printf("%llu checks, %llu failures\n", g_checks, g_failures);
     return g_failures != 0;
 }

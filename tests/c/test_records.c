@@ -54,6 +54,7 @@ static void *test_realloc(void *p, size_t n)
 #undef tw_mem_realloc
 
 #include "tw_check.h"
+#include "tw_flood.h"
 
 /* ---- deterministic PRNG (splitmix64) ---- */
 
@@ -917,6 +918,73 @@ static void test_generated(void)
     printf("generated: long entries, duplicates (bloom and hash), long strings\n");
 }
 
+/* Candidates and keys that all collide under the fixed hashes the tables once had
+   (tw_flood.h): a list of FLOOD native candidates, with and without a repeat at its end,
+   and a keyed row ({"token_id:N": logprob, ...}) of FLOOD keys, with and without a repeated
+   key, read as any others. */
+static void test_flood(void)
+{
+    enum { FLOOD = 4000 };
+    uint32_t *ids = flood_ids64(FLOOD), *keys = flood_keys(FLOOD);
+    for (int dup = 0; dup < 2; dup++) {
+        sbuf b = {NULL, 0, 0};
+        run_t r;
+        int64_t sid = ids[0];
+        sb_put(&b, "[{\"token_id\":%u,\"logprob\":-0.5,\"top_logprobs\":[", ids[0]);
+        for (size_t j = 0; j < FLOOD; j++)
+            sb_put(&b, "%s{\"token_id\":%u,\"logprob\":-%zu.5}", j ? "," : "",
+                   dup && j == FLOOD - 1 ? ids[FLOOD / 2] : ids[j], j);
+        sb_put(&b, "]}]");
+        run(&r, b.s, &sid, 1, 1);
+        if (dup) {
+            CHECK(r.rc == TW_REC_OK && r.res.top_err == 0 && r.res.top_code == TW_REC_TOP_DUPLICATE,
+                  "colliding candidates with a repeat: rc %d top (%td, %d)", r.rc, r.res.top_err,
+                  r.res.top_code);
+        } else {
+            int ok = r.rc == TW_REC_OK && r.res.top_err == -1 && r.res.ncand == FLOOD;
+            for (size_t j = 0; ok && j < FLOOD; j++) ok = r.c.ids[j] == (int64_t)ids[j];
+            CHECK(ok, "colliding candidates: rc %d top (%td, %d) %zu", r.rc, r.res.top_err,
+                  r.res.top_code, r.res.ncand);
+        }
+        done(&r);
+        free(b.s);
+
+        b = (sbuf){NULL, 0, 0};
+        sb_put(&b, "[{");
+        for (size_t j = 0; j < FLOOD; j++)
+            sb_put(&b, "%s\"token_id:%u\":-%zu.5", j ? "," : "",
+                   dup && j == FLOOD - 1 ? keys[FLOOD / 3] : keys[j], j);
+        sb_put(&b, "}]");
+        char *buf;
+        tw_value v;
+        CHECK(prepare(b.s, &buf, &v), "colliding keys: content");
+        int64_t coff[2] = {0, 0};
+        tw_rec_cands c = {NULL, NULL, 0, 1};
+        tw_rec_result res;
+        tw_rec_repeat rep;
+        int rc = tw_rec_keyed_heads(buf, &v, 1, coff, &c, &res, &rep, g_path);
+        if (dup) {
+            char want[32];
+            int len = snprintf(want, sizeof want, "token_id:%u", keys[FLOOD / 3]);
+            CHECK(rc == TW_REC_OK && rep.row == 0 && rep.end - rep.start == (size_t)len &&
+                      memcmp(buf + rep.start, want, (size_t)len) == 0,
+                  "colliding keys with a repeat: rc %d row %td", rc, rep.row);
+        } else {
+            int ok = rc == TW_REC_OK && rep.row == -1 && !rep.escaped && res.top_err == -1 &&
+                     coff[1] == FLOOD;
+            for (size_t j = 0; ok && j < FLOOD; j++) ok = c.ids[j] == (int64_t)keys[j];
+            CHECK(ok, "colliding keys: rc %d row %td top (%td, %d)", rc, rep.row, res.top_err,
+                  res.top_code);
+        }
+        tw_rec_cands_free(&c);
+        free(buf);
+        free(b.s);
+    }
+    free(ids);
+    free(keys);
+    printf("colliding candidates and keys\n");
+}
+
 /* Allocation failures (candidate arrays, duplicate table) are reported as
    TW_REC_NOMEM and leak nothing. */
 static void test_nomem(void)
@@ -1386,6 +1454,7 @@ static void test_flat_arrays(void)
 int main(int argc, char **argv)
 {
     size_t fuzz = 3000;
+    flood_seed();
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         for (int i = 2; i < argc; i++)
             bench_file(argv[i]);
@@ -1405,6 +1474,7 @@ int main(int argc, char **argv)
         test_outputs();
         test_count();
         test_generated();
+        test_flood();
         test_nomem();
         test_blank_field();
         test_reader_bounded();

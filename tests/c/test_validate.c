@@ -11,6 +11,7 @@
  */
 #include "tw_check.h"
 #include "tw_cpu.h"
+#include "tw_flood.h"
 #include "tw_validate.h"
 
 #include <math.h>
@@ -170,6 +171,63 @@ static void test_support(long rounds)
     }
 }
 
+/* tw_hash.c: SipHash against the published SipHash-2-4 vectors (key 00..0f, message
+   00 01 02 ...), and a secret set once. */
+static void test_hash(void)
+{
+    uint8_t key[16], msg[16], other[32];
+    for (int i = 0; i < 16; i++) key[i] = msg[i] = (uint8_t)i;
+    CHECK(tw_siphash(key, msg, 0, 2, 4) == UINT64_C(0x726fdb47dd0e0e31), "siphash-2-4 of 0 bytes");
+    CHECK(tw_siphash(key, msg, 1, 2, 4) == UINT64_C(0x74f839c593dc67fd), "siphash-2-4 of 1 byte");
+    CHECK(tw_siphash(key, msg, 8, 2, 4) == UINT64_C(0x93f5f5799a932462), "siphash-2-4 of 8 bytes");
+    CHECK(tw_siphash(key, msg, 15, 2, 4) == UINT64_C(0xa129ca6149be45e5), "siphash-2-4 of 15 bytes");
+    uint64_t words[4];
+    memcpy(words, tw_hash_tab[3] + 250, sizeof words);
+    memset(other, 0x77, sizeof other);
+    CHECK(tw_hash_seed(other) == 0, "a second seed is refused");
+    CHECK(memcmp(words, tw_hash_tab[3] + 250, sizeof words) == 0, "the secret is set once");
+    CHECK((words[0] | words[1] | words[2] | words[3]) != 0, "the tabulation words are set");
+    CHECK(tw_hash_bytes(msg, 15) != tw_hash_bytes(msg, 14), "string hashes differ");
+}
+
+/* Rows of ids that all collide under the fixed hashes the tables once had (tw_flood.h):
+   the same verdicts on every path as any other rows. */
+static void test_flood(void)
+{
+    enum { FLOOD = 5000 };
+    uint32_t *ids = malloc((FLOOD + 1) * sizeof *ids), *wide = flood_ids64(FLOOD);
+    float *vals = malloc((FLOOD + 1) * sizeof *vals);
+    if (!ids || !vals) exit(2);
+    for (int set = 0; set < 2; set++) {
+        for (size_t j = 0; j < FLOOD; j++) {
+            ids[j] = set ? wide[j] : flood_id32((uint32_t)j);
+            vals[j] = -(float)(j + 1) / FLOOD;
+        }
+        const int64_t offs[] = {0, FLOOD}, longer[] = {0, FLOOD + 1};
+        const int64_t sampled[] = {(int64_t)ids[FLOOD / 2]}, absent[] = {(int64_t)ids[FLOOD - 1] + 1};
+        for (int p = 0; p < g_npaths; p++) {
+            int kind = -1, path = g_paths[p];
+            float out = 0;
+            CHECK(tw_compact_rows(ids, vals, offs, 1, sampled, &out, &kind, path) == -1 &&
+                      out == vals[FLOOD / 2], "colliding row %d, path %s", set, tw_path_name(path));
+            CHECK(tw_compact_rows(ids, vals, offs, 1, absent, &out, &kind, path) == 0 &&
+                      kind == TW_ROW_MISSING_SAMPLED, "colliding row %d without the sampled id, path %s",
+                  set, tw_path_name(path));
+            ids[FLOOD] = ids[FLOOD / 3];
+            vals[FLOOD] = vals[FLOOD / 3];
+            CHECK(tw_compact_rows(ids, vals, longer, 1, sampled, &out, &kind, path) == -1,
+                  "colliding row %d with an agreeing repeat, path %s", set, tw_path_name(path));
+            vals[FLOOD] = -2.0f;
+            CHECK(tw_compact_rows(ids, vals, longer, 1, sampled, &out, &kind, path) == 0 &&
+                      kind == TW_ROW_REPEAT_DISAGREE, "colliding row %d with a disagreeing repeat, path %s",
+                  set, tw_path_name(path));
+        }
+    }
+    free(ids);
+    free(vals);
+    free(wide);
+}
+
 /* Fixed cases: verdicts that do not depend on the path. */
 static void test_fixed(void)
 {
@@ -222,6 +280,9 @@ int main(int argc, char **argv)
     printf("paths:");
     for (int p = 0; p < g_npaths; p++) printf(" %s", tw_path_name(g_paths[p]));
     printf("\n");
+    flood_seed();
+    test_hash();
+    test_flood();
     test_fixed();
     test_compact(rounds);
     test_support(rounds);
