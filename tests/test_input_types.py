@@ -167,12 +167,17 @@ def test_a_reader_error_means_invalid_json_by_its_type(impl, name, monkeypatch):
         parse(DOCUMENTS[name])
 
 
-def test_invalid_json_maps_errors_by_type():
+def test_invalid_json_maps_errors_by_type(monkeypatch):
     from tokenwire._errors import invalid_json
 
+    # The first reader stands for orjson whether or not orjson is installed: an error of the
+    # standard library's reader itself is never read again (last assertion).
+    monkeypatch.setattr(_json, "loads", lambda raw: _json.stdlib_loads(raw))
     worded = _json.JSONDecodeError("Input must be bytes, bytearray, memoryview, or str", "", 0)
     assert isinstance(invalid_json(worded, b'{"a": memoryview}'), MalformedResponseError)
     assert isinstance(invalid_json(worded, b'{"a": 1}'), MemoryError)  # JSON the reader refused
     assert isinstance(invalid_json(MemoryError(), b'{"a": 1}'), MemoryError)
     stdlib = _json.JSONDecodeError("out of memory, says the text", "", 0)
     assert isinstance(invalid_json(stdlib), MalformedResponseError)
+    monkeypatch.setattr(_json, "loads", _json.stdlib_loads)
+    assert isinstance(invalid_json(worded, b'{"a": 1}'), MalformedResponseError)
