@@ -571,45 +571,41 @@ static size_t tws_unescape(const uint8_t *s, const uint8_t *e, uint8_t *d, size_
 /* Paths                                                                     */
 /* ------------------------------------------------------------------------ */
 
-/* Contexts of open containers. */
+/* Contexts of open containers: the structural ones, then one for each object on the way to
+   a field of the wire table (tw_fields.def). */
 enum {
-    TWS_C_NONE = 0, /* ignored subtree */
-    TWS_C_TOP,      /* the root object */
-    TWS_C_CHOICES,  /* root.choices (array) */
-    TWS_C_CHOICE,   /* a choice object */
-    TWS_C_LOGPROBS, /* choice.logprobs */
-    TWS_C_CL,       /* choice.completion_logprobs */
-    TWS_C_CP,       /* choice.compact_logprobs */
-    TWS_C_SM,       /* choice.sampling_mask */
-    TWS_C_SM_IDS,   /* choice.sampling_mask.ids */
-    TWS_C_SM_COUNTS,
-    TWS_C_KT,       /* choice.kept_tokens */
-    TWS_C_RE,       /* choice.routed_experts */
-    TWS_C_RAW,      /* choice.raw_output */
-    TWS_C_RAW_CL,   /* choice.raw_output.completion_logprobs */
+    TWS_C_NONE = 0,  /* ignored subtree */
+    TWS_C_TOP,       /* the root object */
+    TWS_C_CHOICES,   /* root.choices (array) */
+    TWS_C_CHOICE,    /* a choice object */
     TWS_C_SGL_ITEMS, /* SGLang: the root array of items */
-    TWS_C_SGL_ITEM, /* SGLang: an item (the root object, or an element) */
-    TWS_C_SGL_META  /* SGLang: item.meta_info */
+    TWS_C_SGL_ITEM,  /* SGLang: an item (the root object, or an element) */
+#define TWS_CONTEXT(name, path) TWS_C_##name,
+#include "tw_fields.def"
+    TWS_NCONTEXTS
 };
+typedef char tws_contexts_fit_a_byte[(TWS_NCONTEXTS <= 256) ? 1 : -1];
 
-/* Record targets: none, root fields, or TWS_T_F0 + TW_F_*. */
-enum { TWS_T_NONE = 0, TWS_T_PROMPT, TWS_T_CHOICES, TWS_T_F0 };
+/* Record targets: none, the root fields, or TWS_T_F0 + TW_F_*. */
+enum {
+    TWS_T_NONE = 0,
+#define TWS_ROOT(name, path) TWS_T_##name,
+#include "tw_fields.def"
+    TWS_T_F0
+};
 #define TWS_F(f) (TWS_T_F0 + (f))
-#define TWS_BIT(t) (UINT32_C(1) << (t))
-/* Every record target is a bit of a uint32_t mask (blank_fields shifted by TWS_T_F0). */
-typedef char tws_targets_fit_a_mask[(TWS_T_F0 + TW_NFIELDS <= 32) ? 1 : -1];
+#define TWS_BIT(t) (UINT64_C(1) << (t))
+#define TWS_FB(f) (UINT64_C(1) << (f))
+/* Every record target is a bit of a uint64_t mask (blank_fields shifted by TWS_T_F0). */
+typedef char tws_targets_fit_a_mask[(TWS_T_F0 + TW_NFIELDS <= 64) ? 1 : -1];
 
-/* Targets blanked when they are strings / arrays. */
-static const uint32_t TWS_BLANK_STR =
-    TWS_BIT(TWS_F(TW_F_CL_DATA)) | TWS_BIT(TWS_F(TW_F_CP_DATA)) |
-    TWS_BIT(TWS_F(TW_F_SM_IDS_DATA)) | TWS_BIT(TWS_F(TW_F_SM_COUNTS_DATA)) |
-    TWS_BIT(TWS_F(TW_F_KT_IDS)) | TWS_BIT(TWS_F(TW_F_KT_COUNTS)) |
-    TWS_BIT(TWS_F(TW_F_RE_DATA)) | TWS_BIT(TWS_F(TW_F_ROUTED));
-static const uint32_t TWS_BLANK_ARR =
-    TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) | TWS_BIT(TWS_F(TW_F_CP_OFFSETS)) |
-    TWS_BIT(TWS_F(TW_F_SAMPLING_MASK)) | TWS_BIT(TWS_T_PROMPT);
-
-#define TWS_FB(f) (UINT32_C(1) << (f))
+/* Sets of targets: TWS_BLANK_STR / TWS_BLANK_ARR (blanked when strings / arrays by the
+   generate scan), TWS_BLANK_ARR_OPENAI (by the OpenAI-compatible scan), TWS_B64 (decoded as
+   base64 during the generate scan), TWS_UINTS (id and offset arrays read during the scan),
+   TWS_READ_MASK (a sampling_mask list read so), TWS_READ_RECORDS (handed to the content
+   reader). */
+#define TWS_SET(name, targets) static const uint64_t TWS_##name = (targets);
+#include "tw_fields.def"
 
 typedef struct {
     uint8_t ctx;      /* container the key is in */
@@ -618,73 +614,14 @@ typedef struct {
     uint8_t tgt;      /* record target of the value */
     uint8_t ctx_obj;  /* context if the value is an object */
     uint8_t ctx_arr;  /* context if the value is an array */
-    uint32_t clear;   /* TW_F_* bits cleared when the key occurs */
+    uint64_t clear;   /* TW_F_* bits cleared when the key occurs */
 } tws_rule;
 
-#define TWS_RULE(ctx, name, tgt, cobj, carr, clear) \
-    { ctx, (uint8_t)(sizeof(name) - 1), name, tgt, cobj, carr, clear }
-
+/* The keys on the paths of the wire table, each in the context of the object holding it. */
 static const tws_rule TWS_RULES[] = {
-    TWS_RULE(TWS_C_TOP, "prompt_token_ids", TWS_T_PROMPT, 0, 0, 0),
-    TWS_RULE(TWS_C_TOP, "choices", TWS_T_CHOICES, 0, TWS_C_CHOICES, 0),
-    TWS_RULE(TWS_C_CHOICE, "token_ids", TWS_F(TW_F_TOKEN_IDS), 0, 0,
-             TWS_FB(TW_F_TOKEN_IDS)),
-    TWS_RULE(TWS_C_CHOICE, "logprobs", TWS_F(TW_F_LOGPROBS), TWS_C_LOGPROBS, 0,
-             TWS_FB(TW_F_LOGPROBS) | TWS_FB(TW_F_LOGPROBS_CONTENT) |
-                 TWS_FB(TW_F_LP_TOKEN_LOGPROBS) | TWS_FB(TW_F_LP_TOKENS) |
-                 TWS_FB(TW_F_LP_TOKEN_IDS) | TWS_FB(TW_F_LP_TEXT_OFFSET) |
-                 TWS_FB(TW_F_LP_TOP)),
-    TWS_RULE(TWS_C_CHOICE, "prompt_token_ids", TWS_F(TW_F_PROMPT_IDS), 0, 0,
-             TWS_FB(TW_F_PROMPT_IDS)),
-    TWS_RULE(TWS_C_CHOICE, "raw_output", TWS_F(TW_F_RAW_OUTPUT), TWS_C_RAW, 0,
-             TWS_FB(TW_F_RAW_OUTPUT) | TWS_FB(TW_F_RO_TOKEN_IDS) | TWS_FB(TW_F_RO_CONTENT)),
-    TWS_RULE(TWS_C_RAW, "completion_token_ids", TWS_F(TW_F_RO_TOKEN_IDS), 0, 0,
-             TWS_FB(TW_F_RO_TOKEN_IDS)),
-    TWS_RULE(TWS_C_RAW, "completion_logprobs", 0, TWS_C_RAW_CL, 0, TWS_FB(TW_F_RO_CONTENT)),
-    TWS_RULE(TWS_C_RAW_CL, "content", TWS_F(TW_F_RO_CONTENT), 0, 0, TWS_FB(TW_F_RO_CONTENT)),
-    TWS_RULE(TWS_C_SGL_ITEM, "output_ids", TWS_F(TW_F_SGL_IDS), 0, 0, TWS_FB(TW_F_SGL_IDS)),
-    TWS_RULE(TWS_C_SGL_ITEM, "meta_info", 0, TWS_C_SGL_META, 0,
-             TWS_FB(TW_F_SGL_TRIPLES) | TWS_FB(TW_F_SGL_TOP)),
-    TWS_RULE(TWS_C_SGL_META, "output_token_logprobs", TWS_F(TW_F_SGL_TRIPLES), 0, 0,
-             TWS_FB(TW_F_SGL_TRIPLES)),
-    TWS_RULE(TWS_C_SGL_META, "output_top_logprobs", TWS_F(TW_F_SGL_TOP), 0, 0,
-             TWS_FB(TW_F_SGL_TOP)),
-    TWS_RULE(TWS_C_LOGPROBS, "token_logprobs", TWS_F(TW_F_LP_TOKEN_LOGPROBS), 0, 0,
-             TWS_FB(TW_F_LP_TOKEN_LOGPROBS)),
-    TWS_RULE(TWS_C_LOGPROBS, "tokens", TWS_F(TW_F_LP_TOKENS), 0, 0,
-             TWS_FB(TW_F_LP_TOKENS)),
-    TWS_RULE(TWS_C_LOGPROBS, "token_ids", TWS_F(TW_F_LP_TOKEN_IDS), 0, 0,
-             TWS_FB(TW_F_LP_TOKEN_IDS)),
-    TWS_RULE(TWS_C_LOGPROBS, "text_offset", TWS_F(TW_F_LP_TEXT_OFFSET), 0, 0,
-             TWS_FB(TW_F_LP_TEXT_OFFSET)),
-    TWS_RULE(TWS_C_LOGPROBS, "top_logprobs", TWS_F(TW_F_LP_TOP), 0, 0,
-             TWS_FB(TW_F_LP_TOP)),
-    TWS_RULE(TWS_C_CHOICE, "completion_logprobs", 0, TWS_C_CL, 0,
-             TWS_FB(TW_F_CL_DATA)),
-    TWS_RULE(TWS_C_CHOICE, "compact_logprobs", 0, TWS_C_CP, 0,
-             TWS_FB(TW_F_CP_DATA) | TWS_FB(TW_F_CP_OFFSETS)),
-    TWS_RULE(TWS_C_CHOICE, "sampling_mask", TWS_F(TW_F_SAMPLING_MASK), TWS_C_SM, 0,
-             TWS_FB(TW_F_SAMPLING_MASK) | TWS_FB(TW_F_SM_IDS_DATA) |
-                 TWS_FB(TW_F_SM_COUNTS_DATA)),
-    TWS_RULE(TWS_C_CHOICE, "kept_tokens", 0, TWS_C_KT, 0,
-             TWS_FB(TW_F_KT_IDS) | TWS_FB(TW_F_KT_COUNTS)),
-    TWS_RULE(TWS_C_CHOICE, "routed_experts", TWS_F(TW_F_ROUTED), TWS_C_RE, 0,
-             TWS_FB(TW_F_ROUTED) | TWS_FB(TW_F_RE_DATA)),
-    TWS_RULE(TWS_C_LOGPROBS, "content", TWS_F(TW_F_LOGPROBS_CONTENT), 0, 0,
-             TWS_FB(TW_F_LOGPROBS_CONTENT)),
-    TWS_RULE(TWS_C_CL, "data", TWS_F(TW_F_CL_DATA), 0, 0, TWS_FB(TW_F_CL_DATA)),
-    TWS_RULE(TWS_C_CP, "data", TWS_F(TW_F_CP_DATA), 0, 0, TWS_FB(TW_F_CP_DATA)),
-    TWS_RULE(TWS_C_CP, "offsets", TWS_F(TW_F_CP_OFFSETS), 0, 0,
-             TWS_FB(TW_F_CP_OFFSETS)),
-    TWS_RULE(TWS_C_SM, "ids", 0, TWS_C_SM_IDS, 0, TWS_FB(TW_F_SM_IDS_DATA)),
-    TWS_RULE(TWS_C_SM, "counts", 0, TWS_C_SM_COUNTS, 0, TWS_FB(TW_F_SM_COUNTS_DATA)),
-    TWS_RULE(TWS_C_SM_IDS, "data", TWS_F(TW_F_SM_IDS_DATA), 0, 0,
-             TWS_FB(TW_F_SM_IDS_DATA)),
-    TWS_RULE(TWS_C_SM_COUNTS, "data", TWS_F(TW_F_SM_COUNTS_DATA), 0, 0,
-             TWS_FB(TW_F_SM_COUNTS_DATA)),
-    TWS_RULE(TWS_C_KT, "ids", TWS_F(TW_F_KT_IDS), 0, 0, TWS_FB(TW_F_KT_IDS)),
-    TWS_RULE(TWS_C_KT, "counts", TWS_F(TW_F_KT_COUNTS), 0, 0, TWS_FB(TW_F_KT_COUNTS)),
-    TWS_RULE(TWS_C_RE, "data", TWS_F(TW_F_RE_DATA), 0, 0, TWS_FB(TW_F_RE_DATA)),
+#define TWS_KEY(ctx, name, tgt, cobj, carr, clear) \
+    {TWS_C_##ctx, (uint8_t)(sizeof(name) - 1), name, tgt, TWS_C_##cobj, TWS_C_##carr, clear},
+#include "tw_fields.def"
 };
 
 #define TWS_MAX_KEY 24 /* longer (unescaped) keys match nothing */
@@ -803,11 +740,6 @@ static inline unsigned tws_digits8(const uint8_t *p, uint64_t *x)
 }
 
 /* Record targets holding ids or offsets: arrays of unsigned integers. */
-#define TWS_UINTS                                                                   \
-    (TWS_BIT(TWS_T_PROMPT) | TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) |                        \
-     TWS_BIT(TWS_F(TW_F_CP_OFFSETS)) | TWS_BIT(TWS_F(TW_F_PROMPT_IDS)) |             \
-     TWS_BIT(TWS_F(TW_F_LP_TOKEN_IDS)) | TWS_BIT(TWS_F(TW_F_RO_TOKEN_IDS)) |         \
-     TWS_BIT(TWS_F(TW_F_SGL_IDS)))
 
 #ifdef TW_SIMD16
 /* The digits and the commas of the 64 bytes at p, a bit a byte. */
@@ -1082,9 +1014,6 @@ static int tws_add_choice(tw_doc *d, int is_object)
     return 0;
 }
 
-/* Targets whose string values are base64 (decoded during the scan). */
-#define TWS_B64 TWS_BLANK_STR
-
 /*
  * tws_string for a string at a base64 path, decoding it on the way when it
  * is long (see "Decoding during the scan" in tw_scan.h).  Same result as
@@ -1182,11 +1111,11 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     const uint8_t *p = b, *q;
     const int simd = tw_path_resolve(d->path) != TW_PATH_SCALAR;
     /* The caller's blank_fields, as record-target bits. */
-    const uint32_t extra = (d->blank_fields & ((UINT32_C(1) << TW_NFIELDS) - 1)) << TWS_T_F0;
-    const uint32_t blank_str = (d->openai || d->sglang ? 0 : TWS_BLANK_STR) | extra;
-    const uint32_t blank_arr =
+    const uint64_t extra = (d->blank_fields & ((UINT64_C(1) << TW_NFIELDS) - 1)) << TWS_T_F0;
+    const uint64_t blank_str = (d->openai || d->sglang ? 0 : TWS_BLANK_STR) | extra;
+    const uint64_t blank_arr =
         (d->sglang   ? 0
-         : d->openai ? TWS_BIT(TWS_F(TW_F_TOKEN_IDS)) | TWS_BIT(TWS_T_PROMPT)
+         : d->openai ? TWS_BLANK_ARR_OPENAI
                      : TWS_BLANK_ARR) | extra;
     const int decode = d->decode && !d->openai && !d->sglang;
     const size_t maxd = d->max_depth;
@@ -1285,9 +1214,9 @@ value_nows:
             if (TWS_UINTS & TWS_BIT(ptgt)) {
                 q = tws_uint_run(d, p, end, &n, &nomem, simd);
                 elements_int = 1;
-            } else if (ptgt == TWS_F(TW_F_SAMPLING_MASK) && *p == '[' && (!maxd || maxd - depth >= 1)) {
+            } else if ((TWS_READ_MASK & TWS_BIT(ptgt)) && *p == '[' && (!maxd || maxd - depth >= 1)) {
                 q = tws_nested_run(d, p, end, &n, &nomem, simd);
-            } else if (ptgt == TWS_F(TW_F_LOGPROBS_CONTENT) && d->content_reader && !d->openai &&
+            } else if ((TWS_READ_RECORDS & TWS_BIT(ptgt)) && d->content_reader && !d->openai &&
                        !d->sglang && (!maxd || maxd - depth >= 4)) {
                 at = d->nentries;
                 q = d->content_reader(d, p, end, simd, &n);

@@ -38,35 +38,16 @@
  *   root.prompt_token_ids                  -> doc->prompt_token_ids
  *   root.choices                           -> doc->choices
  *   root.choices[i] (each element)         -> doc->choice[i]
- *   and relative to a choice object, doc->choice[i].f[...]:
- *     TW_F_TOKEN_IDS         token_ids
- *     TW_F_LOGPROBS          logprobs            (whole value, any type)
- *     TW_F_LOGPROBS_CONTENT  logprobs.content
- *     TW_F_CL_DATA           completion_logprobs.data
- *     TW_F_CP_DATA           compact_logprobs.data
- *     TW_F_CP_OFFSETS        compact_logprobs.offsets
- *     TW_F_SAMPLING_MASK     sampling_mask       (whole value, any type)
- *     TW_F_SM_IDS_DATA       sampling_mask.ids.data
- *     TW_F_SM_COUNTS_DATA    sampling_mask.counts.data
- *     TW_F_KT_IDS            kept_tokens.ids
- *     TW_F_KT_COUNTS         kept_tokens.counts
- *     TW_F_ROUTED            routed_experts      (whole value, any type)
- *     TW_F_RE_DATA           routed_experts.data
- *     TW_F_PROMPT_IDS        prompt_token_ids
- *     TW_F_RAW_OUTPUT        raw_output          (whole value, any type)
- *     TW_F_LP_TOKEN_LOGPROBS logprobs.token_logprobs
- *     TW_F_LP_TOKENS         logprobs.tokens
- *     TW_F_LP_TOKEN_IDS      logprobs.token_ids
- *     TW_F_LP_TEXT_OFFSET    logprobs.text_offset
- *     TW_F_LP_TOP            logprobs.top_logprobs
- *     TW_F_RO_TOKEN_IDS      raw_output.completion_token_ids
- *     TW_F_RO_CONTENT        raw_output.completion_logprobs.content
+ * and relative to a choice object, doc->choice[i].f[TW_F_*]: the choice rows of the
+ * wire table (src/tokenwire/_table.py; tw_fields.def lists each TW_F_* with its path),
+ * the generate fields (token_ids, logprobs, logprobs.content, compact_logprobs.data,
+ * sampling_mask, ...) and the OpenAI-compatible ones (logprobs.token_logprobs,
+ * raw_output.completion_token_ids, ...) alike.
  *   SGLang documents (doc->sglang = 1) have no "choices": the root object is
- *   choice 0, or each element of a root array is a choice, with
- *     TW_F_SGL_IDS           output_ids
- *     TW_F_SGL_TRIPLES       meta_info.output_token_logprobs
- *     TW_F_SGL_TOP           meta_info.output_top_logprobs
- *   and nothing else; nothing is blanked but on request, nothing decoded.
+ *   choice 0, or each element of a root array is a choice, with the item rows of
+ *   the table (output_ids, meta_info.output_token_logprobs,
+ *   meta_info.output_top_logprobs) and nothing else; nothing is blanked but on
+ *   request, nothing decoded.
  *   A path is followed only through objects: under "compact_logprobs": null
  *   (or a string, an array...) nothing is recorded.  Keys are compared after
  *   unescaping ("token\u005fids" is token_ids).
@@ -85,11 +66,13 @@
  *
  * Blanking: EVERY occurrence of a blankable value is blanked, also ones
  * superseded by a later duplicate key (harmless: a JSON parser keeps only
- * the last occurrence).  Blanked when a string (content removed -> ""):
- *   CL_DATA, CP_DATA, SM_IDS_DATA, SM_COUNTS_DATA, KT_IDS, KT_COUNTS,
- *   RE_DATA, and ROUTED;
- * blanked when an array (everything between the brackets removed -> []):
- *   TOKEN_IDS, CP_OFFSETS, SAMPLING_MASK, and root.prompt_token_ids.
+ * the last occurrence).  The table's "blank" column says which: blanked when
+ * a string (content removed -> ""): the base64 fields (completion_logprobs.data,
+ * compact_logprobs.data, sampling_mask.{ids,counts}.data, kept_tokens.{ids,counts},
+ * routed_experts and routed_experts.data); blanked when an array (everything
+ * between the brackets removed -> []): token_ids, compact_logprobs.offsets,
+ * sampling_mask and root.prompt_token_ids (TWS_BLANK_STR / TWS_BLANK_ARR in
+ * tw_fields.def).
  * Blanking only removes bytes, so the stripped copy is never longer.
  *
  * Blanking on request, during the scan: doc->blank_fields names more fields
@@ -123,8 +106,7 @@
  * records could never be used.
  *
  * Decoding during the scan (doc->decode = 1): a string at a base64 path
- * (CL_DATA, CP_DATA, SM_IDS_DATA, SM_COUNTS_DATA, KT_IDS, KT_COUNTS, RE_DATA
- * and ROUTED) whose first TW_SCAN_FUSE_MIN content bytes hold no '"', '\\',
+ * (the table's base64 column, TWS_B64) whose first TW_SCAN_FUSE_MIN content bytes hold no '"', '\\',
  * control or non-ASCII byte is decoded as base64 in the same pass that finds
  * its end, into a buffer (tw_mem_alloc) sized for the rest of the document (and
  * shrunk to fit when that wastes more than an eighth of it).  Only strings
@@ -197,34 +179,11 @@ typedef struct {
                        (tw_doc.entries for logprobs.content) */
 } tw_value;
 
+/* The fields of a choice (or an SGLang item), tw_choice.f[TW_F_*]: one row each of the wire
+   table, src/tokenwire/_table.py, in its order (tw_fields.def is written from it). */
 enum {
-    TW_F_TOKEN_IDS,        /* token_ids */
-    TW_F_LOGPROBS,         /* logprobs */
-    TW_F_LOGPROBS_CONTENT, /* logprobs.content */
-    TW_F_CL_DATA,          /* completion_logprobs.data */
-    TW_F_CP_DATA,          /* compact_logprobs.data */
-    TW_F_CP_OFFSETS,       /* compact_logprobs.offsets */
-    TW_F_SAMPLING_MASK,    /* sampling_mask */
-    TW_F_SM_IDS_DATA,      /* sampling_mask.ids.data */
-    TW_F_SM_COUNTS_DATA,   /* sampling_mask.counts.data */
-    TW_F_KT_IDS,           /* kept_tokens.ids */
-    TW_F_KT_COUNTS,        /* kept_tokens.counts */
-    TW_F_ROUTED,           /* routed_experts */
-    TW_F_RE_DATA,          /* routed_experts.data */
-    /* OpenAI-compatible choices (/v1/completions, /v1/chat/completions) */
-    TW_F_PROMPT_IDS,       /* prompt_token_ids (per choice, as vLLM sends it) */
-    TW_F_RAW_OUTPUT,       /* raw_output (Fireworks; whole value) */
-    TW_F_LP_TOKEN_LOGPROBS, /* logprobs.token_logprobs */
-    TW_F_LP_TOKENS,        /* logprobs.tokens */
-    TW_F_LP_TOKEN_IDS,     /* logprobs.token_ids */
-    TW_F_LP_TEXT_OFFSET,   /* logprobs.text_offset */
-    TW_F_LP_TOP,           /* logprobs.top_logprobs */
-    TW_F_RO_TOKEN_IDS,     /* raw_output.completion_token_ids */
-    TW_F_RO_CONTENT,       /* raw_output.completion_logprobs.content */
-    /* SGLang /generate items (doc->sglang) */
-    TW_F_SGL_IDS,          /* output_ids */
-    TW_F_SGL_TRIPLES,      /* meta_info.output_token_logprobs */
-    TW_F_SGL_TOP,          /* meta_info.output_top_logprobs */
+#define TW_FIELD(name, path) TW_F_##name,
+#include "tw_fields.def"
     TW_NFIELDS
 };
 
@@ -275,7 +234,7 @@ typedef struct tw_doc {
     int openai;        /* 1: an OpenAI-compatible document (see above) */
     int sglang;        /* 1: an SGLang /generate document (see above) */
     int b64_path;      /* TW_PATH_* for that, default AUTO */
-    uint32_t blank_fields; /* bit f (TW_F_*): blank that field too, wherever it is
+    uint64_t blank_fields; /* bit f (TW_F_*): blank that field too, wherever it is
                               recorded: an array's interior or a string's
                               content (default 0; see tw_blank_field) */
     tw_content_reader content_reader; /* default NULL; see "Records read during

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-CSRC = Path(__file__).resolve().parents[1] / "csrc"
+ROOT = Path(__file__).resolve().parents[1]
+CSRC = ROOT / "csrc"
 
 
 @pytest.mark.parametrize("generator, output", [("gen_pow5_table.py", "tw_pow5_table.h")])
@@ -18,3 +19,22 @@ def test_generated_table_is_up_to_date(generator, output, tmp_path):
     subprocess.run([sys.executable, str(CSRC / generator), str(fresh)], check=True)
     assert fresh.read_bytes() == (CSRC / output).read_bytes(), (
         f"csrc/{output} differs from its generator's output: run python3 csrc/{generator}")
+
+
+def test_wire_table_outputs_are_up_to_date(tmp_path):
+    """The field enum, scanner rules, Cython ids and ctypes mirror are what csrc/gen_fields.py
+    writes from the wire table (src/tokenwire/_table.py)."""
+    subprocess.run([sys.executable, str(CSRC / "gen_fields.py"), str(tmp_path)], check=True)
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written == sorted(["csrc/tw_fields.def", "src/tokenwire/_fields.pxi", "tests/c/tw_fields.py"])
+    for name in written:
+        assert (tmp_path / name).read_bytes() == (ROOT / name).read_bytes(), (
+            f"{name} differs from what the wire table gives: run python3 csrc/gen_fields.py")
+
+
+def test_wire_table_matches_the_compiled_scanner():
+    """The compiled core was built from the table as it is: the same number of fields."""
+    core = pytest.importorskip("tokenwire._core")
+    from tokenwire import _table
+
+    assert core._NFIELDS == len(_table.CHOICE_FIELDS)

@@ -407,6 +407,9 @@ def rows_to_lists(offsets, *values):
     return out
 
 
+include "_fields.pxi"
+
+
 cdef extern from "tw_scan.h" nogil:
     enum:
         TW_OK
@@ -418,33 +421,6 @@ cdef extern from "tw_scan.h" nogil:
         TW_T_STRING
         TW_T_ARRAY
         TW_T_OBJECT
-    enum:
-        TW_F_TOKEN_IDS
-        TW_F_LOGPROBS
-        TW_F_LOGPROBS_CONTENT
-        TW_F_CL_DATA
-        TW_F_CP_DATA
-        TW_F_CP_OFFSETS
-        TW_F_SAMPLING_MASK
-        TW_F_SM_IDS_DATA
-        TW_F_SM_COUNTS_DATA
-        TW_F_KT_IDS
-        TW_F_KT_COUNTS
-        TW_F_ROUTED
-        TW_F_RE_DATA
-        TW_F_PROMPT_IDS
-        TW_F_RAW_OUTPUT
-        TW_F_LP_TOKEN_LOGPROBS
-        TW_F_LP_TOKENS
-        TW_F_LP_TOKEN_IDS
-        TW_F_LP_TEXT_OFFSET
-        TW_F_LP_TOP
-        TW_F_RO_TOKEN_IDS
-        TW_F_RO_CONTENT
-        TW_F_SGL_IDS
-        TW_F_SGL_TRIPLES
-        TW_F_SGL_TOP
-        TW_NFIELDS
     ctypedef struct tw_value:
         uint8_t present, type, has_escape, ascii, all_int, read
         uint16_t blob
@@ -456,7 +432,7 @@ cdef extern from "tw_scan.h" nogil:
         int path
         int decode
         int b64_path
-        uint32_t blank_fields
+        uint64_t blank_fields
         int openai
         int sglang
         uint8_t top_is_object

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import clib
 import orjson
+from tw_fields import BLANK_ARRAY, BLANK_STRING, FIELD_ID, FIELDS, NFIELDS
 
 ROOT = clib.ROOT
 OUT = Path("/tmp/tw_scan_check")
@@ -57,8 +58,6 @@ class TwValue(C.Structure):
     ]
 
 
-NFIELDS = 25  # TW_NFIELDS; the generate fields (FIELDS below) come first
-
 
 class TwChoice(C.Structure):
     _fields_ = [("is_object", C.c_uint8), ("f", TwValue * NFIELDS)]
@@ -76,7 +75,7 @@ class TwDoc(C.Structure):
         ("openai", C.c_int),
         ("sglang", C.c_int),
         ("b64_path", C.c_int),
-        ("blank_fields", C.c_uint32),
+        ("blank_fields", C.c_uint64),
         ("content_reader", C.c_void_p),
         ("top_is_object", C.c_uint8),
         ("prompt_token_ids", TwValue),
@@ -109,24 +108,7 @@ class TwDoc(C.Structure):
 
 T_NONE, T_NULL, T_FALSE, T_TRUE, T_NUMBER, T_STRING, T_ARRAY, T_OBJECT = range(8)
 PATH_IDS = {"scalar": 1, "avx2": 2, "avx512": 3, "neon": 4}  # TW_PATH_* (tw_cpu.h)
-FIELDS = [
-    ("token_ids",),
-    ("logprobs",),
-    ("logprobs", "content"),
-    ("completion_logprobs", "data"),
-    ("compact_logprobs", "data"),
-    ("compact_logprobs", "offsets"),
-    ("sampling_mask",),
-    ("sampling_mask", "ids", "data"),
-    ("sampling_mask", "counts", "data"),
-    ("kept_tokens", "ids"),
-    ("kept_tokens", "counts"),
-    ("routed_experts",),
-    ("routed_experts", "data"),
-]
-
-
-MASK_FIELD = FIELDS.index(("sampling_mask",))  # TW_F_SAMPLING_MASK
+MASK_FIELD = FIELD_ID["SAMPLING_MASK"]
 
 
 def build(sanitize: bool) -> Path:
@@ -310,32 +292,13 @@ def blank_expected(doc, nrec: int):
     if not isinstance(choices, list):
         return doc
     for ch in choices[:nrec]:
-        if not isinstance(ch, dict):
-            continue
-        if isinstance(ch.get("token_ids"), list):
-            ch["token_ids"] = []
-        for outer in ("completion_logprobs", "compact_logprobs", "routed_experts"):
-            o = ch.get(outer)
-            if isinstance(o, dict) and isinstance(o.get("data"), str):
-                o["data"] = ""
-        cp = ch.get("compact_logprobs")
-        if isinstance(cp, dict) and isinstance(cp.get("offsets"), list):
-            cp["offsets"] = []
-        sm = ch.get("sampling_mask")
-        if isinstance(sm, list):
-            ch["sampling_mask"] = []
-        elif isinstance(sm, dict):
-            for name in ("ids", "counts"):
-                o = sm.get(name)
-                if isinstance(o, dict) and isinstance(o.get("data"), str):
-                    o["data"] = ""
-        kt = ch.get("kept_tokens")
-        if isinstance(kt, dict):
-            for name in ("ids", "counts"):
-                if isinstance(kt.get(name), str):
-                    kt[name] = ""
-        if isinstance(ch.get("routed_experts"), str):
-            ch["routed_experts"] = ""
+        for paths, kind, blanked in ((BLANK_STRING, str, ""), (BLANK_ARRAY, list, [])):
+            for keys in paths:
+                holder = ch
+                for key in keys[:-1]:
+                    holder = holder.get(key) if isinstance(holder, dict) else None
+                if isinstance(holder, dict) and isinstance(holder.get(keys[-1]), kind):
+                    holder[keys[-1]] = type(blanked)()
     return doc
 
 
@@ -354,8 +317,9 @@ def verify_records(raw: bytes, snap, stripped: bytes) -> None:
     assert len(snap["choice"]) == len(rec), f"nchoices {len(snap['choice'])} != {len(rec)}"
     for i, (el, (is_obj, fields)) in enumerate(zip(rec, snap["choice"])):
         assert is_obj == isinstance(el, dict), f"choice {i} is_object"
-        for k, keys in enumerate(FIELDS):
-            exp = _get(el, keys) if isinstance(el, dict) else MISSING
+        for k, (_, scope, keys) in enumerate(FIELDS):
+            # the scanner records every choice path in any document (never an item's)
+            exp = _get(el, keys) if isinstance(el, dict) and scope == "choice" else MISSING
             check_value(f"choices[{i}].{'.'.join(keys)}", raw, fields[k], exp)
     spans = snap["blank"]
     assert all(a < b for a, b in spans) and all(
