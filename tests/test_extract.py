@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenwire import MalformedResponseError, samples
+from tokenwire import MalformedResponseError, _table, samples
 from tokenwire._types import Ragged
 from tokenwire.extract import python as python_extract
 from tokenwire.kernels import python as python_kernels
@@ -40,11 +40,28 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+# Fields whose reading is where their text is (the compiled extractor's spans): the reference
+# has no raw bytes to point into and reads None there.
+_SPANS = {f.attr for f in _table.FIELDS if f.kind == _table.VALUE}
+
+
 def _values(evidence: python_extract.Evidence) -> dict[str, Any]:
-    """What an extractor read, a path it left out standing for None (the rules then read
-    the parsed value, which is intact there); the raw copies of blanked fields aside."""
-    return {path: value for path, value in evidence.values.items()
-            if value is not None and not path.endswith(":raw")}
+    """What an extractor filled, by evidence attribute (spans aside)."""
+    return {name: value for name, value in evidence.filled().items() if name not in _SPANS}
+
+
+def _read(value: Any) -> Any:
+    """An array's reading as comparable parts (where its text is aside)."""
+    if isinstance(value, python_extract.Read):
+        return (value.length, _plain(value.records), value.entries, value.top, _plain(value.numbers),
+                value.rows)
+    return _plain(value)
+
+
+def assert_filled(fmt: str, evidence: python_extract.Evidence, top: bool) -> None:
+    """An extractor fills every table row of its format: a rule never finds one missing."""
+    rows = python_extract.rows_of(fmt, top)
+    assert set(evidence.filled()) == {f.attr for f in rows}, (fmt, evidence.index, sorted(evidence.filled()))
 
 
 def assert_peers(raw: bytes, top_k: int | None) -> None:
@@ -57,10 +74,12 @@ def assert_peers(raw: bytes, top_k: int | None) -> None:
     _, ctop, cchoices = _core.extract_generate(raw, top_k)
     pairs = [(top, ctop), *zip(choices, cchoices)]
     for python, compiled in pairs:
+        for evidence in (python, compiled):
+            assert_filled(_table.GENERATE, evidence, evidence.index is None)
         ours, theirs = _values(python), _values(compiled)
-        assert ours.keys() == theirs.keys(), (python.index, sorted(ours), sorted(theirs))
-        for path in ours:
-            assert _same(ours[path], theirs[path]), (python.index, path)
+        for name in ours:
+            assert _same(_read(ours[name]), _read(theirs[name])), (python.index, name)
+        assert not python.sent  # the parsed document was not blanked
 
 
 @pytest.mark.parametrize("name", sorted(samples.SAMPLES))
@@ -95,14 +114,17 @@ def assert_openai_peers(raw: bytes, top_k: int | None, sglang: bool) -> None:
             _core.extract_openai(raw, top_k, sglang)
         return
     _, ctop, cchoices = _core.extract_openai(raw, top_k, sglang)
+    fmt = _table.SGLANG if sglang else _table.OPENAI
     for python, compiled in [(top, ctop), *zip(choices, cchoices)]:
-        ours = {p: v for p, v in _values(python).items() if not p.endswith(":span")}
-        theirs = {p: v for p, v in _values(compiled).items() if not p.endswith(":span")}
-        assert ours.keys() == theirs.keys(), (python.index, sorted(ours), sorted(theirs))
-        for path in ours:
-            assert _same(_plain(ours[path]), _plain(theirs[path])), (python.index, path)
-        for path, span in compiled.values.items():  # the text kept for the result's raw
-            if path.endswith(":span"):
+        for evidence in (python, compiled):
+            assert_filled(fmt, evidence, evidence.index is None)
+        ours, theirs = _values(python), _values(compiled)
+        for name in ours:
+            assert _same(_read(ours[name]), _read(theirs[name])), (python.index, name)
+        spans = [compiled.filled()[name] for name in _SPANS & compiled.filled().keys()]
+        spans += [v.span for v in theirs.values() if isinstance(v, python_extract.Read) and v.span]
+        for span in spans:  # the text kept for the result's raw
+            if span is not None:
                 assert bytes(compiled.source[span[0]:span[1]])[:1] in (b"{", b"[")
 
 

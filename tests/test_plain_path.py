@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenwire import samples
+from tokenwire import _table, samples
 
 from . import strategies
 from .conftest import PYTHON, _core
@@ -282,6 +282,28 @@ def test_plain_path_keeps_the_choice_fields_the_rules_keep():
     got = _core._plain_generate_response(raw)
     assert list(got.payload) == ["request_id", "usage", "kv_transfer_params"]
     assert got.prompt_token_ids.dtype == np.int64 and len(got.prompt_token_ids) == 3
+
+
+# The wire-table fields of a generate choice the plain path does not read.
+_NOT_PLAIN = sorted(_table.top_keys(_table.CHOICE, _table.GENERATE) - {"token_ids", "completion_logprobs",
+                                                                        "compact_logprobs"})
+
+
+@pytest.mark.parametrize("key", _NOT_PLAIN)
+@pytest.mark.parametrize("transport", ["packed", "compact"])
+def test_plain_path_hands_over_every_table_field_it_does_not_read(key, transport):
+    """The plain path's allow-list comes from the wire table: a choice holding any other field
+    of the table (not null) goes to the rules, which then decide."""
+    assert sorted(_core._PLAIN_ABSENT) == _NOT_PLAIN
+    ev = samples.evidence(5, 0, seed=3)
+    choice = samples.build_choice(ev, transport=transport, index=0)
+    raw = samples.dumps(samples.response([choice], prompt_tokens=3))
+    assert _core._plain_generate_response(raw) is not None
+    choice[key] = 7
+    raw = samples.dumps(samples.response([choice], prompt_tokens=3))
+    assert _core._plain_generate_response(raw) is None
+    case = strategies.Case(raw, None, None, None)
+    assert outcome(_core, case) == outcome(PYTHON, case)
 
 
 @pytest.mark.parametrize("name", ["choices_8x512", "compact_sampled_8k", "packed_128"])

@@ -24,7 +24,7 @@ from libc.string cimport memcpy
 
 from ._args import check_input, check_top_k, output_bytes
 from ._errors import MalformedResponseError, invalid_json
-from . import _json
+from . import _json, _table
 from .extract import python as _extract
 from .kernels import python as _kernels
 from .rules import generate as _generate
@@ -1286,61 +1286,127 @@ native_entries = _kernels.native_entries
 
 cdef uint64_t _MAX_TOKEN_ID = 4294967295
 cdef uint64_t _MAX_OFFSET = 9223372036854775807
-# Base64 strings of a generate choice, by path.
-_GENERATE_BLOBS = (
-    ("compact_logprobs.data", TW_F_CP_DATA),
-    ("completion_logprobs.data", TW_F_CL_DATA),
-    ("sampling_mask.ids.data", TW_F_SM_IDS_DATA),
-    ("sampling_mask.counts.data", TW_F_SM_COUNTS_DATA),
-    ("kept_tokens.ids", TW_F_KT_IDS),
-    ("kept_tokens.counts", TW_F_KT_COUNTS),
-    ("routed_experts.data", TW_F_RE_DATA),
-    ("routed_experts", TW_F_ROUTED),
-)
+# --- extraction: a choice's evidence, a loop over the wire table ---------------------------------
+
+# The formats an extractor reads a choice as, and their names in the table.
+cdef enum:
+    _GENERATE, _OPENAI, _SGLANG
+
+_FORMAT_NAMES = (_table.GENERATE, _table.OPENAI, _table.SGLANG)
+
+# What a row's kind reads (tokenwire._table).
+cdef enum:
+    _K_IDS, _K_BLOB, _K_MASK, _K_RECORDS, _K_NUMBERS, _K_TOKENS, _K_ROWS, _K_VALUE
+
+_KIND_CODES = {_table.IDS: _K_IDS, _table.BLOB: _K_BLOB, _table.MASK: _K_MASK,
+               _table.RECORDS: _K_RECORDS, _table.NUMBERS: _K_NUMBERS, _table.TOKENS: _K_TOKENS,
+               _table.ROWS: _K_ROWS, _table.VALUE: _K_VALUE}
+_HIGHS = {None: 0, _table.TOKEN_ID: _MAX_TOKEN_ID, _table.OFFSET: _MAX_OFFSET}
 
 
-cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k):
-    """The compiled extractor for one generate choice: every value its rules read, from the
-    spans the scan recorded (what the reference's ``extract_choice`` reads from the parsed
-    document)."""
+def _table_rows(fmt, top):
+    """(TW_F_* id, kind code, evidence attribute, limit) of each row an extractor fills for
+    a format, in table order (a choice's id fields come before the records read with them)."""
+    ids = {f.name: i for f, i in zip(_table.CHOICE_FIELDS, _FIELD_IDS)}
+    return tuple((ids.get(f.name, -1), _KIND_CODES[f.kind], f.attr, _HIGHS[f.high])
+                 for f in _extract.rows_of(fmt, top))
+
+
+_ROWS = tuple(_table_rows(name, False) for name in _FORMAT_NAMES)
+_TOP_ROWS = tuple(_table_rows(name, True) for name in _FORMAT_NAMES)
+
+
+cdef object _records_read(_Scan scan, const tw_value *v, object c, object choice, object k, int fmt):
+    """A RECORDS row's reading of the array ``v`` (see ``tokenwire.extract.python.read_field``)."""
+    if fmt == _SGLANG:
+        return _extract.Read(v.count, records=scan.triples(v))
+    if fmt == _OPENAI:
+        # The candidates do not depend on the ids (only the sampled pass reads them).
+        top = scan.native(v, np.zeros(v.count, dtype=np.int64), True) if k is not None else None
+        return _extract.Read(v.count, records=scan.records(v), top=top, span=(v.start, v.end))
+    ids = c.token_ids
+    entries = None
+    if ids is not None and ids[2] is None and v.count == <size_t>len(ids[0]):
+        entries = scan.native(v, ids[0], k is not None and choice.get("compact_logprobs") is None)
+    return _extract.Read(v.count, entries=entries)
+
+
+cdef object _rows_read(_Scan scan, const tw_value *v, object k, int fmt):
+    """A ROWS row's reading of the array ``v``: its length, and with a head its candidates."""
+    rows = None
+    if k is not None and fmt == _SGLANG:
+        rows = scan.head_rows(v, False)[:2]
+    elif k is not None:
+        rows = scan.head_rows(v, True)
+        if rows[2] is True:  # a key with an escape: the rows as the reference reads them
+            rows = _extract.keyed_rows(_extract.load_keeping_repeats(scan.text(v)))
+    return _extract.Read(v.count, rows=rows)
+
+
+cdef object _field_read(_Scan scan, const tw_value *v, int kind, object high, object c, object choice,
+                        object k, int fmt):
+    """What a table row of kind ``kind`` reads in the span ``v`` the scan recorded."""
+    if not v.present:
+        return None
+    if kind == _K_IDS:
+        return scan.ints(v, high)
+    if kind == _K_BLOB:
+        return scan.blob(v) if v.type == TW_T_STRING else None
+    if kind == _K_VALUE:
+        return (v.start, v.end) if v.type == TW_T_OBJECT else None
+    if v.type != TW_T_ARRAY:
+        return None
+    if kind == _K_MASK:
+        return scan.nested(v)
+    if kind == _K_TOKENS:
+        return scan.token_strings(v)
+    if kind == _K_NUMBERS:
+        read, at = scan.numbers(v)
+        return _extract.Read(v.count, numbers=_extract.Numbers(read, at, None if at is None else scan.element(v, at)))
+    if kind == _K_ROWS:
+        return _rows_read(scan, v, k, fmt)
+    return _records_read(scan, v, c, choice, k, fmt)
+
+
+cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k, int fmt):
+    """The compiled extractor for one choice (an SGLang item): every table row of the format,
+    read from the spans the scan recorded (what the reference's ``extract_fields`` reads from
+    the parsed document)."""
     cdef const tw_value *f = scan.doc.choice[index].f
     cdef const tw_value *v
-    cdef int field
-    values = {}
-    v = &f[TW_F_TOKEN_IDS]
-    ids = scan.ints(v, _MAX_TOKEN_ID) if v.present else None
-    if v.present:
-        values["token_ids"] = ids
-    v = &f[TW_F_CP_OFFSETS]
-    if v.present:
-        values["compact_logprobs.offsets"] = scan.ints(v, _MAX_OFFSET)
-    for path, field in _GENERATE_BLOBS:
-        v = &f[field]
-        if v.present and v.type == TW_T_STRING:
-            values[path] = scan.blob(v)
-    v = &f[TW_F_SAMPLING_MASK]
-    if v.present and v.type == TW_T_ARRAY:
-        values["sampling_mask"] = scan.nested(v)
+    c = _extract.Evidence(index, _KERNELS, source=scan.source)
+    for field, kind, attr, high in _ROWS[fmt]:
+        setattr(c, attr, _field_read(scan, &f[<int>field], kind, high, c, choice, k, fmt))
+    if fmt == _GENERATE:
+        _blanked_as_sent(scan, f, c, choice, k)
+    return c
+
+
+cdef void _blanked_as_sent(_Scan scan, const tw_value *f, object c, object choice, object k):
+    """The records beside compact (or packed, without a head) logprobs, and packed logprobs
+    beside compact ones, stay in GenerateChoice.raw as sent: the scan blanked them in the
+    parsed copy (an array's elements, a string's characters)."""
+    cdef const tw_value *v = &f[TW_F_LOGPROBS_CONTENT]
     compact = choice.get("compact_logprobs") is not None
     packed_value = choice.get("completion_logprobs")
-    packed = packed_value is not None
-    v = &f[TW_F_LOGPROBS_CONTENT]
-    if v.present and v.type == TW_T_ARRAY:
-        values["logprobs.content:len"] = v.count
-        # The rules validate the records beside any transport (extract_choice reads the same);
-        # their head candidates are read when a head comes from them (not from compact rows).
-        if ids is not None and ids[2] is None and v.count == <size_t>len(ids[0]):
-            values["logprobs.content"] = scan.native(v, ids[0], k is not None and not compact)
     logprobs = choice.get("logprobs")
     if (v.present and (v.type == TW_T_ARRAY or v.type == TW_T_STRING) and isinstance(logprobs, dict)
-            and (compact or (packed and k is None))):
-        # The records stay in GenerateChoice.raw, as sent (the scan blanked them in the parsed
-        # copy: an array's elements, a string's characters).
-        values["logprobs:raw"] = {**logprobs, "content": scan.parsed(v)}
+            and (compact or (packed_value is not None and k is None))):
+        c.sent["logprobs"] = {**logprobs, "content": scan.parsed(v)}
     v = &f[TW_F_CL_DATA]
     if compact and v.present and v.type == TW_T_STRING and isinstance(packed_value, dict):
-        values["completion_logprobs:raw"] = {**packed_value, "data": scan.parsed(v)}
-    return _extract.Evidence(index, values, _KERNELS)
+        c.sent["completion_logprobs"] = {**packed_value, "data": scan.parsed(v)}
+
+
+cdef object _top_evidence(_Scan scan, int fmt):
+    """The evidence of the top level: the root rows of the format (the prompt's ids)."""
+    top = _extract.Evidence(None, _KERNELS, source=scan.source)
+    for field, kind, attr, high in _TOP_ROWS[fmt]:
+        value = None
+        if kind == _K_IDS and scan.doc.prompt_token_ids.present:  # the one root id list
+            value = scan.ints(&scan.doc.prompt_token_ids, high)
+        setattr(top, attr, value)
+    return top
 
 
 cdef object _choices_of(object document):
@@ -1348,40 +1414,30 @@ cdef object _choices_of(object document):
     return document.get("choices") if isinstance(document, dict) else None
 
 
-# The formats an extractor reads a choice as.
-cdef enum:
-    _GENERATE, _OPENAI, _SGLANG
-
-
 cdef object _evidence_records(_Scan scan, object choices, object k, int fmt):
     """The evidence of the top level and of each recorded choice of a scanned response, read
-    now in one pass over the spans."""
+    now in one pass over the spans (a choice that is not an object: read from its value)."""
     cdef size_t i
-    top = _extract.Evidence(None, {}, _KERNELS, source=scan.source)
-    if scan.doc.prompt_token_ids.present:
-        top.values["prompt_token_ids"] = scan.ints(&scan.doc.prompt_token_ids, _MAX_TOKEN_ID)
+    top = _top_evidence(scan, fmt)
     read = []
     if isinstance(choices, list):
         for i in range(min(scan.doc.nchoices, len(choices))):
-            if not isinstance(choices[i], dict):
-                read.append(_extract.Evidence(i, {}, _KERNELS))
-            elif fmt == _GENERATE:
-                read.append(_choice_evidence(scan, i, choices[i], k))
-            elif fmt == _SGLANG:
-                read.append(_sglang_evidence(scan, i, k))
+            if isinstance(choices[i], dict):
+                read.append(_choice_evidence(scan, i, choices[i], k, fmt))
             else:
-                read.append(_openai_evidence(scan, i, k))
+                read.append(_extract.LazyEvidence(i, choices[i], _FORMAT_NAMES[fmt], k, _KERNELS))
     return top, read
 
 
-def _lookup(top, read):
-    """``evidence(index, value)`` for the rules: the records read; an empty one past them
-    (records end at the first choice that must fail, whose values are intact)."""
+def _lookup(top, read, fmt, k):
+    """``evidence(index, value)`` for the rules: the records read; past them, evidence read
+    from the choice's value when a rule asks (records end at the first choice that must
+    fail, whose values are intact)."""
 
     def evidence(index, value):
         if index is None:
             return top
-        return read[index] if index < len(read) else _extract.Evidence(index, {}, _KERNELS)
+        return read[index] if index < len(read) else _extract.LazyEvidence(index, value, fmt, k, _KERNELS)
 
     return evidence
 
@@ -1410,9 +1466,14 @@ def extract_generate(raw, top_k=None):
 # give the same result or say what is wrong (tests/test_plain_path.py holds the two to the
 # same results).
 
-# The fields whose presence sends a choice to the rules: each brings rules this path lacks
-# (for compact rows, the packed logprobs too: the rules keep them in GenerateChoice.raw).
-_PLAIN_ABSENT = ("logprobs", "sampling_mask", "kept_tokens", "routed_experts")
+# The allow-list: the wire-table fields of a generate choice this path reads. A choice that
+# holds any other table field (not null) goes to the rules, each such field bringing rules
+# this path lacks: _PLAIN_ABSENT is the rest of the table, so a field added to the table is
+# sent to the rules until this path learns it. (For compact rows, the packed logprobs go to
+# the rules too: they keep them in GenerateChoice.raw.) Keys outside the table are the
+# choice's raw fields, under either path.
+_PLAIN_TAKES = ("token_ids", "completion_logprobs", "compact_logprobs")
+_PLAIN_ABSENT = tuple(sorted(_table.top_keys(_table.CHOICE, _table.GENERATE) - set(_PLAIN_TAKES)))
 # GenerateChoice.raw: the choice without these (rules/generate.py's consumed fields).
 _PLAIN_CONSUMED = _generate._CONSUMED + ("completion_logprobs",)
 _PLAIN_COMPACT_CONSUMED = _generate._CONSUMED + ("compact_logprobs",)
@@ -1494,7 +1555,8 @@ cdef object _plain_choice(_Scan scan, size_t index, dict choice, int form):
     raw = choice.copy()
     for key in consumed:
         raw.pop(key, None)
-    return _GenerateChoice(index, ids, logprobs, None, None, None, None, choice.get("finish_reason"), raw, None)
+    return _GenerateChoice(index=index, completion_ids=ids, completion_logprobs=logprobs,
+                           finish_reason=choice.get("finish_reason"), raw=raw)
 
 
 cdef object _plain_packed(_Scan scan, const tw_value *f, dict packed, object ids, size_t itemsize):
@@ -1598,8 +1660,8 @@ cdef object _plain_generate(_Scan scan, object document):
     payload = (<dict>document).copy()
     payload.pop("choices", None)
     payload.pop("prompt_token_ids", None)
-    return _GenerateResponse(parsed, (<dict>document).get("request_id"), (<dict>document).get("usage"),
-                             prompt, payload)
+    return _GenerateResponse(choices=parsed, request_id=(<dict>document).get("request_id"),
+                             usage=(<dict>document).get("usage"), prompt_token_ids=prompt, payload=payload)
 
 
 def _plain_generate_response(raw):
@@ -1625,7 +1687,7 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
             if plain is not None:
                 return plain
         top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE)
-        return _generate.parse_document(document, k, require_logprobs, _lookup(top, read))
+        return _generate.parse_document(document, k, require_logprobs, _lookup(top, read, _table.GENERATE, k))
     finally:
         PyDataMem_SetHandler(previous)
 
@@ -1637,90 +1699,6 @@ def _record_values(values, kinds):
         return _extract.Numbers(values, None, None)
     first = int(not_number[0])
     return _extract.Numbers(values[:first], first, _KIND_EXAMPLES[kinds[first]])
-
-
-cdef void _put_array(_Scan scan, dict values, str path, const tw_value *v, object k):
-    """Record arrays of logprob records at ``path``: the records, the length, where the text
-    is and, with a head, the candidates."""
-    values[path + ":records"] = scan.records(v)
-    values[path + ":len"] = v.count
-    values[path + ":span"] = (v.start, v.end)
-    if k is not None:
-        # The candidates do not depend on the ids (only the sampled pass reads them).
-        values[path + ":top"] = scan.native(v, np.zeros(v.count, dtype=np.int64), True)
-
-
-# Id lists of an OpenAI-compatible choice, by path.
-_OPENAI_IDS = (
-    ("token_ids", TW_F_TOKEN_IDS),
-    ("prompt_token_ids", TW_F_PROMPT_IDS),
-    ("logprobs.token_ids", TW_F_LP_TOKEN_IDS),
-    ("raw_output.completion_token_ids", TW_F_RO_TOKEN_IDS),
-)
-
-
-cdef object _openai_evidence(_Scan scan, size_t index, object k):
-    """The compiled extractor for one OpenAI-compatible choice (the reference's
-    ``extract_openai_choice`` reads the same from the parsed document)."""
-    cdef const tw_value *f = scan.doc.choice[index].f
-    cdef const tw_value *v
-    cdef int field
-    cdef ptrdiff_t bad
-    values = {}
-    for path, field in _OPENAI_IDS:
-        v = &f[field]
-        if v.present:
-            values[path] = scan.ints(v, _MAX_TOKEN_ID)
-    v = &f[TW_F_LOGPROBS_CONTENT]
-    if v.present and v.type == TW_T_ARRAY:
-        _put_array(scan, values, "logprobs.content", v, k)
-    v = &f[TW_F_RO_CONTENT]
-    if v.present and v.type == TW_T_ARRAY:
-        _put_array(scan, values, "raw_output.completion_logprobs.content", v, k)
-    v = &f[TW_F_LP_TOKEN_LOGPROBS]
-    if v.present and v.type == TW_T_ARRAY:
-        read, at = scan.numbers(v)
-        values["logprobs.token_logprobs:numbers"] = _extract.Numbers(
-            read, at, None if at is None else scan.element(v, at))
-        values["logprobs.token_logprobs:len"] = v.count
-    v = &f[TW_F_LP_TOKENS]
-    if v.present and v.type == TW_T_ARRAY:
-        values["logprobs.tokens:tokens"] = scan.token_strings(v)
-    v = &f[TW_F_LP_TOP]
-    if v.present and v.type == TW_T_ARRAY:
-        values["logprobs.top_logprobs:len"] = v.count
-        if k is not None:
-            candidates, top_err, repeat = scan.head_rows(v, True)
-            if repeat is True:  # a key with an escape: the rows as the reference reads them
-                repeat = _extract.keyed_rows(_extract.load_keeping_repeats(scan.text(v)))
-                candidates, top_err, repeat = repeat
-            values["logprobs.top_logprobs:rows"] = (candidates, top_err, repeat)
-    for path, field in (("logprobs", TW_F_LOGPROBS), ("raw_output", TW_F_RAW_OUTPUT)):
-        v = &f[field]
-        if v.present and v.type == TW_T_OBJECT:
-            values[path + ":span"] = (v.start, v.end)
-    return _extract.Evidence(index, values, _KERNELS, source=scan.source)
-
-
-cdef object _sglang_evidence(_Scan scan, size_t index, object k):
-    """The compiled extractor for one SGLang item (the reference's
-    ``extract_sglang_item``)."""
-    cdef const tw_value *f = scan.doc.choice[index].f
-    cdef const tw_value *v
-    values = {}
-    v = &f[TW_F_SGL_IDS]
-    if v.present:
-        values["output_ids"] = scan.ints(v, _MAX_TOKEN_ID)
-    v = &f[TW_F_SGL_TRIPLES]
-    if v.present and v.type == TW_T_ARRAY:
-        values["meta_info.output_token_logprobs:records"] = scan.triples(v)
-        values["meta_info.output_token_logprobs:len"] = v.count
-    v = &f[TW_F_SGL_TOP]
-    if v.present and v.type == TW_T_ARRAY:
-        values["meta_info.output_top_logprobs:len"] = v.count
-        if k is not None:
-            values["meta_info.output_top_logprobs:rows"] = scan.head_rows(v, False)[:2]
-    return _extract.Evidence(index, values, _KERNELS, source=scan.source)
 
 
 cdef object _scan_openai(_Scan scan, object raw, object k, bint sglang):
@@ -1753,7 +1731,7 @@ def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, ch
     try:
         document, top, read = _scan_openai(_Scan(), raw, k, True)
         return _openai_rules.parse_sglang_generate_document(document, k, require_logprobs, check_usage,
-                                                      _lookup(top, read))
+                                                      _lookup(top, read, _table.SGLANG, k))
     finally:
         PyDataMem_SetHandler(previous)
 
@@ -1764,7 +1742,7 @@ cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint 
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         document, top, read = _scan_openai(_Scan(), raw, k, False)
-        return parse_document(document, k, require_logprobs, check_usage, _lookup(top, read))
+        return parse_document(document, k, require_logprobs, check_usage, _lookup(top, read, _table.OPENAI, k))
     finally:
         PyDataMem_SetHandler(previous)
 

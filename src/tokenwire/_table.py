@@ -131,6 +131,8 @@ CHOICE_FIELDS: tuple[Field, ...] = tuple(f for f in FIELDS if f.scope != ROOT)
 ROOT_FIELDS: tuple[Field, ...] = tuple(f for f in FIELDS if f.scope == ROOT)
 FIELD_ID: dict[str, int] = {f.name: i for i, f in enumerate(CHOICE_FIELDS)}
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
+# The evidence attribute of a path: ATTR_AT[scope, "compact_logprobs.data"] == "compact_data".
+ATTR_AT: dict[tuple[str, str], str] = {(f.scope, f.dotted): f.attr for f in FIELDS}
 
 
 def fields(scope: str, fmt: str | None = None) -> tuple[Field, ...]:

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _json, _select
+from . import _json, _select, _table
 from ._args import int_arg, int_array, real_array
 from ._errors import MalformedResponseError
 from ._wire import COMPACT_FORMAT, MAX_MASK_ID, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
-from .extract.python import Evidence
+from .extract.python import LazyEvidence
 from .rules import generate as _rules
 
 __all__ = [
@@ -113,18 +113,18 @@ def json_default(value: Any) -> Any:
 def _given_choice(name: str = "", field: Any = None) -> Any:
     """The evidence of a field the encoder built: its base64 values are the encoder's own
     blobs (no decoding), checked by the readers' rules with the kernels in use."""
-    values: dict[str, Any] = {}
+    c = LazyEvidence(None, {name: field} if name else {}, kernels=_select.kernels)
 
     def collect(path: str, value: Any) -> None:
         if isinstance(value, Blob):
-            values[path] = value.array
+            setattr(c, _table.ATTR_AT[_table.CHOICE, path], value.array)
         elif isinstance(value, dict):
             for key, item in value.items():
                 collect(f"{path}.{key}", item)
 
     if field is not None:
         collect(name, field)
-    return Evidence(None, values, _select.kernels)
+    return c
 
 
 def _row_firsts(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:

@@ -195,7 +195,8 @@ def table(responses: GenerateResponse | Iterable[GenerateResponse]) -> Any:
     # shape would not share the column's type.
     _routing_entry([c.routed_experts.array for r in responses for c in r.choices if c.routed_experts is not None])
     batches = [
-        record_batch(GenerateResponse([choice], r.request_id, r.usage, r.prompt_token_ids, r.payload))
+        record_batch(GenerateResponse(choices=[choice], request_id=r.request_id, usage=r.usage,
+                                      prompt_token_ids=r.prompt_token_ids, payload=r.payload))
         for r in responses
         for choice in r.choices
     ]

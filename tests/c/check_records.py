@@ -57,7 +57,7 @@ ROOT = clib.ROOT
 sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("TOKENWIRE_NO_EXTENSIONS", "1")  # only the reference is needed
 
-from tokenwire.extract.python import Evidence  # noqa: E402
+from tokenwire.extract.python import LazyEvidence  # noqa: E402
 from tokenwire.kernels import python as K  # noqa: E402
 from tokenwire.rules import generate as R  # noqa: E402
 
@@ -757,8 +757,15 @@ def code_of(reason: str, table) -> int:
     raise AssertionError(f"unmapped reference message {reason!r}")
 
 
+def _evidence(choice, ids, k=None):
+    """The reference's evidence of ``choice``, its records read against ``ids``."""
+    c = LazyEvidence(0, choice, k=k)
+    c.token_ids = (np.array(ids, dtype=np.int64), len(ids), None)
+    return c
+
+
 def ref_sampled(choice, ids):
-    c = Evidence(0)
+    c = _evidence(choice, ids)
     try:
         values, _ = R.parse_native_logprobs(choice, np.array(ids, dtype=np.int64), c)
         return -1, OK, values
@@ -774,7 +781,7 @@ def ref_sampled(choice, ids):
 def ref_top(choice, ids):
     """The reference's head candidates of each entry before the first failing one, with the
     entry's own logprob (what the heads are then selected from)."""
-    c = Evidence(0)
+    c = _evidence(choice, ids, 20)
     heads = []
 
     def record(ids_, candidates, sampled_lps, k, supports, limit):

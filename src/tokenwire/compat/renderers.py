@@ -41,11 +41,11 @@ import numpy as np
 
 import tokenwire
 
-from .. import _json, _select
+from .. import _json, _select, _table
 from .._errors import MalformedResponseError, invalid_json, location
 from .._types import Ragged
 from .._wire import MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
-from ..extract.python import Evidence
+from ..extract.python import Evidence, LazyEvidence, Read
 from ..kernels import python as _kernels
 from ..rules import generate as _rules
 
@@ -226,19 +226,19 @@ def __getattr__(name: str) -> Any:
 # --- reading a choice dict -----------------------------------------------------------------------
 
 def _evidence(index: int | None = None, decoded: dict[int, np.ndarray] | None = None,
-            choice: Any = None) -> Evidence:
+              choice: Any = None, top: bool = False) -> LazyEvidence:
     """tokenwire's rules over a parsed choice, as renderers' functions receive it: the
     payloads this parse decoded already (by the id of the view they came from) are its
     evidence; everything else is read from the dict by the kernels in use (compiled when
     built), and a broken rule raises renderers' error type."""
-    values: dict[str, Any] = {}
+    c = LazyEvidence(index, choice, kernels=_select.kernels, error=_error_type(), top=top)
     if decoded and isinstance(choice, dict):
         for name in ("compact_logprobs", "routed_experts"):
             value = choice.get(name)
             data = value.get("data") if isinstance(value, dict) else None
             if type(data) is memoryview and id(data) in decoded:
-                values[f"{name}.data"] = decoded[id(data)]
-    return Evidence(index, values, _select.kernels, _error_type())
+                setattr(c, _table.ATTR_AT[_table.CHOICE, f"{name}.data"], decoded[id(data)])
+    return c
 
 
 def _with_native(c: Evidence, choice: dict[str, Any], ids: np.ndarray, want_top: bool) -> None:
@@ -255,7 +255,7 @@ def _with_native(c: Evidence, choice: dict[str, Any], ids: np.ndarray, want_top:
                 # An integer logprob beyond float range (json.loads reads them exactly): it
                 # is not finite as a float, and the rules say so.
                 entries = _kernels.native_entries(_float_range(content), ids, want_top)
-        c.values["logprobs.content"] = entries
+        c.logprobs_content = Read(len(content), entries=entries)
 
 
 _PREFIX = b"token_id:"
@@ -434,7 +434,7 @@ def _ids(c: Evidence, completion_ids: Any) -> np.ndarray:
         completion_ids = completion_ids.tolist()
     elif not isinstance(completion_ids, list):
         completion_ids = list(completion_ids)
-    return _rules.checked_int_list(c, completion_ids, "token_ids", MAX_TOKEN_ID, _IDS_REASON)
+    return _rules.checked_int_list(c, c.kernels.int_list(completion_ids, MAX_TOKEN_ID), "token_ids", _IDS_REASON)
 
 
 def _check_k(k: Any) -> int | None:
@@ -469,7 +469,7 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
     """
     _follow()
     payload, decoded = _loads(raw)
-    top = _evidence(None)
+    top = _evidence(None, top=True)
     if not isinstance(payload, dict):
         top.fail("response must be a JSON object")
     choices = payload.get("choices")
@@ -477,15 +477,15 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
         top.fail("choices must be a non-empty list", "choices")
     prompt = payload.get("prompt_token_ids")
     if prompt is not None:
-        _rules.checked_int_list(top, prompt, "prompt_token_ids", MAX_TOKEN_ID,
-                             "prompt_token_ids must hold token ids in [0, 2**32)")
+        _rules.checked_int_list(top, top.kernels.int_list(prompt, MAX_TOKEN_ID), "prompt_token_ids",
+                                "prompt_token_ids must hold token ids in [0, 2**32)")
     for index, choice in enumerate(choices):
         c = _evidence(index, decoded, choice)
         if not isinstance(choice, dict):
             c.fail("choice must be an object")
         ids = choice.get("token_ids")
         if ids is not None:
-            _rules.checked_int_list(c, ids, "token_ids", MAX_TOKEN_ID, _IDS_REASON)
+            _rules.checked_int_list(c, c.kernels.int_list(ids, MAX_TOKEN_ID), "token_ids", _IDS_REASON)
         routed = choice.get("routed_experts")
         if routed is not None:
             _rules.parse_routed_experts(routed, c)
@@ -505,8 +505,9 @@ def _parse_packed_completion_logprobs(
     Stricter: canonical base64, dtype ``float32`` or ``float64``, ``shape == [n]`` when sent.
     """
     release = _follow()
-    c = _evidence()
-    values = _rules.parse_packed_logprobs(_plain(packed), len(completion_ids), c)
+    packed = _plain(packed)
+    c = _evidence(choice={"completion_logprobs": packed})
+    values = _rules.parse_packed_logprobs(packed, len(completion_ids), c)
     return release.logprobs(values)
 
 
@@ -523,7 +524,7 @@ def _parse_compact_logprobs(
     release = _follow()
     c = _evidence()
     ids = _ids(c, completion_ids)
-    choice = _choice(c, choice)
+    c.choice = choice = _choice(c, choice)
     k = _check_k(k)
     if choice.get("compact_logprobs") is None:
         c.fail("Unsupported compact logprob format", "compact_logprobs.format")
@@ -548,7 +549,7 @@ def _parse_completion_logprobs(
     release = _follow()
     c = _evidence()
     ids = _ids(c, completion_ids)
-    choice = _choice(c, choice)
+    c.choice = choice = _choice(c, choice)
     packed = choice.get("completion_logprobs")
     if packed is not None:
         values = _rules.parse_packed_logprobs(packed, len(ids), c)
@@ -574,7 +575,8 @@ def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -
     _follow()
     c = _evidence()
     ids = _ids(c, completion_ids)
-    rows = _rules.parse_sampling_mask(_choice(c, choice), ids, c)
+    c.choice = choice = _choice(c, choice)
+    rows = _rules.parse_sampling_mask(choice, ids, c)
     return None if rows is None else _rows(rows)[0]
 
 
@@ -606,7 +608,7 @@ def _parse_completion_top_logprobs(
     _follow()
     c = _evidence()
     ids = _ids(c, completion_ids)
-    choice = _choice(c, choice)
+    c.choice = choice = _choice(c, choice)
     head = _check_k(k)
     if head is None:
         raise ValueError("k must be a positive int, not None")

@@ -1,33 +1,37 @@
 """The pure-Python extractors: the evidence of every choice of a response, read from the
 parsed document, for every format (generate, OpenAI-compatible, SGLang).
 
-An :class:`Evidence` record holds what was read of one choice before its rules run; the rules
-(:mod:`tokenwire.rules`) read the big values from it. The compiled extractors in
-``tokenwire._core`` are this module's peers: they fill the same records in one pass over the
-raw bytes. Neither calls the other; the core takes only the record types (and the reader of
-objects with repeated keys) from here, and this module never imports the core.
+An :class:`Evidence` record holds what was read of one choice before its rules run: one
+attribute per row of the wire table (:mod:`tokenwire._table`), named by the row's ``attr``,
+holding what the row's kind reads there (see :func:`read_field`). The rules read them as
+attributes (``c.sampling_mask_ids``); an attribute an extractor did not fill is not there, so
+a rule that reads it fails at once (AttributeError), never falling back on the document.
+
+Both extractors fill a record as a loop over the table's rows of their format: this module
+from the parsed document, the compiled core (``tokenwire._core``) from the spans its scan
+recorded in the raw bytes. Neither calls the other; the core takes the record types (and the
+reader of objects with repeated keys) from here, and this module never imports the core.
+Code that holds a choice as a dict rather than a response (the writer, the renderers
+drop-in) takes a :class:`LazyEvidence`, which reads each field from that dict when a rule
+first asks for it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from dataclasses import field as _field
 from typing import Any, NoReturn, cast
 
 import numpy as np
 
-from .. import _json
+from .. import _json, _table
 from .._args import check_top_k
 from .._errors import MalformedResponseError, invalid_json
-from .._types import Ragged
 from .._wire import MAX_OFFSET, MAX_TOKEN_ID
 from ..kernels import python as python_kernels
 from ..kernels.python import (
     Candidates,
     NativeEntries,
-    blob,
-    int_list,
     is_int,
     logprob_token_id,
     native_entries,
@@ -35,60 +39,77 @@ from ..kernels.python import (
     token_string_id,
 )
 
+# Every evidence attribute of the table, once (a root and a choice field may share one).
+ATTRS: tuple[str, ...] = tuple(dict.fromkeys(f.attr for f in _table.FIELDS))
 
-@dataclass(eq=False)
+
 class Evidence:
     """What was read of one choice (``index`` None: the top level) before its rules run.
 
-    ``values`` maps a field's path to what was read there: ``int_list``'s result for an id
-    or offset list, ``blob``'s for a base64 string, ``nested_ints``' for a list-form mask,
-    :class:`NativeEntries` for ``logprobs.content`` (with ``"logprobs.content:len"`` its
-    length), and under ``"PATH:raw"`` the value a blanked field had as sent. An extractor
-    fills it: :func:`extract_choice` from the parsed document, or the compiled core in one
-    pass over the raw bytes. A path that is not there is read from the parsed value when a
-    rule needs it, with ``kernels`` (so a caller holding only a dict, like the writer and
-    the renderers drop-in, fills what it has and leaves the rest).
+    One attribute per wire-table row of the choice's format (``ATTRS``), filled by an
+    extractor: None where the field is absent or not of its kind's JSON type, else what the
+    kind reads (see :func:`read_field`). ``sent`` maps ``"logprobs"`` and
+    ``"completion_logprobs"`` to the value as sent where the compiled scan blanked part of it
+    (the result's ``raw`` keeps it); ``source`` holds the raw bytes that spans point into.
     """
 
-    index: int | None
-    values: dict[str, Any] = _field(default_factory=dict)
-    kernels: Any = None  # the free functions of the per-token loops; the pure-Python ones when None
-    error: Any = MalformedResponseError  # what a broken rule raises (a subclass of it)
-    source: Any = None  # the raw bytes that ``PATH:span`` values point into
+    __slots__ = ("index", "kernels", "error", "source", "sent", *ATTRS)
 
-    def __post_init__(self) -> None:
-        if self.kernels is None:
-            self.kernels = python_kernels
+    def __init__(self, index: int | None, kernels: Any = None, error: Any = MalformedResponseError,
+                 source: Any = None) -> None:
+        self.index = index
+        self.kernels = python_kernels if kernels is None else kernels  # the per-token loops
+        self.error = error  # what a broken rule raises (a subclass of MalformedResponseError)
+        self.source = source
+        self.sent: dict[str, Any] = {}
 
     def fail(self, reason: str, field: str | None = None, token: int | None = None) -> NoReturn:
         raise self.error(reason, choice=self.index, field=field, token=token)
 
-
-_MISSING = object()
-
-
-def ints_at(c: Evidence, value: Any, path: str, high: int) -> tuple[np.ndarray, int, int | None] | None:
-    got = c.values.get(path, _MISSING)
-    return c.kernels.int_list(value, high) if got is _MISSING else got
+    def filled(self) -> dict[str, Any]:
+        """The attributes an extractor filled, by name."""
+        return {name: getattr(self, name) for name in ATTRS if hasattr(self, name)}
 
 
-def blob_at(c: Evidence, value: Any, path: str) -> np.ndarray | None:
-    got = c.values.get(path, _MISSING)
-    return c.kernels.blob(value) if got is _MISSING else got
+@dataclass(eq=False)
+class Read:
+    """What was read of an array of per-token values (a RECORDS, NUMBERS or ROWS field): its
+    length, and as the kind and format ask, its records, the native entries (generate's
+    ``logprobs.content``, None when the ids already failed), the head candidates, the
+    numbers, the candidate rows, and where its text is in ``Evidence.source``."""
+
+    length: int
+    records: Any = None  # Records: OpenAI-compatible and SGLang logprob records
+    entries: NativeEntries | None = None  # generate: both passes over native records
+    top: NativeEntries | None = None  # OpenAI records with a head: their candidates
+    numbers: Any = None  # Numbers: token_logprobs as read
+    rows: Any = None  # keyed_rows / top_triples, with a head
+    span: tuple[int, int] | None = None  # the compiled extractor: the array's text
 
 
-def nested_at(c: Evidence, value: list[Any], path: str) -> tuple[Ragged, int, int | None]:
-    got = c.values.get(path, _MISSING)
-    return c.kernels.nested_ints(value) if got is _MISSING else got
+class LazyEvidence(Evidence):
+    """Evidence of a choice held as a dict (``choice``): a field no one filled is read from
+    the dict the first time a rule asks for it, by the same :func:`read_field` the extractor
+    runs, with the kernels given. The writer and the renderers drop-in fill what they
+    decoded already."""
 
+    __slots__ = ("choice", "fmt", "k", "top")
 
-def native_at(c: Evidence, content: list[Any], ids: np.ndarray, want_top: bool) -> NativeEntries:
-    got = c.values.get("logprobs.content", _MISSING)
-    return c.kernels.native_entries(content, ids, want_top) if got is _MISSING else got
+    def __init__(self, index: int | None, choice: Any, fmt: str = _table.GENERATE, k: int | None = None,
+                 kernels: Any = None, error: Any = MalformedResponseError, top: bool = False) -> None:
+        super().__init__(index, kernels, error)
+        self.choice, self.fmt, self.k, self.top = choice, fmt, k, top
 
-
-def length_at(c: Evidence, value: list[Any], path: str) -> int:
-    return c.values.get(path + ":len", len(value))
+    def __getattr__(self, name: str) -> Any:
+        if name in LazyEvidence.__slots__:  # not set yet: no field of that name
+            raise AttributeError(name)
+        field = _BY_ATTR.get((self.fmt, self.top, name))
+        if field is None:
+            raise AttributeError(f"no {name!r} among the evidence of a {self.fmt} "
+                                 f"{'response' if self.top else 'choice'}")
+        value = read_field(self, field, self.choice if isinstance(self.choice, dict) else {}, self.fmt, self.k)
+        setattr(self, name, value)
+        return value
 
 
 def load_document(raw: Any) -> Any:
@@ -99,60 +120,6 @@ def load_document(raw: Any) -> Any:
         return _json.loads(raw)
     except _json.JSONDecodeError as exc:
         raise invalid_json(exc, raw) from None
-
-
-def extract_choice(index: int | None, choice: Any, k: int | None = None) -> Evidence:
-    """The pure-Python extractor: the evidence of one parsed choice (``index`` None: the
-    top level, ``choice`` the document), as the compiled core's one pass over the raw bytes
-    reads it."""
-    values: dict[str, Any] = {}
-    c = Evidence(index, values)
-    if not isinstance(choice, dict):
-        return c
-    if index is None:
-        values["prompt_token_ids"] = int_list(choice.get("prompt_token_ids"), MAX_TOKEN_ID)
-        return c
-    values["token_ids"] = ids = int_list(choice.get("token_ids"), MAX_TOKEN_ID)
-    compact = choice.get("compact_logprobs")
-    if isinstance(compact, dict):
-        values["compact_logprobs.offsets"] = int_list(compact.get("offsets"), MAX_OFFSET)
-        values["compact_logprobs.data"] = blob(compact.get("data"))
-    for name, key in (("completion_logprobs", "data"), ("routed_experts", "data"), ("kept_tokens", "ids"),
-                      ("kept_tokens", "counts")):
-        value = choice.get(name)
-        if isinstance(value, dict):
-            values[f"{name}.{key}"] = blob(value.get(key))
-    mask = choice.get("sampling_mask")
-    if isinstance(mask, list):
-        values["sampling_mask"] = nested_ints(mask)
-    elif isinstance(mask, dict):
-        for name in ("ids", "counts"):
-            packed = mask.get(name)
-            if isinstance(packed, dict):
-                values[f"sampling_mask.{name}.data"] = blob(packed.get("data"))
-    routed = choice.get("routed_experts")
-    if isinstance(routed, str):
-        values["routed_experts"] = blob(routed)
-    logprobs = choice.get("logprobs")
-    content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if isinstance(content, list):
-        values["logprobs.content:len"] = len(content)
-        # The rules validate the records beside any transport; their head candidates are read
-        # when a head comes from them (not from compact rows).
-        if ids is not None and ids[2] is None and len(content) == ids[1]:
-            values["logprobs.content"] = native_entries(content, ids[0], k is not None and compact is None)
-    return c
-
-
-def extract_generate(raw: Any, top_k: int | None = None) -> tuple[Any, Evidence, list[Evidence]]:
-    """The pure-Python extractor of a whole generate response: the parsed document, and the
-    :class:`Evidence` of its top level and of each choice (what the compiled core's
-    ``extract_generate`` reads in one pass over the raw bytes)."""
-    k = check_top_k(top_k)
-    document = load_document(raw)
-    choices = document.get("choices") if isinstance(document, dict) else None
-    read = [extract_choice(i, choice, k) for i, choice in enumerate(choices)] if isinstance(choices, list) else []
-    return document, extract_choice(None, document), read
 
 
 # --- OpenAI-compatible and SGLang: reading big values from the parsed document --------------------
@@ -357,6 +324,8 @@ def _has_keyed_heads(document: Any) -> bool:
     return False
 
 
+
+
 def load_openai_document(raw: Any, k: int | None) -> Any:
     document = load_document(raw)
     if k is not None and _has_keyed_heads(document):
@@ -364,131 +333,123 @@ def load_openai_document(raw: Any, k: int | None) -> Any:
     return document
 
 
-# --- a choice's evidence: what the rules read, by path -------------------------------------------
-#
-# Keys of ``Evidence.values`` here: PATH (an id list: ``int_list``'s result), PATH:records
-# (:func:`records` or :func:`triples`), PATH:numbers (:func:`numbers` with the first bad
-# value as sent), PATH:tokens (:func:`token_strings`), PATH:len (an array's length), PATH:top
-# (the head candidates of logprob records), PATH:rows (:func:`keyed_rows` or
-# :func:`top_triples`), PATH:span (where the value's JSON text is in ``Evidence.source``).
-# A path that is not there is read from the parsed value by the functions above.
+# --- a choice's evidence: a loop over the wire table ----------------------------------------------
+
+_ROOT, _CHOICE = _table.ROOT, _table.CHOICE
+_HIGH = {_table.TOKEN_ID: MAX_TOKEN_ID, _table.OFFSET: MAX_OFFSET}
+_MISSING = object()
 
 
-def records_at(c: Evidence, value: list[Any], field: str, sglang: bool = False) -> Records:
-    got = c.values.get(field + ":records")
-    return got if got is not None else (triples(value) if sglang else records(value))
+def rows_of(fmt: str, top: bool) -> tuple[_table.Field, ...]:
+    """The table rows an extractor fills for a format: the root's (``top``) or a choice's
+    (an SGLang item's)."""
+    if top:
+        return _table.fields(_ROOT, fmt)
+    return _table.fields(_table.ITEM if fmt == _table.SGLANG else _CHOICE, fmt)
 
 
-def numbers_at(c: Evidence, value: Any, field: str) -> tuple[np.ndarray, int | None]:
-    if isinstance(value, Numbers):
-        return value.values, value.bad
-    got = c.values.get(field + ":numbers")
-    return (got.values, got.bad) if got is not None else numbers(value)
+_ROWS: dict[tuple[str, bool], tuple[_table.Field, ...]] = {
+    (fmt, top): rows_of(fmt, top) for fmt in (_table.GENERATE, _table.OPENAI, _table.SGLANG) for top in (True, False)
+}
+_BY_ATTR: dict[tuple[str, bool, str], _table.Field] = {
+    (fmt, top, f.attr): f for (fmt, top), rows in _ROWS.items() for f in rows
+}
 
 
-def element_at(c: Evidence, value: Any, field: str, index: int) -> Any:
-    """The element ``index`` as sent (to name a bad value)."""
-    if isinstance(value, Numbers):
-        return value.example
-    got = c.values.get(field + ":numbers")
-    return got.example if got is not None else value[index]
+def _at(value: Any, path: tuple[str, ...]) -> Any:
+    """The value at ``path``, followed through objects only (as the scan records it)."""
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return _MISSING
+        value = value[key]
+    return value
 
 
-def tokens_at(c: Evidence, value: list[Any], field: str) -> tuple[list[int | None] | np.ndarray, int]:
-    got = c.values.get(field + ":tokens")
-    return got if got is not None else token_strings(value)
+def read_field(c: Evidence, field: _table.Field, choice: Any, fmt: str, k: int | None) -> Any:
+    """What the table row ``field`` reads in the parsed ``choice`` (an object) for the rules of
+    ``fmt`` with head size ``k``; ``c`` holds the fields read before it (in table order)."""
+    value = _at(choice, field.path)
+    kind = field.kind
+    if kind == _table.IDS:
+        return None if value is _MISSING else c.kernels.int_list(value, _HIGH[cast(str, field.high)])
+    if kind == _table.BLOB:
+        if value is _MISSING or (len(field.path) == 1 and not isinstance(value, str)):
+            return None  # a field that is a string or an object: the object's rows read it
+        return c.kernels.blob(value)
+    if kind == _table.VALUE:
+        return None  # where its text is: the compiled extractor's spans
+    if not isinstance(value, list):
+        return None
+    if kind == _table.MASK:
+        return nested_ints(value)
+    if kind == _table.TOKENS:
+        return token_strings(value)
+    if kind == _table.NUMBERS:
+        read, bad = numbers(value)
+        return Read(len(value), numbers=Numbers(read, bad, None if bad is None else value[bad]))
+    if kind == _table.ROWS:
+        rows = None
+        if k is not None:
+            rows = top_triples(value) if fmt == _table.SGLANG else keyed_rows(value)
+        return Read(len(value), rows=rows)
+    assert kind == _table.RECORDS, field
+    if fmt == _table.SGLANG:
+        return Read(len(value), records=triples(value))
+    if fmt == _table.OPENAI:
+        top = native_entries(value, np.zeros(len(value), dtype=np.int64), True) if k is not None else None
+        return Read(len(value), records=records(value), top=top)
+    # generate: both passes over the records, when they can be aligned with the ids (the
+    # rules read them beside any transport; their head candidates when a head comes from
+    # them, not from compact rows).
+    ids = c.token_ids
+    entries = None
+    if ids is not None and ids[2] is None and len(value) == ids[1]:
+        entries = native_entries(value, ids[0], k is not None and choice.get("compact_logprobs") is None)
+    return Read(len(value), entries=entries)
 
 
-def top_at(c: Evidence, content: list[Any], field: str, ids: np.ndarray) -> NativeEntries:
-    """The head candidates of ``[{token, logprob, top_logprobs}]`` entries (one per id), read
-    by the rules of vLLM's native records."""
-    got = c.values.get(field + ":top")
-    return got if got is not None else native_entries(content, ids, True)
+def extract_fields(index: int | None, choice: Any, fmt: str, k: int | None = None,
+                   kernels: Any = None) -> Evidence:
+    """The pure-Python extractor: the evidence of one parsed choice (``index`` None: the top
+    level, ``choice`` the document) for the rules of ``fmt``, every table row of the format
+    read by :func:`read_field` (the compiled core reads the same from the raw bytes)."""
+    c = Evidence(index, kernels)
+    is_object = isinstance(choice, dict)
+    for field in _ROWS[fmt, index is None]:
+        setattr(c, field.attr, read_field(c, field, choice, fmt, k) if is_object else None)
+    return c
 
 
-def rows_at(c: Evidence, rows: list[Any], field: str, sglang: bool = False) -> Any:
-    got = c.values.get(field + ":rows")
-    if got is None:
-        got = top_triples(rows) if sglang else keyed_rows(rows)
-    return got
-
-
-def full_at(c: Evidence, value: Any, field: str) -> Any:
-    """The value as the document holds it (the compiled extractor left big arrays empty in
-    the parsed copy; their text is in ``Evidence.source``)."""
-    span = c.values.get(field + ":span")
-    return value if span is None else _json.loads(bytes(c.source[span[0]:span[1]]))
-
-
-def _put_array(values: dict[str, Any], path: str, content: list[Any], k: int | None) -> None:
-    values[path + ":records"] = records(content)
-    values[path + ":len"] = len(content)
-    if k is not None:
-        values[path + ":top"] = native_entries(content, np.zeros(len(content), dtype=np.int64), True)
+def extract_choice(index: int | None, choice: Any, k: int | None = None) -> Evidence:
+    """The evidence of one parsed generate choice (``index`` None: the top level)."""
+    return extract_fields(index, choice, _table.GENERATE, k)
 
 
 def extract_openai_choice(index: int | None, choice: Any, k: int | None = None) -> Evidence:
-    """The pure-Python extractor: the evidence of one parsed OpenAI-compatible choice (index
-    None: the top level, ``choice`` the document), as the compiled core reads it from the raw
-    bytes."""
-    values: dict[str, Any] = {}
-    if not isinstance(choice, dict):
-        return Evidence(index, values)
-    ids = ("prompt_token_ids",) if index is None else ("token_ids", "prompt_token_ids")
-    for path in ids:
-        if choice.get(path) is not None:
-            values[path] = int_list(choice[path], MAX_TOKEN_ID)
-    if index is None:
-        return Evidence(index, values)
-    logprobs = choice.get("logprobs")
-    if isinstance(logprobs, dict):
-        if isinstance(logprobs.get("content"), list):
-            _put_array(values, "logprobs.content", logprobs["content"], k)
-        sent = logprobs.get("token_logprobs")
-        if isinstance(sent, list):
-            read, bad = numbers(sent)
-            values["logprobs.token_logprobs:numbers"] = Numbers(read, bad, None if bad is None else sent[bad])
-            values["logprobs.token_logprobs:len"] = len(sent)
-        if logprobs.get("token_ids") is not None:
-            values["logprobs.token_ids"] = int_list(logprobs["token_ids"], MAX_TOKEN_ID)
-        if isinstance(logprobs.get("tokens"), list):
-            values["logprobs.tokens:tokens"] = token_strings(logprobs["tokens"])
-        rows = logprobs.get("top_logprobs")
-        if isinstance(rows, list):
-            values["logprobs.top_logprobs:len"] = len(rows)
-            if k is not None:
-                values["logprobs.top_logprobs:rows"] = keyed_rows(rows)
-    raw_output = choice.get("raw_output")
-    if isinstance(raw_output, dict):
-        if raw_output.get("completion_token_ids") is not None:
-            values["raw_output.completion_token_ids"] = int_list(raw_output["completion_token_ids"], MAX_TOKEN_ID)
-        completion = raw_output.get("completion_logprobs")
-        content = completion.get("content") if isinstance(completion, dict) else None
-        if isinstance(content, list):
-            _put_array(values, "raw_output.completion_logprobs.content", content, k)
-    return Evidence(index, values)
+    """The evidence of one parsed OpenAI-compatible choice (``index`` None: the top level)."""
+    return extract_fields(index, choice, _table.OPENAI, k)
 
 
 def extract_sglang_item(index: int | None, item: Any, k: int | None = None) -> Evidence:
-    """The pure-Python extractor of one SGLang item (see :func:`extract_openai_choice`)."""
-    values: dict[str, Any] = {}
-    if index is None or not isinstance(item, dict):
-        return Evidence(index, values)
-    if item.get("output_ids") is not None:
-        values["output_ids"] = int_list(item["output_ids"], MAX_TOKEN_ID)
-    meta = item.get("meta_info")
-    if not isinstance(meta, dict):
-        return Evidence(index, values)
-    entries = meta.get("output_token_logprobs")
-    if isinstance(entries, list):
-        values["meta_info.output_token_logprobs:records"] = triples(entries)
-        values["meta_info.output_token_logprobs:len"] = len(entries)
-    rows = meta.get("output_top_logprobs")
-    if isinstance(rows, list):
-        values["meta_info.output_top_logprobs:len"] = len(rows)
-        if k is not None:
-            values["meta_info.output_top_logprobs:rows"] = top_triples(rows)
-    return Evidence(index, values)
+    """The evidence of one SGLang item (the top level of an SGLang response reads nothing)."""
+    return extract_fields(index, item, _table.SGLANG, k)
+
+
+def extract_generate(raw: Any, top_k: int | None = None) -> tuple[Any, Evidence, list[Evidence]]:
+    """The pure-Python extractor of a whole generate response: the parsed document, and the
+    :class:`Evidence` of its top level and of each choice (what the compiled core's
+    ``extract_generate`` reads in one pass over the raw bytes)."""
+    k = check_top_k(top_k)
+    document = load_document(raw)
+    choices = document.get("choices") if isinstance(document, dict) else None
+    read = [extract_choice(i, choice, k) for i, choice in enumerate(choices)] if isinstance(choices, list) else []
+    return document, extract_choice(None, document), read
+
+
+def full_at(c: Evidence, value: Any, span: tuple[int, int] | None) -> Any:
+    """The value as the document holds it (the compiled extractor left big arrays empty in
+    the parsed copy; their text is in ``Evidence.source`` at ``span``)."""
+    return value if span is None else _json.loads(bytes(c.source[span[0]:span[1]]))
 
 
 def extract_openai(raw: Any, top_k: int | None = None, sglang: bool = False) -> tuple[Any, Evidence, list[Evidence]]:
@@ -499,7 +460,7 @@ def extract_openai(raw: Any, top_k: int | None = None, sglang: bool = False) -> 
     if sglang:
         document = load_document(raw)
         items = document if isinstance(document, list) else [document]
-        return document, Evidence(None), [extract_sglang_item(i, item, k) for i, item in enumerate(items)]
+        return document, extract_sglang_item(None, None), [extract_sglang_item(i, item, k) for i, item in enumerate(items)]
     document = load_openai_document(raw, k)
     choices = document.get("choices") if isinstance(document, dict) else None
     read = [extract_openai_choice(i, c, k) for i, c in enumerate(choices)] if isinstance(choices, list) else []

@@ -21,17 +21,8 @@ import numpy as np
 from .._args import check_top_k
 from .._errors import MalformedResponseError
 from .._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
-from .._wire import COMPACT_FORMAT, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
-from ..extract.python import (
-    Evidence,
-    blob_at,
-    extract_choice,
-    ints_at,
-    length_at,
-    load_document,
-    native_at,
-    nested_at,
-)
+from .._wire import COMPACT_FORMAT, MAX_OFFSET, VLLM_LOGPROB_SENTINEL
+from ..extract.python import Evidence, extract_choice, load_document
 from ..kernels.python import HEAD_MISSING_SUPPORT, NativeEntries, is_int
 
 __all__ = ["parse_document", "parse_generate_response"]
@@ -53,10 +44,10 @@ def named(table: dict[str, Any], name: Any) -> Any:
     return table.get(name) if isinstance(name, str) else None
 
 
-def checked_int_list(c: Evidence, value: Any, field: str, high: int, reason: str) -> np.ndarray:
-    """The ints of the list ``value`` at ``field`` (each in ``[0, high]``), or ``reason`` fails
-    there (at the first bad element)."""
-    parsed = ints_at(c, value, field, high)
+def checked_int_list(c: Evidence, parsed: tuple[np.ndarray, int, int | None] | None, field: str,
+                     reason: str) -> np.ndarray:
+    """The ints an id field's evidence holds (``int_list``'s reading of the list at
+    ``field``), or ``reason`` fails there (at the first bad element)."""
     if parsed is None:
         c.fail(f"{reason}: expected a list", field)
     values, _, bad = parsed
@@ -81,7 +72,7 @@ def parse_packed_logprobs(packed: Any, n: int, c: Evidence) -> np.ndarray:
     dtype = named(PACKED_DTYPES, packed.get("dtype"))
     if dtype is None:
         c.fail("Unsupported packed logprob dtype (float32 or float64)", field + ".dtype")
-    raw = blob_at(c, packed.get("data"), field + ".data")
+    raw = c.completion_data
     if raw is None:
         c.fail("Invalid packed logprob base64", field + ".data")
     if len(raw) % dtype.itemsize:
@@ -142,14 +133,14 @@ def parse_native_logprobs(
         return _parse_sampled_list(sampled, ids, c), None
     if not isinstance(content, list):
         c.fail("Engine response choice.logprobs.content must be a list.", field)
-    count = length_at(c, content, field)
+    count = c.logprobs_content.length
     if count != len(ids):
         c.fail(
             "Engine response completion token count "
             f"({len(ids)}) does not match logprob count ({count}).",
             field,
         )
-    entries = native_at(c, content, ids, want_top)
+    entries = c.logprobs_content.entries  # read when the ids and the count agree, as here
     if entries.sampled_err is not None:
         index, code = entries.sampled_err
         c.fail(_native_message(_NATIVE_SAMPLED, code, index, ids), field, index)
@@ -266,15 +257,13 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) ->
     bad_row = None
     if isinstance(mask, dict):
         arrays = {}
+        read = ({"ids": c.kept_ids, "counts": c.kept_counts} if bare
+                else {"ids": c.sampling_mask_ids, "counts": c.sampling_mask_counts})
         for name in ("ids", "counts"):
             packed = mask.get(name)
-            if bare:
-                data, source = packed, f"{field}.{name}"
-            elif not isinstance(packed, dict) or packed.get("dtype") != "int32":
+            if not bare and (not isinstance(packed, dict) or packed.get("dtype") != "int32"):
                 c.fail("Invalid packed sampling mask", f"{field}.{name}")
-            else:
-                data, source = packed.get("data"), f"{field}.{name}.data"
-            raw = blob_at(c, data, source)
+            raw = read[name]
             if raw is None or len(raw) % 4:
                 c.fail("Invalid packed sampling mask", f"{field}.{name}.data")
             values = raw.view("<i4")
@@ -291,7 +280,7 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) ->
             c.fail("Sampling mask token count mismatch", field)
         rows = Ragged(offsets, values)
     elif isinstance(mask, list):
-        rows, count, bad_row = nested_at(c, mask, field)
+        rows, count, bad_row = c.sampling_mask
         if count != len(ids):
             c.fail("Sampling mask token count mismatch", field)
     else:
@@ -343,7 +332,7 @@ def parse_compact_logprobs(
     packed = choice[field]
     if not isinstance(packed, dict) or packed.get("format") != COMPACT_FORMAT:
         c.fail("Unsupported compact logprob format", field + ".format")
-    parsed = ints_at(c, packed.get("offsets"), field + ".offsets", MAX_OFFSET)
+    parsed = c.compact_offsets
     if parsed is None or parsed[1] != len(ids) + 1:
         c.fail("Invalid compact logprob offsets", field + ".offsets")
     offsets, _, bad_offset = parsed
@@ -355,7 +344,7 @@ def parse_compact_logprobs(
     num_top = packed.get("num_top_logprobs")
     if not is_int(num_top) or cast(int, num_top) < -1:
         c.fail("Invalid compact logprob candidate count", field + ".num_top_logprobs")
-    raw = blob_at(c, packed.get("data"), field + ".data")
+    raw = c.compact_data
     if raw is None:
         c.fail("Invalid compact logprob base64", field + ".data")
     count = int(offsets[-1])
@@ -394,11 +383,11 @@ def parse_native_heads(
     field = "logprobs.content"
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not isinstance(content, list) or length_at(c, content, field) != len(ids):
+    if not isinstance(content, list) or c.logprobs_content.length != len(ids):
         c.fail("Missing requested top logprobs", field)
     supports = parse_sampling_mask(choice, ids, c)
     if entries is None:  # the sampled logprobs came from another transport
-        entries = native_at(c, content, ids, True)
+        entries = c.logprobs_content.entries
     limit = len(ids) if entries.top_err is None else entries.top_err[0]
     top_ids, top_logprobs, head_bad = c.kernels.heads(ids, entries.candidates, entries.entry_lps, k, supports, limit)
     if head_bad is not None:
@@ -487,7 +476,7 @@ def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.nd
 def parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
     field = "routed_experts"
     if isinstance(value, str):
-        raw = blob_at(c, value, field)
+        raw = c.routed_experts
         if raw is None:
             c.fail("Invalid routed_experts base64", field)
         return RoutedExperts(_parse_npy(raw, c), None)
@@ -499,7 +488,7 @@ def parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
     start = value.get("start")
     if start is not None and (not is_int(start) or start < 0):
         c.fail("routed_experts start must be a non-negative int", field + ".start")
-    raw = blob_at(c, value.get("data"), field + ".data")
+    raw = c.routed_experts_data
     if raw is None:
         c.fail("Invalid routed_experts base64", field + ".data")
     return RoutedExperts(_shaped(raw, value.get("shape"), dtype_name, c), start)
@@ -511,7 +500,7 @@ def parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
 def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: bool) -> GenerateChoice:
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
-    ids = checked_int_list(c, choice.get("token_ids"), "token_ids", MAX_TOKEN_ID, "token_ids must hold token ids in [0, 2**32)")
+    ids = checked_int_list(c, c.token_ids, "token_ids", "token_ids must hold token ids in [0, 2**32)")
     top_ids = top_logprobs = None
     consumed = list(_CONSUMED)
     if choice.get("compact_logprobs") is not None:
@@ -559,8 +548,8 @@ def _raw(c: Evidence, choice: dict[str, Any], consumed: list[str]) -> dict[str, 
     an extractor blanked comes back from its evidence)."""
     raw = {key: value for key, value in choice.items() if key not in consumed}
     for key in _MAY_BE_BLANKED:
-        if key in raw and key + ":raw" in c.values:
-            raw[key] = c.values[key + ":raw"]
+        if key in raw and key in c.sent:
+            raw[key] = c.sent[key]
     return raw
 
 
@@ -574,10 +563,9 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
     read = evidence or (lambda index, value: extract_choice(index, value, k))
     prompt = document.get("prompt_token_ids")
     if prompt is not None:
-        prompt = checked_int_list(
-            read(None, document), prompt, "prompt_token_ids", MAX_TOKEN_ID,
-            "prompt_token_ids must hold token ids in [0, 2**32)",
-        )
+        top = read(None, document)
+        prompt = checked_int_list(top, top.prompt_token_ids, "prompt_token_ids",
+                                  "prompt_token_ids must hold token ids in [0, 2**32)")
     choices = document.get("choices")
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")

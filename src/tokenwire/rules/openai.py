@@ -33,22 +33,18 @@ import numpy as np
 from .._args import check_top_k
 from .._errors import MalformedResponseError
 from .._types import GenerateChoice, GenerateResponse, Ragged
-from .._wire import MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from .._wire import VLLM_LOGPROB_SENTINEL
 from ..extract.python import (
     Evidence,
-    element_at,
+    Numbers,
+    Read,
     extract_openai_choice,
     extract_sglang_item,
     full_at,
     is_number,
-    length_at,
     load_document,
     load_openai_document,
-    numbers_at,
-    records_at,
-    rows_at,
-    tokens_at,
-    top_at,
+    numbers,
 )
 from ..kernels.python import Candidates, is_int, native_head
 from .generate import NATIVE_TOP, checked_int_list
@@ -207,9 +203,20 @@ class _Logprobs:
     heads: Any = None  # a callable(c, k, ids, values) -> (top_ids, top_logprobs)
 
 
-def _id_list(c: Evidence, value: Any, field: str) -> _IdSource:
-    """A JSON list of token ids (the generate endpoint's ``token_ids`` rules)."""
-    return _IdSource(field, checked_int_list(c, value, field, MAX_TOKEN_ID, f"{field} {_IDS_REASON}"))
+def _id_list(c: Evidence, parsed: tuple[np.ndarray, int, int | None] | None, field: str) -> _IdSource:
+    """A JSON list of token ids as its evidence read it (the generate endpoint's
+    ``token_ids`` rules)."""
+    return _IdSource(field, checked_int_list(c, parsed, field, f"{field} {_IDS_REASON}"))
+
+
+def _numbers(values: list[Any] | Numbers) -> tuple[np.ndarray, int | None]:
+    """Record values as numbers: read already (the compiled extractor), or now."""
+    return (values.values, values.bad) if isinstance(values, Numbers) else numbers(values)
+
+
+def _element(values: list[Any] | Numbers, index: int) -> Any:
+    """The value ``index`` as sent (to name a bad one)."""
+    return values.example if isinstance(values, Numbers) else values[index]
 
 
 def _id_array(ids: list[int | None] | np.ndarray) -> np.ndarray:
@@ -282,7 +289,7 @@ def _check_values(c: Evidence, logprobs: _Logprobs) -> np.ndarray:
     key = logprobs.key
     if at is None and logprobs.bad is not None:
         at = logprobs.bad
-        value = element_at(c, logprobs.raw, logprobs.field, at)
+        value = _element(logprobs.raw, at)
         if value is None:
             c.fail(f"{key} is null: the token carries no sampling evidence", logprobs.field, at)
         c.fail(f"{key} must be a number, not {type(value).__name__}", logprobs.field, at)
@@ -352,11 +359,12 @@ def _against_sampled(
 
 
 def _content_logprobs(
-    c: Evidence, content: list[Any], field: str, sources: list[_IdSource], endpoint: _Endpoint
+    c: Evidence, content: list[Any], read: Read, field: str, sources: list[_IdSource], endpoint: _Endpoint
 ) -> _Logprobs:
     """``[{token, logprob, top_logprobs, ...}]`` (chat; vLLM, Fireworks ``logprobs: true``,
-    Fireworks ``raw_output.completion_logprobs``): the ids go first among ``sources``."""
-    records = records_at(c, content, field)
+    Fireworks ``raw_output.completion_logprobs``), as its evidence ``read`` it: the ids go
+    first among ``sources``."""
+    records = read.records
     if records.bad is not None:
         c.fail("logprob entry must be an object", field, records.bad)
     if records.mixed is not None:
@@ -364,26 +372,26 @@ def _content_logprobs(
     source = _ids_from_records(c, records.ids, field, _UNNAMED_RECORD)
     if source is not None:
         sources.insert(0, source)
-    values, bad = numbers_at(c, records.values, field)
+    values, bad = _numbers(records.values)
 
     def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         # The candidates' rules, candidate by candidate, are those of vLLM's native records
         # (one read of them, `top_entries`); each head is checked against the value in the
         # candidates' own distribution: the entry's `logprob` (Fireworks' `sampling_logprob`
         # is what the sampler drew with).
-        entries = top_at(c, content, field, ids)
+        entries = read.top
         candidates, own, top_err = entries.candidates, entries.entry_lps, entries.top_err
         if top_err is not None and top_err[1] == "sampled_not_number":
             # An entry without a numeric `logprob` of its own: its head is checked against
             # the sampled value instead.
-            candidates, own, top_err = _against_sampled(full_at(c, content, field), sampled)
+            candidates, own, top_err = _against_sampled(full_at(c, content, read.span), sampled)
         no_id = (
             "top_logprobs candidates name decoded text, not token ids: unusable for a head; "
             f"{endpoint.heads_advice}"
         )
         return _chosen_heads(c, field, ids, candidates, own, k, top_err, no_id)
 
-    return _Logprobs(field, length_at(c, content, field), values, bad, records.values, records.value_key, heads)
+    return _Logprobs(field, read.length, values, bad, records.values, records.value_key, heads)
 
 
 def _array_logprobs(
@@ -392,19 +400,18 @@ def _array_logprobs(
     """``{tokens, token_logprobs, top_logprobs, text_offset}`` (completions; Together and
     Fireworks add ``token_ids``): ids from ``token_ids`` and from "token_id:N" tokens."""
     field = "logprobs.token_logprobs"
-    sent = logprobs["token_logprobs"]
-    if not isinstance(sent, list):
+    if not isinstance(logprobs["token_logprobs"], list):
         c.fail("logprobs.token_logprobs must be a list", field)
-    values, bad = numbers_at(c, sent, field)
-    count = length_at(c, sent, field)
+    sent, count = c.token_logprobs.numbers, c.token_logprobs.length
+    values, bad = sent.values, sent.bad
     records: list[_IdSource] = []
     if logprobs.get("token_ids") is not None:
-        records.append(_id_list(c, logprobs["token_ids"], "logprobs.token_ids"))
+        records.append(_id_list(c, c.logprob_token_ids, "logprobs.token_ids"))
     tokens = logprobs.get("tokens")
     if tokens is not None:
         if not isinstance(tokens, list):
             c.fail("logprobs.tokens must be a list", "logprobs.tokens")
-        token_ids, named = tokens_at(c, tokens, "logprobs.tokens")
+        token_ids, named = c.tokens
         if len(token_ids) != count:
             c.fail(
                 f"logprobs.tokens has {len(token_ids)} entries but logprobs.token_logprobs has "
@@ -421,9 +428,9 @@ def _array_logprobs(
     def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         field = "logprobs.top_logprobs"
         rows = logprobs.get("top_logprobs")
-        if not isinstance(rows, list) or length_at(c, rows, field) != count:
+        if not isinstance(rows, list) or c.top_logprobs.length != count:
             c.fail("Missing requested top logprobs", field)
-        candidates, top_err, repeated = rows_at(c, rows, field)
+        candidates, top_err, repeated = c.top_logprobs.rows
         if repeated is not None:  # before any other rule: the loudest symptom
             c.fail(
                 f"top_logprobs repeats the key {repeated[1]!r}: candidates sent under one key "
@@ -457,7 +464,7 @@ def _openai_logprobs(
             content = logprobs["content"]
             if not isinstance(content, list):
                 c.fail("logprobs.content must be a list", "logprobs.content")
-            found = _content_logprobs(c, content, "logprobs.content", sources, endpoint)
+            found = _content_logprobs(c, content, c.logprobs_content, "logprobs.content", sources, endpoint)
         elif logprobs.get("token_logprobs") is not None:
             found = _array_logprobs(c, logprobs, sources, endpoint)
         if found is not None and len(sources) > named:
@@ -471,7 +478,7 @@ def _openai_logprobs(
             if not isinstance(content, list):
                 c.fail(f"{field} must be a list", field)
             named = len(sources)
-            records = _content_logprobs(c, content, field, sources, endpoint)
+            records = _content_logprobs(c, content, c.raw_content, field, sources, endpoint)
             if found is None or len(sources) > named:
                 return records, False
     return found, found is not None
@@ -488,12 +495,12 @@ def _raw_output_ids(c: Evidence, choice: dict[str, Any], primary: _Logprobs | No
     sources = []
     if raw_output.get("completion_token_ids") is not None:
         field = "raw_output.completion_token_ids"
-        sources.append(_id_list(c, raw_output["completion_token_ids"], field))
+        sources.append(_id_list(c, c.raw_token_ids, field))
     completion = raw_output.get("completion_logprobs")
     content = completion.get("content") if isinstance(completion, dict) else None
     field = "raw_output.completion_logprobs.content"
     if isinstance(content, list) and (primary is None or primary.field != field):
-        records = records_at(c, content, field)
+        records = c.raw_content.records
         if records.bad is not None:
             c.fail("logprob entry must be an object", field, records.bad)
         source = _ids_from_records(c, records.ids, field, _UNNAMED_RECORD)
@@ -526,10 +533,10 @@ def _parse_openai_choice(
     consumed = ["index", "token_ids", "finish_reason"]
     prompt = None
     if choice.get("prompt_token_ids") is not None:
-        prompt = _id_list(c, choice["prompt_token_ids"], "prompt_token_ids").ids
+        prompt = _id_list(c, c.prompt_token_ids, "prompt_token_ids").ids
     sources: list[_IdSource] = []
     if choice.get("token_ids") is not None:
-        sources.append(_id_list(c, choice["token_ids"], "token_ids"))
+        sources.append(_id_list(c, c.token_ids, "token_ids"))
     logprobs, from_choice = _openai_logprobs(c, choice, sources, endpoint)
     sources += _raw_output_ids(c, choice, logprobs)
     if logprobs is None and (require_logprobs or k is not None):
@@ -550,9 +557,9 @@ def _parse_openai_choice(
         if from_choice:
             consumed.append("logprobs")
     raw = {key: value for key, value in choice.items() if key not in consumed}
-    for key in ("logprobs", "raw_output"):
+    for key, span in (("logprobs", c.logprobs), ("raw_output", c.raw_output)):
         if key in raw:  # as sent: the compiled extractor left their arrays empty
-            raw[key] = full_at(c, raw[key], key)
+            raw[key] = full_at(c, raw[key], span)
     if prompt is not None:
         raw["prompt_token_ids"] = prompt
     return GenerateChoice(
@@ -596,7 +603,8 @@ def _parse_openai_document(
     read = evidence or (lambda index, value: extract_openai_choice(index, value, k))
     prompt = document.get("prompt_token_ids")
     if prompt is not None:
-        prompt = _id_list(read(None, document), prompt, "prompt_token_ids").ids
+        top = read(None, document)
+        prompt = _id_list(top, top.prompt_token_ids, "prompt_token_ids").ids
     choices = document.get("choices")
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
@@ -685,7 +693,8 @@ def _parse_sglang_item(
     if entries is not None:
         if not isinstance(entries, list):
             c.fail(f"{field} must be a list of [logprob, token_id, text] entries", field)
-        records = records_at(c, entries, field, sglang=True)
+        read = c.output_token_logprobs
+        records = read.records
         if records.bad is not None:
             c.fail("entry must be [logprob, token_id, text]", field, records.bad)
         ids = _id_array(records.ids)
@@ -693,10 +702,10 @@ def _parse_sglang_item(
         if len(missing):
             c.fail("entry's token id must be in [0, 2**32)", field, int(missing[0]))
         sources.append(_IdSource(field, ids))
-        read, bad = numbers_at(c, records.values, field)
-        logprobs = _Logprobs(field, length_at(c, entries, field), read, bad, records.values, records.value_key)
+        values, bad = _numbers(records.values)
+        logprobs = _Logprobs(field, read.length, values, bad, records.values, records.value_key)
     if item.get("output_ids") is not None:
-        sources.append(_id_list(c, item["output_ids"], "output_ids"))
+        sources.append(_id_list(c, c.output_ids, "output_ids"))
     if logprobs is None and (require_logprobs or k is not None or not sources):
         what = "no exact completion token ids and no logprobs" if not sources else "no logprobs"
         c.fail(f"{what} in the response (no {field}): {_SGLANG.ids_advice}.", field)
@@ -710,9 +719,9 @@ def _parse_sglang_item(
     if k is not None:
         field = "meta_info.output_top_logprobs"
         rows = meta.get("output_top_logprobs")
-        if not isinstance(rows, list) or length_at(c, rows, field) != len(ids):
+        if not isinstance(rows, list) or c.output_top_logprobs.length != len(ids):
             c.fail("Missing requested top logprobs", field)
-        candidates, top_err = rows_at(c, rows, field, sglang=True)
+        candidates, top_err = c.output_top_logprobs.rows
         top_ids, top_logprobs = _chosen_heads(c, field, ids, candidates, sampled, k, top_err, _SGLANG_NO_ID)
     finish = meta.get("finish_reason")
     raw = {key: value for key, value in item.items() if key != "output_ids"}
