@@ -169,16 +169,56 @@ def test_kept_rows_still_checked(impl):
     assert (error.field, error.token) == ("kept_tokens.counts", 3)
 
 
-def test_sampling_mask_keeps_empty_rows_invalid(impl):
-    mask = {
-        name: {"data": base64.b64encode(np.asarray(v, "<i4").tobytes()).decode(), "shape": [len(v)], "dtype": "int32"}
-        for name, v in (("ids", [5, 9, 7]), ("counts", [2, 0, 1, 0]))
-    }
-    error = fails(impl, body(extra={"sampling_mask": mask}))
-    assert (error.field, error.token) == ("sampling_mask", 1)
+def prime_rl_sampling_mask(rows: list[list[int]], num_tokens: int) -> dict[str, Any]:
+    """vLLM's packed ``sampling_mask`` as prime-rl's server sends it (prime-rl PR #3431): the
+    rows cut or padded with empty rows to the completion's tokens, ``counts`` int32 per token
+    (0: no replay for that position), ``ids`` their int32 concatenation, each as
+    ``{"data": base64, "shape": [len], "dtype": "int32"}``."""
+    rows = [list(r) for r in rows[:num_tokens]] + [[]] * max(num_tokens - len(rows), 0)
+    arrays = {"ids": np.array([i for r in rows for i in r], "<i4"), "counts": np.array([len(r) for r in rows], "<i4")}
+    return {name: {"data": base64.b64encode(a.tobytes()).decode("ascii"), "shape": [len(a)], "dtype": "int32"}
+            for name, a in arrays.items()}
+
+
+@pytest.mark.parametrize("form", ["packed", "lists"])
+def test_sampling_mask_zero_counts_are_absent_rows(impl, form):
+    """A zero count (an empty row) in vLLM's sampling_mask is a position without replay, in the
+    middle or at the end, as prime-rl sends it: no row, and the head falls back to the top-k
+    rule there."""
+    rows = [[5, 9], [], [7], []]
+    mask = prime_rl_sampling_mask(rows, 4) if form == "packed" else rows
+    choice = impl.parse_generate_response(body(extra={"sampling_mask": mask})).choices[0]
+    assert choice.sampling_mask.to_lists() == rows
+    assert choice.sampling_mask_present.tolist() == [True, False, True, False]
+    choice = impl.parse_generate_response(body(extra={"sampling_mask": mask}), top_k=1).choices[0]
+    assert choice.completion_top_ids.to_lists() == [[5, 9], [6], [7], [8]]
+    assert choice.completion_top_logprobs.to_lists() == [[L(0.5), L(0.5)], [L(0.6)], [0.0], [L(0.5)]]
+    # prime-rl's own test: counts [1, 3, 0] for three tokens.
+    three = prime_rl_sampling_mask([[5], [6, 2, 3]], 3) if form == "packed" else [[5], [6, 2, 3], []]
+    doc = json.loads(body(content=CONTENT[:3], extra={"sampling_mask": three}))
+    doc["choices"][0]["token_ids"] = TOKENS[:3]
+    choice = impl.parse_generate_response(json.dumps(doc).encode()).choices[0]
+    assert choice.sampling_mask_present.tolist() == [True, True, False]
+    # A row that is present still follows every rule.
+    for bad, token in (([[5, 9], [], [9], []], 2), ([[5, 5], [], [7], []], 0), ([[], [6, 6], [], []], 1)):
+        mask = prime_rl_sampling_mask(bad, 4) if form == "packed" else bad
+        error = fails(impl, body(extra={"sampling_mask": mask}))
+        assert (error.field, error.token, error.reason) == ("sampling_mask", token, "Invalid recorded sampling support")
+    # Every row present, and no mask at all.
     choice = impl.parse_generate_response(body(extra={"sampling_mask": [[5, 9], [6], [7], [8]]})).choices[0]
     assert choice.sampling_mask_present.tolist() == [True] * 4
     assert impl.parse_generate_response(body()).choices[0].sampling_mask_present is None
+
+
+def test_sampling_mask_of_zero_counts_only(impl):
+    """Every count zero: no row present, every head by the top-k rule, as without the field."""
+    mask = prime_rl_sampling_mask([], 4)
+    choice = impl.parse_generate_response(body(extra={"sampling_mask": mask})).choices[0]
+    assert choice.sampling_mask.to_lists() == [[], [], [], []]
+    assert not choice.sampling_mask_present.any()
+    for k in (1, 2, 3):
+        masked, without = fails(impl, body(extra={"sampling_mask": mask}), top_k=k), fails(impl, body(), top_k=k)
+        assert (masked.field, masked.token, masked.reason) == (without.field, without.token, without.reason)
 
 
 def test_kept_tokens_with_compact_rows(impl):
@@ -264,6 +304,24 @@ def test_kept_tokens_round_trip(case):
         assert parsed.sampling_mask.to_lists() == rows
         assert parsed.sampling_mask_present.tolist() == [bool(r) for r in rows]
         assert parsed.completion_logprobs.tolist() == [-0.5] * len(tokens)
+
+
+@settings(max_examples=200, deadline=None)
+@given(kept_rows())
+def test_sampling_mask_round_trip(case):
+    """The writer's encode_sampling_mask with zero counts anywhere, read back by both
+    implementations as the same rows."""
+    tokens, rows = case
+    ids = [i for r in rows for i in r]
+    field = tokenwire.encode_sampling_mask(np.array(ids, np.int32), np.array([len(r) for r in rows], np.int32),
+                                           completion_ids=tokens)
+    choice = {"token_ids": tokens, "logprobs": {"content": None, "sampled": [-0.5] * len(tokens)},
+              "sampling_mask": field}
+    raw = tokenwire.dumps_generate_response({"choices": [choice]})
+    for impl in _implementations():
+        parsed = impl.parse_generate_response(raw).choices[0]
+        assert parsed.sampling_mask.to_lists() == rows
+        assert parsed.sampling_mask_present.tolist() == [bool(r) for r in rows]
 
 
 def _implementations() -> list[Any]:

@@ -148,7 +148,7 @@ def test_renderers_accepts_encoder_output(writer, renderers_client):
         (lambda: tokenwire.encode_compact_logprobs([1, 2], [-0.1, -0.2], [0, 2], 1, completion_ids=[3]), "Missing compact sampled"),
         (lambda: tokenwire.encode_compact_logprobs([1, 2], [-9999.0, -0.2], [0, 2], 1), "Missing compact sampled"),
         (lambda: tokenwire.encode_sampling_mask([1, 1], [2]), "Invalid recorded sampling support"),
-        (lambda: tokenwire.encode_sampling_mask([1], [1, 0]), "Invalid recorded sampling support"),
+        (lambda: tokenwire.encode_sampling_mask([1, 1], [2, 0]), "Invalid recorded sampling support"),
         (lambda: tokenwire.encode_sampling_mask([1, 2], [1, 1], completion_ids=[1, 3]), "Invalid recorded sampling support"),
         (lambda: tokenwire.encode_routed_experts(np.array([[[3, -1]]], np.int16)), "negative expert id"),
     ],

@@ -287,7 +287,9 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) ->
         c.fail("Sampling mask token count mismatch", field)
     # The first row that breaks a rule: malformed (bad_row) or not a valid support.
     limit = len(ids) if bad_row is None else bad_row
-    bad = c.kernels.first_bad_support(ids, rows, limit, absent_ok=bare)
+    # An empty row (a zero count) is a token without a recorded support, in every form: prime-rl
+    # sends vLLM's packed mask with zero counts for positions without replay.
+    bad = c.kernels.first_bad_support(ids, rows, limit, absent_ok=True)
     if bad >= 0:
         c.fail("Invalid recorded sampling support", field, bad)
     if bad_row is not None:
