@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,7 +133,8 @@ def write_mirror(t) -> str:
         return "[" + ", ".join(repr(f.path) for f in t.CHOICE_FIELDS if test(f)) + "]"
 
     lines = [f'"""{HEADER}"""', "", "# (name, scope, path) of TW_F_0, TW_F_1, ... (tw_choice.f[])", "FIELDS = ["]
-    lines += [f"    ({f.name!r}, {f.scope!r}, {f.path!r})," for f in t.CHOICE_FIELDS]
+    rows = " ".join(f"({f.name!r}, {f.scope!r}, {f.path!r})," for f in t.CHOICE_FIELDS)
+    lines += textwrap.wrap(rows, 100, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False)
     lines += ["]", "NFIELDS = len(FIELDS)  # TW_NFIELDS", "FIELD_ID = {name: i for i, (name, _, _) in enumerate(FIELDS)}",
               "# the paths of a choice the generate scan blanks when they are strings / arrays",
               f"BLANK_STRING = {paths(lambda f: f.blank == 'string')}",
