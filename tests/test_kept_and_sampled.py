@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tokenwire
-from tokenwire import MalformedResponseError
+from tokenwire import MalformedResponseError, samples
 from tokenwire.compat import renderers as compat
 
 
@@ -219,6 +219,38 @@ def test_sampling_mask_of_zero_counts_only(impl):
     for k in (1, 2, 3):
         masked, without = fails(impl, body(extra={"sampling_mask": mask}), top_k=k), fails(impl, body(), top_k=k)
         assert (masked.field, masked.token, masked.reason) == (without.field, without.token, without.reason)
+
+
+@pytest.mark.parametrize("mask", ["absent", "null", "kept_tokens", "sampling_mask"])
+def test_require_sampling_mask(impl, mask):
+    """require_sampling_mask=True: a choice without a mask (absent or null) fails at
+    sampling_mask, naming the server settings; kept_tokens or sampling_mask satisfy it."""
+    extra = {"absent": {}, "null": {"sampling_mask": None},
+             "kept_tokens": {"kept_tokens": prime_rl_kept_tokens([[5, 9], [], [7], []], 4)},
+             "sampling_mask": {"sampling_mask": prime_rl_sampling_mask([[5, 9], [], [7], []], 4)}}[mask]
+    raw = body(extra=extra) if mask != "kept_tokens" else body(extra["kept_tokens"])
+    assert impl.parse_generate_response(raw).choices[0] is not None  # optional by default
+    if mask in ("absent", "null"):
+        for top_k in (None, 1):
+            with pytest.raises(MalformedResponseError) as info:
+                impl.parse_generate_response(raw, top_k=top_k, require_sampling_mask=True)
+            error = info.value
+            assert (error.choice, error.field, error.token) == (0, "sampling_mask", None)
+            assert "--return-sampling-mask" in error.reason and "PR #53826" in error.reason
+    else:
+        choice = impl.parse_generate_response(raw, require_sampling_mask=True).choices[0]
+        assert choice.sampling_mask_present.tolist() == [True, False, True, False]
+
+
+def test_require_sampling_mask_on_a_plain_response():
+    """The compiled core's plain path takes responses without a mask: with the flag, they go
+    to the rules, which refuse them as the reference does."""
+    ev = samples.evidence(6, 0, seed=4)
+    raw = samples.dumps(samples.response([samples.build_choice(ev, transport="packed", index=0)], prompt_tokens=2))
+    for impl in _implementations():
+        assert impl.parse_generate_response(raw).choices[0].sampling_mask is None
+        with pytest.raises(MalformedResponseError, match="require_sampling_mask"):
+            impl.parse_generate_response(raw, require_sampling_mask=True)
 
 
 def test_kept_tokens_with_compact_rows(impl):

@@ -14,7 +14,8 @@ implementation: str
 _impl: Any  # the implementation module in use (the compiled core or the reference)
 
 def parse_generate_response(
-    raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ...
+    raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ...,
+    require_sampling_mask: bool = ...,
 ) -> GenerateResponse:
     """Parse and validate a vLLM ``/inference/v1/generate`` response body.
 
@@ -26,6 +27,10 @@ def parse_generate_response(
         require_logprobs: when True (the default), every choice must carry its sampled-token
             logprobs (``compact_logprobs``, ``completion_logprobs``, or ``logprobs`` with
             ``content`` records, a ``sampled`` list, or both, which must then agree).
+        require_sampling_mask: when True, every choice must carry a sampling mask
+            (``sampling_mask`` or ``kept_tokens``); a missing or null one is an error whose
+            reason names the server settings that send it (default False: a mask is
+            validated when present).
 
     Returns:
         GenerateResponse: one GenerateChoice per entry of ``choices``, with

@@ -1675,19 +1675,20 @@ def _plain_generate_response(raw):
         PyDataMem_SetHandler(previous)
 
 
-def parse_generate_response(raw, *, top_k=None, require_logprobs=True):
+def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_sampling_mask=False):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         scan = _Scan()
         document = scan.document(raw)
-        if k is None:
+        if k is None and not require_sampling_mask:  # the plain path takes no mask
             plain = _plain_generate(scan, document)
             if plain is not None:
                 return plain
         top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE)
-        return _generate.parse_document(document, k, require_logprobs, _lookup(top, read, _table.GENERATE, k))
+        return _generate.parse_document(document, k, require_logprobs, _lookup(top, read, _table.GENERATE, k),
+                                        require_sampling_mask)
     finally:
         PyDataMem_SetHandler(previous)
 

@@ -499,10 +499,23 @@ def parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
 # --- a whole response -----------------------------------------------------------------------------
 
 
-def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: bool) -> GenerateChoice:
+# Why a server sends no sampling mask, for require_sampling_mask.
+MISSING_MASK = (
+    "no sampling mask in the response (sampling_mask and kept_tokens absent or null) and "
+    "require_sampling_mask is set: vLLM sends it only when started with --return-sampling-mask "
+    "(prime-rl: enable_return_sampling_mask = true on the inference server) and for requests that "
+    "sample with temperature > 0 and top_k > 0; a server started with it still sends null when "
+    "its batch-sharded sampler drops the mask (vLLM PR #53826)"
+)
+
+
+def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: bool,
+                  require_sampling_mask: bool = False) -> GenerateChoice:
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
     ids = checked_int_list(c, c.token_ids, "token_ids", "token_ids must hold token ids in [0, 2**32)")
+    if require_sampling_mask and _mask_field(choice) is None:
+        c.fail(MISSING_MASK, "sampling_mask")
     top_ids = top_logprobs = None
     consumed = list(_CONSUMED)
     if choice.get("compact_logprobs") is not None:
@@ -555,7 +568,8 @@ def _raw(c: Evidence, choice: dict[str, Any], consumed: list[str]) -> dict[str, 
     return raw
 
 
-def parse_document(document: Any, k: int | None, require_logprobs: bool, evidence: Any = None) -> GenerateResponse:
+def parse_document(document: Any, k: int | None, require_logprobs: bool, evidence: Any = None,
+                   require_sampling_mask: bool = False) -> GenerateResponse:
     """Validate a parsed response. ``evidence(index, value)`` gives the :class:`Evidence` of
     each choice (index None: the top level, value the document); by default
     :func:`extract_choice` reads it from the parsed document, one choice at a time, as the
@@ -571,7 +585,8 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
     choices = document.get("choices")
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
-    parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs) for i, choice in enumerate(choices)]
+    parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs, require_sampling_mask)
+              for i, choice in enumerate(choices)]
     return GenerateResponse(
         choices=parsed,
         request_id=document.get("request_id"),
@@ -582,8 +597,8 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
 
 
 def parse_generate_response(
-    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, require_sampling_mask: bool = False
 ) -> GenerateResponse:
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
-    return parse_document(load_document(raw), k, require_logprobs)
+    return parse_document(load_document(raw), k, require_logprobs, require_sampling_mask=require_sampling_mask)
