@@ -44,6 +44,36 @@ STRICTER_THAN_RENDERERS = {
 }
 
 
+# Mutations tokenwire reads otherwise than renderers (docs/migrating-from-renderers.md): an
+# empty sampling_mask row is a token without a recorded support (prime-rl's zero counts),
+# where renderers refuses the mask. read_otherwise() finds such rows in any case.
+READ_OTHERWISE_THAN_RENDERERS = {"mask.empty_row"}
+
+
+def read_otherwise(case: "Case") -> bool:
+    """Whether tokenwire reads ``case`` otherwise than renderers on purpose: a choice whose
+    sampling_mask has an empty row (a list) or a zero count (the packed form)."""
+    if case.mutation in READ_OTHERWISE_THAN_RENDERERS:
+        return True
+    try:
+        document = json.loads(case.raw)
+    except ValueError:
+        return False
+    for choice in document.get("choices") or [] if isinstance(document, dict) else []:
+        mask = choice.get("sampling_mask") if isinstance(choice, dict) else None
+        if isinstance(mask, list) and any(row == [] for row in mask):
+            return True
+        counts = mask.get("counts") if isinstance(mask, dict) else None
+        data = counts.get("data") if isinstance(counts, dict) else None
+        if isinstance(data, str):
+            try:
+                if 0 in np.frombuffer(samples.base64.b64decode(data), "<i4"):
+                    return True
+            except ValueError:
+                pass
+    return False
+
+
 @dataclass
 class Case:
     raw: bytes
@@ -427,7 +457,7 @@ def cases(draw, *, mutate: bool | None = None, newer: bool = True) -> Case:
             _apply(chosen[target], mutation, draw)
         if mutation.startswith("mask.") and k is None:
             mutation = "mask.without_head"
-        if target > 0 and mutation not in STRICTER_THAN_RENDERERS:
+        if target > 0 and mutation not in STRICTER_THAN_RENDERERS | READ_OTHERWISE_THAN_RENDERERS:
             mutation = "later_choice"
     spelling = draw(st.sampled_from(SPELLINGS))
     raw = spell(document, spelling, seed=draw(st.integers(0, 99)))
