@@ -50,7 +50,7 @@ STRICTER_THAN_RENDERERS = {
 READ_OTHERWISE_THAN_RENDERERS = {"mask.empty_row"}
 
 
-def read_otherwise(case: "Case") -> bool:
+def read_otherwise(case: Case) -> bool:
     """Whether tokenwire reads ``case`` otherwise than renderers on purpose: a choice whose
     sampling_mask has an empty row (a list) or a zero count (the packed form)."""
     if case.mutation in READ_OTHERWISE_THAN_RENDERERS:
