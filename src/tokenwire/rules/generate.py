@@ -587,9 +587,16 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
     parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs, require_sampling_mask)
               for i, choice in enumerate(choices)]
+    return response_of(document, parsed, prompt, "request_id")
+
+
+def response_of(document: dict[str, Any], choices: list[GenerateChoice], prompt: np.ndarray | None,
+                id_key: str) -> GenerateResponse:
+    """The response of a document's parsed choices: the id under ``id_key``, the usage, the
+    prompt ids, and every other top-level field as the payload."""
     return GenerateResponse(
-        choices=parsed,
-        request_id=document.get("request_id"),
+        choices=choices,
+        request_id=document.get(id_key),
         usage=document.get("usage"),
         prompt_token_ids=prompt,
         payload={key: v for key, v in document.items() if key not in ("choices", "prompt_token_ids")},

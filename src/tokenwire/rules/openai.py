@@ -47,7 +47,7 @@ from ..extract.python import (
     numbers,
 )
 from ..kernels.python import Candidates, is_int, native_head
-from .generate import NATIVE_TOP, checked_int_list
+from .generate import NATIVE_TOP, checked_int_list, response_of
 
 __all__ = [
     "chat_completions_request_params",
@@ -620,13 +620,7 @@ def _parse_openai_document(
         first = prompts[0]
         if first is not None and all(p is not None and np.array_equal(p, first) for p in prompts):
             prompt = first
-    return GenerateResponse(
-        choices=parsed,
-        request_id=document.get("id"),
-        usage=document.get("usage"),
-        prompt_token_ids=prompt,
-        payload={key: v for key, v in document.items() if key not in ("choices", "prompt_token_ids")},
-    )
+    return response_of(document, parsed, prompt, "id")
 
 
 def parse_completions_document(
