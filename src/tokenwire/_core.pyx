@@ -17,8 +17,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from ._csrc cimport *

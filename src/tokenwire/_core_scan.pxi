@@ -27,24 +27,7 @@ cdef inline const char *_start(const unsigned char[::1] view) noexcept:
 
 cdef uint64_t _MAX_MASK_ID = 2147483647
 
-# Where the scanner records each value of a generate choice the rules read.
-_FIELDS = {
-    "token_ids": TW_F_TOKEN_IDS,
-    "completion_logprobs.data": TW_F_CL_DATA,
-    "compact_logprobs.data": TW_F_CP_DATA,
-    "compact_logprobs.offsets": TW_F_CP_OFFSETS,
-    "sampling_mask": TW_F_SAMPLING_MASK,
-    "sampling_mask.ids.data": TW_F_SM_IDS_DATA,
-    "sampling_mask.counts.data": TW_F_SM_COUNTS_DATA,
-    "kept_tokens.ids": TW_F_KT_IDS,
-    "kept_tokens.counts": TW_F_KT_COUNTS,
-    "routed_experts": TW_F_ROUTED,
-    "routed_experts.data": TW_F_RE_DATA,
-    "logprobs.content": TW_F_LOGPROBS_CONTENT,
-    "raw_output": TW_F_RAW_OUTPUT,
-    "raw_output.completion_token_ids": TW_F_RO_TOKEN_IDS,
-    "raw_output.completion_logprobs.content": TW_F_RO_CONTENT,
-}
+
 def _blank_mask(fields):
     """The ``tw_doc.blank_fields`` bits of these TW_F_* fields (made once, at import)."""
     mask = 0
@@ -55,39 +38,15 @@ def _blank_mask(fields):
 
 # What the generate parser reads from the raw bytes besides what the scan blanks itself.
 _GENERATE_BLANK = _blank_mask((TW_F_LOGPROBS_CONTENT,))
-# Where the scanner records each value the OpenAI-compatible parsers read through their hooks.
-_OPENAI_FIELDS = {
-    "token_ids": TW_F_TOKEN_IDS,
-    "prompt_token_ids": TW_F_PROMPT_IDS,
-    "logprobs": TW_F_LOGPROBS,
-    "logprobs.token_logprobs": TW_F_LP_TOKEN_LOGPROBS,
-    "logprobs.tokens": TW_F_LP_TOKENS,
-    "logprobs.token_ids": TW_F_LP_TOKEN_IDS,
-    "logprobs.content": TW_F_LOGPROBS_CONTENT,
-    "raw_output": TW_F_RAW_OUTPUT,
-    "raw_output.completion_token_ids": TW_F_RO_TOKEN_IDS,
-    "raw_output.completion_logprobs.content": TW_F_RO_CONTENT,
-    "logprobs.top_logprobs": TW_F_LP_TOP,
-}
-# Read from the raw bytes (token_ids and the top-level prompt ids are blanked by the scan);
-# text_offset is read by nothing, top_logprobs only for heads.
-# With a head the record candidates are read by tw_rec_parse and keyed rows by
-# tw_rec_keyed_heads, so the same fields are blanked with a head or without.
+# What the OpenAI-compatible parsers read from the raw bytes (token_ids and the top-level
+# prompt ids are blanked by the scan itself); text_offset is read by nothing, top_logprobs
+# only for heads. With a head the record candidates are read by tw_rec_parse and keyed rows
+# by tw_rec_keyed_heads, so the same fields are blanked with a head or without.
 _OPENAI_BLANK = _blank_mask((TW_F_PROMPT_IDS, TW_F_LP_TOKEN_LOGPROBS, TW_F_LP_TOKENS,
                              TW_F_LP_TOKEN_IDS, TW_F_LP_TEXT_OFFSET, TW_F_RO_TOKEN_IDS, TW_F_LP_TOP,
                              TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT))
-# SGLang items.
-_SGLANG_FIELDS = {
-    "output_ids": TW_F_SGL_IDS,
-    "meta_info.output_token_logprobs": TW_F_SGL_TRIPLES,
-    "meta_info.output_top_logprobs": TW_F_SGL_TOP,
-}
-# Everything is read in C, heads included (tw_rec_triple_heads).
+# SGLang items: everything is read in C, heads included (tw_rec_triple_heads).
 _SGLANG_BLANK = _blank_mask((TW_F_SGL_IDS, TW_F_SGL_TRIPLES, TW_F_SGL_TOP))
-# Record lists read by tw_rec_entries, number lists by tw_rec_numbers.
-_RECORD_FIELDS = {path: _OPENAI_FIELDS[path]
-                  for path in ("logprobs.content", "raw_output.completion_logprobs.content")}
-_NUMBER_FIELDS = {"logprobs.token_logprobs": TW_F_LP_TOKEN_LOGPROBS}
 # A value of each class tw_rec_entries reports, as json.loads would give it (for messages).
 _KIND_EXAMPLES = (None, 0.0, None, "", True, [], {})
 # tw_records' codes, as the reference names them.
@@ -178,7 +137,8 @@ cdef class _Scan:
 
     cdef object document(self, object raw, uint32_t blank=_GENERATE_BLANK, bint openai=False,
                          bint sglang=False):
-        """Scan ``raw`` and return the document with its big values blanked, parsed by orjson.
+        """Scan ``raw`` and return the document with its big values blanked, as
+        ``_json.loads`` reads it.
         ``blank``: the choice fields also blanked (read from the raw bytes instead), as
         ``tw_doc.blank_fields`` bits (``_blank_mask``);
         ``openai``/``sglang``: an OpenAI-compatible / SGLang document (see tw_scan.h)."""
@@ -214,7 +174,7 @@ cdef class _Scan:
         self.doc.b64_path = _path
         self.doc.openai = openai
         self.doc.sglang = sglang
-        self.doc.blank_fields = blank  # values read in C: orjson need not build them
+        self.doc.blank_fields = blank  # values read in C: the JSON reader need not build them
         with nogil:
             rc = tw_scan(self.buf, n, &self.doc)
         if rc == TW_ERR_NOMEM:
@@ -240,24 +200,6 @@ cdef class _Scan:
         if data != NULL:
             return _adopt(data, size)
         return _decode(self.buf, v, self.path)
-
-    def has_record(self, index):
-        return index is None or index < self.doc.nchoices
-
-    cdef const tw_value *value(self, object index, object path, dict fields=_FIELDS):
-        """The record of ``path`` in choice ``index`` (None: the top level), or NULL when the
-        scanner does not record that path (the parsed document then holds the value)."""
-        if index is None:
-            return &self.doc.prompt_token_ids if path == "prompt_token_ids" else NULL
-        field = fields.get(path)
-        if field is None:
-            return NULL
-        return &self.doc.choice[<size_t>index].f[<int>field]
-
-    cdef const tw_value *array(self, object index, object path, dict fields):
-        """The record of ``path`` (as ``value``) when it is an array, else NULL."""
-        cdef const tw_value *v = self.value(index, path, fields)
-        return v if v != NULL and v.type == TW_T_ARRAY else NULL
 
     cdef object text(self, const tw_value *v):
         return PyBytes_FromStringAndSize(self.buf + v.start, v.end - v.start)
@@ -357,8 +299,8 @@ cdef class _Scan:
         return candidates, None if res.top_err < 0 else (res.top_err, _NATIVE_CODES[res.top_code]), None
 
     cdef object records(self, const tw_value *v):
-        """``logprobs.content`` entries: the Records the reference's reader builds, its values
-        as a _RecordValues."""
+        """``logprobs.content`` entries: the Records the reference's ``records`` builds, its
+        values as Numbers (``_record_values``)."""
         cdef size_t n = v.count
         cdef ptrdiff_t bad
         cdef int64_t[::1] ids_view
@@ -387,8 +329,8 @@ cdef class _Scan:
                                 None if bad < 0 else bad, mixed)
 
     cdef object triples(self, const tw_value *v):
-        """SGLang ``[logprob, token_id, text]`` entries: the Records the reference's reader
-        builds, its values as a _RecordValues."""
+        """SGLang ``[logprob, token_id, text]`` entries: the Records the reference's
+        ``triples`` builds, its values as Numbers (``_record_values``)."""
         cdef size_t n = v.count
         cdef ptrdiff_t bad
         cdef int64_t[::1] ids_view

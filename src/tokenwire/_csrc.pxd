@@ -86,7 +86,6 @@ cdef extern from "tw_scan.h" nogil:
     size_t tw_nested_total(const tw_doc *d, const tw_value *v)
     int tw_take_nested(const tw_doc *d, const tw_value *v, uint64_t max, int64_t *offsets, int32_t *values, size_t *err_row)
     size_t tw_unescape(const char *buf, const tw_value *v, char *dst)
-    int tw_blank_field(tw_doc *doc, size_t ci, int field)
     uint8_t *tw_take_blob(tw_doc *doc, const tw_value *v, size_t *len)
     int tw_array_element(const char *buf, const tw_value *v, size_t index, size_t *start, size_t *end)
 
