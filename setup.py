@@ -106,7 +106,7 @@ def extensions():
         "tokenwire._core",
         sources=["src/tokenwire/_core.pyx", *sorted(glob("csrc/*.c"))],
         include_dirs=["csrc", numpy.get_include()],
-        depends=sorted(glob("csrc/*.h") + glob("csrc/*.def") + glob("src/tokenwire/*.pxi")),
+        depends=sorted(glob("csrc/*.h") + glob("csrc/*.def") + glob("src/tokenwire/*.px[di]")),
         define_macros=macros,
         extra_compile_args=compile_args,
         extra_link_args=link_args,

@@ -44,18 +44,27 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-# The compiled core's Python imports (its .pyx is Cython, which ast cannot read): whole lines
-# ``from X import a, b`` / ``import X`` (never ``cimport``), parenthesized lists included.
+# The compiled core's Python imports (its .pyx and the files it includes are Cython, which ast
+# cannot read): whole lines ``from X import a, b`` / ``import X`` (never ``cimport``),
+# parenthesized lists included.
 _PYX_IMPORT = re.compile(r"^[ \t]*(from[ \t]+[\w.]+[ \t]+import[ \t]+(?:\([^)]*\)|[^\n]*)|import[ \t]+[\w., \t]+)$",
                          re.MULTILINE)
+# A Cython ``include "file.pxi"`` line (its path relative to the including file).
+_PYX_INCLUDE = re.compile(r'^[ \t]*include[ \t]+"([^"]+)"[^\n]*$', re.MULTILINE)
+
+
+def _cython_text(path: Path) -> str:
+    """A Cython file's text with every file it includes in place of its ``include`` line."""
+    return _PYX_INCLUDE.sub(lambda m: _cython_text(path.parent / m[1]), path.read_text("utf-8"))
 
 
 def _imports(path: Path) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
     """Every import statement of a module, and whether it runs inside a function."""
-    text = path.read_text("utf-8")
     if path.suffix == ".pyx":
+        text = _cython_text(path)
         nodes = [ast.parse(m[1].strip()).body[0] for m in _PYX_IMPORT.finditer(text) if "cimport" not in m[1]]
         return [(node, False) for node in nodes if isinstance(node, (ast.Import, ast.ImportFrom))]
+    text = path.read_text("utf-8")
     found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
 
     def walk(node: ast.AST, deferred: bool) -> None:
@@ -148,6 +157,19 @@ def test_the_graph_is_read():
     assert ("tokenwire.cli", "tokenwire.cli.commands") in edges  # deferred
     for edge in DEFERRED_ALLOWED:
         assert edges.get(edge) is True, f"allowed edge {edge} is gone or no longer deferred: drop it"
+
+
+def test_cython_imports_are_read_through_includes(tmp_path):
+    """An import written in a file the compiled core includes is an edge all the same."""
+    (tmp_path / "part.pxi").write_text("from ._types import Ragged\ncimport numpy as cnp\n", "utf-8")
+    (tmp_path / "mod.pyx").write_text('import os\ninclude "part.pxi"  # a part\nfrom . import _json\n', "utf-8")
+    assert [ast.unparse(node) for node, _ in _imports(tmp_path / "mod.pyx")] == [
+        "import os", "from ._types import Ragged", "from . import _json"]
+    core = ROOT / "_core.pyx"
+    if core.exists():  # a source tree: every file the core includes is there and read
+        included = _PYX_INCLUDE.findall(core.read_text("utf-8"))
+        assert "_fields.pxi" in included and len(included) > 1
+        assert "cdef class _Scan" in _cython_text(core)
 
 
 def test_no_import_cycle():

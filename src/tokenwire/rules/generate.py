@@ -64,7 +64,7 @@ def _shape_is(shape: Any, count: int) -> bool:
 
 
 def parse_packed_logprobs(packed: Any, n: int, c: Evidence) -> np.ndarray:
-    # The compiled core's plain path (_core.pyx, _plain_choice) accepts the plainest valid
+    # The compiled core's plain path (_core_plain.pxi, _plain_choice) accepts the plainest valid
     # packed choices on its own: a rule added here must be added there (or hand them over).
     field = "completion_logprobs"
     if not isinstance(packed, dict):
@@ -327,7 +327,7 @@ def _fail_head(c: Evidence, choice: dict[str, Any], field: str, bad: tuple[int, 
 def parse_compact_logprobs(
     choice: dict[str, Any], ids: np.ndarray, k: int | None, c: Evidence
 ) -> tuple[np.ndarray, Ragged | None, Ragged | None, Ragged | None]:
-    # The compiled core's plain path (_core.pyx, _plain_compact) accepts the plainest valid
+    # The compiled core's plain path (_core_plain.pxi, _plain_compact) accepts the plainest valid
     # choices of compact rows without a head on its own: a rule added here must be added
     # there (or hand them over).
     field = "compact_logprobs"

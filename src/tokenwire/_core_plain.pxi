@@ -1,0 +1,218 @@
+# Part of the compiled core: _core.pyx includes it, in one namespace with the other parts.
+
+# --- the plain path: responses without a head, without the rules' Python -------------------------
+#
+# A choice whose only evidence is its token ids and either packed logprobs or compact rows
+# (no head asked for, no mask), each of them valid, is built here straight from the scan.
+# This path decides nothing: it takes a choice only when every rule of rules/generate.py
+# that could apply passes, and hands anything else, valid or not, to the rules, which then
+# give the same result or say what is wrong (tests/test_plain_path.py holds the two to the
+# same results).
+
+# The allow-list: the wire-table fields of a generate choice this path reads. A choice that
+# holds any other table field (not null) goes to the rules, each such field bringing rules
+# this path lacks: _PLAIN_ABSENT is the rest of the table, so a field added to the table is
+# sent to the rules until this path learns it. (For compact rows, the packed logprobs go to
+# the rules too: they keep them in GenerateChoice.raw.) Keys outside the table are the
+# choice's raw fields, under either path.
+_PLAIN_TAKES = ("token_ids", "completion_logprobs", "compact_logprobs")
+_PLAIN_ABSENT = tuple(sorted(_table.top_keys(_table.CHOICE, _table.GENERATE) - set(_PLAIN_TAKES)))
+# GenerateChoice.raw: the choice without these (rules/generate.py's consumed fields).
+_PLAIN_CONSUMED = _generate._CONSUMED + ("completion_logprobs",)
+_PLAIN_COMPACT_CONSUMED = _generate._CONSUMED + ("compact_logprobs",)
+# _plain_form's answer for compact rows (packed logprobs: their item size, 4 or 8).
+DEF _PLAIN_COMPACT = 1
+_GenerateChoice = _generate.GenerateChoice
+_GenerateResponse = _generate.GenerateResponse
+_MISSING = object()
+# The packed values are read as the host's floats, which are the wire's little-endian ones.
+cdef bint _PLAIN_HOST = sys.byteorder == "little"
+
+
+cdef object _plain_ints(_Scan scan, const tw_value *v):
+    """The ids recorded at ``v`` as an int64 array, or None unless every one is a token id."""
+    if not v.present or v.type != TW_T_ARRAY:
+        return None
+    got = scan.ints(v, _MAX_TOKEN_ID)
+    return got[0] if got[2] is None else None
+
+
+cdef uint8_t *_plain_blob(_Scan scan, const tw_value *v, size_t *size) except? NULL:
+    """The bytes of the base64 string ``v`` (decoded by the scan, or now) in memory from
+    tw_mem that the caller owns, or NULL when they are not canonical base64."""
+    cdef uint8_t *data = tw_take_blob(&scan.doc, v, size)
+    return data if data != NULL else _decoded(scan.buf, v, scan.path, size)
+
+
+cdef inline ptrdiff_t _packed_bad(const uint8_t *data, size_t n, size_t itemsize) noexcept nogil:
+    if itemsize == 4:
+        return tw_packed_f32_bad(<const float *>data, n)
+    return tw_packed_f64_bad(<const double *>data, n)
+
+
+cdef int _plain_form(_Scan scan, size_t index, dict choice) except -2:
+    """What choice ``index`` holds when it has a plain form, recorded by the scan: the item
+    size of its packed logprobs (of a known dtype), _PLAIN_COMPACT for compact rows of the
+    known format; else 0. What is checked before anything is decoded."""
+    cdef const tw_value *f = scan.doc.choice[index].f
+    for key in _PLAIN_ABSENT:
+        if choice.get(key) is not None:
+            return 0
+    if not f[TW_F_TOKEN_IDS].present or f[TW_F_TOKEN_IDS].type != TW_T_ARRAY:
+        return 0
+    compact = choice.get("compact_logprobs")
+    if compact is not None:
+        if (type(compact) is not dict or choice.get("completion_logprobs") is not None
+                or not f[TW_F_CP_DATA].present or f[TW_F_CP_DATA].type != TW_T_STRING
+                or not f[TW_F_CP_OFFSETS].present or f[TW_F_CP_OFFSETS].type != TW_T_ARRAY):
+            return 0
+        name = (<dict>compact).get("format")
+        num_top = (<dict>compact).get("num_top_logprobs")
+        if (type(name) is not str or name != COMPACT_FORMAT or type(num_top) is not int
+                or num_top < -1):
+            return 0
+        return _PLAIN_COMPACT
+    packed = choice.get("completion_logprobs")
+    if type(packed) is not dict or not f[TW_F_CL_DATA].present or f[TW_F_CL_DATA].type != TW_T_STRING:
+        return 0
+    name = (<dict>packed).get("dtype")
+    if type(name) is not str:
+        return 0
+    return 4 if name == "float32" else 8 if name == "float64" else 0
+
+
+cdef object _plain_choice(_Scan scan, size_t index, dict choice, int form):
+    """The GenerateChoice of choice ``index`` (of the plain ``form``, _plain_form's answer)
+    when it is valid, else None."""
+    cdef const tw_value *f = scan.doc.choice[index].f
+    ids = _plain_ints(scan, &f[TW_F_TOKEN_IDS])
+    if ids is None:
+        return None
+    if form == _PLAIN_COMPACT:
+        logprobs, consumed = _plain_compact(scan, f, ids, len(ids)), _PLAIN_COMPACT_CONSUMED
+    else:
+        packed = <dict>choice["completion_logprobs"]
+        logprobs, consumed = _plain_packed(scan, f, packed, ids, <size_t>form), _PLAIN_CONSUMED
+    if logprobs is None:
+        return None
+    raw = choice.copy()
+    for key in consumed:
+        raw.pop(key, None)
+    return _GenerateChoice(index=index, completion_ids=ids, completion_logprobs=logprobs,
+                           finish_reason=choice.get("finish_reason"), raw=raw)
+
+
+cdef object _plain_packed(_Scan scan, const tw_value *f, dict packed, object ids, size_t itemsize):
+    """The packed logprobs (``itemsize`` bytes each) of a choice with token ids ``ids`` when
+    every rule of rules/generate.py's parse_packed_logprobs passes, else None."""
+    cdef size_t size = 0, n = len(ids)
+    cdef uint8_t *data
+    cdef ptrdiff_t bad = -1
+    shape = packed.get("shape", _MISSING)
+    if shape is not _MISSING and not (type(shape) is list and len(<list>shape) == 1
+                                      and type((<list>shape)[0]) is int and (<list>shape)[0] == n):
+        return None
+    data = _plain_blob(scan, &f[TW_F_CL_DATA], &size)
+    if data == NULL:
+        return None
+    logprobs = _adopt_typed(data, size // itemsize, cnp.NPY_FLOAT32 if itemsize == 4 else cnp.NPY_FLOAT64)
+    if size != n * itemsize:
+        return None
+    if n and size < _NOGIL_MIN:
+        bad = _packed_bad(data, n, itemsize)
+    elif n:
+        with nogil:
+            bad = _packed_bad(data, n, itemsize)
+    return None if bad >= 0 else logprobs
+
+
+cdef inline ptrdiff_t _plain_rows(const uint8_t *data, const int64_t *offs, size_t n, size_t count,
+                                  const int64_t *sampled, float *out) noexcept nogil:
+    """The first bad row of compact rows whose ids and values are ``data`` (-1: none)."""
+    cdef int kind = 0
+    cdef const float *vals = <const float *>(data + count * 4)
+    if tw_compact_values_bad(vals, count) >= 0:
+        return 0
+    return tw_compact_rows(<const uint32_t *>data, vals, offs, n, sampled, out, &kind, _path)
+
+
+cdef object _plain_compact(_Scan scan, const tw_value *f, object ids, size_t n):
+    """The sampled logprobs of the compact rows of a choice with ``n`` token ids when every
+    rule of rules/generate.py's parse_compact_logprobs without a head passes, else None."""
+    cdef size_t size = 0, count
+    cdef uint8_t *data
+    cdef const int64_t *offs
+    cdef const int64_t *sampled_ids
+    cdef float *out
+    cdef ptrdiff_t bad = -1
+    got = scan.ints(&f[TW_F_CP_OFFSETS], _MAX_OFFSET)
+    if got is None or got[2] is not None or <size_t>got[1] != n + 1:
+        return None
+    offs = <const int64_t *>cnp.PyArray_DATA(got[0])
+    if tw_offsets_not_rising(offs, n + 1) >= 0:
+        return None
+    count = <size_t>offs[n]
+    data = _plain_blob(scan, &f[TW_F_CP_DATA], &size)
+    if data == NULL:
+        return None
+    blob = _adopt(data, size)  # freed with it
+    if size % 8 or size // 8 != count:
+        return None
+    sampled = np.empty(n, dtype=np.float32)
+    out = <float *>cnp.PyArray_DATA(sampled)
+    sampled_ids = _i64(ids)
+    if n == 0:  # no rows (the offsets are [0])
+        pass
+    elif count * 8 < _NOGIL_MIN:
+        bad = _plain_rows(data, offs, n, count, sampled_ids, out)
+    else:
+        with nogil:
+            bad = _plain_rows(data, offs, n, count, sampled_ids, out)
+    return None if bad >= 0 else sampled
+
+
+cdef object _plain_generate(_Scan scan, object document):
+    """The GenerateResponse of a document whose choices all have the plain form and are
+    valid, and whose prompt ids (if any) are valid; else None."""
+    cdef size_t i, count
+    cdef int form
+    if not _PLAIN_HOST or type(document) is not dict:
+        return None
+    choices = (<dict>document).get("choices")
+    if type(choices) is not list or not choices or <size_t>len(<list>choices) > scan.doc.nchoices:
+        return None
+    count = len(<list>choices)
+    forms = []
+    for i in range(count):  # every choice's form first: nothing is decoded for a hand-over
+        choice = (<list>choices)[i]
+        form = _plain_form(scan, i, <dict>choice) if type(choice) is dict else 0
+        if form == 0:
+            return None
+        forms.append(form)
+    prompt = (<dict>document).get("prompt_token_ids")
+    if prompt is not None:
+        prompt = _plain_ints(scan, &scan.doc.prompt_token_ids)
+        if prompt is None:
+            return None
+    parsed = []
+    for i in range(count):
+        got = _plain_choice(scan, i, <dict>(<list>choices)[i], forms[i])
+        if got is None:
+            return None
+        parsed.append(got)
+    payload = (<dict>document).copy()
+    payload.pop("choices", None)
+    payload.pop("prompt_token_ids", None)
+    return _GenerateResponse(choices=parsed, request_id=(<dict>document).get("request_id"),
+                             usage=(<dict>document).get("usage"), prompt_token_ids=prompt, payload=payload)
+
+
+def _plain_generate_response(raw):
+    """What the plain path alone makes of ``raw``: its GenerateResponse, or None when it hands
+    the response to the rules (for tests)."""
+    previous = PyDataMem_SetHandler(_NP_HANDLER)
+    try:
+        scan = _Scan()
+        return _plain_generate(scan, scan.document(raw))
+    finally:
+        PyDataMem_SetHandler(previous)
