@@ -12,8 +12,7 @@ with atheris.instrument_imports():
     from _common import PATHS
 
     import tokenwire
-    from tokenwire import MalformedResponseError, _core
-    from tokenwire.kernels import python as python_kernels
+    from tokenwire import MalformedResponseError, _core, _pycore
 
 DTYPES = (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32,
           np.float64, np.bool_, np.complex64, object)
@@ -58,7 +57,7 @@ def outcome(call):
 def both(call, describe):
     """The outcome on the compiled core (each SIMD path) and on the reference; they must agree."""
     seen = []
-    for impl, path in [(_core, p) for p in PATHS] + [(python_kernels, None)]:
+    for impl, path in [(_core, p) for p in PATHS] + [(_pycore, None)]:
         if path is not None:
             _core.set_simd_path(path)
         tokenwire._select.kernels = impl  # the kernels select_heads and the writers run

@@ -18,8 +18,7 @@ with atheris.instrument_imports():
 
     import tokenwire
     from tests.mutation import rewritten_at
-    from tokenwire import MalformedResponseError, _core
-    from tokenwire.kernels import python as python_kernels
+    from tokenwire import MalformedResponseError, _core, _pycore
 
 ALLOWED = (MalformedResponseError, ValueError, TypeError)
 FLOATS = (np.nan, np.inf, -np.inf, 5.0, -1.0, -9999.0)
@@ -128,7 +127,7 @@ def writers(fdp):
 
 def test_one(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
-    kernels = [(_core, p) for p in PATHS] + [(python_kernels, None)]
+    kernels = [(_core, p) for p in PATHS] + [(_pycore, None)]
     impl, path = kernels[fdp.ConsumeIntInRange(0, len(kernels) - 1)]
     if path is not None:
         _core.set_simd_path(path)

@@ -9,7 +9,6 @@ import importlib
 import os
 import platform
 import sys
-from types import SimpleNamespace
 
 import pytest
 
@@ -19,24 +18,12 @@ if os.environ.get("TOKENWIRE_NO_ORJSON", "") not in ("", "0"):
 
 import tokenwire
 from tokenwire import _json
-from tokenwire.kernels import python as python_kernels
-from tokenwire.rules import generate as python_rules
-from tokenwire.rules import openai as python_openai_rules
+from tokenwire import _pycore as PYTHON  # the pure-Python peer of the compiled core
 
 try:
     from tokenwire import _core
 except ImportError:  # pure-Python install
     _core = None
-
-# The pure-Python implementation under one name, as the compiled core is one module: the
-# kernels' free functions and every format's parser.
-PYTHON = SimpleNamespace(
-    **{name: value for name, value in vars(python_kernels).items() if not name.startswith("_")},
-    parse_generate_response=python_rules.parse_generate_response,
-    parse_completions_response=python_openai_rules.parse_completions_response,
-    parse_chat_completions_response=python_openai_rules.parse_chat_completions_response,
-    parse_sglang_generate_response=python_openai_rules.parse_sglang_generate_response,
-)
 
 _NO_CORE = "the compiled core is not built (pure-Python install or TOKENWIRE_NO_EXTENSIONS=1)"
 # The paths of this machine's architecture (a CPU without one of them skips it); the other

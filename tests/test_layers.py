@@ -153,7 +153,8 @@ def test_the_graph_is_read():
     modules, edges = _graph()
     assert {"tokenwire", "tokenwire._select", "tokenwire.rules.generate", "tokenwire.cli.commands"} <= modules
     assert edges.get(("tokenwire", "tokenwire._select")) is False  # at module level
-    assert ("tokenwire._select", "tokenwire.rules.generate") in edges
+    assert ("tokenwire._select", "tokenwire._pycore") in edges
+    assert ("tokenwire._pycore", "tokenwire.rules.generate") in edges
     assert ("tokenwire.cli", "tokenwire.cli.commands") in edges  # deferred
     for edge in DEFERRED_ALLOWED:
         assert edges.get(edge) is True, f"allowed edge {edge} is gone or no longer deferred: drop it"
@@ -188,6 +189,16 @@ def test_bottom_layers_import_nothing_above_them(module):
     below = set(BOTTOM[: BOTTOM.index(module)])
     above = sorted(t for s, t in edges if s == module and t not in below and (s, t) not in DEFERRED_ALLOWED)
     assert above == [], f"{module} imports {above}"
+
+
+def test_the_peers_import_neither_each_other_nor_what_chooses_them():
+    """The compiled core and its pure-Python peer sit side by side below the selector: neither
+    imports the other, the selector or the facade."""
+    _, edges = _graph()
+    peers = (f"{PACKAGE}._core", f"{PACKAGE}._pycore")
+    above = {*peers, f"{PACKAGE}._select", PACKAGE}
+    found = sorted((s, t) for s, t in edges if s in peers and t in above)
+    assert found == []
 
 
 def test_only_the_command_line_imports_the_command_line():

@@ -1,18 +1,14 @@
-"""The one choice of implementation, made once per process: the compiled core, or the
-pure-Python reference when there is no core (not built, not loadable, not CPython) or
-``TOKENWIRE_NO_EXTENSIONS=1`` asks for it.
+"""The one choice of implementation, made once per process: the compiled core
+(``_core``), or its pure-Python peer (``_pycore``) when there is no core (not built, not
+loadable, not CPython) or ``TOKENWIRE_NO_EXTENSIONS=1`` asks for it. The two expose the same
+names (``_pycore.CONTRACT``).
 
-``impl`` is the module whose parsers the facade exports; ``kernels`` is the module whose free
-functions (``int_list``, ``first_bad``, ``first_bad_support``, ``compact_rows``,
-``compact_candidates``, ``compact_rows_candidates``, ``heads``, ``rows_to_lists``, ``b64decode``, ``b64encode``) run the
-per-token loops for code that holds arrays rather than a response: ``select_heads``, the
-writers, ``Ragged.to_lists`` and the renderers drop-in. With the compiled core both are
-``_core``; in pure Python they are ``rules.generate`` and ``kernels.python``.
-
-The four response parsers in use are chosen here too, for the facade and the audit alike:
-the core's, or in pure Python ``rules.generate``'s and ``rules.openai``'s. The result types
-sit below the kernels (which build ``Ragged`` rows), so they do not import this module: it
-hands them ``kernels`` (``_types.use_kernels``) once chosen.
+``impl`` is the module chosen: the facade and the audit take its four parsers from here.
+``kernels`` is the same module, under the name code that holds arrays rather than a response
+reads its free functions from (``select_heads``, the writers, ``Ragged.to_lists``, the
+renderers drop-in); a test may point it at the other implementation without changing the
+parsers. The result types sit below the kernels (which build ``Ragged`` rows), so they do not
+import this module: it hands them ``kernels`` (``_types.use_kernels``) once chosen.
 """
 
 from __future__ import annotations
@@ -23,9 +19,7 @@ import warnings
 from importlib.util import find_spec
 from types import ModuleType
 
-from . import _types
-from .kernels import python as _python_kernels
-from .rules import generate as _python_rules
+from . import _pycore, _types
 
 __all__ = [
     "impl",
@@ -44,7 +38,7 @@ def _wanted(name: str) -> bool:
 
 def _choose() -> ModuleType:
     if _wanted("TOKENWIRE_NO_EXTENSIONS") or platform.python_implementation() != "CPython":
-        return _python_rules
+        return _pycore
     try:
         from . import _core
     except ImportError as exc:
@@ -67,23 +61,16 @@ def _choose() -> ModuleType:
             RuntimeWarning,
             stacklevel=3,
         )
-        return _python_rules
+        return _pycore
     return _core
 
 
 impl: ModuleType = _choose()
-implementation: str = "c" if impl is not _python_rules else "python"
-kernels: ModuleType = impl if implementation == "c" else _python_kernels
+implementation: str = "python" if impl is _pycore else "c"
+kernels: ModuleType = impl
 _types.use_kernels(kernels)
 
 parse_generate_response = impl.parse_generate_response
-if implementation == "c":
-    parse_completions_response = impl.parse_completions_response
-    parse_chat_completions_response = impl.parse_chat_completions_response
-    parse_sglang_generate_response = impl.parse_sglang_generate_response
-else:
-    from .rules.openai import (
-        parse_chat_completions_response,
-        parse_completions_response,
-        parse_sglang_generate_response,
-    )
+parse_completions_response = impl.parse_completions_response
+parse_chat_completions_response = impl.parse_chat_completions_response
+parse_sglang_generate_response = impl.parse_sglang_generate_response
