@@ -16,18 +16,8 @@
 #include <string.h>
 
 #define TW_CHECK_MAX_REPORTS 30
+#define TW_RNG_SEED 0x1234567887654321ull
 #include "tw_check.h"
-
-/* ---- deterministic PRNG (splitmix64) ---- */
-static uint64_t g_rng = 0x1234567887654321ull;
-static uint64_t rnd(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
 /* ---- reference codec ---- */
 static const char ALPHA[] =
@@ -101,9 +91,6 @@ static ptrdiff_t ref_decode(const uint8_t *s, size_t len, uint8_t *out,
 }
 
 /* ---- harness ---- */
-static int g_paths[TW_PATH_LAST + 1];
-static int g_npaths;
-
 #define GUARD 32
 static uint8_t *g_in;   /* input copy at the end of an exact block */
 static uint8_t *g_refout;
@@ -217,16 +204,14 @@ int main(int argc, char **argv)
     size_t max_ex = argc > 2 ? (size_t)atol(argv[2]) : 200;
     uint8_t data[4096], buf[8192];
     char enc[8192];
+    char best[32];
     size_t n, pos, L;
-    int b, p;
+    int b;
     long k;
 
     g_refout = (uint8_t *)malloc(8192);
-    for (p = TW_PATH_SCALAR; p <= TW_PATH_LAST; p++)
-        if (tw_path_available(p)) g_paths[g_npaths++] = p;
-    printf("paths:");
-    for (p = 0; p < g_npaths; p++) printf(" %s", tw_path_name(g_paths[p]));
-    printf(" (best %s)\n", tw_path_name(tw_path_best()));
+    snprintf(best, sizeof best, " (best %s)", tw_path_name(tw_path_best()));
+    paths_print(best);
 
     /* API basics. */
     CHECK(tw_path_available(TW_PATH_AUTO) && tw_path_available(TW_PATH_SCALAR), "avail");

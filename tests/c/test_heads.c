@@ -20,24 +20,11 @@
 #include <string.h>
 #include <time.h>
 
-/* Allocation failure injection: the n-th allocation from now fails (-1: none). */
-#include "../../csrc/tw_mem.h"
-static long g_alloc_fail = -1;
-static void *test_malloc(size_t n) {
-    if (g_alloc_fail == 0) return NULL;
-    if (g_alloc_fail > 0) g_alloc_fail--;
-    return tw_mem_alloc(n);
-}
-static void *test_calloc(size_t n, size_t s) {
-    if (g_alloc_fail == 0) return NULL;
-    if (g_alloc_fail > 0) g_alloc_fail--;
-    return tw_mem_calloc(n, s);
-}
-static void *test_realloc(void *p, size_t n) {
-    if (g_alloc_fail == 0) return NULL;
-    if (g_alloc_fail > 0) g_alloc_fail--;
-    return tw_mem_realloc(p, n);
-}
+#define TW_CHECK_MAX_REPORTS 30
+#include "tw_check.h"
+
+/* Allocation failure injection (g_fail_after, tw_check.h): the n-th allocation from now
+   fails (-1: none). */
 #define tw_mem_alloc(n) test_malloc(n)
 #define tw_mem_calloc(n, s) test_calloc(n, s)
 #define tw_mem_realloc(p, n) test_realloc(p, n)
@@ -46,31 +33,7 @@ static void *test_realloc(void *p, size_t n) {
 #undef tw_mem_calloc
 #undef tw_mem_realloc
 
-#define TW_CHECK_MAX_REPORTS 30
-#include "tw_check.h"
 #include "tw_flood.h"
-
-/* ---- deterministic PRNG (splitmix64) ---- */
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
-static double rnd01(void) { return (double)(rnd() >> 11) * 0x1p-53; }
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static int paths[TW_PATH_LAST + 1], npaths;
 
 /* ------------------------------------------------------------------------------------------
  * A response under test: CSR candidates, sampled tokens, optional supports.
@@ -235,22 +198,22 @@ static int equal_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0
 /* Compare a path's result with the reference: the decision, and every head before it. */
 static int same_result(const resp *r, const result *a, const result *b, const char *what) {
     if (a->failed != b->failed || a->code != b->code) {
-        CHECK(0, "%s: failed %td code %d, reference %td code %d", what, a->failed, a->code,
-              b->failed, b->code);
+        FAIL("%s: failed %td code %d, reference %td code %d", what, a->failed, a->code,
+             b->failed, b->code);
         return 0;
     }
     size_t upto = a->failed < 0 ? r->n : (size_t)a->failed;
     for (size_t t = 0; t <= upto; t++) {
         if (a->off[t] != b->off[t]) {
-            CHECK(0, "%s: out_off[%zu] %lld, reference %lld", what, t, (long long)a->off[t],
-                  (long long)b->off[t]);
+            FAIL("%s: out_off[%zu] %lld, reference %lld", what, t, (long long)a->off[t],
+                 (long long)b->off[t]);
             return 0;
         }
     }
     for (int64_t i = 0; i < a->off[upto]; i++) {
         if (a->ids[i] != b->ids[i] || !equal_bits(a->lps[i], b->lps[i])) {
-            CHECK(0, "%s: output %lld: %lld %.17g, reference %lld %.17g", what, (long long)i,
-                  (long long)a->ids[i], a->lps[i], (long long)b->ids[i], b->lps[i]);
+            FAIL("%s: output %lld: %lld %.17g, reference %lld %.17g", what, (long long)i,
+                 (long long)a->ids[i], a->lps[i], (long long)b->ids[i], b->lps[i]);
             return 0;
         }
     }
@@ -268,11 +231,11 @@ static void check_all(const resp *whole, const char *what) {
         result_alloc(&want, &r);
         result_alloc(&got, &r);
         ref_select(&r, &want);
-        for (int p = 0; p < npaths; p++) {
+        for (int p = 0; p < g_npaths; p++) {
             char name[160];
-            snprintf(name, sizeof name, "%s [path %d, from token %zu]", what, paths[p],
+            snprintf(name, sizeof name, "%s [path %d, from token %zu]", what, g_paths[p],
                      whole->n - r.n);
-            run(&r, &got, paths[p]);
+            run(&r, &got, g_paths[p]);
             same_result(&r, &got, &want, name);
         }
         ptrdiff_t f = want.failed;
@@ -291,10 +254,10 @@ static void check_all(const resp *whole, const char *what) {
 static void expect(const resp *r, ptrdiff_t failed, int code, const char *what) {
     result got;
     result_alloc(&got, r);
-    for (int p = 0; p < npaths; p++) {
-        run(r, &got, paths[p]);
+    for (int p = 0; p < g_npaths; p++) {
+        run(r, &got, g_paths[p]);
         CHECK(got.failed == failed && got.code == code, "%s [path %d]: got %td/%d, want %td/%d",
-              what, paths[p], got.failed, got.code, failed, code);
+              what, g_paths[p], got.failed, got.code, failed, code);
     }
     result_free(&got);
     check_all(r, what);
@@ -370,11 +333,11 @@ static void head_is(size_t len, const int64_t *ids, const double *lps, int64_t k
     build(&b, &r, k);
     result got;
     result_alloc(&got, &r);
-    for (int p = 0; p < npaths; p++) {
-        run(&r, &got, paths[p]);
+    for (int p = 0; p < g_npaths; p++) {
+        run(&r, &got, g_paths[p]);
         int ok = got.failed == -1 && got.off[1] == (int64_t)hlen;
         for (size_t i = 0; ok && i < hlen; i++) ok = got.ids[i] == hids[i];
-        CHECK(ok, "%s [path %d]: failed %td code %d, head of %lld", what, paths[p], got.failed,
+        CHECK(ok, "%s [path %d]: failed %td code %d, head of %lld", what, g_paths[p], got.failed,
               got.code, (long long)got.off[1]);
     }
     result_free(&got);
@@ -764,12 +727,12 @@ static void test_compact(long count) {
         int64_t *coff = xmalloc((n + 1) * sizeof(int64_t));
         int64_t *cids = xmalloc(total * sizeof(int64_t));
         double *clps = xmalloc(total * sizeof(double));
-        for (int p = 0; p < npaths; p++) {
-            int rc = tw_compact_candidates(n, roff, ids, vals, num_top, coff, cids, clps, paths[p]);
+        for (int p = 0; p < g_npaths; p++) {
+            int rc = tw_compact_candidates(n, roff, ids, vals, num_top, coff, cids, clps, g_paths[p]);
             int ok = rc == TW_HEAD_OK && memcmp(coff, want_off, (n + 1) * sizeof(int64_t)) == 0;
             for (int64_t i = 0; ok && i < coff[n]; i++)
                 ok = cids[i] == want_ids[i] && equal_bits(clps[i], want_lps[i]);
-            CHECK(ok, "compact candidates, path %d, case %ld, num_top %lld", paths[p], c,
+            CHECK(ok, "compact candidates, path %d, case %ld, num_top %lld", g_paths[p], c,
                   (long long)num_top);
         }
         /* Rows and candidates in one pass: tw_compact_rows, then tw_compact_candidates of the
@@ -779,19 +742,19 @@ static void test_compact(long count) {
         for (size_t t = 0; t < n; t++)
             sampled[t] = lens[t] && rndn(8) ? (int64_t)ids[(size_t)roff[t] + rndn(lens[t])]
                                             : (int64_t)rndn(5) - 1;
-        for (int p = 0; p < npaths; p++) {
+        for (int p = 0; p < g_npaths; p++) {
             int want_kind = -1, got_kind = -1;
             memset(want_s, 0, n * sizeof(float));
             memset(got_s, 0, n * sizeof(float));
-            ptrdiff_t want_bad = tw_compact_rows(ids, vals, roff, n, sampled, want_s, &want_kind, paths[p]);
+            ptrdiff_t want_bad = tw_compact_rows(ids, vals, roff, n, sampled, want_s, &want_kind, g_paths[p]);
             size_t limit = want_bad >= 0 ? (size_t)want_bad : n;
             int rc = tw_compact_candidates(limit, roff, ids, vals, num_top, want_off, want_ids,
-                                           want_lps, paths[p]);
+                                           want_lps, g_paths[p]);
             memset(coff, 0xA5, (n + 1) * sizeof(int64_t)); /* nothing left from the last path */
             memset(cids, 0xA5, total * sizeof(int64_t));
             memset(clps, 0xA5, total * sizeof(double));
             ptrdiff_t got_bad = tw_compact_rows_candidates(n, roff, ids, vals, sampled, num_top, got_s,
-                                                           &got_kind, coff, cids, clps, paths[p]);
+                                                           &got_kind, coff, cids, clps, g_paths[p]);
             int ok = rc == TW_HEAD_OK && got_bad == want_bad && got_kind == want_kind &&
                      memcmp(got_s, want_s, n * sizeof(float)) == 0 &&
                      memcmp(coff, want_off, (limit + 1) * sizeof(int64_t)) == 0;
@@ -799,7 +762,7 @@ static void test_compact(long count) {
             for (int64_t i = 0; ok && i < coff[limit]; i++)
                 ok = cids[i] == want_ids[i] && equal_bits(clps[i], want_lps[i]);
             CHECK(ok, "compact rows and candidates in one pass, path %d, case %ld, bad %td/%td",
-                  paths[p], c, got_bad, want_bad);
+                  g_paths[p], c, got_bad, want_bad);
         }
         free(sampled);
         free(want_s);
@@ -809,9 +772,9 @@ static void test_compact(long count) {
             size_t longest = 0;
             for (size_t t = 0; t < n; t++)
                 if (lens[t] > longest) longest = lens[t];
-            g_alloc_fail = 0;
+            g_fail_after = 0;
             int rc = tw_compact_candidates(n, roff, ids, vals, num_top, coff, cids, clps, 0);
-            g_alloc_fail = -1;
+            g_fail_after = -1;
             CHECK(rc == (longest > 64 ? TW_HEAD_NOMEM : TW_HEAD_OK), "compact nomem: %d", rc);
         }
         free(roff);
@@ -931,13 +894,13 @@ static void compact_case(size_t len, const uint32_t *ids, const float *vals, int
                          const int64_t *head, const char *what) {
     int64_t roff[2] = {0, (int64_t)len}, soff[2] = {0, (int64_t)slen}, off[2], oid[40];
     float olp[40], s0;
-    for (int p = 0; p < npaths; p++) {
+    for (int p = 0; p < g_npaths; p++) {
         int kind = -1, got_code = -1;
         ptrdiff_t got = tw_compact_heads(1, roff, ids, vals, &sampled, 64, k, slen ? soff : NULL, sup, &s0,
-                                         off, oid, olp, &kind, &got_code, paths[p]);
+                                         off, oid, olp, &kind, &got_code, g_paths[p]);
         int ok = kind == TW_ROW_OK && got == want && (want < 0 ? (size_t)off[1] == hlen : got_code == code);
         for (size_t i = 0; ok && want < 0 && i < hlen; i++) ok = oid[i] == head[i];
-        CHECK(ok, "%s, path %d: failed %td code %d, head of %lld", what, paths[p], got, got_code,
+        CHECK(ok, "%s, path %d: failed %td code %d, head of %lld", what, g_paths[p], got, got_code,
               (long long)off[1]);
     }
 }
@@ -1006,16 +969,16 @@ static void test_compact_heads(long count) {
         int64_t *goff = xmalloc((n + 1) * sizeof(int64_t)), *gids = xmalloc(cap * sizeof(int64_t));
         float *glps = xmalloc(cap * sizeof(float));
         const int64_t *so = with_sup ? soff : NULL;
-        for (int p = 0; p < npaths; p++) {
+        for (int p = 0; p < g_npaths; p++) {
             int kind = -1, code = TW_HEAD_OK, gkind = -1, gcode = -1;
             memset(ws, 0, n * sizeof(float));
             ptrdiff_t bad_row = tw_compact_rows_candidates(n, roff, ids, vals, sampled, num_top, ws, &kind,
-                                                           coff, cids, clps, paths[p]);
+                                                           coff, cids, clps, g_paths[p]);
             size_t limit = bad_row >= 0 ? (size_t)bad_row : n;
             for (size_t t = 0; t < limit; t++) slps[t] = ws[t];
             woff[0] = 0;
             ptrdiff_t bad_head = limit ? tw_select_heads(limit, coff, cids, clps, sampled, slps, k, so, sup,
-                                                         woff, wids, wlps, &code, paths[p])
+                                                         woff, wids, wlps, &code, g_paths[p])
                                        : -1;
             ptrdiff_t want = bad_head >= 0 ? bad_head : bad_row;
             if (bad_head >= 0) kind = TW_ROW_OK;
@@ -1024,7 +987,7 @@ static void test_compact_heads(long count) {
             memset(gids, 0xA5, cap * sizeof(int64_t));
             memset(glps, 0xA5, cap * sizeof(float));
             ptrdiff_t got = tw_compact_heads(n, roff, ids, vals, sampled, num_top, k, so, sup, gs, goff,
-                                             gids, glps, &gkind, &gcode, paths[p]);
+                                             gids, glps, &gkind, &gcode, g_paths[p]);
             int ok = got == want && gkind == kind && (bad_head < 0 || gcode == code);
             if (ok) { /* every head before the failing token (all of them when none fails) */
                 size_t upto = want < 0 ? n : (size_t)want;
@@ -1035,15 +998,15 @@ static void test_compact_heads(long count) {
                 }
             }
             CHECK(ok, "compact heads, path %d, case %ld: failed %td (row %d, head %d), two kernels %td (%d, %d)",
-                  paths[p], c, got, gkind, gcode, want, kind, code);
+                  g_paths[p], c, got, gkind, gcode, want, kind, code);
         }
         /* Allocation failure: a token the kernels take needs scratch space. */
         if (c % 40 == 0 && n) {
             int gkind = -1, gcode = -1;
-            g_alloc_fail = 0;
+            g_fail_after = 0;
             ptrdiff_t got = tw_compact_heads(n, roff, ids, vals, sampled, num_top, k, so, sup, gs, goff,
                                              gids, glps, &gkind, &gcode, TW_PATH_SCALAR);
-            g_alloc_fail = -1;
+            g_fail_after = -1;
             CHECK(got == 0 && gkind == TW_ROW_NOMEM, "compact heads nomem: %td %d", got, gkind);
         }
         free(ids);
@@ -1108,15 +1071,15 @@ static void walk_compact(double limit, int with_sup, int terms, const char *what
         int64_t roff[2] = {0, terms + 3}, soff[2] = {0, with_sup ? terms : 0}, sampled = ids[0];
         int32_t sup[32];
         for (int i = 0; i < terms; i++) sup[i] = (int32_t)hid[i];
-        for (int p = 0; p < npaths; p++) {
+        for (int p = 0; p < g_npaths; p++) {
             int64_t off[2], oid[35];
             float olp[35], s0 = 0.0f;
             int kind = -1, code = -1;
             ptrdiff_t got = tw_compact_heads(1, roff, ids, vals, &sampled, 64, terms, with_sup ? soff : NULL,
-                                             sup, &s0, off, oid, olp, &kind, &code, paths[p]);
+                                             sup, &s0, off, oid, olp, &kind, &code, g_paths[p]);
             CHECK(kind == TW_ROW_OK && (want ? got == 0 && code == want : got == -1),
-                  "compact, %s: path %d, sum %.17g, step %d: failed %td code %d, want %d", what, paths[p], sum, step,
-                  got, code, want);
+                  "compact, %s: path %d, sum %.17g, step %d: failed %td code %d, want %d", what, g_paths[p], sum,
+                  step, got, code, want);
         }
     }
     crossed(below, above, limit, what);
@@ -1136,10 +1099,10 @@ static void test_nomem(void) {
     build(&b, &r, 1);
     result got;
     result_alloc(&got, &r);
-    for (int p = 0; p < npaths; p++) {
-        g_alloc_fail = 0;
-        run(&r, &got, paths[p]);
-        g_alloc_fail = -1;
+    for (int p = 0; p < g_npaths; p++) {
+        g_fail_after = 0;
+        run(&r, &got, g_paths[p]);
+        g_fail_after = -1;
         /* token 0 is NORMALIZE (3/4 of the mass) before token 1 needs memory */
         CHECK(got.failed == 0 && got.code == TW_HEAD_NORMALIZE, "nomem order: %td %d", got.failed,
               got.code);
@@ -1153,12 +1116,12 @@ static void test_nomem(void) {
     tok(&b, 3, ids, full, 1, log(0.5), 300, sup);
     build(&b, &r, 1);
     result_alloc(&got, &r);
-    for (int p = 0; p < npaths; p++) {
-        g_alloc_fail = 0;
-        run(&r, &got, paths[p]);
-        g_alloc_fail = -1;
+    for (int p = 0; p < g_npaths; p++) {
+        g_fail_after = 0;
+        run(&r, &got, g_paths[p]);
+        g_fail_after = -1;
         CHECK(got.failed == 1 && got.code == TW_HEAD_NOMEM, "nomem: %td %d", got.failed, got.code);
-        run(&r, &got, paths[p]);
+        run(&r, &got, g_paths[p]);
         CHECK(got.failed == -1, "with memory: %td %d", got.failed, got.code);
     }
     resp_free(&r);
@@ -1205,12 +1168,12 @@ static void test_fsum(void) {
     /* the vector paths' mixed-precision fast exps */
     enum { N = 1 << 16 };
     static double xs[N], es[N];
-    for (int p = 1; p < npaths; p++) {
+    for (int p = 1; p < g_npaths; p++) {
         double worst_v = 0;
         for (int rep = 0; rep < 40; rep++) {
             for (int i = 0; i < N; i++)
                 xs[i] = rep == 0 ? -700.0 + 701.0 * i / (N - 1) : rep == 1 ? -1e-3 * i / N : -rnd01() * 701.0 + 1.0;
-            CHECK(!exps(paths[p], xs, N, es), "no special values");
+            CHECK(!exps(g_paths[p], xs, N, es), "no special values");
             for (int i = 0; i < N; i++) {
                 if (xs[i] < -700.0) continue;
                 double rel = fabs(es[i] - exp(xs[i])) / exp(xs[i]);
@@ -1219,7 +1182,7 @@ static void test_fsum(void) {
         }
         CHECK(worst_v < 0x1p-18, "vector fast exp error %g", worst_v);
         printf("  fast exp, path %d: largest relative difference from exp() %.3g (claimed < 2^-18 = %.3g)\n",
-               paths[p], worst_v, 0x1p-18);
+               g_paths[p], worst_v, 0x1p-18);
     }
 }
 
@@ -1292,34 +1255,37 @@ static void synthesize(workload *w, size_t n, size_t m) {
     w->roff[n] = (int64_t)(n * (m + 1));
 }
 
+/* The next n bytes of the file at *at into dst; 0 if it ends first. */
+static int take(const char *buf, size_t len, size_t *at, void *dst, size_t n) {
+    if (len - *at < n) return 0;
+    memcpy(dst, buf + *at, n);
+    *at += n;
+    return 1;
+}
+
 static int load(workload *w, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
+    size_t len, at = 0;
+    char *buf = read_file(path, &len);
+    if (!buf) return 0;
     int64_t head[2];
-    int ok = fread(head, sizeof head, 1, f) == 1 && head[0] >= 0 && head[0] < (1 << 28);
+    int ok = take(buf, len, &at, head, sizeof head) && head[0] >= 0 && head[0] < (1 << 28);
     if (ok) {
         w->n = (size_t)head[0];
         w->num_top = head[1];
         w->roff = xmalloc((w->n + 1) * sizeof(int64_t));
         w->sampled = xmalloc(w->n * sizeof(int64_t) + 8);
-        ok = fread(w->roff, sizeof(int64_t), w->n + 1, f) == w->n + 1 && w->roff[0] == 0;
+        ok = take(buf, len, &at, w->roff, (w->n + 1) * sizeof(int64_t)) && w->roff[0] == 0;
     }
     if (ok) {
         size_t cnt = (size_t)w->roff[w->n];
         w->ids = xmalloc(cnt * sizeof(uint32_t) + 4);
         w->vals = xmalloc(cnt * sizeof(float) + 4);
-        ok = fread(w->ids, sizeof(uint32_t), cnt, f) == cnt &&
-             fread(w->vals, sizeof(float), cnt, f) == cnt &&
-             fread(w->sampled, sizeof(int64_t), w->n, f) == w->n;
+        ok = take(buf, len, &at, w->ids, cnt * sizeof(uint32_t)) &&
+             take(buf, len, &at, w->vals, cnt * sizeof(float)) &&
+             take(buf, len, &at, w->sampled, w->n * sizeof(int64_t));
     }
-    fclose(f);
+    free(buf);
     return ok;
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int bench(const char *path) {
@@ -1345,8 +1311,8 @@ static int bench(const char *path) {
         for (int64_t i = w.roff[t]; i < w.roff[t + 1]; i++)
             if ((int64_t)w.ids[i] == w.sampled[t]) slps[t] = w.vals[i];
     }
-    for (int p = 0; p < npaths; p++) {
-        int path = paths[p], code = 0;
+    for (int p = 0; p < g_npaths; p++) {
+        int path = g_paths[p], code = 0;
         double best_c = 1e9, best_s = 1e9, best_t = 1e9;
         ptrdiff_t failed = 0;
         for (int rep = 0; rep < 200; rep++) {
@@ -1368,25 +1334,25 @@ static int bench(const char *path) {
     /* rows straight to heads (tw_compact_heads) against the two kernels it replaces */
     {
         float *sv = xmalloc(n * sizeof(float)), *hv = xmalloc(cnt * sizeof(float));
-        for (int p = 0; p < npaths; p++) {
+        for (int p = 0; p < g_npaths; p++) {
             int kind = 0, code = 0;
             ptrdiff_t failed = 0;
             double best_two = 1e9, best_one = 1e9;
             for (int rep = 0; rep < 200; rep++) {
                 double t0 = now();
                 tw_compact_rows_candidates(n, w.roff, w.ids, w.vals, w.sampled, w.num_top, sv, &kind, coff,
-                                           cids, clps, paths[p]);
+                                           cids, clps, g_paths[p]);
                 tw_select_heads(n, coff, cids, clps, w.sampled, slps, 20, NULL, NULL, out_off, out_ids,
-                                out_lps, &code, paths[p]);
+                                out_lps, &code, g_paths[p]);
                 double t1 = now();
                 failed = tw_compact_heads(n, w.roff, w.ids, w.vals, w.sampled, w.num_top, 20, NULL, NULL, sv,
-                                          out_off, out_ids, hv, &kind, &code, paths[p]);
+                                          out_off, out_ids, hv, &kind, &code, g_paths[p]);
                 double t2 = now();
                 if (t1 - t0 < best_two) best_two = t1 - t0;
                 if (t2 - t1 < best_one) best_one = t2 - t1;
             }
             printf("  %-6s rows, candidates, heads: two kernels %7.1f us   tw_compact_heads %7.1f us"
-                   " (result %td/%d/%d)\n", tw_path_name(paths[p]), best_two * 1e6, best_one * 1e6, failed,
+                   " (result %td/%d/%d)\n", tw_path_name(g_paths[p]), best_two * 1e6, best_one * 1e6, failed,
                    kind, code);
         }
         free(sv);
@@ -1419,19 +1385,19 @@ static int bench(const char *path) {
             }
             noff[t + 1] = (int64_t)at;
         }
-        for (int p = 0; p < npaths; p++) {
+        for (int p = 0; p < g_npaths; p++) {
             int code = 0;
             ptrdiff_t failed = 0;
             double best = 1e9;
             for (int rep = 0; rep < 200; rep++) {
                 double t0 = now();
                 failed = tw_select_heads(n, noff, nids, nlps, w.sampled, slps, 20, NULL, NULL,
-                                         out_off, out_ids, out_lps, &code, paths[p]);
+                                         out_off, out_ids, out_lps, &code, g_paths[p]);
                 double t1 = now();
                 if (t1 - t0 < best) best = t1 - t0;
             }
             printf("  %-6s native layout (%zu candidates): select_heads %7.1f us (result %td/%d)\n",
-                   tw_path_name(paths[p]), at, best * 1e6, failed, code);
+                   tw_path_name(g_paths[p]), at, best * 1e6, failed, code);
         }
         free(noff);
         free(nids);
@@ -1452,14 +1418,11 @@ static int bench(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    for (int p = TW_PATH_SCALAR; p <= TW_PATH_LAST; p++)
-        if (tw_path_available(p)) paths[npaths++] = p;
+    paths_init();
     flood_seed();
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(argc > 2 ? argv[2] : NULL);
     long count = argc > 1 ? strtol(argv[1], NULL, 10) : 3000;
-    printf("paths:");
-    for (int p = 0; p < npaths; p++) printf("%s %s", p ? "," : "", tw_path_name(paths[p]));
-    printf("\n");
+    paths_print(NULL);
     g_flood_wide = flood_ids64(FLOOD_WIDE);
     test_fsum();
     test_edges();
@@ -1471,6 +1434,5 @@ int main(int argc, char **argv) {
     test_thresholds(walk_compact);
     test_random(count);
     free(g_flood_wide);
-    printf("%llu checks, %llu failures\n", g_checks, g_failures);
-    return g_failures != 0;
+    return checks_done();
 }

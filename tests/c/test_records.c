@@ -29,44 +29,21 @@
 #include <string.h>
 #include <time.h>
 
+#include "tw_check.h"
+
 /* The path every kernel call of a test run takes (main runs the tests on each
    path this CPU has). */
-#include "../../csrc/tw_cpu.h"
 static int g_path = TW_PATH_AUTO;
 
-/* Allocation failure injection: the next g_fail_after reallocs succeed, the
-   one after fails; -1 = never fail. */
-static long g_fail_after = -1;
+/* Allocation failure injection (g_fail_after, tw_check.h) for every realloc. */
 static long g_inject = -1; /* g_fail_after during run()'s parse */
-#include "../../csrc/tw_mem.h"
-static void *test_realloc(void *p, size_t n)
-{
-    if (g_fail_after == 0)
-        return NULL;
-    if (g_fail_after > 0)
-        g_fail_after--;
-    return tw_mem_realloc(p, n);
-}
 #define tw_mem_realloc test_realloc
 #include "../../csrc/tw_scan.c"
 #include "../../csrc/tw_number.c"
 #include "../../csrc/tw_records.c"
 #undef tw_mem_realloc
 
-#include "tw_check.h"
 #include "tw_flood.h"
-
-/* ---- deterministic PRNG (splitmix64) ---- */
-
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
 static uint64_t dbits(double x)
 {
@@ -1286,18 +1263,10 @@ static void test_fuzz_shaped(size_t rounds)
 /* Benchmark                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void bench_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    long m;
-    char *buf;
+    size_t m;
+    char *buf = read_file(path, &m);
     tw_doc d;
     const tw_value *v;
     size_t n, err, total = 0;
@@ -1306,20 +1275,13 @@ static void bench_file(const char *path)
     tw_rec_cands c = {NULL, NULL, 0, 1};
     tw_rec_result res;
     const char *slash = strrchr(path, '/');
-    if (!f) {
+    if (!buf) {
         perror(path);
         return;
     }
-    fseek(f, 0, SEEK_END);
-    m = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = (char *)malloc((size_t)m + 1);
-    if (!buf || fread(buf, 1, (size_t)m, f) != (size_t)m)
-        exit(2);
-    fclose(f);
     tw_doc_init(&d);
     d.path = g_path;
-    if (tw_scan(buf, (size_t)m, &d) != TW_OK || d.nchoices < 1 ||
+    if (tw_scan(buf, m, &d) != TW_OK || d.nchoices < 1 ||
         d.choice[0].f[TW_F_LOGPROBS_CONTENT].type != TW_T_ARRAY) {
         printf("%s: no choices[0].logprobs.content\n", path);
         free(buf);
@@ -1462,10 +1424,10 @@ int main(int argc, char **argv)
     }
     if (argc > 2 && strcmp(argv[1], "--fuzz") == 0)
         fuzz = (size_t)strtoull(argv[2], NULL, 10);
-    for (g_path = TW_PATH_SCALAR; g_path <= TW_PATH_LAST; g_path++) {
+    paths_init();
+    for (int i = 0; i < g_npaths; i++) {
         unsigned long long before = g_checks;
-        if (!tw_path_available(g_path) || tw_path_resolve(g_path) != g_path)
-            continue;
+        g_path = g_paths[i];
         printf("path: %s\n", tw_path_name(g_path));
         test_numbers();
         test_sampled_rules();
@@ -1485,6 +1447,5 @@ int main(int argc, char **argv)
         g_taken = 0;
         printf("path %s: %llu checks\n", tw_path_name(g_path), g_checks - before);
     }
-    printf("%llu checks, %llu failures\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return checks_done();
 }

@@ -21,50 +21,20 @@
 #include <string.h>
 #include <time.h>
 
-/* Allocation failure injection: the next g_fail_after reallocs (and mallocs)
-   succeed, the one after fails; -1 = never fail. */
-#include "../../csrc/tw_mem.h"
-static long g_fail_after = -1;
-static void *test_realloc(void *p, size_t n)
-{
-    if (g_fail_after == 0)
-        return NULL;
-    if (g_fail_after > 0)
-        g_fail_after--;
-    return tw_mem_realloc(p, n);
-}
-static void *test_malloc(size_t n) { return test_realloc(NULL, n); }
+#define TW_RNG_SEED 0x243F6A8885A308D3ull
+#include "tw_check.h"
+
+/* Allocation failure injection (g_fail_after, tw_check.h) for every realloc and malloc. */
 #define tw_mem_realloc test_realloc
 #define tw_mem_alloc test_malloc
 #include "../../csrc/tw_scan.c"
 #undef tw_mem_realloc
 #undef tw_mem_alloc
 
-#include "tw_check.h"
-
-static const int PATHS[] = {TW_PATH_SCALAR, TW_PATH_AVX2, TW_PATH_AVX512, TW_PATH_NEON};
-static const char *const PATH_NAMES[] = {"scalar", "avx2", "avx512", "neon"};
-#define NPATHS 4
-
-/* ---- deterministic PRNG (splitmix64) ---- */
-static uint64_t g_rng = 0x243F6A8885A308D3ull;
-static uint64_t rnd(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
-
 /* A copy of s[0:n] at the end of an exactly-sized block. */
 static char *tail_copy(const char *s, size_t n)
 {
-    char *block = (char *)malloc(n ? n : 1);
-    if (!block) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
+    char *block = (char *)xmalloc(n);
     if (n)
         memcpy(block, s, n);
     return block;
@@ -117,22 +87,20 @@ static int scan_all(const char *s, size_t n, size_t max_depth, tw_doc *d)
     tw_doc o;
     int rc0 = 0, have = 0;
     tw_doc_init(&o);
-    for (int i = 0; i < NPATHS; i++) {
+    for (int i = 0; i < g_npaths; i++) {
         int rc;
-        if (!tw_path_available(PATHS[i]))
-            continue;
         if (!have) {
-            rc0 = scan_path(s, n, PATHS[i], max_depth, d);
+            rc0 = scan_path(s, n, g_paths[i], max_depth, d);
             have = 1;
             continue;
         }
-        rc = scan_path(s, n, PATHS[i], max_depth, &o);
-        CHECK(rc == rc0, "path %s rc %d != %d", PATH_NAMES[i], rc, rc0);
+        rc = scan_path(s, n, g_paths[i], max_depth, &o);
+        CHECK(rc == rc0, "path %s rc %d != %d", tw_path_name(g_paths[i]), rc, rc0);
         if (rc == TW_OK && rc0 == TW_OK)
-            CHECK(doc_eq(d, &o), "path %s records differ", PATH_NAMES[i]);
+            CHECK(doc_eq(d, &o), "path %s records differ", tw_path_name(g_paths[i]));
         if (rc != TW_OK && rc0 != TW_OK)
             CHECK(d->err_pos == o.err_pos && d->err_msg == o.err_msg,
-                  "path %s error differs: %zu %s vs %zu %s", PATH_NAMES[i], o.err_pos,
+                  "path %s error differs: %zu %s vs %zu %s", tw_path_name(g_paths[i]), o.err_pos,
                   o.err_msg, d->err_pos, d->err_msg);
     }
     tw_doc_free(&o);
@@ -637,7 +605,7 @@ static void test_helpers(void)
             v.start = (size_t)(o - a);
             v.end = (size_t)(c - a) + 1;
             v.count = 8;
-            rc = tw_parse_uint_array(a, &v, cases[i].max, out, &err, PATHS[i % NPATHS]);
+            rc = tw_parse_uint_array(a, &v, cases[i].max, out, &err, g_paths[i % (size_t)g_npaths]);
         }
         CHECK(rc == cases[i].rc && (rc == 0 || err == cases[i].err),
               "parse_uint_array %s: rc %d err %zu", a, rc, err);
@@ -817,21 +785,19 @@ static void test_nested_arrays(void)
             want_off[i + 1] = (int64_t)k;
         }
         n += (size_t)sprintf(buf + n, "]}]}");
-        for (int pi = 0; pi < NPATHS; pi++) {
+        for (int pi = 0; pi < g_npaths; pi++) {
             tw_value *v;
             size_t err = 99, err2 = 99, total;
             int rc, rc2;
             char *exact;
-            if (!tw_path_available(PATHS[pi]))
-                continue;
-            CHECK(scan_path(buf, n, PATHS[pi], 1024, &d) == TW_OK && d.nchoices == 1,
-                  "nested %zu %s: scan", r, PATH_NAMES[pi]);
+            CHECK(scan_path(buf, n, g_paths[pi], 1024, &d) == TW_OK && d.nchoices == 1,
+                  "nested %zu %s: scan", r, tw_path_name(g_paths[pi]));
             if (d.nchoices != 1)
                 continue;
             v = &d.choice[0].f[TW_F_SAMPLING_MASK];
             CHECK(v->present && v->type == TW_T_ARRAY && v->count == rows && (!plain || !v->all_int) &&
                       v->read == plain,
-                  "nested %zu %s: count %zu, read %d, plain %d (%.*s)", r, PATH_NAMES[pi], v->count,
+                  "nested %zu %s: count %zu, read %d, plain %d (%.*s)", r, tw_path_name(g_paths[pi]), v->count,
                   (int)v->read, plain, (int)(n < 300 ? n : 300), buf);
             exact = tail_copy(buf, n); /* the document alone: a read past it shows under ASan */
             total = tw_nested_bound(exact, v);
@@ -844,31 +810,29 @@ static void test_nested_arrays(void)
             read_lists++;
             bad_lists += rc2 != 0;
             CHECK(tw_nested_total(&d, v) == (size_t)want_off[rows], "nested %zu %s: total", r,
-                  PATH_NAMES[pi]);
+                  tw_path_name(g_paths[pi]));
             memset(off, 0x55, (MAXROWS + 1) * sizeof(int64_t));
             rc = tw_take_nested(&d, v, max, off, vals, &err);
             CHECK(rc == rc2 && (rc == 0 || err == err2), "nested %zu %s: rc %d/%d, row %zu/%zu", r,
-                  PATH_NAMES[pi], rc, rc2, err, err2);
+                  tw_path_name(g_paths[pi]), rc, rc2, err, err2);
             {
                 size_t good = rc == 0 ? rows : err; /* the rows both filled */
                 CHECK(memcmp(off, off2, (good + 1) * sizeof(int64_t)) == 0 &&
                           memcmp(off, want_off, (good + 1) * sizeof(int64_t)) == 0 &&
                           memcmp(vals, vals2, (size_t)off[good] * sizeof(int32_t)) == 0,
-                      "nested %zu %s: offsets or values differ", r, PATH_NAMES[pi]);
+                      "nested %zu %s: offsets or values differ", r, tw_path_name(g_paths[pi]));
             }
         }
     }
     /* a list the depth limit stops before its rows: the scan fails as it would unread */
     {
         const char *doc = "{\"choices\":[{\"sampling_mask\":[[1,2],[3]]}]}";
-        for (int pi = 0; pi < NPATHS; pi++) {
-            if (!tw_path_available(PATHS[pi]))
-                continue;
-            CHECK(scan_path(doc, strlen(doc), PATHS[pi], 4, &d) != TW_OK, "nested depth 4 %s",
-                  PATH_NAMES[pi]);
-            CHECK(scan_path(doc, strlen(doc), PATHS[pi], 5, &d) == TW_OK &&
+        for (int pi = 0; pi < g_npaths; pi++) {
+            CHECK(scan_path(doc, strlen(doc), g_paths[pi], 4, &d) != TW_OK, "nested depth 4 %s",
+                  tw_path_name(g_paths[pi]));
+            CHECK(scan_path(doc, strlen(doc), g_paths[pi], 5, &d) == TW_OK &&
                       d.choice[0].f[TW_F_SAMPLING_MASK].read,
-                  "nested depth 5 %s", PATH_NAMES[pi]);
+                  "nested depth 5 %s", tw_path_name(g_paths[pi]));
         }
     }
     tw_doc_free(&d);
@@ -934,33 +898,31 @@ static void test_uint_arrays(void)
         CHECK(d.prompt_token_ids.count == count, "uint %zu: count", r);
         if (bad_at < count)
             failed_checked++;
-        for (int pi = 0; pi < NPATHS; pi++) {
-            if (!tw_path_available(PATHS[pi]))
-                continue;
+        for (int pi = 0; pi < g_npaths; pi++) {
             /* the scan on this path reads a plain non-empty array whole (its 64-byte blocks on the
                SIMD paths), and nothing else */
-            CHECK(scan_path(buf, n, PATHS[pi], 1024, &d) == TW_OK &&
+            CHECK(scan_path(buf, n, g_paths[pi], 1024, &d) == TW_OK &&
                       d.prompt_token_ids.count == count && d.prompt_token_ids.read == (plain && count),
-                  "uint %zu %s: scan, read %d, plain %d", r, PATH_NAMES[pi],
+                  "uint %zu %s: scan, read %d, plain %d", r, tw_path_name(g_paths[pi]),
                   (int)d.prompt_token_ids.read, plain);
             if (d.prompt_token_ids.read) {
                 memset(got, 0x55, MAXN * sizeof(int64_t));
                 CHECK(tw_take_uints(&d, &d.prompt_token_ids, UINT64_MAX, got, &err) == 0 &&
                           memcmp(got, want, count * sizeof(int64_t)) == 0,
-                      "uint %zu %s: values read during the scan", r, PATH_NAMES[pi]);
+                      "uint %zu %s: values read during the scan", r, tw_path_name(g_paths[pi]));
             }
             memset(got, 0x55, MAXN * sizeof(int64_t));
             exact = tail_copy(buf, n); /* the document alone: a read past it is caught under ASan */
-            rc = tw_parse_uint_array(exact, &d.prompt_token_ids, max, got, &err, PATHS[pi]);
+            rc = tw_parse_uint_array(exact, &d.prompt_token_ids, max, got, &err, g_paths[pi]);
             free(exact);
             if (bad_at < count) {
                 CHECK(rc == -1 && err == bad_at, "uint %zu %s: rc %d err %zu, want %zu", r,
-                      PATH_NAMES[pi], rc, err, bad_at);
+                      tw_path_name(g_paths[pi]), rc, err, bad_at);
                 CHECK(memcmp(got, want, bad_at * sizeof(int64_t)) == 0, "uint %zu %s: prefix", r,
-                      PATH_NAMES[pi]);
+                      tw_path_name(g_paths[pi]));
             } else {
                 CHECK(rc == 0 && memcmp(got, want, count * sizeof(int64_t)) == 0,
-                      "uint %zu %s: rc %d, values differ (spaced %d)", r, PATH_NAMES[pi], rc,
+                      "uint %zu %s: rc %d, values differ (spaced %d)", r, tw_path_name(g_paths[pi]), rc,
                       spaced);
             }
         }
@@ -1099,9 +1061,7 @@ static void test_decode(void)
         plain += expect;
         d0.decode = 0;
         CHECK(scan_path(doc, n, TW_PATH_AUTO, 1024, &d0) == TW_OK, "decode %zu: scan", r);
-        for (int sp = 0; sp < NPATHS; sp++) {
-            if (!tw_path_available(PATHS[sp]))
-                continue;
+        for (int sp = 0; sp < g_npaths; sp++) {
             for (int bp = 0; bp < 3; bp++) {
                 size_t size = 0;
                 uint8_t *blob;
@@ -1109,7 +1069,7 @@ static void test_decode(void)
                     continue;
                 d1.decode = 1;
                 d1.b64_path = B64[bp];
-                CHECK(scan_path(doc, n, PATHS[sp], 1024, &d1) == TW_OK, "decode %zu: scan", r);
+                CHECK(scan_path(doc, n, g_paths[sp], 1024, &d1) == TW_OK, "decode %zu: scan", r);
                 CHECK(doc_eq(&d0, &d1), "decode %zu (len %zu kind %zu): records differ", r, len, kind);
                 CHECK(d1.nblobs == (size_t)expect, "decode %zu (len %zu kind %zu): %zu blobs",
                       r, len, kind, d1.nblobs);
@@ -1184,24 +1144,16 @@ static void check_strip_invariants(const char *buf, size_t len, const tw_doc *d,
 /* Span checks on a real document (files given on the command line). */
 static void test_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
+    size_t n;
+    char *buf = read_file(path, &n);
     tw_doc d;
-    if (!f) {
+    if (!buf) {
         perror(path);
         g_failures++;
         return;
     }
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = (char *)malloc((size_t)n + 1);
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n)
-        exit(2);
-    fclose(f);
     tw_doc_init(&d);
-    CHECK(scan_all(buf, (size_t)n, 1024, &d) == TW_OK, "%s rejected: %s @%zu", path, d.err_msg,
+    CHECK(scan_all(buf, n, 1024, &d) == TW_OK, "%s rejected: %s @%zu", path, d.err_msg,
           d.err_pos);
     CHECK(d.top_is_object && d.choices.type == TW_T_ARRAY && d.nchoices >= 1, "%s records", path);
     for (size_t i = 0; i < d.nchoices; i++) {
@@ -1226,9 +1178,9 @@ static void test_file(const char *path)
             free(ids);
         }
     }
-    check_strip_invariants(buf, (size_t)n, &d, path);
-    printf("file %s: %ld bytes, %zu choices, %zu blanks, stripped to %zu bytes\n", path, n,
-           d.nchoices, d.nblank, tw_stripped_size(&d, (size_t)n));
+    check_strip_invariants(buf, n, &d, path);
+    printf("file %s: %zu bytes, %zu choices, %zu blanks, stripped to %zu bytes\n", path, n,
+           d.nchoices, d.nblank, tw_stripped_size(&d, n));
     tw_doc_free(&d);
     free(buf);
 }
@@ -1277,13 +1229,6 @@ static void test_fuzz(size_t rounds)
 /* Benchmark                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* A moe_16k-like document: 8192 token ids, packed logprobs, ~8 MB of
    base64 routing data, 8192 prompt ids. */
 static char *make_moe_doc(size_t *len)
@@ -1321,12 +1266,10 @@ static void bench_one(const char *name, const char *buf, size_t n)
     tw_doc d;
     tw_doc_init(&d);
     printf("%-28s %9zu bytes:", name, n);
-    for (int i = 0; i < NPATHS; i++) {
+    for (int i = 0; i < g_npaths; i++) {
         double best = 1e30;
         size_t reps = 1 + (size_t)(400e6 / (double)(n + 1));
-        if (!tw_path_available(PATHS[i]))
-            continue;
-        d.path = PATHS[i];
+        d.path = g_paths[i];
         for (int trial = 0; trial < 7; trial++) {
             double t0 = now();
             for (size_t r = 0; r < reps; r++)
@@ -1339,7 +1282,7 @@ static void bench_one(const char *name, const char *buf, size_t n)
             if (t0 < best)
                 best = t0;
         }
-        printf("  %s %6.2f GB/s", PATH_NAMES[i], (double)n / best / 1e9);
+        printf("  %s %6.2f GB/s", tw_path_name(g_paths[i]), (double)n / best / 1e9);
     }
     {
         size_t sn = tw_stripped_size(&d, n);
@@ -1368,23 +1311,15 @@ static int bench(int argc, char **argv)
     bench_one("synthetic moe (base64)", doc, n);
     free(doc);
     for (int i = 0; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        long m;
-        char *buf;
+        size_t m;
+        char *buf = read_file(argv[i], &m);
         const char *slash;
-        if (!f) {
+        if (!buf) {
             perror(argv[i]);
             continue;
         }
-        fseek(f, 0, SEEK_END);
-        m = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        buf = (char *)malloc((size_t)m + 1);
-        if (!buf || fread(buf, 1, (size_t)m, f) != (size_t)m)
-            exit(2);
-        fclose(f);
         slash = strrchr(argv[i], '/');
-        bench_one(slash ? slash + 1 : argv[i], buf, (size_t)m);
+        bench_one(slash ? slash + 1 : argv[i], buf, m);
         free(buf);
     }
     return 0;
@@ -1394,17 +1329,14 @@ int main(int argc, char **argv)
 {
     size_t fuzz = 3000;
     int first_file = 1;
+    paths_init();
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return bench(argc - 2, argv + 2);
     if (argc > 2 && strcmp(argv[1], "--fuzz") == 0) {
         fuzz = (size_t)strtoull(argv[2], NULL, 10);
         first_file = 3;
     }
-    printf("paths:");
-    for (int i = 0; i < NPATHS; i++)
-        if (tw_path_available(PATHS[i]))
-            printf(" %s", PATH_NAMES[i]);
-    printf("\n");
+    paths_print(NULL);
     test_corpus();
     test_doc_records();
     test_truncation();
@@ -1419,6 +1351,5 @@ int main(int argc, char **argv)
     test_fuzz(fuzz);
     for (int i = first_file; i < argc; i++)
         test_file(argv[i]);
-    printf("%llu checks, %llu failures\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return checks_done();
 }

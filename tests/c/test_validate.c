@@ -20,19 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15u;
-
-static uint64_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-
-static size_t rndn(size_t n) { return (size_t)(rnd() % n); }
-
-static int g_paths[TW_PATH_LAST + 1], g_npaths;
 static unsigned long long g_path_checks[TW_PATH_LAST + 1];
 /* How the scalar verdicts came out: compact rows ok / disagree / missing, supports ok / bad,
    and the rows checked before the verdict (so a test cannot end at row 0 unnoticed). */
@@ -275,11 +262,7 @@ static void test_fixed(void)
 int main(int argc, char **argv)
 {
     long rounds = argc > 1 ? strtol(argv[1], NULL, 10) : 20000;
-    for (int p = TW_PATH_SCALAR; p <= TW_PATH_LAST; p++)
-        if (tw_path_available(p)) g_paths[g_npaths++] = p;
-    printf("paths:");
-    for (int p = 0; p < g_npaths; p++) printf(" %s", tw_path_name(g_paths[p]));
-    printf("\n");
+    paths_print(NULL);
     flood_seed();
     test_hash();
     test_flood();
@@ -290,6 +273,5 @@ int main(int argc, char **argv)
            g_verdicts[0], g_verdicts[1], g_verdicts[2], g_verdicts[3], g_verdicts[4], g_rows);
     for (int p = 0; p < g_npaths; p++)
         printf("path %s: %llu differential checks\n", tw_path_name(g_paths[p]), g_path_checks[g_paths[p]]);
-    printf("%llu checks, %llu failures\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return checks_done();
 }
