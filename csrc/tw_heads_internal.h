@@ -4,12 +4,13 @@
  *
  *   tw_heads.c               tw_select_heads: one token's head (its ranked order, what is kept,
  *                            its support), a block of tokens at a time, then their sum rules
- *   tw_compact_candidates.c  tw_compact_candidates, tw_compact_rows_candidates, and the compact
- *                            rows the head kernels hold in registers (tw_row_keep_avx512 ...)
+ *   tw_compact_candidates.c  tw_compact_candidates, tw_compact_rows_candidates
  *   tw_compact_heads.c       tw_compact_heads: compact rows straight to heads
  *   tw_sum.c                 exact sums (tw_fsum_nonneg, tw_fsum_exp)
  *   tw_exp.c                 the fast exps of the sums' estimates, one per target
  *   tw_rank.c                ranking by (value desc, id asc): tw_rank_top, tw_sort_head
+ *   tw_validate.c            the compact-row rule (tw_compact_rows), and the rows the head
+ *                            kernels hold in registers (tw_row_keep_avx512 ...)
  *
  * Functions declared here have external linkage, hidden from the shared library where the
  * compiler can say so; what the hot loops call per token or per candidate is static inline
@@ -192,8 +193,8 @@ TW_INTERNAL void tw_rank_top(int64_t *id, double *v, size_t m, size_t need);
 TW_INTERNAL void tw_sort_head(uint32_t *id, float *val, unsigned n);
 
 /* ------------------------------------------------------------------------------------------
- * Compact rows of up to 32 entries in registers, for the head kernels
- * (tw_compact_candidates.c).
+ * Compact rows of up to 32 entries in registers, for the head kernels (tw_validate.c, beside
+ * tw_compact_rows: what they share with its kernels, and how they differ, is said there).
  * ------------------------------------------------------------------------------------------ */
 
 /* A row as tw_row_keep_avx512 loads it: ids a/b and values va/vb (lanes 0-15 and 16-31,
