@@ -6,7 +6,7 @@
  * probability-mass rules use exp() from the C library (the one Python's math.exp calls)
  * and a correctly rounded sum (what math.fsum returns). Those are only computed for a
  * token whose fast estimate of the sum (with a proven error bound) is too close to a
- * threshold to decide; see tw_heads.c.
+ * threshold to decide; see tw_heads_internal.h.
  *
  * Plain C11, no Python API, no global mutable state; every function is thread-safe.
  * errno is left as it was found.
@@ -113,7 +113,7 @@ ptrdiff_t tw_compact_rows_candidates(size_t n, const int64_t *roff, const uint32
  * out_lps of capacity roff[n] - roff[0] each (any of it may be written), out_sampled[0..n)
  * (when a token fails, out_sampled and the output from it on are unspecified).
  * On the AVX-512 and AVX2 paths a row of up to 32 entries whose head is plain (see
- * tw_heads.c) is decided in registers; every other token, and every token on the other
+ * tw_compact_heads.c) is decided in registers; every other token, and every token on the other
  * paths, by the two kernels a block at a time. The same decisions and output on every path.
  */
 ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,

@@ -1,6 +1,7 @@
 #include "tw_validate.h"
 #include "tw_cpu.h"
 #include "tw_hash.h"
+#include "tw_heads_internal.h"
 #include "tw_util.h"
 #include "tw_mem.h"
 
@@ -90,6 +91,27 @@ static inline size_t table_slot(const tw_table *t, uint32_t id) {
     return tw_hash_slot(id, t->bits);
 }
 
+/* The last of a compact row's rules, the sampled id's, for every kernel that decides it (here
+   and in the rows in registers below): the sampled id is an id (0 .. 2^32 - 1) and is in the
+   row, and the value of its last occurrence (the value a dict built from the row keeps: the
+   repeats agree, so only the sign of a zero can differ) is not the sentinel. That value is
+   the row's sampled value. */
+static inline int sampled_in_range(int64_t sampled) {
+    return sampled >= 0 && sampled <= (int64_t)UINT32_MAX;
+}
+
+/* The verdict from the value of the sampled id's last occurrence, written to *out when OK. */
+static inline int sampled_value(float last, float *out) {
+    if (last == (float)TW_SENTINEL) return TW_ROW_MISSING_SAMPLED;
+    *out = last;
+    return TW_ROW_OK;
+}
+
+/* The verdict from the lanes (of a row of up to 32 entries) that hold the sampled id. */
+static inline int sampled_in_lanes(const float *vals, uint32_t hit, float *out) {
+    return hit ? sampled_value(vals[63 - tw_clz64(hit)], out) : TW_ROW_MISSING_SAMPLED;
+}
+
 static int row_hash(tw_table *t, uint32_t stamp, const uint32_t *ids, const float *vals,
                     size_t len, uint32_t sampled, int sampled_ok, float *out) {
     size_t mask = ((size_t)1 << t->bits) - 1;
@@ -112,11 +134,7 @@ static int row_hash(tw_table *t, uint32_t stamp, const uint32_t *ids, const floa
     }
     if (sampled_ok) {
         for (size_t h = table_slot(t, sampled); t->stamps[h] == stamp; h = (h + 1) & mask) {
-            if (t->keys[h] == sampled) {
-                if (t->vals[h] == (float)TW_SENTINEL) break;
-                *out = t->vals[h];
-                return TW_ROW_OK;
-            }
+            if (t->keys[h] == sampled) return sampled_value(t->vals[h], out);
         }
     }
     return TW_ROW_MISSING_SAMPLED;
@@ -134,10 +152,7 @@ static inline int row_sampled(const uint32_t *ids, const float *vals, size_t len
                 last = i;
                 break;
             }
-    if (last == len || vals[last] == (float)TW_SENTINEL)
-        return TW_ROW_MISSING_SAMPLED;
-    *out = vals[last];
-    return TW_ROW_OK;
+    return last == len ? TW_ROW_MISSING_SAMPLED : sampled_value(vals[last], out);
 }
 
 #ifdef TW_X86_SIMD
@@ -281,7 +296,7 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
     for (size_t t = 0; t < n; t++) {
         size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
         int64_t s = sampled[t];
-        int ok = s >= 0 && s <= (int64_t)UINT32_MAX;
+        int ok = sampled_in_range(s);
         if (len <= 1) /* nothing to repeat (a sampled-only row): the sampled id alone */
             r = row_sampled(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
         else
@@ -308,6 +323,161 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
     *kind = r;
     return failed;
 }
+
+/* ------------------------------------------------------------------------------------------
+ * Compact rows in registers, for the head kernels (tw_compact_candidates.c and
+ * tw_compact_heads.c, on the AVX-512 and AVX2 paths, rows of up to 32 entries; declared in
+ * tw_heads_internal.h). Where they decide a row they decide as tw_compact_rows, but they are
+ * not its kernels:
+ *   - they decide a row only when it holds no NaN and every repeated id carries bit-identical
+ *     values; for any other row they return 0 and the caller runs the scalar code on it
+ *     (tw_compact_rows for the rule, compact_row_small for the candidates).
+ *     tw_compact_rows' kernels compare repeats with != (a NaN disagrees with itself, -0.0
+ *     agrees with 0.0) and report REPEAT_DISAGREE; on the rows the kernels below take, != and
+ *     bit identity agree, so no repeat disagrees there and they never report it. What is left
+ *     of the rule is the sampled id's, decided with the same helpers as in tw_compact_rows'
+ *     kernels (sampled_in_range, then sampled_in_lanes: sampled_value on the last occurrence);
+ *   - they also give the candidates' lanes (the first `take` distinct ids), and find the
+ *     repeats by other means: tw_row_keep_avx512 by conflict detection, over both vectors of
+ *     a row at once when the second holds at most 8 lanes (row_avx512 compares each lane of
+ *     the second vector with the first one id at a time, as tw_row_keep_avx512 does past 8
+ *     lanes); tw_row_keep_avx2 compares the bits of every lane of a repeated id in registers
+ *     (row_avx2 compares the values of earlier entries one by one).
+ * ------------------------------------------------------------------------------------------ */
+
+#ifdef TW_X86_SIMD
+/* One row of up to 32 entries loaded (ids a/b, values va/vb: lanes 0-15 and 16-31, zero
+   past the row) and its candidates found by conflict detection: *keep gets the lanes of the
+   first `take` distinct ids. 0 when a repeated id does not carry identical bits everywhere
+   (a zero of either sign), left to the scalar code. */
+TW_TARGET_AVX512 int tw_row_keep_avx512(const uint32_t *ids, const float *vals, size_t len, uint64_t take,
+                                        tw_row_lanes *L, uint32_t *keep_out) {
+    __mmask16 ma = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
+    __mmask16 mb = len > 16 ? (__mmask16)((1u << (len - 16)) - 1) : 0;
+    __m512i a = _mm512_maskz_loadu_epi32(ma, ids);
+    __m512i va = _mm512_maskz_loadu_epi32(ma, vals);
+    __m512i ca = _mm512_maskz_conflict_epi32(ma, a);
+    uint32_t rep = _mm512_test_epi32_mask(ca, ca); /* lanes repeating an earlier lane */
+    __m512i b = _mm512_setzero_si512(), vb = _mm512_setzero_si512();
+    if (mb) {
+        b = _mm512_maskz_loadu_epi32(mb, ids + 16);
+        vb = _mm512_maskz_loadu_epi32(mb, vals + 16);
+        unsigned lb = (unsigned)len - 16;
+        uint32_t repb;
+        if (lb <= 8) {
+            /* two more conflict detections cover the second vector against the first: on
+               a[0 .. 16-lb) + b[0 .. lb) and on a[16-lb .. 16) + b[0 .. lb) */
+            const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+            __m512i idx1 = _mm512_mask_add_epi32(iota, (__mmask16)(0xFFFFu << (16 - lb)), iota,
+                                                 _mm512_set1_epi32((int)lb));
+            __m512i idx2 = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(16 - lb)));
+            __m512i c1 = _mm512_conflict_epi32(_mm512_permutex2var_epi32(a, idx1, b));
+            __m512i c2 = _mm512_maskz_conflict_epi32((__mmask16)((1u << (2 * lb)) - 1),
+                                                     _mm512_permutex2var_epi32(a, idx2, b));
+            repb = ((uint32_t)_mm512_test_epi32_mask(c1, c1) >> (16 - lb)) |
+                   ((uint32_t)_mm512_test_epi32_mask(c2, c2) >> lb);
+        } else {
+            __m512i cb = _mm512_maskz_conflict_epi32(mb, b);
+            repb = _mm512_test_epi32_mask(cb, cb);
+            for (uint32_t left = mb & ~repb; left; left &= left - 1) {
+                unsigned j = tw_ctz32(left);
+                if (_mm512_mask_cmpeq_epi32_mask(ma, a, _mm512_set1_epi32((int)ids[16 + j])))
+                    repb |= 1u << j;
+            }
+        }
+        rep |= (repb & mb) << 16;
+    }
+    /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
+    for (uint32_t left = rep; left; left &= left - 1) {
+        unsigned j = tw_ctz32(left);
+        uint32_t bits;
+        memcpy(&bits, vals + j, sizeof bits);
+        __m512i want = _mm512_set1_epi32((int)ids[j]), same = _mm512_set1_epi32((int)bits);
+        __mmask16 ea = _mm512_mask_cmpeq_epi32_mask(ma, a, want);
+        __mmask16 eb = _mm512_mask_cmpeq_epi32_mask(mb, b, want);
+        if (_mm512_mask_cmpneq_epi32_mask(ea, va, same) | _mm512_mask_cmpneq_epi32_mask(eb, vb, same))
+            return 0;
+    }
+    uint32_t keep = ((uint32_t)ma | (uint32_t)mb << 16) & ~rep;
+    if (take < 32 && (uint64_t)_mm_popcnt_u32(keep) > take)
+        keep = _pdep_u32((1u << take) - 1, keep);
+    L->a = a;
+    L->b = b;
+    L->va = va;
+    L->vb = vb;
+    L->ma = ma;
+    L->mb = mb;
+    *keep_out = keep;
+    return 1;
+}
+
+/* The row rule on a row tw_row_keep_avx512 took (its repeats carry identical bits): 0 when a
+   value is NaN (left to the scalar code), else 1 with *r TW_ROW_OK and the sampled value in
+   *out when the sampled id is in the row and its last value (a zero's sign) is not the
+   sentinel, TW_ROW_MISSING_SAMPLED otherwise. */
+TW_TARGET_AVX512 int tw_row_rule_avx512(const tw_row_lanes *L, const float *vals, int64_t sid, float *out,
+                                        int *r) {
+    __m512 va = _mm512_castsi512_ps(L->va), vb = _mm512_castsi512_ps(L->vb);
+    if (_mm512_mask_cmp_ps_mask(L->ma, va, va, _CMP_UNORD_Q) | _mm512_mask_cmp_ps_mask(L->mb, vb, vb, _CMP_UNORD_Q))
+        return 0;
+    uint32_t hit = 0;
+    if (sampled_in_range(sid)) {
+        __m512i want = _mm512_set1_epi32((int)(uint32_t)sid);
+        hit = (uint32_t)_mm512_mask_cmpeq_epi32_mask(L->ma, L->a, want) |
+              (uint32_t)_mm512_mask_cmpeq_epi32_mask(L->mb, L->b, want) << 16;
+    }
+    *r = sampled_in_lanes(vals, hit, out);
+    return 1;
+}
+
+/* tw_row_keep_avx512 and tw_row_rule_avx512 with AVX2, for rows of up to 32 entries: the lanes
+   repeating an earlier lane found in registers, eight lanes a compare. 0 (nothing decided)
+   when the row holds a NaN or repeats whose bits differ (a zero of either sign); else 1, the
+   row loaded into a and bits (four vectors each, zero past the row), *keep the lanes of the
+   first `take` distinct ids, and the row rule in *r with the sampled value in *out when it
+   holds. */
+TW_TARGET_AVX2 int tw_row_keep_avx2(const uint32_t *ids, const float *vals, size_t len, uint64_t take,
+                                    int64_t sid, float *out, int *r, __m256i *a, __m256i *bits,
+                                    uint32_t *keep_out) {
+    size_t nvec = (len + 7) / 8;
+    uint32_t all = tw_load32_avx2(ids, len, a), nan = 0, rep, hit = 0, keep;
+    tw_load32_avx2(vals, len, bits);
+    for (size_t k = nvec; k < 4; k++) a[k] = bits[k] = _mm256_setzero_si256();
+    TW_UNROLL4 for (size_t k = 0; k < 4; k++) {
+        __m256 v = _mm256_castsi256_ps(bits[k]);
+        nan |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) << (8 * k);
+    }
+    if (nan) return 0;
+    /* lanes past the row (id 0) come after the row's, so they mark none of the row's; they
+       are dropped from rep, so nothing past the row is read below */
+    rep = tw_repeats_avx2(a, nvec) & all;
+    /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
+    for (uint32_t left = rep; left; left &= left - 1) {
+        unsigned j = tw_ctz32(left);
+        int32_t same;
+        uint32_t differ = 0;
+        memcpy(&same, vals + j, sizeof same);
+        __m256i want = _mm256_set1_epi32((int)ids[j]), want_bits = _mm256_set1_epi32(same);
+        TW_UNROLL4 for (size_t k = 0; k < 4; k++)
+            differ |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(
+                          _mm256_andnot_si256(_mm256_cmpeq_epi32(bits[k], want_bits), _mm256_cmpeq_epi32(a[k], want))))
+                      << (8 * k);
+        if (differ & all) return 0;
+    }
+    if (sampled_in_range(sid)) {
+        __m256i want = _mm256_set1_epi32((int)(uint32_t)sid);
+        TW_UNROLL4 for (size_t k = 0; k < 4; k++)
+            hit |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], want))) << (8 * k);
+        hit &= all; /* lanes past the row load as id 0 */
+    }
+    *r = sampled_in_lanes(vals, hit, out);
+    /* the first `take`: the highest lanes dropped (a row holds at most a few more) */
+    keep = all & ~rep;
+    while ((uint64_t)_mm_popcnt_u32(keep) > take) keep &= ~(UINT32_C(1) << (63 - tw_clz64(keep)));
+    *keep_out = keep;
+    return 1;
+}
+#endif
 
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;

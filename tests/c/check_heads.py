@@ -1,6 +1,7 @@
-"""Differential check of csrc/tw_heads.c against the reference's select_head.
+"""Differential check of csrc/tw_heads.c (and the files split from it) against the reference's
+select_head.
 
-Builds tw_heads.c into a shared library in /tmp, loads it with ctypes and compares, on
+Builds them into a shared library in /tmp, loads it with ctypes and compares, on
 every code path (scalar, AVX2, AVX-512 where the CPU has them):
 
   * tw_select_heads with tokenwire.kernels.python.select_head over generated responses: the
@@ -61,7 +62,9 @@ PATH_NAMES = {1: "scalar", 2: "avx2", 3: "avx512", 4: "neon"}
 
 
 def build(sanitize: bool) -> Path:
-    return clib.build(OUT, "twheads", ["tw_heads.c", "tw_validate.c"], sanitize=sanitize)
+    sources = ["tw_heads.c", "tw_compact_candidates.c", "tw_compact_heads.c", "tw_sum.c",
+               "tw_exp.c", "tw_rank.c", "tw_validate.c"]
+    return clib.build(OUT, "twheads", sources, sanitize=sanitize)
 
 
 P64 = C.POINTER(C.c_int64)

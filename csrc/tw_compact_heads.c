@@ -1,0 +1,571 @@
+/* tw_compact_heads (tw_heads.h): compact rows straight to heads. */
+#include "tw_heads.h"
+#include "tw_cpu.h"
+#include "tw_heads_internal.h"
+#include "tw_util.h"
+#include "tw_mem.h"
+#include "tw_validate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TW_X86_SIMD
+#include <immintrin.h>
+#endif
+
+/* ------------------------------------------------------------------------------------------
+ * Compact rows to heads in one call. What the registers do not decide goes to the two
+ * kernels: tw_compact_rows_candidates (tw_compact_candidates.c), then tw_select_heads
+ * (tw_heads.c).
+ * ------------------------------------------------------------------------------------------ */
+
+/* What compact_head_avx512 made of a token. */
+#define FAST_NO 0  /* nothing decided: the token goes to the two kernels */
+#define FAST_OK 1  /* a valid row and head, written */
+#define FAST_ROW 2 /* the row breaks a row rule (*row_kind) */
+
+#ifdef TW_X86_SIMD
+/* cnt (<= 16) lanes of ids (as int64) and values into oid/olp. */
+TW_TARGET_AVX512 static inline void store_head(int64_t *oid, float *olp, __m512i ids, __m512 vals,
+                                               unsigned cnt) {
+    __mmask16 m = (__mmask16)((1u << cnt) - 1);
+    _mm512_mask_storeu_epi64(oid, (__mmask8)m, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(ids)));
+    if (cnt > 8)
+        _mm512_mask_storeu_epi64(oid + 8, (__mmask8)(m >> 8),
+                                 _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(ids, 1)));
+    _mm512_mask_storeu_ps(olp, m, vals);
+}
+
+/* better() of 16 lanes (values v, ids c) over 16 others (pv, pc): a bit per lane. */
+TW_TARGET_AVX512 static inline __mmask16 better16(__m512 v, __m512i c, __m512 pv, __m512i pc) {
+    return _mm512_cmp_ps_mask(v, pv, _CMP_GT_OQ) |
+           (_mm512_cmp_ps_mask(v, pv, _CMP_EQ_OQ) & _mm512_cmplt_epu32_mask(c, pc));
+}
+
+/* Whether a lane `take` of (v0, v1) is above 1 (its token's sum is decided exactly). */
+TW_TARGET_AVX512 static inline int above_one(__m512 v0, __m512 v1, uint32_t take) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    return (_mm512_mask_cmp_ps_mask((__mmask16)take, v0, one, _CMP_GT_OQ) |
+            _mm512_mask_cmp_ps_mask((__mmask16)(take >> 16), v1, one, _CMP_GT_OQ)) != 0;
+}
+
+/*
+ * One token of a compact row of up to 32 entries, in registers: the row rule
+ * (tw_row_rule_avx512), the candidates (tw_row_keep_avx512), their ranked order (from their shape
+ * as head_shape finds it, or sorted as select_one's tw_rank_top sorts candidates without one:
+ * ties in another order, sentinels inside), the head kept (kept(), or the support's ids as
+ * keep_support keeps them), written to oid/olp. It decides only what is plain: FAST_OK when
+ * the row is valid and so is its head up to the sum rules (no value above 1, not empty, no
+ * FEWER), which heads_in_registers then checks a batch at a time; FAST_ROW when the sampled id
+ * breaks the row rule. Anything else (a NaN, a repeat whose zero's sign differs, a support
+ * id not ranked, ...) is FAST_NO, and the token goes to the two kernels, which decide and
+ * report it as for every token. The sampled id's candidate carries the sampled value itself
+ * (repeats here have identical bits), so DISAGREE never holds here.
+ */
+TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float *vals, size_t len,
+                                                uint64_t take, int64_t sid, int64_t k,
+                                                const int32_t *sup, size_t slen, float *out_sampled,
+                                                int64_t *oid, float *olp, size_t *count,
+                                                int *row_kind) {
+    tw_row_lanes L;
+    uint32_t keep;
+    if (len == 0 || len > 32 || !tw_row_keep_avx512(ids, vals, len, take, &L, &keep) ||
+        !tw_row_rule_avx512(&L, vals, sid, out_sampled, row_kind))
+        return FAST_NO;
+    if (*row_kind != TW_ROW_OK) return FAST_ROW;
+
+    /* the m candidates as lanes 0-31 of (c0, c1) and (v0, v1) */
+    __mmask16 ka = (__mmask16)(keep & 0xFFFF), kb = (__mmask16)(keep >> 16);
+    unsigned na = (unsigned)_mm_popcnt_u32(ka), m = na + (unsigned)_mm_popcnt_u32(kb);
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    __m512i ia = _mm512_maskz_compress_epi32(ka, L.a), ib = _mm512_maskz_compress_epi32(kb, L.b);
+    __m512i wa = _mm512_maskz_compress_epi32(ka, L.va), wb = _mm512_maskz_compress_epi32(kb, L.vb);
+    __m512i gap = _mm512_sub_epi32(_mm512_add_epi32(iota, sixteen), _mm512_set1_epi32((int)na));
+    __m512i idx0 = _mm512_mask_mov_epi32(gap, (__mmask16)((1u << na) - 1), iota);
+    __m512i c0 = _mm512_permutex2var_epi32(ia, idx0, ib), c1 = _mm512_permutexvar_epi32(gap, ib);
+    __m512 v0 = _mm512_castsi512_ps(_mm512_permutex2var_epi32(wa, idx0, wb));
+    __m512 v1 = _mm512_castsi512_ps(_mm512_permutexvar_epi32(gap, wb));
+    uint32_t all = m == 32 ? ~UINT32_C(0) : (UINT32_C(1) << m) - 1;
+
+    /* live: the candidates before a tail at the sentinel */
+    const __m512 sentinel = _mm512_set1_ps((float)HEAD_SENTINEL);
+    uint32_t z = ((uint32_t)_mm512_cmp_ps_mask(v0, sentinel, _CMP_EQ_OQ) |
+                  (uint32_t)_mm512_cmp_ps_mask(v1, sentinel, _CMP_EQ_OQ) << 16) & all;
+    unsigned live = z ? tw_ctz32(z) : m;
+    uint32_t lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+    int shaped = live > 0 && (z == 0 || z >> live == all >> live); /* sentinels only as a tail */
+
+    /* the shape (head_shape): each candidate against the one before it, then the run */
+    __m512 pv0 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v0), _mm512_castps_si512(v0), 15));
+    __m512 pv1 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v1), _mm512_castps_si512(v0), 15));
+    __m512i pc0 = _mm512_alignr_epi32(c0, c0, 15), pc1 = _mm512_alignr_epi32(c1, c0, 15);
+    uint32_t up = ((uint32_t)better16(v0, c0, pv0, pc0) | (uint32_t)better16(v1, c1, pv1, pc1) << 16) & lm & ~UINT32_C(1);
+    unsigned q = 0;
+    __m512i r0, r1;
+    __m512 rv0, rv1;
+    if (shaped && (up == 0 || up == 2)) {
+        if (up) {
+            __m512 f = _mm512_set1_ps(_mm512_cvtss_f32(v0));
+            __m512i fi = _mm512_set1_epi32(_mm_cvtsi128_si32(_mm512_castsi512_si128(c0)));
+            uint32_t run = ((uint32_t)better16(v0, c0, f, fi) | (uint32_t)better16(v1, c1, f, fi) << 16) & lm;
+            q = 1 + tw_ctz32(~(run >> 2));
+        }
+        /* the ranked order (shape_at): r = c[1 .. q], c[0], c[q+1 ..] */
+        __m512i qv = _mm512_set1_epi32((int)q), one = _mm512_set1_epi32(1), hi16 = _mm512_add_epi32(iota, sixteen);
+        __m512i x0 = _mm512_mask_add_epi32(iota, _mm512_cmplt_epi32_mask(iota, qv), iota, one);
+        __m512i x1 = _mm512_mask_add_epi32(hi16, _mm512_cmplt_epi32_mask(hi16, qv), hi16, one);
+        x0 = _mm512_mask_mov_epi32(x0, _mm512_cmpeq_epi32_mask(iota, qv), _mm512_setzero_si512());
+        x1 = _mm512_mask_mov_epi32(x1, _mm512_cmpeq_epi32_mask(hi16, qv), _mm512_setzero_si512());
+        r0 = _mm512_permutex2var_epi32(c0, x0, c1);
+        r1 = _mm512_permutex2var_epi32(c0, x1, c1);
+        rv0 = _mm512_permutex2var_ps(v0, x0, v1);
+        rv1 = _mm512_permutex2var_ps(v0, x1, v1);
+    } else {
+        /* no shape: the candidates not at the sentinel, wherever they are, sorted (what
+           select_one ranks with tw_rank_top then) */
+        uint32_t keep_live = all & ~z, id[32];
+        float val[32];
+        __mmask16 k0 = (__mmask16)(keep_live & 0xFFFF), k1 = (__mmask16)(keep_live >> 16);
+        unsigned n0 = (unsigned)_mm_popcnt_u32(k0);
+        live = n0 + (unsigned)_mm_popcnt_u32(k1);
+        if (live == 0) return FAST_NO;
+        _mm512_storeu_si512(id, _mm512_maskz_compress_epi32(k0, c0));
+        _mm512_storeu_si512(id + 16, _mm512_setzero_si512());
+        _mm512_mask_storeu_epi32(id + n0, (__mmask16)((1u << (live - n0)) - 1), _mm512_maskz_compress_epi32(k1, c1));
+        _mm512_storeu_ps(val, _mm512_maskz_compress_ps(k0, v0));
+        _mm512_storeu_ps(val + 16, _mm512_setzero_ps());
+        _mm512_mask_storeu_ps(val + n0, (__mmask16)((1u << (live - n0)) - 1), _mm512_maskz_compress_ps(k1, v1));
+        tw_sort_head(id, val, live);
+        r0 = _mm512_loadu_si512(id);
+        r1 = _mm512_loadu_si512(id + 16);
+        rv0 = _mm512_loadu_ps(val);
+        rv1 = _mm512_loadu_ps(val + 16);
+        lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+    }
+
+    unsigned r;
+    if (sup && slen) {
+        /* keep_support: every support id among the live ranked ones; those are the head */
+        uint32_t marks = 0;
+        if (slen <= 16) {
+            /* without a branch an id: the candidates against the 16 rotations of the ids'
+               vector (its unused lanes repeat the first id). All ids were found when as many
+               candidates are marked as there are ids: the candidates are distinct
+               (tw_row_keep_avx512 kept one lane an id, and the ranking only reorders them), so
+               that many marks take that many distinct ids (a repeated id hands the token
+               over). */
+            __m512i s = _mm512_mask_loadu_epi32(_mm512_set1_epi32(sup[0]), (__mmask16)((1u << slen) - 1), sup);
+            if (_mm512_movepi32_mask(s)) return FAST_NO; /* a negative id */
+            __m512i miss0 = _mm512_set1_epi32(-1), miss1 = miss0;
+#define TW_ROTATION(j)                                                          \
+    do {                                                                        \
+        __m512i sj = _mm512_alignr_epi32(s, s, j);                              \
+        miss0 = _mm512_min_epu32(miss0, _mm512_xor_si512(r0, sj));             \
+        miss1 = _mm512_min_epu32(miss1, _mm512_xor_si512(r1, sj));             \
+    } while (0)
+            TW_ROTATION(0); TW_ROTATION(1); TW_ROTATION(2); TW_ROTATION(3);
+            TW_ROTATION(4); TW_ROTATION(5); TW_ROTATION(6); TW_ROTATION(7);
+            TW_ROTATION(8); TW_ROTATION(9); TW_ROTATION(10); TW_ROTATION(11);
+            TW_ROTATION(12); TW_ROTATION(13); TW_ROTATION(14); TW_ROTATION(15);
+#undef TW_ROTATION
+            /* a lane whose smallest xor is zero equals some id */
+            marks = ((uint32_t)_mm512_testn_epi32_mask(miss0, miss0) |
+                     (uint32_t)_mm512_testn_epi32_mask(miss1, miss1) << 16) & lm;
+            if ((size_t)_mm_popcnt_u32(marks) != slen) return FAST_NO;
+        } else {
+            for (size_t j = 0; j < slen; j++) {
+                if (sup[j] < 0) return FAST_NO;
+                __m512i want = _mm512_set1_epi32(sup[j]);
+                uint32_t h = ((uint32_t)_mm512_cmpeq_epi32_mask(r0, want) |
+                              (uint32_t)_mm512_cmpeq_epi32_mask(r1, want) << 16) & lm;
+                if (!h) return FAST_NO;
+                marks |= h;
+            }
+        }
+        r = (unsigned)_mm_popcnt_u32(marks);
+        if (above_one(rv0, rv1, marks)) return FAST_NO; /* decided exactly */
+        __mmask16 m0 = (__mmask16)(marks & 0xFFFF), m1 = (__mmask16)(marks >> 16);
+        unsigned n0 = (unsigned)_mm_popcnt_u32(m0);
+        store_head(oid, olp, _mm512_maskz_compress_epi32(m0, r0), _mm512_maskz_compress_ps(m0, rv0), n0);
+        if (m1)
+            store_head(oid + n0, olp + n0, _mm512_maskz_compress_epi32(m1, r1),
+                       _mm512_maskz_compress_ps(m1, rv1), r - n0);
+    } else {
+        /* kept(): the first k, or those above a tie across the k-th place */
+        r = k < 1 ? 0 : (uint64_t)k < live ? (unsigned)k : live;
+        if (r > 0 && r < live) {
+            float at[32];
+            _mm512_storeu_ps(at, rv0);
+            _mm512_storeu_ps(at + 16, rv1);
+            if (at[r - 1] == at[r]) {
+                __m512 b = _mm512_set1_ps(at[r]);
+                uint32_t eq = ((uint32_t)_mm512_cmp_ps_mask(rv0, b, _CMP_EQ_OQ) |
+                               (uint32_t)_mm512_cmp_ps_mask(rv1, b, _CMP_EQ_OQ) << 16) & lm;
+                r = tw_ctz32(eq); /* ranked: the values equal to the boundary are one run */
+            }
+        }
+        if (r == 0 || too_few(m, k)) return FAST_NO;
+        uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
+        if (above_one(rv0, rv1, head)) return FAST_NO; /* decided exactly */
+        store_head(oid, olp, r0, rv0, r < 16 ? r : 16);
+        if (r > 16) store_head(oid + 16, olp + 16, r1, rv1, r - 16);
+    }
+    *count = r;
+    return FAST_OK;
+}
+
+/* better() of eight lanes (values v, ids c) over eight others (pv, pc): a bit per lane, the
+   ids compared unsigned (their top bits flipped, then a signed compare). */
+TW_TARGET_AVX2 static inline uint32_t better8(__m256 v, __m256i c, __m256 pv, __m256i pc) {
+    const __m256i flip = _mm256_set1_epi32(INT32_MIN);
+    __m256i lt = _mm256_cmpgt_epi32(_mm256_xor_si256(pc, flip), _mm256_xor_si256(c, flip));
+    __m256 b = _mm256_or_ps(_mm256_cmp_ps(v, pv, _CMP_GT_OQ),
+                            _mm256_and_ps(_mm256_cmp_ps(v, pv, _CMP_EQ_OQ), _mm256_castsi256_ps(lt)));
+    return (uint32_t)_mm256_movemask_ps(b);
+}
+
+/* Lanes 8k-1 .. 8k+6 of the 32 in x (lane -1: lane 7 of x[0]), and lanes 8k+1 .. 8k+8 (lane
+   32: lane 0 of x[3]), from registers. */
+TW_TARGET_AVX2 static inline __m256i lanes_before(const __m256i *x, size_t k) {
+    const __m256i up = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+    return _mm256_blend_epi32(_mm256_permutevar8x32_epi32(x[k], up),
+                              _mm256_permutevar8x32_epi32(x[k ? k - 1 : 0], up), 0x01);
+}
+TW_TARGET_AVX2 static inline __m256i lanes_after(const __m256i *x, size_t k) {
+    const __m256i down = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
+    return _mm256_blend_epi32(_mm256_permutevar8x32_epi32(x[k], down),
+                              _mm256_permutevar8x32_epi32(x[k < 3 ? k + 1 : 3], down), 0x80);
+}
+
+/* The lanes of the four vectors of x equal to / above y, a bit each. */
+TW_TARGET_AVX2 static inline uint32_t lanes_eq_ps(const __m256i *x, float y) {
+    uint32_t bits = 0;
+    TW_UNROLL4 for (size_t k = 0; k < 4; k++)
+        bits |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_castsi256_ps(x[k]), _mm256_set1_ps(y), _CMP_EQ_OQ)) << (8 * k);
+    return bits;
+}
+TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, float y) {
+    uint32_t bits = 0;
+    TW_UNROLL4 for (size_t k = 0; k < 4; k++)
+        bits |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_castsi256_ps(x[k]), _mm256_set1_ps(y), _CMP_GT_OQ)) << (8 * k);
+    return bits;
+}
+
+/*
+ * compact_head_avx512 with AVX2, for rows of up to 32 entries: the same decisions (FAST_OK,
+ * FAST_ROW, or FAST_NO for anything not plain), from tw_row_keep_avx2's lanes. The candidates
+ * are moved into place in registers when the row repeats at most one earlier id (the usual
+ * compact row: the sampled token, then the engine's ranked candidates, one of them the
+ * sampled token again), else one at a time; the ranked order from the head's shape as there,
+ * or sorted; a support's ids are found one id a compare.
+ */
+TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *vals, size_t len,
+                                            uint64_t take, int64_t sid, int64_t k,
+                                            const int32_t *sup, size_t slen, float *out_sampled,
+                                            int64_t *oid, float *olp, size_t *count,
+                                            int *row_kind) {
+    __m256i a[4], bits[4], c[4], v[4], rc[4], rv[4];
+    uint32_t keep;
+    if (len == 0 || len > 32 || !tw_row_keep_avx2(ids, vals, len, take, sid, out_sampled, row_kind, a, bits, &keep))
+        return FAST_NO;
+    if (*row_kind != TW_ROW_OK) return FAST_ROW;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    unsigned m = (unsigned)_mm_popcnt_u32(keep);
+    uint32_t all = m == 32 ? ~UINT32_C(0) : (UINT32_C(1) << m) - 1;
+
+    /* the m candidates as lanes 0 .. m-1 of c (ids) and v (value bits): lane 0 is always
+       kept, so the lanes not kept below the last kept one are the holes */
+    uint32_t holes = ~keep & ((UINT32_C(2) << (31 - (tw_clz64(keep) - 32))) - 1);
+    if (holes == 0 || (holes & (holes - 1)) == 0) {
+        __m256i j = _mm256_set1_epi32(holes ? (int)tw_ctz32(holes) : 32);
+        TW_UNROLL4 for (size_t q = 0; q < 4; q++) { /* lanes from the hole on take the lane after them */
+            __m256i from_next = _mm256_cmpgt_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * q + 1))), j);
+            c[q] = _mm256_blendv_epi8(a[q], lanes_after(a, q), from_next);
+            v[q] = _mm256_blendv_epi8(bits[q], lanes_after(bits, q), from_next);
+        }
+    } else {
+        uint32_t ci[32], vi[32], ri[32], rvi[32];
+        memset(ci, 0, sizeof ci);
+        memset(vi, 0, sizeof vi);
+        TW_UNROLL4 for (size_t q = 0; q < 4; q++) {
+            _mm256_storeu_si256((__m256i *)(void *)(ri + 8 * q), a[q]);
+            _mm256_storeu_si256((__m256i *)(void *)(rvi + 8 * q), bits[q]);
+        }
+        unsigned n = 0;
+        for (uint32_t left = keep; left; left &= left - 1, n++) {
+            ci[n] = ri[tw_ctz32(left)];
+            vi[n] = rvi[tw_ctz32(left)];
+        }
+        TW_UNROLL4 for (size_t q = 0; q < 4; q++) {
+            c[q] = _mm256_loadu_si256((const __m256i *)(const void *)(ci + 8 * q));
+            v[q] = _mm256_loadu_si256((const __m256i *)(const void *)(vi + 8 * q));
+        }
+    }
+
+    /* live: the candidates before a tail at the sentinel */
+    uint32_t z = lanes_eq_ps(v, (float)HEAD_SENTINEL) & all;
+    unsigned live = z ? tw_ctz32(z) : m;
+    uint32_t lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+    int shaped = live > 0 && (z == 0 || z >> live == all >> live); /* sentinels only as a tail */
+
+    /* the shape (head_shape): each candidate against the one before it, then the run */
+    uint32_t up = 0;
+    TW_UNROLL4 for (size_t q = 0; q < 4; q++)
+        up |= better8(_mm256_castsi256_ps(v[q]), c[q], _mm256_castsi256_ps(lanes_before(v, q)),
+                      lanes_before(c, q)) << (8 * q);
+    up &= lm & ~UINT32_C(1);
+    float at[32];
+    uint32_t id[32];
+    if (shaped && (up == 0 || up == 2)) {
+        unsigned q = 0;
+        if (up) {
+            __m256 f = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256()));
+            __m256i fi = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
+            uint32_t run = 0;
+            TW_UNROLL4 for (size_t u = 0; u < 4; u++)
+                run |= better8(_mm256_castsi256_ps(v[u]), c[u], f, fi) << (8 * u);
+            run &= lm;
+            q = 1 + tw_ctz32(~(run >> 2));
+        }
+        /* the ranked order (shape_at): c[1 .. q], c[0], c[q+1 ..] */
+        __m256i qv = _mm256_set1_epi32((int)q);
+        __m256i c0 = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
+        __m256i v0 = _mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256());
+        TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
+            __m256i at_lane = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * u)));
+            __m256i before = _mm256_cmpgt_epi32(qv, at_lane), is_q = _mm256_cmpeq_epi32(qv, at_lane);
+            rc[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(c[u], lanes_after(c, u), before), c0, is_q);
+            rv[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(v[u], lanes_after(v, u), before), v0, is_q);
+        }
+    } else {
+        /* no shape: the candidates not at the sentinel, wherever they are, sorted (what
+           select_one ranks with tw_rank_top then) */
+        uint32_t cs[32], keep_live = all & ~z;
+        float vs[32];
+        TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
+            _mm256_storeu_si256((__m256i *)(void *)(cs + 8 * u), c[u]);
+            _mm256_storeu_si256((__m256i *)(void *)(vs + 8 * u), v[u]);
+        }
+        memset(id, 0, sizeof id);
+        memset(at, 0, sizeof at);
+        live = 0;
+        for (; keep_live; keep_live &= keep_live - 1, live++) {
+            id[live] = cs[tw_ctz32(keep_live)];
+            at[live] = vs[tw_ctz32(keep_live)];
+        }
+        if (live == 0) return FAST_NO;
+        tw_sort_head(id, at, live);
+        TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
+            rc[u] = _mm256_loadu_si256((const __m256i *)(const void *)(id + 8 * u));
+            rv[u] = _mm256_loadu_si256((const __m256i *)(const void *)(at + 8 * u));
+        }
+        lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+    }
+    TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
+        _mm256_storeu_si256((__m256i *)(void *)(id + 8 * u), rc[u]);
+        _mm256_storeu_si256((__m256i *)(void *)(at + 8 * u), rv[u]);
+    }
+
+    unsigned r;
+    if (sup && slen) {
+        /* keep_support: every support id among the live ranked ones; those are the head */
+        uint32_t marks = 0;
+        for (size_t j = 0; j < slen; j++) {
+            if (sup[j] < 0) return FAST_NO;
+            __m256i want = _mm256_set1_epi32(sup[j]);
+            uint32_t h = 0;
+            TW_UNROLL4 for (size_t u = 0; u < 4; u++)
+                h |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(rc[u], want))) << (8 * u);
+            h &= lm;
+            if (!h) return FAST_NO;
+            marks |= h;
+        }
+        if (lanes_above_ps(rv, 1.0f) & marks) return FAST_NO; /* decided exactly */
+        r = 0;
+        for (; marks; marks &= marks - 1, r++) {
+            unsigned i = tw_ctz32(marks);
+            oid[r] = id[i];
+            olp[r] = at[i];
+        }
+    } else {
+        /* kept(): the first k, or those above a tie across the k-th place */
+        r = k < 1 ? 0 : (uint64_t)k < live ? (unsigned)k : live;
+        if (r > 0 && r < live && at[r - 1] == at[r])
+            r = tw_ctz32(lanes_eq_ps(rv, at[r]) & lm); /* ranked: the values equal to the boundary are one run */
+        if (r == 0 || too_few(m, k)) return FAST_NO;
+        uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
+        if (lanes_above_ps(rv, 1.0f) & head) return FAST_NO; /* decided exactly */
+        for (unsigned i = 0; i < r; i++) {
+            oid[i] = id[i];
+            olp[i] = at[i];
+        }
+    }
+    *count = r;
+    return FAST_OK;
+}
+#endif
+
+/* One call's arguments (tw_compact_heads). */
+typedef struct {
+    const int64_t *roff;
+    const uint32_t *row_ids;
+    const float *row_vals;
+    const int64_t *sampled;
+    int64_t num_top, k;
+    const int64_t *soff;
+    const int32_t *sup;
+    float *out_sampled;
+    int64_t *out_off, *out_ids;
+    float *out_lps;
+    int path;
+    /* scratch for the tokens the two kernels decide */
+    int64_t *cand_ids;
+    double *cand_lps, *lps;
+    size_t cap;
+} compact_call;
+
+/* Scratch for a block of the two kernels (its candidates, as ids and values, and its heads'
+   values as doubles): room for `need` entries, at least a sweep's. 0 without memory. */
+static int block_scratch(compact_call *c, size_t need) {
+    if (need <= c->cap) return 1;
+    size_t cap = need < SWEEP ? SWEEP : need;
+    tw_mem_free(c->cand_ids);
+    tw_mem_free(c->cand_lps);
+    tw_mem_free(c->lps);
+    c->cand_ids = tw_mem_alloc(cap * sizeof(int64_t));
+    c->cand_lps = tw_mem_alloc(cap * sizeof(double));
+    c->lps = tw_mem_alloc(cap * sizeof(double));
+    c->cap = c->cand_ids && c->cand_lps && c->lps ? cap : 0;
+    return c->cap != 0;
+}
+
+/* Tokens [from, to) by tw_compact_rows_candidates then tw_select_heads, the heads at *o;
+   -1, or the first failing token with its reason. */
+static ptrdiff_t compact_block(compact_call *c, size_t from, size_t to, int64_t *o, int *row_kind,
+                               int *head_code) {
+    int64_t coff[TOKEN_BLOCK + 1], off[TOKEN_BLOCK + 1];
+    double slps[TOKEN_BLOCK];
+    size_t n = to - from;
+    if (!block_scratch(c, (size_t)(c->roff[to] - c->roff[from]))) {
+        *row_kind = TW_ROW_NOMEM;
+        return (ptrdiff_t)from;
+    }
+    ptrdiff_t row = tw_compact_rows_candidates(n, c->roff + from, c->row_ids, c->row_vals,
+                                               c->sampled + from, c->num_top, c->out_sampled + from,
+                                               row_kind, coff, c->cand_ids, c->cand_lps, c->path);
+    if (*row_kind == TW_ROW_NOMEM) return (ptrdiff_t)from;
+    size_t heads = row >= 0 ? (size_t)row : n;
+    if (heads) {
+        for (size_t t = 0; t < heads; t++) slps[t] = c->out_sampled[from + t];
+        ptrdiff_t bad = tw_select_heads(heads, coff, c->cand_ids, c->cand_lps, c->sampled + from, slps,
+                                        c->k, c->soff ? c->soff + from : NULL, c->sup, off,
+                                        c->out_ids + *o, c->lps, head_code, c->path);
+        /* the heads before a failing token are output too, as tw_select_heads outputs them */
+        size_t done = bad >= 0 ? (size_t)bad : heads;
+        for (size_t t = 0; t < done; t++) c->out_off[from + t + 1] = *o + off[t + 1];
+        for (int64_t j = 0; j < off[done]; j++) c->out_lps[*o + j] = (float)c->lps[j];
+        if (bad >= 0) {
+            *row_kind = TW_ROW_OK;
+            return (ptrdiff_t)from + bad;
+        }
+        *o += off[heads];
+    }
+    return row >= 0 ? (ptrdiff_t)from + row : -1;
+}
+
+#ifdef TW_X86_SIMD
+/* Tokens whose sums heads_in_registers checks together. */
+#define SUM_BATCH 32
+
+/* The sum rules of the tokens [from, to) that compact_head_avx512 or compact_head_avx2
+   decided (the rules and estimate of check_sums, tw_heads.c; heads of at most 32 values,
+   none above 1): -1, or the first failing token. */
+static ptrdiff_t batch_sums(const compact_call *c, size_t from, size_t to, int *head_code) {
+    double e[SUM_BATCH * 32], v[32];
+    int64_t base = c->out_off[from];
+    if (c->path == TW_PATH_AVX512)
+        tw_exps_f32_avx512(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
+    else
+        tw_exps_f32_avx2(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
+    for (size_t t = from; t < to; t++) {
+        size_t r = (size_t)(c->out_off[t + 1] - c->out_off[t]);
+        int has_sup = row_has_support(c->soff, t);
+        int verdict = sum_verdict(r, has_sup, sum(e + (c->out_off[t] - base), r), 0x1p-16);
+        if (verdict == SUM_EXACT) {
+            const float *head = c->out_lps + c->out_off[t];
+            for (size_t i = 0; i < r; i++) v[i] = head[i];
+            verdict = exact_verdict(v, r, has_sup);
+        }
+        if (verdict) {
+            *head_code = verdict;
+            return (ptrdiff_t)t;
+        }
+    }
+    return -1;
+}
+
+/* tw_compact_heads on the AVX-512 and AVX2 paths: batches of tokens decided in registers,
+   their sums checked together, and each token those leave to the two kernels. */
+static ptrdiff_t heads_in_registers(compact_call *c, size_t n, int *row_kind, int *head_code) {
+    int (*head)(const uint32_t *, const float *, size_t, uint64_t, int64_t, int64_t, const int32_t *, size_t,
+                float *, int64_t *, float *, size_t *, int *) =
+        c->path == TW_PATH_AVX512 ? compact_head_avx512 : compact_head_avx2;
+    uint64_t take = c->num_top < 1 ? 1 : (uint64_t)c->num_top;
+    int64_t o = 0;
+    for (size_t t = 0; t < n;) {
+        size_t from = t;
+        int fast = FAST_OK;
+        for (; t < n && t - from < SUM_BATCH; t++) {
+            size_t len = (size_t)(c->roff[t + 1] - c->roff[t]), r = 0;
+            int has_sup = row_has_support(c->soff, t);
+            fast = head(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take, c->sampled[t], c->k,
+                        has_sup ? c->sup + c->soff[t] : NULL, has_sup ? (size_t)(c->soff[t + 1] - c->soff[t]) : 0,
+                        c->out_sampled + t, c->out_ids + o, c->out_lps + o, &r, row_kind);
+            if (fast != FAST_OK) break;
+            o += (int64_t)r;
+            c->out_off[t + 1] = o;
+        }
+        ptrdiff_t bad = batch_sums(c, from, t, head_code); /* the earlier tokens first */
+        if (bad >= 0) {
+            *row_kind = TW_ROW_OK;
+            return bad;
+        }
+        if (fast == FAST_ROW) return (ptrdiff_t)t;
+        if (fast == FAST_NO) { /* with the rows after it too long for the registers */
+            size_t to = block_end(c->roff, t, n, 1);
+            bad = compact_block(c, t, to, &o, row_kind, head_code);
+            if (bad >= 0) return bad;
+            t = to;
+        }
+    }
+    return -1;
+}
+#endif
+
+ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                           const float *row_vals, const int64_t *sampled, int64_t num_top,
+                           int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
+                           int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
+                           int *head_code, int path) {
+    compact_call c = {roff,    row_ids, row_vals, sampled, num_top, k,    soff, sup,
+                      out_sampled, out_off, out_ids, out_lps,  tw_path_resolve(path), NULL, NULL, NULL, 0};
+    ptrdiff_t failed = -1;
+    int64_t o = 0;
+    *row_kind = TW_ROW_OK;
+    *head_code = TW_HEAD_OK;
+    out_off[0] = 0;
+#ifdef TW_X86_SIMD
+    if (c.path == TW_PATH_AVX512 || c.path == TW_PATH_AVX2)
+        failed = heads_in_registers(&c, n, row_kind, head_code);
+    else
+#endif
+        for (size_t from = 0, to; from < n && failed < 0; from = to) {
+            to = block_end(roff, from, n, 0);
+            failed = compact_block(&c, from, to, &o, row_kind, head_code);
+        }
+    tw_mem_free(c.cand_ids);
+    tw_mem_free(c.cand_lps);
+    tw_mem_free(c.lps);
+    return failed;
+}
