@@ -172,15 +172,8 @@ class _CompatibleError(MalformedResponseError):
     renderers' messages keeps working.
     """
 
-    def __init__(
-        self,
-        reason: str,
-        *,
-        choice: int | None = None,
-        field: str | None = None,
-        token: int | None = None,
-    ) -> None:
-        super().__init__(reason, choice=choice, field=field, token=token)
+    def __init__(self, reason: str, **where: Any) -> None:  # choice, field, token
+        super().__init__(reason, **where)
         self.args = (reason,)  # str(exc): renderers' message, without the location
 
     @property
