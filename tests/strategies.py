@@ -4,6 +4,7 @@ renderers is expected to disagree (a documented difference) or not."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import random
@@ -120,9 +121,9 @@ def evidence(draw, n: int, m: int, with_support: bool) -> samples.TokenEvidence:
 @st.composite
 def choices(draw, index: int, k: int | None, newer: bool = True) -> dict[str, Any]:
     """A choice; ``newer`` False leaves out the forms renderers does not read (kept_tokens,
-    logprobs.sampled)."""
+    logprobs.sampled, logprobs.top_k)."""
     n = draw(st.integers(0, 5))
-    transport = draw(st.sampled_from(["native", "packed", "compact", *(["sampled", "native_sampled"] if newer else [])]))
+    transport = draw(st.sampled_from(["native", "packed", "compact", *(["sampled", "native_sampled", "top_k"] if newer else [])]))
     m = draw(st.integers(0, (k or 2) + 3))
     mask = draw(st.sampled_from([None, None, "list", "csr", *(["kept"] if newer else [])]))
     ev = draw(evidence(n, m, mask is not None))
@@ -196,6 +197,8 @@ def _mutations(choice: dict[str, Any]) -> list[str]:
         names += ["sampled.count", "sampled.str", "sampled.sentinel", "sampled.bool"]
         if logprobs.get("content") is not None:
             names += ["sampled.disagree"]
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("top_k"), dict):
+        names += ["top_k." + name for name in _TOP_K_MUTATIONS]
     if isinstance(logprobs, dict) and logprobs.get("content") is not None:
         names += [
             "native.entry_not_object", "native.token_mismatch", "native.token_id_bool", "native.token_id_str",
@@ -258,6 +261,8 @@ def _apply(choice: dict[str, Any], name: str, draw) -> None:
         _apply_kept(choice["kept_tokens"], name[5:], choice["token_ids"], draw)
     elif name.startswith("sampled."):
         _apply_sampled(choice["logprobs"]["sampled"], name[8:], draw)
+    elif name.startswith("top_k."):
+        _apply_top_k(choice["logprobs"], name[6:], draw)
     elif name.startswith("routed."):
         routed = choice["routed_experts"]
         if isinstance(routed, str):
@@ -426,6 +431,43 @@ def _apply_sampled(sampled: list[Any], name: str, draw) -> None:
         t = draw(st.integers(0, len(sampled) - 1))
         sampled[t] = {"str": "-0.5", "sentinel": samples.SENTINEL, "bool": False,
                       "disagree": sampled[t] - 0.5}[name]
+
+
+_TOP_K_MUTATIONS = ("not_object", "positions", "k_bool", "ids_short", "lps_base64", "nan", "positive",
+                    "negative", "dup", "sentinel_sampled")
+
+
+def _apply_top_k(logprobs: dict[str, Any], name: str, draw) -> None:
+    """A malformed form of vLLM's packed top-k (the block as its encoder lays it out)."""
+    block = logprobs["top_k"]
+    ids = np.frombuffer(base64.b64decode(block["token_ids"]), "<i4").copy()
+    lps = np.frombuffer(base64.b64decode(block["logprobs"]), "<f4").copy()
+    if name == "not_object":
+        logprobs["top_k"] = [block]
+    elif name == "positions":
+        block["num_positions"] += 1
+    elif name == "k_bool":
+        block["k"] = True
+    elif name == "ids_short":
+        block["token_ids"] = base64.b64encode(ids[:-1].tobytes()).decode() if len(ids) else "AAAAAA=="
+    elif name == "lps_base64":
+        block["logprobs"] = block["logprobs"] + "="
+    elif len(ids):
+        at = draw(st.integers(0, len(ids) - 1))
+        width = block["k"]
+        if name == "nan":
+            lps[at] = np.nan
+        elif name == "positive":
+            lps[at] = 0.5
+        elif name == "negative":
+            ids[at] = -1
+        elif name == "dup" and width > 1:
+            row = at - at % width
+            ids[row + 1] = ids[row]
+        elif name == "sentinel_sampled":
+            lps[at] = -np.inf
+        block["token_ids"] = base64.b64encode(ids.tobytes()).decode()
+        block["logprobs"] = base64.b64encode(lps.tobytes()).decode()
 
 
 @st.composite

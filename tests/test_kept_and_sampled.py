@@ -406,12 +406,18 @@ def test_sampled_values(impl, sampled, token, reason):
 def test_sampled_numbers_beyond_json():
     # JSON holds no infinity or NaN (a parser refuses 1e400); values handed over as Python
     # objects are held to the rule all the same.
+    from tokenwire.extract.python import LazyEvidence
     from tokenwire.rules.generate import _first_bad_number
 
-    assert _first_bad_number([-0.5, 10**400]) == (1, "finite")
-    assert _first_bad_number([math.nan]) == (0, "finite")
-    assert _first_bad_number([-math.inf]) == (0, "finite")
-    assert _first_bad_number([0, -1, 2**64, -0.0]) is None
+    def first_bad(values: list[Any]) -> tuple[int, str] | None:
+        return _first_bad_number(LazyEvidence(0, {"logprobs": {"sampled": values}}))
+
+    assert first_bad([-0.5, 10**400]) == (1, "finite")
+    assert first_bad([math.nan]) == (0, "finite")
+    assert first_bad([-math.inf]) == (0, "finite")
+    assert first_bad([0, -1, 2**64, -0.0]) is None
+    assert first_bad([-1.0, math.nan, "x"]) == (1, "finite")  # in order, whatever the kind
+    assert first_bad([-1.0, "x", math.nan]) == (1, "number")
 
 
 def test_sampled_shape(impl):

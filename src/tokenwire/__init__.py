@@ -29,6 +29,7 @@ from ._writer import (
     encode_packed,
     encode_routed_experts,
     encode_sampling_mask,
+    encode_top_k,
     json_default,
 )
 from .rules.openai import (
@@ -57,6 +58,7 @@ __all__ = [
     "encode_packed",
     "encode_routed_experts",
     "encode_sampling_mask",
+    "encode_top_k",
     "implementation",
     "json_default",
     "parse_chat_completions_response",

@@ -98,20 +98,41 @@ cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k, 
     return c
 
 
+# The fields the generate scan may blank inside a choice's "logprobs" and "completion_logprobs"
+# (records read during the scan, arrays and strings blanked): (TW_F_* id, path under the key).
+_BLANKED_UNDER = tuple(
+    (key, tuple((_FIELD_IDS[i], f.path[1:]) for i, f in enumerate(_table.CHOICE_FIELDS)
+                if f.path[0] == key and len(f.path) > 1 and _table.GENERATE in f.formats
+                and (f.blank is not None or f.read == "records")))
+    for key in ("logprobs", "completion_logprobs"))
+
+
+cdef object _with_at(object value, tuple path, object sent):
+    """A copy of the object ``value`` with ``sent`` at ``path`` (objects copied on the way),
+    or ``value`` itself when the path does not lead through objects."""
+    inner = value.get(path[0]) if len(path) > 1 else None
+    if len(path) > 1 and not isinstance(inner, dict):
+        return value
+    return {**value, path[0]: _with_at(inner, path[1:], sent) if len(path) > 1 else sent}
+
+
 cdef void _blanked_as_sent(_Scan scan, const tw_value *f, object c, object choice, object k):
-    """The records beside compact (or packed, without a head) logprobs, and packed logprobs
-    beside compact ones, stay in GenerateChoice.raw as sent: the scan blanked them in the
-    parsed copy (an array's elements, a string's characters)."""
-    cdef const tw_value *v = &f[TW_F_LOGPROBS_CONTENT]
+    """What stays in GenerateChoice.raw as sent although the scan blanked it in the parsed
+    copy (an array's elements, a string's characters): ``logprobs`` beside compact (or packed,
+    without a head) logprobs, and packed logprobs beside compact ones."""
+    cdef const tw_value *v
     compact = choice.get("compact_logprobs") is not None
-    packed_value = choice.get("completion_logprobs")
-    logprobs = choice.get("logprobs")
-    if (v.present and (v.type == TW_T_ARRAY or v.type == TW_T_STRING) and isinstance(logprobs, dict)
-            and (compact or (packed_value is not None and k is None))):
-        c.sent["logprobs"] = {**logprobs, "content": scan.parsed(v)}
-    v = &f[TW_F_CL_DATA]
-    if compact and v.present and v.type == TW_T_STRING and isinstance(packed_value, dict):
-        c.sent["completion_logprobs"] = {**packed_value, "data": scan.parsed(v)}
+    in_raw = (compact or (choice.get("completion_logprobs") is not None and k is None), compact)
+    for (key, rows), kept in zip(_BLANKED_UNDER, in_raw):
+        value = sent = choice.get(key)
+        if not kept or not isinstance(value, dict):
+            continue
+        for field, path in rows:
+            v = &f[<int>field]
+            if v.present and (v.type == TW_T_ARRAY or v.type == TW_T_STRING):
+                sent = _with_at(sent, path, scan.parsed(v))
+        if sent is not value:
+            c.sent[key] = sent
 
 
 cdef object _top_evidence(_Scan scan, int fmt):

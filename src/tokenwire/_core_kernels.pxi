@@ -37,6 +37,8 @@ def first_bad(rule, values):
     cdef const int32_t[::1] i32
     if n == 0:
         return -1
+    if rule == "top_k":
+        return _kernels.first_bad(rule, values)
     if rule == "negative":
         if values.dtype.itemsize != 4:  # int16 routing: numpy's comparison is the loop
             return _kernels.first_bad(rule, values)

@@ -176,6 +176,18 @@ def encode_packed(array: Any) -> dict[str, Any]:
     return field
 
 
+def _float32(exact: np.ndarray) -> np.ndarray:
+    """Logprobs as the float32 the wire holds: a value that only rounds to vLLM's sentinel
+    would read as missing, and is refused."""
+    values = exact.astype("<f4")
+    rounded = np.flatnonzero((values == VLLM_LOGPROB_SENTINEL) & (exact != VLLM_LOGPROB_SENTINEL))
+    if len(rounded):
+        at = int(rounded[0])
+        raise ValueError(f"logprobs[{at}] = {float(exact[at])!r} becomes -9999.0 in float32, vLLM's sentinel for a "
+                         "missing or clamped logprob; pass -9999.0 itself for a filtered-out candidate")
+    return values
+
+
 def encode_compact_logprobs(
     ids: Any,
     logprobs: Any,
@@ -193,13 +205,7 @@ def encode_compact_logprobs(
     exact = real_array(logprobs, "logprobs", np.float64, flat=True)
     if len(exact) != len(row_ids):
         raise ValueError(f"{len(row_ids)} ids but {len(exact)} logprobs")
-    values = exact.astype("<f4")
-    # The wire holds float32: a value that only rounds to vLLM's sentinel would read as missing.
-    rounded = np.flatnonzero((values == VLLM_LOGPROB_SENTINEL) & (exact != VLLM_LOGPROB_SENTINEL))
-    if len(rounded):
-        at = int(rounded[0])
-        raise ValueError(f"logprobs[{at}] = {float(exact[at])!r} becomes -9999.0 in float32, vLLM's sentinel for a "
-                         "missing or clamped logprob; pass -9999.0 itself for a filtered-out candidate")
+    values = _float32(exact)
     bounds = int_array(offsets, "offsets", np.int64, 0, MAX_OFFSET, flat=True)
     if not len(bounds) or bounds[0] != 0 or bounds[-1] != len(row_ids) or (np.diff(bounds) <= 0).any():
         raise ValueError(f"offsets must start at 0, rise at every row (the sampled token opens it) and end "
@@ -219,6 +225,25 @@ def encode_compact_logprobs(
         sampled = _rows_for(_ids(completion_ids, "completion_ids"), n)
     _rules.parse_compact_logprobs({"compact_logprobs": field}, np.asarray(sampled, np.int64), None,
                                       _given_choice("compact_logprobs", field))
+    return field
+
+
+def encode_top_k(token_ids: Any, logprobs: Any) -> dict[str, Any]:
+    """vLLM's packed top-k ``logprobs.top_k`` (``return_top_k_logprobs``): ``token_ids`` and
+    ``logprobs`` are ``(num_positions, k)`` arrays, row ``t`` the candidates of token ``t`` in
+    engine order; ids distinct within a row and below 2**31 (int32), logprobs float32, at most
+    1e-6 or ``-inf`` (a candidate the sampler filtered out)."""
+    ids = np.asarray(token_ids)
+    if ids.ndim != 2:
+        raise ValueError(f"token_ids must be a (num_positions, k) array, not shape {ids.shape}")
+    top = int_array(ids, "token_ids", np.int64, 0, MAX_MASK_ID, flat=True)
+    exact = real_array(logprobs, "logprobs", np.float64, flat=True)
+    if np.shape(logprobs) != ids.shape:
+        raise ValueError(f"logprobs must have token_ids' shape {ids.shape}, not {np.shape(logprobs)}")
+    n, width = ids.shape
+    field = {"num_positions": n, "k": width, "token_ids": _blob(top.astype("<i4")),
+             "logprobs": _blob(_float32(exact))}
+    _rules.parse_packed_top_k(field, np.zeros(n, dtype=np.int64), _given_choice("logprobs.top_k", field))
     return field
 
 

@@ -177,14 +177,22 @@ def build_choice(
 
     ``transport``: ``"native"`` (``logprobs.content``), ``"packed"`` (``completion_logprobs``),
     ``"compact"`` (``compact_logprobs``), ``"sampled"`` (vLLM's ``logprobs.sampled`` alone)
-    or ``"native_sampled"`` (both); ``mask``: None, ``"list"`` or ``"csr"`` (``sampling_mask``)
+    or ``"native_sampled"`` (both), ``"top_k"`` (``logprobs.sampled`` and vLLM's packed
+    ``logprobs.top_k`` candidates); ``mask``: None, ``"list"`` or ``"csr"`` (``sampling_mask``)
     or ``"kept"`` (prime-rl's ``kept_tokens``: an empty support row is a zero count);
     ``routed_form``: ``"dict"`` (prime-rl) or ``"npy"`` (upstream vLLM).
     """
     n, m = ev.cand_ids.shape if ev.cand_ids.ndim == 2 else (len(ev.ids), 0)
     choice: dict[str, Any] = {"index": index, "text": "", "logprobs": None}
-    if transport == "sampled":
+    if transport in ("sampled", "top_k"):
         choice["logprobs"] = {"content": None, "sampled": [float(x) for x in ev.logprobs]}
+    if transport == "top_k":
+        # vLLM's packed top-k: the candidates unclamped (a filtered one is -inf, not -9999).
+        lps = np.where(ev.cand_logprobs == SENTINEL, -np.inf, ev.cand_logprobs).astype("<f4")
+        choice["logprobs"]["top_k"] = {
+            "num_positions": n, "k": m,
+            "token_ids": b64(ev.cand_ids.astype("<i4").tobytes()), "logprobs": b64(lps.tobytes()),
+        }
     if transport in ("native", "native_sampled"):
         content = []
         for t in range(n):
@@ -217,7 +225,7 @@ def build_choice(
             "offsets": list(range(0, n * (m + 1) + 1, m + 1)),
             "num_top_logprobs": m if num_top is None else num_top,
         }
-    elif transport not in ("native", "sampled", "native_sampled"):
+    elif transport not in ("native", "sampled", "native_sampled", "top_k"):
         raise ValueError(f"unknown transport {transport!r}")
     if mask is not None:
         if ev.support is None:

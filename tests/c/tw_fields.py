@@ -3,24 +3,26 @@
 # (name, scope, path) of TW_F_0, TW_F_1, ... (tw_choice.f[])
 FIELDS = [
     ('TOKEN_IDS', 'choice', ('token_ids',)), ('LOGPROBS', 'choice', ('logprobs',)),
-    ('LOGPROBS_CONTENT', 'choice', ('logprobs', 'content')), ('CL_DATA', 'choice',
-    ('completion_logprobs', 'data')), ('CP_DATA', 'choice', ('compact_logprobs', 'data')),
-    ('CP_OFFSETS', 'choice', ('compact_logprobs', 'offsets')), ('SAMPLING_MASK', 'choice',
-    ('sampling_mask',)), ('SM_IDS_DATA', 'choice', ('sampling_mask', 'ids', 'data')),
-    ('SM_COUNTS_DATA', 'choice', ('sampling_mask', 'counts', 'data')), ('KT_IDS', 'choice',
-    ('kept_tokens', 'ids')), ('KT_COUNTS', 'choice', ('kept_tokens', 'counts')), ('ROUTED',
-    'choice', ('routed_experts',)), ('RE_DATA', 'choice', ('routed_experts', 'data')),
-    ('PROMPT_IDS', 'choice', ('prompt_token_ids',)), ('RAW_OUTPUT', 'choice', ('raw_output',)),
-    ('LP_TOKEN_LOGPROBS', 'choice', ('logprobs', 'token_logprobs')), ('LP_TOKENS', 'choice',
-    ('logprobs', 'tokens')), ('LP_TOKEN_IDS', 'choice', ('logprobs', 'token_ids')),
-    ('LP_TEXT_OFFSET', 'choice', ('logprobs', 'text_offset')), ('LP_TOP', 'choice', ('logprobs',
-    'top_logprobs')), ('RO_TOKEN_IDS', 'choice', ('raw_output', 'completion_token_ids')),
-    ('RO_CONTENT', 'choice', ('raw_output', 'completion_logprobs', 'content')), ('SGL_IDS', 'item',
-    ('output_ids',)), ('SGL_TRIPLES', 'item', ('meta_info', 'output_token_logprobs')), ('SGL_TOP',
-    'item', ('meta_info', 'output_top_logprobs')),
+    ('LOGPROBS_CONTENT', 'choice', ('logprobs', 'content')), ('LP_SAMPLED', 'choice', ('logprobs',
+    'sampled')), ('TK_IDS', 'choice', ('logprobs', 'top_k', 'token_ids')), ('TK_LOGPROBS', 'choice',
+    ('logprobs', 'top_k', 'logprobs')), ('CL_DATA', 'choice', ('completion_logprobs', 'data')),
+    ('CP_DATA', 'choice', ('compact_logprobs', 'data')), ('CP_OFFSETS', 'choice',
+    ('compact_logprobs', 'offsets')), ('SAMPLING_MASK', 'choice', ('sampling_mask',)),
+    ('SM_IDS_DATA', 'choice', ('sampling_mask', 'ids', 'data')), ('SM_COUNTS_DATA', 'choice',
+    ('sampling_mask', 'counts', 'data')), ('KT_IDS', 'choice', ('kept_tokens', 'ids')),
+    ('KT_COUNTS', 'choice', ('kept_tokens', 'counts')), ('ROUTED', 'choice', ('routed_experts',)),
+    ('RE_DATA', 'choice', ('routed_experts', 'data')), ('PROMPT_IDS', 'choice',
+    ('prompt_token_ids',)), ('RAW_OUTPUT', 'choice', ('raw_output',)), ('LP_TOKEN_LOGPROBS',
+    'choice', ('logprobs', 'token_logprobs')), ('LP_TOKENS', 'choice', ('logprobs', 'tokens')),
+    ('LP_TOKEN_IDS', 'choice', ('logprobs', 'token_ids')), ('LP_TEXT_OFFSET', 'choice', ('logprobs',
+    'text_offset')), ('LP_TOP', 'choice', ('logprobs', 'top_logprobs')), ('RO_TOKEN_IDS', 'choice',
+    ('raw_output', 'completion_token_ids')), ('RO_CONTENT', 'choice', ('raw_output',
+    'completion_logprobs', 'content')), ('SGL_IDS', 'item', ('output_ids',)), ('SGL_TRIPLES',
+    'item', ('meta_info', 'output_token_logprobs')), ('SGL_TOP', 'item', ('meta_info',
+    'output_top_logprobs')),
 ]
 NFIELDS = len(FIELDS)  # TW_NFIELDS
 FIELD_ID = {name: i for i, (name, _, _) in enumerate(FIELDS)}
 # the paths of a choice the generate scan blanks when they are strings / arrays
-BLANK_STRING = [('completion_logprobs', 'data'), ('compact_logprobs', 'data'), ('sampling_mask', 'ids', 'data'), ('sampling_mask', 'counts', 'data'), ('kept_tokens', 'ids'), ('kept_tokens', 'counts'), ('routed_experts',), ('routed_experts', 'data')]
-BLANK_ARRAY = [('token_ids',), ('compact_logprobs', 'offsets'), ('sampling_mask',)]
+BLANK_STRING = [('logprobs', 'top_k', 'token_ids'), ('logprobs', 'top_k', 'logprobs'), ('completion_logprobs', 'data'), ('compact_logprobs', 'data'), ('sampling_mask', 'ids', 'data'), ('sampling_mask', 'counts', 'data'), ('kept_tokens', 'ids'), ('kept_tokens', 'counts'), ('routed_experts',), ('routed_experts', 'data')]
+BLANK_ARRAY = [('token_ids',), ('logprobs', 'sampled'), ('compact_logprobs', 'offsets'), ('sampling_mask',)]

@@ -143,11 +143,14 @@ def int_list(value: Any, high: int) -> tuple[np.ndarray, int, int | None] | None
 
 def first_bad(rule: str, values: np.ndarray) -> int:
     """Index of the first value breaking ``rule``, or -1. ``"packed"``: finite and above the
-    sentinel; ``"compact"``: finite and at most 1e-6; ``"negative"``: not below zero."""
+    sentinel; ``"compact"``: finite and at most 1e-6; ``"top_k"``: at most 1e-6 (-inf
+    allowed, NaN not); ``"negative"``: not below zero."""
     if rule == "packed":
         ok = np.isfinite(values) & (values > VLLM_LOGPROB_SENTINEL)
     elif rule == "compact":
         ok = np.isfinite(values) & ~(values > 1e-6)
+    elif rule == "top_k":  # -inf allowed: a filtered candidate
+        ok = values <= 1e-6
     else:
         ok = values >= 0
     bad = np.flatnonzero(~ok)

@@ -23,7 +23,7 @@ from .._errors import MalformedResponseError
 from .._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 from .._wire import COMPACT_FORMAT, MAX_OFFSET, VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, extract_choice, load_document
-from ..kernels.python import HEAD_MISSING_SUPPORT, NativeEntries, is_int
+from ..kernels.python import HEAD_MISSING_SUPPORT, Candidates, NativeEntries, is_int
 
 __all__ = ["parse_document", "parse_generate_response"]
 
@@ -158,20 +158,20 @@ _SAMPLED_VALUE = {
 }
 
 
-def _first_bad_number(values: list[Any]) -> tuple[int, str] | None:
-    """The first value that is not sampled-token evidence and its code in
-    :data:`_SAMPLED_VALUE`, or None."""
-    for index, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return index, "number"
-        try:
-            number = float(value)
-        except OverflowError:  # an int beyond the double range
-            return index, "finite"
-        if not math.isfinite(number):
-            return index, "finite"
-        if number == VLLM_LOGPROB_SENTINEL:
-            return index, "evidence"
+def _first_bad_number(c: Evidence) -> tuple[int, str] | None:
+    """The first value of ``logprobs.sampled`` that is not sampled-token evidence and its code
+    in :data:`_SAMPLED_VALUE`, or None (the numbers read before the first element that is not
+    one are checked first: they come before it)."""
+    numbers = c.logprobs_sampled.numbers
+    values = numbers.values
+    bad = np.flatnonzero(~np.isfinite(values) | (values == VLLM_LOGPROB_SENTINEL))
+    if len(bad):
+        index = int(bad[0])
+        return index, "finite" if not math.isfinite(values[index]) else "evidence"
+    if numbers.bad is not None:
+        # An int beyond the double range is a number that is not finite.
+        example = numbers.example
+        return numbers.bad, "finite" if type(example) is int else "number"
     return None
 
 
@@ -181,17 +181,18 @@ def _parse_sampled_list(sampled: Any, ids: np.ndarray, c: Evidence) -> np.ndarra
     field = "logprobs.sampled"
     if not isinstance(sampled, list):
         c.fail(f"{_SAMPLED_AT} must be a list.", field)
-    if len(sampled) != len(ids):
+    count = c.logprobs_sampled.length
+    if count != len(ids):
         c.fail(
             f"Engine response completion token count ({len(ids)}) does not match "
-            f"logprobs.sampled count ({len(sampled)}).",
+            f"logprobs.sampled count ({count}).",
             field,
         )
-    bad = _first_bad_number(sampled)
+    bad = _first_bad_number(c)
     if bad is not None:
         index, code = bad
         c.fail(_SAMPLED_VALUE[code].format(at=f"{_SAMPLED_AT}[{index}]"), field, index)
-    return np.array(sampled, dtype=np.float64)
+    return c.logprobs_sampled.numbers.values
 
 
 # How a disagreement names each transport's value of token t.
@@ -400,6 +401,72 @@ def parse_native_heads(
     return top_ids, top_logprobs, supports
 
 
+# --- heads: vLLM's packed top-k (logprobs.top_k) -------------------------------------------------
+
+_TOP_K = "logprobs.top_k"
+
+
+def top_k_block(choice: dict[str, Any]) -> Any:
+    """``logprobs.top_k`` of a choice, or None."""
+    logprobs = choice.get("logprobs")
+    return logprobs.get("top_k") if isinstance(logprobs, dict) else None
+
+
+def parse_packed_top_k(block: Any, ids: np.ndarray, c: Evidence) -> Candidates:
+    """vLLM's packed top-k (``return_top_k_logprobs``): ``num_positions`` rows of ``k``
+    candidates, base64 int32 ids and float32 logprobs, row-major, in engine order, as the
+    head candidates of each token. ``-inf`` (a candidate the sampler filtered out, sent
+    unclamped) is a filtered candidate like the sentinel; NaN, a positive logprob, a negative
+    id, an id twice in a row, or dimensions that do not match the bytes are errors."""
+    n = len(ids)
+    if not isinstance(block, dict):
+        c.fail(f"Engine response choice.{_TOP_K} must be an object.", _TOP_K)
+    positions, width = block.get("num_positions"), block.get("k")
+    if not is_int(positions) or positions != n:
+        c.fail(f"Packed top-k num_positions must be the completion token count ({n})",
+               _TOP_K + ".num_positions")
+    if not is_int(width) or width < 0 or width > MAX_OFFSET // max(n, 1) // 4:
+        c.fail("Packed top-k k must be a non-negative int", _TOP_K + ".k")
+    count = n * width
+    raw_ids, raw_lps = c.top_k_ids, c.top_k_logprobs
+    if raw_ids is None or len(raw_ids) != 4 * count:
+        c.fail(f"Packed top-k token_ids must be base64 of {count} int32 (num_positions x k)",
+               _TOP_K + ".token_ids")
+    if raw_lps is None or len(raw_lps) != 4 * count:
+        c.fail(f"Packed top-k logprobs must be base64 of {count} float32 (num_positions x k)",
+               _TOP_K + ".logprobs")
+    top_ids = raw_ids.view("<i4")
+    values = raw_lps.view("<f4")
+    bad = c.kernels.first_bad("negative", top_ids)
+    if bad >= 0:
+        c.fail("Top logprob must identify a nonnegative token id", _TOP_K + ".token_ids", bad // width)
+    bad = c.kernels.first_bad("top_k", values)
+    if bad >= 0:
+        c.fail("Top logprob must be a number at most 1e-6 or -inf (NaN or positive)",
+               _TOP_K + ".logprobs", bad // width)
+    offsets = np.arange(n + 1, dtype=np.int64) * width
+    candidates = c.kernels.compact_candidates(top_ids.view("<u4"), values, offsets, width)
+    if len(candidates.ids) != count:  # an id twice in a row: the row has fewer candidates
+        row = int(np.flatnonzero(np.diff(candidates.offsets) != width)[0])
+        c.fail("Duplicate top logprob token id", _TOP_K + ".token_ids", row)
+    # A filtered candidate: head selection drops the sentinel.
+    np.putmask(candidates.logprobs, candidates.logprobs == -np.inf, VLLM_LOGPROB_SENTINEL)
+    return candidates
+
+
+def parse_top_k_heads(
+    choice: dict[str, Any], ids: np.ndarray, sampled: np.ndarray, k: int, c: Evidence
+) -> tuple[Ragged, Ragged, Ragged | None]:
+    """The heads of packed top-k rows, as from native candidates."""
+    supports = parse_sampling_mask(choice, ids, c)
+    candidates = parse_packed_top_k(top_k_block(choice), ids, c)
+    top_ids, top_logprobs, head_bad = c.kernels.heads(
+        ids, candidates, sampled.astype(np.float64, copy=False), k, supports, len(ids))
+    if head_bad is not None:
+        _fail_head(c, choice, _TOP_K, head_bad, supports)
+    return top_ids, top_logprobs, supports
+
+
 # --- routed experts ------------------------------------------------------------------------------
 
 
@@ -532,11 +599,19 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
             logprobs, entries = parse_native_logprobs(choice, ids, c, want_top=k is not None)
         else:
             logprobs = None
-        if k is not None:
+        if k is not None and top_k_block(choice) is not None:
+            if logprobs is None:
+                c.fail("Missing requested top logprobs: packed top-k rows need the sampled "
+                       "logprobs beside them (logprobs.sampled or completion_logprobs)", "logprobs.sampled")
+            top_ids, top_logprobs, mask = parse_top_k_heads(choice, ids, logprobs, k, c)
+            consumed.append("logprobs")
+        elif k is not None:
             top_ids, top_logprobs, mask = parse_native_heads(choice, ids, k, c, entries)
             consumed.append("logprobs")
         else:
             mask = parse_sampling_mask(choice, ids, c)
+            if top_k_block(choice) is not None:  # validated without a head asked for
+                parse_packed_top_k(top_k_block(choice), ids, c)
         if logprobs is not None and "completion_logprobs" not in consumed:
             consumed.append("logprobs")
     routed = choice.get("routed_experts")
