@@ -15,7 +15,7 @@ PATHS = _core.simd_paths()
 def write_seeds(directory: Path) -> None:
     """Small valid responses of every transport, plus the adversarial corpus."""
     directory.mkdir(parents=True, exist_ok=True)
-    for i, transport in enumerate(("native", "packed", "compact")):
+    for i, transport in enumerate(("native", "packed", "compact", "top_k")):
         for mask in (None, "list", "csr"):
             ev = samples.evidence(3, 4, seed=i, support=mask is not None)
             routed = samples.routing(3, layers=2, topk=2) if transport == "packed" else None

@@ -360,6 +360,11 @@ def _plain_compact_top20(seed: int) -> bytes:
     return dumps(response([choice], prompt_tokens=2048, seed=seed))
 
 
+def _plain_top_k_16k(seed: int) -> bytes:
+    choice = build_choice(_varied(seed, 16384, 22), transport="top_k")
+    return dumps(response([choice], prompt_tokens=2048, seed=seed))
+
+
 def _plain_compact_mask(seed: int) -> bytes:
     mask = ("csr", "list")[seed % 4 == 3]  # mostly packed, now and then the list form
     choice = build_choice(_varied(seed, 4096, 22, support=True), transport="compact", mask=mask)
@@ -417,6 +422,8 @@ WORKLOADS: dict[str, Workload] = {
     for w in (
         Workload("compact_top20_8k", "8k tokens, compact rows (filtered tails, ties), top-20 head", 20, _plain_compact_top20),
         Workload("compact_top20_4k_mask", "4k tokens, compact rows, CSR/list sampling mask, top-20 head", 20, _plain_compact_mask),
+        Workload("top_k_16k", "16k tokens, vLLM packed top-k (22 candidates, -inf tails, ties) and logprobs.sampled, "
+                 "top-20 head", 20, _plain_top_k_16k),
         Workload("compact_sampled_8k", "8k tokens, compact rows, sampled logprobs only", None, _plain_compact_sampled),
         Workload("native_top20_2k", "2k tokens, native JSON records with 22 candidates, top-20 head", 20, _plain_native_top20),
         Workload("native_sampled_8k", "8k tokens, native JSON records, sampled logprobs only", None, _plain_native_sampled),
