@@ -54,7 +54,7 @@ def rules(t):
     """(context, key, target, object context, array context, cleared fields) a key."""
     out = []
     for scope in (t.ROOT, t.CHOICE, t.ITEM):
-        rows = t.fields(scope)
+        rows = [f for f in t.fields(scope) if f.scanned]
         prefixes = sorted({f.path[:n] for f in rows for n in range(len(f.path))}, key=lambda p: (len(p), p))
         for prefix in prefixes:
             keys = []
@@ -85,7 +85,7 @@ def contexts(t) -> list[tuple[str, str]]:
 
 def target_sets(t) -> dict[str, list]:
     def pick(test):
-        return [target(t, f) for f in t.FIELDS if test(f)]
+        return [target(t, f) for f in t.SCANNED if test(f)]
 
     return {
         "BLANK_STR": pick(lambda f: f.blank == "string"),

@@ -5,6 +5,7 @@ renderers is expected to disagree (a documented difference) or not."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import math
 import random
@@ -478,6 +479,14 @@ def cases(draw, *, mutate: bool | None = None, newer: bool = True) -> Case:
     count = draw(st.integers(1, 3))
     chosen = [draw(choices(i, k, newer)) for i in range(count)]
     document: Any = samples.response(chosen, prompt_tokens=draw(st.integers(0, 6)), seed=draw(st.integers(0, 99)))
+    if newer and draw(st.integers(0, 5)) == 0:
+        # vLLM's teacher scores: a (rows, K) float32 .npy, now and then with NaN or too many rows.
+        prompt = len(document["prompt_token_ids"])
+        rows = draw(st.integers(0, max(prompt - 1, 0) + draw(st.sampled_from([0, 0, 0, 1]))))
+        matrix = np.full((rows, draw(st.integers(0, 3))), draw(st.sampled_from([-0.5, -np.inf, np.nan])), np.float32)
+        buffer = io.BytesIO()
+        np.save(buffer, matrix)
+        document["prompt_token_id_logprobs"] = base64.b64encode(buffer.getvalue()).decode()
     mutation = None
     if mutate is None:
         mutate = draw(st.booleans())
@@ -510,6 +519,8 @@ def cases(draw, *, mutate: bool | None = None, newer: bool = True) -> Case:
         raw = raw[:at] + bytes([draw(st.integers(0, 255))]) + raw[at + 1 :]
     # Forms renderers does not read: the reference differs by design (the drop-in does not).
     notes = [name for name in ("kept_tokens", "logprobs.sampled") if any(_carries(c, name) for c in chosen)]
+    if isinstance(document, dict) and "prompt_token_id_logprobs" in document:
+        notes.append("prompt_token_id_logprobs")
     return Case(raw, k, mutation, spelling, notes)
 
 

@@ -15,7 +15,7 @@ _impl: Any  # the implementation module in use (the compiled core or the referen
 
 def parse_generate_response(
     raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ...,
-    require_sampling_mask: bool = ...,
+    require_sampling_mask: bool = ..., prompt_logprob_start: int | None = ..., teacher_logits: bool = ...,
 ) -> GenerateResponse:
     """Parse and validate a vLLM ``/inference/v1/generate`` response body.
 
@@ -31,12 +31,18 @@ def parse_generate_response(
             (``sampling_mask`` or ``kept_tokens``); a missing or null one is an error whose
             reason names the server settings that send it (default False: a mask is
             validated when present).
+        prompt_logprob_start: the request's ``prompt_logprob_start`` (teacher scoring): the
+            rows of ``prompt_token_id_logprobs`` must then be ``prompt_len - 1 - start`` exactly
+            (without it, at most ``prompt_len - 1``, when the response has the prompt ids).
+        teacher_logits: the server runs a logits ``--logprobs-mode``: the teacher matrix may
+            hold positive values (never NaN or +inf).
 
     Returns:
         GenerateResponse: one GenerateChoice per entry of ``choices``, with
         ``completion_ids`` (int64), ``completion_logprobs`` (float32 or float64), the heads,
         ``sampling_mask`` (from ``sampling_mask`` or ``kept_tokens``, with
-        ``sampling_mask_present``) and ``routed_experts`` when present.
+        ``sampling_mask_present``) and ``routed_experts`` when present; the response's
+        ``prompt_token_id_logprobs`` (float32 ``(rows, K)``) when it carries teacher scores.
 
     Raises:
         MalformedResponseError: the response breaks the contract (invalid JSON, a missing or

@@ -86,6 +86,13 @@ def output_bytes(out: Any) -> np.ndarray:
     return np.frombuffer(view.cast("B"), dtype=np.uint8)
 
 
+def check_start(start: Any) -> int | None:
+    """``prompt_logprob_start``: None or a non-negative int (the request's own value)."""
+    if start is None:
+        return None
+    return int_arg(start, "prompt_logprob_start", 0)
+
+
 def check_top_k(top_k: Any) -> int | None:
     """``top_k`` as a positive int or None (a numpy integer becomes an int)."""
     if isinstance(top_k, np.integer):  # numpy integers are ints (np.bool_ is not one)

@@ -3,9 +3,11 @@
 # --- the parsers: scan, extract, then the plain path or the rules --------------------------------
 
 
-def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_sampling_mask=False):
+def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_sampling_mask=False,
+                            prompt_logprob_start=None, teacher_logits=False):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
+    start = check_start(prompt_logprob_start)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         scan = _Scan()
@@ -14,9 +16,9 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_s
             plain = _plain_generate(scan, document)
             if plain is not None:
                 return plain
-        top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE)
+        top, read = _evidence_records(scan, document, _choices_of(document), k, _GENERATE)
         return _generate.parse_document(document, k, require_logprobs, _lookup(top, read, _table.GENERATE, k),
-                                        require_sampling_mask)
+                                        require_sampling_mask, start, bool(teacher_logits))
     finally:
         PyDataMem_SetHandler(previous)
 

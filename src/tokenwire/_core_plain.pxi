@@ -17,6 +17,8 @@
 # choice's raw fields, under either path.
 _PLAIN_TAKES = ("token_ids", "completion_logprobs", "compact_logprobs")
 _PLAIN_ABSENT = tuple(sorted(_table.top_keys(_table.CHOICE, _table.GENERATE) - set(_PLAIN_TAKES)))
+# The same at the top level: a document with any other root field of the table goes to the rules.
+_PLAIN_ROOT_ABSENT = tuple(sorted(_table.top_keys(_table.ROOT, _table.GENERATE) - {"prompt_token_ids", "choices"}))
 # GenerateChoice.raw: the choice without these (rules/generate.py's consumed fields).
 _PLAIN_CONSUMED = _generate._CONSUMED + ("completion_logprobs",)
 _PLAIN_COMPACT_CONSUMED = _generate._CONSUMED + ("compact_logprobs",)
@@ -186,6 +188,9 @@ cdef object _plain_generate(_Scan scan, object document):
     cdef int form
     if not _PLAIN_HOST or type(document) is not dict:
         return None
+    for key in _PLAIN_ROOT_ABSENT:
+        if (<dict>document).get(key) is not None:
+            return None
     choices = (<dict>document).get("choices")
     if type(choices) is not list or not choices or <size_t>len(<list>choices) > scan.doc.nchoices:
         return None

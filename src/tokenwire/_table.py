@@ -61,6 +61,7 @@ class Field:
     base64: bool = False  # the generate scan decodes it as base64 as it passes
     read: str | None = None  # read during the scan: "ints", "mask" or "records"
     result: str | None = None  # the result attribute it ends in, where it has one of its own
+    scanned: bool = True  # False: the scanner has no slot for it; read from the parsed document
 
     @property
     def dotted(self) -> str:
@@ -130,11 +131,16 @@ FIELDS: tuple[Field, ...] = (
     Field("PROMPT", ROOT, ("prompt_token_ids",), IDS, (GENERATE, OPENAI), "prompt_token_ids",
           high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="prompt_token_ids"),
     Field("CHOICES", ROOT, ("choices",), VALUE, (GENERATE, OPENAI), "choices"),
+    # vLLM's teacher scores: a base64 .npy matrix, decoded from the parsed document.
+    Field("TEACHER", ROOT, ("prompt_token_id_logprobs",), BLOB, _G, "prompt_token_id_logprobs",
+          result="prompt_token_id_logprobs", scanned=False),
 )
 
+# The fields the scanner records (the generator's rows).
+SCANNED: tuple[Field, ...] = tuple(f for f in FIELDS if f.scanned)
 # The fields of a choice or an item: TW_F_* in this order (the scanner's tw_choice.f[]).
 CHOICE_FIELDS: tuple[Field, ...] = tuple(f for f in FIELDS if f.scope != ROOT)
-ROOT_FIELDS: tuple[Field, ...] = tuple(f for f in FIELDS if f.scope == ROOT)
+ROOT_FIELDS: tuple[Field, ...] = tuple(f for f in SCANNED if f.scope == ROOT)
 FIELD_ID: dict[str, int] = {f.name: i for i, f in enumerate(CHOICE_FIELDS)}
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 # The evidence attribute of a path: ATTR_AT[scope, "compact_logprobs.data"] == "compact_data".
@@ -158,6 +164,8 @@ def _check() -> None:
         seen.add((f.scope, f.path))
         assert (f.kind == IDS) == (f.high is not None), f"{f.name}: high is for IDS fields only"
         assert not f.base64 or f.blank == "string", f"{f.name}: base64 is decoded where blanked"
+        assert f.scanned or (f.scope == ROOT and f.blank is f.read is None and not f.base64), \
+            f"{f.name}: only a root field the scan leaves alone may be read from the parsed document"
     for scope in (ROOT, CHOICE, ITEM):
         attrs = [f.attr for f in fields(scope)]
         assert len(set(attrs)) == len(attrs), f"two {scope} fields share an evidence attribute"

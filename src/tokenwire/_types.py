@@ -244,6 +244,8 @@ class GenerateResponse:
         usage: the response's ``usage``, as sent.
         prompt_token_ids: the prompt's ids (int64) when the response carries them, else None.
         payload: the response's other top-level fields, not validated.
+        prompt_token_id_logprobs: vLLM's teacher scores (``prompt_token_id_logprobs``), a
+            float32 ``(rows, K)`` matrix, when the response carries them, else None.
 
     Example:
         >>> body = b'{"request_id":"r1","choices":[{"token_ids":[5],"logprobs":null}]}'
@@ -257,6 +259,7 @@ class GenerateResponse:
     usage: Any
     prompt_token_ids: np.ndarray | None
     payload: dict[str, Any]
+    prompt_token_id_logprobs: np.ndarray | None = None
 
     def to_arrow(self) -> Any:
         """The choices as a ``pyarrow.RecordBatch``, one row each (``tokenwire.arrow.record_batch``)."""

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from .._args import check_top_k
+from .._args import check_start, check_top_k
 from .._errors import MalformedResponseError
 from .._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 from .._wire import COMPACT_FORMAT, MAX_OFFSET, VLLM_LOGPROB_SENTINEL
@@ -479,20 +479,26 @@ MAX_ROUTED_WIDTH = 2**31 - 1
 
 def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
     """Upstream vLLM's form: a whole ``.npy`` file. Only the header fields we need are trusted."""
-    field = "routed_experts"
+    shape, descr, data = npy_parts(raw, c, "routed_experts", NPY_DESCRS)
+    return _shaped(data, shape, NPY_DESCRS[descr], c)
+
+
+def npy_parts(raw: np.ndarray, c: Evidence, field: str, descrs: dict[str, Any]) -> tuple[list[Any], str, np.ndarray]:
+    """A whole ``.npy`` file's shape (a list, not checked), its ``descr`` (a key of
+    ``descrs``) and its data bytes; only those header fields are trusted, C order only."""
     if bytes(raw[:6]) != b"\x93NUMPY" or len(raw) < 10:
-        c.fail("routed_experts .npy magic missing", field)
+        c.fail(f"{field} .npy magic missing", field)
     major = int(raw[6])
     if major == 1:
         size, begin = int.from_bytes(bytes(raw[8:10]), "little"), 10
     elif major in (2, 3):
         size, begin = int.from_bytes(bytes(raw[8:12]), "little"), 12
     else:
-        c.fail(f"routed_experts .npy version {major} is not supported", field)
+        c.fail(f"{field} .npy version {major} is not supported", field)
     if size > NPY_MAX_HEADER:
-        c.fail(f"routed_experts .npy header is longer than {NPY_MAX_HEADER} bytes", field)
+        c.fail(f"{field} .npy header is longer than {NPY_MAX_HEADER} bytes", field)
     if len(raw) < begin + size:
-        c.fail("routed_experts .npy header is truncated", field)
+        c.fail(f"{field} .npy header is truncated", field)
     try:
         header = ast.literal_eval(bytes(raw[begin : begin + size]).decode("latin-1"))
     except (ValueError, SyntaxError, MemoryError, RecursionError):
@@ -500,11 +506,11 @@ def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
     if (
         not isinstance(header, dict)
         or header.get("fortran_order") is not False
-        or named(NPY_DESCRS, header.get("descr")) is None
+        or named(descrs, header.get("descr")) is None
         or not isinstance(header.get("shape"), tuple)
     ):
-        c.fail("routed_experts .npy header is invalid", field)
-    return _shaped(raw[begin + size :], list(header["shape"]), NPY_DESCRS[header["descr"]], c)
+        c.fail(f"{field} .npy header is invalid", field)
+    return list(header["shape"]), header["descr"], raw[begin + size :]
 
 
 def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.ndarray:
@@ -561,6 +567,43 @@ def parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
     if raw is None:
         c.fail("Invalid routed_experts base64", field + ".data")
     return RoutedExperts(_shaped(raw, value.get("shape"), dtype_name, c), start)
+
+
+# --- teacher scores: prompt_token_id_logprobs -----------------------------------------------------
+
+_TEACHER = "prompt_token_id_logprobs"
+_TEACHER_DESCRS = {"<f4": "float32"}
+
+
+def parse_teacher_scores(top: Evidence, prompt: np.ndarray | None, start: int | None, logits: bool) -> np.ndarray:
+    """vLLM's teacher scores (``prompt_logprob_token_ids`` + ``prompt_logprob_start``): a base64
+    ``.npy`` float32 ``(rows, K)`` matrix, row ``i`` scoring prompt token ``start + i + 1``;
+    ``rows = max(prompt_len - 1 - start, 0)``, checked when the prompt is known (with the
+    request's ``start``, exactly; without it, at most ``prompt_len - 1``). A ``-1`` candidate
+    of a padded row scores ``-inf``; NaN and ``+inf`` are never scores, and log probabilities
+    (unless the server sends logits) are at most 1e-6."""
+    raw = top.prompt_token_id_logprobs
+    if raw is None:
+        top.fail(f"{_TEACHER} must be a base64 .npy string", _TEACHER)
+    shape, _, data = npy_parts(raw, top, _TEACHER, _TEACHER_DESCRS)
+    if (len(shape) != 2 or not all(is_int(d) and d >= 0 for d in shape) or shape[1] > MAX_ROUTED_WIDTH
+            or shape[0] * shape[1] * 4 != len(data)):
+        top.fail(f"{_TEACHER} must be a (rows, K) float32 matrix of its {len(data)} bytes, not shape {shape}",
+                 _TEACHER)
+    rows = shape[0]
+    if prompt is not None:
+        allowed = max(len(prompt) - 1 - (0 if start is None else start), 0)
+        if rows != allowed if start is not None else rows > allowed:
+            top.fail(f"{_TEACHER} has {rows} rows for a prompt of {len(prompt)} tokens"
+                     + (f" scored from {start}: expected {allowed}" if start is not None else f": at most {allowed}"),
+                     _TEACHER)
+    scores = data.view("<f4").reshape(shape)
+    flat = scores.reshape(-1)
+    bad = np.flatnonzero(np.isnan(flat) | (flat == np.inf) | (False if logits else flat > 1e-6))
+    if len(bad):
+        top.fail(f"{_TEACHER} holds NaN, +inf" + ("" if logits else " or a positive log probability")
+                 + " (a padded candidate scores -inf)", _TEACHER, int(bad[0]) // max(shape[1], 1))
+    return scores
 
 
 # --- a whole response -----------------------------------------------------------------------------
@@ -644,7 +687,8 @@ def _raw(c: Evidence, choice: dict[str, Any], consumed: list[str]) -> dict[str, 
 
 
 def parse_document(document: Any, k: int | None, require_logprobs: bool, evidence: Any = None,
-                   require_sampling_mask: bool = False) -> GenerateResponse:
+                   require_sampling_mask: bool = False, prompt_logprob_start: int | None = None,
+                   teacher_logits: bool = False) -> GenerateResponse:
     """Validate a parsed response. ``evidence(index, value)`` gives the :class:`Evidence` of
     each choice (index None: the top level, value the document); by default
     :func:`extract_choice` reads it from the parsed document, one choice at a time, as the
@@ -653,34 +697,42 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
         raise MalformedResponseError("response must be a JSON object")
     read = evidence or (lambda index, value: extract_choice(index, value, k))
     prompt = document.get("prompt_token_ids")
+    teacher = document.get(_TEACHER)
+    top = read(None, document) if prompt is not None or teacher is not None else None
     if prompt is not None:
-        top = read(None, document)
         prompt = checked_int_list(top, top.prompt_token_ids, "prompt_token_ids",
                                   "prompt_token_ids must hold token ids in [0, 2**32)")
+    if teacher is not None:
+        teacher = parse_teacher_scores(top, prompt, prompt_logprob_start, teacher_logits)
     choices = document.get("choices")
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
     parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs, require_sampling_mask)
               for i, choice in enumerate(choices)]
-    return response_of(document, parsed, prompt, "request_id")
+    return response_of(document, parsed, prompt, "request_id", teacher)
 
 
 def response_of(document: dict[str, Any], choices: list[GenerateChoice], prompt: np.ndarray | None,
-                id_key: str) -> GenerateResponse:
+                id_key: str, teacher: np.ndarray | None = None) -> GenerateResponse:
     """The response of a document's parsed choices: the id under ``id_key``, the usage, the
-    prompt ids, and every other top-level field as the payload."""
+    prompt ids, the teacher scores, and every other top-level field as the payload."""
+    consumed = ("choices", "prompt_token_ids", *((_TEACHER,) if teacher is not None else ()))
     return GenerateResponse(
         choices=choices,
         request_id=document.get(id_key),
         usage=document.get("usage"),
         prompt_token_ids=prompt,
-        payload={key: v for key, v in document.items() if key not in ("choices", "prompt_token_ids")},
+        payload={key: v for key, v in document.items() if key not in consumed},
+        prompt_token_id_logprobs=teacher,
     )
 
 
 def parse_generate_response(
-    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, require_sampling_mask: bool = False
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, require_sampling_mask: bool = False,
+    prompt_logprob_start: int | None = None, teacher_logits: bool = False,
 ) -> GenerateResponse:
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
-    return parse_document(load_document(raw), k, require_logprobs, require_sampling_mask=require_sampling_mask)
+    start = check_start(prompt_logprob_start)
+    return parse_document(load_document(raw), k, require_logprobs, require_sampling_mask=require_sampling_mask,
+                          prompt_logprob_start=start, teacher_logits=bool(teacher_logits))
