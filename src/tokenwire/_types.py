@@ -10,7 +10,7 @@ from typing import Any, overload
 
 import numpy as np
 
-__all__ = ["GenerateChoice", "GenerateResponse", "Ragged", "RoutedExperts"]
+__all__ = ["GenerateChoice", "GenerateResponse", "PayloadSegment", "Ragged", "RoutedExperts"]
 
 # The per-token loops in use (the compiled core's or the reference's): they build Ragged rows,
 # so they sit above these types, which never import them; the selector hands them over.
@@ -189,6 +189,41 @@ class RoutedExperts:
     start: int | None = None
 
 
+@dataclass(frozen=True)
+class PayloadSegment:
+    """One by-handle segment of a choice (prime-rl's ``payload``): ``rows`` consecutive rows of
+    ``field`` for the token positions ``[pos, pos + rows)``, stored at byte ``offset`` of
+    ``file`` (a file name in the payload directory) as a C-contiguous array of ``dtype``
+    shaped ``(rows, *shape)``: ``shape`` is one row's.
+
+    Example:
+        >>> segment = tokenwire.PayloadSegment("sampling_mask", "r1.bin", 0, 5, 2, "int32", (4,))
+        >>> segment.row_bytes, segment.nbytes
+        (16, 32)
+    """
+
+    field: str
+    file: str
+    offset: int
+    pos: int
+    rows: int
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def row_bytes(self) -> int:
+        """The bytes of one row: the dtype's size times the row shape's product."""
+        size = int(np.dtype(self.dtype).itemsize)
+        for dim in self.shape:
+            size *= dim
+        return size
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the segment in its file: ``rows * row_bytes``."""
+        return self.rows * self.row_bytes
+
+
 @dataclass(eq=False)
 class GenerateChoice:
     """One choice of a parsed response: the validated per-token evidence of one completion.
@@ -210,9 +245,14 @@ class GenerateChoice:
         sampling_mask_present: with ``sampling_mask``, whether each token has a kept set
             (bool, shape ``(n,)``; every one for ``sampling_mask``, the non-zero counts for
             ``kept_tokens``); else None.
-        routed_experts: MoE routing replay (:class:`RoutedExperts`), if sent.
+        routed_experts: MoE routing replay (:class:`RoutedExperts`), if sent (inline, or by
+            handle when the parser was given ``payload_root``).
         finish_reason: as sent (``"stop"``, ``"length"``, ...; SGLang's ``type``).
         raw: the choice's other fields, not validated.
+        payload: the choice's by-handle segments (prime-rl's ``payload``), validated, as a
+            tuple of :class:`PayloadSegment`; None when the choice has none.
+        sampling_mask_logprobs: the sampler's logprob of each kept id (float32
+            :class:`Ragged`, rows aligned with ``sampling_mask``), when read by handle; else None.
 
     Example:
         >>> body = (b'{"choices":[{"token_ids":[3],"completion_logprobs":null,"logprobs":'
@@ -232,6 +272,8 @@ class GenerateChoice:
     finish_reason: Any = None
     raw: dict[str, Any] = field(default_factory=dict)
     sampling_mask_present: np.ndarray | None = None
+    payload: tuple[PayloadSegment, ...] | None = None
+    sampling_mask_logprobs: Ragged | None = None
 
 
 @dataclass(eq=False)

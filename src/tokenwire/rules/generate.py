@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import ast
 import math
+import mmap
+import os
+import stat
 from typing import Any, cast
 
 import numpy as np
 
-from .._args import check_top_k
+from .._args import check_payload_root, check_top_k
 from .._errors import MalformedResponseError
-from .._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
+from .._types import GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
 from .._wire import COMPACT_FORMAT, MAX_OFFSET, VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, extract_choice, load_document
 from ..kernels.python import HEAD_MISSING_SUPPORT, Candidates, NativeEntries, is_int
@@ -35,7 +38,7 @@ NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<
               "<i4": "int32"}
 
 # Fields of a choice that become attributes; the rest stays in ``GenerateChoice.raw``.
-_CONSUMED = ("index", "token_ids", "finish_reason", "sampling_mask", "kept_tokens", "routed_experts")
+_CONSUMED = ("index", "token_ids", "finish_reason", "sampling_mask", "kept_tokens", "routed_experts", "payload")
 
 
 def named(table: dict[str, Any], name: Any) -> Any:
@@ -248,7 +251,12 @@ def check_other_transports(
 # --- sampling mask -------------------------------------------------------------------------------
 
 
-def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) -> Ragged | None:
+def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence,
+                        handle: Ragged | None = None) -> Ragged | None:
+    """The kept supports of a choice; ``handle``, the mask already read by handle
+    (:func:`read_payload`), stands for the inline forms, which cannot be beside it."""
+    if handle is not None:
+        return handle
     field = _mask_field(choice)
     if field is None:
         return None
@@ -286,10 +294,16 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence) ->
             c.fail("Sampling mask token count mismatch", field)
     else:
         c.fail("Sampling mask token count mismatch", field)
-    # The first row that breaks a rule: malformed (bad_row) or not a valid support.
+    return _check_supports(c, ids, rows, field, bad_row)
+
+
+def _check_supports(c: Evidence, ids: np.ndarray, rows: Ragged, field: str, bad_row: int | None = None) -> Ragged:
+    """``rows`` when each is a valid support of its token, else the first that is not (or
+    ``bad_row``, a malformed row, when every row before it is valid) fails at ``field``."""
     limit = len(ids) if bad_row is None else bad_row
     # An empty row (a zero count) is a token without a recorded support, in every form: prime-rl
-    # sends vLLM's packed mask with zero counts for positions without replay.
+    # sends vLLM's packed mask with zero counts for positions without replay (and by handle, a
+    # row of padding only).
     bad = c.kernels.first_bad_support(ids, rows, limit, absent_ok=True)
     if bad >= 0:
         c.fail("Invalid recorded sampling support", field, bad)
@@ -326,7 +340,7 @@ def _fail_head(c: Evidence, choice: dict[str, Any], field: str, bad: tuple[int, 
 
 
 def parse_compact_logprobs(
-    choice: dict[str, Any], ids: np.ndarray, k: int | None, c: Evidence
+    choice: dict[str, Any], ids: np.ndarray, k: int | None, c: Evidence, handle: Ragged | None = None
 ) -> tuple[np.ndarray, Ragged | None, Ragged | None, Ragged | None]:
     # The compiled core's plain path (_core_plain.pxi, _plain_compact) accepts the plainest valid
     # choices of compact rows without a head on its own: a rule added here must be added
@@ -365,8 +379,8 @@ def parse_compact_logprobs(
         sampled, bad = c.kernels.compact_rows(ids, row_ids, row_values, offsets)
         if bad is not None:
             c.fail(bad[1], field, bad[0])
-        return sampled, None, None, parse_sampling_mask(choice, ids, c)
-    supports = parse_sampling_mask(choice, ids, c)
+        return sampled, None, None, parse_sampling_mask(choice, ids, c, handle)
+    supports = parse_sampling_mask(choice, ids, c, handle)
     # Rows are checked in order, a row's own rules before its head: a head error in an
     # earlier row comes first, then the row error.
     sampled, top_ids, top_logprobs, bad, head_bad = c.kernels.compact_heads(
@@ -381,14 +395,15 @@ def parse_compact_logprobs(
 
 
 def parse_native_heads(
-    choice: dict[str, Any], ids: np.ndarray, k: int, c: Evidence, entries: NativeEntries | None = None
+    choice: dict[str, Any], ids: np.ndarray, k: int, c: Evidence, entries: NativeEntries | None = None,
+    handle: Ragged | None = None,
 ) -> tuple[Ragged, Ragged, Ragged | None]:
     field = "logprobs.content"
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if not isinstance(content, list) or c.logprobs_content.length != len(ids):
         c.fail("Missing requested top logprobs", field)
-    supports = parse_sampling_mask(choice, ids, c)
+    supports = parse_sampling_mask(choice, ids, c, handle)
     if entries is None:  # the sampled logprobs came from another transport
         entries = c.logprobs_content.entries
     limit = len(ids) if entries.top_err is None else entries.top_err[0]
@@ -455,10 +470,11 @@ def parse_packed_top_k(block: Any, ids: np.ndarray, c: Evidence) -> Candidates:
 
 
 def parse_top_k_heads(
-    choice: dict[str, Any], ids: np.ndarray, sampled: np.ndarray, k: int, c: Evidence
+    choice: dict[str, Any], ids: np.ndarray, sampled: np.ndarray, k: int, c: Evidence,
+    handle: Ragged | None = None,
 ) -> tuple[Ragged, Ragged, Ragged | None]:
     """The heads of packed top-k rows, as from native candidates."""
-    supports = parse_sampling_mask(choice, ids, c)
+    supports = parse_sampling_mask(choice, ids, c, handle)
     candidates = parse_packed_top_k(top_k_block(choice), ids, c)
     top_ids, top_logprobs, head_bad = c.kernels.heads(
         ids, candidates, sampled.astype(np.float64, copy=False), k, supports, len(ids))
@@ -563,6 +579,213 @@ def parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
     return RoutedExperts(_shaped(raw, value.get("shape"), dtype_name, c), start)
 
 
+# --- by-handle payloads (prime-rl's payload_dir) -------------------------------------------------
+#
+# prime-rl's server can write a choice's big per-token arrays to ``<payload_dir>/<uuid>.bin``
+# (fsynced before the response) and send, instead of the arrays, ``payload``: one segment per
+# field, ``{"field", "file", "offset", "pos", "rows", "dtype", "shape"}``, ``shape`` one row's.
+# The segments are validated without touching a file; with ``payload_root`` they are read from
+# files under that directory only, mapped read-only, and validated as the inline forms are.
+
+# Each field's dtypes and the dimensions of one of its rows.
+PAYLOAD_DTYPES: dict[str, dict[str, np.dtype[Any]]] = {
+    "routed_experts": {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2")},
+    "sampling_mask": {"int32": np.dtype("<i4")},
+    "sampling_mask_logprobs": {"float32": np.dtype("<f4")},
+}
+_ROW_FORM = {"routed_experts": "[layers, topk]", "sampling_mask": "[width]", "sampling_mask_logprobs": "[width]"}
+# The inline fields a by-handle field stands for: one of them beside it (not null) is an error.
+_INLINE = {"routed_experts": ("routed_experts",), "sampling_mask": ("sampling_mask", "kept_tokens"),
+           "sampling_mask_logprobs": ("sampling_mask_logprobs",)}
+# A mask row's padding: the ids of a row come first, then -1 up to the width.
+MASK_PAD = -1
+
+
+def prompt_length(document: dict[str, Any], prompt: np.ndarray | None) -> int | None:
+    """The prompt's token count: the length of ``prompt_token_ids``, else ``usage.prompt_tokens``
+    when it is a non-negative int, else None."""
+    if prompt is not None:
+        return len(prompt)
+    usage = document.get("usage")
+    count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return count if is_int(count) and 0 <= count <= MAX_OFFSET else None
+
+
+def _plain_name(name: Any) -> bool:
+    """Whether ``name`` names a file directly in the payload directory: a non-empty str without
+    a path separator or NUL, not ``.`` or ``..``."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+            and (os.altsep is None or os.altsep not in name) and os.sep not in name)
+
+
+def parse_payload(choice: dict[str, Any], n: int, prompt_len: int | None,
+                  c: Evidence) -> tuple[PayloadSegment, ...] | None:
+    """The choice's by-handle segments, validated without reading a file (None without
+    ``payload``): known fields, each once; a plain file name; non-negative ints (bools are
+    not) for the offset, position and rows; the field's dtype and row shape; routing rows
+    ending at ``prompt_len + n - 1`` (the last completion token is not routed), mask rows one
+    per completion token from ``prompt_len``; no inline form of the same field beside it."""
+    value = choice.get("payload")
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        c.fail("payload must be a list of segments", "payload")
+    segments: list[PayloadSegment] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(value):
+        at = f"payload[{i}]"
+        if not isinstance(item, dict):
+            c.fail("payload segment must be an object", at)
+        field = item.get("field")
+        dtypes = named(PAYLOAD_DTYPES, field)
+        if dtypes is None:
+            c.fail(f"Unknown payload field (one of {', '.join(PAYLOAD_DTYPES)})", at + ".field")
+        if field in seen:
+            c.fail(f"Duplicate payload field {field} (also payload[{seen[field]}])", at + ".field")
+        seen[field] = i
+        if not _plain_name(item.get("file")):
+            c.fail("payload file must be a file name in the payload directory (no path separator, "
+                   "not '.' or '..', not absolute)", at + ".file")
+        for key in ("offset", "pos", "rows"):
+            number = item.get(key)
+            if not is_int(number) or not 0 <= number <= MAX_OFFSET:
+                c.fail(f"payload {key} must be a non-negative int", f"{at}.{key}")
+        dtype = item.get("dtype")
+        if named(dtypes, dtype) is None:
+            c.fail(f"Unsupported {field} payload dtype ({' or '.join(dtypes)})", at + ".dtype")
+        shape = item.get("shape")
+        if (not isinstance(shape, list) or len(shape) != len(_ROW_FORM[field].split(","))
+                or not all(is_int(d) and 1 <= d <= MAX_ROUTED_WIDTH for d in shape)):
+            c.fail(f"{field} payload shape must be one row's, {_ROW_FORM[field]}: ints in [1, 2**31)",
+                   at + ".shape")
+        pos, rows = item["pos"], item["rows"]
+        if prompt_len is None:
+            c.fail("payload rows are placed by the prompt length: the response needs prompt_token_ids "
+                   "or usage.prompt_tokens", at + ".pos")
+        if field == "routed_experts":
+            end = prompt_len + n - 1
+            if pos + rows != end:
+                c.fail(f"routed_experts payload rows [{pos}, {pos + rows}) must end at prompt length + "
+                       f"completion length - 1 ({end})", at + ".rows")
+        elif pos != prompt_len or rows != n:
+            c.fail(f"{field} payload must hold one row per completion token from the prompt length: "
+                   f"pos {prompt_len} and rows {n}, not {pos} and {rows}", at + ".rows")
+        segment = PayloadSegment(field, item["file"], item["offset"], pos, rows, dtype, tuple(shape))
+        if segment.offset + segment.nbytes > MAX_OFFSET:
+            c.fail(f"payload segment bytes past 2**63 - 1 in {segment.file}", at)
+        for inline in _INLINE[field]:
+            if choice.get(inline) is not None:
+                c.fail(f"{field} sent both by handle (payload[{i}]) and inline ({inline})", inline)
+        segments.append(segment)
+    if "sampling_mask_logprobs" in seen:
+        mask = seen.get("sampling_mask")
+        if mask is None or segments[mask].shape != segments[seen["sampling_mask_logprobs"]].shape:
+            c.fail("sampling_mask_logprobs payload needs a sampling_mask payload of the same shape beside it",
+                   f"payload[{seen['sampling_mask_logprobs']}].shape")
+    return tuple(segments)
+
+
+def check_payload_overlap(located: list[tuple[int, int, PayloadSegment]]) -> None:
+    """No two segments of one file share a byte (``[offset, offset + nbytes)``); ``located``
+    holds each segment with its choice and its index in the choice's ``payload``. Sorted by
+    file and offset, each segment is compared with the furthest end before it."""
+    located = sorted((t for t in located if t[2].nbytes), key=lambda t: (t[2].file, t[2].offset, t[0], t[1]))
+    file, end, owner = None, 0, (0, 0)
+    for choice, index, segment in located:
+        if segment.file == file and segment.offset < end:
+            raise MalformedResponseError(
+                f"payload segment bytes [{segment.offset}, {segment.offset + segment.nbytes}) of "
+                f"{segment.file} overlap choices[{owner[0]}].payload[{owner[1]}]",
+                choice=choice, field=f"payload[{index}]")
+        if segment.file != file or segment.offset + segment.nbytes > end:
+            file, end, owner = segment.file, segment.offset + segment.nbytes, (choice, index)
+
+
+# The last component is never followed (a symlink swapped in after the check fails to open).
+_OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+class PayloadFiles:
+    """The payload files of one response, under one root directory: each opened once (on the
+    first segment that names it), mapped read-only, and the mapping shared by every array read
+    from it. A file must resolve (symlinks followed) to a regular file inside the root."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.realpath(root)
+        self.maps: dict[str, np.ndarray] = {}
+
+    def _open(self, name: str, c: Evidence, at: str) -> np.ndarray:
+        if not os.path.isdir(self.root):
+            c.fail(f"payload_root {self.root} is not a directory", at + ".file")
+        real = os.path.realpath(os.path.join(self.root, name))
+        if real == self.root or os.path.commonpath([self.root, real]) != self.root:
+            c.fail(f"payload file {name} resolves outside payload_root", at + ".file")
+        flags = os.O_RDONLY | _OPEN_FLAGS
+        try:
+            fd = os.open(real, flags)
+        except OSError as exc:
+            c.fail(f"payload file {name} cannot be opened: {exc.strerror}", at + ".file")
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                c.fail(f"payload file {name} is not a regular file", at + ".file")
+            if info.st_size == 0:
+                return np.zeros(0, dtype=np.uint8)
+            return np.frombuffer(mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ), dtype=np.uint8)
+        finally:
+            os.close(fd)
+
+    def read(self, segment: PayloadSegment, c: Evidence, at: str) -> np.ndarray:
+        """The segment's bytes (a read-only view of the file's mapping), or it fails naming the
+        segment when the file is shorter."""
+        data = self.maps.get(segment.file)
+        if data is None:
+            data = self.maps[segment.file] = self._open(segment.file, c, at)
+        end = segment.offset + segment.nbytes
+        if end > len(data):
+            c.fail(f"payload segment bytes [{segment.offset}, {end}) are past the end of {segment.file} "
+                   f"({len(data)} bytes)", at)
+        return data[segment.offset : end]
+
+
+def read_payload(segments: tuple[PayloadSegment, ...], ids: np.ndarray, files: PayloadFiles,
+                 c: Evidence) -> dict[str, Any]:
+    """The arrays of the segments, by field (``routed_experts``: :class:`RoutedExperts`;
+    ``sampling_mask``: int32 :class:`Ragged` without the padding, a row of padding only an
+    absent row; ``sampling_mask_logprobs``: float32 :class:`Ragged` on the mask's rows), each
+    validated by the rules of its inline form."""
+    out: dict[str, Any] = {}
+    at = {s.field: f"payload[{i}]" for i, s in enumerate(segments)}
+    data = {s.field: files.read(s, c, at[s.field]) for s in segments}
+    for segment in segments:
+        if segment.field == "routed_experts":
+            routing = _shaped(data["routed_experts"], [segment.rows, *segment.shape], segment.dtype, c)
+            out["routed_experts"] = RoutedExperts(routing, segment.pos)
+        elif segment.field == "sampling_mask":
+            grid = data["sampling_mask"].view("<i4").reshape(segment.rows, segment.shape[0])
+            kept = grid != MASK_PAD
+            # A row's ids, then padding only; no other negative value.
+            broken = np.flatnonzero((grid < MASK_PAD).any(axis=1) | (kept[:, 1:] & ~kept[:, :-1]).any(axis=1))
+            offsets = np.zeros(segment.rows + 1, dtype=np.int64)
+            np.cumsum(kept.sum(axis=1), out=offsets[1:])
+            rows = Ragged(offsets, np.ascontiguousarray(grid[kept], dtype=np.int32))
+            out["sampling_mask"] = _check_supports(c, ids, rows, at["sampling_mask"],
+                                                   int(broken[0]) if len(broken) else None)
+    if "sampling_mask_logprobs" in data:
+        segment = next(s for s in segments if s.field == "sampling_mask_logprobs")
+        mask = out["sampling_mask"]
+        grid = data["sampling_mask_logprobs"].view("<f4").reshape(segment.rows, segment.shape[0])
+        kept = data["sampling_mask"].view("<i4").reshape(segment.rows, segment.shape[0]) != MASK_PAD
+        values = np.ascontiguousarray(grid[kept], dtype=np.float32)
+        bad = c.kernels.first_bad("compact", values)
+        if bad >= 0:
+            row = int(np.searchsorted(mask.offsets, bad, side="right")) - 1
+            c.fail("sampling_mask_logprobs must be finite and at most 1e-6 at each kept id",
+                   at["sampling_mask_logprobs"], row)
+        out["sampling_mask_logprobs"] = Ragged(mask.offsets, values)
+    return out
+
+
 # --- a whole response -----------------------------------------------------------------------------
 
 
@@ -577,16 +800,21 @@ MISSING_MASK = (
 
 
 def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: bool,
-                  require_sampling_mask: bool = False) -> GenerateChoice:
+                  require_sampling_mask: bool = False, prompt_len: int | None = None,
+                  files: PayloadFiles | None = None) -> GenerateChoice:
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
     ids = checked_int_list(c, c.token_ids, "token_ids", "token_ids must hold token ids in [0, 2**32)")
-    if require_sampling_mask and _mask_field(choice) is None:
+    segments = parse_payload(choice, len(ids), prompt_len, c)
+    by_handle = {s.field for s in segments or ()}
+    if require_sampling_mask and _mask_field(choice) is None and "sampling_mask" not in by_handle:
         c.fail(MISSING_MASK, "sampling_mask")
+    handle = read_payload(segments, ids, files, c) if segments and files is not None else {}
+    held = handle.get("sampling_mask")
     top_ids = top_logprobs = None
     consumed = list(_CONSUMED)
     if choice.get("compact_logprobs") is not None:
-        logprobs, top_ids, top_logprobs, mask = parse_compact_logprobs(choice, ids, k, c)
+        logprobs, top_ids, top_logprobs, mask = parse_compact_logprobs(choice, ids, k, c, held)
         check_other_transports(c, choice, ids, "compact_logprobs", logprobs, k)
         consumed.append("compact_logprobs")
     else:
@@ -603,13 +831,13 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
             if logprobs is None:
                 c.fail("Missing requested top logprobs: packed top-k rows need the sampled "
                        "logprobs beside them (logprobs.sampled or completion_logprobs)", "logprobs.sampled")
-            top_ids, top_logprobs, mask = parse_top_k_heads(choice, ids, logprobs, k, c)
+            top_ids, top_logprobs, mask = parse_top_k_heads(choice, ids, logprobs, k, c, held)
             consumed.append("logprobs")
         elif k is not None:
-            top_ids, top_logprobs, mask = parse_native_heads(choice, ids, k, c, entries)
+            top_ids, top_logprobs, mask = parse_native_heads(choice, ids, k, c, entries, held)
             consumed.append("logprobs")
         else:
-            mask = parse_sampling_mask(choice, ids, c)
+            mask = parse_sampling_mask(choice, ids, c, held)
             if top_k_block(choice) is not None:  # validated without a head asked for
                 parse_packed_top_k(top_k_block(choice), ids, c)
         if logprobs is not None and "completion_logprobs" not in consumed:
@@ -622,10 +850,12 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         completion_top_ids=top_ids,
         completion_top_logprobs=top_logprobs,
         sampling_mask=mask,
-        routed_experts=parse_routed_experts(routed, c) if routed is not None else None,
+        routed_experts=parse_routed_experts(routed, c) if routed is not None else handle.get("routed_experts"),
         finish_reason=choice.get("finish_reason"),
         raw=_raw(c, choice, consumed),
         sampling_mask_present=None if mask is None else mask.offsets[1:] != mask.offsets[:-1],
+        payload=segments,
+        sampling_mask_logprobs=handle.get("sampling_mask_logprobs"),
     )
 
 
@@ -644,11 +874,12 @@ def _raw(c: Evidence, choice: dict[str, Any], consumed: list[str]) -> dict[str, 
 
 
 def parse_document(document: Any, k: int | None, require_logprobs: bool, evidence: Any = None,
-                   require_sampling_mask: bool = False) -> GenerateResponse:
+                   require_sampling_mask: bool = False, payload_root: str | None = None) -> GenerateResponse:
     """Validate a parsed response. ``evidence(index, value)`` gives the :class:`Evidence` of
     each choice (index None: the top level, value the document); by default
     :func:`extract_choice` reads it from the parsed document, one choice at a time, as the
-    rules reach it."""
+    rules reach it. With ``payload_root`` (a checked path), by-handle segments are read from
+    files under it."""
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
     read = evidence or (lambda index, value: extract_choice(index, value, k))
@@ -660,8 +891,11 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
     choices = document.get("choices")
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
-    parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs, require_sampling_mask)
+    prompt_len = prompt_length(document, prompt)
+    files = None if payload_root is None else PayloadFiles(payload_root)
+    parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs, require_sampling_mask, prompt_len, files)
               for i, choice in enumerate(choices)]
+    check_payload_overlap([(i, j, s) for i, p in enumerate(parsed) for j, s in enumerate(p.payload or ())])
     return response_of(document, parsed, prompt, "request_id")
 
 
@@ -679,8 +913,11 @@ def response_of(document: dict[str, Any], choices: list[GenerateChoice], prompt:
 
 
 def parse_generate_response(
-    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, require_sampling_mask: bool = False
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, require_sampling_mask: bool = False,
+    payload_root: Any = None,
 ) -> GenerateResponse:
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
-    return parse_document(load_document(raw), k, require_logprobs, require_sampling_mask=require_sampling_mask)
+    root = check_payload_root(payload_root)
+    return parse_document(load_document(raw), k, require_logprobs, require_sampling_mask=require_sampling_mask,
+                          payload_root=root)
