@@ -202,3 +202,20 @@ def test_routing_alone_and_a_missing_file(impl, tmp_path):
 def test_payload_root_must_be_a_path(impl):
     with pytest.raises(TypeError):
         impl.parse_generate_response(_body(None), payload_root=b"/tmp")
+
+
+def test_heads_read_the_mask_by_handle_as_inline(impl, tmp_path):
+    """With ``top_k`` the by-handle mask is the heads' support, as the same mask inline."""
+    segments, arrays = _server_file(tmp_path)
+    # Each token's candidates; over a recorded support they normalize (row 1 has none).
+    candidates = {7: {7: 0.75, 3: 0.25, 5: 0.01}, 8: {8: 0.5, 4: 0.2, 6: 0.1}, 9: {9: 0.5, 2: 0.3, 8: 0.2}}
+    content = [{"token": f"token_id:{t}", "logprob": float(np.log(candidates[t][t])), "top_logprobs": [
+        {"token": f"token_id:{i}", "logprob": float(np.log(p))} for i, p in candidates[t].items()]} for t in IDS]
+    inline = [[int(i) for i in row if i >= 0] for row in arrays["sampling_mask"]]
+    by_handle = impl.parse_generate_response(_body(segments, logprobs={"content": content}), top_k=1,
+                                             payload_root=tmp_path).choices[0]
+    sent = impl.parse_generate_response(_body(None, logprobs={"content": content}, sampling_mask=inline),
+                                        top_k=1).choices[0]
+    assert by_handle.sampling_mask.to_lists() == sent.sampling_mask.to_lists() == inline
+    assert by_handle.completion_top_ids.to_lists() == sent.completion_top_ids.to_lists()
+    assert by_handle.completion_top_logprobs.to_lists() == sent.completion_top_logprobs.to_lists()
