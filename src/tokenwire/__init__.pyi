@@ -36,9 +36,11 @@ def parse_generate_response(
         payload_root: the directory of prime-rl's by-handle payload files (the server's
             ``payload_dir`` as this process sees it). A choice's ``payload`` segments are
             always validated and returned as ``payload``; with ``payload_root`` their rows are
-            also read, from files inside this directory only (no absolute path, ``..`` or
-            symlink out of it), memory-mapped read-only, into ``routed_experts``,
-            ``sampling_mask`` and ``sampling_mask_logprobs``. Default None: no file is read.
+            also read, from files inside this directory only (a relative path under it, an
+            absolute one only if it resolves inside it; no ``..`` or symlink out of it), into
+            memory the result owns (not mapped), as ``routed_experts``,
+            ``routed_expert_weights``, ``sampling_mask`` and ``sampling_mask_logprobs``.
+            Default None: no file is read.
 
     Returns:
         GenerateResponse: one GenerateChoice per entry of ``choices``, with
