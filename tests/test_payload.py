@@ -264,6 +264,19 @@ def test_a_dtype_or_row_shape_that_is_not_the_fields(impl, tmp_path, index, key,
     assert (err.choice, err.field) == (0, f"payload[{index}].{key}")
 
 
+def test_an_empty_completion(impl, tmp_path):
+    """No completion token: a mask segment of no rows is its one closing offset, which must
+    still lie inside the file."""
+    (tmp_path / NAME).write_bytes(np.array([4], dtype="<u4").tobytes())
+    body = json.loads(_body([["sampling_mask", NAME, 0, len(PROMPT), 0, "uint32", []]]))
+    body["choices"][0].update(token_ids=[], logprobs={"content": []})
+    choice = impl.parse_generate_response(json.dumps(body).encode(), payload_root=tmp_path).choices[0]
+    assert choice.sampling_mask.to_lists() == []
+    (tmp_path / NAME).write_bytes(np.array([8], dtype="<u4").tobytes())
+    err = _fails(impl, json.dumps(body).encode(), payload_root=tmp_path)
+    assert (err.field, err.token) == ("payload[0]", None) and "past the end" in err.reason
+
+
 def test_ragged_rows_may_be_declared_one_offset_wide(impl, tmp_path):
     segments, _ = _server_file(tmp_path)
     for segment, dtype in zip(segments[2:], ("int32", "float32")):

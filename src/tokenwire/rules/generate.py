@@ -918,6 +918,9 @@ def read_payload(segments: tuple[PayloadSegment, ...], ids: np.ndarray, files: P
             c.fail(f"{segment.field} payload offsets {int(bounds[row])} and {int(bounds[row + 1])} of row {row} {reason}",
                    at[i], segment.pos + row - prompt_len)
         if int(bounds[-1]) > opened[i].size:
+            if not segment.rows:  # no row: its one offset is past the end
+                c.fail(f"{segment.field} payload offset {int(bounds[0])} is past the end of {segment.file} "
+                       f"({opened[i].size} bytes)", at[i])
             row = int(np.flatnonzero(bounds[1:] > opened[i].size)[0])
             c.fail(f"{segment.field} payload row {row} ends at byte {int(bounds[row + 1])}, past the end of "
                    f"{segment.file} ({opened[i].size} bytes)", at[i], segment.pos + row - prompt_len)
@@ -940,7 +943,7 @@ def read_payload(segments: tuple[PayloadSegment, ...], ids: np.ndarray, files: P
         out["sampling_mask"] = _mask_rows(segments, fields["sampling_mask"], starts, values, ids, c, at)
     if "sampling_mask_logprobs" in fields:
         out["sampling_mask_logprobs"] = _mask_logprob_rows(segments, fields["sampling_mask_logprobs"], starts, values,
-                                                           out["sampling_mask"], prompt_len, c, at)
+                                                           out["sampling_mask"], c, at)
     return out
 
 
@@ -1015,8 +1018,7 @@ def _mask_rows(segments: tuple[PayloadSegment, ...], indices: list[int], starts:
 
 
 def _mask_logprob_rows(segments: tuple[PayloadSegment, ...], indices: list[int], starts: dict[int, np.ndarray],
-                       values: list[np.ndarray], mask: Ragged, prompt_len: int, c: Evidence,
-                       at: list[str]) -> Ragged:
+                       values: list[np.ndarray], mask: Ragged, c: Evidence, at: list[str]) -> Ragged:
     """The mask logprobs' float32 rows: as wide as the mask's, each finite and at most 1e-6."""
     rows, firsts = _ragged_rows(segments, indices, starts, values, "<f4")
     differ = np.flatnonzero(np.diff(rows.offsets) != np.diff(mask.offsets))
