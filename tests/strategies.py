@@ -43,6 +43,12 @@ STRICTER_THAN_RENDERERS = {
     "native.unicode_digits",
     "bytes.truncate",
     "bytes.flip",
+    # renderers does not read prime-rl's by-handle payload segments.
+    "payload.rows",
+    "payload.dtype",
+    "payload.form",
+    "payload.file",
+    "payload.offset",
 }
 
 
@@ -215,6 +221,8 @@ def _mutations(choice: dict[str, Any]) -> list[str]:
         names += ["kept.count", "kept.dup", "kept.sampled_missing", "kept.negative"]
     if "routed_experts" in choice:
         names += ["routed.shape", "routed.dtype", "routed.start", "routed.base64", "routed.npy_header"]
+    if "payload" in choice:
+        names += ["payload.rows", "payload.dtype", "payload.form", "payload.file", "payload.offset"]
     return names
 
 
@@ -284,6 +292,39 @@ def _apply(choice: dict[str, Any], name: str, draw) -> None:
             routed["start"] = draw(st.sampled_from([-1, 1.5, "0", True]))
         elif name == "routed.base64":
             routed["data"] = "@" + routed["data"][1:]
+    elif name.startswith("payload."):
+        _apply_payload(choice["payload"], name[8:], draw)
+
+
+# prime-rl's PayloadSegment members, in the order of its array form.
+SEGMENT_KEYS = ("field", "file", "offset", "pos", "rows", "dtype", "shape")
+
+
+def add_payload(choice: dict[str, Any], index: int, prompt_len: int, draw) -> None:
+    """prime-rl's by-handle segments for a choice without inline routing or mask: routing rows
+    and their weights (when any position is routed), then the mask as CSR, in one file per
+    choice, as arrays or objects. Parsed without ``payload_root``: no file is read."""
+    n = len(choice["token_ids"])
+    file = f"/shared/payload/choice-{index}.bin"
+    segments: list[list[Any]] = []
+    offset = 0
+    if prompt_len + n >= 1:
+        rows = prompt_len + n - 1
+        segments += [["routed_experts", file, 0, 0, rows, "uint8", [2, 2]],
+                     ["routed_expert_weights", file, rows * 4, 0, rows, "float32", [2, 2]]]
+        offset = rows * 20
+    segments.append(["sampling_mask", file, offset, prompt_len, n, "uint32", []])
+    objects = draw(st.booleans())
+    choice["payload"] = [dict(zip(SEGMENT_KEYS, s)) if objects else s for s in segments]
+
+
+def _apply_payload(segments: list[Any], name: str, draw) -> None:
+    segment = segments[draw(st.integers(0, len(segments) - 1))]
+    if name == "form":  # a member missing
+        del segment[-1 if isinstance(segment, list) else "shape"]
+        return
+    at = name if isinstance(segment, dict) else SEGMENT_KEYS.index(name)
+    segment[at] = segment[at] + 1 if name == "rows" else {"dtype": "int64", "file": "", "offset": True}[name]
 
 
 def _apply_compact(packed: dict[str, Any], name: str, n: int, draw) -> None:
@@ -478,11 +519,15 @@ def cases(draw, *, mutate: bool | None = None, newer: bool = True) -> Case:
     k = draw(st.sampled_from([None, None, 1, 2, 3, 5, 8, 20, 32]))
     count = draw(st.integers(1, 3))
     chosen = [draw(choices(i, k, newer)) for i in range(count)]
-    document: Any = samples.response(chosen, prompt_tokens=draw(st.integers(0, 6)), seed=draw(st.integers(0, 99)))
+    prompt_len = draw(st.integers(0, 6))
+    for i, choice in enumerate(chosen):
+        inline = ("routed_experts", "sampling_mask", "kept_tokens")
+        if newer and not any(key in choice for key in inline) and draw(st.integers(0, 3)) == 0:
+            add_payload(choice, i, prompt_len, draw)
+    document: Any = samples.response(chosen, prompt_tokens=prompt_len, seed=draw(st.integers(0, 99)))
     if newer and draw(st.integers(0, 5)) == 0:
         # vLLM's teacher scores: a (rows, K) float32 .npy, now and then with NaN or too many rows.
-        prompt = len(document["prompt_token_ids"])
-        rows = draw(st.integers(0, max(prompt - 1, 0) + draw(st.sampled_from([0, 0, 0, 1]))))
+        rows = draw(st.integers(0, max(prompt_len - 1, 0) + draw(st.sampled_from([0, 0, 0, 1]))))
         matrix = np.full((rows, draw(st.integers(0, 3))), draw(st.sampled_from([-0.5, -np.inf, np.nan])), np.float32)
         buffer = io.BytesIO()
         np.save(buffer, matrix)

@@ -61,7 +61,8 @@ def test_docstring_examples_run(impl, name):
 
 
 def test_result_type_examples_run():
-    for cls in (tokenwire.GenerateResponse, tokenwire.GenerateChoice, tokenwire.Ragged, tokenwire.RoutedExperts):
+    for cls in (tokenwire.GenerateResponse, tokenwire.GenerateChoice, tokenwire.Ragged, tokenwire.RoutedExperts,
+                tokenwire.PayloadSegment):
         test = doctest.DocTestParser().get_doctest(cls.__doc__, {"tokenwire": tokenwire, "np": __import__("numpy")},
                                                    cls.__name__, None, 0)
         runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)

@@ -20,7 +20,7 @@ from ._select import (
     parse_sglang_generate_response,
 )
 from ._select import kernels as _kernels
-from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
+from ._types import GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
 from ._writer import (
     Blob,
     dumps_generate_response,
@@ -43,6 +43,7 @@ __all__ = [
     "GenerateChoice",
     "GenerateResponse",
     "MalformedResponseError",
+    "PayloadSegment",
     "Ragged",
     "RoutedExperts",
     "Verdict",

@@ -1,3 +1,4 @@
+import os
 from typing import Any
 
 import numpy as np
@@ -6,6 +7,7 @@ from ._audit import Verdict as Verdict
 from ._errors import MalformedResponseError as MalformedResponseError
 from ._types import GenerateChoice as GenerateChoice
 from ._types import GenerateResponse as GenerateResponse
+from ._types import PayloadSegment as PayloadSegment
 from ._types import Ragged as Ragged
 from ._types import RoutedExperts as RoutedExperts
 
@@ -16,6 +18,7 @@ _impl: Any  # the implementation module in use (the compiled core or the referen
 def parse_generate_response(
     raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ...,
     require_sampling_mask: bool = ..., prompt_logprob_start: int | None = ..., teacher_logits: bool = ...,
+    payload_root: str | os.PathLike[str] | None = ...,
 ) -> GenerateResponse:
     """Parse and validate a vLLM ``/inference/v1/generate`` response body.
 
@@ -36,20 +39,29 @@ def parse_generate_response(
             (without it, at most ``prompt_len - 1``, when the response has the prompt ids).
         teacher_logits: the server runs a logits ``--logprobs-mode``: the teacher matrix may
             hold positive values (never NaN or +inf).
+        payload_root: the directory of prime-rl's by-handle payload files (the server's
+            ``payload_dir`` as this process sees it). A choice's ``payload`` segments are
+            always validated and returned as ``payload``; with ``payload_root`` their rows are
+            also read, from files inside this directory only (a relative path under it, an
+            absolute one only if it resolves inside it; no ``..`` or symlink out of it), into
+            memory the result owns (not mapped), as ``routed_experts``,
+            ``routed_expert_weights``, ``sampling_mask`` and ``sampling_mask_logprobs``.
+            Default None: no file is read.
 
     Returns:
         GenerateResponse: one GenerateChoice per entry of ``choices``, with
         ``completion_ids`` (int64), ``completion_logprobs`` (float32 or float64), the heads,
         ``sampling_mask`` (from ``sampling_mask`` or ``kept_tokens``, with
-        ``sampling_mask_present``) and ``routed_experts`` when present; the response's
-        ``prompt_token_id_logprobs`` (float32 ``(rows, K)``) when it carries teacher scores.
+        ``sampling_mask_present``) and ``routed_experts`` when present, and ``payload`` (the
+        by-handle segments) when sent; the response's ``prompt_token_id_logprobs`` (float32
+        ``(rows, K)``) when it carries teacher scores.
 
     Raises:
         MalformedResponseError: the response breaks the contract (invalid JSON, a missing or
             misaligned field, a logprob that is not sampling evidence, a head that breaks the
             selection rules); its ``choice``, ``field`` and ``token`` say where.
         ValueError: ``top_k`` is not a positive int or None.
-        TypeError: ``raw`` is neither str nor bytes-like.
+        TypeError: ``raw`` is neither str nor bytes-like, or ``payload_root`` is not a path.
 
     Example:
         >>> body = (b'{"choices":[{"token_ids":[7,8],"logprobs":{"content":['

@@ -4,6 +4,7 @@ naming the argument, before any kernel sees the value."""
 from __future__ import annotations
 
 import operator
+import os
 import re
 from typing import Any
 
@@ -100,3 +101,17 @@ def check_top_k(top_k: Any) -> int | None:
     if top_k is not None and (type(top_k) is not int or top_k < 1):
         raise ValueError(f"top_k must be a positive int or None, not {top_k!r}")
     return top_k
+
+
+def check_payload_root(payload_root: Any) -> str | None:
+    """``payload_root`` as a str path or None: a str or an ``os.PathLike`` of one (never bytes)."""
+    if payload_root is None:
+        return None
+    if not isinstance(payload_root, (str, os.PathLike)):
+        raise TypeError(f"payload_root must be a str or os.PathLike path or None, not {type(payload_root).__name__}")
+    root = os.fspath(payload_root)
+    if not isinstance(root, str):
+        raise TypeError(f"payload_root must be a str path, not {type(root).__name__}")
+    if not root or "\0" in root:
+        raise ValueError(f"payload_root must be a directory path, not {root!r}")
+    return root

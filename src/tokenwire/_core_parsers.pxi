@@ -4,10 +4,11 @@
 
 
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_sampling_mask=False,
-                            prompt_logprob_start=None, teacher_logits=False):
+                            prompt_logprob_start=None, teacher_logits=False, payload_root=None):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
     start = check_start(prompt_logprob_start)
+    root = check_payload_root(payload_root)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         scan = _Scan()
@@ -18,7 +19,7 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_s
                 return plain
         top, read = _evidence_records(scan, document, _choices_of(document), k, _GENERATE)
         return _generate.parse_document(document, k, require_logprobs, _lookup(top, read, _table.GENERATE, k),
-                                        require_sampling_mask, start, bool(teacher_logits))
+                                        require_sampling_mask, start, bool(teacher_logits), root)
     finally:
         PyDataMem_SetHandler(previous)
 

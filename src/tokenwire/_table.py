@@ -104,6 +104,8 @@ FIELDS: tuple[Field, ...] = (
           base64=True, result="routed_experts"),
     Field("RE_DATA", CHOICE, ("routed_experts", "data"), BLOB, _G, "routed_experts_data",
           blank="string", base64=True, result="routed_experts"),
+    # prime-rl's by-handle segments (rows in files under payload_root): the rules read the value.
+    Field("PAYLOAD", CHOICE, ("payload",), VALUE, _G, "payload", result="payload"),
     # Choices of the OpenAI-compatible endpoints (/v1/completions, /v1/chat/completions).
     Field("PROMPT_IDS", CHOICE, ("prompt_token_ids",), IDS, _O, "prompt_token_ids", high=TOKEN_ID,
           read="ints", result="prompt_token_ids"),

@@ -10,7 +10,7 @@ from typing import Any, overload
 
 import numpy as np
 
-__all__ = ["GenerateChoice", "GenerateResponse", "Ragged", "RoutedExperts"]
+__all__ = ["GenerateChoice", "GenerateResponse", "PayloadSegment", "Ragged", "RoutedExperts"]
 
 # The per-token loops in use (the compiled core's or the reference's): they build Ragged rows,
 # so they sit above these types, which never import them; the selector hands them over.
@@ -189,6 +189,62 @@ class RoutedExperts:
     start: int | None = None
 
 
+# prime-rl's ragged payload fields: a segment's rows are uint32 file offsets (CSR), the values
+# lie where they point.
+RAGGED_PAYLOAD_FIELDS = ("sampling_mask", "sampling_mask_logprobs")
+# The size of one such offset, and the offset after the last row that closes a ragged segment.
+PAYLOAD_OFFSET_SIZE = 4
+
+
+@dataclass(frozen=True)
+class PayloadSegment:
+    """One by-handle segment of a choice (prime-rl's ``payload``): ``rows`` consecutive rows of
+    ``field`` for the token positions ``[pos, pos + rows)``, stored from byte ``offset`` of
+    ``file`` (a path, resolved under ``payload_root`` when the rows are read).
+
+    A fixed-width field (``routed_experts``, ``routed_expert_weights``) stores its rows there,
+    a C-contiguous ``dtype`` array shaped ``(rows, *shape)``: ``shape`` is one row's. A ragged
+    field (``sampling_mask``, ``sampling_mask_logprobs``) stores ``rows + 1`` uint32 absolute
+    file offsets there (``dtype`` and ``shape`` make a 4-byte row): row ``i``'s values lie
+    between offsets ``i`` and ``i + 1``, elsewhere in the file.
+
+    Example:
+        >>> routing = tokenwire.PayloadSegment("routed_experts", "r1.bin", 0, 0, 6, "uint8", (2, 3))
+        >>> routing.row_bytes, routing.nbytes
+        (6, 36)
+        >>> mask = tokenwire.PayloadSegment("sampling_mask", "r1.bin", 36, 4, 3, "uint32", ())
+        >>> mask.ragged, mask.row_bytes, mask.nbytes
+        (True, 4, 16)
+    """
+
+    field: str
+    file: str
+    offset: int
+    pos: int
+    rows: int
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def ragged(self) -> bool:
+        """Whether the rows are file offsets of ragged values (the sampling mask fields)."""
+        return self.field in RAGGED_PAYLOAD_FIELDS
+
+    @property
+    def row_bytes(self) -> int:
+        """The bytes of one row at ``offset``: the dtype's size times the row shape's product."""
+        size = int(np.dtype(self.dtype).itemsize)
+        for dim in self.shape:
+            size *= dim
+        return size
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the segment spans from ``offset``: ``rows * row_bytes``, and for a ragged
+        field the closing offset's 4 more (its values lie where the offsets point)."""
+        return self.rows * self.row_bytes + (PAYLOAD_OFFSET_SIZE if self.ragged else 0)
+
+
 @dataclass(eq=False)
 class GenerateChoice:
     """One choice of a parsed response: the validated per-token evidence of one completion.
@@ -210,9 +266,16 @@ class GenerateChoice:
         sampling_mask_present: with ``sampling_mask``, whether each token has a kept set
             (bool, shape ``(n,)``; every one for ``sampling_mask``, the non-zero counts for
             ``kept_tokens``); else None.
-        routed_experts: MoE routing replay (:class:`RoutedExperts`), if sent.
+        routed_experts: MoE routing replay (:class:`RoutedExperts`), if sent (inline, or by
+            handle when the parser was given ``payload_root``).
+        routed_expert_weights: the router's weight of each routed expert (float32, shaped
+            and positioned as ``routed_experts.array``), when read by handle; else None.
         finish_reason: as sent (``"stop"``, ``"length"``, ...; SGLang's ``type``).
         raw: the choice's other fields, not validated.
+        payload: the choice's by-handle segments (prime-rl's ``payload``), validated, as a
+            tuple of :class:`PayloadSegment`; None when the choice has none.
+        sampling_mask_logprobs: the sampler's logprob of each kept id (float32
+            :class:`Ragged`, rows aligned with ``sampling_mask``), when read by handle; else None.
 
     Example:
         >>> body = (b'{"choices":[{"token_ids":[3],"completion_logprobs":null,"logprobs":'
@@ -232,6 +295,9 @@ class GenerateChoice:
     finish_reason: Any = None
     raw: dict[str, Any] = field(default_factory=dict)
     sampling_mask_present: np.ndarray | None = None
+    payload: tuple[PayloadSegment, ...] | None = None
+    sampling_mask_logprobs: Ragged | None = None
+    routed_expert_weights: np.ndarray | None = None
 
 
 @dataclass(eq=False)
