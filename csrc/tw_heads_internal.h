@@ -34,12 +34,6 @@
 #include <arm_neon.h>
 #endif
 
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(_WIN32) && !defined(__CYGWIN__)
-#define TW_INTERNAL __attribute__((visibility("hidden")))
-#else
-#define TW_INTERNAL
-#endif
-
 /* vLLM's value for a filtered-out candidate. */
 #define HEAD_SENTINEL (-9999.0)
 /* select_head's thresholds: the head's mass, and the support's normalization tolerance. */

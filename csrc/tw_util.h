@@ -29,6 +29,14 @@
 #define TW_ALWAYS_INLINE
 #endif
 
+/* A function shared by the files of one kernel, not by the library's users: external linkage,
+   hidden from the shared library where the compiler can say so. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(_WIN32) && !defined(__CYGWIN__)
+#define TW_INTERNAL __attribute__((visibility("hidden")))
+#else
+#define TW_INTERNAL
+#endif
+
 /* Every byte 0x01 / every byte's high bit, for 8-byte SWAR. */
 #define TW_ONES UINT64_C(0x0101010101010101)
 #define TW_HIGH UINT64_C(0x8080808080808080)

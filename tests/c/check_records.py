@@ -1,7 +1,7 @@
 """Differential check of the record readers (csrc/tw_records.c, tw_number.c) against the
 pure-Python reference, on every path this CPU has (TW_PATH_*, tw_cpu.h).
 
-Builds tw_scan.c + tw_records.c + tw_number.c (and a small C shim) into a shared library in /tmp,
+Builds the scanner, the record readers and tw_number.c (and a small C shim) into a shared library in /tmp,
 loads it with ctypes, and checks:
 
   * the 128-bit power-of-five table (csrc/tw_pow5_table.h, as its generator
@@ -184,7 +184,8 @@ def build(sanitize: bool, portable: bool = False) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     shim = OUT / "shim.c"
     shim.write_text(SHIM)
-    return clib.build(OUT, "twrecords", ["tw_scan.c", "tw_records.c", "tw_number.c", "tw_base64.c", shim],
+    return clib.build(OUT, "twrecords", ["tw_scan.c", "tw_scan_values.c", "tw_records.c", "tw_number.c",
+                                                  "tw_base64.c", shim],
                       sanitize=sanitize, portable=portable)
 
 

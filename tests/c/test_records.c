@@ -8,8 +8,8 @@
  *   /tmp/test_records --fuzz N              the same with N random mutations
  *   /tmp/test_records --bench file.json ... kernel time on choices[0]
  *
- * This file includes csrc/tw_scan.c, tw_number.c and tw_records.c itself
- * (link none of them), with realloc redirected so that allocation failures
+ * This file includes the scanner's, tw_number.c's and the record readers'
+ * files itself (link none of them), with realloc redirected so that allocation failures
  * can be injected.  Every test runs on every path this CPU has (TW_PATH_*,
  * scanner and readers alike); build it with -DTW_NO_SIMD too for a build
  * with the portable code only.
@@ -39,6 +39,7 @@ static int g_path = TW_PATH_AUTO;
 static long g_inject = -1; /* g_fail_after during run()'s parse */
 #define tw_mem_realloc test_realloc
 #include "../../csrc/tw_scan.c"
+#include "../../csrc/tw_scan_values.c"
 #include "../../csrc/tw_number.c"
 #include "../../csrc/tw_records.c"
 #undef tw_mem_realloc
