@@ -184,8 +184,8 @@ def build(sanitize: bool, portable: bool = False) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     shim = OUT / "shim.c"
     shim.write_text(SHIM)
-    return clib.build(OUT, "twrecords", ["tw_scan.c", "tw_scan_values.c", "tw_records.c", "tw_number.c",
-                                                  "tw_base64.c", shim],
+    return clib.build(OUT, "twrecords", ["tw_scan.c", "tw_scan_values.c", "tw_records.c", "tw_records_rows.c",
+                                                  "tw_number.c", "tw_base64.c", shim],
                       sanitize=sanitize, portable=portable)
 
 

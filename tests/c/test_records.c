@@ -1,5 +1,5 @@
 /*
- * Standalone tests and benchmark for the record readers (csrc/tw_records.c)
+ * Standalone tests and benchmark for the record readers (csrc/tw_records.c, tw_records_rows.c)
  * and the number conversion (csrc/tw_number.c).
  *
  *   make -C tests/c records-test    (rules in tests/c/Makefile), or:
@@ -42,6 +42,7 @@ static long g_inject = -1; /* g_fail_after during run()'s parse */
 #include "../../csrc/tw_scan_values.c"
 #include "../../csrc/tw_number.c"
 #include "../../csrc/tw_records.c"
+#include "../../csrc/tw_records_rows.c"
 #undef tw_mem_realloc
 
 #include "tw_flood.h"
