@@ -1,5 +1,5 @@
 /*
- * Standalone tests and benchmark for head selection: csrc/tw_heads.c, tw_compact_candidates.c,
+ * Standalone tests and benchmark for head selection: csrc/rules/tw_heads.c, tw_compact_candidates.c,
  * tw_compact_heads.c, tw_sum.c, tw_exp.c and tw_rank.c (included below, so that allocation
  * failures can be injected; tw_validate.c is linked).
  *
@@ -29,12 +29,12 @@
 #define tw_mem_alloc(n) test_malloc(n)
 #define tw_mem_calloc(n, s) test_calloc(n, s)
 #define tw_mem_realloc(p, n) test_realloc(p, n)
-#include "../../csrc/tw_sum.c"
-#include "../../csrc/tw_exp.c"
-#include "../../csrc/tw_rank.c"
-#include "../../csrc/tw_heads.c"
-#include "../../csrc/tw_compact_candidates.c"
-#include "../../csrc/tw_compact_heads.c"
+#include "../../csrc/rules/tw_sum.c"
+#include "../../csrc/rules/tw_exp.c"
+#include "../../csrc/rules/tw_rank.c"
+#include "../../csrc/rules/tw_heads.c"
+#include "../../csrc/rules/tw_compact_candidates.c"
+#include "../../csrc/rules/tw_compact_heads.c"
 #undef tw_mem_alloc
 #undef tw_mem_calloc
 #undef tw_mem_realloc

@@ -1,6 +1,6 @@
 /*
- * Standalone tests and benchmark for the record readers (csrc/tw_records.c, tw_records_rows.c)
- * and the number conversion (csrc/tw_number.c).
+ * Standalone tests and benchmark for the record readers (csrc/wire/tw_records.c, tw_records_rows.c)
+ * and the number conversion (csrc/codecs/tw_number.c).
  *
  *   make -C tests/c records-test    (rules in tests/c/Makefile), or:
  *   cc -O2 -Wall -Wextra -std=c11 -Icsrc -o /tmp/test_records tests/c/test_records.c
@@ -38,11 +38,11 @@ static int g_path = TW_PATH_AUTO;
 /* Allocation failure injection (g_fail_after, tw_check.h) for every realloc. */
 static long g_inject = -1; /* g_fail_after during run()'s parse */
 #define tw_mem_realloc test_realloc
-#include "../../csrc/tw_scan.c"
-#include "../../csrc/tw_scan_values.c"
-#include "../../csrc/tw_number.c"
-#include "../../csrc/tw_records.c"
-#include "../../csrc/tw_records_rows.c"
+#include "../../csrc/json/tw_scan.c"
+#include "../../csrc/json/tw_scan_values.c"
+#include "../../csrc/codecs/tw_number.c"
+#include "../../csrc/wire/tw_records.c"
+#include "../../csrc/wire/tw_records_rows.c"
 #undef tw_mem_realloc
 
 #include "tw_flood.h"

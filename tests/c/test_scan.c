@@ -1,5 +1,5 @@
 /*
- * Standalone tests and benchmark for the structural scanner (csrc/tw_scan.c, tw_scan_values.c).
+ * Standalone tests and benchmark for the structural scanner (csrc/json/tw_scan.c, tw_scan_values.c).
  *
  *   make -C tests/c scan-test      (rules in tests/c/Makefile), or:
  *   cc -O2 -Wall -Wextra -std=c11 -Icsrc -o /tmp/test_scan tests/c/test_scan.c
@@ -7,7 +7,7 @@
  *   /tmp/test_scan --fuzz N [file.json ...] the same with N random mutations
  *   /tmp/test_scan --bench [file.json ...]  throughput of every path
  *
- * This file includes csrc/tw_scan.c and tw_scan_values.c itself (do not link them again), with
+ * This file includes csrc/json/tw_scan.c and tw_scan_values.c itself (do not link them again), with
  * realloc redirected so that allocation failures can be injected.
  *
  * Every input is copied to the very end of an exactly-sized heap block, so
@@ -27,8 +27,8 @@
 /* Allocation failure injection (g_fail_after, tw_check.h) for every realloc and malloc. */
 #define tw_mem_realloc test_realloc
 #define tw_mem_alloc test_malloc
-#include "../../csrc/tw_scan.c"
-#include "../../csrc/tw_scan_values.c"
+#include "../../csrc/json/tw_scan.c"
+#include "../../csrc/json/tw_scan_values.c"
 #undef tw_mem_realloc
 #undef tw_mem_alloc
 

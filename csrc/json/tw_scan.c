@@ -24,8 +24,8 @@
  * lifetime, the stripped copy, the recorded values read again) is
  * tw_scan_values.c.
  */
-#include "tw_scan_internal.h"
-#include "tw_base64.h"
+#include "json/tw_scan_internal.h"
+#include "codecs/tw_base64.h"
 
 
 /* ------------------------------------------------------------------------ */
@@ -42,7 +42,7 @@ enum {
     TWS_C_SGL_ITEMS, /* SGLang: the root array of items */
     TWS_C_SGL_ITEM,  /* SGLang: an item (the root object, or an element) */
 #define TWS_CONTEXT(name, path) TWS_C_##name,
-#include "tw_fields.def"
+#include "json/tw_fields.def"
     TWS_NCONTEXTS
 };
 typedef char tws_contexts_fit_a_byte[(TWS_NCONTEXTS <= 256) ? 1 : -1];
@@ -51,7 +51,7 @@ typedef char tws_contexts_fit_a_byte[(TWS_NCONTEXTS <= 256) ? 1 : -1];
 enum {
     TWS_T_NONE = 0,
 #define TWS_ROOT(name, path) TWS_T_##name,
-#include "tw_fields.def"
+#include "json/tw_fields.def"
     TWS_T_F0
 };
 #define TWS_F(f) (TWS_T_F0 + (f))
@@ -66,7 +66,7 @@ typedef char tws_targets_fit_a_mask[(TWS_T_F0 + TW_NFIELDS <= 64) ? 1 : -1];
    TWS_READ_MASK (a sampling_mask list read so), TWS_READ_RECORDS (handed to the content
    reader). */
 #define TWS_SET(name, targets) static const uint64_t TWS_##name = (targets);
-#include "tw_fields.def"
+#include "json/tw_fields.def"
 
 typedef struct {
     uint8_t ctx;      /* container the key is in */
@@ -82,7 +82,7 @@ typedef struct {
 static const tws_rule TWS_RULES[] = {
 #define TWS_KEY(ctx, name, tgt, cobj, carr, clear) \
     {TWS_C_##ctx, (uint8_t)(sizeof(name) - 1), name, tgt, TWS_C_##cobj, TWS_C_##carr, clear},
-#include "tw_fields.def"
+#include "json/tw_fields.def"
 };
 
 #define TWS_MAX_KEY 24 /* longer (unescaped) keys match nothing */

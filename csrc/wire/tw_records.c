@@ -20,7 +20,7 @@
  * tw_records_internal.h; the OpenAI-compatible and SGLang readers in
  * tw_records_rows.c.
  */
-#include "tw_records_internal.h"
+#include "wire/tw_records_internal.h"
 
 /* ------------------------------------------------------------------------ */
 /* Objects                                                                   */

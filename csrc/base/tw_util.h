@@ -9,7 +9,7 @@
 #include <intrin.h>
 #endif
 
-#include "tw_cpu.h"
+#include "base/tw_cpu.h"
 
 #ifdef TW_X86_SIMD
 #include <emmintrin.h>

@@ -19,13 +19,13 @@
 #ifndef TW_RECORDS_INTERNAL_H
 #define TW_RECORDS_INTERNAL_H
 
-#include "tw_records.h"
-#include "tw_cpu.h"
-#include "tw_hash.h"
-#include "tw_json.h"
-#include "tw_mem.h"
-#include "tw_number.h"
-#include "tw_util.h"
+#include "wire/tw_records.h"
+#include "base/tw_cpu.h"
+#include "base/tw_hash.h"
+#include "json/tw_json.h"
+#include "base/tw_mem.h"
+#include "codecs/tw_number.h"
+#include "base/tw_util.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -23,9 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tw_cpu.h"
-#include "tw_heads.h"
-#include "tw_util.h"
+#include "base/tw_cpu.h"
+#include "rules/tw_heads.h"
+#include "base/tw_util.h"
 
 #ifdef TW_X86_SIMD
 #include <immintrin.h>

@@ -20,10 +20,10 @@
 #ifndef TW_SCAN_INTERNAL_H
 #define TW_SCAN_INTERNAL_H
 
-#include "tw_scan.h"
-#include "tw_cpu.h"
-#include "tw_mem.h"
-#include "tw_util.h"
+#include "json/tw_scan.h"
+#include "base/tw_cpu.h"
+#include "base/tw_mem.h"
+#include "base/tw_util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,7 +4,7 @@
  * read during the scan, the stripped copy, and the recorded values read again from the bytes
  * the scan validated (integer arrays, nested arrays, array elements, unescaped strings).
  */
-#include "tw_scan_internal.h"
+#include "json/tw_scan_internal.h"
 
 /* ------------------------------------------------------------------------ */
 /* The document                                                              */

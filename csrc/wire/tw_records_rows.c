@@ -6,7 +6,7 @@
  * rows of candidates read for heads: SGLang's (tw_rec_triple_heads) and the completions
  * format's {"token_id:N": logprob} objects (tw_rec_keyed_heads).
  */
-#include "tw_records_internal.h"
+#include "wire/tw_records_internal.h"
 
 /* ------------------------------------------------------------------------ */
 /* Flat arrays of the OpenAI-compatible completions format                   */
