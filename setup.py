@@ -1,4 +1,4 @@
-"""Build the compiled core (src/tokenwire/_core.pyx over csrc/*.c).
+"""Build the compiled core (src/tokenwire/_core.pyx over csrc/<layer>/*.c).
 
 Without a working C compiler the build falls back to the pure-Python reference and says so;
 the wheel it then makes holds no compiled code and is tagged ``py3-none-any``, so no installer
@@ -104,9 +104,11 @@ def extensions():
         macros.append(("NDEBUG", "1"))
     ext = Extension(
         "tokenwire._core",
-        sources=["src/tokenwire/_core.pyx", *sorted(glob("csrc/*.c"))],
+        # csrc/ in folders by layer; every include names its folder ("json/tw_scan.h").
+        sources=["src/tokenwire/_core.pyx", *sorted(glob("csrc/**/*.c", recursive=True))],
         include_dirs=["csrc", numpy.get_include()],
-        depends=sorted(glob("csrc/*.h") + glob("csrc/*.def") + glob("src/tokenwire/*.px[di]")),
+        depends=sorted(glob("csrc/**/*.h", recursive=True) + glob("csrc/**/*.def", recursive=True)
+                       + glob("src/tokenwire/*.px[di]")),
         define_macros=macros,
         extra_compile_args=compile_args,
         extra_link_args=link_args,

@@ -1,7 +1,7 @@
-"""Write csrc/tw_pow5_table.h: the 128-bit powers of five of the exact decimal-to-double
-conversion (csrc/tw_number.c).
+"""Write csrc/codecs/tw_pow5_table.h: the 128-bit powers of five of the exact decimal-to-double
+conversion (csrc/codecs/tw_number.c).
 
-    python3 csrc/gen_pow5_table.py [OUTPUT]     (default: csrc/tw_pow5_table.h)
+    python3 csrc/gen_pow5_table.py [OUTPUT]     (default: csrc/codecs/tw_pow5_table.h)
 
 T(q) for q in [QMIN, QMAX]: for q >= 0 the top 128 bits of 5^q (truncated; exact up to
 q = 55); for q < 0, floor(2^(127 + bitlen(5^-q)) / 5^-q). In both cases
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 QMIN, QMAX = -343, 308
-OUTPUT = Path(__file__).resolve().parent / "tw_pow5_table.h"
+OUTPUT = Path(__file__).resolve().parent / "codecs" / "tw_pow5_table.h"
 
 
 def pow5_entry(q: int) -> int:

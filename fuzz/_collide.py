@@ -1,5 +1,5 @@
 """Responses of ids and keys built to collide under the fixed hashes the compiled core's tables
-once slotted with (csrc/tw_hash.h replaced them): a table with such a hash lines them all up in
+once slotted with (csrc/base/tw_hash.h replaced them): a table with such a hash lines them all up in
 one probe cluster. Shared by fuzz_collide.py, the seeds (_common.py) and
 tests/test_hash_flooding.py."""
 

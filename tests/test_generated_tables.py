@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "csrc"
 
 
-@pytest.mark.parametrize("generator, output", [("gen_pow5_table.py", "tw_pow5_table.h")])
+@pytest.mark.parametrize("generator, output", [("gen_pow5_table.py", "codecs/tw_pow5_table.h")])
 def test_generated_table_is_up_to_date(generator, output, tmp_path):
-    fresh = tmp_path / output
+    fresh = tmp_path / Path(output).name
     subprocess.run([sys.executable, str(CSRC / generator), str(fresh)], check=True)
     assert fresh.read_bytes() == (CSRC / output).read_bytes(), (
         f"csrc/{output} differs from its generator's output: run python3 csrc/{generator}")
@@ -26,7 +26,7 @@ def test_wire_table_outputs_are_up_to_date(tmp_path):
     writes from the wire table (src/tokenwire/_table.py)."""
     subprocess.run([sys.executable, str(CSRC / "gen_fields.py"), str(tmp_path)], check=True)
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert written == sorted(["csrc/tw_fields.def", "src/tokenwire/_fields.pxi", "tests/c/tw_fields.py"])
+    assert written == sorted(["csrc/json/tw_fields.def", "src/tokenwire/_fields.pxi", "tests/c/tw_fields.py"])
     for name in written:
         assert (tmp_path / name).read_bytes() == (ROOT / name).read_bytes(), (
             f"{name} differs from what the wire table gives: run python3 csrc/gen_fields.py")

@@ -4,7 +4,7 @@ Every hash table of the compiled core takes ids or keys the response chooses. Ea
 is built from the constants the tables once slotted with (fuzz/_collide.py: a fixed
 multiplier's inverse, the ids whose fixed 64-bit product has its top bits zero, FNV-1a keys
 that share their low bits): a table with such a hash lines them up in one probe cluster and
-takes quadratic time, the keyed hashes of csrc/tw_hash.h do not.
+takes quadratic time, the keyed hashes of csrc/base/tw_hash.h do not.
 Each input is parsed at size n and 4n; a linear parse takes about 4x as long, a quadratic
 one 16x. The bound (8x) is a ratio of two timings in one process, minimum of three runs
 each, with Python's cyclic collector paused (as tests/test_complexity.py)."""
@@ -40,7 +40,7 @@ def _response(shape, ids) -> bytes:
 
 
 def _compact_rows(n: int) -> bytes:
-    """The row checks alone (no head): the compact-row table of csrc/tw_validate.c."""
+    """The row checks alone (no head): the compact-row table of csrc/rules/tw_validate.c."""
     ids = collide.ids_one_cluster32(n)
     return collide.compact(ids, collide.distinct_values(n), ids[0], 0)
 

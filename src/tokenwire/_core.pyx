@@ -37,7 +37,7 @@ cnp.import_array()
 
 
 cdef _seed_hashes():
-    # The secret of every table whose keys a response chooses (csrc/tw_hash.h), drawn once.
+    # The secret of every table whose keys a response chooses (csrc/base/tw_hash.h), drawn once.
     cdef bytes key = os.urandom(32)
     tw_hash_seed(<const uint8_t *><const char *>key)
 

@@ -1,14 +1,14 @@
-# The C kernels' headers (csrc/tw_*.h), as the compiled core (_core.pyx) uses them: cimported
+# The C kernels' headers (csrc/<layer>/tw_*.h), as the compiled core (_core.pyx) uses them: cimported
 # there with ``from ._csrc cimport *``. Plain C, no Python API; every function is callable
 # without the GIL. The TW_F_* field ids come from the generated _fields.pxi instead.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
-cdef extern from "tw_hash.h" nogil:
+cdef extern from "base/tw_hash.h" nogil:
     int tw_hash_seed(const uint8_t *key)
 
 
-cdef extern from "tw_mem.h" nogil:
+cdef extern from "base/tw_mem.h" nogil:
     void *tw_mem_alloc(size_t n)
     void *tw_mem_calloc(size_t count, size_t size)
     void *tw_mem_realloc(void *p, size_t n)
@@ -19,7 +19,7 @@ cdef extern from "tw_mem.h" nogil:
     void tw_mem_get_stats(tw_mem_stats *out)
 
 
-cdef extern from "tw_cpu.h" nogil:
+cdef extern from "base/tw_cpu.h" nogil:
     enum:
         TW_PATH_AUTO
         TW_PATH_SCALAR
@@ -31,7 +31,7 @@ cdef extern from "tw_cpu.h" nogil:
     const char *tw_path_name(int path)
 
 
-cdef extern from "tw_base64.h" nogil:
+cdef extern from "codecs/tw_base64.h" nogil:
     ptrdiff_t tw_b64_decoded_size(const char *src, size_t len)
     ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst, size_t cap, int path,
                             size_t *err_pos)
@@ -39,7 +39,7 @@ cdef extern from "tw_base64.h" nogil:
     size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
 
 
-cdef extern from "tw_scan.h" nogil:
+cdef extern from "json/tw_scan.h" nogil:
     enum:
         TW_OK
         TW_ERR_SYNTAX
@@ -90,7 +90,7 @@ cdef extern from "tw_scan.h" nogil:
     int tw_array_element(const char *buf, const tw_value *v, size_t index, size_t *start, size_t *end)
 
 
-cdef extern from "tw_heads.h" nogil:
+cdef extern from "rules/tw_heads.h" nogil:
     enum:
         TW_HEAD_NOMEM
     ptrdiff_t tw_select_heads(size_t n, const int64_t *coff, const int64_t *cand_ids,
@@ -113,7 +113,7 @@ cdef extern from "tw_heads.h" nogil:
                               int64_t *cand_ids, double *cand_lps, int simd)
 
 
-cdef extern from "tw_records.h" nogil:
+cdef extern from "wire/tw_records.h" nogil:
     ctypedef struct tw_rec_result:
         ptrdiff_t sampled_err
         int sampled_code
@@ -157,7 +157,7 @@ cdef extern from "tw_records.h" nogil:
                     tw_rec_cands *cands, tw_rec_result *res)
 
 
-cdef extern from "tw_validate.h" nogil:
+cdef extern from "rules/tw_validate.h" nogil:
     enum:
         TW_ROW_OK
         TW_ROW_REPEAT_DISAGREE

@@ -6,7 +6,7 @@ base64, read its integers), and under which name the evidence of a choice holds 
 there. Everything else is derived from these rows:
 
 - ``csrc/gen_fields.py`` writes from them the C field enum and the scanner's path rules
-  (``csrc/tw_fields.def``), the Cython field ids (``src/tokenwire/_fields.pxi``) and the
+  (``csrc/json/tw_fields.def``), the Cython field ids (``src/tokenwire/_fields.pxi``) and the
   ctypes mirror the C checks use (``tests/c/tw_fields.py``); the written files are checked in
   and ``tests/test_generated_tables.py`` writes them again and compares;
 - both extractors (the compiled core and :mod:`tokenwire.extract.python`) fill one evidence

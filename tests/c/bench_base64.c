@@ -1,12 +1,12 @@
 /*
- * Throughput benchmark for csrc/tw_base64.c (see Makefile: make bench).
+ * Throughput benchmark for csrc/codecs/tw_base64.c (see Makefile: make bench).
  *   ./bench_base64 [min_seconds_per_case]
  * For each encoded size S (1 KiB, 64 KiB, 16 MiB) it times decoding S
  * characters and encoding 3S/4 bytes (S characters out), and prints GB/s
  * counted in base64 characters, median of several batches.
  */
 #define _POSIX_C_SOURCE 199309L
-#include "tw_base64.h"
+#include "codecs/tw_base64.h"
 
 #include <stdio.h>
 #include <stdlib.h>

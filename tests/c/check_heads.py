@@ -1,4 +1,4 @@
-"""Differential check of csrc/tw_heads.c (and the files split from it) against the reference's
+"""Differential check of csrc/rules/tw_heads.c (and the files split from it) against the reference's
 select_head.
 
 Builds them into a shared library in /tmp, loads it with ctypes and compares, on
@@ -62,8 +62,8 @@ PATH_NAMES = {1: "scalar", 2: "avx2", 3: "avx512", 4: "neon"}
 
 
 def build(sanitize: bool) -> Path:
-    sources = ["tw_heads.c", "tw_compact_candidates.c", "tw_compact_heads.c", "tw_sum.c",
-               "tw_exp.c", "tw_rank.c", "tw_validate.c"]
+    sources = [f"rules/{name}" for name in ("tw_heads.c", "tw_compact_candidates.c", "tw_compact_heads.c",
+                                            "tw_sum.c", "tw_exp.c", "tw_rank.c", "tw_validate.c")]
     return clib.build(OUT, "twheads", sources, sanitize=sanitize)
 
 

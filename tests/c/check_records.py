@@ -1,10 +1,10 @@
-"""Differential check of the record readers (csrc/tw_records.c, tw_number.c) against the
+"""Differential check of the record readers (csrc/wire/tw_records.c, tw_number.c) against the
 pure-Python reference, on every path this CPU has (TW_PATH_*, tw_cpu.h).
 
-Builds tw_scan.c + tw_records.c + tw_number.c (and a small C shim) into a shared library in /tmp,
+Builds the scanner, the record readers and tw_number.c (and a small C shim) into a shared library in /tmp,
 loads it with ctypes, and checks:
 
-  * the 128-bit power-of-five table (csrc/tw_pow5_table.h, as its generator
+  * the 128-bit power-of-five table (csrc/codecs/tw_pow5_table.h, as its generator
     csrc/gen_pow5_table.py writes it) and the exponent formula of tw_number.c
     against exact integer arithmetic;
   * tw_number_parse against float() on random decimal literals: 1-25 digits,
@@ -78,9 +78,9 @@ getcontext().prec = 2000
 SHIM = r"""
 #include <stdlib.h>
 #include <string.h>
-#include "tw_scan.h"
-#include "tw_records.h"
-#include "tw_mem.h"
+#include "json/tw_scan.h"
+#include "wire/tw_records.h"
+#include "base/tw_mem.h"
 
 typedef struct {
     long long serr, scode, terr, tcode, ncand, total, rc, count_rc;
@@ -184,7 +184,9 @@ def build(sanitize: bool, portable: bool = False) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     shim = OUT / "shim.c"
     shim.write_text(SHIM)
-    return clib.build(OUT, "twrecords", ["tw_scan.c", "tw_records.c", "tw_number.c", "tw_base64.c", shim],
+    return clib.build(OUT, "twrecords", ["json/tw_scan.c", "json/tw_scan_values.c", "wire/tw_records.c",
+                                                  "wire/tw_records_rows.c", "codecs/tw_number.c",
+                                                  "codecs/tw_base64.c", shim],
                       sanitize=sanitize, portable=portable)
 
 
@@ -248,8 +250,8 @@ def bits(x: float) -> int:
 # ---------------------------------------------------------------------------
 
 def check_table() -> None:
-    src = (ROOT / "csrc" / "tw_pow5_table.h").read_text()
-    assert src == gen_pow5_table.render(), "csrc/tw_pow5_table.h differs from its generator's output"
+    src = (ROOT / "csrc" / "codecs" / "tw_pow5_table.h").read_text()
+    assert src == gen_pow5_table.render(), "csrc/codecs/tw_pow5_table.h differs from its generator's output"
     rows = re.findall(r"\{0x([0-9a-f]{16})u, 0x([0-9a-f]{16})u\}, /\* (-?\d+) \*/", src)
     assert len(rows) == QMAX - QMIN + 1, f"table has {len(rows)} rows"
     for hi, lo, q in rows:

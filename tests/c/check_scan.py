@@ -1,6 +1,6 @@
-"""Differential check of csrc/tw_scan.c against orjson.
+"""Differential check of csrc/json/tw_scan.c against orjson.
 
-Builds tw_scan.c into a shared library in /tmp, loads it with ctypes, and for
+Builds the scanner (tw_scan.c, tw_scan_values.c) into a shared library in /tmp, loads it with ctypes, and for
 thousands of generated documents (random response-like JSON written with random
 whitespace, escapes, duplicate keys and decoys; tricky numbers and strings; nesting
 around orjson's depth limit; random mutations and truncations of those and of
@@ -112,7 +112,7 @@ MASK_FIELD = FIELD_ID["SAMPLING_MASK"]
 
 
 def build(sanitize: bool) -> Path:
-    return clib.build(OUT, "twscan", ["tw_scan.c", "tw_base64.c"], sanitize=sanitize)
+    return clib.build(OUT, "twscan", ["json/tw_scan.c", "json/tw_scan_values.c", "codecs/tw_base64.c"], sanitize=sanitize)
 
 
 class Scanner:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Differential check of csrc/tw_base64.c against CPython's base64 module.
+"""Differential check of csrc/codecs/tw_base64.c against CPython's base64 module.
 
 Builds the C file as a shared library in a temporary directory (or loads the
 one given with --lib), then compares, on every available path:
@@ -26,7 +26,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "..", "..", "csrc")
-SRC = [os.path.join(CSRC, "tw_base64.c"), os.path.join(CSRC, "tw_cpu.c")]
+SRC = [os.path.join(CSRC, "codecs", "tw_base64.c"), os.path.join(CSRC, "base", "tw_cpu.c")]
 ALPHA = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 EXCESS_PAD = re.compile(rb"(?:[A-Za-z0-9+/]{4})*=+")
 
@@ -34,7 +34,7 @@ EXCESS_PAD = re.compile(rb"(?:[A-Za-z0-9+/]{4})*=+")
 def build(tmpdir):
     cc = os.environ.get("CC", "cc")
     out = os.path.join(tmpdir, "libtw_base64.so")
-    subprocess.check_call([cc, "-O2", "-shared", "-fPIC", "-o", out, *SRC])
+    subprocess.check_call([cc, "-O2", "-shared", "-fPIC", "-I", CSRC, "-o", out, *SRC])
     return out
 
 

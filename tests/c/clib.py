@@ -16,14 +16,14 @@ CSRC = ROOT / "csrc"
 
 def build(out: Path, name: str, sources: Sequence[str | Path], *, sanitize: bool,
           portable: bool = False) -> Path:
-    """Compile ``sources`` (names in csrc/, or paths) into ``out``/lib<name>[_san][_portable].so
+    """Compile ``sources`` (paths below csrc/ such as "json/tw_scan.c", or paths) into ``out``/lib<name>[_san][_portable].so
     with the project's warnings as errors; ``sanitize`` adds ASan + UBSan (no recovery),
     ``portable`` builds without SIMD. TW_CHECK_OUT, when set, is the folder instead of ``out``."""
     out = Path(os.environ.get("TW_CHECK_OUT") or out)
     out.mkdir(parents=True, exist_ok=True)
     lib = out / f"lib{name}{'_san' if sanitize else ''}{'_portable' if portable else ''}.so"
     cmd = [os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-           "-I", str(CSRC), *(str(s if isinstance(s, Path) else CSRC / s) for s in [*sources, "tw_mem.c", "tw_cpu.c", "tw_hash.c"]),
+           "-I", str(CSRC), *(str(s if isinstance(s, Path) else CSRC / s) for s in [*sources, "base/tw_mem.c", "base/tw_cpu.c", "base/tw_hash.c"]),
            "-o", str(lib), "-lm"]
     if sanitize:
         cmd += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
@@ -37,7 +37,7 @@ def build(out: Path, name: str, sources: Sequence[str | Path], *, sanitize: bool
 
 
 def load(lib: Path) -> ctypes.CDLL:
-    """The library, its tables' hash secret drawn (csrc/tw_hash.h) as the compiled module
+    """The library, its tables' hash secret drawn (csrc/base/tw_hash.h) as the compiled module
     draws it at import."""
     dll = ctypes.CDLL(str(lib))
     dll.tw_hash_seed.argtypes = [ctypes.c_char_p]

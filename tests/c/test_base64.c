@@ -1,5 +1,5 @@
 /*
- * Standalone tests for csrc/tw_base64.c: every available path is compared
+ * Standalone tests for csrc/codecs/tw_base64.c: every available path is compared
  * with a slow reference codec written directly from the rules.
  *
  *   make -C tests/c test        (or see tests/c/Makefile for the build line)
@@ -9,7 +9,7 @@
  * are followed by guard bytes, so out-of-bounds reads show up under
  * ASan/valgrind and out-of-bounds writes as guard failures.
  */
-#include "tw_base64.h"
+#include "codecs/tw_base64.h"
 
 #include <stdio.h>
 #include <stdlib.h>

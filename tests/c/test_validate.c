@@ -1,5 +1,5 @@
 /*
- * Standalone tests for csrc/tw_validate.c's row checks: tw_compact_rows and tw_support_rows
+ * Standalone tests for csrc/rules/tw_validate.c's row checks: tw_compact_rows and tw_support_rows
  * on every path this CPU has, each compared with TW_PATH_SCALAR (the portable hash table and
  * pairwise / sorted repeat checks) over random responses built to hit every verdict: ids
  * from small alphabets (repeats everywhere), values from a small set (equal and unequal
@@ -10,9 +10,9 @@
  *   test_validate [ROUNDS]
  */
 #include "tw_check.h"
-#include "tw_cpu.h"
+#include "base/tw_cpu.h"
 #include "tw_flood.h"
-#include "tw_validate.h"
+#include "rules/tw_validate.h"
 
 #include <math.h>
 #include <stdint.h>

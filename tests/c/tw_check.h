@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "../../csrc/tw_cpu.h"
-#include "../../csrc/tw_mem.h"
+#include "../../csrc/base/tw_cpu.h"
+#include "../../csrc/base/tw_mem.h"
 
 #ifndef TW_CHECK_MAX_REPORTS
 #define TW_CHECK_MAX_REPORTS 40

@@ -1,5 +1,5 @@
 /* The C tests' hash secret, and inputs built to flood the fixed hashes the tables once had
-   (the test programs that link csrc/tw_hash.c include this). */
+   (the test programs that link csrc/base/tw_hash.c include this). */
 #ifndef TW_FLOOD_H
 #define TW_FLOOD_H
 
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../csrc/tw_hash.h"
+#include "../../csrc/base/tw_hash.h"
 
 /* The secret from TW_HASH_SEED (a number: a failing run is repeated with the seed it
    printed), else from /dev/urandom, spread over 32 bytes by splitmix64. */

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tw_cpu.h"
+#include "base/tw_cpu.h"
 
 /* vLLM's missing/clamped logprob value. */
 #define TW_SENTINEL (-9999.0)

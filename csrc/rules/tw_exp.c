@@ -3,7 +3,7 @@
  * one per target: double precision on the scalar path (fast_exp), single precision
  * polynomials on the vector paths. A path's kernels are called through exps().
  */
-#include "tw_heads_internal.h"
+#include "rules/tw_heads_internal.h"
 
 #include <string.h>
 

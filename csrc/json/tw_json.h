@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tw_cpu.h"
-#include "tw_util.h"
+#include "base/tw_cpu.h"
+#include "base/tw_util.h"
 
 #ifdef TW_X86_SIMD
 #include <emmintrin.h>

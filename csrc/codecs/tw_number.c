@@ -30,10 +30,10 @@
  * Build switch (for tests): TWN_NO_INT128 selects the portable 64x64->128
  * multiplication.
  */
-#include "tw_number.h"
-#include "tw_cpu.h"
-#include "tw_pow5_table.h"
-#include "tw_util.h"
+#include "codecs/tw_number.h"
+#include "base/tw_cpu.h"
+#include "codecs/tw_pow5_table.h"
+#include "base/tw_util.h"
 
 #include <math.h>
 #include <string.h>

@@ -15,288 +15,20 @@
  * checks every byte as the scan would and stores each entry's fields and
  * candidates in the tw_doc, from which tw_rec_take answers as tw_rec_parse
  * would; the document is then walked once instead of twice.
+ *
+ * The keys, ids and objects' fields the readers share are in
+ * tw_records_internal.h; the OpenAI-compatible and SGLang readers in
+ * tw_records_rows.c.
  */
-#include "tw_records.h"
-#include "tw_cpu.h"
-#include "tw_hash.h"
-#include "tw_json.h"
-#include "tw_mem.h"
-#include "tw_number.h"
-#include "tw_util.h"
-
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-/* ------------------------------------------------------------------------ */
-/* Keys and ids                                                              */
-/* ------------------------------------------------------------------------ */
-
-enum { TWR_K_OTHER, TWR_K_TOKEN, TWR_K_TOKEN_ID, TWR_K_LOGPROB, TWR_K_TOP, TWR_K_SLP };
-
-static inline int twr_classify(const uint8_t *s, size_t n)
-{
-    switch (n) {
-    case 5:
-        return memcmp(s, "token", 5) == 0 ? TWR_K_TOKEN : TWR_K_OTHER;
-    case 7:
-        return memcmp(s, "logprob", 7) == 0 ? TWR_K_LOGPROB : TWR_K_OTHER;
-    case 8:
-        return memcmp(s, "token_id", 8) == 0 ? TWR_K_TOKEN_ID : TWR_K_OTHER;
-    case 12:
-        return memcmp(s, "top_logprobs", 12) == 0 ? TWR_K_TOP : TWR_K_OTHER;
-    case 16:
-        return memcmp(s, "sampling_logprob", 16) == 0 ? TWR_K_SLP : TWR_K_OTHER;
-    default:
-        return TWR_K_OTHER;
-    }
-}
-
-/* p just after the opening quote of a key: the position after its closing
-   quote with *kind its class when the key is one of the usual ones (read 8
-   bytes at a time; their text is printable ASCII, a valid string), else NULL. */
-static inline const uint8_t *twr_usual_key(const uint8_t *p, const uint8_t *e, int *kind)
-{
-    if (TW_LIKELY(e - p >= 16)) {
-        const uint64_t m48 = (UINT64_C(1) << 48) - 1, m40 = (UINT64_C(1) << 40) - 1;
-        uint64_t a = tw_load_le64(p);
-        if ((a & m48) == (tw_load_le64((const uint8_t *)"token\"\0") & m48)) {
-            *kind = TWR_K_TOKEN;
-            return p + 6;
-        }
-        if (a == tw_load_le64((const uint8_t *)"logprob\"")) {
-            *kind = TWR_K_LOGPROB;
-            return p + 8;
-        }
-        if ((a & m48) == (tw_load_le64((const uint8_t *)"bytes\"\0") & m48)) {
-            *kind = TWR_K_OTHER;
-            return p + 6;
-        }
-        if (a == tw_load_le64((const uint8_t *)"top_logp") &&
-            (tw_load_le64(p + 8) & m40) == (tw_load_le64((const uint8_t *)"robs\"\0\0\0") & m40)) {
-            *kind = TWR_K_TOP;
-            return p + 13;
-        }
-        if (a == tw_load_le64((const uint8_t *)"token_id") && p[8] == '"') {
-            *kind = TWR_K_TOKEN_ID;
-            return p + 9;
-        }
-    }
-    return NULL;
-}
-
-/* p just after the opening quote of a key: the position after its closing
-   quote, *kind its class. */
-static inline const uint8_t *twr_key(const uint8_t *p, const uint8_t *e, int *kind, int simd)
-{
-    const uint8_t *r, *end;
-    uint8_t tmp[17];
-    size_t n = 0;
-    r = twr_usual_key(p, e, kind);
-    if (r)
-        return r;
-    r = twj_find_qb(p, e, simd);
-    if (TW_LIKELY(r < e && *r == '"')) {
-        *kind = twr_classify(p, (size_t)(r - p));
-        return r + 1;
-    }
-    /* escapes: decode (ASCII only, at most 16 characters can match) */
-    end = twj_skip_string(p, e, simd);
-    *kind = TWR_K_OTHER;
-    if (end <= p)
-        return end;
-    {
-        const uint8_t *s = p, *se = end - 1;
-        while (s < se) {
-            uint32_t c = twj_next_char(&s, se);
-            if (c >= 0x80 || n == sizeof tmp)
-                return end;
-            tmp[n++] = (uint8_t)c;
-        }
-    }
-    *kind = twr_classify(tmp, n);
-    return end;
-}
-
-#define TWR_MAX_ID UINT64_C(0xFFFFFFFF)
-static const char TWR_TOKEN_PREFIX[] = "token_id:";
-
-/* Id named by the token string body [s, se) without escapes, or -1. */
-static inline int64_t twr_token_raw(const uint8_t *s, const uint8_t *se)
-{
-    uint64_t v = 0;
-    if (se - s < 10 || memcmp(s, TWR_TOKEN_PREFIX, 9) != 0)
-        return -1;
-    for (s += 9; s < se; s++) {
-        unsigned d = (unsigned)(*s - '0');
-        if (d >= 10u)
-            return -1;
-        v = v * 10 + d;
-        if (v > TWR_MAX_ID)
-            break;
-    }
-    for (; s < se; s++) /* too large: still all digits? either way no id */
-        if (!tw_is_digit(*s))
-            return -1;
-    return v > TWR_MAX_ID ? -1 : (int64_t)v;
-}
-
-/* Same with escapes decoded. */
-static int64_t twr_token_escaped(const uint8_t *s, const uint8_t *se)
-{
-    uint64_t v = 0;
-    size_t i = 0;
-    while (s < se) {
-        uint32_t c = twj_next_char(&s, se);
-        if (i < 9) {
-            if (c != (uint8_t)TWR_TOKEN_PREFIX[i])
-                return -1;
-        } else {
-            if (c - '0' >= 10u)
-                return -1;
-            if (v <= TWR_MAX_ID)
-                v = v * 10 + (c - '0');
-        }
-        i++;
-    }
-    return i < 10 || v > TWR_MAX_ID ? -1 : (int64_t)v;
-}
-
-/* p just after the opening quote of a "token" value: the position after
-   the closing quote, *id the id it names or -1. */
-static inline const uint8_t *twr_token(const uint8_t *p, const uint8_t *e, int64_t *id, int simd)
-{
-    const uint8_t *r, *end;
-    if (TW_LIKELY(e - p >= 24) && tw_load_le64(p) == tw_load_le64((const uint8_t *)"token_id") &&
-        p[8] == ':') {
-        /* "token_id:" and 1..7 digits then the closing quote */
-        uint64_t x = tw_load_le64(p + 9);
-        uint64_t nd = tw_nondigit8(x);
-        if (nd) {
-            unsigned d = tw_ctz64(nd) / 8; /* first non-digit */
-            if (d && p[9 + d] == '"') {
-                *id = (int64_t)tw_short_digits(p + 9, d);
-                return p + 10 + d;
-            }
-        }
-    }
-    r = twj_find_qb(p, e, simd);
-    if (TW_LIKELY(r < e && *r == '"')) {
-        *id = twr_token_raw(p, r);
-        return r + 1;
-    }
-    end = twj_skip_string(p, e, simd);
-    *id = end > p ? twr_token_escaped(p, end - 1) : -1;
-    return end;
-}
-
-/* The id an integer literal [s, d) names (in [0, 2^32); "-0" is 0), or -1. */
-static inline int64_t twr_int_id(const uint8_t *s, const uint8_t *d)
-{
-    int neg = *s == '-';
-    uint64_t v = 0;
-    s += neg;
-    if (d - s > 10)
-        return -1;
-    for (; s < d; s++)
-        v = v * 10 + (uint64_t)(*s - '0');
-    return v <= TWR_MAX_ID && !(neg && v) ? (int64_t)v : -1;
-}
-
-/* p at a "token_id" value: the position after it, *id the id (an integer
-   literal in [0, 2^32); "-0" is 0) or -1. */
-static inline const uint8_t *twr_token_id(const uint8_t *p, const uint8_t *e, int64_t *id, int simd)
-{
-    const uint8_t *s = p + (*p == '-'), *d;
-    *id = -1;
-    if (s >= e || !tw_is_digit(*s))
-        return twj_skip_value(p, e, simd);
-    d = tw_digits(s, e, simd);
-    if (d < e && (*d == '.' || (*d | 0x20) == 'e'))
-        return twj_skip_value(p, e, simd); /* a float */
-    *id = twr_int_id(p, d);
-    return d;
-}
+#include "wire/tw_records_internal.h"
 
 /* ------------------------------------------------------------------------ */
 /* Objects                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Fields of one entry or candidate object (last occurrence of each key). */
-typedef struct {
-    int64_t tid, tok; /* id from "token_id" / "token", -1 if not an id */
-    double lp, slp;   /* "logprob", "sampling_logprob" */
-    uint8_t has_tid, lp_ok;
-    uint8_t lp_kind, slp_kind; /* TW_REC_V_* of those values */
-} twr_obj;
-
-/* p at a value: its TW_REC_V_* class (a number is read by the caller). */
-static inline uint8_t twr_kind(uint8_t c)
-{
-    switch (c) {
-    case 'n': return TW_REC_V_NULL;
-    case '"': return TW_REC_V_STRING;
-    case 't': case 'f': return TW_REC_V_BOOL;
-    case '[': return TW_REC_V_ARRAY;
-    case '{': return TW_REC_V_OBJECT;
-    default: return TW_REC_V_NUMBER;
-    }
-}
-
-/* The candidates of one entry: written from k0; code is the entry's
-   candidates verdict (TW_REC_MISSING_TOP until an array is read). */
-typedef struct {
-    size_t k0, k;
-    int code;
-} twr_top;
-
-typedef struct {
-    const uint8_t *e;
-    tw_rec_cands *c;
-    uint64_t *ht; /* duplicate-id table for long candidate lists */
-    size_t ht_alloc;
-    int nomem;
-    int simd; /* 0 on TW_PATH_SCALAR, 1 on the SIMD paths */
-} twr_ctx;
-
 #define TWR_LINEAR 64 /* candidates per entry checked with the bloom + scan */
 
-static int twr_room(twr_ctx *x, size_t k)
-{
-    tw_rec_cands *c = x->c;
-    size_t ncap;
-    void *q;
-    if (k < c->cap)
-        return 1;
-    if (!c->grow) {
-        x->nomem = 1;
-        return 0;
-    }
-    ncap = c->cap < 1024 ? 1024 : c->cap;
-    while (ncap <= k) {
-        if (ncap > SIZE_MAX / 2 / sizeof(double)) {
-            x->nomem = 1;
-            return 0;
-        }
-        ncap *= 2;
-    }
-    q = tw_mem_realloc(c->ids, ncap * sizeof(int64_t));
-    if (!q) {
-        x->nomem = 1;
-        return 0;
-    }
-    c->ids = (int64_t *)q;
-    q = tw_mem_realloc(c->lps, ncap * sizeof(double));
-    if (!q) {
-        x->nomem = 1;
-        return 0;
-    }
-    c->lps = (double *)q;
-    c->cap = ncap;
-    return 1;
-}
-
-/* The bloom filter's hash (twr_seen): fixed, as the filter is only asked about the first
+/* The bloom filter's hash (tw_rec_seen): fixed, as the filter is only asked about the first
    TWR_LINEAR candidates of an entry; ids chosen to hit it cost at most TWR_LINEAR compares
    each. */
 static inline unsigned twr_bloom_hash(int64_t id)
@@ -345,15 +77,6 @@ static size_t twr_ht_build(twr_ctx *x, const int64_t *ids, size_t k0, size_t k)
     return mask;
 }
 
-static const uint8_t *twr_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top);
-
-/* The id an entry or candidate names: its last "token_id" when it has one, else the id
-   its "token" names; -1 for none. */
-static inline int64_t twr_obj_id(const twr_obj *o)
-{
-    return o->has_tid ? o->tid : o->tok;
-}
-
 /* An object with none of the fields read yet. */
 static inline void twr_obj_init(twr_obj *o)
 {
@@ -365,22 +88,10 @@ static inline void twr_obj_init(twr_obj *o)
     o->lp_kind = o->slp_kind = TW_REC_V_MISSING;
 }
 
-/* Duplicate ids within one row of candidates ids[k0..k). */
-typedef struct {
-    uint64_t bloom[4];
-    size_t mask;
-    unsigned bits;
-} twr_seen_set;
-
-static void twr_seen_init(twr_seen_set *s)
-{
-    memset(s, 0, sizeof *s);
-}
-
 /* Whether id is among x->c->ids[k0..k), remembering it when it is not: a
    bloom filter and a scan up to TWR_LINEAR candidates, a hash table (x->ht,
    rebuilt as the row grows) beyond.  1: seen, 0: new, -1: out of memory. */
-static int twr_seen(twr_ctx *x, twr_seen_set *s, size_t k0, size_t k, int64_t id)
+int tw_rec_seen(twr_ctx *x, twr_seen_set *s, size_t k0, size_t k, int64_t id)
 {
     size_t cnt = k - k0, i;
     if (cnt < TWR_LINEAR) {
@@ -437,7 +148,7 @@ static inline int twr_candidate(twr_ctx *x, twr_seen_set *seen, size_t k0, size_
         return TW_REC_TOP_NOT_FINITE;
     if (o->lp > 1e-6)
         return TW_REC_TOP_POSITIVE;
-    dup = twr_seen(x, seen, k0, *k, id);
+    dup = tw_rec_seen(x, seen, k0, *k, id);
     if (dup < 0)
         return -1;
     if (dup)
@@ -484,32 +195,6 @@ void tw_rec_cands_free(tw_rec_cands *c)
     c->ids = NULL;
     c->lps = NULL;
     c->cap = 0;
-}
-
-static int twr_content_ok(const tw_value *v)
-{
-    return v && v->present && v->type == TW_T_ARRAY && v->end - v->start >= 2;
-}
-
-/* The first element of the recorded array arr (or its ']'), NULL if arr is
-   not an array; *e gets the end of its text, *simd the kernels for `path`. */
-static const uint8_t *twr_array_begin(const char *buf, const tw_value *arr, int path,
-                                      const uint8_t **e, int *simd)
-{
-    *simd = tw_path_resolve(path) != TW_PATH_SCALAR;
-    if (!twr_content_ok(arr))
-        return NULL;
-    *e = (const uint8_t *)buf + arr->end;
-    return twj_ws((const uint8_t *)buf + arr->start + 1, *e);
-}
-
-/* p just after an element: the next element (or the closing ']'). */
-static inline const uint8_t *twr_array_next(const uint8_t *p, const uint8_t *e)
-{
-    p = twj_ws(p, e);
-    if (p < e && *p == ',')
-        p = twj_ws(p + 1, e);
-    return p;
 }
 
 int tw_rec_count(const char *buf, const tw_value *content, size_t *total, int path)
@@ -568,16 +253,6 @@ int tw_rec_count(const char *buf, const tw_value *content, size_t *total, int pa
     return TW_REC_OK;
 }
 
-/* No failure yet, no candidates. */
-static void twr_result_init(tw_rec_result *res)
-{
-    res->sampled_err = -1;
-    res->sampled_code = TW_REC_OK;
-    res->top_err = -1;
-    res->top_code = TW_REC_OK;
-    res->ncand = 0;
-}
-
 /* The candidates pass ends at entry i, which breaks tcode: the rest of the offsets stay at
    k, its k candidates so far. Returns 0 (the pass is off). */
 static inline int twr_top_failed(tw_rec_result *res, int64_t *coff, size_t i, size_t n, size_t k,
@@ -634,7 +309,7 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
             twr_top top;
             top.k0 = top.k = k;
             top.code = TW_REC_MISSING_TOP;
-            p = twr_object(&x, p, &o, t_on ? &top : NULL);
+            p = tw_rec_object(&x, p, &o, t_on ? &top : NULL);
             if (x.nomem) {
                 rc = TW_REC_NOMEM;
                 break;
@@ -670,14 +345,14 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
 /* ------------------------------------------------------------------------ */
 
 /*
- * tw_rec_content_reader reads each entry as twr_object does, but over bytes
+ * tw_rec_content_reader reads each entry as tw_rec_object does, but over bytes
  * tw_scan has not validated yet: every byte it passes is checked as tw_scan
  * checks it (strings and numbers with tw_scan's own checks; the fast paths
  * for keys, token strings and numbers accept only text that is valid), and
  * whatever it does not handle makes it decline the whole array (NULL), which
  * tw_scan then reads itself.  It declines: invalid JSON; an element of the
  * array that is not an object; a key with an escape; a repeated key among
- * those twr_object reads; a token string with an escape; an object anywhere
+ * those tw_rec_object reads; a token string with an escape; an object anywhere
  * but as an entry or a candidate; an array in an array other than an
  * entry's "top_logprobs"; an entry certain to fail (no id, a logprob that is
  * not a number); running out of memory.
@@ -881,7 +556,7 @@ static inline TW_ALWAYS_INLINE const uint8_t *twr_top_array_on(twr_ctx *x, const
                 code = TW_REC_TOP_NOT_OBJECT;
         } else {
             twr_obj o;
-            p = checked ? twf_object(x, p, &o, NULL) : twr_object(x, p, &o, NULL);
+            p = checked ? twf_object(x, p, &o, NULL) : tw_rec_object(x, p, &o, NULL);
             if (!p)
                 return NULL;
             if (code == TW_REC_OK && (code = twr_candidate(x, &seen, top->k0, &k, &o)) < 0)
@@ -1010,7 +685,7 @@ static inline TW_ALWAYS_INLINE const uint8_t *twr_object_on(twr_ctx *x, const ui
     }
 }
 
-static const uint8_t *twr_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top)
+const uint8_t *tw_rec_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_top *top)
 {
     return x->simd ? twr_object_on(x, p, o, top, 1, 0) : twr_object_on(x, p, o, top, 0, 0);
 }
@@ -1129,412 +804,4 @@ int tw_rec_take(const tw_doc *d, const tw_value *content, size_t n, const int64_
     if (want_top)
         res->ncand = k;
     return TW_REC_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Flat arrays of the OpenAI-compatible completions format                   */
-/* ------------------------------------------------------------------------ */
-
-ptrdiff_t tw_rec_numbers(const char *buf, const tw_value *arr, double *out, int path)
-{
-    int simd;
-    const uint8_t *e = NULL, *p = twr_array_begin(buf, arr, path, &e, &simd);
-    size_t i = 0;
-    if (!p)
-        return 0;
-    while (p < e && *p != ']') {
-        int is_int;
-        if (*p != '-' && !tw_is_digit(*p))
-            return (ptrdiff_t)i;
-        p = twr_array_next(tw_number_read(p, e, &out[i++], &is_int, simd), e);
-    }
-    return -1;
-}
-
-size_t tw_rec_token_strings(const char *buf, const tw_value *arr, int64_t *ids, int path)
-{
-    int simd;
-    const uint8_t *e = NULL, *p = twr_array_begin(buf, arr, path, &e, &simd);
-    size_t i = 0, named = 0;
-    if (!p)
-        return 0;
-    while (p < e && *p != ']') {
-        int64_t id = -1;
-        if (*p == '"')
-            p = twr_token(p + 1, e, &id, simd);
-        else
-            p = twj_skip_value(p, e, simd);
-        ids[i++] = id;
-        named += id >= 0;
-        p = twr_array_next(p, e);
-    }
-    return named;
-}
-
-ptrdiff_t tw_rec_entries(const char *buf, const tw_value *content, int64_t *ids,
-                            double *lp, uint8_t *lp_kind, double *slp, uint8_t *slp_kind,
-                            int path)
-{
-    int simd;
-    const uint8_t *e = NULL, *p = twr_array_begin(buf, content, path, &e, &simd);
-    twr_ctx x;
-    size_t i = 0;
-    if (!p)
-        return 0;
-    memset(&x, 0, sizeof x);
-    x.e = e;
-    x.simd = simd;
-    while (p < e && *p != ']') {
-        twr_obj o;
-        if (*p != '{')
-            return (ptrdiff_t)i;
-        p = twr_object(&x, p, &o, NULL);
-        ids[i] = twr_obj_id(&o);
-        lp[i] = o.lp;
-        lp_kind[i] = o.lp_kind;
-        slp[i] = o.slp;
-        slp_kind[i] = o.slp_kind;
-        i++;
-        p = twr_array_next(p, e);
-    }
-    return -1;
-}
-
-ptrdiff_t tw_rec_triples(const char *buf, const tw_value *arr, int64_t *ids, double *values,
-                            uint8_t *kinds, int path)
-{
-    int simd;
-    const uint8_t *e = NULL, *p = twr_array_begin(buf, arr, path, &e, &simd);
-    size_t i = 0;
-    if (!p)
-        return 0;
-    while (p < e && *p != ']') {
-        size_t n = 0;
-        int is_int;
-        if (*p != '[')
-            return (ptrdiff_t)i;
-        ids[i] = -1;
-        values[i] = 0.0;
-        kinds[i] = TW_REC_V_MISSING;
-        p = twj_ws(p + 1, e);
-        while (p < e && *p != ']') {
-            if (n == 0) {
-                kinds[i] = twr_kind(*p);
-                if (kinds[i] == TW_REC_V_NUMBER)
-                    p = tw_number_read(p, e, &values[i], &is_int, simd);
-                else
-                    p = twj_skip_value(p, e, simd);
-            } else if (n == 1) {
-                p = twr_token_id(p, e, &ids[i], simd);
-            } else {
-                p = twj_skip_value(p, e, simd);
-            }
-            n++;
-            p = twr_array_next(p, e);
-        }
-        if (n < 2 || n > 3)
-            return (ptrdiff_t)i;
-        i++;
-        p = twr_array_next(p < e ? p + 1 : e, e);
-    }
-    return -1;
-}
-
-/* The candidates x->c[k0..end) of one row, in order: a logprob that is not
-   finite (NaN: not a number), one > 1e-6, an id listed before; *code the
-   first failure (left as is when none).  -1 when out of memory, else 0. */
-static int twr_check_row(twr_ctx *x, size_t k0, size_t end, int *code)
-{
-    twr_seen_set seen;
-    twr_seen_init(&seen);
-    for (size_t j = k0; j < end; j++) {
-        double lp = x->c->lps[j];
-        int dup;
-        if (!isfinite(lp)) {
-            *code = TW_REC_TOP_NOT_FINITE;
-            return 0;
-        }
-        if (lp > 1e-6) {
-            *code = TW_REC_TOP_POSITIVE;
-            return 0;
-        }
-        dup = twr_seen(x, &seen, k0, j, x->c->ids[j]);
-        if (dup < 0)
-            return -1;
-        if (dup) {
-            *code = TW_REC_TOP_DUPLICATE;
-            return 0;
-        }
-    }
-    return 0;
-}
-
-/* p at the '[' of one row of [logprob, token_id(, text)] candidates: append
-   them from k (ids, logprobs; NaN for a logprob that is not a number) and
-   return the position after the row, *k the new end and *code
-   TW_REC_TOP_NO_ID when an element is not such an array or names no id. */
-static const uint8_t *twr_triple_row(twr_ctx *x, const uint8_t *p, size_t *k, int *code)
-{
-    const uint8_t *e = x->e;
-    p = twj_ws(p + 1, e);
-    while (p < e && *p != ']') {
-        size_t n = 0;
-        int is_int;
-        int64_t id = -1;
-        double value = NAN;
-        if (*p != '[') {
-            *code = TW_REC_TOP_NO_ID;
-            return twj_skip_container(p, e, NULL, x->simd);
-        }
-        p = twj_ws(p + 1, e);
-        while (p < e && *p != ']') {
-            if (n == 0 && twr_kind(*p) == TW_REC_V_NUMBER)
-                p = tw_number_read(p, e, &value, &is_int, x->simd);
-            else if (n == 1)
-                p = twr_token_id(p, e, &id, x->simd);
-            else
-                p = twj_skip_value(p, e, x->simd);
-            n++;
-            p = twr_array_next(p, e);
-        }
-        if (n < 2 || n > 3 || id < 0) {
-            *code = TW_REC_TOP_NO_ID;
-            return twj_skip_container(p < e ? p + 1 : e, e, NULL, x->simd);
-        }
-        if (!twr_room(x, *k))
-            return e;
-        x->c->ids[*k] = id;
-        x->c->lps[*k] = value;
-        (*k)++;
-        p = twr_array_next(p < e ? p + 1 : e, e);
-    }
-    return p < e ? p + 1 : e;
-}
-
-/* Reads one non-empty row of candidates (p at its opening bracket): appends
-   them from *k and returns the position after the row; *code a bad shape. */
-typedef const uint8_t *(*twr_row_reader)(twr_ctx *x, const uint8_t *p, size_t *k, int *code);
-
-/* The rows of arr (arr->count == n) read for heads: a row that is not a
-   non-empty container opened by `open` is TW_REC_MISSING_TOP, else `read`
-   takes its shape whole, then twr_check_row its candidates in order; the
-   first failing row ends the pass (res->top_err / top_code; the rows after
-   it get no candidates). */
-static int twr_head_rows(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                         tw_rec_cands *cands, tw_rec_result *res, uint8_t open,
-                         twr_row_reader read, int simd)
-{
-    const uint8_t *p, *e;
-    const uint8_t close = open == '[' ? ']' : '}';
-    twr_ctx x;
-    size_t k = 0, i;
-    int rc = TW_REC_OK;
-
-    twr_result_init(res);
-    if (!twr_content_ok(arr) || arr->count != n || !coff || !cands)
-        return TW_REC_BAD_ARG;
-    p = (const uint8_t *)buf + arr->start + 1;
-    e = (const uint8_t *)buf + arr->end;
-    memset(&x, 0, sizeof x);
-    x.e = e;
-    x.simd = simd;
-    x.c = cands;
-    coff[0] = 0;
-    for (i = 0; i < n; i++) {
-        int code = TW_REC_OK;
-        size_t end = k;
-        const uint8_t *q;
-        p = twj_ws(p, e);
-        if (p >= e) {
-            rc = TW_REC_BAD_ARG;
-            break;
-        }
-        q = *p == open ? twj_ws(p + 1, e) : e;
-        if (q >= e || *q == close) {
-            code = TW_REC_MISSING_TOP;
-        } else {
-            p = read(&x, p, &end, &code);
-            if (x.nomem || (code == TW_REC_OK && twr_check_row(&x, k, end, &code) < 0)) {
-                rc = TW_REC_NOMEM;
-                break;
-            }
-        }
-        if (code != TW_REC_OK) {
-            res->top_err = (ptrdiff_t)i;
-            res->top_code = code;
-            for (size_t j = i + 1; j <= n; j++)
-                coff[j] = (int64_t)k;
-            break;
-        }
-        k = end;
-        coff[i + 1] = (int64_t)k;
-        p = twr_array_next(p, e);
-    }
-    tw_mem_free(x.ht);
-    res->ncand = k;
-    return rc;
-}
-
-int tw_rec_triple_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                           tw_rec_cands *cands, tw_rec_result *res, int path)
-{
-    const int simd = tw_path_resolve(path) != TW_PATH_SCALAR;
-    return twr_head_rows(buf, arr, n, coff, cands, res, '[', twr_triple_row, simd);
-}
-
-typedef struct {
-    const uint8_t *s;
-    size_t n;
-} twr_span;
-
-/* Pass 1 of tw_rec_keyed_heads over row i (p at its '{'): whether a key
-   repeats an earlier key of the row (1, with its span), holds an escape (2),
-   or neither (0); -1 when out of memory.  The keys go in an open-addressing
-   table slotted by the keyed string hash (tw_hash.h), so a row's keys cannot
-   be chosen to share a cluster.  *keys / *slots are scratch that grows, freed
-   by the caller. */
-static int twr_row_repeats(const uint8_t *p, const uint8_t *e, twr_span **keys, size_t *kcap,
-                           uint32_t **slots, size_t *scap, twr_span *rep, int simd)
-{
-    size_t nk = 0;
-    p = twj_ws(p + 1, e);
-    /* the keys first (the document is valid JSON: key, ':', value, ...) */
-    while (p < e && *p == '"') {
-        const uint8_t *ks = p + 1, *end = twj_skip_string(ks, e, simd);
-        size_t n = (size_t)(end - 1 - ks);
-        if (memchr(ks, '\\', n))
-            return 2;
-        if (nk == *kcap) {
-            size_t ncap = *kcap ? 2 * *kcap : 64;
-            void *q = tw_mem_realloc(*keys, ncap * sizeof(twr_span));
-            if (!q)
-                return -1;
-            *keys = (twr_span *)q;
-            *kcap = ncap;
-        }
-        (*keys)[nk].s = ks;
-        (*keys)[nk].n = n;
-        nk++;
-        p = twj_ws(end, e);
-        p = twj_ws(p + 1, e); /* past ':' */
-        p = twj_ws(twj_skip_value(p, e, simd), e);
-        if (p < e && *p == ',')
-            p = twj_ws(p + 1, e);
-    }
-    if (nk < 2)
-        return 0;
-    {
-        size_t size = 16, mask;
-        while (size < 2 * nk)
-            size *= 2;
-        if (size > *scap) {
-            void *q = tw_mem_realloc(*slots, size * sizeof(uint32_t));
-            if (!q)
-                return -1;
-            *slots = (uint32_t *)q;
-            *scap = size;
-        }
-        memset(*slots, 0, size * sizeof(uint32_t));
-        mask = size - 1;
-        for (size_t j = 0; j < nk; j++) {
-            const twr_span *kj = &(*keys)[j];
-            size_t at = (size_t)tw_hash_bytes(kj->s, kj->n) & mask;
-            while ((*slots)[at]) {
-                const twr_span *ki = &(*keys)[(*slots)[at] - 1];
-                if (ki->n == kj->n && memcmp(ki->s, kj->s, kj->n) == 0) {
-                    *rep = *kj;
-                    return 1;
-                }
-                at = (at + 1) & mask;
-            }
-            (*slots)[at] = (uint32_t)(j + 1);
-        }
-    }
-    return 0;
-}
-
-/* One {"token_id:N": logprob, ...} row (p at its '{'): every key's id
-   (TW_REC_TOP_NO_ID for one that names none) and logprob (NaN for one
-   that is not a number) appended from *k. */
-static const uint8_t *twr_keyed_row(twr_ctx *x, const uint8_t *p, size_t *k, int *code)
-{
-    const uint8_t *e = x->e;
-    p = twj_ws(p + 1, e);
-    while (p < e && *p == '"') {
-        int64_t id = -1;
-        double value = NAN;
-        int is_int;
-        p = twj_ws(twr_token(p + 1, e, &id, x->simd), e);
-        p = twj_ws(p + 1, e); /* past ':' */
-        if (twr_kind(*p) == TW_REC_V_NUMBER)
-            p = tw_number_read(p, e, &value, &is_int, x->simd);
-        else
-            p = twj_skip_value(p, e, x->simd);
-        if (id < 0)
-            *code = TW_REC_TOP_NO_ID;
-        if (!twr_room(x, *k))
-            return e;
-        x->c->ids[*k] = id;
-        x->c->lps[*k] = value;
-        (*k)++;
-        p = twj_ws(p, e);
-        if (p < e && *p == ',')
-            p = twj_ws(p + 1, e);
-    }
-    return p < e ? p + 1 : e; /* past '}' */
-}
-
-int tw_rec_keyed_heads(const char *buf, const tw_value *arr, size_t n, int64_t *coff,
-                          tw_rec_cands *cands, tw_rec_result *res, tw_rec_repeat *rep,
-                          int path)
-{
-    const int simd = tw_path_resolve(path) != TW_PATH_SCALAR;
-    const uint8_t *p, *e;
-    twr_span *keys = NULL;
-    uint32_t *slots = NULL;
-    size_t kcap = 0, scap = 0, i;
-    int rc = TW_REC_OK;
-
-    twr_result_init(res);
-    rep->row = -1;
-    rep->start = rep->end = 0;
-    rep->escaped = 0;
-    if (!twr_content_ok(arr) || arr->count != n || !coff || !cands)
-        return TW_REC_BAD_ARG;
-    e = (const uint8_t *)buf + arr->end;
-    coff[0] = 0;
-
-    /* Pass 1: the first row that repeats a key, before any other rule. */
-    p = twj_ws((const uint8_t *)buf + arr->start + 1, e);
-    for (i = 0; i < n && p < e; i++) {
-        if (*p == '{') {
-            twr_span r;
-            int got = twr_row_repeats(p, e, &keys, &kcap, &slots, &scap, &r, simd);
-            if (got < 0) {
-                rc = TW_REC_NOMEM;
-                break;
-            }
-            if (got == 2) {
-                rep->escaped = 1;
-                break;
-            }
-            if (got == 1) {
-                rep->row = (ptrdiff_t)i;
-                rep->start = (size_t)(r.s - (const uint8_t *)buf);
-                rep->end = rep->start + r.n;
-                break;
-            }
-        }
-        p = twr_array_next(twj_skip_value(p, e, simd), e);
-    }
-    tw_mem_free(keys);
-    tw_mem_free(slots);
-    if (rc != TW_REC_OK || rep->escaped || rep->row >= 0) {
-        for (size_t j = 1; j <= n; j++)
-            coff[j] = 0;
-        return rc;
-    }
-
-    /* Then each row's keys whole (ids), then its candidates in order. */
-    return twr_head_rows(buf, arr, n, coff, cands, res, '{', twr_keyed_row, simd);
 }

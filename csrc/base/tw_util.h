@@ -9,7 +9,7 @@
 #include <intrin.h>
 #endif
 
-#include "tw_cpu.h"
+#include "base/tw_cpu.h"
 
 #ifdef TW_X86_SIMD
 #include <emmintrin.h>
@@ -27,6 +27,14 @@
 #define TW_LIKELY(x) (x)
 #define TW_UNLIKELY(x) (x)
 #define TW_ALWAYS_INLINE
+#endif
+
+/* A function shared by the files of one kernel, not by the library's users: external linkage,
+   hidden from the shared library where the compiler can say so. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(_WIN32) && !defined(__CYGWIN__)
+#define TW_INTERNAL __attribute__((visibility("hidden")))
+#else
+#define TW_INTERNAL
 #endif
 
 /* Every byte 0x01 / every byte's high bit, for 8-byte SWAR. */

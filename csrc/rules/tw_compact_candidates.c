@@ -1,12 +1,12 @@
 /* tw_compact_candidates and tw_compact_rows_candidates (tw_heads.h): compact rows to the
    candidates tw_select_heads takes. */
-#include "tw_heads.h"
-#include "tw_cpu.h"
-#include "tw_hash.h"
-#include "tw_heads_internal.h"
-#include "tw_util.h"
-#include "tw_mem.h"
-#include "tw_validate.h"
+#include "rules/tw_heads.h"
+#include "base/tw_cpu.h"
+#include "base/tw_hash.h"
+#include "rules/tw_heads_internal.h"
+#include "base/tw_util.h"
+#include "base/tw_mem.h"
+#include "rules/tw_validate.h"
 
 #include <stdlib.h>
 #include <string.h>

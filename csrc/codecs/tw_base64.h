@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tw_cpu.h"
+#include "base/tw_cpu.h"
 
 #ifdef __cplusplus
 extern "C" {

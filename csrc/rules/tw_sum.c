@@ -2,7 +2,7 @@
  * Exact sums (tw_heads.h: tw_fsum_nonneg, tw_fsum_exp), what select_head's mass rules are
  * decided on when the fast estimate cannot decide them (tw_heads_internal.h: exact_verdict).
  */
-#include "tw_heads_internal.h"
+#include "rules/tw_heads_internal.h"
 
 #include <errno.h>
 #include <math.h>

@@ -23,21 +23,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tw_cpu.h"
-#include "tw_heads.h"
-#include "tw_util.h"
+#include "base/tw_cpu.h"
+#include "rules/tw_heads.h"
+#include "base/tw_util.h"
 
 #ifdef TW_X86_SIMD
 #include <immintrin.h>
 #endif
 #ifdef TW_NEON_SIMD
 #include <arm_neon.h>
-#endif
-
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(_WIN32) && !defined(__CYGWIN__)
-#define TW_INTERNAL __attribute__((visibility("hidden")))
-#else
-#define TW_INTERNAL
 #endif
 
 /* vLLM's value for a filtered-out candidate. */

@@ -1,9 +1,9 @@
-#include "tw_validate.h"
-#include "tw_cpu.h"
-#include "tw_hash.h"
-#include "tw_heads_internal.h"
-#include "tw_util.h"
-#include "tw_mem.h"
+#include "rules/tw_validate.h"
+#include "base/tw_cpu.h"
+#include "base/tw_hash.h"
+#include "rules/tw_heads_internal.h"
+#include "base/tw_util.h"
+#include "base/tw_mem.h"
 
 #include <math.h>
 #include <stdlib.h>

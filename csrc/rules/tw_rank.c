@@ -3,7 +3,7 @@
  * heads tw_select_heads cannot take in engine order, tw_sort_head for those tw_compact_heads
  * holds in registers.
  */
-#include "tw_heads_internal.h"
+#include "rules/tw_heads_internal.h"
 
 /* insertion_sort and sift_worst are inline: tw_rank_top's loops are their only callers. */
 static inline void insertion_sort(int64_t *id, double *v, size_t m) {

@@ -1,10 +1,10 @@
 /* tw_compact_heads (tw_heads.h): compact rows straight to heads. */
-#include "tw_heads.h"
-#include "tw_cpu.h"
-#include "tw_heads_internal.h"
-#include "tw_util.h"
-#include "tw_mem.h"
-#include "tw_validate.h"
+#include "rules/tw_heads.h"
+#include "base/tw_cpu.h"
+#include "rules/tw_heads_internal.h"
+#include "base/tw_util.h"
+#include "base/tw_mem.h"
+#include "rules/tw_validate.h"
 
 #include <stdlib.h>
 #include <string.h>

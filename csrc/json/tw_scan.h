@@ -138,7 +138,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tw_cpu.h"
+#include "base/tw_cpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -183,7 +183,7 @@ typedef struct {
    table, src/tokenwire/_table.py, in its order (tw_fields.def is written from it). */
 enum {
 #define TW_FIELD(name, path) TW_F_##name,
-#include "tw_fields.def"
+#include "json/tw_fields.def"
     TW_NFIELDS
 };
 

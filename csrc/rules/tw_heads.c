@@ -1,10 +1,10 @@
 /* tw_select_heads (tw_heads.h): each token's head selected, then a block's sum rules checked
    (what the files of head selection share: tw_heads_internal.h). */
-#include "tw_heads.h"
-#include "tw_cpu.h"
-#include "tw_heads_internal.h"
-#include "tw_util.h"
-#include "tw_mem.h"
+#include "rules/tw_heads.h"
+#include "base/tw_cpu.h"
+#include "rules/tw_heads_internal.h"
+#include "base/tw_util.h"
+#include "base/tw_mem.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* tw_cpu - CPU feature detection and path resolution.  See tw_cpu.h. */
-#include "tw_cpu.h"
+#include "base/tw_cpu.h"
 
 /* The GCC and Clang runtimes behind __builtin_cpu_supports report AVX and
    AVX-512 features only when the OS has enabled the matching register state

@@ -1,5 +1,5 @@
-#include "tw_hash.h"
-#include "tw_util.h"
+#include "base/tw_hash.h"
+#include "base/tw_util.h"
 
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* tw_mem: a bounded size-class cache of large blocks over the C allocator (see tw_mem.h). */
 #define _POSIX_C_SOURCE 200112L  /* posix_memalign */
-#include "tw_mem.h"
+#include "base/tw_mem.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -69,8 +69,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tw_cpu.h"
-#include "tw_scan.h"
+#include "base/tw_cpu.h"
+#include "json/tw_scan.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -16,8 +16,8 @@
  * so the file builds with default flags; the path is chosen at run time
  * (tw_cpu.h).
  */
-#include "tw_base64.h"
-#include "tw_util.h"
+#include "codecs/tw_base64.h"
+#include "base/tw_util.h"
 
 #include <string.h>
 

@@ -1,0 +1,593 @@
+/*
+ * tw_scan_internal - what the files of the structural scanner share; no public API (that is
+ * tw_scan.h). The files:
+ *
+ *   tw_scan.c         tw_scan: the one pass (its state machine over the stack of open
+ *                     containers), the paths of the wire table, the arrays read whole on the
+ *                     way (ids, offsets, sampling_mask lists), base64 decoded on the way
+ *   tw_scan_values.c  what a caller reads after the scan: the document's lifetime and its
+ *                     decoded blobs and ids, the stripped copy, and the recorded values read
+ *                     again (integer arrays, nested arrays, array elements, unescaped strings)
+ *
+ * Here: the byte-level checks of the scan (whitespace, the string skip kernels, strings with
+ * their escapes and UTF-8, numbers), unescaping, and the decimal digit runs that integer
+ * arrays are read by. All static inline, so each file's hot loops inline them as one file's
+ * did. Plain C11, no Python API.
+ *
+ * The SIMD kernels use GCC/Clang function target attributes, so the files build with
+ * default flags; tw_doc.path picks the path at run time (tw_cpu.h).
+ */
+#ifndef TW_SCAN_INTERNAL_H
+#define TW_SCAN_INTERNAL_H
+
+#include "json/tw_scan.h"
+#include "base/tw_cpu.h"
+#include "base/tw_mem.h"
+#include "base/tw_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* On the SIMD paths SSE2 (the x86-64 baseline) is the short-string probe, and SSE2 or NEON
+   finds the digits and commas of integer runs (tws_uint_block); TW_PATH_SCALAR runs none of
+   it. */
+#ifdef TW_X86_SIMD
+#define TWS_SSE2 1
+#include <emmintrin.h>
+#include <immintrin.h>
+#endif
+
+#ifdef TW_NEON_SIMD
+#include <arm_neon.h>
+#endif
+
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#endif
+
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+
+/* JSON whitespace: space, tab, LF, CR. */
+static inline int tws_ws(uint8_t c)
+{
+    return c <= 0x20 && ((UINT64_C(0x100002600) >> c) & 1u);
+}
+
+
+static inline const uint8_t *tws_skip_ws(const uint8_t *p, const uint8_t *e)
+{
+    while (p < e && tws_ws(*p))
+        p++;
+    return p;
+}
+
+/* A byte that stops the fast string skip: '"', '\\', < 0x20 or >= 0x80. */
+static inline int tws_special(uint8_t c)
+{
+    return (uint8_t)(c - 0x20) >= 0x60 || c == '"' || c == '\\';
+}
+
+
+/* Length of the valid UTF-8 sequence (2..4 bytes) at p, or 0. */
+static inline size_t tws_utf8(const uint8_t *p, const uint8_t *end)
+{
+    size_t n = (size_t)(end - p);
+    uint8_t c = p[0], lo = 0x80, hi = 0xBF;
+    if (c < 0xC2)
+        return 0; /* continuation byte or overlong 2-byte lead */
+    if (c < 0xE0)
+        return (n >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+    if (c < 0xF0) {
+        if (n < 3)
+            return 0;
+        if (c == 0xE0)
+            lo = 0xA0; /* overlong */
+        else if (c == 0xED)
+            hi = 0x9F; /* UTF-16 surrogates */
+        return (p[1] >= lo && p[1] <= hi && (p[2] & 0xC0) == 0x80) ? 3 : 0;
+    }
+    if (c < 0xF5) {
+        if (n < 4)
+            return 0;
+        if (c == 0xF0)
+            lo = 0x90; /* overlong */
+        else if (c == 0xF4)
+            hi = 0x8F; /* above U+10FFFF */
+        return (p[1] >= lo && p[1] <= hi && (p[2] & 0xC0) == 0x80 &&
+                (p[3] & 0xC0) == 0x80)
+                   ? 4
+                   : 0;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* String skip kernels: first byte in [p, end) with tws_special, or end      */
+/* ------------------------------------------------------------------------ */
+
+
+static inline const uint8_t *tws_skip_scalar(const uint8_t *p, const uint8_t *end)
+{
+    while (end - p >= 8) {
+        uint64_t w, q, s;
+        memcpy(&w, p, 8);
+        q = w ^ (TW_ONES * '"');
+        s = w ^ (TW_ONES * '\\');
+        /* Any byte >= 0x80, < 0x20, == '"' or == '\\' (exact "any" tests). */
+        if ((w | ((w - TW_ONES * 0x20) & ~w) | ((q - TW_ONES) & ~q) |
+             ((s - TW_ONES) & ~s)) &
+            TW_HIGH)
+            break;
+        p += 8;
+    }
+    while (p < end && !tws_special(*p))
+        p++;
+    return p;
+}
+
+#ifdef TWS_SSE2
+static inline uint64_t tws_mask16(const uint8_t *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    /* Signed compare: bytes >= 0x80 are negative, so "< 0x20" covers them. */
+    __m128i m = _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                     _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+        _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+    return (uint32_t)_mm_movemask_epi8(m);
+}
+
+TW_TARGET_AVX2 static inline __m256i tws_special32(__m256i v)
+{
+    return _mm256_or_si256(
+        _mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('"')),
+                        _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\\'))),
+        _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v));
+}
+
+TW_TARGET_AVX2 static inline const uint8_t *tws_skip_avx2(const uint8_t *p, const uint8_t *end)
+{
+    while (end - p >= 64) {
+        __m256i a = tws_special32(_mm256_loadu_si256((const __m256i *)(const void *)p));
+        __m256i c = tws_special32(
+            _mm256_loadu_si256((const __m256i *)(const void *)(p + 32)));
+        __m256i m = _mm256_or_si256(a, c);
+        if (!_mm256_testz_si256(m, m)) {
+            uint32_t k = (uint32_t)_mm256_movemask_epi8(a);
+            if (k)
+                return p + tw_ctz32(k);
+            return p + 32 + tw_ctz32((uint32_t)_mm256_movemask_epi8(c));
+        }
+        p += 64;
+    }
+    if (end - p >= 32) {
+        uint32_t k = (uint32_t)_mm256_movemask_epi8(
+            tws_special32(_mm256_loadu_si256((const __m256i *)(const void *)p)));
+        if (k)
+            return p + tw_ctz32(k);
+        p += 32;
+    }
+    if (end - p >= 16) {
+        uint64_t k = tws_mask16(p);
+        if (k)
+            return p + tw_ctz64(k);
+        p += 16;
+    }
+    return tws_skip_scalar(p, end);
+}
+#endif
+
+#ifdef TW_NEON_SIMD
+/* Bytes '"', '\\', < 0x20 or >= 0x80 (negative as signed bytes, so "< 0x20" covers them). */
+static inline uint8x16_t tws_special16(uint8x16_t v)
+{
+    return vorrq_u8(vorrq_u8(vceqq_u8(v, vdupq_n_u8('"')), vceqq_u8(v, vdupq_n_u8('\\'))),
+                    vcltq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8(0x20)));
+}
+
+static inline uint64_t tws_mask16(const uint8_t *p)
+{
+    return tw_neon_nibbles(tws_special16(vld1q_u8(p)));
+}
+
+/* 64 bytes per step: one test of the four vectors' OR, the first byte searched only in the
+   block that holds it. */
+static inline const uint8_t *tws_skip_neon(const uint8_t *p, const uint8_t *end)
+{
+    while (end - p >= 64) {
+        uint8x16x4_t v = vld1q_u8_x4(p);
+        uint8x16_t a = tws_special16(v.val[0]), b = tws_special16(v.val[1]);
+        uint8x16_t c = tws_special16(v.val[2]), d = tws_special16(v.val[3]);
+        if (tw_neon_nibbles(vorrq_u8(vorrq_u8(a, b), vorrq_u8(c, d)))) {
+            uint64_t m;
+            if ((m = tw_neon_nibbles(a)) != 0)
+                return p + (tw_ctz64(m) >> 2);
+            if ((m = tw_neon_nibbles(b)) != 0)
+                return p + 16 + (tw_ctz64(m) >> 2);
+            if ((m = tw_neon_nibbles(c)) != 0)
+                return p + 32 + (tw_ctz64(m) >> 2);
+            return p + 48 + (tw_ctz64(tw_neon_nibbles(d)) >> 2);
+        }
+        p += 64;
+    }
+    while (end - p >= 16) {
+        uint64_t m = tws_mask16(p);
+        if (m)
+            return p + (tw_ctz64(m) >> 2);
+        p += 16;
+    }
+    return tws_skip_scalar(p, end);
+}
+#define tws_skip_wide tws_skip_neon
+#elif defined(TWS_SSE2)
+#define tws_skip_wide tws_skip_avx2
+#endif
+
+/* simd: 0 on TW_PATH_SCALAR, else 1 (AVX2 serves both x86-64 SIMD paths, NEON aarch64's). */
+static inline const uint8_t *tws_skip(const uint8_t *p, const uint8_t *end, int simd)
+{
+#ifdef TW_SIMD16
+    if (simd && end - p >= 16) {
+        /* Most strings are short: probe 16 bytes inline first. */
+        uint64_t m = tws_mask16(p);
+        if (m)
+            return p + (tw_ctz64(m) >> TW_MARK16_SHIFT);
+        return tws_skip_wide(p + 16, end);
+    }
+#else
+    (void)simd;
+#endif
+    return tws_skip_scalar(p, end);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Strings and numbers                                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    const uint8_t *pos;
+    const char *msg;
+} tws_err;
+
+static const char TWS_MSG_END[] = "unexpected end of data";
+
+#define TWS_STR_ESCAPE TW_STR_ESCAPE
+#define TWS_STR_NONASCII TW_STR_NONASCII
+
+/* p at a backslash: the position after the escape, or NULL. */
+static inline const uint8_t *tws_escape(const uint8_t *p, const uint8_t *end, tws_err *e)
+{
+    long cp, lo;
+    if (end - p < 2)
+        goto truncated;
+    switch (p[1]) {
+    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+        return p + 2;
+    case 'u':
+        break;
+    default:
+        e->pos = p;
+        e->msg = "invalid escape in string";
+        return NULL;
+    }
+    if (end - p < 6)
+        goto truncated;
+    cp = tw_hex4(p + 2);
+    if (cp < 0) {
+        e->pos = p;
+        e->msg = "invalid \\u escape in string";
+        return NULL;
+    }
+    if (cp >= 0xDC00 && cp <= 0xDFFF) {
+        e->pos = p;
+        e->msg = "lone low surrogate in string";
+        return NULL;
+    }
+    if (cp < 0xD800 || cp > 0xDBFF)
+        return p + 6;
+    if ((end - p >= 7 && p[6] != '\\') || (end - p >= 8 && p[7] != 'u')) {
+        e->pos = p;
+        e->msg = "lone high surrogate in string";
+        return NULL;
+    }
+    if (end - p < 12)
+        goto truncated;
+    lo = tw_hex4(p + 8);
+    if (lo < 0) {
+        e->pos = p + 6;
+        e->msg = "invalid \\u escape in string";
+        return NULL;
+    }
+    if (lo < 0xDC00 || lo > 0xDFFF) {
+        e->pos = p;
+        e->msg = "lone high surrogate in string";
+        return NULL;
+    }
+    return p + 12;
+truncated:
+    e->pos = end;
+    e->msg = TWS_MSG_END;
+    return NULL;
+}
+
+/* p: first content byte after the opening quote.  Returns the closing
+   quote, or NULL with *e set.  *flags gets TWS_STR_ESCAPE/NONASCII. */
+static inline const uint8_t *tws_string(const uint8_t *p, const uint8_t *end, int simd,
+                                 unsigned *flags, tws_err *e)
+{
+    unsigned f = 0;
+    for (;;) {
+        uint8_t c;
+        p = tws_skip(p, end, simd);
+        if (TW_UNLIKELY(p >= end)) {
+            e->pos = end;
+            e->msg = TWS_MSG_END;
+            return NULL;
+        }
+        c = *p;
+        if (TW_LIKELY(c == '"')) {
+            *flags = f;
+            return p;
+        }
+        if (c == '\\') {
+            f |= TWS_STR_ESCAPE;
+            p = tws_escape(p, end, e);
+            if (!p)
+                return NULL;
+        } else if (c < 0x20) {
+            e->pos = p;
+            e->msg = "control character in string";
+            return NULL;
+        } else {
+            f |= TWS_STR_NONASCII;
+            do {
+                size_t n = tws_utf8(p, end);
+                if (!n) {
+                    e->pos = p;
+                    e->msg = "invalid UTF-8 in string";
+                    return NULL;
+                }
+                p += n;
+            } while (p < end && *p >= 0x80);
+        }
+    }
+}
+
+/* 2^1024 - 2^970: the smallest magnitude that rounds to infinity. */
+static const char TWS_INF_DIGITS[] =
+    "1797693134862315807937289714053034150799341327100378269361737789"
+    "8044496829276475094664901797758720709633028641669288791094655554"
+    "7851940402630657488671505820681908902000708383676273854845817711"
+    "5317644757302700698555713669596228429148198608349364752927190741"
+    "68444365510704342711559699508093042880177904174497792";
+#define TWS_INF_NDIGITS 309
+
+/* Does the (grammatical) number [s, e) round to +-infinity as a double? */
+static inline int tws_number_is_inf(const uint8_t *s, const uint8_t *e)
+{
+    const uint8_t *p = s, *m, *mend, *q, *first = NULL;
+    int64_t ex = 0, mag = 0, total;
+    int point = 0;
+    size_t i = 0;
+    if (*p == '-')
+        p++;
+    m = p;
+    while (p < e && *p != 'e' && *p != 'E')
+        p++;
+    mend = p;
+    if (p < e) {
+        int neg = 0;
+        p++;
+        if (*p == '+' || *p == '-')
+            neg = *p++ == '-';
+        for (; p < e; p++)
+            if (ex < INT64_C(1000000000))
+                ex = ex * 10 + (*p - '0');
+        if (neg)
+            ex = -ex;
+    }
+    /* value = 0.DDDD x 10^mag, D the significant digits from `first` on */
+    for (q = m; q < mend; q++) {
+        if (*q == '.') {
+            point = 1;
+        } else if (*q != '0') {
+            first = q;
+            break;
+        } else if (point) {
+            mag--;
+        }
+    }
+    if (!first)
+        return 0; /* zero */
+    if (!point) {
+        for (q = first; q < mend && *q != '.'; q++)
+            mag++;
+    }
+    total = mag + ex;
+    if (total != TWS_INF_NDIGITS)
+        return total > TWS_INF_NDIGITS;
+    for (q = first; q < mend; q++) {
+        if (*q == '.')
+            continue;
+        if (i == TWS_INF_NDIGITS)
+            return 1; /* equal prefix, more digits: >= the threshold */
+        if (*q != (uint8_t)TWS_INF_DIGITS[i])
+            return *q > (uint8_t)TWS_INF_DIGITS[i];
+        i++;
+    }
+    /* equal (a tie rounds to even, which is infinity) or shorter: the
+       threshold's last digit is non-zero, so a shorter prefix is smaller */
+    return i == TWS_INF_NDIGITS;
+}
+
+/* p at '-' or a digit.  Returns the end of the number or NULL. */
+static inline const uint8_t *tws_number(const uint8_t *p, const uint8_t *end, int simd,
+                                 int *is_int, tws_err *e)
+{
+    const uint8_t *s = p;
+    size_t idigits;
+    int integer = 1, exponent = 0;
+    if (*p == '-' && ++p == end)
+        goto truncated;
+    if (*p == '0') {
+        p++;
+        if (p < end && tw_is_digit(*p)) {
+            e->pos = p - 1;
+            e->msg = "number with leading zero";
+            return NULL;
+        }
+    } else if ((unsigned)(*p - '1') < 9u) {
+        p = tw_digits(p + 1, end, simd);
+    } else {
+        e->pos = p;
+        e->msg = "invalid number: no digit after sign";
+        return NULL;
+    }
+    idigits = (size_t)(p - s) - (*s == '-');
+    if (p < end && *p == '.') {
+        if (++p == end)
+            goto truncated;
+        if (!tw_is_digit(*p)) {
+            e->pos = p;
+            e->msg = "invalid number: no digit after decimal point";
+            return NULL;
+        }
+        p = tw_digits(p + 1, end, simd);
+        integer = 0;
+    }
+    if (p < end && (*p | 0x20) == 'e') {
+        if (++p == end)
+            goto truncated;
+        if ((*p == '+' || *p == '-') && ++p == end)
+            goto truncated;
+        if (!tw_is_digit(*p)) {
+            e->pos = p;
+            e->msg = "invalid number: no digit in exponent";
+            return NULL;
+        }
+        while (p < end && tw_is_digit(*p))
+            p++;
+        integer = 0;
+        exponent = 1;
+    }
+    if ((exponent || idigits > 308) && tws_number_is_inf(s, p)) {
+        e->pos = s;
+        e->msg = "number is infinity when parsed as double";
+        return NULL;
+    }
+    *is_int = integer;
+    return p;
+truncated:
+    e->pos = end;
+    e->msg = TWS_MSG_END;
+    return NULL;
+}
+
+/* Decode the escapes of a validated string body [s, e) into d.  Returns the
+   length, or SIZE_MAX if it would exceed cap (tw_scan_values.c). */
+TW_INTERNAL size_t tw_unescape_body(const uint8_t *s, const uint8_t *e, uint8_t *d, size_t cap);
+
+/* Frees the blobs decoded during the last scan (tw_doc.blobs). */
+static inline void tws_free_blobs(tw_doc *d)
+{
+    for (size_t i = 0; i < d->nblobs; i++)
+        tw_mem_free(d->blobs[i].data);
+    d->nblobs = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decimal digit runs of integer arrays                                      */
+/* ------------------------------------------------------------------------ */
+
+
+/* The run of 1 to 7 decimal digits at p (8 bytes readable) as a number in *x; returns its
+   length, or 0 when p holds no digit or 8 of them. The high bit of the first byte that is not
+   a digit marks the run's end (bytes before it are 0..9, so the addition carries nothing into
+   it). */
+static inline unsigned tws_digits8(const uint8_t *p, uint64_t *x)
+{
+    uint64_t dg = tw_load_le64(p) ^ (TW_ONES * '0');
+    uint64_t nd = ((dg + TW_ONES * 0x76) | dg) & TW_HIGH;
+    unsigned n = nd ? tw_ctz64(nd) >> 3 : 8;
+    if (n - 1u >= 7u)
+        return 0;
+    *x = tw_swar_digits8(dg << (8 * (8 - n))); /* the n digits at the top, zeros below */
+    return n;
+}
+
+/* Record targets holding ids or offsets: arrays of unsigned integers. */
+
+#ifdef TW_SIMD16
+/* The digits and the commas of the 64 bytes at p, a bit a byte. */
+static inline void tws_digits_commas64(const uint8_t *p, uint64_t *digits, uint64_t *commas)
+{
+#if defined(TW_X86_SIMD)
+    uint64_t dg = 0, cm = 0;
+    for (int i = 0; i < 4; i++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+        __m128i t = _mm_sub_epi8(v, _mm_set1_epi8('0')); /* a digit: 0..9 */
+        unsigned sh = 16u * (unsigned)i;
+        dg |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(t, _mm_set1_epi8(9)), t)) << sh;
+        cm |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(','))) << sh;
+    }
+    *digits = dg;
+    *commas = cm;
+#else
+    const uint8x16x4_t v = vld1q_u8_x4(p);
+    const uint8x16_t zero = vdupq_n_u8('0'), nine = vdupq_n_u8(9), comma = vdupq_n_u8(',');
+    *digits = tw_neon_bits64(vcleq_u8(vsubq_u8(v.val[0], zero), nine), vcleq_u8(vsubq_u8(v.val[1], zero), nine),
+                             vcleq_u8(vsubq_u8(v.val[2], zero), nine), vcleq_u8(vsubq_u8(v.val[3], zero), nine));
+    *commas = tw_neon_bits64(vceqq_u8(v.val[0], comma), vceqq_u8(v.val[1], comma),
+                             vceqq_u8(v.val[2], comma), vceqq_u8(v.val[3], comma));
+#endif
+}
+
+/* The elements of 1 to 16 digits, each followed by a comma, that open the 64 bytes at p (72
+   bytes or more before the end: the last read ends 7 bytes past the block's last comma), at
+   most `room` of them and each at most max, into out: how many, with *past after the last
+   one's comma (p when none). It stops at the first element it cannot take so (more digits,
+   a leading zero, above max, or a byte other than a digit or a comma ahead), which the
+   caller's serial step then reads. The elements' bounds come from the block's comma mask,
+   so their conversions do not wait on one another as a serial walk's do, each on the length
+   of the one before it. */
+static inline size_t tws_uint_block(const uint8_t *p, uint64_t max, size_t room, uint64_t *out,
+                                    const uint8_t **past)
+{
+    static const uint64_t pow10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+    uint64_t digits, commas, other;
+    const uint8_t *at = p;
+    size_t n = 0;
+    tws_digits_commas64(p, &digits, &commas);
+    other = ~(digits | commas);
+    if (other)
+        commas &= (other & (0 - other)) - 1; /* only those before it */
+    while (commas && n < room) {
+        const uint8_t *comma = p + tw_ctz64(commas);
+        size_t k = (size_t)(comma - at);
+        uint64_t x, head;
+        if (k - 1 >= 16 || (k > 1 && *at == '0'))
+            break;
+        /* up to 8 digits at the top of one word (zeros below), then the rest in a second */
+        head = tw_load_le64(at) ^ (TW_ONES * '0');
+        if (k <= 8) {
+            x = tw_swar_digits8(head << (8 * (8 - k)));
+        } else {
+            x = tw_swar_digits8(head) * pow10[k - 8] +
+                tw_swar_digits8((tw_load_le64(at + 8) ^ (TW_ONES * '0')) << (8 * (16 - k)));
+        }
+        if (x > max)
+            break;
+        out[n++] = x;
+        at = comma + 1;
+        commas &= commas - 1;
+    }
+    *past = at;
+    return n;
+}
+#endif
+
+#endif /* TW_SCAN_INTERNAL_H */
