@@ -19,6 +19,15 @@ _KIND_CODES = {_table.IDS: _K_IDS, _table.BLOB: _K_BLOB, _table.MASK: _K_MASK,
                _table.ROWS: _K_ROWS, _table.VALUE: _K_VALUE}
 _HIGHS = {None: 0, _table.TOKEN_ID: _MAX_TOKEN_ID, _table.OFFSET: _MAX_OFFSET}
 
+# The wire keys the extraction and the plain path look up in a parsed choice or document,
+# named by the table once, at import (C variables: nothing is looked up per call).
+cdef str _KEY_CHOICES = _table.KEY.choices
+cdef str _KEY_PROMPT_TOKEN_IDS = _table.KEY.prompt_token_ids
+cdef str _KEY_TOKEN_IDS = _table.KEY.token_ids
+cdef str _KEY_LOGPROBS = _table.KEY.logprobs
+cdef str _KEY_COMPLETION_LOGPROBS = _table.KEY.completion_logprobs
+cdef str _KEY_COMPACT_LOGPROBS = _table.KEY.compact_logprobs
+
 
 def _table_rows(fmt, top):
     """(TW_F_* id, kind code, evidence attribute, limit) of each row an extractor fills for
@@ -43,7 +52,7 @@ cdef object _records_read(_Scan scan, const tw_value *v, object c, object choice
     ids = c.token_ids
     entries = None
     if ids is not None and ids[2] is None and v.count == <size_t>len(ids[0]):
-        entries = scan.native(v, ids[0], k is not None and choice.get("compact_logprobs") is None)
+        entries = scan.native(v, ids[0], k is not None and choice.get(_KEY_COMPACT_LOGPROBS) is None)
     return _extract.Read(v.count, entries=entries)
 
 
@@ -103,15 +112,15 @@ cdef void _blanked_as_sent(_Scan scan, const tw_value *f, object c, object choic
     beside compact ones, stay in GenerateChoice.raw as sent: the scan blanked them in the
     parsed copy (an array's elements, a string's characters)."""
     cdef const tw_value *v = &f[TW_F_LOGPROBS_CONTENT]
-    compact = choice.get("compact_logprobs") is not None
-    packed_value = choice.get("completion_logprobs")
-    logprobs = choice.get("logprobs")
+    compact = choice.get(_KEY_COMPACT_LOGPROBS) is not None
+    packed_value = choice.get(_KEY_COMPLETION_LOGPROBS)
+    logprobs = choice.get(_KEY_LOGPROBS)
     if (v.present and (v.type == TW_T_ARRAY or v.type == TW_T_STRING) and isinstance(logprobs, dict)
             and (compact or (packed_value is not None and k is None))):
-        c.sent["logprobs"] = {**logprobs, "content": scan.parsed(v)}
+        c.sent[_KEY_LOGPROBS] = {**logprobs, "content": scan.parsed(v)}
     v = &f[TW_F_CL_DATA]
     if compact and v.present and v.type == TW_T_STRING and isinstance(packed_value, dict):
-        c.sent["completion_logprobs"] = {**packed_value, "data": scan.parsed(v)}
+        c.sent[_KEY_COMPLETION_LOGPROBS] = {**packed_value, "data": scan.parsed(v)}
 
 
 cdef object _top_evidence(_Scan scan, int fmt):
@@ -127,7 +136,7 @@ cdef object _top_evidence(_Scan scan, int fmt):
 
 cdef object _choices_of(object document):
     """The choices list of a generate or OpenAI-compatible document, or None."""
-    return document.get("choices") if isinstance(document, dict) else None
+    return document.get(_KEY_CHOICES) if isinstance(document, dict) else None
 
 
 cdef object _evidence_records(_Scan scan, object choices, object k, int fmt):
