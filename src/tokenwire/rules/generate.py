@@ -35,7 +35,8 @@ ROUTED_DTYPES: dict[str, np.dtype[Any]] = {"uint8": np.dtype("u1"), "uint16": np
 NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i2": "int16",
               "<i4": "int32"}
 
-# The transports of a choice's sampled-token logprobs: the rules consume the one they read.
+# The transports of a choice's sampled-token logprobs: the rules consume the one they read (a
+# new transport's key joins them here, or it is consumed whenever present).
 _TRANSPORTS = (KEY.compact_logprobs, KEY.completion_logprobs, KEY.logprobs)
 # Fields of a choice that become attributes; the rest stays in ``GenerateChoice.raw``: the
 # index, the finish reason and the wire table's generate fields but the transports.
