@@ -19,6 +19,15 @@ _KIND_CODES = {_table.IDS: _K_IDS, _table.BLOB: _K_BLOB, _table.MASK: _K_MASK,
                _table.ROWS: _K_ROWS, _table.VALUE: _K_VALUE}
 _HIGHS = {None: 0, _table.TOKEN_ID: _MAX_TOKEN_ID, _table.OFFSET: _MAX_OFFSET}
 
+# The wire keys the extraction and the plain path look up in a parsed choice or document,
+# named by the table once, at import (C variables: nothing is looked up per call).
+cdef str _KEY_CHOICES = _table.KEY.choices
+cdef str _KEY_PROMPT_TOKEN_IDS = _table.KEY.prompt_token_ids
+cdef str _KEY_TOKEN_IDS = _table.KEY.token_ids
+cdef str _KEY_LOGPROBS = _table.KEY.logprobs
+cdef str _KEY_COMPLETION_LOGPROBS = _table.KEY.completion_logprobs
+cdef str _KEY_COMPACT_LOGPROBS = _table.KEY.compact_logprobs
+
 
 def _table_rows(fmt, top):
     """(TW_F_* id, kind code, evidence attribute, limit) of each row an extractor fills for
@@ -43,7 +52,7 @@ cdef object _records_read(_Scan scan, const tw_value *v, object c, object choice
     ids = c.token_ids
     entries = None
     if ids is not None and ids[2] is None and v.count == <size_t>len(ids[0]):
-        entries = scan.native(v, ids[0], k is not None and choice.get("compact_logprobs") is None)
+        entries = scan.native(v, ids[0], k is not None and choice.get(_KEY_COMPACT_LOGPROBS) is None)
     return _extract.Read(v.count, entries=entries)
 
 
@@ -104,7 +113,7 @@ _BLANKED_UNDER = tuple(
     (key, tuple((_FIELD_IDS[i], f.path[1:]) for i, f in enumerate(_table.CHOICE_FIELDS)
                 if f.path[0] == key and len(f.path) > 1 and _table.GENERATE in f.formats
                 and (f.blank is not None or f.read == "records")))
-    for key in ("logprobs", "completion_logprobs"))
+    for key in (_KEY_LOGPROBS, _KEY_COMPLETION_LOGPROBS))
 
 
 cdef object _with_at(object value, tuple path, object sent):
@@ -121,8 +130,8 @@ cdef void _blanked_as_sent(_Scan scan, const tw_value *f, object c, object choic
     copy (an array's elements, a string's characters): ``logprobs`` beside compact (or packed,
     without a head) logprobs, and packed logprobs beside compact ones."""
     cdef const tw_value *v
-    compact = choice.get("compact_logprobs") is not None
-    in_raw = (compact or (choice.get("completion_logprobs") is not None and k is None), compact)
+    compact = choice.get(_KEY_COMPACT_LOGPROBS) is not None
+    in_raw = (compact or (choice.get(_KEY_COMPLETION_LOGPROBS) is not None and k is None), compact)
     for (key, rows), kept in zip(_BLANKED_UNDER, in_raw):
         value = sent = choice.get(key)
         if not kept or not isinstance(value, dict):
@@ -150,7 +159,7 @@ cdef object _top_evidence(_Scan scan, int fmt, object document):
 
 cdef object _choices_of(object document):
     """The choices list of a generate or OpenAI-compatible document, or None."""
-    return document.get("choices") if isinstance(document, dict) else None
+    return document.get(_KEY_CHOICES) if isinstance(document, dict) else None
 
 
 cdef object _evidence_records(_Scan scan, object document, object choices, object k, int fmt):

@@ -15,13 +15,13 @@
 # sent to the rules until this path learns it. (For compact rows, the packed logprobs go to
 # the rules too: they keep them in GenerateChoice.raw.) Keys outside the table are the
 # choice's raw fields, under either path.
-_PLAIN_TAKES = ("token_ids", "completion_logprobs", "compact_logprobs")
+_PLAIN_TAKES = (_KEY_TOKEN_IDS, _KEY_COMPLETION_LOGPROBS, _KEY_COMPACT_LOGPROBS)
 _PLAIN_ABSENT = tuple(sorted(_table.top_keys(_table.CHOICE, _table.GENERATE) - set(_PLAIN_TAKES)))
 # The same at the top level: a document with any other root field of the table goes to the rules.
-_PLAIN_ROOT_ABSENT = tuple(sorted(_table.top_keys(_table.ROOT, _table.GENERATE) - {"prompt_token_ids", "choices"}))
+_PLAIN_ROOT_ABSENT = tuple(sorted(_table.top_keys(_table.ROOT, _table.GENERATE) - {_KEY_PROMPT_TOKEN_IDS, _KEY_CHOICES}))
 # GenerateChoice.raw: the choice without these (rules/generate.py's consumed fields).
-_PLAIN_CONSUMED = _generate._CONSUMED + ("completion_logprobs",)
-_PLAIN_COMPACT_CONSUMED = _generate._CONSUMED + ("compact_logprobs",)
+_PLAIN_CONSUMED = _generate._CONSUMED + (_KEY_COMPLETION_LOGPROBS,)
+_PLAIN_COMPACT_CONSUMED = _generate._CONSUMED + (_KEY_COMPACT_LOGPROBS,)
 # _plain_form's answer for compact rows (packed logprobs: their item size, 4 or 8).
 DEF _PLAIN_COMPACT = 1
 _GenerateChoice = _generate.GenerateChoice
@@ -71,9 +71,9 @@ cdef int _plain_form(_Scan scan, size_t index, dict choice) except -2:
             return 0
     if not f[TW_F_TOKEN_IDS].present or f[TW_F_TOKEN_IDS].type != TW_T_ARRAY:
         return 0
-    compact = choice.get("compact_logprobs")
+    compact = choice.get(_KEY_COMPACT_LOGPROBS)
     if compact is not None:
-        if (type(compact) is not dict or choice.get("completion_logprobs") is not None
+        if (type(compact) is not dict or choice.get(_KEY_COMPLETION_LOGPROBS) is not None
                 or not f[TW_F_CP_DATA].present or f[TW_F_CP_DATA].type != TW_T_STRING
                 or not f[TW_F_CP_OFFSETS].present or f[TW_F_CP_OFFSETS].type != TW_T_ARRAY):
             return 0
@@ -83,7 +83,7 @@ cdef int _plain_form(_Scan scan, size_t index, dict choice) except -2:
                 or num_top < -1):
             return 0
         return _PLAIN_COMPACT
-    packed = choice.get("completion_logprobs")
+    packed = choice.get(_KEY_COMPLETION_LOGPROBS)
     if type(packed) is not dict or not f[TW_F_CL_DATA].present or f[TW_F_CL_DATA].type != TW_T_STRING:
         return 0
     name = (<dict>packed).get("dtype")
@@ -102,7 +102,7 @@ cdef object _plain_choice(_Scan scan, size_t index, dict choice, int form):
     if form == _PLAIN_COMPACT:
         logprobs, consumed = _plain_compact(scan, f, ids, len(ids)), _PLAIN_COMPACT_CONSUMED
     else:
-        packed = <dict>choice["completion_logprobs"]
+        packed = <dict>choice[_KEY_COMPLETION_LOGPROBS]
         logprobs, consumed = _plain_packed(scan, f, packed, ids, <size_t>form), _PLAIN_CONSUMED
     if logprobs is None:
         return None
@@ -191,7 +191,7 @@ cdef object _plain_generate(_Scan scan, object document):
     for key in _PLAIN_ROOT_ABSENT:
         if (<dict>document).get(key) is not None:
             return None
-    choices = (<dict>document).get("choices")
+    choices = (<dict>document).get(_KEY_CHOICES)
     if type(choices) is not list or not choices or <size_t>len(<list>choices) > scan.doc.nchoices:
         return None
     count = len(<list>choices)
@@ -202,7 +202,7 @@ cdef object _plain_generate(_Scan scan, object document):
         if form == 0:
             return None
         forms.append(form)
-    prompt = (<dict>document).get("prompt_token_ids")
+    prompt = (<dict>document).get(_KEY_PROMPT_TOKEN_IDS)
     if prompt is not None:
         prompt = _plain_ints(scan, &scan.doc.prompt_token_ids)
         if prompt is None:
@@ -214,8 +214,8 @@ cdef object _plain_generate(_Scan scan, object document):
             return None
         parsed.append(got)
     payload = (<dict>document).copy()
-    payload.pop("choices", None)
-    payload.pop("prompt_token_ids", None)
+    payload.pop(_KEY_CHOICES, None)
+    payload.pop(_KEY_PROMPT_TOKEN_IDS, None)
     return _GenerateResponse(parsed, (<dict>document).get("request_id"), (<dict>document).get("usage"), prompt,
                              payload)
 

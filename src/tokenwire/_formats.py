@@ -20,6 +20,7 @@ import numpy as np
 from . import _json, _select
 from ._capture import json_bytes
 from ._errors import MalformedResponseError, invalid_json, location
+from ._table import KEY
 from ._types import GenerateResponse
 from .rules.generate import named
 
@@ -81,9 +82,9 @@ def _detect_generate(document: Any) -> bool:
     ``prompt_token_ids`` and no OpenAI ``object`` type."""
     if not isinstance(document, dict) or named(_OPENAI_OBJECTS, document.get("object")) is not None:
         return False
-    if "choices" not in document:
-        return "prompt_token_ids" in document
-    choices = document["choices"]
+    if KEY.choices not in document:
+        return KEY.prompt_token_ids in document
+    choices = document[KEY.choices]
     first = choices[0] if isinstance(choices, list) and choices else None
     return not (isinstance(first, dict) and ("message" in first or "delta" in first))
 
@@ -131,14 +132,14 @@ _BY_REASON: list[tuple[str, str]] = [
 def _choice_of(document: Any, exc: MalformedResponseError) -> dict[str, Any] | None:
     if exc.choice is None or not isinstance(document, dict):
         return None
-    choices = document.get("choices")
+    choices = document.get(KEY.choices)
     if isinstance(choices, list) and exc.choice < len(choices) and isinstance(choices[exc.choice], dict):
         return choices[exc.choice]
     return None
 
 
 def _token_count(choice: dict[str, Any]) -> int | None:
-    ids = choice.get("token_ids")
+    ids = choice.get(KEY.token_ids)
     return len(ids) if isinstance(ids, list) else None
 
 
@@ -165,8 +166,8 @@ def _mask_rows(choice: dict[str, Any], field: str) -> int | None:
 
 def _compact_row_has_id(choice: dict[str, Any], token: int) -> bool | None:
     """Whether the compact row of ``token`` holds the sampled id (None: unknown)."""
-    packed = choice.get("compact_logprobs")
-    ids = choice.get("token_ids")
+    packed = choice.get(KEY.compact_logprobs)
+    ids = choice.get(KEY.token_ids)
     if not isinstance(packed, dict) or not isinstance(ids, list) or token >= len(ids):
         return None
     offsets, data = packed.get("offsets"), packed.get("data")
@@ -198,13 +199,13 @@ def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
         return Defect("length_mismatch", where, reason, "logprobs.sampled", int(match[2]) - int(match[1]))
     if (match := _PACKED_COUNT.search(reason)) is not None:
         if exc.token is None:
-            return Defect("length_mismatch", where, reason, "completion_logprobs", int(match[1]) - int(match[2]))
+            return Defect("length_mismatch", where, reason, KEY.completion_logprobs, int(match[1]) - int(match[2]))
         return Defect("bad_logprob", where, reason)
     if reason == "Sampling mask token count mismatch":
         rows = _mask_rows(choice, field) if choice is not None else None
         return length(field, rows, tokens) or Defect("malformed_packed", where, reason)
     if reason == "Invalid compact logprob offsets":
-        packed = choice.get("compact_logprobs") if choice is not None else None
+        packed = choice.get(KEY.compact_logprobs) if choice is not None else None
         offsets = packed.get("offsets") if isinstance(packed, dict) else None
         rows = len(offsets) - 1 if isinstance(offsets, list) and exc.token is None else None
         return length(field, rows, tokens) or Defect("malformed_packed", where, reason)
@@ -217,7 +218,7 @@ def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
         return Defect("id_mismatch", where, reason)
     if ".logprob must be" in reason or ".logprob does not contain sampling evidence" in reason:
         return Defect("bad_logprob", where, reason)
-    if field.startswith("routed_experts"):
+    if field.startswith(KEY.routed_experts):
         return Defect("malformed_packed", where, reason)
     if reason.endswith(") disagree."):  # two transports name other sampled logprobs
         return Defect("bad_logprob", where, reason)
@@ -249,7 +250,7 @@ def _detect_chat(document: Any) -> bool:
 
 
 def _is_sglang_item(item: Any) -> bool:
-    return isinstance(item, dict) and "meta_info" in item and ("output_ids" in item or "text" in item)
+    return isinstance(item, dict) and KEY.meta_info in item and (KEY.output_ids in item or "text" in item)
 
 
 def _detect_sglang(document: Any) -> bool:
@@ -332,7 +333,7 @@ def _describe(document: Any) -> str:
         kind = named(_OPENAI_OBJECTS, document.get("object"))
         if kind is not None:
             return f"{kind} (object {document['object']!r})"
-        if "meta_info" in document and "text" in document:
+        if KEY.meta_info in document and "text" in document:
             return "an SGLang /generate response"
         keys = ", ".join(list(document)[:6])
         return f"an object with keys {keys}" if keys else "an empty object"
@@ -453,7 +454,7 @@ def _keys(parsed: Any) -> Any:
     (the ones the parser does not take apart, whose keys are the ones that tell formats apart)."""
     if not isinstance(parsed, GenerateResponse):
         return None
-    return {**parsed.payload, "choices": [choice.raw for choice in parsed.choices]}
+    return {**parsed.payload, KEY.choices: [choice.raw for choice in parsed.choices]}
 
 
 def _identity(document: Any, facts: dict[str, Any]) -> None:
@@ -461,7 +462,7 @@ def _identity(document: Any, facts: dict[str, Any]) -> None:
     if isinstance(document, list) and document:  # an SGLang batch
         document = document[0]
     if isinstance(document, dict):
-        meta = document.get("meta_info")
+        meta = document.get(KEY.meta_info)
         rid = document.get("request_id", document.get("id"))
         if rid is None and isinstance(meta, dict):
             rid = meta.get("id")

@@ -11,7 +11,11 @@ there. Everything else is derived from these rows:
   and ``tests/test_generated_tables.py`` writes them again and compares;
 - both extractors (the compiled core and :mod:`tokenwire.extract.python`) fill one evidence
   attribute a row, and the plain path of the compiled core takes only choices whose keys are
-  all on the allow-list derived here.
+  all on the allow-list derived here;
+- code that looks up, writes or lists a wire key names it as ``KEY.<key>``
+  (``KEY.kept_tokens``), and the keys the rules consume are derived from the rows
+  (``top_keys``): outside the row and the generated files, a field's name is spelled only by
+  the rule that reads it and in messages, error locations and docstrings.
 
 This module imports nothing but the standard library: the generator loads it by path.
 
@@ -22,7 +26,9 @@ Adding a field: a row here (then ``python3 csrc/gen_fields.py``), the rule that 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 # Where a path starts: the root object, one element of root "choices" (generate and
 # OpenAI-compatible documents), or one SGLang item (the root object, or an element of a root
@@ -62,6 +68,11 @@ class Field:
     read: str | None = None  # read during the scan: "ints", "mask" or "records"
     result: str | None = None  # the result attribute it ends in, where it has one of its own
     scanned: bool = True  # False: the scanner has no slot for it; read from the parsed document
+
+    @property
+    def key(self) -> str:
+        """The key of the scope's object the field lies under: ``compact_logprobs``."""
+        return self.path[0]
 
     @property
     def dotted(self) -> str:
@@ -149,6 +160,21 @@ BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 ATTR_AT: dict[tuple[str, str], str] = {(f.scope, f.dotted): f.attr for f in FIELDS}
 
 
+class _Keys:
+    """KEY's type: one attribute a key. A plain instance, its attributes set one by one, so
+    that a read of one is specialized by the interpreter and costs about what a constant does."""
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            setattr(self, key, key)
+
+
+# Every key the rows' paths spell, under its own name: KEY.kept_tokens == "kept_tokens". Code
+# outside the table names a wire key through it, so a key renamed or dropped here fails where
+# it is named (AttributeError) instead of never matching.
+KEY: Any = _Keys(dict.fromkeys(key for f in FIELDS for key in f.path))
+
+
 def fields(scope: str, fmt: str | None = None) -> tuple[Field, ...]:
     """The rows of one scope (and read by one format's rules)."""
     return tuple(f for f in FIELDS if f.scope == scope and (fmt is None or fmt in f.formats))
@@ -156,7 +182,7 @@ def fields(scope: str, fmt: str | None = None) -> tuple[Field, ...]:
 
 def top_keys(scope: str, fmt: str) -> frozenset[str]:
     """The keys of a scope's object under which a format's fields lie."""
-    return frozenset(f.path[0] for f in fields(scope, fmt))
+    return frozenset(f.key for f in fields(scope, fmt))
 
 
 def _check() -> None:
@@ -168,6 +194,7 @@ def _check() -> None:
         assert not f.base64 or f.blank == "string", f"{f.name}: base64 is decoded where blanked"
         assert f.scanned or (f.scope == ROOT and f.blank is f.read is None and not f.base64), \
             f"{f.name}: only a root field the scan leaves alone may be read from the parsed document"
+        assert all(key.isidentifier() for key in f.path), f"{f.name}: a key KEY cannot name"
     for scope in (ROOT, CHOICE, ITEM):
         attrs = [f.attr for f in fields(scope)]
         assert len(set(attrs)) == len(attrs), f"two {scope} fields share an evidence attribute"

@@ -16,6 +16,7 @@ import numpy as np
 from . import _json, _select, _table
 from ._args import int_arg, int_array, real_array
 from ._errors import MalformedResponseError
+from ._table import KEY
 from ._wire import COMPACT_FORMAT, MAX_MASK_ID, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 from .extract.python import LazyEvidence
 from .rules import generate as _rules
@@ -166,7 +167,7 @@ def encode_packed(array: Any) -> dict[str, Any]:
         raise TypeError(f"packed arrays are 1-D float32, float64 or int32, not {values.ndim}-D {name}")
     values = np.array(values, dtype=_PACKED[name], order="C")  # what is checked is what is encoded
     field = {"data": _blob(values), "shape": [len(values)], "dtype": name}
-    c = _given_choice("completion_logprobs", field)
+    c = _given_choice(KEY.completion_logprobs, field)
     if name == "int32":
         bad = c.kernels.first_bad("negative", values)
         if bad >= 0:
@@ -223,8 +224,8 @@ def encode_compact_logprobs(
         sampled = _row_firsts(row_ids, bounds)
     else:
         sampled = _rows_for(_ids(completion_ids, "completion_ids"), n)
-    _rules.parse_compact_logprobs({"compact_logprobs": field}, np.asarray(sampled, np.int64), None,
-                                      _given_choice("compact_logprobs", field))
+    _rules.parse_compact_logprobs({KEY.compact_logprobs: field}, np.asarray(sampled, np.int64), None,
+                                  _given_choice(KEY.compact_logprobs, field))
     return field
 
 
@@ -241,8 +242,8 @@ def encode_top_k(token_ids: Any, logprobs: Any) -> dict[str, Any]:
     if np.shape(logprobs) != ids.shape:
         raise ValueError(f"logprobs must have token_ids' shape {ids.shape}, not {np.shape(logprobs)}")
     n, width = ids.shape
-    field = {"num_positions": n, "k": width, "token_ids": _blob(top.astype("<i4")),
-             "logprobs": _blob(_float32(exact))}
+    field = {"num_positions": n, "k": width, KEY.token_ids: _blob(top.astype("<i4")),
+             KEY.logprobs: _blob(_float32(exact))}
     _rules.parse_packed_top_k(field, np.zeros(n, dtype=np.int64), _given_choice("logprobs.top_k", field))
     return field
 
@@ -268,7 +269,7 @@ def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = None) -
     ids. With ``completion_ids``, every row must also hold its sampled id."""
     support, sizes, sampled = _csr_mask(ids, counts, completion_ids)
     field = {"ids": encode_packed(support), "counts": encode_packed(sizes)}
-    _rules.parse_sampling_mask({"sampling_mask": field}, sampled, _given_choice("sampling_mask", field))
+    _rules.parse_sampling_mask({KEY.sampling_mask: field}, sampled, _given_choice(KEY.sampling_mask, field))
     return field
 
 
@@ -278,7 +279,7 @@ def encode_kept_tokens(ids: Any, counts: Any, *, completion_ids: Any = None) -> 
     tail is zero rows). With ``completion_ids``, every kept set must hold its sampled id."""
     support, sizes, sampled = _csr_mask(ids, counts, completion_ids)
     field = {"ids": _blob(support.astype("<i4")), "counts": _blob(sizes.astype("<i4"))}
-    _rules.parse_sampling_mask({"kept_tokens": field}, sampled, _given_choice("kept_tokens", field))
+    _rules.parse_sampling_mask({KEY.kept_tokens: field}, sampled, _given_choice(KEY.kept_tokens, field))
     return field
 
 
@@ -301,7 +302,7 @@ def encode_routed_experts(array: Any, start: int | None = 0) -> dict[str, Any]:
         start = int_arg(start, "start", 0)
     routing = np.array(routing, dtype=_ROUTED[name], order="C")  # what is checked is what is encoded
     field = {"data": _blob(routing), "shape": list(routing.shape), "start": start, "dtype": name}
-    _rules.parse_routed_experts(field, _given_choice("routed_experts", field))
+    _rules.parse_routed_experts(field, _given_choice(KEY.routed_experts, field))
     return field
 
 

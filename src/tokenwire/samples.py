@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ._table import KEY
+
 __all__ = [
     "SAMPLES",
     "WORKLOADS",
@@ -183,15 +185,15 @@ def build_choice(
     ``routed_form``: ``"dict"`` (prime-rl) or ``"npy"`` (upstream vLLM).
     """
     n, m = ev.cand_ids.shape if ev.cand_ids.ndim == 2 else (len(ev.ids), 0)
-    choice: dict[str, Any] = {"index": index, "text": "", "logprobs": None}
+    choice: dict[str, Any] = {"index": index, "text": "", KEY.logprobs: None}
     if transport in ("sampled", "top_k"):
-        choice["logprobs"] = {"content": None, "sampled": [float(x) for x in ev.logprobs]}
+        choice[KEY.logprobs] = {"content": None, KEY.sampled: [float(x) for x in ev.logprobs]}
     if transport == "top_k":
         # vLLM's packed top-k: the candidates unclamped (a filtered one is -inf, not -9999).
         lps = np.where(ev.cand_logprobs == SENTINEL, -np.inf, ev.cand_logprobs).astype("<f4")
-        choice["logprobs"]["top_k"] = {
+        choice[KEY.logprobs][KEY.top_k] = {
             "num_positions": n, "k": m,
-            "token_ids": b64(ev.cand_ids.astype("<i4").tobytes()), "logprobs": b64(lps.tobytes()),
+            KEY.token_ids: b64(ev.cand_ids.astype("<i4").tobytes()), KEY.logprobs: b64(lps.tobytes()),
         }
     if transport in ("native", "native_sampled"):
         content = []
@@ -203,14 +205,14 @@ def build_choice(
             for entry in top:
                 del entry["top_logprobs"]
             content.append(_native_entry(int(ev.ids[t]), float(ev.logprobs[t]), top))
-        choice["logprobs"] = {"content": content}
+        choice[KEY.logprobs] = {"content": content}
         if transport == "native_sampled":
-            choice["logprobs"]["sampled"] = [float(x) for x in ev.logprobs]
+            choice[KEY.logprobs][KEY.sampled] = [float(x) for x in ev.logprobs]
     choice["finish_reason"] = finish_reason
     choice["stop_reason"] = None
-    choice["token_ids"] = ev.ids.tolist()
+    choice[KEY.token_ids] = ev.ids.tolist()
     if transport == "packed":
-        choice["completion_logprobs"] = {
+        choice[KEY.completion_logprobs] = {
             "data": b64(ev.logprobs.astype("<f4").tobytes()),
             "shape": [n],
             "dtype": "float32",
@@ -219,7 +221,7 @@ def build_choice(
         # Flat engine storage: the sampled token first, then the top-m candidates.
         row_ids = np.concatenate([ev.ids[:, None], ev.cand_ids], axis=1).astype("<u4")
         row_lps = np.concatenate([ev.logprobs[:, None], ev.cand_logprobs], axis=1).astype("<f4")
-        choice["compact_logprobs"] = {
+        choice[KEY.compact_logprobs] = {
             "data": b64(row_ids.tobytes() + row_lps.tobytes()),
             "format": "u32-f32-le-v1",
             "offsets": list(range(0, n * (m + 1) + 1, m + 1)),
@@ -233,19 +235,19 @@ def build_choice(
         ids = np.array([i for row in ev.support for i in row], dtype="<i4")
         counts = np.array([len(row) for row in ev.support], dtype="<i4")
         if mask == "list":
-            choice["sampling_mask"] = ev.support
+            choice[KEY.sampling_mask] = ev.support
         elif mask == "kept":
-            choice["kept_tokens"] = {"ids": b64(ids.tobytes()), "counts": b64(counts.tobytes())}
+            choice[KEY.kept_tokens] = {"ids": b64(ids.tobytes()), "counts": b64(counts.tobytes())}
         else:
-            choice["sampling_mask"] = {
+            choice[KEY.sampling_mask] = {
                 name: {"data": b64(values.tobytes()), "shape": [len(values)], "dtype": "int32"}
                 for name, values in (("ids", ids), ("counts", counts))
             }
     if routed is not None:
         if routed_form == "npy":
-            choice["routed_experts"] = b64(npy_bytes(routed))
+            choice[KEY.routed_experts] = b64(npy_bytes(routed))
         else:
-            choice["routed_experts"] = {
+            choice[KEY.routed_experts] = {
                 "data": b64(np.ascontiguousarray(routed).tobytes()),
                 "shape": list(routed.shape),
                 "start": routed_start,
@@ -259,17 +261,17 @@ def response(
 ) -> dict[str, Any]:
     """A whole response document around ``choices``."""
     rng = np.random.default_rng(seed + 1)
-    completion = sum(len(c["token_ids"]) for c in choices)
+    completion = sum(len(c[KEY.token_ids]) for c in choices)
     return {
         "request_id": request_id,
-        "choices": choices,
+        KEY.choices: choices,
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion,
             "total_tokens": prompt_tokens + completion,
             "prompt_tokens_details": {"cached_tokens": 0},
         },
-        "prompt_token_ids": rng.integers(0, VOCAB, size=prompt_tokens).tolist(),
+        KEY.prompt_token_ids: rng.integers(0, VOCAB, size=prompt_tokens).tolist(),
         "kv_transfer_params": None,
     }
 

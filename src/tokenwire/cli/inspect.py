@@ -14,6 +14,7 @@ import tokenwire
 from .. import _json
 from .._capture import InputError, expand_paths, field_path, first_record, json_bytes
 from .._formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
+from .._table import KEY
 
 __all__ = ["describe", "main"]
 
@@ -71,22 +72,22 @@ def _decoded_choice(choice: dict[str, Any], parsed: tokenwire.GenerateChoice) ->
         if text is not None:
             out.setdefault(field, []).append(f"{attr} {text}{extra}")
 
-    put("token_ids", "completion_ids", parsed.completion_ids)
-    if choice.get("compact_logprobs") is not None:
-        source = "compact_logprobs"
-    elif choice.get("completion_logprobs") is not None:
-        source = "completion_logprobs"
+    put(KEY.token_ids, "completion_ids", parsed.completion_ids)
+    if choice.get(KEY.compact_logprobs) is not None:
+        source = KEY.compact_logprobs
+    elif choice.get(KEY.completion_logprobs) is not None:
+        source = KEY.completion_logprobs
     else:
-        source = "logprobs"
+        source = KEY.logprobs
     put(source, "completion_logprobs", parsed.completion_logprobs)
-    heads = "compact_logprobs" if source == "compact_logprobs" else "logprobs"
+    heads = KEY.compact_logprobs if source == KEY.compact_logprobs else KEY.logprobs
     put(heads, "completion_top_ids", parsed.completion_top_ids)
     put(heads, "completion_top_logprobs", parsed.completion_top_logprobs)
-    mask = "sampling_mask" if choice.get("sampling_mask") is not None else "kept_tokens"
+    mask = KEY.sampling_mask if choice.get(KEY.sampling_mask) is not None else KEY.kept_tokens
     put(mask, "sampling_mask", parsed.sampling_mask)
     if parsed.routed_experts is not None:
         start = parsed.routed_experts.start
-        put("routed_experts", "routed_experts", parsed.routed_experts.array,
+        put(KEY.routed_experts, "routed_experts", parsed.routed_experts.array,
             f", start {start}" if start is not None else "")
     return out
 
@@ -123,16 +124,16 @@ def describe(raw: bytes, *, fmt: str = "auto", top_k: int | None = None) -> dict
         return info
     top: dict[str, list[str]] = {}
     if parsed is not None and parsed.prompt_token_ids is not None:
-        top["prompt_token_ids"] = [f"prompt_token_ids {_array(parsed.prompt_token_ids)}"]
-    info["fields"] = _fields(document, top, skip="choices")
-    choices = document.get("choices")
+        top[KEY.prompt_token_ids] = [f"prompt_token_ids {_array(parsed.prompt_token_ids)}"]
+    info["fields"] = _fields(document, top, skip=KEY.choices)
+    choices = document.get(KEY.choices)
     if isinstance(choices, list):
         info["choices"] = []
         for i, choice in enumerate(choices):
             if not isinstance(choice, dict):
                 info["choices"].append({"index": i, "wire": _wire(choice)})
                 continue
-            ids = choice.get("token_ids")
+            ids = choice.get(KEY.token_ids)
             entry: dict[str, Any] = {
                 "index": i,
                 "tokens": len(ids) if isinstance(ids, list) else None,

@@ -43,6 +43,7 @@ import tokenwire
 
 from .. import _json, _select, _table
 from .._errors import MalformedResponseError, invalid_json, location
+from .._table import KEY
 from .._types import Ragged
 from .._wire import MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, LazyEvidence, Read
@@ -218,6 +219,9 @@ def __getattr__(name: str) -> Any:
 
 # --- reading a choice dict -----------------------------------------------------------------------
 
+# The fields whose base64 ``data`` renderers' parse_generate_response hands back as a memoryview.
+_VIEWS = (KEY.compact_logprobs, KEY.routed_experts)
+
 def _evidence(index: int | None = None, decoded: dict[int, np.ndarray] | None = None,
               choice: Any = None, top: bool = False) -> LazyEvidence:
     """tokenwire's rules over a parsed choice, as renderers' functions receive it: the
@@ -226,7 +230,7 @@ def _evidence(index: int | None = None, decoded: dict[int, np.ndarray] | None = 
     built), and a broken rule raises renderers' error type."""
     c = LazyEvidence(index, choice, kernels=_select.kernels, error=_error_type(), top=top)
     if decoded and isinstance(choice, dict):
-        for name in ("compact_logprobs", "routed_experts"):
+        for name in _VIEWS:
             value = choice.get(name)
             data = value.get("data") if isinstance(value, dict) else None
             if type(data) is memoryview and id(data) in decoded:
@@ -237,7 +241,7 @@ def _evidence(index: int | None = None, decoded: dict[int, np.ndarray] | None = 
 def _with_native(c: Evidence, choice: dict[str, Any], ids: np.ndarray, want_top: bool) -> None:
     """Reads ``logprobs.content`` into ``c`` when it holds one record per token: in whole-list
     operations when the records are well formed, else record by record."""
-    logprobs = choice.get("logprobs")
+    logprobs = choice.get(KEY.logprobs)
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if isinstance(content, list) and len(content) == len(ids):
         entries = _native_well_formed(content, ids, want_top)
@@ -387,7 +391,7 @@ def _plain(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) and not isinstance(value, dict) else value
 
 
-_NESTED = ("compact_logprobs", "completion_logprobs", "logprobs", "sampling_mask", "kept_tokens")
+_NESTED = (KEY.compact_logprobs, KEY.completion_logprobs, KEY.logprobs, KEY.sampling_mask, KEY.kept_tokens)
 
 
 def _choice(c: Evidence, choice: Any) -> dict[str, Any]:
@@ -402,23 +406,23 @@ def _choice(c: Evidence, choice: Any) -> dict[str, Any]:
         if not copied:
             choice, copied = dict(choice), True
         choice[name] = dict(value)
-    if "kept_tokens" in choice:
+    if KEY.kept_tokens in choice:
         # renderers reads no kept_tokens (prime-rl's kept sets, with absent rows): neither
         # does the drop-in, so a head is the one renderers selects.
-        choice = {key: value for key, value in choice.items() if key != "kept_tokens"}
+        choice = {key: value for key, value in choice.items() if key != KEY.kept_tokens}
         copied = True
-    logprobs = choice.get("logprobs")
-    if isinstance(logprobs, dict) and "sampled" in logprobs:
+    logprobs = choice.get(KEY.logprobs)
+    if isinstance(logprobs, dict) and KEY.sampled in logprobs:
         # Nor does it read vLLM's logprobs.sampled: the logprobs come from content, as there.
-        choice = {**choice, "logprobs": {k: v for k, v in logprobs.items() if k != "sampled"}}
+        choice = {**choice, KEY.logprobs: {k: v for k, v in logprobs.items() if k != KEY.sampled}}
         copied = True
-    mask = choice.get("sampling_mask")
+    mask = choice.get(KEY.sampling_mask)
     if isinstance(mask, dict) and any(
         isinstance(mask.get(n), Mapping) and not isinstance(mask.get(n), dict) for n in ("ids", "counts")
     ):
         if not copied:
             choice = dict(choice)
-        choice["sampling_mask"] = {k: _plain(v) for k, v in mask.items()}
+        choice[KEY.sampling_mask] = {k: _plain(v) for k, v in mask.items()}
     return choice
 
 
@@ -427,7 +431,7 @@ def _ids(c: Evidence, completion_ids: Any) -> np.ndarray:
         completion_ids = completion_ids.tolist()
     elif not isinstance(completion_ids, list):
         completion_ids = list(completion_ids)
-    return _rules.checked_int_list(c, c.kernels.int_list(completion_ids, MAX_TOKEN_ID), "token_ids", _IDS_REASON)
+    return _rules.checked_int_list(c, c.kernels.int_list(completion_ids, MAX_TOKEN_ID), KEY.token_ids, _IDS_REASON)
 
 
 def _check_k(k: Any) -> int | None:
@@ -465,24 +469,24 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
     top = _evidence(None, top=True)
     if not isinstance(payload, dict):
         top.fail("response must be a JSON object")
-    choices = payload.get("choices")
+    choices = payload.get(KEY.choices)
     if not isinstance(choices, list) or not choices:
-        top.fail("choices must be a non-empty list", "choices")
-    prompt = payload.get("prompt_token_ids")
+        top.fail("choices must be a non-empty list", KEY.choices)
+    prompt = payload.get(KEY.prompt_token_ids)
     if prompt is not None:
-        _rules.checked_int_list(top, top.kernels.int_list(prompt, MAX_TOKEN_ID), "prompt_token_ids",
+        _rules.checked_int_list(top, top.kernels.int_list(prompt, MAX_TOKEN_ID), KEY.prompt_token_ids,
                                 "prompt_token_ids must hold token ids in [0, 2**32)")
     for index, choice in enumerate(choices):
         c = _evidence(index, decoded, choice)
         if not isinstance(choice, dict):
             c.fail("choice must be an object")
-        ids = choice.get("token_ids")
+        ids = choice.get(KEY.token_ids)
         if ids is not None:
-            _rules.checked_int_list(c, c.kernels.int_list(ids, MAX_TOKEN_ID), "token_ids", _IDS_REASON)
-        routed = choice.get("routed_experts")
+            _rules.checked_int_list(c, c.kernels.int_list(ids, MAX_TOKEN_ID), KEY.token_ids, _IDS_REASON)
+        routed = choice.get(KEY.routed_experts)
         if routed is not None:
             _rules.parse_routed_experts(routed, c)
-        for name in ("routed_experts", "compact_logprobs"):
+        for name in _VIEWS:
             value = choice.get(name)
             if isinstance(value, dict) and isinstance(value.get("data"), str):
                 value["data"] = memoryview(value["data"].encode())
@@ -499,7 +503,7 @@ def _parse_packed_completion_logprobs(
     """
     release = _follow()
     packed = _plain(packed)
-    c = _evidence(choice={"completion_logprobs": packed})
+    c = _evidence(choice={KEY.completion_logprobs: packed})
     values = _rules.parse_packed_logprobs(packed, len(completion_ids), c)
     return release.logprobs(values)
 
@@ -519,7 +523,7 @@ def _parse_compact_logprobs(
     ids = _ids(c, completion_ids)
     c.choice = choice = _choice(c, choice)
     k = _check_k(k)
-    if choice.get("compact_logprobs") is None:
+    if choice.get(KEY.compact_logprobs) is None:
         c.fail("Unsupported compact logprob format", "compact_logprobs.format")
     sampled, top_ids, top_logprobs, _ = _rules.parse_compact_logprobs(choice, ids, k, c)
     if top_ids is None or top_logprobs is None:  # no head requested
@@ -543,7 +547,7 @@ def _parse_completion_logprobs(
     c = _evidence()
     ids = _ids(c, completion_ids)
     c.choice = choice = _choice(c, choice)
-    packed = choice.get("completion_logprobs")
+    packed = choice.get(KEY.completion_logprobs)
     if packed is not None:
         values = _rules.parse_packed_logprobs(packed, len(ids), c)
     else:
@@ -552,7 +556,7 @@ def _parse_completion_logprobs(
     # A present mask is validated here too, where renderers' head call would validate it
     # next: after its check that logprobs.content holds one record per token (when it does
     # not, that call reports so first, and the mask is left to it).
-    logprobs = choice.get("logprobs")
+    logprobs = choice.get(KEY.logprobs)
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if isinstance(content, list) and len(content) == len(ids):
         _rules.parse_sampling_mask(choice, ids, c)
@@ -624,11 +628,10 @@ _DATA_KEY = b'"data":"'
 _SPLICE_MIN = 512
 # Where a spliced ``data`` may be put back: (field, sub-field or None, kept as a memoryview).
 _DATA_PLACES = (
-    ("compact_logprobs", None, True),
-    ("routed_experts", None, True),
-    ("completion_logprobs", None, False),
-    ("sampling_mask", "ids", False),
-    ("sampling_mask", "counts", False),
+    *((name, None, True) for name in _VIEWS),
+    (KEY.completion_logprobs, None, False),
+    (KEY.sampling_mask, KEY.ids, False),
+    (KEY.sampling_mask, KEY.counts, False),
 )
 
 
@@ -688,7 +691,7 @@ def _loads_spliced(data: bytes, decoded: dict[int, np.ndarray]) -> Any:
         payload = _json.loads(b"".join(pieces))
     except _json.JSONDecodeError:
         return None
-    choices = payload.get("choices") if isinstance(payload, dict) else None
+    choices = payload.get(KEY.choices) if isinstance(payload, dict) else None
     if not isinstance(choices, list):
         return None
     marker = "\x00" + tag + ":"
@@ -755,9 +758,9 @@ def _loads_with_literals(raw: Any) -> Any:
                 holder["logprob"] = found[int(value[len(marker):])]
                 placed += 1
 
-    choices = payload.get("choices") if isinstance(payload, dict) else None
+    choices = payload.get(KEY.choices) if isinstance(payload, dict) else None
     for choice in choices if isinstance(choices, list) else ():
-        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+        logprobs = choice.get(KEY.logprobs) if isinstance(choice, dict) else None
         content = logprobs.get("content") if isinstance(logprobs, dict) else None
         for entry in content if isinstance(content, list) else ():
             place(entry)

@@ -27,6 +27,7 @@ import numpy as np
 from .. import _json, _table
 from .._args import check_top_k
 from .._errors import MalformedResponseError, invalid_json
+from .._table import KEY
 from .._wire import MAX_OFFSET, MAX_TOKEN_ID
 from ..kernels import python as python_kernels
 from ..kernels.python import (
@@ -314,12 +315,10 @@ def load_keeping_repeats(raw: Any) -> Any:
 def _has_keyed_heads(document: Any) -> bool:
     """Whether a head would be read from ``logprobs.top_logprobs`` objects (whose repeated
     keys orjson would merge)."""
-    choices = document.get("choices") if isinstance(document, dict) else None
+    choices = document.get(KEY.choices) if isinstance(document, dict) else None
     for choice in choices if isinstance(choices, list) else ():
-        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
-        if isinstance(logprobs, dict) and logprobs.get("content") is None and logprobs.get(
-            "top_logprobs"
-        ):
+        logprobs = choice.get(KEY.logprobs) if isinstance(choice, dict) else None
+        if isinstance(logprobs, dict) and logprobs.get(KEY.content) is None and logprobs.get(KEY.top_logprobs):
             return True
     return False
 
@@ -404,7 +403,7 @@ def read_field(c: Evidence, field: _table.Field, choice: Any, fmt: str, k: int |
     ids = c.token_ids
     entries = None
     if ids is not None and ids[2] is None and len(value) == ids[1]:
-        entries = native_entries(value, ids[0], k is not None and choice.get("compact_logprobs") is None)
+        entries = native_entries(value, ids[0], k is not None and choice.get(KEY.compact_logprobs) is None)
     return Read(len(value), entries=entries)
 
 
@@ -441,7 +440,7 @@ def extract_generate(raw: Any, top_k: int | None = None) -> tuple[Any, Evidence,
     ``extract_generate`` reads in one pass over the raw bytes)."""
     k = check_top_k(top_k)
     document = load_document(raw)
-    choices = document.get("choices") if isinstance(document, dict) else None
+    choices = document.get(KEY.choices) if isinstance(document, dict) else None
     read = [extract_choice(i, choice, k) for i, choice in enumerate(choices)] if isinstance(choices, list) else []
     return document, extract_choice(None, document), read
 
@@ -462,6 +461,6 @@ def extract_openai(raw: Any, top_k: int | None = None, sglang: bool = False) -> 
         items = document if isinstance(document, list) else [document]
         return document, extract_sglang_item(None, None), [extract_sglang_item(i, item, k) for i, item in enumerate(items)]
     document = load_openai_document(raw, k)
-    choices = document.get("choices") if isinstance(document, dict) else None
+    choices = document.get(KEY.choices) if isinstance(document, dict) else None
     read = [extract_openai_choice(i, c, k) for i, c in enumerate(choices)] if isinstance(choices, list) else []
     return document, extract_openai_choice(None, document, k), read

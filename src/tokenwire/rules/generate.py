@@ -23,6 +23,7 @@ import numpy as np
 
 from .._args import check_payload_root, check_start, check_top_k
 from .._errors import MalformedResponseError
+from .._table import CHOICE, GENERATE, KEY, top_keys
 from .._types import GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
 from .._wire import COMPACT_FORMAT, MAX_OFFSET, VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, extract_choice, load_document
@@ -37,8 +38,12 @@ ROUTED_DTYPES: dict[str, np.dtype[Any]] = {"uint8": np.dtype("u1"), "uint16": np
 NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i2": "int16",
               "<i4": "int32"}
 
-# Fields of a choice that become attributes; the rest stays in ``GenerateChoice.raw``.
-_CONSUMED = ("index", "token_ids", "finish_reason", "sampling_mask", "kept_tokens", "routed_experts", "payload")
+# The transports of a choice's sampled-token logprobs: the rules consume the one they read (a
+# new transport's key joins them here, or it is consumed whenever present).
+_TRANSPORTS = (KEY.compact_logprobs, KEY.completion_logprobs, KEY.logprobs)
+# Fields of a choice that become attributes; the rest stays in ``GenerateChoice.raw``: the
+# index, the finish reason and the wire table's generate fields but the transports.
+_CONSUMED = ("index", "finish_reason", *sorted(top_keys(CHOICE, GENERATE) - set(_TRANSPORTS)))
 
 
 def named(table: dict[str, Any], name: Any) -> Any:
@@ -200,8 +205,8 @@ def _parse_sampled_list(sampled: Any, ids: np.ndarray, c: Evidence) -> np.ndarra
 
 # How a disagreement names each transport's value of token t.
 _NAMES = {
-    "compact_logprobs": "compact_logprobs row {t}",
-    "completion_logprobs": "completion_logprobs[{t}]",
+    KEY.compact_logprobs: "compact_logprobs row {t}",
+    KEY.completion_logprobs: "completion_logprobs[{t}]",
     "logprobs.content": "logprobs.content[{t}].logprob",
     "logprobs.sampled": "logprobs.sampled[{t}]",
 }
@@ -234,15 +239,15 @@ def check_other_transports(
     ``logprobs.content`` when they were read (with their head candidates when a head is read
     from them: ``top_k`` beside packed logprobs), else None. (The compiled core's plain path
     takes no choice with a second transport: it hands them all to these rules.)"""
-    if used == "compact_logprobs" and choice.get("completion_logprobs") is not None:
-        packed = parse_packed_logprobs(choice["completion_logprobs"], len(ids), c)
-        _check_agrees(c, packed, "completion_logprobs", logprobs, used)
-    field = choice.get("logprobs")
-    if used == "logprobs" or field is None:
+    if used == KEY.compact_logprobs and choice.get(KEY.completion_logprobs) is not None:
+        packed = parse_packed_logprobs(choice[KEY.completion_logprobs], len(ids), c)
+        _check_agrees(c, packed, KEY.completion_logprobs, logprobs, used)
+    field = choice.get(KEY.logprobs)
+    if used == KEY.logprobs or field is None:
         return None
     if isinstance(field, dict) and field.get("content") is None and field.get("sampled") is None:
         return None  # an object holding no logprobs (each member null or absent)
-    want_top = k is not None and used == "completion_logprobs"
+    want_top = k is not None and used == KEY.completion_logprobs
     native, entries = parse_native_logprobs(choice, ids, c, want_top)
     _check_agrees(c, native, "logprobs.sampled" if entries is None else "logprobs.content", logprobs, used)
     return entries
@@ -262,7 +267,7 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence,
         return None
     mask = choice[field]
     # kept_tokens (prime-rl's sampling replay): the same CSR with bare base64 strings.
-    bare = field == "kept_tokens"
+    bare = field == KEY.kept_tokens
     bad_row = None
     if isinstance(mask, dict):
         arrays = {}
@@ -315,16 +320,16 @@ def _check_supports(c: Evidence, ids: np.ndarray, rows: Ragged, field: str, bad_
 def _mask_field(choice: dict[str, Any]) -> str | None:
     """The field the supports are read from (``sampling_mask`` before ``kept_tokens``), or
     None."""
-    if choice.get("sampling_mask") is not None:
-        return "sampling_mask"
-    return "kept_tokens" if choice.get("kept_tokens") is not None else None
+    if choice.get(KEY.sampling_mask) is not None:
+        return KEY.sampling_mask
+    return KEY.kept_tokens if choice.get(KEY.kept_tokens) is not None else None
 
 
 def _fail_head(c: Evidence, choice: dict[str, Any], field: str, bad: tuple[int, str], supports: Ragged | None):
     """Report the head rule ``bad`` broke. A kept set with an id the head has no candidate
     logprob for is located at ``kept_tokens`` and says what to request."""
     token, reason = bad
-    if reason == HEAD_MISSING_SUPPORT and supports is not None and _mask_field(choice) == "kept_tokens":
+    if reason == HEAD_MISSING_SUPPORT and supports is not None and _mask_field(choice) == KEY.kept_tokens:
         width = len(supports[token])
         c.fail(
             f"{reason}: kept_tokens[{token}] holds {width} ids and the response has no candidate "
@@ -345,7 +350,7 @@ def parse_compact_logprobs(
     # The compiled core's plain path (_core_plain.pxi, _plain_compact) accepts the plainest valid
     # choices of compact rows without a head on its own: a rule added here must be added
     # there (or hand them over).
-    field = "compact_logprobs"
+    field = KEY.compact_logprobs
     packed = choice[field]
     if not isinstance(packed, dict) or packed.get("format") != COMPACT_FORMAT:
         c.fail("Unsupported compact logprob format", field + ".format")
@@ -1104,17 +1109,17 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
     held = handle.get("sampling_mask")
     top_ids = top_logprobs = None
     consumed = list(_CONSUMED)
-    if choice.get("compact_logprobs") is not None:
+    if choice.get(KEY.compact_logprobs) is not None:
         logprobs, top_ids, top_logprobs, mask = parse_compact_logprobs(choice, ids, k, c, held)
-        check_other_transports(c, choice, ids, "compact_logprobs", logprobs, k)
-        consumed.append("compact_logprobs")
+        check_other_transports(c, choice, ids, KEY.compact_logprobs, logprobs, k)
+        consumed.append(KEY.compact_logprobs)
     else:
         entries = None
-        if choice.get("completion_logprobs") is not None:
-            logprobs = parse_packed_logprobs(choice["completion_logprobs"], len(ids), c)
-            entries = check_other_transports(c, choice, ids, "completion_logprobs", logprobs, k)
-            consumed.append("completion_logprobs")
-        elif choice.get("logprobs") is not None or require_logprobs or k is not None:
+        if choice.get(KEY.completion_logprobs) is not None:
+            logprobs = parse_packed_logprobs(choice[KEY.completion_logprobs], len(ids), c)
+            entries = check_other_transports(c, choice, ids, KEY.completion_logprobs, logprobs, k)
+            consumed.append(KEY.completion_logprobs)
+        elif choice.get(KEY.logprobs) is not None or require_logprobs or k is not None:
             logprobs, entries = parse_native_logprobs(choice, ids, c, want_top=k is not None)
         else:
             logprobs = None
@@ -1123,17 +1128,17 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
                 c.fail("Missing requested top logprobs: packed top-k rows need the sampled "
                        "logprobs beside them (logprobs.sampled or completion_logprobs)", "logprobs.sampled")
             top_ids, top_logprobs, mask = parse_top_k_heads(choice, ids, logprobs, k, c, held)
-            consumed.append("logprobs")
+            consumed.append(KEY.logprobs)
         elif k is not None:
             top_ids, top_logprobs, mask = parse_native_heads(choice, ids, k, c, entries, held)
-            consumed.append("logprobs")
+            consumed.append(KEY.logprobs)
         else:
             mask = parse_sampling_mask(choice, ids, c, held)
             if top_k_block(choice) is not None:  # validated without a head asked for
                 parse_packed_top_k(top_k_block(choice), ids, c)
-        if logprobs is not None and "completion_logprobs" not in consumed:
-            consumed.append("logprobs")
-    routed = choice.get("routed_experts")
+        if logprobs is not None and KEY.completion_logprobs not in consumed:
+            consumed.append(KEY.logprobs)
+    routed = choice.get(KEY.routed_experts)
     return GenerateChoice(
         index=cast(int, c.index),  # a choice's evidence (None: the top level's)
         completion_ids=ids,
@@ -1152,7 +1157,7 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
 
 
 # Fields that GenerateChoice.raw may keep and the compiled extractor blanks in part.
-_MAY_BE_BLANKED = ("logprobs", "completion_logprobs")
+_MAY_BE_BLANKED = (KEY.logprobs, KEY.completion_logprobs)
 
 
 def _raw(c: Evidence, choice: dict[str, Any], consumed: list[str]) -> dict[str, Any]:
@@ -1176,7 +1181,7 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
     read = evidence or (lambda index, value: extract_choice(index, value, k))
-    prompt = document.get("prompt_token_ids")
+    prompt = document.get(KEY.prompt_token_ids)
     teacher = document.get(_TEACHER)
     top = read(None, document) if prompt is not None or teacher is not None else None
     if prompt is not None:
@@ -1184,7 +1189,7 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
                                   "prompt_token_ids must hold token ids in [0, 2**32)")
     if teacher is not None:
         teacher = parse_teacher_scores(top, prompt, prompt_logprob_start, teacher_logits)
-    choices = document.get("choices")
+    choices = document.get(KEY.choices)
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
     prompt_len = prompt_length(document, prompt)
@@ -1207,7 +1212,7 @@ def response_of(document: dict[str, Any], choices: list[GenerateChoice], prompt:
                 id_key: str, teacher: np.ndarray | None = None) -> GenerateResponse:
     """The response of a document's parsed choices: the id under ``id_key``, the usage, the
     prompt ids, the teacher scores, and every other top-level field as the payload."""
-    consumed = ("choices", "prompt_token_ids", *((_TEACHER,) if teacher is not None else ()))
+    consumed = (KEY.choices, KEY.prompt_token_ids, *((KEY.prompt_token_id_logprobs,) if teacher is not None else ()))
     return GenerateResponse(
         choices=choices,
         request_id=document.get(id_key),

@@ -32,6 +32,7 @@ import numpy as np
 
 from .._args import check_top_k
 from .._errors import MalformedResponseError
+from .._table import ITEM, KEY, SGLANG, fields
 from .._types import GenerateChoice, GenerateResponse, Ragged
 from .._wire import VLLM_LOGPROB_SENTINEL
 from ..extract.python import (
@@ -400,12 +401,12 @@ def _array_logprobs(
     """``{tokens, token_logprobs, top_logprobs, text_offset}`` (completions; Together and
     Fireworks add ``token_ids``): ids from ``token_ids`` and from "token_id:N" tokens."""
     field = "logprobs.token_logprobs"
-    if not isinstance(logprobs["token_logprobs"], list):
+    if not isinstance(logprobs[KEY.token_logprobs], list):
         c.fail("logprobs.token_logprobs must be a list", field)
     sent, count = c.token_logprobs.numbers, c.token_logprobs.length
     values, bad = sent.values, sent.bad
     records: list[_IdSource] = []
-    if logprobs.get("token_ids") is not None:
+    if logprobs.get(KEY.token_ids) is not None:
         records.append(_id_list(c, c.logprob_token_ids, "logprobs.token_ids"))
     tokens = logprobs.get("tokens")
     if tokens is not None:
@@ -427,7 +428,7 @@ def _array_logprobs(
 
     def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         field = "logprobs.top_logprobs"
-        rows = logprobs.get("top_logprobs")
+        rows = logprobs.get(KEY.top_logprobs)
         if not isinstance(rows, list) or c.top_logprobs.length != count:
             c.fail("Missing requested top logprobs", field)
         candidates, top_err, repeated = c.top_logprobs.rows
@@ -465,13 +466,13 @@ def _openai_logprobs(
             if not isinstance(content, list):
                 c.fail("logprobs.content must be a list", "logprobs.content")
             found = _content_logprobs(c, content, c.logprobs_content, "logprobs.content", sources, endpoint)
-        elif logprobs.get("token_logprobs") is not None:
+        elif logprobs.get(KEY.token_logprobs) is not None:
             found = _array_logprobs(c, logprobs, sources, endpoint)
         if found is not None and len(sources) > named:
             return found, True
-    raw_output = choice.get("raw_output")
+    raw_output = choice.get(KEY.raw_output)
     if isinstance(raw_output, dict):
-        completion = raw_output.get("completion_logprobs")
+        completion = raw_output.get(KEY.completion_logprobs)
         content = completion.get("content") if isinstance(completion, dict) else None
         if content is not None:
             field = "raw_output.completion_logprobs.content"
@@ -487,16 +488,16 @@ def _openai_logprobs(
 def _raw_output_ids(c: Evidence, choice: dict[str, Any], primary: _Logprobs | None) -> list[_IdSource]:
     """Fireworks ``raw_output``: ``completion_token_ids`` and, when the logprobs were read
     from ``choice.logprobs``, the ids its own logprob records name."""
-    raw_output = choice.get("raw_output")
+    raw_output = choice.get(KEY.raw_output)
     if raw_output is None:
         return []
     if not isinstance(raw_output, dict):
         c.fail("raw_output must be an object", "raw_output")
     sources = []
-    if raw_output.get("completion_token_ids") is not None:
+    if raw_output.get(KEY.completion_token_ids) is not None:
         field = "raw_output.completion_token_ids"
         sources.append(_id_list(c, c.raw_token_ids, field))
-    completion = raw_output.get("completion_logprobs")
+    completion = raw_output.get(KEY.completion_logprobs)
     content = completion.get("content") if isinstance(completion, dict) else None
     field = "raw_output.completion_logprobs.content"
     if isinstance(content, list) and (primary is None or primary.field != field):
@@ -530,12 +531,12 @@ def _parse_openai_choice(
 ) -> GenerateChoice:
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
-    consumed = ["index", "token_ids", "finish_reason"]
+    consumed = ["index", KEY.token_ids, "finish_reason"]
     prompt = None
-    if choice.get("prompt_token_ids") is not None:
+    if choice.get(KEY.prompt_token_ids) is not None:
         prompt = _id_list(c, c.prompt_token_ids, "prompt_token_ids").ids
     sources: list[_IdSource] = []
-    if choice.get("token_ids") is not None:
+    if choice.get(KEY.token_ids) is not None:
         sources.append(_id_list(c, c.token_ids, "token_ids"))
     logprobs, from_choice = _openai_logprobs(c, choice, sources, endpoint)
     sources += _raw_output_ids(c, choice, logprobs)
@@ -555,13 +556,13 @@ def _parse_openai_choice(
         if k is not None:
             top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
         if from_choice:
-            consumed.append("logprobs")
+            consumed.append(KEY.logprobs)
     raw = {key: value for key, value in choice.items() if key not in consumed}
-    for key, span in (("logprobs", c.logprobs), ("raw_output", c.raw_output)):
+    for key, span in ((KEY.logprobs, c.logprobs), (KEY.raw_output, c.raw_output)):
         if key in raw:  # as sent: the compiled extractor left their arrays empty
             raw[key] = full_at(c, raw[key], span)
     if prompt is not None:
-        raw["prompt_token_ids"] = prompt
+        raw[KEY.prompt_token_ids] = prompt
     return GenerateChoice(
         index=c.index,  # type: ignore[arg-type]
         completion_ids=ids,
@@ -601,11 +602,11 @@ def _parse_openai_document(
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
     read = evidence or (lambda index, value: extract_openai_choice(index, value, k))
-    prompt = document.get("prompt_token_ids")
+    prompt = document.get(KEY.prompt_token_ids)
     if prompt is not None:
         top = read(None, document)
         prompt = _id_list(top, top.prompt_token_ids, "prompt_token_ids").ids
-    choices = document.get("choices")
+    choices = document.get(KEY.choices)
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
     parsed = [
@@ -616,7 +617,7 @@ def _parse_openai_document(
         _check_usage(document.get("usage"), parsed)
     if prompt is None and endpoint is _COMPLETIONS:
         # vLLM sends the prompt per choice; one prompt for the response when all agree.
-        prompts = [choice.raw.get("prompt_token_ids") for choice in parsed]
+        prompts = [choice.raw.get(KEY.prompt_token_ids) for choice in parsed]
         first = prompts[0]
         if first is not None and all(p is not None and np.array_equal(p, first) for p in prompts):
             prompt = first
@@ -668,7 +669,8 @@ def parse_chat_completions_response(
 # --- SGLang /generate ----------------------------------------------------------------------------
 
 
-_SGLANG_CONSUMED = ("output_token_logprobs", "output_top_logprobs")
+# The fields of meta_info that become attributes: the wire table's SGLang rows under it.
+_SGLANG_CONSUMED = tuple(f.path[1] for f in fields(ITEM, SGLANG) if f.key == KEY.meta_info)
 _SGLANG_NO_ID = "Top logprob must be [logprob, token_id, text] with an id in [0, 2**32)"
 
 
@@ -677,13 +679,13 @@ def _parse_sglang_item(
 ) -> GenerateChoice:
     if not isinstance(item, dict):
         c.fail("response item must be an object")
-    meta = item.get("meta_info")
+    meta = item.get(KEY.meta_info)
     if not isinstance(meta, dict):
         c.fail("meta_info must be an object", "meta_info")
     sources: list[_IdSource] = []
     logprobs = None
     field = "meta_info.output_token_logprobs"
-    entries = meta.get("output_token_logprobs")
+    entries = meta.get(KEY.output_token_logprobs)
     if entries is not None:
         if not isinstance(entries, list):
             c.fail(f"{field} must be a list of [logprob, token_id, text] entries", field)
@@ -698,7 +700,7 @@ def _parse_sglang_item(
         sources.append(_IdSource(field, ids))
         values, bad = _numbers(records.values)
         logprobs = _Logprobs(field, read.length, values, bad, records.values, records.value_key)
-    if item.get("output_ids") is not None:
+    if item.get(KEY.output_ids) is not None:
         sources.append(_id_list(c, c.output_ids, "output_ids"))
     if logprobs is None and (require_logprobs or k is not None or not sources):
         what = "no exact completion token ids and no logprobs" if not sources else "no logprobs"
@@ -712,14 +714,14 @@ def _parse_sglang_item(
         _check_token_count(c, meta["completion_tokens"], "meta_info.completion_tokens", len(ids))
     if k is not None:
         field = "meta_info.output_top_logprobs"
-        rows = meta.get("output_top_logprobs")
+        rows = meta.get(KEY.output_top_logprobs)
         if not isinstance(rows, list) or c.output_top_logprobs.length != len(ids):
             c.fail("Missing requested top logprobs", field)
         candidates, top_err = c.output_top_logprobs.rows
         top_ids, top_logprobs = _chosen_heads(c, field, ids, candidates, sampled, k, top_err, _SGLANG_NO_ID)
     finish = meta.get("finish_reason")
-    raw = {key: value for key, value in item.items() if key != "output_ids"}
-    raw["meta_info"] = {key: value for key, value in meta.items() if key not in _SGLANG_CONSUMED}
+    raw = {key: value for key, value in item.items() if key != KEY.output_ids}
+    raw[KEY.meta_info] = {key: value for key, value in meta.items() if key not in _SGLANG_CONSUMED}
     return GenerateChoice(
         index=c.index,  # type: ignore[arg-type]
         completion_ids=ids,
@@ -752,7 +754,7 @@ def parse_sglang_generate_document(
     single = not isinstance(document, list)
     return GenerateResponse(
         choices=parsed,
-        request_id=parsed[0].raw["meta_info"].get("id") if single else None,
+        request_id=parsed[0].raw[KEY.meta_info].get("id") if single else None,
         usage=None,
         prompt_token_ids=None,
         payload={},
