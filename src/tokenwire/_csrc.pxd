@@ -169,4 +169,5 @@ cdef extern from "tw_validate.h" nogil:
     ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n, const int64_t *sampled, float *out, int *kind, int simd)
     ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n, const int64_t *sampled, int absent_ok, int *nomem, int path)
     ptrdiff_t tw_i32_negative(const int32_t *v, size_t n)
+    ptrdiff_t tw_first_at_or_above(const void *v, size_t n, size_t width, uint32_t limit)
     ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n)
