@@ -15,7 +15,7 @@ _impl: Any  # the implementation module in use (the compiled core or the referen
 
 def parse_generate_response(
     raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ...,
-    require_sampling_mask: bool = ...,
+    require_sampling_mask: bool = ..., num_experts: int | None = ...,
 ) -> GenerateResponse:
     """Parse and validate a vLLM ``/inference/v1/generate`` response body.
 
@@ -31,6 +31,9 @@ def parse_generate_response(
             (``sampling_mask`` or ``kept_tokens``); a missing or null one is an error whose
             reason names the server settings that send it (default False: a mask is
             validated when present).
+        num_experts: the model's count of routed experts: every expert id of
+            ``routed_experts`` must be below it (an id at or above it fails at its row,
+            naming the layer and the value). Without it an id must only be non-negative.
 
     Returns:
         GenerateResponse: one GenerateChoice per entry of ``choices``, with
@@ -42,8 +45,9 @@ def parse_generate_response(
         MalformedResponseError: the response breaks the contract (invalid JSON, a missing or
             misaligned field, a logprob that is not sampling evidence, a head that breaks the
             selection rules); its ``choice``, ``field`` and ``token`` say where.
-        ValueError: ``top_k`` is not a positive int or None.
-        TypeError: ``raw`` is neither str nor bytes-like.
+        ValueError: ``top_k`` is not a positive int or None, or ``num_experts`` not in
+            ``[1, 2**31]``.
+        TypeError: ``raw`` is neither str nor bytes-like, or ``num_experts`` not an int.
 
     Example:
         >>> body = (b'{"choices":[{"token_ids":[7,8],"logprobs":{"content":['

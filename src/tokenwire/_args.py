@@ -93,3 +93,13 @@ def check_top_k(top_k: Any) -> int | None:
     if top_k is not None and (type(top_k) is not int or top_k < 1):
         raise ValueError(f"top_k must be a positive int or None, not {top_k!r}")
     return top_k
+
+
+# The largest expert count: an expert id is a value of a routing array, int32 at the widest.
+MAX_EXPERTS = 2**31
+
+
+def check_num_experts(num_experts: Any) -> int | None:
+    """``num_experts`` (a model's count of routed experts: every expert id is below it) as an
+    int in ``[1, 2**31]``, or None."""
+    return None if num_experts is None else int_arg(num_experts, "num_experts", 1, MAX_EXPERTS)

@@ -3,9 +3,11 @@
 # --- the parsers: scan, extract, then the plain path or the rules --------------------------------
 
 
-def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_sampling_mask=False):
+def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_sampling_mask=False,
+                            num_experts=None):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
+    experts = check_num_experts(num_experts)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         scan = _Scan()
@@ -16,7 +18,7 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_s
                 return plain
         top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE)
         return _generate.parse_document(document, k, require_logprobs, _lookup(top, read, _table.GENERATE, k),
-                                        require_sampling_mask)
+                                        require_sampling_mask, experts)
     finally:
         PyDataMem_SetHandler(previous)
 
