@@ -87,11 +87,16 @@ def target_sets(t) -> dict[str, list]:
     def pick(test):
         return [target(t, f) for f in t.FIELDS if test(f)]
 
+    def generate(f) -> bool:  # the generate scan blanks (and decodes) what generate's rules read
+        return t.GENERATE in f.formats
+
     return {
-        "BLANK_STR": pick(lambda f: f.blank == "string"),
-        "BLANK_ARR": pick(lambda f: f.blank == "array"),
-        "BLANK_ARR_OPENAI": pick(lambda f: f.blank_openai),
-        "B64": pick(lambda f: f.base64),
+        "BLANK_STR": pick(lambda f: f.blank == "string" and generate(f)),
+        "BLANK_ARR": pick(lambda f: f.blank == "array" and generate(f)),
+        "BLANK_STR_OPENAI": pick(lambda f: f.blank == "string" and f.blank_openai),
+        "BLANK_ARR_OPENAI": pick(lambda f: f.blank == "array" and f.blank_openai),
+        "B64": pick(lambda f: f.base64 and generate(f)),
+        "B64_OPENAI": pick(lambda f: f.base64 and f.blank_openai),
         "UINTS": pick(lambda f: f.read == "ints"),
         "READ_MASK": pick(lambda f: f.read == "mask"),
         "READ_RECORDS": pick(lambda f: f.read == "records"),
@@ -136,9 +141,12 @@ def write_mirror(t) -> str:
     rows = " ".join(f"({f.name!r}, {f.scope!r}, {f.path!r})," for f in t.CHOICE_FIELDS)
     lines += textwrap.wrap(rows, 100, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False)
     lines += ["]", "NFIELDS = len(FIELDS)  # TW_NFIELDS", "FIELD_ID = {name: i for i, (name, _, _) in enumerate(FIELDS)}",
+              "# (name, path) of tw_doc.root[0], root[1], ... (prompt_token_ids and choices first)",
+              f"ROOT_FIELDS = {[(f.name, f.path) for f in t.ROOT_FIELDS]!r}",
+              "NROOT = len(ROOT_FIELDS)  # TW_NROOT",
               "# the paths of a choice the generate scan blanks when they are strings / arrays",
-              f"BLANK_STRING = {paths(lambda f: f.blank == 'string')}",
-              f"BLANK_ARRAY = {paths(lambda f: f.blank == 'array')}", ""]
+              f"BLANK_STRING = {paths(lambda f: f.blank == 'string' and t.GENERATE in f.formats)}",
+              f"BLANK_ARRAY = {paths(lambda f: f.blank == 'array' and t.GENERATE in f.formats)}", ""]
     return "\n".join(lines)
 
 

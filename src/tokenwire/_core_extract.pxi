@@ -21,10 +21,14 @@ _HIGHS = {None: 0, _table.TOKEN_ID: _MAX_TOKEN_ID, _table.OFFSET: _MAX_OFFSET}
 
 
 def _table_rows(fmt, top):
-    """(TW_F_* id, kind code, evidence attribute, limit) of each row an extractor fills for
-    a format, in table order (a choice's id fields come before the records read with them)."""
-    ids = {f.name: i for f, i in zip(_table.CHOICE_FIELDS, _FIELD_IDS)}
-    return tuple((ids.get(f.name, -1), _KIND_CODES[f.kind], f.attr, _HIGHS[f.high])
+    """(record index, kind code, evidence attribute, limit) of each row an extractor fills for
+    a format, in table order (a choice's id fields come before the records read with them):
+    the index is a choice row's TW_F_* id, a root row's place in tw_doc.root."""
+    if top:
+        ids = {f.name: i for i, f in enumerate(_table.ROOT_FIELDS)}
+    else:
+        ids = {f.name: i for f, i in zip(_table.CHOICE_FIELDS, _FIELD_IDS)}
+    return tuple((ids[f.name], _KIND_CODES[f.kind], f.attr, _HIGHS[f.high])
                  for f in _extract.rows_of(fmt, top))
 
 
@@ -115,13 +119,11 @@ cdef void _blanked_as_sent(_Scan scan, const tw_value *f, object c, object choic
 
 
 cdef object _top_evidence(_Scan scan, int fmt):
-    """The evidence of the top level: the root rows of the format (the prompt's ids)."""
+    """The evidence of the top level: the root rows of the format (the prompt's ids, the
+    prompt's routing), read from the root records."""
     top = _extract.Evidence(None, _KERNELS, source=scan.source)
     for field, kind, attr, high in _TOP_ROWS[fmt]:
-        value = None
-        if kind == _K_IDS and scan.doc.prompt_token_ids.present:  # the one root id list
-            value = scan.ints(&scan.doc.prompt_token_ids, high)
-        setattr(top, attr, value)
+        setattr(top, attr, _field_read(scan, &scan.doc.root[<int>field], kind, high, top, None, None, fmt))
     return top
 
 

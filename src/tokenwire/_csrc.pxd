@@ -54,6 +54,8 @@ cdef extern from "tw_scan.h" nogil:
         # How many TW_F_* fields a choice has: the generated _fields.pxi declares the fields
         # and TW_NFIELDS itself, in the module, so this file names it otherwise.
         _TW_NFIELDS "TW_NFIELDS"
+        # How many root rows the table has (tw_doc.root[], in the table's order).
+        TW_NROOT
     ctypedef struct tw_value:
         uint8_t present, type, has_escape, ascii, all_int, read
         uint16_t blob
@@ -70,6 +72,7 @@ cdef extern from "tw_scan.h" nogil:
         int sglang
         uint8_t top_is_object
         tw_value prompt_token_ids, choices
+        tw_value root[TW_NROOT]  # every root record, prompt_token_ids and choices first
         tw_choice *choice
         size_t nchoices
         size_t err_pos

@@ -56,9 +56,11 @@ class Field:
     formats: tuple[str, ...]  # the formats whose rules read it
     attr: str  # the evidence attribute that holds what was read
     high: str | None = None  # IDS: TOKEN_ID or OFFSET, the largest value allowed
-    blank: str | None = None  # the generate scan blanks it when it is a "string" / an "array"
-    blank_openai: bool = False  # the OpenAI-compatible scan blanks it too (an array)
-    base64: bool = False  # the generate scan decodes it as base64 as it passes
+    # How a scan blanks it: a "string"'s content, an "array"'s interior. The generate scan
+    # blanks the rows generate's rules read; the OpenAI-compatible scan those with blank_openai.
+    blank: str | None = None
+    blank_openai: bool = False  # the OpenAI-compatible scan blanks it too
+    base64: bool = False  # a scan that blanks it decodes it as base64 as it passes
     read: str | None = None  # read during the scan: "ints", "mask" or "records"
     result: str | None = None  # the result attribute it ends in, where it has one of its own
 
@@ -152,6 +154,7 @@ def _check() -> None:
         seen.add((f.scope, f.path))
         assert (f.kind == IDS) == (f.high is not None), f"{f.name}: high is for IDS fields only"
         assert not f.base64 or f.blank == "string", f"{f.name}: base64 is decoded where blanked"
+        assert not f.blank_openai or f.blank, f"{f.name}: blank says how the OpenAI-compatible scan blanks it"
     for scope in (ROOT, CHOICE, ITEM):
         attrs = [f.attr for f in fields(scope)]
         assert len(set(attrs)) == len(attrs), f"two {scope} fields share an evidence attribute"
