@@ -78,7 +78,7 @@ def b64decode(data: bytes | bytearray | memoryview | str | Any, out: Any = ...) 
     """
 def simd_paths() -> list[str]: ...
 def simd_path() -> str | None: ...
-def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse:
+def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ..., num_experts: int | None = ...) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/completions`` response body (vLLM,
     Fireworks, Together) into exact completion ids and their aligned logprobs: the ids the
     server sent (``token_ids``, ``"token_id:N"`` tokens), never a re-tokenization of the text.
@@ -90,11 +90,19 @@ def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, 
         require_logprobs: when True (the default), every choice must carry logprobs; the
             error names the request flag to set when they are missing.
         check_usage: when True (the default), ``usage.completion_tokens`` must agree with
-            the number of ids. Request the ids with :func:`completions_request_params`.
+            the number of ids (and ``usage.prompt_tokens`` counts the prompt for the routing's
+            rows when the response has no prompt ids). Request the ids with
+            :func:`completions_request_params`.
+        num_experts: as :func:`parse_generate_response`, for ``routed_experts`` and
+            ``prompt_routed_experts``.
 
     Returns:
         GenerateResponse: ``completion_ids`` int64 and ``completion_logprobs`` float64 per
         choice; with ``top_k``, ``completion_top_ids``/``completion_top_logprobs`` as Ragged.
+        vLLM's MoE routing replay, when sent, is ``choice.routed_experts`` (a base64 ``.npy``
+        of one row per prompt and completion token but the last; or vLLM 0.21's lists of the
+        completion's rows, with the prompt's apart in ``response.prompt_routed_experts``),
+        its row count checked against the token counts the response gives.
 
     Raises:
         MalformedResponseError: as :func:`parse_generate_response`; when the ids or the
@@ -107,7 +115,7 @@ def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, 
         >>> tokenwire.parse_completions_response(body).choices[0].completion_ids.tolist()
         [5, 6]
     """
-def parse_chat_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse:
+def parse_chat_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ..., num_experts: int | None = ...) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response body
     (vLLM, Fireworks, Together): the ids from ``token_ids`` or each ``logprobs.content``
     record's ``token_id``, with their aligned logprobs.

@@ -95,8 +95,8 @@ FIELDS: tuple[Field, ...] = (
           base64=True, result="sampling_mask"),
     Field("KT_COUNTS", CHOICE, ("kept_tokens", "counts"), BLOB, _G, "kept_counts",
           blank="string", base64=True, result="sampling_mask"),
-    Field("ROUTED", CHOICE, ("routed_experts",), BLOB, _G, "routed_experts", blank="string",
-          base64=True, result="routed_experts"),
+    Field("ROUTED", CHOICE, ("routed_experts",), BLOB, (GENERATE, OPENAI), "routed_experts",
+          blank="string", blank_openai=True, base64=True, result="routed_experts"),
     Field("RE_DATA", CHOICE, ("routed_experts", "data"), BLOB, _G, "routed_experts_data",
           blank="string", base64=True, result="routed_experts"),
     # Choices of the OpenAI-compatible endpoints (/v1/completions, /v1/chat/completions).
@@ -126,6 +126,8 @@ FIELDS: tuple[Field, ...] = (
     Field("PROMPT", ROOT, ("prompt_token_ids",), IDS, (GENERATE, OPENAI), "prompt_token_ids",
           high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="prompt_token_ids"),
     Field("CHOICES", ROOT, ("choices",), VALUE, (GENERATE, OPENAI), "choices"),
+    Field("PROMPT_ROUTED", ROOT, ("prompt_routed_experts",), BLOB, _O, "prompt_routed_experts",
+          blank="string", blank_openai=True, base64=True, result="prompt_routed_experts"),
 )
 
 # The fields of a choice or an item: TW_F_* in this order (the scanner's tw_choice.f[]).

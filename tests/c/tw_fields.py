@@ -22,7 +22,7 @@ FIELDS = [
 NFIELDS = len(FIELDS)  # TW_NFIELDS
 FIELD_ID = {name: i for i, (name, _, _) in enumerate(FIELDS)}
 # (name, path) of tw_doc.root[0], root[1], ... (prompt_token_ids and choices first)
-ROOT_FIELDS = [('PROMPT', ('prompt_token_ids',)), ('CHOICES', ('choices',))]
+ROOT_FIELDS = [('PROMPT', ('prompt_token_ids',)), ('CHOICES', ('choices',)), ('PROMPT_ROUTED', ('prompt_routed_experts',))]
 NROOT = len(ROOT_FIELDS)  # TW_NROOT
 # the paths of a choice the generate scan blanks when they are strings / arrays
 BLANK_STRING = [('completion_logprobs', 'data'), ('compact_logprobs', 'data'), ('sampling_mask', 'ids', 'data'), ('sampling_mask', 'counts', 'data'), ('kept_tokens', 'ids'), ('kept_tokens', 'counts'), ('routed_experts',), ('routed_experts', 'data')]

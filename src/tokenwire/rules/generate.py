@@ -616,15 +616,18 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
 
 
 def response_of(document: dict[str, Any], choices: list[GenerateChoice], prompt: np.ndarray | None,
-                id_key: str) -> GenerateResponse:
+                id_key: str, consumed: tuple[str, ...] = (), **attributes: Any) -> GenerateResponse:
     """The response of a document's parsed choices: the id under ``id_key``, the usage, the
-    prompt ids, and every other top-level field as the payload."""
+    prompt ids, the ``attributes`` read from the ``consumed`` top-level fields, and every
+    other top-level field as the payload."""
+    skip = ("choices", "prompt_token_ids", *consumed)
     return GenerateResponse(
         choices=choices,
         request_id=document.get(id_key),
         usage=document.get("usage"),
         prompt_token_ids=prompt,
-        payload={key: v for key, v in document.items() if key not in ("choices", "prompt_token_ids")},
+        payload={key: v for key, v in document.items() if key not in skip},
+        **attributes,
     )
 
 
