@@ -239,3 +239,25 @@ def test_num_experts_is_checked_before_the_response(impl, name, value, error):
         getattr(impl, name)(b"not json", num_experts=value)
     assert getattr(impl, name)(response(name, npy(routing(ROWS))), require_logprobs=False,
                                num_experts=np.int64(2**31))
+
+
+def test_the_audit_and_check_forward_num_experts(tmp_path, capsys):
+    sent = routing(ROWS)
+    sent[1, 0, 0] = 9
+    raw = response("parse_chat_completions_response", npy(sent), logprobs=True)
+    assert tokenwire.audit(raw).valid
+    verdict = tokenwire.audit(raw, num_experts=9)
+    assert not verdict.valid and "not below num_experts=9" in verdict.message
+    assert (verdict.choice, verdict.field, verdict.token) == (0, "routed_experts", 1)
+    with pytest.raises(TypeError, match="num_experts"):
+        tokenwire.audit(raw, num_experts="9")
+    path = tmp_path / "capture.jsonl"
+    path.write_bytes(raw + b"\n")
+    from tokenwire.cli import main
+
+    assert main(["check", str(path)]) == 0
+    assert main(["check", str(path), "--num-experts", "9"]) == 1
+    assert "not below num_experts=9" in capsys.readouterr().out
+    assert main(["check", str(path), "--num-experts", "9", "--report", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)["num_experts"] == 9
+    assert main(["inspect", str(path), "--num-experts", "9"]) == 1

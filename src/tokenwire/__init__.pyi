@@ -183,5 +183,5 @@ def select_heads(
 ) -> tuple[Ragged, Ragged]: ...
 def audit(
     raw: bytes | bytearray | memoryview | str, format: str = ..., *, field: str | tuple[str, ...] | None = ...,
-    top_k: int | None = ...,
+    top_k: int | None = ..., num_experts: int | None = ...,
 ) -> Verdict: ...
