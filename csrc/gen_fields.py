@@ -54,7 +54,7 @@ def rules(t):
     """(context, key, target, object context, array context, cleared fields) a key."""
     out = []
     for scope in (t.ROOT, t.CHOICE, t.ITEM):
-        rows = [f for f in t.fields(scope) if f.scanned]
+        rows = t.fields(scope)
         prefixes = sorted({f.path[:n] for f in rows for n in range(len(f.path))}, key=lambda p: (len(p), p))
         for prefix in prefixes:
             keys = []
@@ -62,7 +62,7 @@ def rules(t):
                 if f.path[: len(prefix)] == prefix and len(f.path) > len(prefix) and f.path[len(prefix)] not in keys:
                     keys.append(f.path[len(prefix)])
             for key in keys:
-                assert len(key.encode()) < 24, f"{key!r}: the scanner matches keys of up to 23 bytes"
+                assert len(key.encode()) < 40, f"{key!r}: the scanner matches keys of up to 39 bytes"
                 here = prefix + (key,)
                 at = [f for f in rows if f.path == here]
                 deeper = any(f.path[: len(here)] == here and len(f.path) > len(here) for f in rows)
@@ -85,13 +85,18 @@ def contexts(t) -> list[tuple[str, str]]:
 
 def target_sets(t) -> dict[str, list]:
     def pick(test):
-        return [target(t, f) for f in t.SCANNED if test(f)]
+        return [target(t, f) for f in t.FIELDS if test(f)]
+
+    def generate(f) -> bool:  # the generate scan blanks (and decodes) what generate's rules read
+        return t.GENERATE in f.formats
 
     return {
-        "BLANK_STR": pick(lambda f: f.blank == "string"),
-        "BLANK_ARR": pick(lambda f: f.blank == "array"),
-        "BLANK_ARR_OPENAI": pick(lambda f: f.blank_openai),
-        "B64": pick(lambda f: f.base64),
+        "BLANK_STR": pick(lambda f: f.blank == "string" and generate(f)),
+        "BLANK_ARR": pick(lambda f: f.blank == "array" and generate(f)),
+        "BLANK_STR_OPENAI": pick(lambda f: f.blank == "string" and f.blank_openai),
+        "BLANK_ARR_OPENAI": pick(lambda f: f.blank == "array" and f.blank_openai),
+        "B64": pick(lambda f: f.base64 and generate(f)),
+        "B64_OPENAI": pick(lambda f: f.base64 and f.blank_openai),
         "UINTS": pick(lambda f: f.read == "ints"),
         "READ_MASK": pick(lambda f: f.read == "mask"),
         "READ_RECORDS": pick(lambda f: f.read == "records"),
@@ -136,9 +141,12 @@ def write_mirror(t) -> str:
     rows = " ".join(f"({f.name!r}, {f.scope!r}, {f.path!r})," for f in t.CHOICE_FIELDS)
     lines += textwrap.wrap(rows, 100, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False)
     lines += ["]", "NFIELDS = len(FIELDS)  # TW_NFIELDS", "FIELD_ID = {name: i for i, (name, _, _) in enumerate(FIELDS)}",
+              "# (name, path) of tw_doc.root[0], root[1], ... (prompt_token_ids and choices first)",
+              f"ROOT_FIELDS = {[(f.name, f.path) for f in t.ROOT_FIELDS]!r}",
+              "NROOT = len(ROOT_FIELDS)  # TW_NROOT",
               "# the paths of a choice the generate scan blanks when they are strings / arrays",
-              f"BLANK_STRING = {paths(lambda f: f.blank == 'string')}",
-              f"BLANK_ARRAY = {paths(lambda f: f.blank == 'array')}", ""]
+              f"BLANK_STRING = {paths(lambda f: f.blank == 'string' and t.GENERATE in f.formats)}",
+              f"BLANK_ARRAY = {paths(lambda f: f.blank == 'array' and t.GENERATE in f.formats)}", ""]
     return "\n".join(lines)
 
 

@@ -4,6 +4,8 @@ hypothesis strategies for that evidence and for the JSON spelling."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import math
 import re
@@ -11,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from hypothesis import strategies as st
 
 from tokenwire.rules import openai as openai_rules
@@ -132,6 +135,37 @@ def vllm_chat(evs: list[Evidence], as_ids: bool) -> dict[str, Any]:
         for c, ev in enumerate(evs)
     ]
     return _openai_doc("chat.completion", choices, evs, prompt_logprobs=None, prompt_token_ids=list(evs[0].prompt))
+
+
+def npy(array: np.ndarray) -> str:
+    """A routing array as vLLM's server sends it: a whole ``.npy`` file, base64."""
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+ROUTING_FORMS = ["npy", "npy_long", "split", "split_npy"]
+
+
+def add_routing(doc: dict[str, Any], evs: list[Evidence], form: str, experts: int = 8, seed: int = 0) -> None:
+    """vLLM's MoE routing replay on a vLLM document (ids below ``experts``): ``npy``, a whole
+    ``.npy`` per choice of one row per prompt and completion token but the last (``npy_long``:
+    48 layers of top-8, decoded as the scan passes it); ``split``, vLLM 0.21's lists, the
+    prompt's rows at the top level and the completion's but the last on each choice
+    (``split_npy``: the same as ``.npy`` files)."""
+    rng = np.random.default_rng(seed)
+    layers, topk = (48, 8) if form == "npy_long" else (2, 2)
+
+    def rows(count: int) -> np.ndarray:
+        return rng.integers(0, experts, (max(count, 0), layers, topk)).astype(np.uint8 if experts <= 256 else np.uint16)
+
+    encode = npy if form != "split" else (lambda array: array.tolist())
+    for choice, ev in zip(doc["choices"], evs):
+        prompt = choice.get("prompt_token_ids", doc.get("prompt_token_ids"))
+        count = len(ev.ids) - 1 if form.startswith("split") else len(prompt) + len(ev.ids) - 1
+        choice["routed_experts"] = encode(rows(count))
+    if form.startswith("split"):
+        doc["prompt_routed_experts"] = encode(rows(len(doc["choices"][0].get("prompt_token_ids", doc.get("prompt_token_ids")))))
 
 
 def _raw_output(ev: Evidence, with_logprobs: bool) -> dict[str, Any]:

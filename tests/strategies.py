@@ -89,6 +89,7 @@ class Case:
     mutation: str | None = None
     spelling: str = "compact"
     notes: list[str] = field(default_factory=list)  # fields renderers does not read
+    num_experts: int | None = None  # the bound on routed_experts' expert ids it is parsed with
 
 
 # Probabilities with exact ties and a long tail, so heads hit every branch.
@@ -566,7 +567,9 @@ def cases(draw, *, mutate: bool | None = None, newer: bool = True) -> Case:
     notes = [name for name in ("kept_tokens", "logprobs.sampled") if any(_carries(c, name) for c in chosen)]
     if isinstance(document, dict) and "prompt_token_id_logprobs" in document:
         notes.append("prompt_token_id_logprobs")
-    return Case(raw, k, mutation, spelling, notes)
+    # routing draws ids below 8 or 300: bounds under, at and above them
+    num_experts = draw(st.sampled_from([None, None, None, 8, 256, 300]))
+    return Case(raw, k, mutation, spelling, notes, num_experts)
 
 
 def _carries(choice: Any, name: str) -> bool:

@@ -32,7 +32,7 @@ def _ragged(r: Any) -> Any:
 def outcome(impl, case: strategies.Case) -> tuple:
     """Everything a parse returns, or everything an error says, in comparable form."""
     try:
-        response = impl.parse_generate_response(case.raw, top_k=case.top_k)
+        response = impl.parse_generate_response(case.raw, top_k=case.top_k, num_experts=case.num_experts)
     except MalformedResponseError as exc:
         reason = "invalid JSON" if exc.reason.startswith("invalid JSON") else exc.reason
         return ("error", exc.choice, exc.field, exc.token, reason)

@@ -151,10 +151,20 @@ def test_openai_formats(simd, fmt, top_k):
     assert_openai_peers(test_openai.dumps(doc), top_k, fmt.name.startswith("sglang"))
 
 
+@pytest.mark.parametrize("form", test_openai.ROUTING_FORMS)
+def test_openai_routing(simd, form):
+    """vLLM's routing replay, the top-level prompt_routed_experts of vLLM 0.21 included."""
+    for fmt in (test_openai.BY_NAME["vllm_completions"], test_openai.BY_NAME["vllm_chat"]):
+        evs = [test_openai.evidence([5, 6, 7], [-0.5, -0.25, -1.0]), test_openai.evidence([9], [-2.0])]
+        doc = fmt.build(evs)
+        test_openai.add_routing(doc, evs, form)
+        assert_openai_peers(test_openai.dumps(doc), None, False)
+
+
 @settings(max_examples=EXAMPLES)
 @given(test_openai.mutated_openai(), st.sampled_from([None, 1]))
 def test_mutated_openai_documents(case, top_k):
-    fmt, raw = case
+    fmt, raw, _ = case
     for path in _core.simd_paths():
         with _core.simd_path_forced(path):
             assert_openai_peers(raw, top_k, fmt.name.startswith("sglang"))

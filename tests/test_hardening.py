@@ -18,9 +18,9 @@ CORPUS = Path(__file__).parent / "corpus"
 EXPECTED = json.loads((CORPUS / "expected.json").read_text())
 
 
-def outcome(impl, raw, top_k=None):
+def outcome(impl, raw, top_k=None, parser="parse_generate_response", **kw):
     try:
-        impl.parse_generate_response(raw, top_k=top_k)
+        getattr(impl, parser)(raw, top_k=top_k, **kw)
     except MalformedResponseError as exc:
         return exc.reason
     return "ok"
@@ -28,8 +28,11 @@ def outcome(impl, raw, top_k=None):
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_adversarial_corpus(impl, name):
+    """Each case with its parser and options, as tests/corpus/make_corpus.py names them."""
     raw = (CORPUS / f"{name}.json").read_bytes()
-    got = outcome(impl, raw, top_k=3 if name.endswith("_with_head") else None)
+    parser = "parse_chat_completions_response" if name.startswith("chat_") else "parse_generate_response"
+    got = outcome(impl, raw, top_k=3 if name.endswith("_with_head") else None, parser=parser,
+                  **({"num_experts": 64} if name.endswith("_with_experts") else {}))
     assert got.startswith(EXPECTED[name]), got
 
 

@@ -3,7 +3,9 @@ responses: round trips for every shape and spelling, and every cross-check on ev
 
 from __future__ import annotations
 
+import base64
 import copy
+import io
 import json
 import math
 import pickle
@@ -24,13 +26,16 @@ from .openai_strategies import (
     CHAT,
     FORMATS,
     PARSERS,
+    ROUTING_FORMS,
     SGL,
     SPELLINGS,
     C,
     Format,
+    add_routing,
     evidence,
     evidences,
     fireworks_content,
+    npy,
     sglang,
     spell,
     tid,
@@ -690,10 +695,14 @@ def openai_outcome(parse, raw, **kw):
     except MalformedResponseError as exc:
         reason = "invalid JSON" if exc.reason.startswith("invalid JSON") else exc.reason
         return ("error", exc.choice, exc.field, exc.token, reason)
+    def routing(routed):
+        return None if routed is None else (_comparable(routed.array), routed.start)
+
     return ("ok", r.request_id, _comparable(r.usage), _comparable(r.prompt_token_ids), _comparable(r.payload),
+            routing(r.prompt_routed_experts),
             [(c.index, _comparable(c.completion_ids), _comparable(c.completion_logprobs),
               _comparable(c.completion_top_ids), _comparable(c.completion_top_logprobs), c.finish_reason,
-              _comparable(c.raw)) for c in r.choices])
+              _comparable(c.raw), routing(c.routed_experts)) for c in r.choices])
 
 
 def _mutate_sglang(draw, item):
@@ -801,11 +810,48 @@ def _mutate_candidates(draw, entry):
             row[at]["logprob"] = draw(st.sampled_from([1e-5, 0.5, 2]))
 
 
+def _mutate_routing(draw, doc, choice) -> None:
+    """One fault in vLLM's routing replay: a row short or extra, an id out of range, an array
+    of another rank or dtype, lists that are ragged or not ints, base64 that is not."""
+    where, field = draw(st.sampled_from([(choice, "routed_experts"), (doc, "prompt_routed_experts")]))
+    value = where.get(field)
+    fault = draw(st.sampled_from(["rows", "id", "rank", "dtype", "odd"]))
+    if isinstance(value, str) and fault != "odd":
+        array = np.load(io.BytesIO(base64.b64decode(value)))
+        if fault == "rows":
+            array = array[:-1] if draw(st.booleans()) and len(array) else np.concatenate([array, array[:1]])
+        elif fault == "id" and array.size:
+            array = array.astype(np.int32)
+            array.reshape(-1)[draw(st.integers(0, array.size - 1))] = draw(st.sampled_from([-1, 8, 2**30]))
+        elif fault == "rank":
+            array = array.reshape(array.shape[0], array.shape[1] * array.shape[2])
+        elif fault == "dtype":
+            array = array.astype(draw(st.sampled_from([np.float32, np.int64, np.int16])))
+        where[field] = npy(array)
+    elif isinstance(value, list) and fault != "odd":
+        if fault == "rows" and value and draw(st.booleans()):
+            value.append(value[0])
+        elif fault == "rows" and value:
+            value.pop()
+        elif fault == "id" and value:
+            value[draw(st.integers(0, len(value) - 1))][0][0] = draw(st.sampled_from([-1, 8, 2**31, 2**64, True, 1.5, "1"]))
+        elif fault in ("rank", "dtype") and value:
+            value[draw(st.integers(0, len(value) - 1))] = draw(st.sampled_from([[1, 2], [[1]], 3, None]))
+    else:
+        where[field] = draw(st.sampled_from([None, 3, "x", "AAAA", "!!==", {}, [], [[[]]], [[1]]]))
+
+
 @st.composite
 def mutated_openai(draw):
     fmt = draw(st.sampled_from(FORMATS))
     with_heads = draw(st.sampled_from([None, 1]))  # candidates for a head of 1 (and 2 more)
-    doc = fmt.build(draw(st.lists(evidences(max_tokens=8, k=with_heads), min_size=1, max_size=3)))
+    evs = draw(st.lists(evidences(max_tokens=8, k=with_heads), min_size=1, max_size=3))
+    doc = fmt.build(evs)
+    routed = fmt.name.startswith("vllm") and draw(st.booleans())
+    if routed:
+        add_routing(doc, evs, draw(st.sampled_from(ROUTING_FORMS)), seed=draw(st.integers(0, 9)))
+        if draw(st.booleans()):
+            _mutate_routing(draw, doc, draw(st.sampled_from(doc["choices"])))
     for _ in range(draw(st.integers(0, 3))):
         choice = draw(st.sampled_from(fmt.choices(doc)))
         if fmt.name.startswith("sglang"):
@@ -860,7 +906,7 @@ def mutated_openai(draw):
         raw = raw.replace(b'"logprob":', b'"logprob": "x", "token_id": 1, "logprob":', 1)
     if draw(st.integers(0, 3)) == 0:  # a keyed head row that repeats its first key
         raw = re.sub(rb'\{\s*("token_id:[0-9]+")\s*:\s*([^,}]+)', rb"{\1: \2, \1: \2", raw, count=1)
-    return fmt, raw
+    return fmt, raw, draw(st.sampled_from([None, 8, 9])) if routed else None
 
 
 @pytest.mark.skipif(_core is None, reason="the compiled core is not built")
@@ -869,13 +915,14 @@ def mutated_openai(draw):
 def test_core_matches_reference_on_mutated_documents(implementation, case, k):
     if implementation != "c":
         pytest.skip("one run is enough: it compares both implementations itself")
-    fmt, raw = case
+    fmt, raw, num_experts = case
     name = {CHAT: "parse_chat_completions_response", SGL: "parse_sglang_generate_response"}.get(
         fmt.parse, "parse_completions_response")
-    expected = openai_outcome(getattr(openai_rules, name), raw, top_k=k)
+    kw = {"top_k": k} if num_experts is None else {"top_k": k, "num_experts": num_experts}
+    expected = openai_outcome(getattr(openai_rules, name), raw, **kw)
     for path in _core.simd_paths():  # scanner, record readers and heads on every path
         with _core.simd_path_forced(path):
-            assert openai_outcome(getattr(_core, name), raw, top_k=k) == expected, path
+            assert openai_outcome(getattr(_core, name), raw, **kw) == expected, path
 
 
 @pytest.mark.parametrize("raw", [b"9 ", b'"x"', b"null", b"true", b"[1]", b'[{"output_ids": [1]}, 2]'])

@@ -254,7 +254,7 @@ class _Given:
     def __init__(self, response: Any) -> None:
         self.response = response
 
-    def parse_generate_response(self, raw: Any, top_k: Any = None) -> Any:
+    def parse_generate_response(self, raw: Any, top_k: Any = None, **options: Any) -> Any:
         return self.response
 
 

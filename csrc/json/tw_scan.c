@@ -68,10 +68,12 @@ typedef char tws_targets_fit_a_mask[(TWS_T_F0 + TW_NFIELDS <= 64) ? 1 : -1];
 #define TWS_SET(name, targets) static const uint64_t TWS_##name = (targets);
 #include "json/tw_fields.def"
 
+#define TWS_MAX_KEY 40 /* longer (unescaped) keys match nothing */
+
 typedef struct {
     uint8_t ctx;      /* container the key is in */
     uint8_t len;
-    char name[24];
+    char name[TWS_MAX_KEY];
     uint8_t tgt;      /* record target of the value */
     uint8_t ctx_obj;  /* context if the value is an object */
     uint8_t ctx_arr;  /* context if the value is an array */
@@ -84,8 +86,6 @@ static const tws_rule TWS_RULES[] = {
     {TWS_C_##ctx, (uint8_t)(sizeof(name) - 1), name, tgt, TWS_C_##cobj, TWS_C_##carr, clear},
 #include "json/tw_fields.def"
 };
-
-#define TWS_MAX_KEY 24 /* longer (unescaped) keys match nothing */
 
 static const tws_rule *tws_match(unsigned ctx, const uint8_t *k, const uint8_t *ke,
                                  unsigned flags)
@@ -231,12 +231,15 @@ static const uint8_t *tws_nested_run(tw_doc *d, const uint8_t *p, const uint8_t 
     return NULL;
 }
 
+/* Root targets are the root rows in table order (TWS_T_NONE before them): TWS_T_x - 1 is
+   TW_R_x, and prompt_token_ids and choices are the first two root records. */
+typedef char tws_root_targets_are_root_rows[(TWS_T_F0 - 1 == TW_NROOT && TWS_T_PROMPT == TW_R_PROMPT + 1 &&
+                                             TW_R_PROMPT == 0 && TW_R_CHOICES == 1) ? 1 : -1];
+
 static inline tw_value *tws_slot(tw_doc *d, unsigned tgt, size_t ci)
 {
-    if (tgt == TWS_T_PROMPT)
-        return &d->prompt_token_ids;
-    if (tgt == TWS_T_CHOICES)
-        return &d->choices;
+    if (tgt < TWS_T_F0)
+        return &d->root[tgt - 1];
     return &d->choice[ci].f[tgt - TWS_T_F0];
 }
 
@@ -372,12 +375,16 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     const int simd = tw_path_resolve(d->path) != TW_PATH_SCALAR;
     /* The caller's blank_fields, as record-target bits. */
     const uint64_t extra = (d->blank_fields & ((UINT64_C(1) << TW_NFIELDS) - 1)) << TWS_T_F0;
-    const uint64_t blank_str = (d->openai || d->sglang ? 0 : TWS_BLANK_STR) | extra;
+    const uint64_t blank_str =
+        (d->sglang   ? 0
+         : d->openai ? TWS_BLANK_STR_OPENAI
+                     : TWS_BLANK_STR) | extra;
     const uint64_t blank_arr =
         (d->sglang   ? 0
          : d->openai ? TWS_BLANK_ARR_OPENAI
                      : TWS_BLANK_ARR) | extra;
-    const int decode = d->decode && !d->openai && !d->sglang;
+    const uint64_t b64 = d->sglang ? 0 : d->openai ? TWS_B64_OPENAI : TWS_B64;
+    const int decode = d->decode && b64;
     const size_t maxd = d->max_depth;
     tws_frame *st = (tws_frame *)d->stack, *top = NULL;
     size_t depth = 0, pci = 0;
@@ -392,8 +399,7 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     d->nuints = 0;
     d->nentries = 0;
     d->top_is_object = 0;
-    memset(&d->prompt_token_ids, 0, sizeof(tw_value));
-    memset(&d->choices, 0, sizeof(tw_value));
+    memset(d->root, 0, sizeof d->root);
     d->nchoices = 0;
     d->nblank = 0;
     d->blank_bytes = 0;
@@ -497,7 +503,7 @@ value_nows:
         goto element;
     case '"': {
         uint16_t blob = 0;
-        if (ptgt && decode && (TWS_B64 & TWS_BIT(ptgt)))
+        if (ptgt && decode && (b64 & TWS_BIT(ptgt)))
             q = tws_string_b64(d, p + 1, end, simd, &flags, &err, &blob);
         else
             q = tws_string(p + 1, end, simd, &flags, &err);
@@ -650,12 +656,12 @@ key: /* p at the first byte of an object key */
             pobj = r->ctx_obj;
             parr = r->ctx_arr;
             pci = top->ci;
-            if (ptgt == TWS_T_PROMPT) {
-                memset(&d->prompt_token_ids, 0, sizeof(tw_value));
-            } else if (ptgt == TWS_T_CHOICES) {
-                memset(&d->choices, 0, sizeof(tw_value));
-                d->nchoices = 0;
-                choices_done = 0;
+            if (ptgt && ptgt < TWS_T_F0) {
+                memset(tws_slot(d, ptgt, 0), 0, sizeof(tw_value));
+                if (ptgt == TWS_T_CHOICES) {
+                    d->nchoices = 0;
+                    choices_done = 0;
+                }
             } else {
                 for (unsigned f = 0; f < TW_NFIELDS; f++)
                     if (r->clear & TWS_FB(f))

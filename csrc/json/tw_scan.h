@@ -38,6 +38,8 @@
  *   root.prompt_token_ids                  -> doc->prompt_token_ids
  *   root.choices                           -> doc->choices
  *   root.choices[i] (each element)         -> doc->choice[i]
+ *   root.<key> of every other root row     -> doc->root[TW_R_*]
+ *     of the wire table (prompt_routed_experts)
  * and relative to a choice object, doc->choice[i].f[TW_F_*]: the choice rows of the
  * wire table (src/tokenwire/_table.py; tw_fields.def lists each TW_F_* with its path),
  * the generate fields (token_ids, logprobs, logprobs.content, compact_logprobs.data,
@@ -59,14 +61,17 @@
  * a second root "choices" discards the records of the first one).
  *
  * OpenAI-compatible documents (doc->openai = 1): the same paths are
- * recorded, but only token_ids and root.prompt_token_ids are blanked by
- * the scan (everything else only on request, tw_blank_field), nothing is
- * decoded during the scan, and the choice records follow the OpenAI rule
- * below.
+ * recorded, but only the table's rows with blank_openai are blanked by the
+ * scan (token_ids and root.prompt_token_ids when arrays, routed_experts and
+ * root.prompt_routed_experts when strings: TWS_BLANK_ARR_OPENAI,
+ * TWS_BLANK_STR_OPENAI; everything else only on request, tw_blank_field),
+ * only those strings are decoded during the scan (TWS_B64_OPENAI), and the
+ * choice records follow the OpenAI rule below.
  *
  * Blanking: EVERY occurrence of a blankable value is blanked, also ones
  * superseded by a later duplicate key (harmless: a JSON parser keeps only
- * the last occurrence).  The table's "blank" column says which: blanked when
+ * the last occurrence).  The table's "blank" column says which (in generate
+ * documents, of the rows generate's rules read): blanked when
  * a string (content removed -> ""): the base64 fields (completion_logprobs.data,
  * compact_logprobs.data, sampling_mask.{ids,counts}.data, kept_tokens.{ids,counts},
  * routed_experts and routed_experts.data); blanked when an array (everything
@@ -192,6 +197,15 @@ typedef struct {
     tw_value f[TW_NFIELDS];
 } tw_choice;
 
+/* The fields of the root object, tw_doc.root[TW_R_*]: one row each of the wire table's root
+   rows, in its order (tw_fields.def's TWS_ROOT). The first two are prompt_token_ids and
+   choices, which tw_doc also names. */
+enum {
+#define TWS_ROOT(name, path) TW_R_##name,
+#include "tw_fields.def"
+    TW_NROOT
+};
+
 /* A base64 value decoded during the scan (see "Decoding during the scan"):
    data comes from tw_mem_alloc, owned by the tw_doc until tw_take_blob hands it over. */
 typedef struct {
@@ -242,7 +256,12 @@ typedef struct tw_doc {
 
     /* Results of the last successful tw_scan. */
     uint8_t top_is_object;
-    tw_value prompt_token_ids, choices;
+    union { /* the root records: root[TW_R_*], the first two also by name */
+        struct {
+            tw_value prompt_token_ids, choices;
+        };
+        tw_value root[TW_NROOT];
+    };
     tw_choice *choice; /* heap, nchoices records (see "Choice records") */
     size_t nchoices;
     tw_span *blank;    /* heap, nblank disjoint spans sorted by start */

@@ -616,6 +616,39 @@ ptrdiff_t tw_i32_negative(const int32_t *v, size_t n) {
     return -1;
 }
 
+/* One unsigned width of tw_first_at_or_above: each block's comparisons in the values' own
+   width OR-ed without a branch (the compiler vectorizes them), the first value at or above the
+   limit then found in a block that has one. No value of the width reaches a larger limit. */
+#define TW_RANGE_BLOCK 1024
+#define TW_FIRST_AT_OR_ABOVE(name, type, widest)                                \
+    static ptrdiff_t name(const type *v, size_t n, uint32_t limit) {            \
+        if (limit > (widest))                                                   \
+            return -1;                                                          \
+        const type lim = (type)limit;                                           \
+        for (size_t base = 0; base < n; base += TW_RANGE_BLOCK) {               \
+            size_t end = n - base < TW_RANGE_BLOCK ? n : base + TW_RANGE_BLOCK; \
+            type above = 0;                                                     \
+            for (size_t i = base; i < end; i++) above |= (type)(v[i] >= lim);   \
+            if (above)                                                          \
+                for (size_t i = base; i < end; i++)                             \
+                    if (v[i] >= lim) return (ptrdiff_t)i;                       \
+        }                                                                       \
+        return -1;                                                              \
+    }
+TW_FIRST_AT_OR_ABOVE(first_at_or_above_u8, uint8_t, UINT8_MAX)
+TW_FIRST_AT_OR_ABOVE(first_at_or_above_u16, uint16_t, UINT16_MAX)
+TW_FIRST_AT_OR_ABOVE(first_at_or_above_u32, uint32_t, UINT32_MAX)
+#undef TW_FIRST_AT_OR_ABOVE
+
+ptrdiff_t tw_first_at_or_above(const void *v, size_t n, size_t width, uint32_t limit) {
+    switch (width) {
+    case 1: return first_at_or_above_u8((const uint8_t *)v, n, limit);
+    case 2: return first_at_or_above_u16((const uint16_t *)v, n, limit);
+    case 4: return first_at_or_above_u32((const uint32_t *)v, n, limit);
+    default: return -1;
+    }
+}
+
 ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n) {
     if (n && v[0] != 0) return 0;
     for (size_t i = 1; i < n; i++)

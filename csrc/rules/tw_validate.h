@@ -54,6 +54,11 @@ ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t 
 /* Any negative value: index of the first, or -1. */
 ptrdiff_t tw_i32_negative(const int32_t *v, size_t n);
 
+/* The first of n values of width bytes (1, 2 or 4) read as unsigned that is at or above
+   limit, or -1. A signed value read so is at or above 2^(8 * width - 1) exactly when it is
+   negative: with limit at most that, one pass finds the first value outside [0, limit). */
+ptrdiff_t tw_first_at_or_above(const void *v, size_t n, size_t width, uint32_t limit);
+
 /* CSR offsets: 0 when the first is not 0, else the first index whose offset does not rise
    above the one before it, or -1. */
 ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n);

@@ -18,7 +18,7 @@ _impl: Any  # the implementation module in use (the compiled core or the referen
 def parse_generate_response(
     raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ...,
     require_sampling_mask: bool = ..., prompt_logprob_start: int | None = ..., teacher_logits: bool = ...,
-    payload_root: str | os.PathLike[str] | None = ...,
+    payload_root: str | os.PathLike[str] | None = ..., num_experts: int | None = ...,
 ) -> GenerateResponse:
     """Parse and validate a vLLM ``/inference/v1/generate`` response body.
 
@@ -47,6 +47,9 @@ def parse_generate_response(
             memory the result owns (not mapped), as ``routed_experts``,
             ``routed_expert_weights``, ``sampling_mask`` and ``sampling_mask_logprobs``.
             Default None: no file is read.
+        num_experts: the model's count of routed experts: every expert id of
+            ``routed_experts`` must be below it (an id at or above it fails at its row,
+            naming the layer and the value). Without it an id must only be non-negative.
 
     Returns:
         GenerateResponse: one GenerateChoice per entry of ``choices``, with
@@ -60,8 +63,10 @@ def parse_generate_response(
         MalformedResponseError: the response breaks the contract (invalid JSON, a missing or
             misaligned field, a logprob that is not sampling evidence, a head that breaks the
             selection rules); its ``choice``, ``field`` and ``token`` say where.
-        ValueError: ``top_k`` is not a positive int or None.
-        TypeError: ``raw`` is neither str nor bytes-like, or ``payload_root`` is not a path.
+        ValueError: ``top_k`` is not a positive int or None, or ``num_experts`` not in
+            ``[1, 2**31]``.
+        TypeError: ``raw`` is neither str nor bytes-like, ``payload_root`` is not a path, or
+            ``num_experts`` not an int.
 
     Example:
         >>> body = (b'{"choices":[{"token_ids":[7,8],"logprobs":{"content":['
@@ -92,7 +97,7 @@ def b64decode(data: bytes | bytearray | memoryview | str | Any, out: Any = ...) 
     """
 def simd_paths() -> list[str]: ...
 def simd_path() -> str | None: ...
-def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse:
+def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ..., num_experts: int | None = ...) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/completions`` response body (vLLM,
     Fireworks, Together) into exact completion ids and their aligned logprobs: the ids the
     server sent (``token_ids``, ``"token_id:N"`` tokens), never a re-tokenization of the text.
@@ -104,11 +109,19 @@ def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, 
         require_logprobs: when True (the default), every choice must carry logprobs; the
             error names the request flag to set when they are missing.
         check_usage: when True (the default), ``usage.completion_tokens`` must agree with
-            the number of ids. Request the ids with :func:`completions_request_params`.
+            the number of ids (and ``usage.prompt_tokens`` counts the prompt for the routing's
+            rows when the response has no prompt ids). Request the ids with
+            :func:`completions_request_params`.
+        num_experts: as :func:`parse_generate_response`, for ``routed_experts`` and
+            ``prompt_routed_experts``.
 
     Returns:
         GenerateResponse: ``completion_ids`` int64 and ``completion_logprobs`` float64 per
         choice; with ``top_k``, ``completion_top_ids``/``completion_top_logprobs`` as Ragged.
+        vLLM's MoE routing replay, when sent, is ``choice.routed_experts`` (a base64 ``.npy``
+        of one row per prompt and completion token but the last; or vLLM 0.21's lists of the
+        completion's rows, with the prompt's apart in ``response.prompt_routed_experts``),
+        its row count checked against the token counts the response gives.
 
     Raises:
         MalformedResponseError: as :func:`parse_generate_response`; when the ids or the
@@ -121,7 +134,7 @@ def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, 
         >>> tokenwire.parse_completions_response(body).choices[0].completion_ids.tolist()
         [5, 6]
     """
-def parse_chat_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse:
+def parse_chat_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ..., num_experts: int | None = ...) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response body
     (vLLM, Fireworks, Together): the ids from ``token_ids`` or each ``logprobs.content``
     record's ``token_id``, with their aligned logprobs.
@@ -190,5 +203,5 @@ def select_heads(
 ) -> tuple[Ragged, Ragged]: ...
 def audit(
     raw: bytes | bytearray | memoryview | str, format: str = ..., *, field: str | tuple[str, ...] | None = ...,
-    top_k: int | None = ...,
+    top_k: int | None = ..., num_experts: int | None = ...,
 ) -> Verdict: ...

@@ -115,3 +115,13 @@ def check_payload_root(payload_root: Any) -> str | None:
     if not root or "\0" in root:
         raise ValueError(f"payload_root must be a directory path, not {root!r}")
     return root
+
+
+# The largest expert count: an expert id is a value of a routing array, int32 at the widest.
+MAX_EXPERTS = 2**31
+
+
+def check_num_experts(num_experts: Any) -> int | None:
+    """``num_experts`` (a model's count of routed experts: every expert id is below it) as an
+    int in ``[1, 2**31]``, or None."""
+    return None if num_experts is None else int_arg(num_experts, "num_experts", 1, MAX_EXPERTS)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from . import _json
+from ._args import check_num_experts
 from ._formats import CLASSES, FORMATS, Defect, check_record
 
 __all__ = ["Verdict", "audit", "verdict"]
@@ -69,13 +70,14 @@ def audit(
     *,
     field: str | tuple[str, ...] | None = None,
     top_k: int | None = None,
+    num_experts: int | None = None,
 ) -> Verdict:
     """Validate one captured record and say what it is, never raising for a bad record.
 
     ``format`` is ``"auto"`` (decided per record, as ``tokenwire check`` does) or one of
     ``"generate"``, ``"completions"``, ``"chat"``, ``"sglang"``; ``field`` a dotted path to
     the response inside the record (``"sample.response"``); ``top_k`` also validates top-K
-    heads.
+    heads; ``num_experts`` bounds the expert ids of MoE routing (the parsers' argument).
     """
     if format != "auto" and format not in FORMATS:
         raise ValueError(f"format must be 'auto' or one of {', '.join(FORMATS)}, not {format!r}")
@@ -85,7 +87,7 @@ def audit(
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogatepass")
     facts: dict[str, Any] = {}
-    fmt, defect = check_record(raw, format, field, top_k, facts)
+    fmt, defect = check_record(raw, format, field, top_k, facts, check_num_experts(num_experts))
     return verdict(len(raw), fmt, defect, facts)
 
 

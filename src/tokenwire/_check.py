@@ -44,6 +44,7 @@ class Options:
     format: str = "auto"
     field: tuple[str, ...] | None = None
     top_k: int | None = None
+    num_experts: int | None = None
     examples: int = 3
     records: bool = False  # one row per record in the result's "rows" (--records)
     columns: tuple[tuple[str, tuple[str, ...]], ...] = ()  # --column: (name, path in the record)
@@ -58,7 +59,7 @@ def _new_result() -> dict[str, Any]:
 def _add(result: dict[str, Any], raw: bytes, options: Options, position: dict[str, Any]) -> None:
     facts: dict[str, Any] | None = {} if options.records else None
     try:
-        fmt, defect = check_record(raw, options.format, options.field, options.top_k, facts)
+        fmt, defect = check_record(raw, options.format, options.field, options.top_k, facts, options.num_experts)
     except MemoryError:  # says nothing of the record: the run is incomplete, not the record bad
         result["errors"].append(f"{_position(position)}: out of memory while checking this record "
                                 f"({_size(len(raw))}); it is not counted")
@@ -340,6 +341,7 @@ def json_report(tally: Tally) -> dict[str, Any]:
         "format": tally.options.format,
         "field": ".".join(tally.options.field) if tally.options.field else None,
         "top_k": tally.options.top_k,
+        "num_experts": tally.options.num_experts,
         "files": [
             {"path": s.name, "bytes": s.size, "records": tally.per_file.get(s.name, [0, 0])[0],
              "defective": tally.per_file.get(s.name, [0, 0])[1]}

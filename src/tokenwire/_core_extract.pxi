@@ -30,11 +30,15 @@ cdef str _KEY_COMPACT_LOGPROBS = _table.KEY.compact_logprobs
 
 
 def _table_rows(fmt, top):
-    """(TW_F_* id, kind code, evidence attribute, limit) of each row an extractor fills for
-    a format, in table order (a choice's id fields come before the records read with them)."""
-    ids = {f.name: i for f, i in zip(_table.CHOICE_FIELDS, _FIELD_IDS)}
-    return tuple((ids.get(f.name, -1), _KIND_CODES[f.kind], f.attr, _HIGHS[f.high])
-                 for f in _extract.rows_of(fmt, top) if f.scanned)
+    """(record index, kind code, evidence attribute, limit) of each row an extractor fills for
+    a format, in table order (a choice's id fields come before the records read with them):
+    the index is a choice row's TW_F_* id, a root row's place in tw_doc.root."""
+    if top:
+        ids = {f.name: i for i, f in enumerate(_table.ROOT_FIELDS)}
+    else:
+        ids = {f.name: i for f, i in zip(_table.CHOICE_FIELDS, _FIELD_IDS)}
+    return tuple((ids[f.name], _KIND_CODES[f.kind], f.attr, _HIGHS[f.high])
+                 for f in _extract.rows_of(fmt, top))
 
 
 _ROWS = tuple(_table_rows(name, False) for name in _FORMAT_NAMES)
@@ -144,16 +148,12 @@ cdef void _blanked_as_sent(_Scan scan, const tw_value *f, object c, object choic
             c.sent[key] = sent
 
 
-cdef object _top_evidence(_Scan scan, int fmt, object document):
-    """The evidence of the top level: the root rows of the format the scan recorded (the
-    prompt's ids); a root row it has no slot for is read from ``document`` when a rule asks."""
-    top = _extract.LazyEvidence(None, document, _FORMAT_NAMES[fmt], None, _KERNELS, top=True)
-    top.source = scan.source
+cdef object _top_evidence(_Scan scan, int fmt):
+    """The evidence of the top level: the root rows of the format (the prompt's ids, the
+    prompt's routing), read from the root records."""
+    top = _extract.Evidence(None, _KERNELS, source=scan.source)
     for field, kind, attr, high in _TOP_ROWS[fmt]:
-        value = None
-        if kind == _K_IDS and scan.doc.prompt_token_ids.present:  # the one root id list
-            value = scan.ints(&scan.doc.prompt_token_ids, high)
-        setattr(top, attr, value)
+        setattr(top, attr, _field_read(scan, &scan.doc.root[<int>field], kind, high, top, None, None, fmt))
     return top
 
 
@@ -162,11 +162,11 @@ cdef object _choices_of(object document):
     return document.get(_KEY_CHOICES) if isinstance(document, dict) else None
 
 
-cdef object _evidence_records(_Scan scan, object document, object choices, object k, int fmt):
+cdef object _evidence_records(_Scan scan, object choices, object k, int fmt):
     """The evidence of the top level and of each recorded choice of a scanned response, read
     now in one pass over the spans (a choice that is not an object: read from its value)."""
     cdef size_t i
-    top = _top_evidence(scan, fmt, document)
+    top = _top_evidence(scan, fmt)
     read = []
     if isinstance(choices, list):
         for i in range(min(scan.doc.nchoices, len(choices))):
@@ -200,7 +200,7 @@ def extract_generate(raw, top_k=None):
     try:
         scan = _Scan()
         document = scan.document(raw)
-        return (document, *_evidence_records(scan, document, _choices_of(document), k, _GENERATE))
+        return (document, *_evidence_records(scan, _choices_of(document), k, _GENERATE))
     finally:
         PyDataMem_SetHandler(previous)
 
@@ -222,7 +222,7 @@ cdef object _scan_openai(_Scan scan, object raw, object k, bint sglang):
     else:
         document = scan.document(raw, _OPENAI_BLANK, True)
         choices = _choices_of(document)
-    return (document, *_evidence_records(scan, document, choices, k, _SGLANG if sglang else _OPENAI))
+    return (document, *_evidence_records(scan, choices, k, _SGLANG if sglang else _OPENAI))
 
 
 def extract_openai(raw, top_k=None, sglang=False):

@@ -60,6 +60,38 @@ def first_bad(rule, values):
     return bad
 
 
+def first_out_of_range(values, limit=None):
+    """The reference's ``first_out_of_range`` in one C pass over the array's bytes
+    (tw_first_at_or_above: a signed value read as unsigned is at or above half its range
+    exactly when it is negative)."""
+    cdef size_t n = len(values)
+    cdef size_t width = values.dtype.itemsize
+    cdef uint64_t top
+    cdef uint32_t bound
+    cdef ptrdiff_t bad
+    cdef const void *data
+    if n == 0:
+        return -1
+    if values.dtype.kind not in "iu" or width not in (1, 2, 4):
+        return _kernels.first_out_of_range(values, limit)
+    if values.dtype.kind == "i":
+        top = 1 << (8 * width - 1)  # a negative value reads at or above it
+        if limit is not None and limit < top:
+            top = limit
+    elif limit is None or limit >= 1 << (8 * width):
+        return -1  # no unsigned value of this width can reach it
+    else:
+        top = limit
+    bound = <uint32_t>top
+    values = np.ascontiguousarray(values)
+    data = cnp.PyArray_DATA(values)
+    if n * width < _NOGIL_MIN:
+        return tw_first_at_or_above(data, n, width, bound)
+    with nogil:
+        bad = tw_first_at_or_above(data, n, width, bound)
+    return bad
+
+
 def first_not_rising(offsets):
     cdef const int64_t[::1] offs = offsets
     cdef ptrdiff_t bad

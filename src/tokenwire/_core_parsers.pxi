@@ -4,11 +4,13 @@
 
 
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_sampling_mask=False,
-                            prompt_logprob_start=None, teacher_logits=False, payload_root=None):
+                            prompt_logprob_start=None, teacher_logits=False, payload_root=None,
+                            num_experts=None):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
     start = check_start(prompt_logprob_start)
     root = check_payload_root(payload_root)
+    experts = check_num_experts(num_experts)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         scan = _Scan()
@@ -17,9 +19,9 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_s
             plain = _plain_generate(scan, document)
             if plain is not None:
                 return plain
-        top, read = _evidence_records(scan, document, _choices_of(document), k, _GENERATE)
+        top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE)
         return _generate.parse_document(document, k, require_logprobs, _lookup(top, read, _table.GENERATE, k),
-                                        require_sampling_mask, start, bool(teacher_logits), root)
+                                        require_sampling_mask, start, bool(teacher_logits), root, experts)
     finally:
         PyDataMem_SetHandler(previous)
 
@@ -37,25 +39,28 @@ def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, ch
 
 
 cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint check_usage,
-                          object parse_document):
+                          object num_experts, object parse_document):
     k = check_top_k(top_k)
+    experts = check_num_experts(num_experts)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         document, top, read = _scan_openai(_Scan(), raw, k, False)
-        return parse_document(document, k, require_logprobs, check_usage, _lookup(top, read, _table.OPENAI, k))
+        return parse_document(document, k, require_logprobs, check_usage, _lookup(top, read, _table.OPENAI, k),
+                              experts)
     finally:
         PyDataMem_SetHandler(previous)
 
 
-def parse_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
+def parse_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True, num_experts=None):
     """Parse and validate an OpenAI-compatible ``/v1/completions`` response (see the
     package docs)."""
-    return _parse_openai(raw, top_k, require_logprobs, check_usage,
+    return _parse_openai(raw, top_k, require_logprobs, check_usage, num_experts,
                          _openai_rules.parse_completions_document)
 
 
-def parse_chat_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
+def parse_chat_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True,
+                                    num_experts=None):
     """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response (see the
     package docs)."""
-    return _parse_openai(raw, top_k, require_logprobs, check_usage,
+    return _parse_openai(raw, top_k, require_logprobs, check_usage, num_experts,
                          _openai_rules.parse_chat_completions_document)

@@ -54,6 +54,8 @@ cdef extern from "json/tw_scan.h" nogil:
         # How many TW_F_* fields a choice has: the generated _fields.pxi declares the fields
         # and TW_NFIELDS itself, in the module, so this file names it otherwise.
         _TW_NFIELDS "TW_NFIELDS"
+        # How many root rows the table has (tw_doc.root[], in the table's order).
+        TW_NROOT
     ctypedef struct tw_value:
         uint8_t present, type, has_escape, ascii, all_int, read
         uint16_t blob
@@ -70,6 +72,7 @@ cdef extern from "json/tw_scan.h" nogil:
         int sglang
         uint8_t top_is_object
         tw_value prompt_token_ids, choices
+        tw_value root[TW_NROOT]  # every root record, prompt_token_ids and choices first
         tw_choice *choice
         size_t nchoices
         size_t err_pos
@@ -169,4 +172,5 @@ cdef extern from "rules/tw_validate.h" nogil:
     ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n, const int64_t *sampled, float *out, int *kind, int simd)
     ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n, const int64_t *sampled, int absent_ok, int *nomem, int path)
     ptrdiff_t tw_i32_negative(const int32_t *v, size_t n)
+    ptrdiff_t tw_first_at_or_above(const void *v, size_t n, size_t width, uint32_t limit)
     ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n)

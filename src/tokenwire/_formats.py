@@ -63,7 +63,7 @@ class Format:
     name: str
     description: str
     detect: Callable[[Any], bool]
-    validate: Callable[[bytes, int | None], object]  # raises MalformedResponseError
+    validate: Callable[[bytes, int | None, int | None], object]  # (raw, top_k, num_experts); raises MalformedResponseError
     classify: Callable[[MalformedResponseError, Any], Defect]
 
 
@@ -89,8 +89,8 @@ def _detect_generate(document: Any) -> bool:
     return not (isinstance(first, dict) and ("message" in first or "delta" in first))
 
 
-def _validate_generate(raw: bytes, top_k: int | None) -> object:
-    return _select.parse_generate_response(raw, top_k=top_k)
+def _validate_generate(raw: bytes, top_k: int | None, num_experts: int | None = None) -> object:
+    return _select.parse_generate_response(raw, top_k=top_k, num_experts=num_experts)
 
 
 _NATIVE_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprob count \((\d+)\)")
@@ -303,8 +303,13 @@ def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
     return Defect("other", where, reason)
 
 
-def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str) -> Format:
-    def validate(raw: bytes, top_k: int | None) -> object:
+def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str,
+                   routing: bool = True) -> Format:
+    """``routing``: the parser reads MoE routing and takes ``num_experts``."""
+
+    def validate(raw: bytes, top_k: int | None, num_experts: int | None = None) -> object:
+        if routing:
+            return getattr(_select, parser)(raw, top_k=top_k, num_experts=num_experts)
         return getattr(_select, parser)(raw, top_k=top_k)
 
     return Format(name, description, detect, validate, _classify_openai)
@@ -314,7 +319,8 @@ COMPLETIONS = _openai_format("completions", "OpenAI-compatible /v1/completions",
                              "parse_completions_response")
 CHAT = _openai_format("chat", "OpenAI-compatible /v1/chat/completions", _detect_chat,
                       "parse_chat_completions_response")
-SGLANG = _openai_format("sglang", "SGLang /generate", _detect_sglang, "parse_sglang_generate_response")
+SGLANG = _openai_format("sglang", "SGLang /generate", _detect_sglang, "parse_sglang_generate_response",
+                        routing=False)
 
 FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE, COMPLETIONS, CHAT, SGLANG)}
 
@@ -375,11 +381,12 @@ def field_bytes(value: Any) -> bytes:
 
 def check_record(
     raw: bytes, fmt: str, field: tuple[str, ...] | None, top_k: int | None,
-    facts: dict[str, Any] | None = None,
+    facts: dict[str, Any] | None = None, num_experts: int | None = None,
 ) -> tuple[str | None, Defect | None]:
     """Validate one record: ``(format name, None)`` when clean, ``(format or None, defect)``.
 
-    ``fmt`` is a key of ``FORMATS`` or ``"auto"``; ``field`` the ``--field`` path. A ``facts``
+    ``fmt`` is a key of ``FORMATS`` or ``"auto"``; ``field`` the ``--field`` path;
+    ``top_k`` and ``num_experts`` the parsers' options of the same names. A ``facts``
     dict receives what the response says of itself where it can be read: ``request_id``,
     ``model``, and for a valid one ``choices`` and ``tokens`` (completion tokens).
     """
@@ -398,13 +405,13 @@ def check_record(
             document = None
     tried = FORMATS[fmt] if fmt != "auto" else GENERATE
     try:
-        error, parsed = _run(tried, raw, top_k, facts)
+        error, parsed = _run(tried, raw, top_k, facts, num_experts)
         if error is None and fmt == "auto":
             # A response of another format can read as a generate response: name it by its
             # keys, as the parser read them (escapes decoded, in any order).
             other = detect(_keys(parsed))
             if other is not None and other is not GENERATE:
-                tried, (error, _) = other, _run(other, raw, top_k, facts)
+                tried, (error, _) = other, _run(other, raw, top_k, facts, num_experts)
         if error is None:
             return tried.name, None
         if document is None:
@@ -418,7 +425,7 @@ def check_record(
                 reason = f"looks like {_describe(document)}; supported formats: {names}"
                 return None, _prefixed(Defect("unrecognized", "", reason), prefix)
             tried = other
-            error, _ = _run(tried, raw, top_k, facts)
+            error, _ = _run(tried, raw, top_k, facts, num_experts)
             if error is None:
                 return tried.name, None
         if facts is not None:
@@ -433,11 +440,12 @@ def check_record(
 
 
 def _run(
-    fmt: Format, raw: bytes, top_k: int | None, facts: dict[str, Any] | None = None
+    fmt: Format, raw: bytes, top_k: int | None, facts: dict[str, Any] | None = None,
+    num_experts: int | None = None,
 ) -> tuple[MalformedResponseError | None, Any]:
     """The rejection of ``raw`` by ``fmt``'s parser (None), and what the parser returned."""
     try:
-        parsed = fmt.validate(raw, top_k)
+        parsed = fmt.validate(raw, top_k, num_experts)
     except MalformedResponseError as exc:
         # Without its traceback the rejected document is freed before the record is reloaded.
         return exc.with_traceback(None), None

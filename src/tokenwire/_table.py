@@ -62,12 +62,13 @@ class Field:
     formats: tuple[str, ...]  # the formats whose rules read it
     attr: str  # the evidence attribute that holds what was read
     high: str | None = None  # IDS: TOKEN_ID or OFFSET, the largest value allowed
-    blank: str | None = None  # the generate scan blanks it when it is a "string" / an "array"
-    blank_openai: bool = False  # the OpenAI-compatible scan blanks it too (an array)
-    base64: bool = False  # the generate scan decodes it as base64 as it passes
+    # How a scan blanks it: a "string"'s content, an "array"'s interior. The generate scan
+    # blanks the rows generate's rules read; the OpenAI-compatible scan those with blank_openai.
+    blank: str | None = None
+    blank_openai: bool = False  # the OpenAI-compatible scan blanks it too
+    base64: bool = False  # a scan that blanks it decodes it as base64 as it passes
     read: str | None = None  # read during the scan: "ints", "mask" or "records"
     result: str | None = None  # the result attribute it ends in, where it has one of its own
-    scanned: bool = True  # False: the scanner has no slot for it; read from the parsed document
 
     @property
     def key(self) -> str:
@@ -111,8 +112,8 @@ FIELDS: tuple[Field, ...] = (
           base64=True, result="sampling_mask"),
     Field("KT_COUNTS", CHOICE, ("kept_tokens", "counts"), BLOB, _G, "kept_counts",
           blank="string", base64=True, result="sampling_mask"),
-    Field("ROUTED", CHOICE, ("routed_experts",), BLOB, _G, "routed_experts", blank="string",
-          base64=True, result="routed_experts"),
+    Field("ROUTED", CHOICE, ("routed_experts",), BLOB, (GENERATE, OPENAI), "routed_experts",
+          blank="string", blank_openai=True, base64=True, result="routed_experts"),
     Field("RE_DATA", CHOICE, ("routed_experts", "data"), BLOB, _G, "routed_experts_data",
           blank="string", base64=True, result="routed_experts"),
     # prime-rl's by-handle segments (rows in files under payload_root): the rules read the value.
@@ -144,16 +145,16 @@ FIELDS: tuple[Field, ...] = (
     Field("PROMPT", ROOT, ("prompt_token_ids",), IDS, (GENERATE, OPENAI), "prompt_token_ids",
           high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="prompt_token_ids"),
     Field("CHOICES", ROOT, ("choices",), VALUE, (GENERATE, OPENAI), "choices"),
-    # vLLM's teacher scores: a base64 .npy matrix, decoded from the parsed document.
+    Field("PROMPT_ROUTED", ROOT, ("prompt_routed_experts",), BLOB, _O, "prompt_routed_experts",
+          blank="string", blank_openai=True, base64=True, result="prompt_routed_experts"),
+    # vLLM's teacher scores: a base64 .npy matrix.
     Field("TEACHER", ROOT, ("prompt_token_id_logprobs",), BLOB, _G, "prompt_token_id_logprobs",
-          result="prompt_token_id_logprobs", scanned=False),
+          blank="string", base64=True, result="prompt_token_id_logprobs"),
 )
 
-# The fields the scanner records (the generator's rows).
-SCANNED: tuple[Field, ...] = tuple(f for f in FIELDS if f.scanned)
 # The fields of a choice or an item: TW_F_* in this order (the scanner's tw_choice.f[]).
 CHOICE_FIELDS: tuple[Field, ...] = tuple(f for f in FIELDS if f.scope != ROOT)
-ROOT_FIELDS: tuple[Field, ...] = tuple(f for f in SCANNED if f.scope == ROOT)
+ROOT_FIELDS: tuple[Field, ...] = tuple(f for f in FIELDS if f.scope == ROOT)
 FIELD_ID: dict[str, int] = {f.name: i for i, f in enumerate(CHOICE_FIELDS)}
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 # The evidence attribute of a path: ATTR_AT[scope, "compact_logprobs.data"] == "compact_data".
@@ -192,9 +193,8 @@ def _check() -> None:
         seen.add((f.scope, f.path))
         assert (f.kind == IDS) == (f.high is not None), f"{f.name}: high is for IDS fields only"
         assert not f.base64 or f.blank == "string", f"{f.name}: base64 is decoded where blanked"
-        assert f.scanned or (f.scope == ROOT and f.blank is f.read is None and not f.base64), \
-            f"{f.name}: only a root field the scan leaves alone may be read from the parsed document"
         assert all(key.isidentifier() for key in f.path), f"{f.name}: a key KEY cannot name"
+        assert not f.blank_openai or f.blank, f"{f.name}: blank says how the OpenAI-compatible scan blanks it"
     for scope in (ROOT, CHOICE, ITEM):
         attrs = [f.attr for f in fields(scope)]
         assert len(set(attrs)) == len(attrs), f"two {scope} fields share an evidence attribute"

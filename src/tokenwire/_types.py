@@ -175,9 +175,11 @@ def _require(module: str, extra: str) -> Any:
 class RoutedExperts:
     """MoE routing replay: ``array`` shaped ``(rows, layers, topk)``; ``start`` the prompt offset.
 
-    ``array`` holds expert ids (uint8, uint16, int16 or int32, as sent) for every routed position:
-    the prompt and the completion but its last token. ``start`` is the prompt offset of the
-    first row for delta replay, None when the response gave none.
+    ``array`` holds expert ids (uint8, uint16, int16 or int32, as sent; int32 when sent as JSON
+    lists) for every routed position: the prompt and the completion but its last token (where
+    the response sends the prompt's rows apart, vLLM 0.21's ``prompt_routed_experts``, a
+    choice's rows are its completion's). ``start`` is the prompt offset of the first row for
+    delta replay, None when the response gave none.
 
     Example:
         >>> experts = tokenwire.RoutedExperts(np.zeros((4, 2, 8), dtype=np.uint8), start=0)
@@ -312,6 +314,9 @@ class GenerateResponse:
         payload: the response's other top-level fields, not validated.
         prompt_token_id_logprobs: vLLM's teacher scores (``prompt_token_id_logprobs``), a
             float32 ``(rows, K)`` matrix, when the response carries them, else None.
+        prompt_routed_experts: the prompt's MoE routing (:class:`RoutedExperts`, one row per
+            prompt token) when the response sends it apart from the choices' (vLLM 0.21's
+            OpenAI-compatible ``prompt_routed_experts``), else None.
 
     Example:
         >>> body = b'{"request_id":"r1","choices":[{"token_ids":[5],"logprobs":null}]}'
@@ -326,6 +331,7 @@ class GenerateResponse:
     prompt_token_ids: np.ndarray | None
     payload: dict[str, Any]
     prompt_token_id_logprobs: np.ndarray | None = None
+    prompt_routed_experts: RoutedExperts | None = None
 
     def to_arrow(self) -> Any:
         """The choices as a ``pyarrow.RecordBatch``, one row each (``tokenwire.arrow.record_batch``)."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._args import check_num_experts
 from ._capture import (
     BLOCK,
     InputError,
@@ -225,6 +226,7 @@ def check(
     format: str = "auto",
     field: str | None = None,
     top_k: int | None = None,
+    num_experts: int | None = None,
     examples: int = 3,
     input_kind: str = "auto",
     records: str | None = None,
@@ -243,7 +245,8 @@ def check(
     if isinstance(paths, str):
         paths = [paths]
     chosen = parse_columns(columns)
-    options = Options(format=format, field=field_path(field), top_k=top_k, examples=examples,
+    options = Options(format=format, field=field_path(field), top_k=top_k,
+                      num_experts=check_num_experts(num_experts), examples=examples,
                       records=records is not None, columns=chosen)
     with records_sink(records, chosen) as sink:
         tally = run(paths, options, address=address, input_kind=input_kind, progress=progress,

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import clib
 import orjson
-from tw_fields import BLANK_ARRAY, BLANK_STRING, FIELD_ID, FIELDS, NFIELDS
+from tw_fields import BLANK_ARRAY, BLANK_STRING, FIELD_ID, FIELDS, NFIELDS, NROOT, ROOT_FIELDS
 
 ROOT = clib.ROOT
 OUT = Path("/tmp/tw_scan_check")
@@ -78,8 +78,9 @@ class TwDoc(C.Structure):
         ("blank_fields", C.c_uint64),
         ("content_reader", C.c_void_p),
         ("top_is_object", C.c_uint8),
-        ("prompt_token_ids", TwValue),
-        ("choices", TwValue),
+        ("prompt_token_ids", TwValue),  # root[0]
+        ("choices", TwValue),  # root[1]
+        ("root_more", TwValue * (NROOT - 2)),  # the other root records, root[2:]
         ("choice", C.POINTER(TwChoice)),
         ("nchoices", C.c_size_t),
         ("blank", C.POINTER(TwSpan)),
@@ -155,6 +156,7 @@ class Scanner:
             "top": d.top_is_object,
             "prompt": _val(d.prompt_token_ids),
             "choices": _val(d.choices),
+            "root_more": [_val(v) for v in d.root_more],
             "choice": [
                 (d.choice[i].is_object, [_val(d.choice[i].f[k]) for k in range(NFIELDS)])
                 for i in range(d.nchoices)
@@ -307,11 +309,14 @@ def verify_records(raw: bytes, snap, stripped: bytes) -> None:
     if not isinstance(doc, dict):
         assert snap["top"] == 0 and not snap["choice"] and not snap["blank"], "non-object root"
         assert snap["prompt"][0] == 0 and snap["choices"][0] == 0
+        assert all(v[0] == 0 for v in snap["root_more"])
         assert stripped == raw
         return
     assert snap["top"] == 1
     check_value("prompt_token_ids", raw, snap["prompt"], doc.get("prompt_token_ids", MISSING))
     check_value("choices", raw, snap["choices"], doc.get("choices", MISSING))
+    for (name, keys), v in zip(ROOT_FIELDS[2:], snap["root_more"]):
+        check_value(".".join(keys), raw, v, doc.get(keys[0], MISSING))
     choices = doc.get("choices")
     rec = expected_choices(choices) if isinstance(choices, list) else []
     assert len(snap["choice"]) == len(rec), f"nchoices {len(snap['choice'])} != {len(rec)}"
@@ -431,6 +436,7 @@ KEYS_TOP = [
     "choices",
     "usage",
     "prompt_token_ids",
+    "prompt_routed_experts",
     "kv_transfer_params",
     "token_ids",
     "data",

@@ -555,6 +555,7 @@ int main(int argc, char **argv)
     test_uint_arrays();
     test_nested_arrays();
     test_openai();
+    test_openai_routing();
     test_decode();
     test_fuzz(fuzz);
     for (int i = first_file; i < argc; i++)

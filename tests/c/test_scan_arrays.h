@@ -289,6 +289,58 @@ static void test_openai(void)
     printf("openai: records, blanking, elements\n");
 }
 
+/* Routing replay on the OpenAI-compatible endpoints: root.prompt_routed_experts is a root
+   record; it and a choice's routed_experts are blanked and decoded by the OpenAI-compatible
+   scan when strings, on every path; the generate scan leaves the root one alone. */
+static void test_openai_routing(void)
+{
+    enum { LEN = 8192 };
+    char *doc = (char *)malloc(2 * LEN + 256);
+    size_t n = 0, size = 0;
+    tw_doc d;
+    if (!doc)
+        exit(2);
+    n += (size_t)snprintf(doc + n, 64, "{\"prompt_routed_experts\":\"");
+    memset(doc + n, 'A', LEN);
+    n += LEN;
+    n += (size_t)snprintf(doc + n, 64, "\",\"choices\":[{\"token_ids\":[1],\"routed_experts\":\"");
+    memset(doc + n, 'A', LEN);
+    n += LEN;
+    n += (size_t)snprintf(doc + n, 64, "\"}]}");
+    tw_doc_init(&d);
+    for (int sp = 0; sp < g_npaths; sp++) {
+        for (int openai = 0; openai < 2; openai++) {
+            const tw_value *root = &d.root[TW_R_PROMPT_ROUTED];
+            uint8_t *blob;
+            d.decode = 1;
+            d.openai = openai;
+            CHECK(scan_path(doc, n, g_paths[sp], 1024, &d) == TW_OK, "routing %d: scan", openai);
+            CHECK(root->type == TW_T_STRING && root->end - root->start == LEN && d.nchoices == 1,
+                  "routing %d: the root record", openai);
+            CHECK(d.blank_bytes == 1 + LEN + (openai ? LEN : 0) && d.nblobs == 1u + openai,
+                  "routing %d: %zu bytes blanked, %zu blobs", openai, d.blank_bytes, d.nblobs);
+            blob = tw_take_blob(&d, root, &size);
+            CHECK((blob != NULL) == openai && (!blob || size == LEN / 4 * 3), "routing %d: root blob", openai);
+            tw_mem_free(blob);
+            blob = tw_take_blob(&d, &d.choice[0].f[TW_F_ROUTED], &size);
+            CHECK(blob && size == LEN / 4 * 3 && !blob[0] && !blob[size - 1], "routing %d: choice blob", openai);
+            tw_mem_free(blob);
+        }
+    }
+    {
+        static const char DUP[] = "{\"prompt_routed_experts\":\"AAAA\",\"choices\":[],\"prompt_routed_experts\":7}";
+        CHECK(scan_path(DUP, sizeof DUP - 1, TW_PATH_AUTO, 1024, &d) == TW_OK &&
+                  d.root[TW_R_PROMPT_ROUTED].type == TW_T_NUMBER && d.root[TW_R_CHOICES].count == 0,
+              "routing: a repeated root key");
+        CHECK(scan_path("{}", 2, TW_PATH_AUTO, 1024, &d) == TW_OK && !d.root[TW_R_PROMPT_ROUTED].present,
+              "routing: records reset by the next scan");
+    }
+    d.openai = 0;
+    tw_doc_free(&d);
+    free(doc);
+    printf("openai routing: root records, blanking, decoding\n");
+}
+
 /* Decoding during the scan (doc->decode): a blob exactly when the string is
    long, plain and canonical base64 with a whole first block, holding
    tw_b64_decode's bytes; every record otherwise as without decoding; on

@@ -259,6 +259,45 @@ static void test_fixed(void)
     }
 }
 
+/* tw_first_at_or_above, each width, against a plain loop: random arrays around the block
+   size, the first bad value anywhere (or none), limits at the edges of the width, and signed
+   values read as unsigned (a negative one is at or above half the range). */
+static void test_at_or_above(long rounds)
+{
+    enum { MAXN = 300 };
+    static uint32_t v32[MAXN];
+    static uint16_t v16[MAXN];
+    static uint8_t v8[MAXN];
+    static const uint32_t LIMITS[] = {0, 1, 7, 128, 255, 256, 32768, 65535, 65536, 0x80000000u, 0xFFFFFFFFu};
+    for (long r = 0; r < rounds; r++) {
+        size_t n = rndn(4) ? rndn(MAXN + 1) : 60 + rndn(10);
+        uint32_t limit = LIMITS[rndn(sizeof LIMITS / sizeof LIMITS[0])], top = 1 + rndn(limit ? limit : 1);
+        for (size_t i = 0; i < n; i++)
+            v32[i] = rndn(8) ? (uint32_t)rndn(top) : (uint32_t)rnd();
+        if (n && rndn(2))
+            v32[rndn(n)] = rndn(2) ? limit : 0xFFFFFFFFu; /* at the limit, or -1 read as unsigned */
+        for (size_t i = 0; i < n; i++) {
+            v16[i] = (uint16_t)v32[i];
+            v8[i] = (uint8_t)v32[i];
+        }
+        ptrdiff_t w32 = -1, w16 = -1, w8 = -1;
+        for (size_t i = n; i-- > 0;) {
+            if (v32[i] >= limit) w32 = (ptrdiff_t)i;
+            if (v16[i] >= limit) w16 = (ptrdiff_t)i;
+            if (v8[i] >= limit) w8 = (ptrdiff_t)i;
+        }
+        CHECK(tw_first_at_or_above(v32, n, 4, limit) == w32, "at_or_above u32 n %zu limit %u", n, limit);
+        CHECK(tw_first_at_or_above(v16, n, 2, limit) == w16, "at_or_above u16 n %zu limit %u", n, limit);
+        CHECK(tw_first_at_or_above(v8, n, 1, limit) == w8, "at_or_above u8 n %zu limit %u", n, limit);
+    }
+    const int32_t signed32[] = {3, 5, -1, 9};
+    const int16_t signed16[] = {3, -2, 5};
+    CHECK(tw_first_at_or_above(signed32, 4, 4, 0x80000000u) == 2, "int32 -1 at or above 2^31");
+    CHECK(tw_first_at_or_above(signed32, 4, 4, 5) == 1, "int32 5 at or above 5");
+    CHECK(tw_first_at_or_above(signed16, 3, 2, 0x8000u) == 1, "int16 -2 at or above 2^15");
+    CHECK(tw_first_at_or_above(signed16, 3, 8, 1) == -1, "no other width");
+}
+
 int main(int argc, char **argv)
 {
     long rounds = argc > 1 ? strtol(argv[1], NULL, 10) : 20000;
@@ -269,6 +308,7 @@ int main(int argc, char **argv)
     test_fixed();
     test_compact(rounds);
     test_support(rounds);
+    test_at_or_above(rounds);
     printf("verdicts: compact %llu ok, %llu disagree, %llu missing; support %llu ok, %llu bad; %llu rows\n",
            g_verdicts[0], g_verdicts[1], g_verdicts[2], g_verdicts[3], g_verdicts[4], g_rows);
     for (int p = 0; p < g_npaths; p++)

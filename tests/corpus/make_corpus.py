@@ -1,12 +1,16 @@
 """Regenerate the adversarial corpus: ``python tests/corpus/make_corpus.py``.
 
 Each case is a response file ``NAME.json`` (bytes, not necessarily valid JSON) and its
-expected outcome in ``expected.json``: ``"ok"``, or the start of the error's reason.
+expected outcome in ``expected.json``: ``"ok"``, or the start of the error's reason. A case
+is a generate response unless its name starts with ``chat_`` (a ``/v1/chat/completions``
+response); one whose name ends with ``_with_head`` is parsed with ``top_k=3``, one ending
+with ``_with_experts`` with ``num_experts=64``.
 """
 
 from __future__ import annotations
 
 import base64
+import io
 import json
 from pathlib import Path
 
@@ -66,11 +70,52 @@ def cases() -> dict[str, tuple[bytes, str]]:
     out["huge_num_top"] = (dump(doc({"token_ids": [7], "compact_logprobs": good_compact})), "ok")
     out["huge_num_top_with_head"] = (dump(doc({"token_ids": [7], "compact_logprobs": good_compact})), "Engine returned fewer top logprobs")
     out["num_top_beyond_2_64"] = (dump(doc({"token_ids": [7], "compact_logprobs": dict(good_compact, num_top_logprobs=10**30)})), "Invalid compact logprob candidate count")
+    out.update(routing_cases())
     out["empty_document"] = (b"", "invalid JSON")
     out["whitespace_only"] = (b" \n\t ", "invalid JSON")
     out["top_level_array"] = (b"[]", "response must be a JSON object")
     out["trailing_garbage"] = (ok + b"x", "invalid JSON")
     return out
+
+
+def npy(array: np.ndarray) -> str:
+    """A routing array as vLLM's OpenAI-compatible server sends it: a whole .npy file, base64."""
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def chat(routed, **top) -> bytes:
+    """A vLLM chat completion of 3 prompt and 2 completion tokens with ``routed_experts``."""
+    records = [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:8", "logprob": -1.5}]
+    choice = {"index": 0, "message": {"role": "assistant", "content": "x"}, "logprobs": {"content": records},
+              "finish_reason": "stop", "token_ids": [7, 8], "routed_experts": routed}
+    return dump({"id": "r", "object": "chat.completion", "choices": [choice], "prompt_token_ids": [1, 2, 3],
+                 "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}, **top})
+
+
+def routing_cases() -> dict[str, tuple[bytes, str]]:
+    """vLLM's routing replay on the OpenAI-compatible endpoints, malformed as a server could."""
+    rows = np.arange(4 * 2 * 2, dtype=np.uint8).reshape(4, 2, 2)  # 3 + 2 - 1 rows, 2 layers, top-2
+    negative = rows.astype(np.int32)
+    negative[2, 1, 0] = -1
+    packed = np.concatenate([rows.astype(np.int32), np.full(rows.shape, 0.5, np.float32).view(np.int32)], axis=2)
+    huge = b"\x93NUMPY\x01\x00" + (118).to_bytes(2, "little") + b"{'descr': '|u1', 'fortran_order': False, 'shape': (10000000000, 2, 2), }".ljust(117) + b"\n\x01"
+    return {
+        "chat_routing": (chat(npy(rows)), "ok"),
+        "chat_routing_row_short": (chat(npy(rows[:-1])), "routed_experts has 3 rows, not 4"),
+        "chat_routing_row_extra": (chat(npy(np.concatenate([rows, rows[:1]]))), "routed_experts has 5 rows, not 4"),
+        "chat_routing_rank_2": (chat(npy(rows[:, 0])), "routed_experts shape must be"),
+        "chat_routing_float": (chat(npy(rows.astype(np.float32))), "routed_experts .npy header is invalid"),
+        "chat_routing_negative": (chat(npy(negative)), "routed_experts holds a negative expert id"),
+        "chat_routing_npy_claims_terabytes": (chat(base64.b64encode(huge).decode()), "routed_experts shape"),
+        "chat_routing_packed_weights_with_experts": (chat(npy(packed)), "routed_experts holds expert id 1056964608"),
+        "chat_routing_split": (chat(rows[3:].tolist(), prompt_routed_experts=rows[:3].tolist()), "ok"),
+        "chat_routing_split_prompt_short": (chat(rows[3:].tolist(), prompt_routed_experts=rows[:2].tolist()),
+                                            "prompt_routed_experts has 2 rows, not 3"),
+        "chat_routing_split_ragged": (chat([[[1, 2]], [[3]]], prompt_routed_experts=rows[:3].tolist()),
+                                      "routed_experts must be a base64 .npy string or [rows, layers, topk] lists"),
+    }
 
 
 def main() -> None:

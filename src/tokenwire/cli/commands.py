@@ -135,6 +135,7 @@ _positive = _int_argument(1, "a positive integer", "a positive integer")
 _MAX_JOBS = 1024
 _jobs = _int_argument(0, "a number of processes", f"0 (every core) to {_MAX_JOBS}", _MAX_JOBS)
 _count = _int_argument(0, "a count", "0 or more")
+_experts = _int_argument(1, "a number of experts", "1 to 2**31 experts", 2**31)  # the parsers' num_experts
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -178,6 +179,9 @@ def _parser() -> argparse.ArgumentParser:
                          help="the response is under this dotted key of each record (e.g. response.body; "
                          "list elements by index)")
     p_check.add_argument("--top-k", type=_positive, metavar="K", help="also select and validate top-K heads")
+    p_check.add_argument("--num-experts", type=_experts, metavar="N",
+                         help="the model's count of MoE experts: an expert id of routed_experts at or above "
+                         "it is a defect")
     p_check.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
                          help=f"worker processes (default 1; 0: one per core; N <= {_MAX_JOBS}); never "
                          "more than the cores, nor than the 4 MB blocks of uncompressed input")
@@ -213,6 +217,8 @@ def _parser() -> argparse.ArgumentParser:
     p_inspect.add_argument("--field", metavar="PATH", help="the response is under this dotted key of the record")
     p_inspect.add_argument("--format", choices=formats, default="auto", help="response format (default: auto)")
     p_inspect.add_argument("--top-k", type=_positive, metavar="K", help="also decode top-K heads")
+    p_inspect.add_argument("--num-experts", type=_experts, metavar="N",
+                           help="the model's count of MoE experts (as for check)")
     p_inspect.add_argument("--input", choices=["auto", "json", "jsonl"], default="auto",
                            help="how the file holds records (as for check)")
     p_inspect.add_argument("--json", action="store_true", help="print JSON instead of text")

@@ -101,11 +101,12 @@ def _fields(document: dict[str, Any], decoded: dict[str, list[str]], skip: str =
     ]
 
 
-def describe(raw: bytes, *, fmt: str = "auto", top_k: int | None = None) -> dict[str, Any]:
+def describe(raw: bytes, *, fmt: str = "auto", top_k: int | None = None,
+             num_experts: int | None = None) -> dict[str, Any]:
     """Everything ``inspect`` shows about one record, as a JSON-ready dict."""
     info: dict[str, Any] = {"bytes": len(raw), "implementation": tokenwire.implementation,
                             "top_k": top_k}
-    found, defect = check_record(raw, fmt, None, top_k)
+    found, defect = check_record(raw, fmt, None, top_k, num_experts=num_experts)
     info["format"] = found
     info["valid"] = defect is None
     info["defect"] = None if defect is None else {
@@ -118,7 +119,7 @@ def describe(raw: bytes, *, fmt: str = "auto", top_k: int | None = None) -> dict
         return info
     parsed = None
     if defect is None and found == "generate":
-        parsed = tokenwire.parse_generate_response(raw, top_k=top_k)
+        parsed = tokenwire.parse_generate_response(raw, top_k=top_k, num_experts=num_experts)
     if not isinstance(document, dict):
         info["document"] = _wire(document)
         return info
@@ -204,7 +205,8 @@ def main(args: Any) -> int:
         except FieldMissing as exc:
             raise InputError(f"{source.name}: {exc}") from None
         raw = field_bytes(value)
-    info = {"file": source.name, "line": number or None, **describe(raw, fmt=args.format, top_k=args.top_k)}
+    described = describe(raw, fmt=args.format, top_k=args.top_k, num_experts=args.num_experts)
+    info = {"file": source.name, "line": number or None, **described}
     if args.field:
         info["field"] = args.field
     if args.json:

@@ -157,6 +157,17 @@ def first_bad(rule: str, values: np.ndarray) -> int:
     return int(bad[0]) if len(bad) else -1
 
 
+def first_out_of_range(values: np.ndarray, limit: int | None = None) -> int:
+    """Index of the first value below 0 or, with ``limit``, at or above it; -1 when every
+    value is in range (the expert ids of a routing array: ``limit`` is the model's count of
+    experts)."""
+    bad = values < 0
+    if limit is not None:
+        bad |= values >= limit
+    where = np.flatnonzero(bad)
+    return int(where[0]) if len(where) else -1
+
+
 def first_bad_support(ids: np.ndarray, rows: Ragged, limit: int, absent_ok: bool = False) -> int:
     """First of the first ``limit`` supports that is empty, repeats an id, or misses the
     sampled id; -1 when there is none. With ``absent_ok`` an empty row is an absent support

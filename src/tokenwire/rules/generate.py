@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from .._args import check_payload_root, check_start, check_top_k
+from .._args import MAX_EXPERTS, check_num_experts, check_payload_root, check_start, check_top_k
 from .._errors import MalformedResponseError
 from .._table import CHOICE, GENERATE, KEY, top_keys
 from .._types import GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
@@ -498,15 +498,18 @@ NPY_MAX_HEADER = 10000
 MAX_ROUTED_WIDTH = 2**31 - 1
 
 
-def _parse_npy(raw: np.ndarray, c: Evidence) -> np.ndarray:
-    """Upstream vLLM's form: a whole ``.npy`` file. Only the header fields we need are trusted."""
-    shape, descr, data = npy_parts(raw, c, "routed_experts", NPY_DESCRS)
-    return _shaped(data, shape, NPY_DESCRS[descr], c)
+def parse_npy(raw: np.ndarray, c: Evidence, field: str = "routed_experts") -> np.ndarray:
+    """Upstream vLLM's form: a whole ``.npy`` file (the decoded bytes of the base64 string at
+    ``field``), shaped ``(rows, layers, topk)``. Only the header fields we need are trusted."""
+    shape, descr, data = npy_parts(raw, c, field, NPY_DESCRS, "uint8, uint16, int16 or int32")
+    return _shaped(data, shape, NPY_DESCRS[descr], c, field)
 
 
-def npy_parts(raw: np.ndarray, c: Evidence, field: str, descrs: dict[str, Any]) -> tuple[list[Any], str, np.ndarray]:
-    """A whole ``.npy`` file's shape (a list, not checked), its ``descr`` (a key of
-    ``descrs``) and its data bytes; only those header fields are trusted, C order only."""
+def npy_parts(raw: np.ndarray, c: Evidence, field: str, descrs: dict[str, Any],
+              kinds: str) -> tuple[list[Any], str, np.ndarray]:
+    """A whole ``.npy`` file's shape (a list, not checked), its ``descr`` (a key of ``descrs``,
+    the dtypes ``kinds`` names) and its data bytes; only those header fields are trusted, C
+    order only."""
     if bytes(raw[:6]) != b"\x93NUMPY" or len(raw) < 10:
         c.fail(f"{field} .npy magic missing", field)
     major = int(raw[6])
@@ -527,15 +530,17 @@ def npy_parts(raw: np.ndarray, c: Evidence, field: str, descrs: dict[str, Any]) 
     if (
         not isinstance(header, dict)
         or header.get("fortran_order") is not False
-        or named(descrs, header.get("descr")) is None
         or not isinstance(header.get("shape"), tuple)
     ):
         c.fail(f"{field} .npy header is invalid", field)
+    if named(descrs, header.get("descr")) is None:
+        descr = header.get("descr")
+        named_type = repr(descr) if isinstance(descr, str) and len(descr) <= 32 else "of another kind"
+        c.fail(f"{field} .npy header is invalid: dtype {named_type} is not {kinds}", field)
     return list(header["shape"]), header["descr"], raw[begin + size :]
 
 
-def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.ndarray:
-    field = "routed_experts"
+def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence, field: str = "routed_experts") -> np.ndarray:
     # The length and every bound first: nothing is multiplied, formatted or iterated past
     # three dimensions.
     if (
@@ -544,7 +549,7 @@ def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.nd
         or not all(is_int(d) and d >= 0 for d in shape)
         or not (1 <= shape[1] <= MAX_ROUTED_WIDTH and 1 <= shape[2] <= MAX_ROUTED_WIDTH)
     ):
-        c.fail("routed_experts shape must be [rows, layers, topk]: three non-negative ints, with layers "
+        c.fail(f"{field} shape must be [rows, layers, topk]: three non-negative ints, with layers "
                "and topk in [1, 2**31)", field + ".shape")
     rows, layers, topk = shape
     dtype = ROUTED_DTYPES[dtype_name]
@@ -552,30 +557,51 @@ def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence) -> np.nd
     # is allocated from it.
     if rows * layers * topk * dtype.itemsize != len(data):
         c.fail(
-            f"routed_experts shape {shape} x {dtype.itemsize} bytes does not match "
+            f"{field} shape {shape} x {dtype.itemsize} bytes does not match "
             f"{len(data)} decoded bytes",
             field + ".shape",
         )
     # What numpy can shape even when the bytes match: zero rows make no bytes of the others.
     if max(rows, 1) * layers * topk * dtype.itemsize > MAX_OFFSET:
-        c.fail(f"routed_experts shape {shape} is too big for an array (its non-zero dimensions span "
+        c.fail(f"{field} shape {shape} is too big for an array (its non-zero dimensions span "
                "more than 2**63 - 1 bytes)", field + ".shape")
-    routing = data.view(dtype).reshape(shape)
-    if dtype.kind == "i" and routing.size:
-        # Expert ids are indices: a negative one names no expert (a signed dtype allows it).
-        bad = c.kernels.first_bad("negative", routing.reshape(-1))
-        if bad >= 0:
-            c.fail("routed_experts holds a negative expert id", field, bad // (layers * topk))
-    return routing
+    return data.view(dtype).reshape(shape)
 
 
-def parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
+# An expert id this far above any model's expert count is no id: routing that packs more than
+# ids (Total Router Recall appends each expert's float32 weight bits to its ids) reads so.
+_PACKED_ID = 2**16
+
+
+def check_experts(routing: np.ndarray, num_experts: int | None, c: Evidence, field: str) -> None:
+    """Every expert id of a ``(rows, layers, topk)`` routing array names an expert: not
+    negative (a signed dtype allows it) and, given the model's ``num_experts``, below it; ids
+    read from JSON (int64) also below 2**31, as the widest routing dtype holds them. One pass
+    over the array (``first_out_of_range``); the first bad id fails at its row."""
+    limit = num_experts if num_experts is not None or routing.dtype.itemsize <= 4 else MAX_EXPERTS
+    flat = routing.reshape(-1)
+    bad = c.kernels.first_out_of_range(flat, limit) if flat.size else -1
+    if bad < 0:
+        return
+    _, layers, topk = routing.shape
+    row, layer, value = bad // (layers * topk), bad // topk % layers, int(flat[bad])
+    if value < 0:
+        c.fail(f"{field} holds a negative expert id ({value}) at layer {layer}", field, row)
+    bound = "2**31 (an int32)" if num_experts is None else f"num_experts={num_experts}"
+    packed = (" (no model has that many: routing that packs more than ids, such as expert "
+              "weights' float32 bits after them, reads so)") if value >= _PACKED_ID else ""
+    c.fail(f"{field} holds expert id {value} at layer {layer}, not below {bound}{packed}", field, row)
+
+
+def parse_routed_experts(value: Any, c: Evidence, num_experts: int | None = None) -> RoutedExperts:
     field = "routed_experts"
     if isinstance(value, str):
         raw = c.routed_experts
         if raw is None:
             c.fail("Invalid routed_experts base64", field)
-        return RoutedExperts(_parse_npy(raw, c), None)
+        routing = parse_npy(raw, c)
+        check_experts(routing, num_experts, c, field)
+        return RoutedExperts(routing, None)
     if not isinstance(value, dict):
         c.fail("routed_experts must be an object or a base64 .npy string", field)
     dtype_name = value.get("dtype", "uint8")
@@ -587,7 +613,9 @@ def parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
     raw = c.routed_experts_data
     if raw is None:
         c.fail("Invalid routed_experts base64", field + ".data")
-    return RoutedExperts(_shaped(raw, value.get("shape"), dtype_name, c), start)
+    routing = _shaped(raw, value.get("shape"), dtype_name, c)
+    check_experts(routing, num_experts, c, field)
+    return RoutedExperts(routing, start)
 
 
 # --- teacher scores: prompt_token_id_logprobs -----------------------------------------------------
@@ -606,7 +634,7 @@ def parse_teacher_scores(top: Evidence, prompt: np.ndarray | None, start: int | 
     raw = top.prompt_token_id_logprobs
     if raw is None:
         top.fail(f"{_TEACHER} must be a base64 .npy string", _TEACHER)
-    shape, _, data = npy_parts(raw, top, _TEACHER, _TEACHER_DESCRS)
+    shape, _, data = npy_parts(raw, top, _TEACHER, _TEACHER_DESCRS, "float32")
     if (len(shape) != 2 or not all(is_int(d) and d >= 0 for d in shape) or shape[1] > MAX_ROUTED_WIDTH
             or shape[0] * shape[1] * 4 != len(data)):
         top.fail(f"{_TEACHER} must be a (rows, K) float32 matrix of its {len(data)} bytes, not shape {shape}",
@@ -1097,7 +1125,7 @@ MISSING_MASK = (
 
 def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: bool,
                   require_sampling_mask: bool = False, prompt_len: int | None = None,
-                  files: PayloadFiles | None = None) -> GenerateChoice:
+                  files: PayloadFiles | None = None, num_experts: int | None = None) -> GenerateChoice:
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
     ids = checked_int_list(c, c.token_ids, "token_ids", "token_ids must hold token ids in [0, 2**32)")
@@ -1146,7 +1174,8 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         completion_top_ids=top_ids,
         completion_top_logprobs=top_logprobs,
         sampling_mask=mask,
-        routed_experts=parse_routed_experts(routed, c) if routed is not None else handle.get("routed_experts"),
+        routed_experts=(parse_routed_experts(routed, c, num_experts) if routed is not None
+                        else handle.get("routed_experts")),
         finish_reason=choice.get("finish_reason"),
         raw=_raw(c, choice, consumed),
         sampling_mask_present=None if mask is None else mask.offsets[1:] != mask.offsets[:-1],
@@ -1172,7 +1201,8 @@ def _raw(c: Evidence, choice: dict[str, Any], consumed: list[str]) -> dict[str, 
 
 def parse_document(document: Any, k: int | None, require_logprobs: bool, evidence: Any = None,
                    require_sampling_mask: bool = False, prompt_logprob_start: int | None = None,
-                   teacher_logits: bool = False, payload_root: str | None = None) -> GenerateResponse:
+                   teacher_logits: bool = False, payload_root: str | None = None,
+                   num_experts: int | None = None) -> GenerateResponse:
     """Validate a parsed response. ``evidence(index, value)`` gives the :class:`Evidence` of
     each choice (index None: the top level, value the document); by default
     :func:`extract_choice` reads it from the parsed document, one choice at a time, as the
@@ -1194,42 +1224,49 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
     prompt_len = prompt_length(document, prompt)
     if payload_root is None:
-        parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs, require_sampling_mask, prompt_len)
-                  for i, choice in enumerate(choices)]
+        parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs, require_sampling_mask, prompt_len,
+                                num_experts=num_experts) for i, choice in enumerate(choices)]
         # Without the files, by ``file`` as sent; with them, each choice's reads check it by path.
         check_payload_overlap([span for i, p in enumerate(parsed) for span in segment_spans(i, p.payload)])
     else:
         files = PayloadFiles(payload_root)
         try:
             parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs, require_sampling_mask, prompt_len,
-                                    files) for i, choice in enumerate(choices)]
+                                    files, num_experts) for i, choice in enumerate(choices)]
         finally:
             files.close()
-    return response_of(document, parsed, prompt, "request_id", teacher)
+    if teacher is None:
+        return response_of(document, parsed, prompt, "request_id")
+    return response_of(document, parsed, prompt, "request_id", (KEY.prompt_token_id_logprobs,),
+                       prompt_token_id_logprobs=teacher)
 
 
 def response_of(document: dict[str, Any], choices: list[GenerateChoice], prompt: np.ndarray | None,
-                id_key: str, teacher: np.ndarray | None = None) -> GenerateResponse:
+                id_key: str, consumed: tuple[str, ...] = (), **attributes: Any) -> GenerateResponse:
     """The response of a document's parsed choices: the id under ``id_key``, the usage, the
-    prompt ids, the teacher scores, and every other top-level field as the payload."""
-    consumed = (KEY.choices, KEY.prompt_token_ids, *((KEY.prompt_token_id_logprobs,) if teacher is not None else ()))
+    prompt ids, the ``attributes`` read from the ``consumed`` top-level fields, and every
+    other top-level field as the payload."""
+    skip = (KEY.choices, KEY.prompt_token_ids, *consumed)
     return GenerateResponse(
         choices=choices,
         request_id=document.get(id_key),
         usage=document.get("usage"),
         prompt_token_ids=prompt,
-        payload={key: v for key, v in document.items() if key not in consumed},
-        prompt_token_id_logprobs=teacher,
+        payload={key: v for key, v in document.items() if key not in skip},
+        **attributes,
     )
 
 
 def parse_generate_response(
     raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, require_sampling_mask: bool = False,
     prompt_logprob_start: int | None = None, teacher_logits: bool = False, payload_root: Any = None,
+    num_experts: int | None = None,
 ) -> GenerateResponse:
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
     start = check_start(prompt_logprob_start)
     root = check_payload_root(payload_root)
+    experts = check_num_experts(num_experts)
     return parse_document(load_document(raw), k, require_logprobs, require_sampling_mask=require_sampling_mask,
-                          prompt_logprob_start=start, teacher_logits=bool(teacher_logits), payload_root=root)
+                          prompt_logprob_start=start, teacher_logits=bool(teacher_logits), payload_root=root,
+                          num_experts=experts)

@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from .._args import check_top_k
+from .._args import check_num_experts, check_top_k
 from .._errors import MalformedResponseError
 from .._table import ITEM, KEY, SGLANG, fields
-from .._types import GenerateChoice, GenerateResponse, Ragged
+from .._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 from .._wire import VLLM_LOGPROB_SENTINEL
 from ..extract.python import (
     Evidence,
@@ -48,7 +48,7 @@ from ..extract.python import (
     numbers,
 )
 from ..kernels.python import Candidates, is_int, native_head
-from .generate import NATIVE_TOP, checked_int_list, response_of
+from .generate import NATIVE_TOP, check_experts, checked_int_list, parse_npy, response_of
 
 __all__ = [
     "chat_completions_request_params",
@@ -522,16 +522,74 @@ def _missing_ids(c: Evidence, logprobs: _Logprobs | None, endpoint: _Endpoint) -
     )
 
 
+# --- MoE routing replay: vLLM's routed_experts -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Routing:
+    """What the routing rules of a response's choices know before the choices are read."""
+
+    num_experts: int | None  # the model's count of experts, when the caller gave it
+    split: bool  # the response sends the prompt's routing apart (prompt_routed_experts)
+    prompt: int | None  # the prompt's token count, when the response says it
+
+
+def _routing(c: Evidence, value: Any, raw: np.ndarray | None, field: str, num_experts: int | None,
+             rows: tuple[int, ...] | None, counted: str) -> RoutedExperts:
+    """A routing array as vLLM sends it on the OpenAI-compatible endpoints: a base64 string of
+    a whole ``.npy`` file (``raw``: its decoded bytes, None when it is not canonical base64),
+    or, in vLLM 0.21, ``[rows][layers][topk]`` lists of ints (read as int32). Its shape, then
+    its row count (one of ``rows`` when known; ``counted`` says of what), then its ids."""
+    if isinstance(value, str):
+        if raw is None:
+            c.fail(f"Invalid {field} base64", field)
+        routing = parse_npy(raw, c, field)
+    elif isinstance(value, list):
+        try:
+            routing = np.array(value)
+        except (ValueError, TypeError, OverflowError, RecursionError):  # ragged, or not numbers
+            routing = None
+        if routing is None or routing.ndim != 3 or routing.dtype.kind not in "iu" or 0 in routing.shape[1:]:
+            c.fail(f"{field} must be a base64 .npy string or [rows, layers, topk] lists of ints, with "
+                   "at least one layer and one expert per row", field)
+    else:
+        c.fail(f"{field} must be a base64 .npy string or [rows, layers, topk] lists of ints", field)
+    if rows is not None and routing.shape[0] not in rows:
+        expected = " or ".join(str(r) for r in rows)
+        c.fail(f"{field} has {routing.shape[0]} rows, not {expected}: {counted}", field)
+    check_experts(routing, num_experts, c, field)
+    return RoutedExperts(routing if isinstance(value, str) else routing.astype(np.int32), None)
+
+
+def _choice_routing(c: Evidence, choice: dict[str, Any], n: int, prompt: int | None, routing: _Routing) -> RoutedExperts:
+    """The choice's ``routed_experts``. vLLM routes every token it forwards, the last sampled
+    one never: one row per prompt and completion token but the last (``split``: vLLM 0.21's
+    rows of the completion alone, its last token's included when speculative decoding
+    captured it)."""
+    field = "routed_experts"
+    rows: tuple[int, ...] | None = None
+    counted = ""
+    if routing.split:
+        rows = (n - 1, n) if n else (0,)
+        counted = (f"the completion's {n} tokens but the last (or all of them), the prompt's routing "
+                   "being prompt_routed_experts")
+    elif prompt is not None:
+        rows = (max(prompt + n - 1, 0),)
+        counted = f"one per token of the prompt ({prompt}) and of the completion ({n}) but the last"
+    return _routing(c, choice[field], c.routed_experts, field, routing.num_experts, rows, counted)
+
+
 def _parse_openai_choice(
     c: Evidence,
     choice: Any,
     k: int | None,
     require_logprobs: bool,
     endpoint: _Endpoint,
+    routing: _Routing,
 ) -> GenerateChoice:
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
-    consumed = ["index", KEY.token_ids, "finish_reason"]
+    consumed = ["index", KEY.token_ids, "finish_reason", KEY.routed_experts]
     prompt = None
     if choice.get(KEY.prompt_token_ids) is not None:
         prompt = _id_list(c, c.prompt_token_ids, "prompt_token_ids").ids
@@ -557,6 +615,9 @@ def _parse_openai_choice(
             top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
         if from_choice:
             consumed.append(KEY.logprobs)
+    routed = None
+    if choice.get(KEY.routed_experts) is not None:
+        routed = _choice_routing(c, choice, len(ids), routing.prompt if prompt is None else len(prompt), routing)
     raw = {key: value for key, value in choice.items() if key not in consumed}
     for key, span in ((KEY.logprobs, c.logprobs), (KEY.raw_output, c.raw_output)):
         if key in raw:  # as sent: the compiled extractor left their arrays empty
@@ -569,6 +630,7 @@ def _parse_openai_choice(
         completion_logprobs=values,
         completion_top_ids=top_ids,
         completion_top_logprobs=top_logprobs,
+        routed_experts=routed,
         finish_reason=choice.get("finish_reason"),
         raw=raw,
     )
@@ -591,6 +653,20 @@ def _check_token_count(c: Evidence, counted: Any, field: str, n: int) -> None:
         c.fail(f"{field} is {counted} but the completion has {n} token ids ({counted - n:+d})", field)
 
 
+def _prompt_tokens(document: dict[str, Any], prompt: np.ndarray | None, endpoint: _Endpoint, check_usage: bool,
+                   choices: int) -> int | None:
+    """The prompt's token count, where the response says it: its prompt ids, else (with
+    ``check_usage``) ``usage.prompt_tokens`` of a response to one prompt (a chat, or one
+    completion: a batch of prompts counts them all)."""
+    if prompt is not None:
+        return len(prompt)
+    usage = document.get("usage")
+    counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if check_usage and is_int(counted) and counted >= 0 and (endpoint is _CHAT or choices == 1):
+        return counted
+    return None
+
+
 def _parse_openai_document(
     document: Any,
     k: int | None,
@@ -598,19 +674,22 @@ def _parse_openai_document(
     check_usage: bool,
     endpoint: _Endpoint,
     evidence: Any,
+    num_experts: int | None = None,
 ) -> GenerateResponse:
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
     read = evidence or (lambda index, value: extract_openai_choice(index, value, k))
     prompt = document.get(KEY.prompt_token_ids)
+    split = document.get(KEY.prompt_routed_experts) is not None
+    top = read(None, document) if prompt is not None or split else None
     if prompt is not None:
-        top = read(None, document)
         prompt = _id_list(top, top.prompt_token_ids, "prompt_token_ids").ids
     choices = document.get(KEY.choices)
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
+    routing = _Routing(num_experts, split, _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)))
     parsed = [
-        _parse_openai_choice(read(i, choice), choice, k, require_logprobs, endpoint)
+        _parse_openai_choice(read(i, choice), choice, k, require_logprobs, endpoint, routing)
         for i, choice in enumerate(choices)
     ]
     if check_usage:
@@ -621,7 +700,14 @@ def _parse_openai_document(
         first = prompts[0]
         if first is not None and all(p is not None and np.array_equal(p, first) for p in prompts):
             prompt = first
-    return response_of(document, parsed, prompt, "id")
+    prompt_routing = None
+    if split:
+        field = "prompt_routed_experts"
+        count = routing.prompt if prompt is None else len(prompt)
+        prompt_routing = _routing(top, document[field], top.prompt_routed_experts, field, num_experts,
+                                  None if count is None else (count,), f"one per prompt token ({count})")
+    return response_of(document, parsed, prompt, "id", ("prompt_routed_experts",),
+                       prompt_routed_experts=prompt_routing)
 
 
 def parse_completions_document(
@@ -630,11 +716,12 @@ def parse_completions_document(
     require_logprobs: bool = True,
     check_usage: bool = True,
     evidence: Any = None,
+    num_experts: int | None = None,
 ) -> GenerateResponse:
     """Validate a parsed ``/v1/completions`` response; ``evidence(index, value)`` gives the
     ``Evidence`` of each choice (index None: the top level); by default
     :func:`extract_openai_choice` reads it from the parsed document."""
-    return _parse_openai_document(document, k, require_logprobs, check_usage, _COMPLETIONS, evidence)
+    return _parse_openai_document(document, k, require_logprobs, check_usage, _COMPLETIONS, evidence, num_experts)
 
 
 def parse_chat_completions_document(
@@ -643,27 +730,34 @@ def parse_chat_completions_document(
     require_logprobs: bool = True,
     check_usage: bool = True,
     evidence: Any = None,
+    num_experts: int | None = None,
 ) -> GenerateResponse:
     """Validate a parsed ``/v1/chat/completions`` response (see parse_completions_document)."""
-    return _parse_openai_document(document, k, require_logprobs, check_usage, _CHAT, evidence)
+    return _parse_openai_document(document, k, require_logprobs, check_usage, _CHAT, evidence, num_experts)
 
 
 def parse_completions_response(
-    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True,
+    num_experts: int | None = None,
 ) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/completions`` response (vLLM,
     Fireworks, Together) into exact completion ids and their logprobs (see docs/openai.md)."""
     k = check_top_k(top_k)
-    return parse_completions_document(load_openai_document(raw, k), k, require_logprobs, check_usage)
+    experts = check_num_experts(num_experts)
+    return parse_completions_document(load_openai_document(raw, k), k, require_logprobs, check_usage,
+                                      num_experts=experts)
 
 
 def parse_chat_completions_response(
-    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True,
+    num_experts: int | None = None,
 ) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response (vLLM,
     Fireworks, Together) into exact completion ids and their logprobs (see docs/openai.md)."""
     k = check_top_k(top_k)
-    return parse_chat_completions_document(load_openai_document(raw, k), k, require_logprobs, check_usage)
+    experts = check_num_experts(num_experts)
+    return parse_chat_completions_document(load_openai_document(raw, k), k, require_logprobs, check_usage,
+                                           num_experts=experts)
 
 
 # --- SGLang /generate ----------------------------------------------------------------------------

@@ -1,0 +1,263 @@
+"""MoE routing replay on vLLM's OpenAI-compatible endpoints (``choices[].routed_experts``, vLLM
+0.21's top-level ``prompt_routed_experts``) and ``num_experts=`` on every parser that reads
+routing: responses laid out as vLLM lays them out (``np.save`` into a buffer, then base64),
+on both implementations and every SIMD path."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tokenwire
+from tokenwire import MalformedResponseError
+
+PROMPT, COMPLETION, LAYERS, TOPK, EXPERTS = 6, 4, 3, 2, 64
+ROWS = PROMPT + COMPLETION - 1  # vLLM routes every token it forwards: the last sampled one never
+PARSERS = ["parse_chat_completions_response", "parse_completions_response"]
+
+
+def npy(array: np.ndarray) -> str:
+    """A routing array as vLLM's server sends it: a whole .npy file, base64."""
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def routing(rows: int, dtype: Any = np.uint8, layers: int = LAYERS, topk: int = TOPK) -> np.ndarray:
+    return (np.arange(rows * layers * topk) % (EXPERTS - 1)).astype(dtype).reshape(rows, layers, topk)
+
+
+def response(name: str, routed: Any, prompt_routed: Any = None, *, prompt_ids: bool = True,
+             usage: bool = True, choices: int = 1, logprobs: bool = False) -> bytes:
+    """A vLLM response of ``name``'s endpoint with ``return_token_ids``: the prompt ids where
+    vLLM puts them (chat: top level; completions: each choice), 0.21's prompt routing at the
+    top level."""
+    chat = name == "parse_chat_completions_response"
+    ids = list(range(300, 300 + COMPLETION))
+    prompt = list(range(100, 100 + PROMPT))
+    body: list[dict[str, Any]] = []
+    for index in range(choices):
+        records = [{"token": f"token_id:{i}", "logprob": -0.5} for i in ids]
+        choice: dict[str, Any] = {"index": index, "logprobs": {"content": records} if logprobs else None,
+                                  "finish_reason": "stop", "token_ids": ids}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": "x"}
+        else:
+            choice["text"] = "x"
+            if prompt_ids:
+                choice["prompt_token_ids"] = prompt
+        choice["routed_experts"] = routed
+        body.append(choice)
+    document: dict[str, Any] = {"id": "r", "object": "chat.completion" if chat else "text_completion",
+                                "model": "m", "choices": body}
+    if prompt_routed is not None:
+        document["prompt_routed_experts"] = prompt_routed
+    if usage:
+        document["usage"] = {"prompt_tokens": PROMPT, "completion_tokens": COMPLETION * choices,
+                             "total_tokens": PROMPT + COMPLETION * choices}
+    if chat and prompt_ids:
+        document["prompt_token_ids"] = prompt
+    return json.dumps(document).encode()
+
+
+def parse(impl, name: str, raw: bytes, **kw: Any) -> tokenwire.GenerateResponse:
+    return getattr(impl, name)(raw, require_logprobs=False, **kw)
+
+
+def rejected(impl, name: str, raw: bytes, match: str, **kw: Any) -> MalformedResponseError:
+    with pytest.raises(MalformedResponseError, match=match) as err:
+        parse(impl, name, raw, **kw)
+    return err.value
+
+
+@pytest.mark.parametrize("name", PARSERS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int32])
+def test_vllm_routing_reads_as_sent(impl, name, dtype):
+    sent = routing(ROWS, dtype)
+    parsed = parse(impl, name, response(name, npy(sent)))
+    routed = parsed.choices[0].routed_experts
+    assert isinstance(routed, tokenwire.RoutedExperts) and routed.start is None
+    assert routed.array.dtype == sent.dtype and np.array_equal(routed.array, sent)
+    assert "routed_experts" not in parsed.choices[0].raw and parsed.prompt_routed_experts is None
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_long_routing_is_decoded_on_every_path(impl, name):
+    """48 layers of top-8: long enough to be decoded as the scan passes it."""
+    sent = routing(ROWS, np.uint16, 48, 8)
+    assert np.array_equal(parse(impl, name, response(name, npy(sent))).choices[0].routed_experts.array, sent)
+
+
+@pytest.mark.parametrize("name", PARSERS)
+@pytest.mark.parametrize("rows", [ROWS - 1, ROWS + 1])
+def test_a_row_short_or_extra_is_refused(impl, name, rows):
+    err = rejected(impl, name, response(name, npy(routing(rows))), f"has {rows} rows, not {ROWS}: one per token")
+    assert (err.choice, err.field, err.token) == (0, "routed_experts", None)
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_the_prompt_is_counted_by_usage_without_prompt_ids(impl, name):
+    raw = response(name, npy(routing(ROWS + 1)), prompt_ids=False)
+    rejected(impl, name, raw, f"not {ROWS}")
+    # with check_usage=False usage is not read: the rows cannot be counted, the ids still are
+    assert parse(impl, name, raw, check_usage=False).choices[0].routed_experts.array.shape[0] == ROWS + 1
+    unknown = response(name, npy(routing(ROWS + 1)), prompt_ids=False, usage=False)
+    assert parse(impl, name, unknown).choices[0].routed_experts.array.shape[0] == ROWS + 1
+
+
+@pytest.mark.parametrize("name", PARSERS)
+@pytest.mark.parametrize(("sent", "match", "where"), [
+    (routing(ROWS)[0], r"shape must be \[rows, layers, topk\]", "routed_experts.shape"),
+    (routing(ROWS)[..., None], r"shape must be \[rows, layers, topk\]", "routed_experts.shape"),
+    (routing(ROWS, np.float32), r"header is invalid: dtype '<f4' is not uint8, uint16, int16 or int32", "routed_experts"),
+])
+def test_routing_of_another_rank_or_dtype_is_refused(impl, name, sent, match, where):
+    err = rejected(impl, name, response(name, npy(sent)), match)
+    assert (err.choice, err.field) == (0, where)
+
+
+@pytest.mark.parametrize("name", PARSERS)
+@pytest.mark.parametrize("routed", [7, {"data": "AA=="}, "not base64!", [[1, 2], [3]], [[["1"]]], [[[0.5]]], [[[True]]], []])
+def test_routing_that_is_neither_form_is_refused(impl, name, routed):
+    err = rejected(impl, name, response(name, routed), "routed_experts")
+    assert (err.choice, err.field) == (0, "routed_experts")
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_expert_ids_up_to_num_experts(impl, name):
+    sent = routing(ROWS)
+    sent[5, 2, 1] = EXPERTS - 1
+    raw = response(name, npy(sent))
+    assert parse(impl, name, raw, num_experts=EXPERTS).choices[0].routed_experts.array[5, 2, 1] == EXPERTS - 1
+    sent[5, 2, 1] = EXPERTS
+    err = rejected(impl, name, response(name, npy(sent)), f"expert id {EXPERTS} at layer 2, not below num_experts={EXPERTS}$",
+                   num_experts=EXPERTS)
+    assert (err.choice, err.field, err.token) == (0, "routed_experts", 5)
+    assert parse(impl, name, response(name, npy(sent))).choices[0].routed_experts is not None  # no bound given
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_total_router_recall_packing_reads_as_huge_expert_ids(impl, name):
+    """Expert ids followed by their float32 weights' bits in one int32 array: 2 * topk
+    "experts" a layer, the weights near 1e9."""
+    ids = routing(ROWS).astype(np.int32)
+    weights = np.full(ids.shape, 0.5, dtype=np.float32).view(np.int32)
+    raw = response(name, npy(np.concatenate([ids, weights], axis=2)))
+    assert parse(impl, name, raw).choices[0].routed_experts.array.shape == (ROWS, LAYERS, 2 * TOPK)
+    err = rejected(impl, name, raw, "expert id 1056964608 at layer 0, not below num_experts=64 .no model has that many",
+                   num_experts=EXPERTS)
+    assert (err.choice, err.field, err.token) == (0, "routed_experts", 0)
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_a_negative_expert_id_is_refused(impl, name):
+    sent = routing(ROWS, np.int32)
+    sent[3, 1, 0] = -1
+    err = rejected(impl, name, response(name, npy(sent)), r"negative expert id \(-1\) at layer 1")
+    assert (err.choice, err.field, err.token) == (0, "routed_experts", 3)
+
+
+# --- vLLM 0.21: the prompt's rows at the top level, the completion's on the choice, as lists --------
+
+
+@pytest.mark.parametrize("name", PARSERS)
+@pytest.mark.parametrize("form", ["lists", "npy"])
+def test_the_split_form_reads_as_sent(impl, name, form):
+    encode = (lambda a: a.tolist()) if form == "lists" else npy
+    prompt, completion = routing(PROMPT, np.int16), routing(COMPLETION - 1, np.int16) + 1
+    parsed = parse(impl, name, response(name, encode(completion), encode(prompt), choices=2), num_experts=EXPERTS)
+    assert np.array_equal(parsed.prompt_routed_experts.array, prompt)
+    assert all(np.array_equal(c.routed_experts.array, completion) for c in parsed.choices)
+    assert parsed.prompt_routed_experts.array.dtype == (np.int32 if form == "lists" else np.int16)
+    assert "prompt_routed_experts" not in parsed.payload
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_the_split_form_counts_rows(impl, name):
+    prompt = routing(PROMPT).tolist()
+    # the completion's tokens but the last, or every one (speculative decoding's trim)
+    for rows in (COMPLETION - 1, COMPLETION):
+        parse(impl, name, response(name, routing(rows).tolist(), prompt))
+    err = rejected(impl, name, response(name, routing(COMPLETION + 1).tolist(), prompt),
+                   f"has {COMPLETION + 1} rows, not {COMPLETION - 1} or {COMPLETION}")
+    assert (err.choice, err.field) == (0, "routed_experts")
+    err = rejected(impl, name, response(name, routing(COMPLETION - 1).tolist(), routing(PROMPT - 1).tolist()),
+                   f"has {PROMPT - 1} rows, not {PROMPT}: one per prompt token")
+    assert (err.choice, err.field, err.token) == (None, "prompt_routed_experts", None)
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_the_split_forms_ids_are_checked_at_their_rows(impl, name):
+    prompt = routing(PROMPT, np.int32)
+    prompt[2, 0, 1] = -1
+    err = rejected(impl, name, response(name, routing(COMPLETION - 1).tolist(), prompt.tolist()),
+                   r"negative expert id \(-1\) at layer 0")
+    assert (err.choice, err.field, err.token) == (None, "prompt_routed_experts", 2)
+    prompt[2, 0, 1] = EXPERTS
+    err = rejected(impl, name, response(name, routing(COMPLETION - 1).tolist(), prompt.tolist()),
+                   f"expert id {EXPERTS} at layer 0, not below num_experts={EXPERTS}", num_experts=EXPERTS)
+    assert err.token == 2
+    wide = routing(COMPLETION - 1, np.int64)
+    wide[1, 1, 1] = 2**31
+    err = rejected(impl, name, response(name, wide.tolist(), routing(PROMPT).tolist()), r"not below 2\*\*31")
+    assert (err.choice, err.field, err.token) == (0, "routed_experts", 1)
+
+
+# --- num_experts on the generate endpoint, and the arguments --------------------------------------
+
+
+def _generate(routed: Any) -> bytes:
+    return json.dumps({"choices": [{"token_ids": [1], "logprobs": None, "routed_experts": routed}]}).encode()
+
+
+@pytest.mark.parametrize("form", ["npy", "prime-rl"])
+def test_generate_bounds_expert_ids_too(impl, form):
+    sent = routing(4, np.uint16)
+    sent[2, 0, 0] = 300
+
+    def field(array):
+        if form == "npy":
+            return npy(array)
+        return {"data": base64.b64encode(array.tobytes()).decode(), "shape": list(array.shape), "dtype": "uint16"}
+
+    assert impl.parse_generate_response(_generate(field(sent)), require_logprobs=False, num_experts=301)
+    with pytest.raises(MalformedResponseError, match="expert id 300 at layer 0, not below num_experts=300$") as err:
+        impl.parse_generate_response(_generate(field(sent)), require_logprobs=False, num_experts=300)
+    assert (err.value.choice, err.value.field, err.value.token) == (0, "routed_experts", 2)
+
+
+@pytest.mark.parametrize("name", ["parse_generate_response", *PARSERS])
+@pytest.mark.parametrize(("value", "error"), [(0, ValueError), (2**31 + 1, ValueError), (True, TypeError),
+                                              ("8", TypeError), (8.0, TypeError)])
+def test_num_experts_is_checked_before_the_response(impl, name, value, error):
+    with pytest.raises(error, match="num_experts"):
+        getattr(impl, name)(b"not json", num_experts=value)
+    assert getattr(impl, name)(response(name, npy(routing(ROWS))), require_logprobs=False,
+                               num_experts=np.int64(2**31))
+
+
+def test_the_audit_and_check_forward_num_experts(tmp_path, capsys):
+    sent = routing(ROWS)
+    sent[1, 0, 0] = 9
+    raw = response("parse_chat_completions_response", npy(sent), logprobs=True)
+    assert tokenwire.audit(raw).valid
+    verdict = tokenwire.audit(raw, num_experts=9)
+    assert not verdict.valid and "not below num_experts=9" in verdict.message
+    assert (verdict.choice, verdict.field, verdict.token) == (0, "routed_experts", 1)
+    with pytest.raises(TypeError, match="num_experts"):
+        tokenwire.audit(raw, num_experts="9")
+    path = tmp_path / "capture.jsonl"
+    path.write_bytes(raw + b"\n")
+    from tokenwire.cli import main
+
+    assert main(["check", str(path)]) == 0
+    assert main(["check", str(path), "--num-experts", "9"]) == 1
+    assert "not below num_experts=9" in capsys.readouterr().out
+    assert main(["check", str(path), "--num-experts", "9", "--report", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)["num_experts"] == 9
+    assert main(["inspect", str(path), "--num-experts", "9"]) == 1
