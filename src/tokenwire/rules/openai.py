@@ -48,7 +48,8 @@ from ..extract.python import (
     numbers,
 )
 from ..kernels.python import Candidates, is_int, native_head
-from .generate import NATIVE_TOP, check_experts, checked_int_list, parse_npy, response_of
+from .arrays import check_experts, parse_npy
+from .generate import NATIVE_TOP, checked_int_list, response_of
 
 __all__ = [
     "chat_completions_request_params",

@@ -1,0 +1,197 @@
+"""The array fields of a generate response read whole: MoE routing replay
+(``routed_experts``, prime-rl's object and vLLM's ``.npy``) and vLLM's teacher scores
+(``prompt_token_id_logprobs``), with the ``.npy`` reader they share. Part of the rules
+(:mod:`tokenwire.rules.generate` applies them; the OpenAI-compatible rules read routing with
+them too)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import numpy as np
+
+from .._args import MAX_EXPERTS
+from .._types import RoutedExperts
+from .._wire import MAX_OFFSET
+from ..extract.python import Evidence
+from ..kernels.python import is_int
+
+# int16: a captured int16 routing array passes through prime-rl's encoder as it is.
+ROUTED_DTYPES: dict[str, np.dtype[Any]] = {"uint8": np.dtype("u1"), "uint16": np.dtype("<u2"),
+                                           "int16": np.dtype("<i2"), "int32": np.dtype("<i4")}
+NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<i2": "int16",
+              "<i4": "int32"}
+
+
+def named(table: dict[str, Any], name: Any) -> Any:
+    """``table[name]`` for a str ``name`` that is a key, else None (a JSON array or object
+    names nothing, and cannot even be looked up)."""
+    return table.get(name) if isinstance(name, str) else None
+
+
+# --- routed experts ------------------------------------------------------------------------------
+
+
+# numpy's own reader refuses a longer header (np.load's max_header_size): a (rows, layers,
+# topk) header is about 100 bytes, and nothing longer is parsed.
+NPY_MAX_HEADER = 10000
+# A routing array's layers and topk: what Arrow's fixed-size lists hold (tokenwire.arrow).
+MAX_ROUTED_WIDTH = 2**31 - 1
+
+
+def parse_npy(raw: np.ndarray, c: Evidence, field: str = "routed_experts") -> np.ndarray:
+    """Upstream vLLM's form: a whole ``.npy`` file (the decoded bytes of the base64 string at
+    ``field``), shaped ``(rows, layers, topk)``. Only the header fields we need are trusted."""
+    shape, descr, data = npy_parts(raw, c, field, NPY_DESCRS, "uint8, uint16, int16 or int32")
+    return _shaped(data, shape, NPY_DESCRS[descr], c, field)
+
+
+def npy_parts(raw: np.ndarray, c: Evidence, field: str, descrs: dict[str, Any],
+              kinds: str) -> tuple[list[Any], str, np.ndarray]:
+    """A whole ``.npy`` file's shape (a list, not checked), its ``descr`` (a key of ``descrs``,
+    the dtypes ``kinds`` names) and its data bytes; only those header fields are trusted, C
+    order only."""
+    if bytes(raw[:6]) != b"\x93NUMPY" or len(raw) < 10:
+        c.fail(f"{field} .npy magic missing", field)
+    major = int(raw[6])
+    if major == 1:
+        size, begin = int.from_bytes(bytes(raw[8:10]), "little"), 10
+    elif major in (2, 3):
+        size, begin = int.from_bytes(bytes(raw[8:12]), "little"), 12
+    else:
+        c.fail(f"{field} .npy version {major} is not supported", field)
+    if size > NPY_MAX_HEADER:
+        c.fail(f"{field} .npy header is longer than {NPY_MAX_HEADER} bytes", field)
+    if len(raw) < begin + size:
+        c.fail(f"{field} .npy header is truncated", field)
+    try:
+        header = ast.literal_eval(bytes(raw[begin : begin + size]).decode("latin-1"))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        header = None
+    if (
+        not isinstance(header, dict)
+        or header.get("fortran_order") is not False
+        or not isinstance(header.get("shape"), tuple)
+    ):
+        c.fail(f"{field} .npy header is invalid", field)
+    if named(descrs, header.get("descr")) is None:
+        descr = header.get("descr")
+        named_type = repr(descr) if isinstance(descr, str) and len(descr) <= 32 else "of another kind"
+        c.fail(f"{field} .npy header is invalid: dtype {named_type} is not {kinds}", field)
+    return list(header["shape"]), header["descr"], raw[begin + size :]
+
+
+def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence, field: str = "routed_experts") -> np.ndarray:
+    # The length and every bound first: nothing is multiplied, formatted or iterated past
+    # three dimensions.
+    if (
+        not isinstance(shape, list)
+        or len(shape) != 3
+        or not all(is_int(d) and d >= 0 for d in shape)
+        or not (1 <= shape[1] <= MAX_ROUTED_WIDTH and 1 <= shape[2] <= MAX_ROUTED_WIDTH)
+    ):
+        c.fail(f"{field} shape must be [rows, layers, topk]: three non-negative ints, with layers "
+               "and topk in [1, 2**31)", field + ".shape")
+    rows, layers, topk = shape
+    dtype = ROUTED_DTYPES[dtype_name]
+    # Python ints of three bounded factors: a declared shape can never overflow, and nothing
+    # is allocated from it.
+    if rows * layers * topk * dtype.itemsize != len(data):
+        c.fail(
+            f"{field} shape {shape} x {dtype.itemsize} bytes does not match "
+            f"{len(data)} decoded bytes",
+            field + ".shape",
+        )
+    # What numpy can shape even when the bytes match: zero rows make no bytes of the others.
+    if max(rows, 1) * layers * topk * dtype.itemsize > MAX_OFFSET:
+        c.fail(f"{field} shape {shape} is too big for an array (its non-zero dimensions span "
+               "more than 2**63 - 1 bytes)", field + ".shape")
+    return data.view(dtype).reshape(shape)
+
+
+# An expert id this far above any model's expert count is no id: routing that packs more than
+# ids (Total Router Recall appends each expert's float32 weight bits to its ids) reads so.
+_PACKED_ID = 2**16
+
+
+def check_experts(routing: np.ndarray, num_experts: int | None, c: Evidence, field: str) -> None:
+    """Every expert id of a ``(rows, layers, topk)`` routing array names an expert: not
+    negative (a signed dtype allows it) and, given the model's ``num_experts``, below it; ids
+    read from JSON (int64) also below 2**31, as the widest routing dtype holds them. One pass
+    over the array (``first_out_of_range``); the first bad id fails at its row."""
+    limit = num_experts if num_experts is not None or routing.dtype.itemsize <= 4 else MAX_EXPERTS
+    flat = routing.reshape(-1)
+    bad = c.kernels.first_out_of_range(flat, limit) if flat.size else -1
+    if bad < 0:
+        return
+    _, layers, topk = routing.shape
+    row, layer, value = bad // (layers * topk), bad // topk % layers, int(flat[bad])
+    if value < 0:
+        c.fail(f"{field} holds a negative expert id ({value}) at layer {layer}", field, row)
+    bound = "2**31 (an int32)" if num_experts is None else f"num_experts={num_experts}"
+    packed = (" (no model has that many: routing that packs more than ids, such as expert "
+              "weights' float32 bits after them, reads so)") if value >= _PACKED_ID else ""
+    c.fail(f"{field} holds expert id {value} at layer {layer}, not below {bound}{packed}", field, row)
+
+
+def parse_routed_experts(value: Any, c: Evidence, num_experts: int | None = None) -> RoutedExperts:
+    field = "routed_experts"
+    if isinstance(value, str):
+        raw = c.routed_experts
+        if raw is None:
+            c.fail("Invalid routed_experts base64", field)
+        routing = parse_npy(raw, c)
+        check_experts(routing, num_experts, c, field)
+        return RoutedExperts(routing, None)
+    if not isinstance(value, dict):
+        c.fail("routed_experts must be an object or a base64 .npy string", field)
+    dtype_name = value.get("dtype", "uint8")
+    if named(ROUTED_DTYPES, dtype_name) is None:
+        c.fail("Unsupported routed_experts dtype (uint8, uint16, int16 or int32)", field + ".dtype")
+    start = value.get("start")
+    if start is not None and (not is_int(start) or start < 0):
+        c.fail("routed_experts start must be a non-negative int", field + ".start")
+    raw = c.routed_experts_data
+    if raw is None:
+        c.fail("Invalid routed_experts base64", field + ".data")
+    routing = _shaped(raw, value.get("shape"), dtype_name, c)
+    check_experts(routing, num_experts, c, field)
+    return RoutedExperts(routing, start)
+
+
+# --- teacher scores: prompt_token_id_logprobs -----------------------------------------------------
+
+_TEACHER = "prompt_token_id_logprobs"
+_TEACHER_DESCRS = {"<f4": "float32"}
+
+
+def parse_teacher_scores(top: Evidence, prompt: np.ndarray | None, start: int | None, logits: bool) -> np.ndarray:
+    """vLLM's teacher scores (``prompt_logprob_token_ids`` + ``prompt_logprob_start``): a base64
+    ``.npy`` float32 ``(rows, K)`` matrix, row ``i`` scoring prompt token ``start + i + 1``;
+    ``rows = max(prompt_len - 1 - start, 0)``, checked when the prompt is known (with the
+    request's ``start``, exactly; without it, at most ``prompt_len - 1``). A ``-1`` candidate
+    of a padded row scores ``-inf``; NaN and ``+inf`` are never scores, and log probabilities
+    (unless the server sends logits) are at most 1e-6."""
+    raw = top.prompt_token_id_logprobs
+    if raw is None:
+        top.fail(f"{_TEACHER} must be a base64 .npy string", _TEACHER)
+    shape, _, data = npy_parts(raw, top, _TEACHER, _TEACHER_DESCRS, "float32")
+    if (len(shape) != 2 or not all(is_int(d) and d >= 0 for d in shape) or shape[1] > MAX_ROUTED_WIDTH
+            or shape[0] * shape[1] * 4 != len(data)):
+        top.fail(f"{_TEACHER} must be a (rows, K) float32 matrix of its {len(data)} bytes, not shape {shape}",
+                 _TEACHER)
+    rows = shape[0]
+    if prompt is not None:
+        allowed = max(len(prompt) - 1 - (0 if start is None else start), 0)
+        if rows != allowed if start is not None else rows > allowed:
+            top.fail(f"{_TEACHER} has {rows} rows for a prompt of {len(prompt)} tokens"
+                     + (f" scored from {start}: expected {allowed}" if start is not None else f": at most {allowed}"),
+                     _TEACHER)
+    scores = data.view("<f4").reshape(shape)
+    flat = scores.reshape(-1)
+    bad = np.flatnonzero(np.isnan(flat) | (flat == np.inf) | (False if logits else flat > 1e-6))
+    if len(bad):
+        top.fail(f"{_TEACHER} holds NaN, +inf" + ("" if logits else " or a positive log probability")
+                 + " (a padded candidate scores -inf)", _TEACHER, int(bad[0]) // max(shape[1], 1))
+    return scores
