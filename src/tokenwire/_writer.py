@@ -21,17 +21,6 @@ from ._wire import COMPACT_FORMAT, MAX_MASK_ID, MAX_OFFSET, MAX_TOKEN_ID, VLLM_L
 from .extract.python import LazyEvidence
 from .rules import generate as _rules
 
-__all__ = [
-    "Blob",
-    "dumps_generate_response",
-    "encode_compact_logprobs",
-    "encode_kept_tokens",
-    "encode_packed",
-    "encode_routed_experts",
-    "encode_sampling_mask",
-    "json_default",
-]
-
 
 class Blob:
     """The base64 text of a packed array, kept as ASCII bytes rather than a Python str.

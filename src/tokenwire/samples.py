@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -357,35 +357,15 @@ def _varied(seed: int, tokens: int, m: int, *, support: bool = False) -> TokenEv
     return evidence(n, m, seed=seed, support=support, scale=scale, **extra)
 
 
-def _plain_compact_top20(seed: int) -> bytes:
-    choice = build_choice(_varied(seed, 8192, 22), transport="compact")
-    return dumps(response([choice], prompt_tokens=2048, seed=seed))
-
-
-def _plain_top_k_16k(seed: int) -> bytes:
-    choice = build_choice(_varied(seed, 16384, 22), transport="top_k")
-    return dumps(response([choice], prompt_tokens=2048, seed=seed))
+def _one_choice(seed: int, tokens: int, m: int, transport: str, prompt: int, *, mask: str | None = None) -> bytes:
+    """One response of one varied choice (see :func:`_varied`)."""
+    choice = build_choice(_varied(seed, tokens, m, support=mask is not None), transport=transport, mask=mask)
+    return dumps(response([choice], prompt_tokens=prompt, seed=seed))
 
 
 def _plain_compact_mask(seed: int) -> bytes:
     mask = ("csr", "list")[seed % 4 == 3]  # mostly packed, now and then the list form
-    choice = build_choice(_varied(seed, 4096, 22, support=True), transport="compact", mask=mask)
-    return dumps(response([choice], prompt_tokens=1024, seed=seed))
-
-
-def _plain_compact_sampled(seed: int) -> bytes:
-    choice = build_choice(_varied(seed, 8192, 0), transport="compact")
-    return dumps(response([choice], prompt_tokens=2048, seed=seed))
-
-
-def _plain_native_top20(seed: int) -> bytes:
-    choice = build_choice(_varied(seed, 2048, 22), transport="native")
-    return dumps(response([choice], prompt_tokens=1024, seed=seed))
-
-
-def _plain_native_sampled(seed: int) -> bytes:
-    choice = build_choice(_varied(seed, 8192, 0), transport="native")
-    return dumps(response([choice], prompt_tokens=2048, seed=seed))
+    return _one_choice(seed, 4096, 22, "compact", 1024, mask=mask)
 
 
 def _plain_moe(seed: int) -> bytes:
@@ -399,11 +379,6 @@ def _plain_multi_choice(seed: int) -> bytes:
         for i in range(8)
     ]
     return dumps(response(choices, prompt_tokens=512, seed=seed))
-
-
-def _plain_packed_small(seed: int) -> bytes:
-    choice = build_choice(_varied(seed, 128, 0), transport="packed")
-    return dumps(response([choice], prompt_tokens=64, seed=seed))
 
 
 @dataclass(frozen=True)
@@ -422,16 +397,16 @@ class Workload:
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
-        Workload("compact_top20_8k", "8k tokens, compact rows (filtered tails, ties), top-20 head", 20, _plain_compact_top20),
+        Workload("compact_top20_8k", "8k tokens, compact rows (filtered tails, ties), top-20 head", 20, partial(_one_choice, tokens=8192, m=22, transport="compact", prompt=2048)),
         Workload("compact_top20_4k_mask", "4k tokens, compact rows, CSR/list sampling mask, top-20 head", 20, _plain_compact_mask),
         Workload("top_k_16k", "16k tokens, vLLM packed top-k (22 candidates, -inf tails, ties) and logprobs.sampled, "
-                 "top-20 head", 20, _plain_top_k_16k),
-        Workload("compact_sampled_8k", "8k tokens, compact rows, sampled logprobs only", None, _plain_compact_sampled),
-        Workload("native_top20_2k", "2k tokens, native JSON records with 22 candidates, top-20 head", 20, _plain_native_top20),
-        Workload("native_sampled_8k", "8k tokens, native JSON records, sampled logprobs only", None, _plain_native_sampled),
+                 "top-20 head", 20, partial(_one_choice, tokens=16384, m=22, transport="top_k", prompt=2048)),
+        Workload("compact_sampled_8k", "8k tokens, compact rows, sampled logprobs only", None, partial(_one_choice, tokens=8192, m=0, transport="compact", prompt=2048)),
+        Workload("native_top20_2k", "2k tokens, native JSON records with 22 candidates, top-20 head", 20, partial(_one_choice, tokens=2048, m=22, transport="native", prompt=1024)),
+        Workload("native_sampled_8k", "8k tokens, native JSON records, sampled logprobs only", None, partial(_one_choice, tokens=8192, m=0, transport="native", prompt=2048)),
         Workload("moe_16k", "16k-token MoE routing (48 layers x top-8 uint8), packed logprobs", None, _plain_moe),
         Workload("choices_8x512", "8 choices x 512 tokens, compact rows, no head", None, _plain_multi_choice),
-        Workload("packed_128", "128 tokens, packed float32 logprobs", None, _plain_packed_small),
+        Workload("packed_128", "128 tokens, packed float32 logprobs", None, partial(_one_choice, tokens=128, m=0, transport="packed", prompt=64)),
     )
 }
 

@@ -711,54 +711,51 @@ def _parse_openai_document(
                        prompt_routed_experts=prompt_routing)
 
 
-def parse_completions_document(
-    document: Any,
-    k: int | None,
-    require_logprobs: bool = True,
-    check_usage: bool = True,
-    evidence: Any = None,
-    num_experts: int | None = None,
-) -> GenerateResponse:
+def _document_parser(endpoint: Any, name: str, doc: str) -> Any:
+    """The public parser of one endpoint's parsed documents (``name``, documented by ``doc``)."""
+
+    def parse(document: Any, k: int | None, require_logprobs: bool = True, check_usage: bool = True,
+              evidence: Any = None, num_experts: int | None = None) -> GenerateResponse:
+        return _parse_openai_document(document, k, require_logprobs, check_usage, endpoint, evidence, num_experts)
+
+    parse.__name__ = parse.__qualname__ = name
+    parse.__doc__ = doc
+    return parse
+
+
+parse_completions_document = _document_parser(
+    _COMPLETIONS, "parse_completions_document",
     """Validate a parsed ``/v1/completions`` response; ``evidence(index, value)`` gives the
     ``Evidence`` of each choice (index None: the top level); by default
-    :func:`extract_openai_choice` reads it from the parsed document."""
-    return _parse_openai_document(document, k, require_logprobs, check_usage, _COMPLETIONS, evidence, num_experts)
+    :func:`extract_openai_choice` reads it from the parsed document.""")
+parse_chat_completions_document = _document_parser(
+    _CHAT, "parse_chat_completions_document",
+    """Validate a parsed ``/v1/chat/completions`` response (see parse_completions_document).""")
 
 
-def parse_chat_completions_document(
-    document: Any,
-    k: int | None,
-    require_logprobs: bool = True,
-    check_usage: bool = True,
-    evidence: Any = None,
-    num_experts: int | None = None,
-) -> GenerateResponse:
-    """Validate a parsed ``/v1/chat/completions`` response (see parse_completions_document)."""
-    return _parse_openai_document(document, k, require_logprobs, check_usage, _CHAT, evidence, num_experts)
+def _response_parser(parse_document: Any, name: str, doc: str) -> Any:
+    """The public parser of one endpoint's responses (``name``, documented by ``doc``): the
+    arguments checked first, then the body loaded and handed to ``parse_document``."""
+
+    def parse(raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True,
+              num_experts: int | None = None) -> GenerateResponse:
+        k = check_top_k(top_k)
+        experts = check_num_experts(num_experts)
+        return parse_document(load_openai_document(raw, k), k, require_logprobs, check_usage, num_experts=experts)
+
+    parse.__name__ = parse.__qualname__ = name
+    parse.__doc__ = doc
+    return parse
 
 
-def parse_completions_response(
-    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True,
-    num_experts: int | None = None,
-) -> GenerateResponse:
+parse_completions_response = _response_parser(
+    parse_completions_document, "parse_completions_response",
     """Parse and validate an OpenAI-compatible ``/v1/completions`` response (vLLM,
-    Fireworks, Together) into exact completion ids and their logprobs (see docs/openai.md)."""
-    k = check_top_k(top_k)
-    experts = check_num_experts(num_experts)
-    return parse_completions_document(load_openai_document(raw, k), k, require_logprobs, check_usage,
-                                      num_experts=experts)
-
-
-def parse_chat_completions_response(
-    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True,
-    num_experts: int | None = None,
-) -> GenerateResponse:
+    Fireworks, Together) into exact completion ids and their logprobs (see docs/openai.md).""")
+parse_chat_completions_response = _response_parser(
+    parse_chat_completions_document, "parse_chat_completions_response",
     """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response (vLLM,
-    Fireworks, Together) into exact completion ids and their logprobs (see docs/openai.md)."""
-    k = check_top_k(top_k)
-    experts = check_num_experts(num_experts)
-    return parse_chat_completions_document(load_openai_document(raw, k), k, require_logprobs, check_usage,
-                                           num_experts=experts)
+    Fireworks, Together) into exact completion ids and their logprobs (see docs/openai.md).""")
 
 
 # --- SGLang /generate ----------------------------------------------------------------------------
@@ -817,12 +814,8 @@ def _parse_sglang_item(
     finish = meta.get("finish_reason")
     raw = {key: value for key, value in item.items() if key != KEY.output_ids}
     raw[KEY.meta_info] = {key: value for key, value in meta.items() if key not in _SGLANG_CONSUMED}
-    return GenerateChoice(
-        index=c.index,  # type: ignore[arg-type]
-        completion_ids=ids,
-        completion_logprobs=values,
-        completion_top_ids=top_ids,
-        completion_top_logprobs=top_logprobs,
+    return GenerateChoice(  # index, ids, logprobs and heads: GenerateChoice's first fields
+        c.index, ids, values, top_ids, top_logprobs,  # type: ignore[arg-type]
         finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
         raw=raw,
     )
