@@ -19,6 +19,7 @@ from ._errors import MalformedResponseError
 from ._table import KEY
 from ._wire import COMPACT_FORMAT, MAX_MASK_ID, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 from .extract.python import LazyEvidence
+from .rules import arrays as _arrays
 from .rules import generate as _rules
 
 
@@ -284,7 +285,7 @@ def encode_routed_experts(array: Any, start: int | None = 0) -> dict[str, Any]:
     if name not in _ROUTED or routing.ndim != 3:
         raise TypeError(f"routed experts are (rows, layers, topk) arrays of uint8, uint16, int16 or int32, "
                         f"not a {routing.ndim}-D {name} array")
-    if not (1 <= routing.shape[1] <= _rules.MAX_ROUTED_WIDTH and 1 <= routing.shape[2] <= _rules.MAX_ROUTED_WIDTH):
+    if not (1 <= routing.shape[1] <= _arrays.MAX_ROUTED_WIDTH and 1 <= routing.shape[2] <= _arrays.MAX_ROUTED_WIDTH):
         raise ValueError(f"routed experts need layers and topk in [1, 2**31), not {routing.shape[1]} and "
                          f"{routing.shape[2]}")
     if start is not None:
