@@ -62,7 +62,7 @@ def rules(t):
                 if f.path[: len(prefix)] == prefix and len(f.path) > len(prefix) and f.path[len(prefix)] not in keys:
                     keys.append(f.path[len(prefix)])
             for key in keys:
-                assert len(key.encode()) < 24, f"{key!r}: the scanner matches keys of up to 23 bytes"
+                assert len(key.encode()) < 40, f"{key!r}: the scanner matches keys of up to 39 bytes"
                 here = prefix + (key,)
                 at = [f for f in rows if f.path == here]
                 deeper = any(f.path[: len(here)] == here and len(f.path) > len(here) for f in rows)

@@ -607,10 +607,12 @@ typedef char tws_targets_fit_a_mask[(TWS_T_F0 + TW_NFIELDS <= 64) ? 1 : -1];
 #define TWS_SET(name, targets) static const uint64_t TWS_##name = (targets);
 #include "tw_fields.def"
 
+#define TWS_MAX_KEY 40 /* longer (unescaped) keys match nothing; SGLang's reach 31 bytes */
+
 typedef struct {
     uint8_t ctx;      /* container the key is in */
     uint8_t len;
-    char name[24];
+    char name[TWS_MAX_KEY];
     uint8_t tgt;      /* record target of the value */
     uint8_t ctx_obj;  /* context if the value is an object */
     uint8_t ctx_arr;  /* context if the value is an array */
@@ -623,8 +625,6 @@ static const tws_rule TWS_RULES[] = {
     {TWS_C_##ctx, (uint8_t)(sizeof(name) - 1), name, tgt, TWS_C_##cobj, TWS_C_##carr, clear},
 #include "tw_fields.def"
 };
-
-#define TWS_MAX_KEY 24 /* longer (unescaped) keys match nothing */
 
 static const tws_rule *tws_match(unsigned ctx, const uint8_t *k, const uint8_t *ke,
                                  unsigned flags)
