@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -734,7 +735,7 @@ def _aligned_rows(c: Evidence, rows: Any, mask: Ragged, ids: np.ndarray, field: 
         if not isinstance(row, list) or len(row) != width:
             c.fail(f"row must be a list of {width} logprobs, one per id of its sampling mask row", field, t)
     offsets = mask.offsets
-    values, bad = numbers([value for row in rows for value in row])
+    values, bad = numbers(list(chain.from_iterable(rows)))
     faults = np.flatnonzero(~np.isfinite(values) | (values > 1e-6))
     at = int(faults[0]) if len(faults) else bad
     if at is not None:
