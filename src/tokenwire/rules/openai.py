@@ -764,7 +764,9 @@ parse_chat_completions_response = _response_parser(
 
 
 # The fields of meta_info that become attributes: the wire table's SGLang rows under it.
-_SGLANG_CONSUMED = tuple(f.path[1] for f in fields(ITEM, SGLANG) if f.key == KEY.meta_info)
+# (Miles' mask logprobs are read from the parsed item, without a row of their own.)
+_SGLANG_CONSUMED = (*(f.path[1] for f in fields(ITEM, SGLANG) if f.key == KEY.meta_info),
+                    "output_token_sampling_mask_logprobs")
 _SGLANG_NO_ID = "Top logprob must be [logprob, token_id, text] with an id in [0, 2**32)"
 _MASK = "meta_info.output_token_sampling_mask"
 _SAMPLING = "meta_info.output_token_sampling_logprobs"
