@@ -81,9 +81,10 @@ def chat_response(n: int, *, head: int = 1, seed: int = 4) -> bytes:
     })
 
 
-def sglang_response(n: int, *, head: int = 0, seed: int = 5) -> bytes:
+def sglang_response(n: int, *, head: int = 0, mask: int = 0, seed: int = 5) -> bytes:
     """What SGLang's ``/generate`` sends for ``return_logprob: true`` (and, with ``head``,
-    ``top_logprobs_num: head``)."""
+    ``top_logprobs_num: head``; with ``mask``, ``return_sampling_mask: true`` and a kept set of
+    ``mask`` ids per token)."""
     ev = samples.evidence(n, head, seed=seed)
     ids = ev.ids.tolist()
     logprobs = ev.logprobs.astype(np.float64).tolist()
@@ -94,6 +95,16 @@ def sglang_response(n: int, *, head: int = 0, seed: int = 5) -> bytes:
     if head:
         rows = zip(ev.cand_ids.tolist(), ev.cand_logprobs.astype(np.float64).tolist())
         meta["output_top_logprobs"] = [[[p, c, None] for c, p in zip(cs, ps)] for cs, ps in rows]
+    if mask:
+        rng = np.random.default_rng(seed)
+        # mask - 1 distinct other ids a row, then the sampled id at a random place.
+        others = (np.asarray(ids)[:, None] + np.cumsum(rng.integers(1, 1000, (n, mask - 1)), axis=1)) % samples.VOCAB
+        sampled_at = np.arange(mask)[None, :] == rng.integers(0, mask, n)[:, None]
+        kept = np.empty((n, mask), dtype=np.int64)
+        kept[sampled_at], kept[~sampled_at] = ids, others.ravel()
+        meta["output_token_sampling_mask"] = kept.tolist()
+        meta["output_token_sampling_logprobs"] = (-rng.random(n)).astype(np.float32).astype(np.float64).tolist()
+        meta["output_token_sampling_mask_length"] = n
     return samples.dumps({"text": "x" * n, "output_ids": ids, "meta_info": meta})
 
 
@@ -109,6 +120,8 @@ WORKLOADS = {
     "chat_8k_top5": (lambda: chat_response(TOKENS, head=7), "parse_chat_completions_response", 5),
     "sglang_8k": (lambda: sglang_response(TOKENS), "parse_sglang_generate_response"),
     "sglang_8k_top5": (lambda: sglang_response(TOKENS, head=7), "parse_sglang_generate_response", 5),
+    # return_sampling_mask: 16k tokens, a kept set of 20 ids each.
+    "sglang_16k_mask20": (lambda: sglang_response(2 * TOKENS, mask=20), "parse_sglang_generate_response"),
 }
 
 
@@ -124,7 +137,7 @@ def test_tokenwire(benchmark, workload):
     benchmark.extra_info["bytes"] = len(raw)
     result = benchmark(getattr(tokenwire, parser), raw, top_k=k)
     (choice,) = result.choices
-    assert len(choice.completion_ids) == len(choice.completion_logprobs) == TOKENS
+    assert len(choice.completion_ids) == len(choice.completion_logprobs) >= TOKENS
     assert k is None or len(choice.completion_top_ids.values) == k * TOKENS
 
 

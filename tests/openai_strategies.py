@@ -37,6 +37,14 @@ class Evidence:
     head_logprobs: list[list[float]] | None = None
     # Fireworks: the model's own logprob next to the sampler's (``values``).
     model_values: list[float] = field(default_factory=list)
+    # SGLang's sampling mask (kept ids per token, the sampled id among them) and the sampled
+    # tokens' renormalized logprobs; its flat prompt top-k: the null prefix, then rows of
+    # (ids, logprobs), sent as lists or (``prompt_b64``) base64.
+    mask: list[list[int]] | None = None
+    sampling: list[float] | None = None
+    prompt_prefix: int = 0
+    prompt_top: list[list[tuple[int, float]]] | None = None
+    prompt_b64: bool = False
 
     def text(self, t: int) -> str:
         return TEXTS[self.ids[t] % len(TEXTS)]
@@ -231,8 +239,34 @@ def sglang(evs: list[Evidence], as_list: bool) -> Any:
         }
         if ev.candidates is not None:
             meta["output_top_logprobs"] = [[[p, c, None] for c, p in row] for row in ev.candidates]
+        if ev.mask is not None:
+            meta.update(output_token_sampling_mask=ev.mask, output_token_sampling_logprobs=ev.sampling,
+                        output_token_sampling_mask_length=len(ev.mask))
+        if ev.prompt_top is not None:
+            meta.update(sglang_prompt_top(ev.prompt_prefix, ev.prompt_top, ev.prompt_b64))
+            meta["input_token_logprobs"] = [[None, 1, None]] * ev.prompt_prefix + [[-0.5, 1, None]] * len(ev.prompt_top)
         items.append({"text": "t", "output_ids": list(ev.ids), "meta_info": meta})
     return items if as_list or len(items) > 1 else items[0]
+
+
+def sglang_prompt_top(prefix: int, rows: list[list[tuple[int, float]]], b64: bool) -> dict[str, Any]:
+    """SGLang's flat prompt top-k fields (``_build_flat_input_top_logprobs_fields``): the rows
+    after the null prefix flattened, ``input_top_logprobs_shape`` their own [rows, k]."""
+    k = len(rows[0]) if rows else 0
+    ids = [i for row in rows for i, _ in row]
+    values = [v for row in rows for _, v in row]
+    fields: dict[str, Any] = {}
+    if b64:
+        fields["input_top_logprobs_val_flat_b64"] = base64.b64encode(np.asarray(values, "<f4").tobytes()).decode()
+        fields["input_top_logprobs_idx_flat_b64"] = base64.b64encode(np.asarray(ids, "<i4").tobytes()).decode()
+        fields["input_top_logprobs_val_flat_b64_dtype"] = "float32"
+        fields["input_top_logprobs_idx_flat_b64_dtype"] = "int32"
+    else:
+        fields["input_top_logprobs_val_flat"] = values
+        fields["input_top_logprobs_idx_flat"] = ids
+    fields["input_top_logprobs_shape"] = [len(rows), k]
+    fields["input_top_logprobs_null_prefix"] = prefix
+    return fields
 
 
 # --- formats: a builder, its parser, and where each rule's evidence sits -------------------------
@@ -417,7 +451,9 @@ BY_NAME = {f.name: f for f in FORMATS}
 # --- JSON spellings ------------------------------------------------------------------------------
 
 _KEYS = ["token_ids", "logprobs", "token_logprobs", "tokens", "content", "token_id", "sampling_logprob",
-         "top_logprobs", "output_ids", "meta_info", "output_token_logprobs", "completion_token_ids", "choices"]
+         "top_logprobs", "output_ids", "meta_info", "output_token_logprobs", "completion_token_ids", "choices",
+         "output_token_sampling_mask", "output_token_sampling_logprobs", "input_top_logprobs_val_flat",
+         "input_top_logprobs_idx_flat_b64"]
 
 
 def spell(document: Any, spelling: str) -> bytes:
@@ -453,4 +489,28 @@ def evidences(draw, *, max_tokens: int = 12, k: int | None = None) -> Evidence:
         width = k + 2 + draw(st.integers(0, 2))
         weights = [draw(st.lists(st.integers(1, 10**6), min_size=width, max_size=width, unique=True)) for _ in range(n)]
         with_head(ev, k, weights)
+    elif max(ev.ids, default=0) < 2**31 and draw(st.booleans()):
+        with_sampling_mask(ev, [draw(st.lists(mask_ids, max_size=3)) for _ in ev.ids],
+                           draw(st.lists(logprobs, min_size=n, max_size=n)))
+    if draw(st.integers(0, 2)) == 0:
+        k_top = draw(st.integers(1, 3))
+        rows = [draw(st.lists(token_ids.filter(lambda i: i < 2**31), min_size=k_top, max_size=k_top, unique=True))
+                for _ in range(draw(st.integers(0, 4)))]
+        ev.prompt_top = [[(i, -float(j)) for j, i in enumerate(row)] for row in rows]
+        ev.prompt_prefix, ev.prompt_b64 = draw(st.integers(0, 2)), draw(st.booleans())
+    return ev
+
+
+mask_ids = st.integers(0, 2**31 - 1) | st.integers(0, 40)
+
+
+def with_sampling_mask(ev: Evidence, others: list[list[int]], sampling: list[float]) -> Evidence:
+    """Give every token a kept set: its sampled id among ``others`` (repeats dropped), and a
+    renormalized sampling logprob."""
+    ev.mask = []
+    for t, extra in enumerate(others):
+        row = list(dict.fromkeys(i for i in extra if i != ev.ids[t]))
+        row.insert(len(row) // 2, ev.ids[t])
+        ev.mask.append(row)
+    ev.sampling = list(sampling)
     return ev

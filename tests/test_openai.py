@@ -158,6 +158,21 @@ def check_choice(fmt: Format, choice, ev) -> None:
     assert choice.completion_ids.dtype == np.int64 and choice.completion_ids.tolist() == ev.ids
     assert choice.completion_logprobs.dtype == np.float64
     assert choice.completion_logprobs.tolist() == ev.values  # bit-exact, `sampling_logprob` on Fireworks
+    if not fmt.name.startswith("sglang"):
+        return
+    if ev.mask is None:
+        assert choice.sampling_mask is None and choice.sampling_logprobs is None
+    else:
+        assert choice.sampling_mask.values.dtype == np.int32 and choice.sampling_mask.to_lists() == ev.mask
+        assert choice.sampling_logprobs.dtype == np.float64 and choice.sampling_logprobs.tolist() == ev.sampling
+    if ev.prompt_top is None:
+        assert choice.prompt_top_ids is None and choice.prompt_top_logprobs is None
+    else:
+        rows = [[]] * ev.prompt_prefix + ev.prompt_top
+        assert choice.prompt_top_ids.values.dtype == np.int64
+        assert choice.prompt_top_logprobs.values.dtype == (np.float32 if ev.prompt_b64 else np.float64)
+        assert choice.prompt_top_ids.to_lists() == [[i for i, _ in row] for row in rows]
+        assert choice.prompt_top_logprobs.to_lists() == [[v for _, v in row] for row in rows]
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=FORMAT_IDS)
@@ -685,7 +700,7 @@ def _comparable(value):
     if isinstance(value, list):
         return [_comparable(v) for v in value]
     if hasattr(value, "offsets"):
-        return ("ragged", value.offsets.tolist(), value.values.tolist())
+        return ("ragged", value.offsets.tolist(), str(value.values.dtype), value.values.tolist())
     return value
 
 
@@ -702,13 +717,16 @@ def openai_outcome(parse, raw, **kw):
             routing(r.prompt_routed_experts),
             [(c.index, _comparable(c.completion_ids), _comparable(c.completion_logprobs),
               _comparable(c.completion_top_ids), _comparable(c.completion_top_logprobs), c.finish_reason,
-              _comparable(c.raw), routing(c.routed_experts)) for c in r.choices])
+              _comparable(c.raw), routing(c.routed_experts), _comparable(c.sampling_mask),
+              _comparable(c.sampling_logprobs), _comparable(c.sampling_mask_logprobs), _comparable(c.prompt_top_ids),
+              _comparable(c.prompt_top_logprobs)) for c in r.choices])
 
 
 def _mutate_sglang(draw, item):
     meta = item.get("meta_info")
     entries = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
-    kind = draw(st.sampled_from(["entry", "entry", "entry", "ids", "meta", "entries", "top", "top"]))
+    kind = draw(st.sampled_from(["entry", "entry", "entry", "ids", "meta", "entries", "top", "top", "mask", "mask",
+                                 "prompt_top"]))
     if kind == "top" and isinstance(meta, dict):
         _mutate_triple_rows(draw, meta)
     elif kind == "entry" and isinstance(entries, list) and entries:
@@ -726,6 +744,69 @@ def _mutate_sglang(draw, item):
         item["meta_info"] = draw(st.sampled_from([None, [], {}, {"output_token_logprobs": None}]))
     elif kind == "entries" and isinstance(meta, dict):
         meta["output_token_logprobs"] = draw(st.sampled_from([None, "x", [], {}]))
+    elif kind == "mask" and isinstance(meta, dict):
+        _mutate_sampling_mask(draw, meta)
+    elif kind == "prompt_top" and isinstance(meta, dict):
+        _mutate_prompt_top(draw, meta)
+
+
+_MASK_ROWS = [None, [], "x", [1.5], [-1], [2**31], [True], [7, 7], {"a": 1}]
+
+
+def _mutate_sampling_mask(draw, meta):
+    """A fault in SGLang's sampling mask, its logprobs or its length: an odd list or row, a row
+    without the sampled id or with an id twice, an odd or positive value, rows of values."""
+    masks, values = meta.get("output_token_sampling_mask"), meta.get("output_token_sampling_logprobs")
+    fault = draw(st.sampled_from(["mask", "row", "drop", "repeat", "value", "values", "rows", "length", "miles"]))
+    if not isinstance(masks, list) or not masks or fault == "mask":
+        meta["output_token_sampling_mask"] = draw(st.sampled_from([None, "x", [], {}, [[]], [None], [[1, 2]]]))
+        return
+    t = draw(st.integers(0, len(masks) - 1))
+    if fault == "row":
+        masks[t] = draw(st.sampled_from(_MASK_ROWS))
+    elif fault == "drop" and isinstance(masks[t], list) and masks[t]:
+        del masks[t][draw(st.integers(0, len(masks[t]) - 1))]
+    elif fault == "repeat" and isinstance(masks[t], list) and masks[t]:
+        masks[t].append(masks[t][0])
+    elif fault == "value" and isinstance(values, list) and values:
+        values[draw(st.integers(0, len(values) - 1))] = draw(st.sampled_from(_ODD_VALUES + [[-0.1], [0.0]]))
+    elif fault == "values":
+        meta["output_token_sampling_logprobs"] = draw(st.sampled_from([None, "x", [], {}, [[]], [-0.5]]))
+    elif fault == "rows":  # sampling_logprobs_mode "support": a row of values per mask row
+        rows = [[math.log(1 / len(row))] * len(row) if isinstance(row, list) and row else [] for row in masks]
+        if rows and draw(st.booleans()):
+            rows[draw(st.integers(0, len(rows) - 1))].append(draw(st.sampled_from([-0.5, 0.5, None])))
+        meta["output_token_sampling_logprobs"] = rows
+    elif fault == "length":
+        meta["output_token_sampling_mask_length"] = draw(st.sampled_from([None, -1, 0, len(masks) + 1, "x", 1.0]))
+    elif fault == "miles":
+        rows = [[0.0] if isinstance(row, list) and len(row) == 1 else [math.log(0.5)] * 2 for row in masks]
+        meta["output_token_sampling_mask_logprobs"] = draw(st.sampled_from([rows, rows[:-1], "x", [None]]))
+
+
+def _mutate_prompt_top(draw, meta):
+    """A fault in SGLang's flat prompt top-k: an odd shape or null prefix, an odd value or id,
+    odd base64 or dtype, or both forms at once."""
+    fault = draw(st.sampled_from(["shape", "prefix", "value", "id", "b64", "dtype", "both", "positions"]))
+    if fault == "shape":
+        meta["input_top_logprobs_shape"] = draw(st.sampled_from([None, [1], [1, 2, 3], [-1, 2], [1.0, 2], [9, 1]]))
+    elif fault == "prefix":
+        meta["input_top_logprobs_null_prefix"] = draw(st.sampled_from([None, -1, 1.5, "x", 10**9]))
+    elif fault == "positions":
+        meta["input_token_logprobs"] = draw(st.sampled_from([None, [], [[None, 1, None]] * 9]))
+    elif fault in ("value", "id") and isinstance(meta.get("input_top_logprobs_val_flat"), list):
+        key = "input_top_logprobs_val_flat" if fault == "value" else "input_top_logprobs_idx_flat"
+        if meta[key]:
+            meta[key][draw(st.integers(0, len(meta[key]) - 1))] = draw(st.sampled_from(_ODD_VALUES + [2**32, 0.5]))
+        else:
+            meta[key].append(1)
+    elif fault == "b64" and "input_top_logprobs_val_flat_b64" in meta:
+        key = draw(st.sampled_from(["input_top_logprobs_val_flat_b64", "input_top_logprobs_idx_flat_b64"]))
+        meta[key] = draw(st.sampled_from(["x", "AAAA", "/////w==", "", 5, "AAAAAAAA"]))
+    elif fault == "dtype" and "input_top_logprobs_val_flat_b64" in meta:
+        meta["input_top_logprobs_idx_flat_b64_dtype"] = draw(st.sampled_from(["int64", None, "float32"]))
+    else:
+        meta["input_top_logprobs_val_flat"] = [-0.5]
 
 
 def _mutate_triple_rows(draw, meta):

@@ -48,8 +48,10 @@
  *   SGLang documents (doc->sglang = 1) have no "choices": the root object is
  *   choice 0, or each element of a root array is a choice, with the item rows of
  *   the table (output_ids, meta_info.output_token_logprobs,
- *   meta_info.output_top_logprobs) and nothing else; nothing is blanked but on
- *   request, nothing decoded.
+ *   meta_info.output_top_logprobs, the sampling mask and its logprobs, the flat
+ *   prompt top-k) and nothing else; nothing is blanked but on request, nothing
+ *   decoded (a sampling mask list and the id arrays are still read as they pass).
+ *   Keys of up to 39 bytes are matched.
  *   A path is followed only through objects: under "compact_logprobs": null
  *   (or a string, an array...) nothing is recorded.  Keys are compared after
  *   unescaping ("token\u005fids" is token_ids).

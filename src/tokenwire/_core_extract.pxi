@@ -91,7 +91,8 @@ cdef object _field_read(_Scan scan, const tw_value *v, int kind, object high, ob
         return scan.token_strings(v)
     if kind == _K_NUMBERS:
         read, at = scan.numbers(v)
-        return _extract.Read(v.count, numbers=_extract.Numbers(read, at, None if at is None else scan.element(v, at)))
+        return _extract.Read(v.count, numbers=_extract.Numbers(read, at, None if at is None else scan.element(v, at)),
+                             span=(v.start, v.end))
     if kind == _K_ROWS:
         return _rows_read(scan, v, k, fmt)
     return _records_read(scan, v, c, choice, k, fmt)

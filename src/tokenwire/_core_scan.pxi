@@ -45,8 +45,10 @@ _GENERATE_BLANK = _blank_mask((TW_F_LOGPROBS_CONTENT,))
 _OPENAI_BLANK = _blank_mask((TW_F_PROMPT_IDS, TW_F_LP_TOKEN_LOGPROBS, TW_F_LP_TOKENS,
                              TW_F_LP_TOKEN_IDS, TW_F_LP_TEXT_OFFSET, TW_F_RO_TOKEN_IDS, TW_F_LP_TOP,
                              TW_F_LOGPROBS_CONTENT, TW_F_RO_CONTENT))
-# SGLang items: everything is read in C, heads included (tw_rec_triple_heads).
-_SGLANG_BLANK = _blank_mask((TW_F_SGL_IDS, TW_F_SGL_TRIPLES, TW_F_SGL_TOP))
+# SGLang items: everything is read in C, heads included (tw_rec_triple_heads), and the sampling
+# mask, its logprobs and the flat prompt top-k.
+_SGLANG_BLANK = _blank_mask((TW_F_SGL_IDS, TW_F_SGL_TRIPLES, TW_F_SGL_TOP, TW_F_SGL_MASK, TW_F_SGL_SAMPLING,
+                             TW_F_SGL_PTOP_VAL, TW_F_SGL_PTOP_IDX, TW_F_SGL_PTOP_VAL_B64, TW_F_SGL_PTOP_IDX_B64))
 # A value of each class tw_rec_entries reports, as json.loads would give it (for messages).
 _KIND_EXAMPLES = (None, 0.0, None, "", True, [], {})
 # tw_records' codes, as the reference names them.

@@ -141,6 +141,23 @@ FIELDS: tuple[Field, ...] = (
           "output_token_logprobs", result="logprobs"),
     Field("SGL_TOP", ITEM, ("meta_info", "output_top_logprobs"), ROWS, _S, "output_top_logprobs",
           result="top_logprobs"),
+    # SGLang's sampling mask (``return_sampling_mask``): each output token's kept ids, read in C
+    # as the scan passes, and the sampled token's logprob renormalized over them (one number a
+    # token; a list aligned with the row under ``sampling_logprobs_mode: "support"``).
+    Field("SGL_MASK", ITEM, ("meta_info", "output_token_sampling_mask"), MASK, _S,
+          "output_token_sampling_mask", read="mask", result="sampling_mask"),
+    Field("SGL_SAMPLING", ITEM, ("meta_info", "output_token_sampling_logprobs"), NUMBERS, _S,
+          "output_token_sampling_logprobs", result="sampling_logprobs"),
+    # SGLang's flat prompt top-k (``return_flat_raw_top_logprobs``, ``_b64``): rows x k values
+    # and ids, plain JSON lists or base64 float32 / int32.
+    Field("SGL_PTOP_VAL", ITEM, ("meta_info", "input_top_logprobs_val_flat"), NUMBERS, _S,
+          "input_top_logprobs_val_flat", result="prompt_top_logprobs"),
+    Field("SGL_PTOP_IDX", ITEM, ("meta_info", "input_top_logprobs_idx_flat"), IDS, _S,
+          "input_top_logprobs_idx_flat", high=TOKEN_ID, read="ints", result="prompt_top_ids"),
+    Field("SGL_PTOP_VAL_B64", ITEM, ("meta_info", "input_top_logprobs_val_flat_b64"), BLOB, _S,
+          "input_top_logprobs_val_flat_b64", result="prompt_top_logprobs"),
+    Field("SGL_PTOP_IDX_B64", ITEM, ("meta_info", "input_top_logprobs_idx_flat_b64"), BLOB, _S,
+          "input_top_logprobs_idx_flat_b64", result="prompt_top_ids"),
     # The root object of generate and OpenAI-compatible documents.
     Field("PROMPT", ROOT, ("prompt_token_ids",), IDS, (GENERATE, OPENAI), "prompt_token_ids",
           high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="prompt_token_ids"),

@@ -272,6 +272,18 @@ class GenerateChoice:
             handle when the parser was given ``payload_root``).
         routed_expert_weights: the router's weight of each routed expert (float32, shaped
             and positioned as ``routed_experts.array``), when read by handle; else None.
+        sampling_logprobs: SGLang's ``output_token_sampling_logprobs``: each sampled token's
+            logprob under the sampler's truncated distribution renormalized over its kept set
+            (float64, ``(n,)``), if sent; else None.
+        sampling_mask_logprobs: the logprob of every kept id of ``sampling_mask``, renormalized
+            over its row (float64 :class:`Ragged` aligned with ``sampling_mask``), when SGLang
+            sends them (``sampling_logprobs_mode: "support"``, or
+            ``output_token_sampling_mask_logprobs``); else None.
+        prompt_top_ids: SGLang's flat prompt top-k (``input_top_logprobs_*_flat``): each
+            covered prompt position's top ids (int64 :class:`Ragged`, the null prefix as empty
+            rows), if sent; else None.
+        prompt_top_logprobs: their logprobs, aligned with ``prompt_top_ids`` (float64 from
+            JSON, float32 from base64).
         finish_reason: as sent (``"stop"``, ``"length"``, ...; SGLang's ``type``).
         raw: the choice's other fields, not validated.
         payload: the choice's by-handle segments (prime-rl's ``payload``), validated, as a
@@ -300,6 +312,9 @@ class GenerateChoice:
     payload: tuple[PayloadSegment, ...] | None = None
     sampling_mask_logprobs: Ragged | None = None
     routed_expert_weights: np.ndarray | None = None
+    sampling_logprobs: np.ndarray | None = None
+    prompt_top_ids: Ragged | None = None
+    prompt_top_logprobs: Ragged | None = None
 
 
 @dataclass(eq=False)

@@ -19,7 +19,13 @@ FIELDS = [
     'top_logprobs')), ('RO_TOKEN_IDS', 'choice', ('raw_output', 'completion_token_ids')),
     ('RO_CONTENT', 'choice', ('raw_output', 'completion_logprobs', 'content')), ('SGL_IDS', 'item',
     ('output_ids',)), ('SGL_TRIPLES', 'item', ('meta_info', 'output_token_logprobs')), ('SGL_TOP',
-    'item', ('meta_info', 'output_top_logprobs')),
+    'item', ('meta_info', 'output_top_logprobs')), ('SGL_MASK', 'item', ('meta_info',
+    'output_token_sampling_mask')), ('SGL_SAMPLING', 'item', ('meta_info',
+    'output_token_sampling_logprobs')), ('SGL_PTOP_VAL', 'item', ('meta_info',
+    'input_top_logprobs_val_flat')), ('SGL_PTOP_IDX', 'item', ('meta_info',
+    'input_top_logprobs_idx_flat')), ('SGL_PTOP_VAL_B64', 'item', ('meta_info',
+    'input_top_logprobs_val_flat_b64')), ('SGL_PTOP_IDX_B64', 'item', ('meta_info',
+    'input_top_logprobs_idx_flat_b64')),
 ]
 NFIELDS = len(FIELDS)  # TW_NFIELDS
 FIELD_ID = {name: i for i, (name, _, _) in enumerate(FIELDS)}
