@@ -1,0 +1,125 @@
+"""How to ask each server for what a parser needs: the request parameters of the
+OpenAI-compatible endpoints and of SGLang's ``/generate``, and what each endpoint's errors say
+to request (every error that blames a missing field names the request flag that produces
+it). Part of the rules (:mod:`tokenwire.rules.openai` applies them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._args import check_top_k
+
+# --- how to ask each server for what a parser needs (every error that blames a missing field
+# --- says which request flag produces it) --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    name: str
+    ids_advice: str
+    logprobs_advice: str
+    heads_advice: str
+
+
+_COMPLETIONS = _Endpoint(
+    name="/v1/completions",
+    ids_advice=(
+        "set `return_token_ids: true` in the request (vLLM; Fireworks too), which adds "
+        "`choices[].token_ids`; or, with `logprobs`, vLLM's `return_tokens_as_token_ids: true` "
+        "(tokens become \"token_id:N\"); on Fireworks `raw_output: true` adds "
+        "`raw_output.completion_token_ids` and `logprobs: true` gives `logprobs.content[]` "
+        "entries with `token_id`; Together sends `logprobs.token_ids` whenever `logprobs` is "
+        "set. tokenwire.completions_request_params() sets vLLM's flags"
+    ),
+    logprobs_advice="set `logprobs` in the request (an int, e.g. 1)",
+    heads_advice=(
+        "set `return_tokens_as_token_ids: true` (vLLM) so `top_logprobs` is keyed by "
+        "\"token_id:N\", or use Fireworks' `logprobs: true` with `top_logprobs` (candidates "
+        "carry `token_id`)"
+    ),
+)
+
+
+_CHAT = _Endpoint(
+    name="/v1/chat/completions",
+    ids_advice=(
+        "set `return_token_ids: true` in the request (vLLM; Fireworks too), which adds "
+        "`choices[].token_ids`; or vLLM's `return_tokens_as_token_ids: true` with "
+        "`logprobs: true` (`logprobs.content[].token` becomes \"token_id:N\"); on Fireworks "
+        "`raw_output: true` adds `raw_output.completion_token_ids`, and `logprobs: true` gives "
+        "`logprobs.content[]` entries with `token_id`; Together sends `logprobs.token_ids` "
+        "whenever `logprobs` is set. tokenwire.chat_completions_request_params() sets vLLM's "
+        "flags"
+    ),
+    logprobs_advice="set `logprobs: true` in the request",
+    heads_advice=(
+        "set `return_tokens_as_token_ids: true` (vLLM) so candidates are \"token_id:N\"; "
+        "Fireworks candidates carry `token_id`"
+    ),
+)
+
+
+_SGLANG = _Endpoint(
+    name="/generate",
+    ids_advice=(
+        "set `return_logprob: true` in the request: `meta_info.output_token_logprobs` then "
+        "holds a [logprob, token_id, text] triple per token. "
+        "tokenwire.sglang_generate_request_params() sets it"
+    ),
+    logprobs_advice="set `return_logprob: true` in the request",
+    heads_advice="set `top_logprobs_num` in the request (k + 2 for a head of k)",
+)
+
+
+def _asked(params: Any, top_k: int | None) -> tuple[dict[str, Any], int | None]:
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict, not {type(params).__name__}")
+    return dict(params), check_top_k(top_k)
+
+
+def completions_request_params(params: dict[str, Any], *, top_k: int | None = None) -> dict[str, Any]:
+    """A copy of ``/v1/completions`` request ``params`` that asks for exact ids.
+
+    Sets ``return_token_ids=True`` and ``logprobs=1`` (``top_k + 2`` with a head, plus
+    ``return_tokens_as_token_ids=True`` so candidates are keyed by id) only where the caller
+    did not: an explicit ``False`` is kept, and parsing the response then fails loudly.
+    These are vLLM's names; Fireworks accepts ``return_token_ids`` as well.
+    """
+    out, k = _asked(params, top_k)
+    out.setdefault("return_token_ids", True)
+    out.setdefault("logprobs", 1 if k is None else k + 2)
+    if k is not None:
+        out.setdefault("return_tokens_as_token_ids", True)
+    return out
+
+
+def chat_completions_request_params(
+    params: dict[str, Any], *, top_k: int | None = None
+) -> dict[str, Any]:
+    """A copy of ``/v1/chat/completions`` request ``params`` that asks for exact ids.
+
+    Sets ``return_token_ids=True`` and ``logprobs=True`` (with a head also
+    ``top_logprobs=top_k + 2`` and ``return_tokens_as_token_ids=True``) where the caller did
+    not; explicit values, ``False`` included, are kept.
+    """
+    out, k = _asked(params, top_k)
+    out.setdefault("return_token_ids", True)
+    out.setdefault("logprobs", True)
+    if k is not None:
+        out.setdefault("top_logprobs", k + 2)
+        out.setdefault("return_tokens_as_token_ids", True)
+    return out
+
+
+def sglang_generate_request_params(
+    params: dict[str, Any], *, top_k: int | None = None
+) -> dict[str, Any]:
+    """A copy of SGLang ``/generate`` request ``params`` that asks for exact ids:
+    ``return_logprob=True`` (with a head also ``top_logprobs_num=top_k + 2``) where the
+    caller did not set them."""
+    out, k = _asked(params, top_k)
+    out.setdefault("return_logprob", True)
+    if k is not None:
+        out.setdefault("top_logprobs_num", k + 2)
+    return out
