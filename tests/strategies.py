@@ -131,7 +131,7 @@ def choices(draw, index: int, k: int | None, newer: bool = True) -> dict[str, An
     routed = None
     if draw(st.integers(0, 3)) == 0:
         routed = samples.routing(max(n, 1), layers=2, topk=2, experts=draw(st.sampled_from([8, 300])))
-    return samples.build_choice(
+    choice = samples.build_choice(
         ev,
         transport=transport,
         index=index,
@@ -140,6 +140,24 @@ def choices(draw, index: int, k: int | None, newer: bool = True) -> dict[str, An
         routed=routed,
         routed_form=draw(st.sampled_from(["dict", "npy"])),
     )
+    if newer and draw(st.integers(0, 2)) == 0:
+        choice["weight_versions"] = draw(weight_versions(n))
+    return choice
+
+
+@st.composite
+def weight_versions(draw, n: int) -> list[dict[str, Any]] | None:
+    """Weight-version spans over ``n`` tokens as vLLM and SGLang write them: in order,
+    contiguous, from 0 to ``n``; an empty completion has none (vLLM) or one empty span
+    (SGLang); or null."""
+    if draw(st.integers(0, 5)) == 0:
+        return None
+    if n == 0:
+        return draw(st.sampled_from([[], [{"version": "default", "start": 0, "end": 0}]]))
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=min(3, n - 1)))) if n > 1 else []
+    bounds = [0, *cuts, n]
+    first = draw(st.integers(0, 40))
+    return [{"version": f"step-{first + i}", "start": a, "end": b} for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
 
 
 def _shuffle_keys(value: Any, rng: random.Random) -> Any:
@@ -211,6 +229,9 @@ def _mutations(choice: dict[str, Any]) -> list[str]:
         names += ["kept.count", "kept.dup", "kept.sampled_missing", "kept.negative"]
     if "routed_experts" in choice:
         names += ["routed.shape", "routed.dtype", "routed.start", "routed.base64", "routed.npy_header"]
+    if isinstance(choice.get("weight_versions"), list):
+        names += ["spans.gap", "spans.overlap", "spans.past_end", "spans.from_one", "spans.empty",
+                  "spans.short", "spans.bool", "spans.float", "spans.version_int", "spans.not_object"]
     return names
 
 
@@ -258,6 +279,8 @@ def _apply(choice: dict[str, Any], name: str, draw) -> None:
         _apply_kept(choice["kept_tokens"], name[5:], choice["token_ids"], draw)
     elif name.startswith("sampled."):
         _apply_sampled(choice["logprobs"]["sampled"], name[8:], draw)
+    elif name.startswith("spans."):
+        _apply_spans(choice["weight_versions"], name[6:], n, draw)
     elif name.startswith("routed."):
         routed = choice["routed_experts"]
         if isinstance(routed, str):
@@ -278,6 +301,34 @@ def _apply(choice: dict[str, Any], name: str, draw) -> None:
             routed["start"] = draw(st.sampled_from([-1, 1.5, "0", True]))
         elif name == "routed.base64":
             routed["data"] = "@" + routed["data"][1:]
+
+
+def _apply_spans(spans: list[Any], name: str, n: int, draw) -> None:
+    """Break the weight-version spans of an ``n``-token completion one way."""
+    if name == "short" and spans:
+        spans.pop()
+        return
+    if name == "empty" or not spans:
+        spans.insert(draw(st.integers(0, len(spans))), {"version": "x", "start": n, "end": n})
+        return
+    at = draw(st.integers(0, len(spans) - 1))
+    span = spans[at]
+    if name == "gap":
+        span["start"] += 1
+    elif name == "overlap":
+        span["start"] -= 1
+    elif name == "past_end":
+        spans[-1]["end"] = n + 1
+    elif name == "from_one":
+        spans[0]["start"] = 1
+    elif name == "bool":
+        span[draw(st.sampled_from(["start", "end"]))] = bool(span["start"])
+    elif name == "float":
+        span[draw(st.sampled_from(["start", "end"]))] = float(span["end"])
+    elif name == "version_int":
+        span["version"] = at
+    elif name == "not_object":
+        spans[at] = [span["version"], span["start"], span["end"]]
 
 
 def _apply_compact(packed: dict[str, Any], name: str, n: int, draw) -> None:

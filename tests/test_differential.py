@@ -48,6 +48,7 @@ def outcome(impl, case: strategies.Case) -> tuple:
             None if c.routed_experts is None else (_array(c.routed_experts.array), c.routed_experts.start),
             c.finish_reason,
             c.raw,
+            c.weight_versions,
         )
         for c in response.choices
     ]

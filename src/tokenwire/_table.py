@@ -97,6 +97,8 @@ FIELDS: tuple[Field, ...] = (
           base64=True, result="routed_experts"),
     Field("RE_DATA", CHOICE, ("routed_experts", "data"), BLOB, _G, "routed_experts_data",
           blank="string", base64=True, result="routed_experts"),
+    Field("WEIGHT_VERSIONS", CHOICE, ("weight_versions",), VALUE, _G, "weight_versions",
+          result="weight_versions"),
     # Choices of the OpenAI-compatible endpoints (/v1/completions, /v1/chat/completions).
     Field("PROMPT_IDS", CHOICE, ("prompt_token_ids",), IDS, _O, "prompt_token_ids", high=TOKEN_ID,
           read="ints", result="prompt_token_ids"),
@@ -120,6 +122,10 @@ FIELDS: tuple[Field, ...] = (
           "output_token_logprobs", result="logprobs"),
     Field("SGL_TOP", ITEM, ("meta_info", "output_top_logprobs"), ROWS, _S, "output_top_logprobs",
           result="top_logprobs"),
+    Field("SGL_WEIGHT_VERSIONS", ITEM, ("meta_info", "weight_versions"), VALUE, _S, "weight_versions",
+          result="weight_versions"),
+    # Older SGLang sends the single version alone; newer sends it beside the spans.
+    Field("SGL_WEIGHT_VERSION", ITEM, ("meta_info", "weight_version"), VALUE, _S, "weight_version"),
     # The root object of generate and OpenAI-compatible documents.
     Field("PROMPT", ROOT, ("prompt_token_ids",), IDS, (GENERATE, OPENAI), "prompt_token_ids",
           high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="prompt_token_ids"),

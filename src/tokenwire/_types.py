@@ -213,6 +213,10 @@ class GenerateChoice:
         routed_experts: MoE routing replay (:class:`RoutedExperts`), if sent.
         finish_reason: as sent (``"stop"``, ``"length"``, ...; SGLang's ``type``).
         raw: the choice's other fields, not validated.
+        weight_versions: which weights sampled which tokens, if sent (vLLM's
+            ``weight_versions``, SGLang's ``meta_info.weight_versions``): a tuple of
+            ``(version, start, end)``, the tokens ``completion_ids[start:end]`` sampled by the
+            weights labelled ``version`` (a str), in order, covering every token; else None.
 
     Example:
         >>> body = (b'{"choices":[{"token_ids":[3],"completion_logprobs":null,"logprobs":'
@@ -232,6 +236,7 @@ class GenerateChoice:
     finish_reason: Any = None
     raw: dict[str, Any] = field(default_factory=dict)
     sampling_mask_present: np.ndarray | None = None
+    weight_versions: tuple[tuple[str, int, int], ...] | None = None
 
 
 @dataclass(eq=False)

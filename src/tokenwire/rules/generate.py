@@ -35,7 +35,8 @@ NPY_DESCRS = {"|u1": "uint8", "<u1": "uint8", "u1": "uint8", "<u2": "uint16", "<
               "<i4": "int32"}
 
 # Fields of a choice that become attributes; the rest stays in ``GenerateChoice.raw``.
-_CONSUMED = ("index", "token_ids", "finish_reason", "sampling_mask", "kept_tokens", "routed_experts")
+_CONSUMED = ("index", "token_ids", "finish_reason", "sampling_mask", "kept_tokens", "routed_experts",
+             "weight_versions")
 
 
 def named(table: dict[str, Any], name: Any) -> Any:
@@ -496,6 +497,60 @@ def parse_routed_experts(value: Any, c: Evidence) -> RoutedExperts:
     return RoutedExperts(_shaped(raw, value.get("shape"), dtype_name, c), start)
 
 
+# --- weight versions -----------------------------------------------------------------------------
+
+
+def parse_weight_versions(value: Any, n: int, c: Evidence, field: str = "weight_versions"
+                          ) -> tuple[tuple[str, int, int], ...]:
+    """Which weights sampled which output tokens: ``[{"version", "start", "end"}, ...]``, the
+    half-open spans ``[start, end)`` over the ``n`` output-token indexes (vLLM's
+    ``choices[].weight_versions``, SGLang's ``meta_info.weight_versions``). The spans are in
+    order and cover the output exactly: the first starts at 0, each starts where the one
+    before it ended, none is empty, the last ends at ``n``. An empty completion has no span
+    (vLLM: ``[]``) or one empty span ``[0, 0)`` (SGLang). ``version`` is the label the
+    trainer gave the weights, a string; ``start`` and ``end`` are ints. A broken rule fails
+    at ``field``, its ``token`` the span's index in the list."""
+    what = "a list of {version, start, end} spans"
+    if not isinstance(value, list):
+        c.fail(f"{field} must be {what}, not {type(value).__name__}", field)
+    empty_ok = n == 0 and len(value) == 1  # SGLang's span of an empty completion: [0, 0)
+    spans = []
+    end = 0  # where the spans so far end
+    for index, span in enumerate(value):
+        if not isinstance(span, dict):
+            c.fail(f"{field} must be {what}: span {index} is {type(span).__name__}", field, index)
+        version = span.get("version")
+        if not isinstance(version, str):
+            c.fail(f"{field} span {index}: version must be a string (the weights' label), not "
+                   f"{type(version).__name__}", field, index)
+        bounds = span.get("start"), span.get("end")
+        for name, bound in zip(("start", "end"), bounds):
+            if not is_int(bound):
+                c.fail(f"{field} span {index}: {name} must be an int (an output-token index), not "
+                       f"{type(bound).__name__}", field, index)
+        start, stop = cast(tuple[int, int], bounds)
+        if start != end:
+            if index == 0:
+                reason = f"the first span must start at output token 0, not {start}"
+            elif start > end:
+                reason = f"a gap: span {index} starts at {start} but span {index - 1} ends at {end}"
+            else:
+                reason = f"an overlap: span {index} starts at {start} but span {index - 1} ends at {end}"
+            c.fail(f"{field} must cover the output tokens in order without gaps or overlaps: {reason}",
+                   field, index)
+        if stop < start or (stop == start and not empty_ok):
+            c.fail(f"{field} span {index} [{start}, {stop}) is empty or reversed: each span "
+                   "must hold at least one output token", field, index)
+        if stop > n:
+            c.fail(f"{field} span {index} [{start}, {stop}) ends past the {n} output tokens", field, index)
+        spans.append((version, start, stop))
+        end = stop
+    if end != n:
+        covered = f"its spans end at output token {end}" if spans else "it holds no span"
+        c.fail(f"{field} must cover all {n} output tokens: {covered}", field)
+    return tuple(spans)
+
+
 # --- a whole response -----------------------------------------------------------------------------
 
 
@@ -540,6 +595,8 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         if logprobs is not None and "completion_logprobs" not in consumed:
             consumed.append("logprobs")
     routed = choice.get("routed_experts")
+    routing = parse_routed_experts(routed, c) if routed is not None else None
+    spans = choice.get("weight_versions")
     return GenerateChoice(
         index=cast(int, c.index),  # a choice's evidence (None: the top level's)
         completion_ids=ids,
@@ -547,10 +604,11 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         completion_top_ids=top_ids,
         completion_top_logprobs=top_logprobs,
         sampling_mask=mask,
-        routed_experts=parse_routed_experts(routed, c) if routed is not None else None,
+        routed_experts=routing,
         finish_reason=choice.get("finish_reason"),
         raw=_raw(c, choice, consumed),
         sampling_mask_present=None if mask is None else mask.offsets[1:] != mask.offsets[:-1],
+        weight_versions=None if spans is None else parse_weight_versions(spans, len(ids), c),
     )
 
 

@@ -47,7 +47,7 @@ from ..extract.python import (
     numbers,
 )
 from ..kernels.python import Candidates, is_int, native_head
-from .generate import NATIVE_TOP, checked_int_list, response_of
+from .generate import NATIVE_TOP, checked_int_list, parse_weight_versions, response_of
 
 __all__ = [
     "chat_completions_request_params",
@@ -668,7 +668,7 @@ def parse_chat_completions_response(
 # --- SGLang /generate ----------------------------------------------------------------------------
 
 
-_SGLANG_CONSUMED = ("output_token_logprobs", "output_top_logprobs")
+_SGLANG_CONSUMED = ("output_token_logprobs", "output_top_logprobs", "weight_versions")
 _SGLANG_NO_ID = "Top logprob must be [logprob, token_id, text] with an id in [0, 2**32)"
 
 
@@ -717,6 +717,7 @@ def _parse_sglang_item(
             c.fail("Missing requested top logprobs", field)
         candidates, top_err = c.output_top_logprobs.rows
         top_ids, top_logprobs = _chosen_heads(c, field, ids, candidates, sampled, k, top_err, _SGLANG_NO_ID)
+    spans = _sglang_weight_versions(c, meta, len(ids))
     finish = meta.get("finish_reason")
     raw = {key: value for key, value in item.items() if key != "output_ids"}
     raw["meta_info"] = {key: value for key, value in meta.items() if key not in _SGLANG_CONSUMED}
@@ -728,7 +729,25 @@ def _parse_sglang_item(
         completion_top_logprobs=top_logprobs,
         finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
         raw=raw,
+        weight_versions=spans,
     )
+
+
+def _sglang_weight_versions(c: Evidence, meta: dict[str, Any], n: int) -> tuple[tuple[str, int, int], ...] | None:
+    """SGLang's ``meta_info.weight_versions`` spans (the generate endpoint's rules), and
+    beside them the single ``weight_version``, which names the last span's weights. Alone (older
+    SGLang), the single version says which weights were loaded when the response was built,
+    not which sampled each token: it is no span and stays in ``raw["meta_info"]``."""
+    field = "meta_info.weight_versions"
+    value = meta.get("weight_versions")
+    if value is None:
+        return None
+    spans = parse_weight_versions(value, n, c, field)
+    single = meta.get("weight_version")
+    if single is not None and spans and single != spans[-1][0]:
+        c.fail(f"meta_info.weight_version ({single!r}) is not the version of the last "
+               f"{field} span ({spans[-1][0]!r})", "meta_info.weight_version")
+    return spans
 
 
 def parse_sglang_generate_document(
