@@ -160,6 +160,26 @@ def weight_versions(draw, n: int) -> list[dict[str, Any]] | None:
     return [{"version": f"step-{first + i}", "start": a, "end": b} for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
 
 
+# How the native records of a generate response name their tokens (vLLM's output_mode):
+# ids (no output_mode, or "tokens"), decoded text under output_mode "text", "token_id:N"
+# placeholders under "text" (--return-tokens-as-token-ids), or decoded text in a response
+# that does not say "text" (which must fail, and say why).
+OUTPUT_MODES = [None] * 8 + ["tokens", "text", "text_ids", "text_unsaid"]
+
+
+def _as_text(document: dict[str, Any], mode: str) -> None:
+    """Turn the records of every choice into what ``mode`` sends (see OUTPUT_MODES)."""
+    if mode in ("tokens", "text", "text_ids"):
+        document["output_mode"] = "tokens" if mode == "tokens" else "text"
+    if mode not in ("text", "text_unsaid"):
+        return
+    for choice in document["choices"]:
+        logprobs = choice.get("logprobs")
+        for entry in (logprobs.get("content") or []) if isinstance(logprobs, dict) else []:
+            for record in [entry, *(entry.get("top_logprobs") or [])]:
+                record["token"] = "t" + record["token"][9:]  # a decoded text, not "token_id:N"
+
+
 def _shuffle_keys(value: Any, rng: random.Random) -> Any:
     if isinstance(value, dict):
         items = list(value.items())
@@ -487,6 +507,8 @@ def cases(draw, *, mutate: bool | None = None, newer: bool = True) -> Case:
     count = draw(st.integers(1, 3))
     chosen = [draw(choices(i, k, newer)) for i in range(count)]
     document: Any = samples.response(chosen, prompt_tokens=draw(st.integers(0, 6)), seed=draw(st.integers(0, 99)))
+    if newer:
+        _as_text(document, draw(st.sampled_from(OUTPUT_MODES)))
     mutation = None
     if mutate is None:
         mutate = draw(st.booleans())

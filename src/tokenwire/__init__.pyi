@@ -38,6 +38,8 @@ def parse_generate_response(
         ``sampling_mask`` (from ``sampling_mask`` or ``kept_tokens``, with
         ``sampling_mask_present``), ``routed_experts`` and ``weight_versions`` (vLLM's spans
         of the weights that sampled each token, as ``(version, start, end)``) when present.
+        In a response that says ``output_mode: "text"`` the ``logprobs.content`` records
+        (decoded text) stand for ``token_ids`` by position.
 
     Raises:
         MalformedResponseError: the response breaks the contract (invalid JSON, a missing or

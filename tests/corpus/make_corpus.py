@@ -78,6 +78,15 @@ def cases() -> dict[str, tuple[bytes, str]]:
     out["weight_versions_float"] = (spans(("s1", 0, 2.0)), "weight_versions span 0: end must be an int")
     out["weight_versions_deep_version"] = (spans(("s1", 0, 2)).replace(b'"s1"', b"[" * 500 + b"]" * 500),
                                            "weight_versions span 0: version must be a string")
+    # vLLM's output_mode "text": records of decoded text, read by position; a head needs ids.
+    text = {"content": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105],
+                         "top_logprobs": [{"token": t, "logprob": -0.5 - i} for i, t in enumerate(["Hi", "Yo", "A", "B", "C"])]},
+                        {"token": "!", "logprob": -1.5, "bytes": [33],
+                         "top_logprobs": [{"token": t, "logprob": -1.5 - i} for i, t in enumerate(["!", "?", ".", ",", ";"])]}]}
+    out["output_mode_text"] = (dump(doc({"token_ids": [7, 8], "text": "Hi!", "logprobs": text}, output_mode="text")), "ok")
+    out["output_mode_text_with_head"] = (out["output_mode_text"][0], "Top logprob must identify a nonnegative token id: the response is output_mode")
+    out["text_records_unsaid"] = (dump(doc({"token_ids": [7, 8], "logprobs": text})),
+                                  "Engine response choice.logprobs.content[0].token must be 'token_id:7'. The record carries decoded text")
     out["empty_document"] = (b"", "invalid JSON")
     out["whitespace_only"] = (b" \n\t ", "invalid JSON")
     out["top_level_array"] = (b"[]", "response must be a JSON object")

@@ -22,7 +22,7 @@ from .._args import check_top_k
 from .._errors import MalformedResponseError
 from .._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 from .._wire import COMPACT_FORMAT, MAX_OFFSET, VLLM_LOGPROB_SENTINEL
-from ..extract.python import Evidence, extract_choice, load_document
+from ..extract.python import Evidence, extract_choice, full_at, load_document, records_by_position
 from ..kernels.python import HEAD_MISSING_SUPPORT, NativeEntries, is_int
 
 __all__ = ["parse_document", "parse_generate_response"]
@@ -119,6 +119,34 @@ def _native_message(messages: dict[str, str], code: str, index: int, ids: np.nda
     return messages[code].format(at=at, id=int(ids[index]))
 
 
+# How to get records that name ids (vLLM's generate endpoint).
+_ASK_FOR_IDS = ('request output_mode "tokens" (the generate endpoint\'s default), or start vLLM with '
+                "--return-tokens-as-token-ids")
+
+
+def _decoded_text(c: Evidence, choice: dict[str, Any], index: int) -> str | None:
+    """The decoded text record ``index`` of ``logprobs.content`` carries in place of an id
+    (no ``token_id``, a ``token`` that is not ``"token_id:N"``), or None. Read on the error
+    path only, from the records as sent (the compiled extractor blanked them in the parsed
+    copy)."""
+    entry = full_at(c, choice["logprobs"]["content"], c.logprobs_content.span)[index]
+    token = entry.get("token") if isinstance(entry, dict) and "token_id" not in entry else None
+    return token if isinstance(token, str) and not token.startswith("token_id:") else None
+
+
+def _token_message(c: Evidence, choice: dict[str, Any], index: int, ids: np.ndarray) -> str:
+    """Record ``index`` names another token than ``ids[index]``; when it carries decoded text
+    instead of an id, the message says so and how to ask for ids."""
+    message = _native_message(_NATIVE_SAMPLED, "token", index, ids)
+    text = _decoded_text(c, choice, index)
+    if text is None:
+        return message
+    shown = repr(text if len(text) <= 32 else text[:32] + "...")
+    return (f"{message} The record carries decoded text ({shown}), not a token id, and the response "
+            'does not say output_mode "text" (which aligns records with token_ids by position): '
+            f"to get ids, {_ASK_FOR_IDS}.")
+
+
 def parse_native_logprobs(
     choice: dict[str, Any], ids: np.ndarray, c: Evidence, want_top: bool = False
 ) -> tuple[np.ndarray, NativeEntries | None]:
@@ -144,6 +172,8 @@ def parse_native_logprobs(
     entries = c.logprobs_content.entries  # read when the ids and the count agree, as here
     if entries.sampled_err is not None:
         index, code = entries.sampled_err
+        if code == "token":
+            c.fail(_token_message(c, choice, index, ids), field, index)
         c.fail(_native_message(_NATIVE_SAMPLED, code, index, ids), field, index)
     if sampled is not None:
         _check_agrees(c, _parse_sampled_list(sampled, ids, c), "logprobs.sampled", entries.sampled, "logprobs.content")
@@ -397,7 +427,11 @@ def parse_native_heads(
         _fail_head(c, choice, field, head_bad, supports)
     if entries.top_err is not None:
         index, code = entries.top_err
-        c.fail(_native_message(NATIVE_TOP, code, index, ids), field, index)
+        message = _native_message(NATIVE_TOP, code, index, ids)
+        if code == "top_no_id" and c.by_position:
+            message += (': the response is output_mode "text", whose candidates carry decoded text, and a '
+                        f"head needs token ids: {_ASK_FOR_IDS}, which names every candidate by id")
+        c.fail(message, field, index)
     return top_ids, top_logprobs, supports
 
 
@@ -634,7 +668,8 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
     rules reach it."""
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
-    read = evidence or (lambda index, value: extract_choice(index, value, k))
+    by_position = records_by_position(document)
+    read = evidence or (lambda index, value: extract_choice(index, value, k, by_position))
     prompt = document.get("prompt_token_ids")
     if prompt is not None:
         top = read(None, document)
