@@ -156,3 +156,13 @@ def test_a_later_choice_in_text_mode(impl):
     document["choices"].append(second)
     choices = impl.parse_generate_response(json.dumps(document).encode()).choices
     assert [c.completion_logprobs.tolist() for c in choices] == [LOGPROBS, LOGPROBS[::-1]]
+
+
+def test_the_renderers_drop_in_keeps_renderers_message():
+    """The drop-in raises renderers' error with renderers' words; tokenwire's parsers add why."""
+    from tokenwire.compat import renderers as compat
+
+    choice = json.loads(response(records(top=False), None))["choices"][0]
+    with pytest.raises(compat.MalformedGenerateResponseError) as info:
+        compat._parse_completion_logprobs(choice, IDS)
+    assert str(info.value) == "Engine response choice.logprobs.content[0].token must be 'token_id:9707'."

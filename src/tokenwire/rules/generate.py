@@ -136,9 +136,10 @@ def _decoded_text(c: Evidence, choice: dict[str, Any], index: int) -> str | None
 
 def _token_message(c: Evidence, choice: dict[str, Any], index: int, ids: np.ndarray) -> str:
     """Record ``index`` names another token than ``ids[index]``; when it carries decoded text
-    instead of an id, the message says so and how to ask for ids."""
+    instead of an id, the message says so and how to ask for ids. (An error of renderers'
+    type, the renderers drop-in's, keeps renderers' own message.)"""
     message = _native_message(_NATIVE_SAMPLED, "token", index, ids)
-    text = _decoded_text(c, choice, index)
+    text = _decoded_text(c, choice, index) if c.error is MalformedResponseError else None
     if text is None:
         return message
     shown = repr(text if len(text) <= 32 else text[:32] + "...")
