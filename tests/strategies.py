@@ -140,7 +140,7 @@ def choices(draw, index: int, k: int | None, newer: bool = True) -> dict[str, An
     routed = None
     if draw(st.integers(0, 3)) == 0:
         routed = samples.routing(max(n, 1), layers=2, topk=2, experts=draw(st.sampled_from([8, 300])))
-    return samples.build_choice(
+    choice = samples.build_choice(
         ev,
         transport=transport,
         index=index,
@@ -149,6 +149,44 @@ def choices(draw, index: int, k: int | None, newer: bool = True) -> dict[str, An
         routed=routed,
         routed_form=draw(st.sampled_from(["dict", "npy"])),
     )
+    if newer and draw(st.integers(0, 2)) == 0:
+        choice["weight_versions"] = draw(weight_versions(n))
+    return choice
+
+
+@st.composite
+def weight_versions(draw, n: int) -> list[dict[str, Any]] | None:
+    """Weight-version spans over ``n`` tokens as vLLM and SGLang write them: in order,
+    contiguous, from 0 to ``n``; an empty completion has none (vLLM) or one empty span
+    (SGLang); or null."""
+    if draw(st.integers(0, 5)) == 0:
+        return None
+    if n == 0:
+        return draw(st.sampled_from([[], [{"version": "default", "start": 0, "end": 0}]]))
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=min(3, n - 1)))) if n > 1 else []
+    bounds = [0, *cuts, n]
+    first = draw(st.integers(0, 40))
+    return [{"version": f"step-{first + i}", "start": a, "end": b} for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+
+
+# How the native records of a generate response name their tokens (vLLM's output_mode):
+# ids (no output_mode, or "tokens"), decoded text under output_mode "text", "token_id:N"
+# placeholders under "text" (--return-tokens-as-token-ids), or decoded text in a response
+# that does not say "text" (which must fail, and say why).
+OUTPUT_MODES = [None] * 8 + ["tokens", "text", "text_ids", "text_unsaid"]
+
+
+def _as_text(document: dict[str, Any], mode: str) -> None:
+    """Turn the records of every choice into what ``mode`` sends (see OUTPUT_MODES)."""
+    if mode in ("tokens", "text", "text_ids"):
+        document["output_mode"] = "tokens" if mode == "tokens" else "text"
+    if mode not in ("text", "text_unsaid"):
+        return
+    for choice in document["choices"]:
+        logprobs = choice.get("logprobs")
+        for entry in (logprobs.get("content") or []) if isinstance(logprobs, dict) else []:
+            for record in [entry, *(entry.get("top_logprobs") or [])]:
+                record["token"] = "t" + record["token"][9:]  # a decoded text, not "token_id:N"
 
 
 def _shuffle_keys(value: Any, rng: random.Random) -> Any:
@@ -224,6 +262,9 @@ def _mutations(choice: dict[str, Any]) -> list[str]:
         names += ["routed.shape", "routed.dtype", "routed.start", "routed.base64", "routed.npy_header"]
     if "payload" in choice:
         names += ["payload.rows", "payload.dtype", "payload.form", "payload.file", "payload.offset"]
+    if isinstance(choice.get("weight_versions"), list):
+        names += ["spans.gap", "spans.overlap", "spans.past_end", "spans.from_one", "spans.empty",
+                  "spans.short", "spans.bool", "spans.float", "spans.version_int", "spans.not_object"]
     return names
 
 
@@ -273,6 +314,8 @@ def _apply(choice: dict[str, Any], name: str, draw) -> None:
         _apply_sampled(choice["logprobs"]["sampled"], name[8:], draw)
     elif name.startswith("top_k."):
         _apply_top_k(choice["logprobs"], name[6:], draw)
+    elif name.startswith("spans."):
+        _apply_spans(choice["weight_versions"], name[6:], n, draw)
     elif name.startswith("routed."):
         routed = choice["routed_experts"]
         if isinstance(routed, str):
@@ -326,6 +369,34 @@ def _apply_payload(segments: list[Any], name: str, draw) -> None:
         return
     at = name if isinstance(segment, dict) else SEGMENT_KEYS.index(name)
     segment[at] = segment[at] + 1 if name == "rows" else {"dtype": "int64", "file": "", "offset": True}[name]
+
+
+def _apply_spans(spans: list[Any], name: str, n: int, draw) -> None:
+    """Break the weight-version spans of an ``n``-token completion one way."""
+    if name == "short" and spans:
+        spans.pop()
+        return
+    if name == "empty" or not spans:
+        spans.insert(draw(st.integers(0, len(spans))), {"version": "x", "start": n, "end": n})
+        return
+    at = draw(st.integers(0, len(spans) - 1))
+    span = spans[at]
+    if name == "gap":
+        span["start"] += 1
+    elif name == "overlap":
+        span["start"] -= 1
+    elif name == "past_end":
+        spans[-1]["end"] = n + 1
+    elif name == "from_one":
+        spans[0]["start"] = 1
+    elif name == "bool":
+        span[draw(st.sampled_from(["start", "end"]))] = bool(span["start"])
+    elif name == "float":
+        span[draw(st.sampled_from(["start", "end"]))] = float(span["end"])
+    elif name == "version_int":
+        span["version"] = at
+    elif name == "not_object":
+        spans[at] = [span["version"], span["start"], span["end"]]
 
 
 def _apply_compact(packed: dict[str, Any], name: str, n: int, draw) -> None:
@@ -533,6 +604,8 @@ def cases(draw, *, mutate: bool | None = None, newer: bool = True) -> Case:
         buffer = io.BytesIO()
         np.save(buffer, matrix)
         document["prompt_token_id_logprobs"] = base64.b64encode(buffer.getvalue()).decode()
+    if newer:
+        _as_text(document, draw(st.sampled_from(OUTPUT_MODES)))
     mutation = None
     if mutate is None:
         mutate = draw(st.booleans())

@@ -122,6 +122,13 @@ def m_native_wrong_id():
     return doc, "id_mismatch"
 
 
+def m_native_text_records():
+    doc = _native()  # output_mode "text" records (decoded text) in a response that does not say so
+    for entry in _choice(doc)["logprobs"]["content"]:
+        entry["token"] = "t" + entry["token"][9:]
+    return doc, "missing_ids"
+
+
 def m_compact_wrong_id():
     doc = _compact()
     _choice(doc)["token_ids"][3] = 151_935 - _choice(doc)["token_ids"][3] % 7  # in no row

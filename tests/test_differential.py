@@ -49,6 +49,7 @@ def outcome(impl, case: strategies.Case) -> tuple:
             c.finish_reason,
             c.raw,
             c.payload,
+            c.weight_versions,
         )
         for c in response.choices
     ]

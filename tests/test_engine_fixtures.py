@@ -1,8 +1,9 @@
 """Responses recorded from a real vLLM (CPU build, tiny random Llama; tests/fixtures/engine/).
 
-``/inference/v1/generate`` in token mode is parsed here on both implementations: ids aligned
-with logprobs position by position, the trailing EOS kept when a choice stopped on it, heads
-drawn from what the engine listed. The completions and chat fixtures are kept for parsers of
+``/inference/v1/generate`` is parsed here on both implementations: ids aligned with logprobs
+position by position, the trailing EOS kept when a choice stopped on it, heads drawn from what
+the engine listed, the weight-version spans every choice carries; in text mode the records of
+decoded text are read by position and a head is refused, saying why. The completions and chat fixtures are kept for parsers of
 those endpoints; here they are only checked to load and to hold what was asked for.
 """
 
@@ -65,6 +66,9 @@ def test_generate_ids_align_with_logprobs(impl, name):
         np.testing.assert_array_equal(choice.completion_logprobs, [entry["logprob"] for entry in content])
         assert np.all(choice.completion_logprobs < 0) and np.all(choice.completion_logprobs > SENTINEL)
         assert choice.finish_reason == wire["finish_reason"] in ("stop", "length")
+        # vLLM 0.32.0 sends the spans on every choice: one label, "default", until a trainer sets one.
+        assert choice.weight_versions == ((wire["weight_versions"][0]["version"], 0, len(ids)),)
+        assert "weight_versions" not in choice.raw
         if choice.finish_reason == "stop":
             # stopped on EOS (no stop string or stop token was asked for): EOS is the last id
             assert wire["stop_reason"] is None
@@ -93,11 +97,34 @@ def test_generate_heads(impl, name):
 
 
 @pytest.mark.parametrize("name", GENERATE_TEXT)
-def test_generate_text_mode_is_refused_cleanly(impl, name):
-    # output_mode="text" sends decoded token strings, not token ids: not this parser's input.
+def test_generate_text_mode_reads_records_by_position(impl, name):
+    # output_mode="text" sends decoded token strings in the records, every id in token_ids.
+    document = json.loads(raw(name))
+    assert document["output_mode"] == "text"
+    parsed = impl.parse_generate_response(raw(name))
+    for choice, wire in zip(parsed.choices, document["choices"]):
+        content = wire["logprobs"]["content"]
+        assert not any(entry["token"].startswith("token_id:") for entry in content)
+        np.testing.assert_array_equal(choice.completion_ids, wire["token_ids"])
+        np.testing.assert_array_equal(choice.completion_logprobs, [entry["logprob"] for entry in content])
+        assert choice.weight_versions == (("default", 0, len(wire["token_ids"])),)
+        assert choice.raw["text"] == wire["text"]
+
+
+@pytest.mark.parametrize("name", GENERATE_TEXT)
+def test_generate_text_mode_head_says_to_ask_for_ids(impl, name):
+    # Its candidates are decoded text too: a head needs ids, and the error says how to get them.
+    k = REQUESTS[name]["body"]["sampling_params"]["logprobs"] - 2
     with pytest.raises(MalformedResponseError) as caught:
-        impl.parse_generate_response(raw(name))
-    assert caught.value.choice == 0 and "logprobs.content" in caught.value.field
+        impl.parse_generate_response(raw(name), top_k=k)
+    err = caught.value
+    assert (err.choice, err.field, err.token) == (0, "logprobs.content", 0)
+    assert 'request output_mode "tokens"' in err.reason and "--return-tokens-as-token-ids" in err.reason
+    # Without output_mode the same records are refused, and the message says what they carry.
+    unsaid = raw(name).replace(b'"output_mode":"text",', b"")
+    with pytest.raises(MalformedResponseError, match="The record carries decoded text") as caught:
+        impl.parse_generate_response(unsaid)
+    assert (caught.value.field, caught.value.token) == ("logprobs.content", 0)
 
 
 @pytest.mark.parametrize("name", OTHER)

@@ -151,6 +151,21 @@ def test_request_helpers_set_defaults_only():
         openai_rules.chat_completions_request_params([("logprobs", True)])  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("helper", [openai_rules.completions_request_params,
+                                    openai_rules.chat_completions_request_params])
+@pytest.mark.parametrize("chosen", [[13, 42], []])
+def test_request_helpers_refuse_chosen_candidates_with_a_head(helper, chosen):
+    """vLLM's logprob_token_ids replaces the natural top-k candidates: the response would look
+    like a top-k response, and a head built from it would be the caller's ids, not the top."""
+    given_params = {"model": "m", "logprob_token_ids": chosen}
+    with pytest.raises(ValueError, match="logprob_token_ids cannot be combined with top_k") as info:
+        helper(given_params, top_k=2)
+    assert "not the sampler's" in str(info.value)
+    # Without a head the caller's ids are scored as asked, and None is no choice at all.
+    assert helper(given_params)["logprob_token_ids"] == chosen
+    assert helper({"logprob_token_ids": None}, top_k=2)["return_tokens_as_token_ids"] is True
+
+
 # --- round trips ---------------------------------------------------------------------------------
 
 

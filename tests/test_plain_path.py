@@ -27,17 +27,17 @@ EXAMPLES = int(os.environ.get("TOKENWIRE_DIFF_EXAMPLES", "5000")) // 8
 _CHOICE_CHANGES = (
     "logprobs_dict", "logprobs_str", "compact_too", "mask_list", "kept", "routed", "packed_null",
     "packed_not_object", "data_missing", "data_not_str", "data_bad", "shape_float", "shape_bool",
-    "shape_str", "dtype_unknown", "dtype_not_str", "odd_bytes", "ids_null",
+    "shape_str", "dtype_unknown", "dtype_not_str", "odd_bytes", "ids_null", "weight_versions",
 )
 # The same for a choice with compact rows.
 _COMPACT_CHANGES = (
     "logprobs_dict", "logprobs_str", "packed_too", "mask_list", "kept", "routed", "compact_null",
     "compact_not_object", "format_missing", "format_not_str", "num_top_missing", "num_top_str",
     "num_top_float", "offsets_str", "offsets_nested", "offsets_empty_rows", "offsets_extra", "offsets_negative",
-    "data_missing", "data_not_str", "data_odd", "ids_null", "num_top_huge",
+    "data_missing", "data_not_str", "data_odd", "ids_null", "num_top_huge", "weight_versions",
 ) + tuple(name for name in strategies._mutations({"compact_logprobs": {}}) if name.startswith("compact."))
 # Changes to a compact choice that leave it valid and plain.
-_COMPACT_STILL_PLAIN = ("num_top_big", "num_top_minus_one", "packed_null", "ids_empty")
+_COMPACT_STILL_PLAIN = ("num_top_big", "num_top_minus_one", "packed_null", "ids_empty", "weight_versions_null")
 _DOCUMENT_CHANGES = ("prompt_null", "prompt_bad", "prompt_str", "prompt_missing", "choices_empty",
                      "choice_list", "request_id_missing", "usage_missing")
 # Changes that leave a valid plain response: the plain path must still take it.
@@ -71,7 +71,8 @@ def _change_compact(choice: dict[str, Any], name: str, draw) -> None:
         strategies._apply_compact(packed, name[len("compact."):], n, draw)
     elif name == "packed_too":
         choice["completion_logprobs"] = {"data": samples.b64(b"\0" * 4 * n), "shape": [n], "dtype": "float32"}
-    elif name in ("logprobs_dict", "logprobs_str", "mask_list", "kept", "routed", "ids_null"):
+    elif name in ("logprobs_dict", "logprobs_str", "mask_list", "kept", "routed", "ids_null", "weight_versions",
+                  "weight_versions_null"):
         choice["completion_logprobs"] = {}  # a placeholder _change_choice's packed view needs
         _change_choice(choice, name, draw)
         del choice["completion_logprobs"]
@@ -133,6 +134,10 @@ def _change_choice(choice: dict[str, Any], name: str, draw) -> None:
     elif name == "routed":
         choice["routed_experts"] = {"data": samples.b64(b"\1" * max(n, 1) * 4), "shape": [max(n, 1), 2, 2],
                                     "dtype": "uint8"}
+    elif name == "weight_versions":  # valid spans: a field the plain path does not read
+        choice["weight_versions"] = [{"version": "v", "start": 0, "end": n}] if n else []
+    elif name == "weight_versions_null":
+        choice["weight_versions"] = None
     elif _change_object(choice, "completion_logprobs", name):
         pass
     elif name == "data_bad":

@@ -162,12 +162,13 @@ static inline int twr_candidate(twr_ctx *x, twr_seen_set *seen, size_t k0, size_
 }
 
 /* The sampled-token rules on entry i (the id it names, -1 for none; its
-   logprob): 1 with its logprob stored, or 0 with the broken rule in res. */
+   logprob): 1 with its logprob stored, or 0 with the broken rule in res.
+   ids NULL: the entries are aligned by position, their ids not read. */
 static inline int twr_sampled(tw_rec_result *res, double *sampled, size_t i, int64_t id,
-                              int64_t want, int lp_ok, double lp)
+                              const int64_t *ids, int lp_ok, double lp)
 {
     int code = TW_REC_OK;
-    if (id < 0 || id != want)
+    if (ids && (id < 0 || id != ids[i]))
         code = TW_REC_TOKEN_MISMATCH;
     else if (!lp_ok)
         code = TW_REC_NOT_A_NUMBER;
@@ -277,7 +278,7 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
     int s_on = 1, t_on = want_top != 0, rc = TW_REC_OK;
 
     twr_result_init(res);
-    if (!twr_content_ok(content) || content->count != n || (n && (!ids || !sampled)) ||
+    if (!twr_content_ok(content) || content->count != n || (n && !sampled) ||
         (t_on && (!coff || !entry_lps || !cands)))
         return TW_REC_BAD_ARG;
     p = (const uint8_t *)buf + content->start + 1;
@@ -315,7 +316,7 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
                 break;
             }
             if (s_on)
-                s_on = twr_sampled(res, sampled, i, twr_obj_id(&o), ids[i], o.lp_ok, o.lp);
+                s_on = twr_sampled(res, sampled, i, twr_obj_id(&o), ids, o.lp_ok, o.lp);
             if (t_on) {
                 if (top.code)
                     tcode = top.code;
@@ -773,7 +774,7 @@ int tw_rec_take(const tw_doc *d, const tw_value *content, size_t n, const int64_
     twr_result_init(res);
     if (!twr_content_ok(content) || !content->read || content->count != n ||
         content->read_at > d->nentries || d->nentries - content->read_at < n ||
-        (n && (!ids || !sampled)) || (t_on && (!coff || !entry_lps || !cands)))
+        (n && !sampled) || (t_on && (!coff || !entry_lps || !cands)))
         return TW_REC_BAD_ARG;
     en = d->entries + content->read_at;
     memset(&x, 0, sizeof x);
@@ -782,7 +783,7 @@ int tw_rec_take(const tw_doc *d, const tw_value *content, size_t n, const int64_
         coff[0] = 0;
     for (size_t i = 0; i < n && (s_on || t_on); i++) {
         if (s_on) /* stored entries have a number as logprob */
-            s_on = twr_sampled(res, sampled, i, en[i].id, ids[i], 1, en[i].lp);
+            s_on = twr_sampled(res, sampled, i, en[i].id, ids, 1, en[i].lp);
         if (t_on) {
             size_t m = en[i].k - en[i].k0;
             int tcode = en[i].top_code;

@@ -19,6 +19,9 @@
  * parser; the caller checks content->count == n first).  For entry i:
  *   not an object                          -> TW_REC_ENTRY_NOT_OBJECT
  *   its id != ids[i] (id rules below)      -> TW_REC_TOKEN_MISMATCH
+ *     (not checked when ids is NULL: the entries of a response of vLLM's
+ *     output_mode "text", whose "token" is decoded text, are aligned with
+ *     the completion ids by position)
  *   "logprob" missing or not a number      -> TW_REC_NOT_A_NUMBER
  *   not finite                             -> TW_REC_NOT_FINITE
  *   == -9999.0 (vLLM's "no evidence")      -> TW_REC_NO_EVIDENCE
@@ -149,7 +152,8 @@ int tw_rec_count(const char *buf, const tw_value *content, size_t *total, int pa
 
 /*
  * Run both passes over content (n elements, content->count == n) for the
- * completion token ids ids[0..n).
+ * completion token ids ids[0..n), or for ids NULL: entry i stands for token i
+ * whatever id it names (the sampled pass reads no id).
  *   sampled[0..n):   the sampled logprobs; on a sampled error at entry s,
  *                    sampled[0..s) are set and the rest unspecified.
  * With want_top (otherwise coff, entry_lps, cands are not touched and may

@@ -55,9 +55,12 @@ def parse_generate_response(
         GenerateResponse: one GenerateChoice per entry of ``choices``, with
         ``completion_ids`` (int64), ``completion_logprobs`` (float32 or float64), the heads,
         ``sampling_mask`` (from ``sampling_mask`` or ``kept_tokens``, with
-        ``sampling_mask_present``) and ``routed_experts`` when present, and ``payload`` (the
-        by-handle segments) when sent; the response's ``prompt_token_id_logprobs`` (float32
-        ``(rows, K)``) when it carries teacher scores.
+        ``sampling_mask_present``), ``routed_experts`` and ``weight_versions`` (vLLM's spans
+        of the weights that sampled each token, as ``(version, start, end)``) when present,
+        and ``payload`` (the by-handle segments) when sent; the response's
+        ``prompt_token_id_logprobs`` (float32 ``(rows, K)``) when it carries teacher scores.
+        In a response that says ``output_mode: "text"`` the ``logprobs.content`` records
+        (decoded text) stand for ``token_ids`` by position.
 
     Raises:
         MalformedResponseError: the response breaks the contract (invalid JSON, a missing or
@@ -151,7 +154,8 @@ def parse_chat_completions_response(raw: bytes | bytearray | memoryview | str | 
 def parse_sglang_generate_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse:
     """Parse and validate an SGLang ``/generate`` response body (one object, or a list for a
     batch or ``n > 1``): ``output_ids`` with ``meta_info.output_token_logprobs``, each
-    ``[logprob, token_id, text]``; ``finish_reason`` is ``meta_info.finish_reason.type``.
+    ``[logprob, token_id, text]``; ``finish_reason`` is ``meta_info.finish_reason.type``;
+    ``weight_versions`` is ``meta_info.weight_versions`` as ``(version, start, end)`` spans.
 
     Takes, returns and raises as :func:`parse_completions_response` (``check_usage``
     compares ``meta_info.completion_tokens``); request the ids with

@@ -56,8 +56,9 @@ cdef object _records_read(_Scan scan, const tw_value *v, object c, object choice
     ids = c.token_ids
     entries = None
     if ids is not None and ids[2] is None and v.count == <size_t>len(ids[0]):
-        entries = scan.native(v, ids[0], k is not None and choice.get(_KEY_COMPACT_LOGPROBS) is None)
-    return _extract.Read(v.count, entries=entries)
+        entries = scan.native(v, None if c.by_position else ids[0],
+                              k is not None and choice.get(_KEY_COMPACT_LOGPROBS) is None)
+    return _extract.Read(v.count, entries=entries, span=(v.start, v.end))
 
 
 cdef object _rows_read(_Scan scan, const tw_value *v, object k, int fmt):
@@ -98,13 +99,13 @@ cdef object _field_read(_Scan scan, const tw_value *v, int kind, object high, ob
     return _records_read(scan, v, c, choice, k, fmt)
 
 
-cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k, int fmt):
+cdef object _choice_evidence(_Scan scan, size_t index, object choice, object k, int fmt, bint by_position):
     """The compiled extractor for one choice (an SGLang item): every table row of the format,
     read from the spans the scan recorded (what the reference's ``extract_fields`` reads from
     the parsed document)."""
     cdef const tw_value *f = scan.doc.choice[index].f
     cdef const tw_value *v
-    c = _extract.Evidence(index, _KERNELS, source=scan.source)
+    c = _extract.Evidence(index, _KERNELS, source=scan.source, by_position=by_position)
     for field, kind, attr, high in _ROWS[fmt]:
         setattr(c, attr, _field_read(scan, &f[<int>field], kind, high, c, choice, k, fmt))
     if fmt == _GENERATE:
@@ -163,22 +164,25 @@ cdef object _choices_of(object document):
     return document.get(_KEY_CHOICES) if isinstance(document, dict) else None
 
 
-cdef object _evidence_records(_Scan scan, object choices, object k, int fmt):
+cdef object _evidence_records(_Scan scan, object choices, object k, int fmt, bint by_position=False):
     """The evidence of the top level and of each recorded choice of a scanned response, read
-    now in one pass over the spans (a choice that is not an object: read from its value)."""
+    now in one pass over the spans (a choice that is not an object: read from its value);
+    ``by_position``: the generate document says its native records carry text
+    (``records_by_position``)."""
     cdef size_t i
     top = _top_evidence(scan, fmt)
     read = []
     if isinstance(choices, list):
         for i in range(min(scan.doc.nchoices, len(choices))):
             if isinstance(choices[i], dict):
-                read.append(_choice_evidence(scan, i, choices[i], k, fmt))
+                read.append(_choice_evidence(scan, i, choices[i], k, fmt, by_position))
             else:
-                read.append(_extract.LazyEvidence(i, choices[i], _FORMAT_NAMES[fmt], k, _KERNELS))
+                read.append(_extract.LazyEvidence(i, choices[i], _FORMAT_NAMES[fmt], k, _KERNELS,
+                                                  by_position=by_position))
     return top, read
 
 
-def _lookup(top, read, fmt, k):
+def _lookup(top, read, fmt, k, by_position=False):
     """``evidence(index, value)`` for the rules: the records read; past them, evidence read
     from the choice's value when a rule asks (records end at the first choice that must
     fail, whose values are intact)."""
@@ -186,7 +190,9 @@ def _lookup(top, read, fmt, k):
     def evidence(index, value):
         if index is None:
             return top
-        return read[index] if index < len(read) else _extract.LazyEvidence(index, value, fmt, k, _KERNELS)
+        if index < len(read):
+            return read[index]
+        return _extract.LazyEvidence(index, value, fmt, k, _KERNELS, by_position=by_position)
 
     return evidence
 
@@ -201,7 +207,8 @@ def extract_generate(raw, top_k=None):
     try:
         scan = _Scan()
         document = scan.document(raw)
-        return (document, *_evidence_records(scan, _choices_of(document), k, _GENERATE))
+        return (document, *_evidence_records(scan, _choices_of(document), k, _GENERATE,
+                                             _extract.records_by_position(document)))
     finally:
         PyDataMem_SetHandler(previous)
 

@@ -19,8 +19,10 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_s
             plain = _plain_generate(scan, document)
             if plain is not None:
                 return plain
-        top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE)
-        return _generate.parse_document(document, k, require_logprobs, _lookup(top, read, _table.GENERATE, k),
+        by_position = _extract.records_by_position(document)
+        top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE, by_position)
+        return _generate.parse_document(document, k, require_logprobs,
+                                        _lookup(top, read, _table.GENERATE, k, by_position),
                                         require_sampling_mask, start, bool(teacher_logits), root, experts)
     finally:
         PyDataMem_SetHandler(previous)

@@ -231,8 +231,9 @@ cdef class _Scan:
         return out[: v.count], None
 
     cdef object native(self, const tw_value *v, object ids, bint want_top):
-        """tw_rec_parse over the array ``v``: the reference's ``native_entries``."""
-        cdef size_t n = len(ids)
+        """tw_rec_parse over the array ``v``: the reference's ``native_entries`` (``ids``
+        None: the entries by position, no id read)."""
+        cdef size_t n = v.count if ids is None else len(ids)
         cdef tw_rec_cands cands
         cdef tw_rec_result res
         cdef int rc
@@ -244,7 +245,7 @@ cdef class _Scan:
         entry_lps = np.zeros(n + 1, dtype=np.float64)
         coff = np.zeros(n + 1, dtype=np.int64)
         sampled_view, entry_view, coff_view = sampled, entry_lps, coff
-        ids_ptr = _i64(ids)
+        ids_ptr = NULL if ids is None else _i64(ids)
         _cands_init(&cands)
         try:
             with nogil:

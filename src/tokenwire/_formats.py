@@ -215,7 +215,8 @@ def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
             present = _compact_row_has_id(choice, exc.token)
         return Defect("bad_logprob" if present else "id_mismatch", where, reason)
     if ".token must be 'token_id:" in reason:
-        return Defect("id_mismatch", where, reason)
+        # A record of decoded text (vLLM's output_mode "text" unsaid) names no id at all.
+        return Defect("missing_ids" if "carries decoded text" in reason else "id_mismatch", where, reason)
     if ".logprob must be" in reason or ".logprob does not contain sampling evidence" in reason:
         return Defect("bad_logprob", where, reason)
     if field.startswith(KEY.routed_experts):

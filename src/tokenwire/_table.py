@@ -118,6 +118,8 @@ FIELDS: tuple[Field, ...] = (
           blank="string", base64=True, result="routed_experts"),
     # prime-rl's by-handle segments (rows in files under payload_root): the rules read the value.
     Field("PAYLOAD", CHOICE, ("payload",), VALUE, _G, "payload", result="payload"),
+    Field("WEIGHT_VERSIONS", CHOICE, ("weight_versions",), VALUE, _G, "weight_versions",
+          result="weight_versions"),
     # Choices of the OpenAI-compatible endpoints (/v1/completions, /v1/chat/completions).
     Field("PROMPT_IDS", CHOICE, ("prompt_token_ids",), IDS, _O, "prompt_token_ids", high=TOKEN_ID,
           read="ints", result="prompt_token_ids"),
@@ -158,6 +160,10 @@ FIELDS: tuple[Field, ...] = (
           "input_top_logprobs_val_flat_b64", result="prompt_top_logprobs"),
     Field("SGL_PTOP_IDX_B64", ITEM, ("meta_info", "input_top_logprobs_idx_flat_b64"), BLOB, _S,
           "input_top_logprobs_idx_flat_b64", result="prompt_top_ids"),
+    Field("SGL_WEIGHT_VERSIONS", ITEM, ("meta_info", "weight_versions"), VALUE, _S, "weight_versions",
+          result="weight_versions"),
+    # Older SGLang sends the single version alone; newer sends it beside the spans.
+    Field("SGL_WEIGHT_VERSION", ITEM, ("meta_info", "weight_version"), VALUE, _S, "weight_version"),
     # The root object of generate and OpenAI-compatible documents.
     Field("PROMPT", ROOT, ("prompt_token_ids",), IDS, (GENERATE, OPENAI), "prompt_token_ids",
           high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="prompt_token_ids"),

@@ -276,9 +276,10 @@ class GenerateChoice:
             logprob under the sampler's truncated distribution renormalized over its kept set
             (float64, ``(n,)``), if sent; else None.
         sampling_mask_logprobs: the logprob of every kept id of ``sampling_mask``, renormalized
-            over its row (float64 :class:`Ragged` aligned with ``sampling_mask``), when SGLang
+            over its row (:class:`Ragged` aligned with ``sampling_mask``): float64 when SGLang
             sends them (``sampling_logprobs_mode: "support"``, or
-            ``output_token_sampling_mask_logprobs``); else None.
+            ``output_token_sampling_mask_logprobs``), float32 when read by handle (prime-rl's
+            ``payload``); else None.
         prompt_top_ids: SGLang's flat prompt top-k (``input_top_logprobs_*_flat``): each
             covered prompt position's top ids (int64 :class:`Ragged`, the null prefix as empty
             rows), if sent; else None.
@@ -288,8 +289,10 @@ class GenerateChoice:
         raw: the choice's other fields, not validated.
         payload: the choice's by-handle segments (prime-rl's ``payload``), validated, as a
             tuple of :class:`PayloadSegment`; None when the choice has none.
-        sampling_mask_logprobs: the sampler's logprob of each kept id (float32
-            :class:`Ragged`, rows aligned with ``sampling_mask``), when read by handle; else None.
+        weight_versions: which weights sampled which tokens, if sent (vLLM's
+            ``weight_versions``, SGLang's ``meta_info.weight_versions``): a tuple of
+            ``(version, start, end)``, the tokens ``completion_ids[start:end]`` sampled by the
+            weights labelled ``version`` (a str), in order, covering every token; else None.
 
     Example:
         >>> body = (b'{"choices":[{"token_ids":[3],"completion_logprobs":null,"logprobs":'
@@ -315,6 +318,7 @@ class GenerateChoice:
     sampling_logprobs: np.ndarray | None = None
     prompt_top_ids: Ragged | None = None
     prompt_top_logprobs: Ragged | None = None
+    weight_versions: tuple[tuple[str, int, int], ...] | None = None
 
 
 @dataclass(eq=False)

@@ -360,6 +360,8 @@ static void check_take(const char *content, const int64_t *ids, size_t nids)
                 idv[i] = ids[i];
             take_vs_parse(doc, &d1, v, idv, 1);
             take_vs_parse(doc, &d1, v, idv, 0);
+            take_vs_parse(doc, &d1, v, NULL, 1); /* by position */
+            take_vs_parse(doc, &d1, v, NULL, 0);
             g_taken++;
             free(idv);
         }
@@ -761,6 +763,7 @@ int main(int argc, char **argv)
         test_not_finite();
         test_top_rules();
         test_outputs();
+        test_by_position();
         test_count();
         test_generated();
         test_flood();

@@ -300,6 +300,55 @@ static void test_outputs(void)
     }
 }
 
+/* ids NULL: the entries stand for the tokens by position (vLLM's output_mode "text", whose
+   tokens are decoded text): no id is read, every other rule holds, on both readers. */
+static void test_by_position(void)
+{
+    static const struct {
+        const char *content;
+        ptrdiff_t serr;
+        int scode;
+        ptrdiff_t terr;
+        int tcode;
+    } cases[] = {
+        {"[{\"token\":\"Hello\",\"logprob\":-0.5,\"bytes\":[72]},{\"token\":\" world\",\"logprob\":-1.5}]",
+         -1, 0, 0, TW_REC_MISSING_TOP},
+        {"[{\"token\":\"token_id:9\",\"logprob\":-0.5," TOP2 "},{\"token_id\":3,\"logprob\":-1," TOP2 "}]",
+         -1, 0, -1, 0},
+        {"[{\"logprob\":-0.5," TOP2 "},{\"token\":null,\"logprob\":-1," TOP2 "}]", -1, 0, -1, 0},
+        {"[{\"token\":\"a\",\"logprob\":-0.5,\"top_logprobs\":[{\"token\":\"a\",\"logprob\":-0.5}]}]",
+         -1, 0, 0, TW_REC_TOP_NO_ID},
+        {"[{\"token\":\"a\",\"logprob\":-0.5},{\"token\":\"b\",\"logprob\":-9999.0}]", 1, TW_REC_NO_EVIDENCE,
+         0, TW_REC_MISSING_TOP},
+        {"[{\"token\":\"a\",\"logprob\":\"-0.5\"}]", 0, TW_REC_NOT_A_NUMBER, 0, TW_REC_MISSING_TOP},
+        {"[{\"token\":\"a\",\"logprob\":-0.5},7]", 1, TW_REC_ENTRY_NOT_OBJECT, 0, TW_REC_MISSING_TOP},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tw_value v;
+        char *b;
+        double s[4] = {0, 0, 0, 0}, el[4];
+        int64_t co[4];
+        tw_rec_cands c = {NULL, NULL, 0, 1};
+        tw_rec_result res;
+        CHECK(prepare(cases[i].content, &b, &v), "prepare %zu", i);
+        CHECK(tw_rec_parse(b, &v, v.count, NULL, 1, s, co, el, &c, &res, g_path) == TW_REC_OK &&
+                  res.sampled_err == cases[i].serr && res.sampled_code == cases[i].scode &&
+                  res.top_err == cases[i].terr && res.top_code == cases[i].tcode,
+              "by position %zu: sampled (%td, %d) top (%td, %d)", i, res.sampled_err, res.sampled_code,
+              res.top_err, res.top_code);
+        CHECK(cases[i].serr >= 0 || (s[0] == -0.5 && s[v.count - 1] != 0), "by position %zu: values", i);
+        CHECK(tw_rec_parse(b, &v, v.count, NULL, 0, s, NULL, NULL, NULL, &res, g_path) == TW_REC_OK &&
+                  res.sampled_err == cases[i].serr && res.sampled_code == cases[i].scode && res.top_err == -1,
+              "by position %zu, sampled only", i);
+        check_take(cases[i].content, NULL, 0); /* tw_rec_take where the scan read the array */
+        tw_rec_cands_free(&c);
+        free(b);
+    }
+    /* the same text records for ids: the first names no id */
+    EXPECT("[{\"token\":\"Hello\",\"logprob\":-0.5},{\"token\":\" world\",\"logprob\":-1.5}]",
+           ((const int64_t[]){1, 2}), 2, 0, TW_REC_TOKEN_MISMATCH, 0, TW_REC_MISSING_TOP);
+}
+
 /* tw_rec_count: the room the candidates pass needs. */
 static void test_count(void)
 {

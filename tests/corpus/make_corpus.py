@@ -71,6 +71,27 @@ def cases() -> dict[str, tuple[bytes, str]]:
     out["huge_num_top_with_head"] = (dump(doc({"token_ids": [7], "compact_logprobs": good_compact})), "Engine returned fewer top logprobs")
     out["num_top_beyond_2_64"] = (dump(doc({"token_ids": [7], "compact_logprobs": dict(good_compact, num_top_logprobs=10**30)})), "Invalid compact logprob candidate count")
     out.update(routing_cases())
+    # Weight-version spans (vLLM's choices[].weight_versions) over the two tokens of good_choice.
+    def spans(*triples):
+        return dump(doc(good_choice(weight_versions=[{"version": v, "start": a, "end": b} for v, a, b in triples])))
+
+    out["weight_versions_ok"] = (spans(("s1", 0, 1), ("s2", 1, 2)), "ok")
+    out["weight_versions_gap"] = (spans(("s1", 0, 1), ("s2", 2, 2)), "weight_versions must cover the output tokens")
+    out["weight_versions_overlap"] = (spans(("s1", 0, 2), ("s2", 1, 2)), "weight_versions must cover the output tokens")
+    out["weight_versions_past_end"] = (spans(("s1", 0, 2**63 - 1)), "weight_versions span 0 [0, 9223372036854775807) ends past")
+    out["weight_versions_bool"] = (spans(("s1", False, True), ("s2", True, 2)), "weight_versions span 0: start must be an int")
+    out["weight_versions_float"] = (spans(("s1", 0, 2.0)), "weight_versions span 0: end must be an int")
+    out["weight_versions_deep_version"] = (spans(("s1", 0, 2)).replace(b'"s1"', b"[" * 100 + b"]" * 100),
+                                           "weight_versions span 0: version must be a string")
+    # vLLM's output_mode "text": records of decoded text, read by position; a head needs ids.
+    text = {"content": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105],
+                         "top_logprobs": [{"token": t, "logprob": -0.5 - i} for i, t in enumerate(["Hi", "Yo", "A", "B", "C"])]},
+                        {"token": "!", "logprob": -1.5, "bytes": [33],
+                         "top_logprobs": [{"token": t, "logprob": -1.5 - i} for i, t in enumerate(["!", "?", ".", ",", ";"])]}]}
+    out["output_mode_text"] = (dump(doc({"token_ids": [7, 8], "text": "Hi!", "logprobs": text}, output_mode="text")), "ok")
+    out["output_mode_text_with_head"] = (out["output_mode_text"][0], "Top logprob must identify a nonnegative token id: the response is output_mode")
+    out["text_records_unsaid"] = (dump(doc({"token_ids": [7, 8], "logprobs": text})),
+                                  "Engine response choice.logprobs.content[0].token must be 'token_id:7'. The record carries decoded text")
     out["empty_document"] = (b"", "invalid JSON")
     out["whitespace_only"] = (b" \n\t ", "invalid JSON")
     out["top_level_array"] = (b"[]", "response must be a JSON object")

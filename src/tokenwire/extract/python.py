@@ -52,17 +52,20 @@ class Evidence:
     kind reads (see :func:`read_field`). ``sent`` maps ``"logprobs"`` and
     ``"completion_logprobs"`` to the value as sent where the compiled scan blanked part of it
     (the result's ``raw`` keeps it); ``source`` holds the raw bytes that spans point into.
+    ``by_position``: the choice's native records stand for its tokens by position
+    (:func:`records_by_position`), and were read without their ids.
     """
 
-    __slots__ = ("index", "kernels", "error", "source", "sent", *ATTRS)
+    __slots__ = ("index", "kernels", "error", "source", "sent", "by_position", *ATTRS)
 
     def __init__(self, index: int | None, kernels: Any = None, error: Any = MalformedResponseError,
-                 source: Any = None) -> None:
+                 source: Any = None, by_position: bool = False) -> None:
         self.index = index
         self.kernels = python_kernels if kernels is None else kernels  # the per-token loops
         self.error = error  # what a broken rule raises (a subclass of MalformedResponseError)
         self.source = source
         self.sent: dict[str, Any] = {}
+        self.by_position = by_position
 
     def fail(self, reason: str, field: str | None = None, token: int | None = None) -> NoReturn:
         raise self.error(reason, choice=self.index, field=field, token=token)
@@ -97,8 +100,9 @@ class LazyEvidence(Evidence):
     __slots__ = ("choice", "fmt", "k", "top")
 
     def __init__(self, index: int | None, choice: Any, fmt: str = _table.GENERATE, k: int | None = None,
-                 kernels: Any = None, error: Any = MalformedResponseError, top: bool = False) -> None:
-        super().__init__(index, kernels, error)
+                 kernels: Any = None, error: Any = MalformedResponseError, top: bool = False,
+                 by_position: bool = False) -> None:
+        super().__init__(index, kernels, error, by_position=by_position)
         self.choice, self.fmt, self.k, self.top = choice, fmt, k, top
 
     def __getattr__(self, name: str) -> Any:
@@ -111,6 +115,14 @@ class LazyEvidence(Evidence):
         value = read_field(self, field, self.choice if isinstance(self.choice, dict) else {}, self.fmt, self.k)
         setattr(self, name, value)
         return value
+
+
+def records_by_position(document: Any) -> bool:
+    """Whether a generate response says its native records carry decoded text: vLLM's
+    ``output_mode: "text"`` (a top-level field; ``"tokens"``, the default, and older servers
+    that do not send it name each record's id). Record ``t`` then stands for
+    ``token_ids[t]`` by position, and its ``token`` is not read as an id."""
+    return isinstance(document, dict) and document.get("output_mode") == "text"
 
 
 def load_document(raw: Any) -> Any:
@@ -403,25 +415,27 @@ def read_field(c: Evidence, field: _table.Field, choice: Any, fmt: str, k: int |
     ids = c.token_ids
     entries = None
     if ids is not None and ids[2] is None and len(value) == ids[1]:
-        entries = native_entries(value, ids[0], k is not None and choice.get(KEY.compact_logprobs) is None)
+        entries = native_entries(value, None if c.by_position else ids[0],
+                                 k is not None and choice.get(KEY.compact_logprobs) is None)
     return Read(len(value), entries=entries)
 
 
 def extract_fields(index: int | None, choice: Any, fmt: str, k: int | None = None,
-                   kernels: Any = None) -> Evidence:
+                   kernels: Any = None, by_position: bool = False) -> Evidence:
     """The pure-Python extractor: the evidence of one parsed choice (``index`` None: the top
     level, ``choice`` the document) for the rules of ``fmt``, every table row of the format
-    read by :func:`read_field` (the compiled core reads the same from the raw bytes)."""
-    c = Evidence(index, kernels)
+    read by :func:`read_field` (the compiled core reads the same from the raw bytes);
+    ``by_position``: as :func:`records_by_position` says of the document."""
+    c = Evidence(index, kernels, by_position=by_position)
     is_object = isinstance(choice, dict)
     for field in _ROWS[fmt, index is None]:
         setattr(c, field.attr, read_field(c, field, choice, fmt, k) if is_object else None)
     return c
 
 
-def extract_choice(index: int | None, choice: Any, k: int | None = None) -> Evidence:
+def extract_choice(index: int | None, choice: Any, k: int | None = None, by_position: bool = False) -> Evidence:
     """The evidence of one parsed generate choice (``index`` None: the top level)."""
-    return extract_fields(index, choice, _table.GENERATE, k)
+    return extract_fields(index, choice, _table.GENERATE, k, by_position=by_position)
 
 
 def extract_openai_choice(index: int | None, choice: Any, k: int | None = None) -> Evidence:
@@ -441,7 +455,9 @@ def extract_generate(raw: Any, top_k: int | None = None) -> tuple[Any, Evidence,
     k = check_top_k(top_k)
     document = load_document(raw)
     choices = document.get(KEY.choices) if isinstance(document, dict) else None
-    read = [extract_choice(i, choice, k) for i, choice in enumerate(choices)] if isinstance(choices, list) else []
+    by_position = records_by_position(document)
+    read = ([extract_choice(i, choice, k, by_position) for i, choice in enumerate(choices)]
+            if isinstance(choices, list) else [])
     return document, extract_choice(None, document), read
 
 

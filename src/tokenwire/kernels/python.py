@@ -294,16 +294,20 @@ def blob(value: Any) -> np.ndarray | None:
     return None if raw is None else np.frombuffer(bytearray(raw), dtype=np.uint8)
 
 
-def native_entries(content: list[Any], ids: np.ndarray, want_top: bool) -> NativeEntries:
-    """Both passes over native ``logprobs.content`` records (see :class:`NativeEntries`)."""
-    ids_list = ids.tolist()
-    sampled = np.zeros(len(ids_list), dtype=np.float64)
+def native_entries(content: list[Any], ids: np.ndarray | None, want_top: bool) -> NativeEntries:
+    """Both passes over native ``logprobs.content`` records (see :class:`NativeEntries`),
+    entry ``t`` for the token ``ids[t]``; ``ids`` None: entry ``t`` stands for token ``t``
+    whatever it names (vLLM's ``output_mode: "text"`` records carry decoded text), and the
+    sampled pass reads no id."""
+    ids_list = None if ids is None else ids.tolist()
+    n = len(content) if ids_list is None else len(ids_list)
+    sampled = np.zeros(n, dtype=np.float64)
     sampled_err = None
     for index, entry in enumerate(content):
         logprob = entry.get("logprob") if isinstance(entry, dict) else None
         if not isinstance(entry, dict):
             sampled_err = (index, "not_object")
-        elif logprob_token_id(entry) != ids_list[index]:
+        elif ids_list is not None and logprob_token_id(entry) != ids_list[index]:
             sampled_err = (index, "token")
         elif isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
             sampled_err = (index, "number")
@@ -316,7 +320,7 @@ def native_entries(content: list[Any], ids: np.ndarray, want_top: bool) -> Nativ
             continue
         break
     rows: list[list[tuple[int, float]]] = []
-    entry_lps = np.zeros(len(ids_list), dtype=np.float64)
+    entry_lps = np.zeros(n, dtype=np.float64)
     top_err = None
     for index, entry in enumerate(content if want_top else ()):
         head, problem = native_head(entry)
@@ -330,7 +334,7 @@ def native_entries(content: list[Any], ids: np.ndarray, want_top: bool) -> Nativ
             top_err = (index, problem)
             break
         rows.append(list(head.items()))
-    rows += [[] for _ in range(len(ids_list) - len(rows))]
+    rows += [[] for _ in range(n - len(rows))]
     return NativeEntries(sampled, sampled_err, Candidates.from_rows(rows), entry_lps, top_err)
 
 

@@ -22,7 +22,7 @@ from .._errors import MalformedResponseError
 from .._table import CHOICE, GENERATE, KEY, top_keys
 from .._types import GenerateChoice, GenerateResponse, Ragged
 from .._wire import COMPACT_FORMAT, MAX_OFFSET, VLLM_LOGPROB_SENTINEL
-from ..extract.python import Evidence, extract_choice, load_document
+from ..extract.python import Evidence, extract_choice, full_at, load_document, records_by_position
 from ..kernels.python import HEAD_MISSING_SUPPORT, Candidates, NativeEntries, is_int
 from .arrays import (
     named,
@@ -126,6 +126,35 @@ def _native_message(messages: dict[str, str], code: str, index: int, ids: np.nda
     return messages[code].format(at=at, id=int(ids[index]))
 
 
+# How to get records that name ids (vLLM's generate endpoint).
+_ASK_FOR_IDS = ('request output_mode "tokens" (the generate endpoint\'s default), or start vLLM with '
+                "--return-tokens-as-token-ids")
+
+
+def _decoded_text(c: Evidence, choice: dict[str, Any], index: int) -> str | None:
+    """The decoded text record ``index`` of ``logprobs.content`` carries in place of an id
+    (no ``token_id``, a ``token`` that is not ``"token_id:N"``), or None. Read on the error
+    path only, from the records as sent (the compiled extractor blanked them in the parsed
+    copy)."""
+    entry = full_at(c, choice["logprobs"]["content"], c.logprobs_content.span)[index]
+    token = entry.get("token") if isinstance(entry, dict) and "token_id" not in entry else None
+    return token if isinstance(token, str) and not token.startswith("token_id:") else None
+
+
+def _token_message(c: Evidence, choice: dict[str, Any], index: int, ids: np.ndarray) -> str:
+    """Record ``index`` names another token than ``ids[index]``; when it carries decoded text
+    instead of an id, the message says so and how to ask for ids. (An error of renderers'
+    type, the renderers drop-in's, keeps renderers' own message.)"""
+    message = _native_message(_NATIVE_SAMPLED, "token", index, ids)
+    text = _decoded_text(c, choice, index) if c.error is MalformedResponseError else None
+    if text is None:
+        return message
+    shown = repr(text if len(text) <= 32 else text[:32] + "...")
+    return (f"{message} The record carries decoded text ({shown}), not a token id, and the response "
+            'does not say output_mode "text" (which aligns records with token_ids by position): '
+            f"to get ids, {_ASK_FOR_IDS}.")
+
+
 def parse_native_logprobs(
     choice: dict[str, Any], ids: np.ndarray, c: Evidence, want_top: bool = False
 ) -> tuple[np.ndarray, NativeEntries | None]:
@@ -151,6 +180,8 @@ def parse_native_logprobs(
     entries = c.logprobs_content.entries  # read when the ids and the count agree, as here
     if entries.sampled_err is not None:
         index, code = entries.sampled_err
+        if code == "token":
+            c.fail(_token_message(c, choice, index, ids), field, index)
         c.fail(_native_message(_NATIVE_SAMPLED, code, index, ids), field, index)
     if sampled is not None:
         _check_agrees(c, _parse_sampled_list(sampled, ids, c), "logprobs.sampled", entries.sampled, "logprobs.content")
@@ -417,7 +448,11 @@ def parse_native_heads(
         _fail_head(c, choice, field, head_bad, supports)
     if entries.top_err is not None:
         index, code = entries.top_err
-        c.fail(_native_message(NATIVE_TOP, code, index, ids), field, index)
+        message = _native_message(NATIVE_TOP, code, index, ids)
+        if code == "top_no_id" and c.by_position:
+            message += (': the response is output_mode "text", whose candidates carry decoded text, and a '
+                        f"head needs token ids: {_ASK_FOR_IDS}, which names every candidate by id")
+        c.fail(message, field, index)
     return top_ids, top_logprobs, supports
 
 
@@ -488,6 +523,60 @@ def parse_top_k_heads(
     return top_ids, top_logprobs, supports
 
 
+# --- weight versions -----------------------------------------------------------------------------
+
+
+def parse_weight_versions(value: Any, n: int, c: Evidence, field: str = "weight_versions"
+                          ) -> tuple[tuple[str, int, int], ...]:
+    """Which weights sampled which output tokens: ``[{"version", "start", "end"}, ...]``, the
+    half-open spans ``[start, end)`` over the ``n`` output-token indexes (vLLM's
+    ``choices[].weight_versions``, SGLang's ``meta_info.weight_versions``). The spans are in
+    order and cover the output exactly: the first starts at 0, each starts where the one
+    before it ended, none is empty, the last ends at ``n``. An empty completion has no span
+    (vLLM: ``[]``) or one empty span ``[0, 0)`` (SGLang). ``version`` is the label the
+    trainer gave the weights, a string; ``start`` and ``end`` are ints. A broken rule fails
+    at ``field``, its ``token`` the span's index in the list."""
+    what = "a list of {version, start, end} spans"
+    if not isinstance(value, list):
+        c.fail(f"{field} must be {what}, not {type(value).__name__}", field)
+    empty_ok = n == 0 and len(value) == 1  # SGLang's span of an empty completion: [0, 0)
+    spans = []
+    end = 0  # where the spans so far end
+    for index, span in enumerate(value):
+        if not isinstance(span, dict):
+            c.fail(f"{field} must be {what}: span {index} is {type(span).__name__}", field, index)
+        version = span.get("version")
+        if not isinstance(version, str):
+            c.fail(f"{field} span {index}: version must be a string (the weights' label), not "
+                   f"{type(version).__name__}", field, index)
+        bounds = span.get("start"), span.get("end")
+        for name, bound in zip(("start", "end"), bounds):
+            if not is_int(bound):
+                c.fail(f"{field} span {index}: {name} must be an int (an output-token index), not "
+                       f"{type(bound).__name__}", field, index)
+        start, stop = cast(tuple[int, int], bounds)
+        if start != end:
+            if index == 0:
+                reason = f"the first span must start at output token 0, not {start}"
+            elif start > end:
+                reason = f"a gap: span {index} starts at {start} but span {index - 1} ends at {end}"
+            else:
+                reason = f"an overlap: span {index} starts at {start} but span {index - 1} ends at {end}"
+            c.fail(f"{field} must cover the output tokens in order without gaps or overlaps: {reason}",
+                   field, index)
+        if stop < start or (stop == start and not empty_ok):
+            c.fail(f"{field} span {index} [{start}, {stop}) is empty or reversed: each span "
+                   "must hold at least one output token", field, index)
+        if stop > n:
+            c.fail(f"{field} span {index} [{start}, {stop}) ends past the {n} output tokens", field, index)
+        spans.append((version, start, stop))
+        end = stop
+    if end != n:
+        covered = f"its spans end at output token {end}" if spans else "it holds no span"
+        c.fail(f"{field} must cover all {n} output tokens: {covered}", field)
+    return tuple(spans)
+
+
 # --- a whole response -----------------------------------------------------------------------------
 
 
@@ -545,6 +634,7 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         if logprobs is not None and KEY.completion_logprobs not in consumed:
             consumed.append(KEY.logprobs)
     routed = choice.get(KEY.routed_experts)
+    spans = choice.get(KEY.weight_versions)
     return GenerateChoice(
         index=cast(int, c.index),  # a choice's evidence (None: the top level's)
         completion_ids=ids,
@@ -560,6 +650,7 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         payload=segments,
         sampling_mask_logprobs=handle.get("sampling_mask_logprobs"),
         routed_expert_weights=handle.get("routed_expert_weights"),
+        weight_versions=None if spans is None else parse_weight_versions(spans, len(ids), c),
     )
 
 
@@ -588,7 +679,8 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
     files under it."""
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
-    read = evidence or (lambda index, value: extract_choice(index, value, k))
+    by_position = records_by_position(document)
+    read = evidence or (lambda index, value: extract_choice(index, value, k, by_position))
     prompt = document.get(KEY.prompt_token_ids)
     teacher = document.get(KEY.prompt_token_id_logprobs)
     top = read(None, document) if prompt is not None or teacher is not None else None

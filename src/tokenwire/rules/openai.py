@@ -50,7 +50,7 @@ from ..extract.python import (
 )
 from ..kernels.python import Candidates, is_int, native_head
 from .arrays import check_experts, parse_npy
-from .generate import NATIVE_TOP, checked_int_list, response_of
+from .generate import NATIVE_TOP, checked_int_list, parse_weight_versions, response_of
 from .requests import (
     _CHAT,
     _COMPLETIONS,
@@ -657,9 +657,10 @@ parse_chat_completions_response = _response_parser(
 # --- SGLang /generate ----------------------------------------------------------------------------
 
 
-# The fields of meta_info that become attributes: the wire table's SGLang rows under it.
-# (Miles' mask logprobs are read from the parsed item, without a row of their own.)
-_SGLANG_CONSUMED = (*(f.path[1] for f in fields(ITEM, SGLANG) if f.key == KEY.meta_info),
+# The fields of meta_info that become attributes: the wire table's SGLang rows under it that
+# give a result (the single ``weight_version`` stays in raw). Miles' mask logprobs are read
+# from the parsed item, without a row of their own.
+_SGLANG_CONSUMED = (*(f.path[1] for f in fields(ITEM, SGLANG) if f.key == KEY.meta_info and f.result),
                     "output_token_sampling_mask_logprobs")
 _SGLANG_NO_ID = "Top logprob must be [logprob, token_id, text] with an id in [0, 2**32)"
 _MASK = "meta_info.output_token_sampling_mask"
@@ -962,6 +963,7 @@ def _parse_sglang_item(
         top_ids, top_logprobs = _chosen_heads(c, field, ids, candidates, sampled, k, top_err, _SGLANG_NO_ID,
                                               mask)
     prompt_top_ids, prompt_top_logprobs = _sglang_prompt_top(c, meta)
+    spans = _sglang_weight_versions(c, meta, len(ids))
     finish = meta.get("finish_reason")
     raw = {key: value for key, value in item.items() if key != KEY.output_ids}
     raw[KEY.meta_info] = {key: value for key, value in meta.items() if key not in _SGLANG_CONSUMED}
@@ -974,7 +976,25 @@ def _parse_sglang_item(
         sampling_mask_logprobs=support if support is not None else mask_logprobs,
         prompt_top_ids=prompt_top_ids,
         prompt_top_logprobs=prompt_top_logprobs,
+        weight_versions=spans,
     )
+
+
+def _sglang_weight_versions(c: Evidence, meta: dict[str, Any], n: int) -> tuple[tuple[str, int, int], ...] | None:
+    """SGLang's ``meta_info.weight_versions`` spans (the generate endpoint's rules), and
+    beside them the single ``weight_version``, which names the last span's weights. Alone (older
+    SGLang), the single version says which weights were loaded when the response was built,
+    not which sampled each token: it is no span and stays in ``raw["meta_info"]``."""
+    field = "meta_info.weight_versions"
+    value = meta.get("weight_versions")
+    if value is None:
+        return None
+    spans = parse_weight_versions(value, n, c, field)
+    single = meta.get("weight_version")
+    if single is not None and spans and single != spans[-1][0]:
+        c.fail(f"meta_info.weight_version ({single!r}) is not the version of the last "
+               f"{field} span ({spans[-1][0]!r})", "meta_info.weight_version")
+    return spans
 
 
 def parse_sglang_generate_document(

@@ -78,15 +78,32 @@ def _asked(params: Any, top_k: int | None) -> tuple[dict[str, Any], int | None]:
     return dict(params), check_top_k(top_k)
 
 
+def _own_candidates(params: dict[str, Any], k: int | None) -> None:
+    """vLLM's ``logprob_token_ids`` (the candidate ids the caller chose, which take precedence
+    over the natural top-k) cannot be asked for beside a head: the response would look like
+    a top-k response, but its candidates would be the caller's, not the sampler's top, and
+    a head built from them would be wrong."""
+    if k is not None and params.get("logprob_token_ids") is not None:
+        raise ValueError(
+            "logprob_token_ids cannot be combined with top_k: vLLM then returns the logprobs of "
+            "the ids you chose in place of the natural top-k candidates, so the response looks "
+            "like a top-k response but a head built from it is not the sampler's; drop "
+            "logprob_token_ids to get a head, or top_k to score your own ids"
+        )
+
+
 def completions_request_params(params: dict[str, Any], *, top_k: int | None = None) -> dict[str, Any]:
     """A copy of ``/v1/completions`` request ``params`` that asks for exact ids.
 
     Sets ``return_token_ids=True`` and ``logprobs=1`` (``top_k + 2`` with a head, plus
     ``return_tokens_as_token_ids=True`` so candidates are keyed by id) only where the caller
     did not: an explicit ``False`` is kept, and parsing the response then fails loudly.
-    These are vLLM's names; Fireworks accepts ``return_token_ids`` as well.
+    These are vLLM's names; Fireworks accepts ``return_token_ids`` as well. With ``top_k``,
+    ``logprob_token_ids`` in ``params`` raises ValueError (the candidates would be the
+    caller's, not the sampler's top-k).
     """
     out, k = _asked(params, top_k)
+    _own_candidates(out, k)
     out.setdefault("return_token_ids", True)
     out.setdefault("logprobs", 1 if k is None else k + 2)
     if k is not None:
@@ -101,9 +118,11 @@ def chat_completions_request_params(
 
     Sets ``return_token_ids=True`` and ``logprobs=True`` (with a head also
     ``top_logprobs=top_k + 2`` and ``return_tokens_as_token_ids=True``) where the caller did
-    not; explicit values, ``False`` included, are kept.
+    not; explicit values, ``False`` included, are kept. With ``top_k``, ``logprob_token_ids``
+    in ``params`` raises ValueError, as in :func:`completions_request_params`.
     """
     out, k = _asked(params, top_k)
+    _own_candidates(out, k)
     out.setdefault("return_token_ids", True)
     out.setdefault("logprobs", True)
     if k is not None:
