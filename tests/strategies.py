@@ -151,7 +151,23 @@ def choices(draw, index: int, k: int | None, newer: bool = True) -> dict[str, An
     )
     if newer and draw(st.integers(0, 2)) == 0:
         choice["weight_versions"] = draw(weight_versions(n))
+    if newer and mask in ("list", "csr") and draw(st.integers(0, 2)) == 0:
+        choice["sampling_mask_logprobs"] = draw(mask_logprobs(ev.support))
     return choice
+
+
+@st.composite
+def mask_logprobs(draw, rows: list[list[int]]) -> list[list[float]]:
+    """prime-rl's sampling_mask_logprobs for mask ``rows``: each row renormalized over its
+    kept ids (float32, flat or peaked), now and then -9999 throughout (a row not captured)."""
+    out = []
+    for row in rows:
+        if row and draw(st.integers(0, 5)) == 0:
+            out.append([samples.SENTINEL] * len(row))
+            continue
+        weights = np.array([draw(st.sampled_from([1.0, 1.0, 0.01, 50.0])) for _ in row], dtype=np.float64)
+        out.append(np.log(weights / weights.sum()).astype(np.float32).tolist() if row else [])
+    return out
 
 
 @st.composite
@@ -256,6 +272,8 @@ def _mutations(choice: dict[str, Any]) -> list[str]:
         names += ["mask.count", "mask.empty_row", "mask.dup", "mask.sampled_missing", "mask.negative"]
     if isinstance(choice.get("sampling_mask"), dict):
         names += ["mask.count", "mask.dtype", "mask.shape", "mask.shape_bool", "mask.negative_csr"]
+    if isinstance(choice.get("sampling_mask_logprobs"), list):
+        names += ["mask_lp.short", "mask_lp.wide", "mask_lp.positive", "mask_lp.scale", "mask_lp.str"]
     if "kept_tokens" in choice:
         names += ["kept.count", "kept.dup", "kept.sampled_missing", "kept.negative"]
     if "routed_experts" in choice:
@@ -308,6 +326,8 @@ def _apply(choice: dict[str, Any], name: str, draw) -> None:
         _apply_native(choice["logprobs"]["content"], name[7:], draw)
     elif name.startswith("mask."):
         _apply_mask(choice, name[5:], n, draw)
+    elif name.startswith("mask_lp."):
+        _apply_mask_logprobs(choice["sampling_mask_logprobs"], name[8:], draw)
     elif name.startswith("kept."):
         _apply_kept(choice["kept_tokens"], name[5:], choice["token_ids"], draw)
     elif name.startswith("sampled."):
@@ -369,6 +389,22 @@ def _apply_payload(segments: list[Any], name: str, draw) -> None:
         return
     at = name if isinstance(segment, dict) else SEGMENT_KEYS.index(name)
     segment[at] = segment[at] + 1 if name == "rows" else {"dtype": "int64", "file": "", "offset": True}[name]
+
+
+def _apply_mask_logprobs(rows: list[list[float]], name: str, draw) -> None:
+    """Break prime-rl's mask logprob rows one way."""
+    if name == "short" or not rows:
+        rows.pop() if rows else rows.append([0.0])
+        return
+    t = draw(st.integers(0, len(rows) - 1))
+    if name == "wide" or not rows[t]:
+        rows[t].append(-1.0)
+    elif name == "positive":
+        rows[t][draw(st.integers(0, len(rows[t]) - 1))] = 0.5
+    elif name == "scale":  # no longer renormalized (a marker row: no longer the marker throughout)
+        rows[t] = [v - 1.0 for v in rows[t]]
+    elif name == "str":
+        rows[t][0] = str(rows[t][0])
 
 
 def _apply_spans(spans: list[Any], name: str, n: int, draw) -> None:

@@ -43,6 +43,7 @@ ALLOWED: dict[tuple[str, str], str] = {
        for key in ("completion_logprobs", "sampling_mask", "routed_experts", "prompt_token_ids")},
     ("_formats.py", "top_logprobs"): "a fragment of the rules' messages",
     ("_types.py", "sampling_mask"): "a payload segment's field name (prime-rl's own names for its fields)",
+    ("_types.py", "sampling_mask_logprobs"): "a payload segment's field name (prime-rl's own names for its fields)",
     ("_writer.py", "token_ids"): "encode_top_k's argument, named in its messages",
     ("compat/renderers.py", "top_logprobs"): "a member of a logprobs.content record",
     ("kernels/python.py", "top_logprobs"): "a member of a logprobs.content record",

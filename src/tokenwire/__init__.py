@@ -29,6 +29,8 @@ from ._writer import (
     encode_packed,
     encode_routed_experts,
     encode_sampling_mask,
+    encode_sampling_mask_logprobs,
+    encode_teacher_scores,
     encode_top_k,
     json_default,
 )
@@ -59,6 +61,8 @@ __all__ = [
     "encode_packed",
     "encode_routed_experts",
     "encode_sampling_mask",
+    "encode_sampling_mask_logprobs",
+    "encode_teacher_scores",
     "encode_top_k",
     "implementation",
     "json_default",

@@ -118,6 +118,9 @@ FIELDS: tuple[Field, ...] = (
           blank="string", base64=True, result="routed_experts"),
     # prime-rl's by-handle segments (rows in files under payload_root): the rules read the value.
     Field("PAYLOAD", CHOICE, ("payload",), VALUE, _G, "payload", result="payload"),
+    # prime-rl's sampler logprobs of the kept ids, rows aligned with sampling_mask.
+    Field("SM_LOGPROBS", CHOICE, ("sampling_mask_logprobs",), VALUE, _G, "sampling_mask_logprobs",
+          result="sampling_mask_logprobs"),
     Field("WEIGHT_VERSIONS", CHOICE, ("weight_versions",), VALUE, _G, "weight_versions",
           result="weight_versions"),
     # Choices of the OpenAI-compatible endpoints (/v1/completions, /v1/chat/completions).

@@ -278,8 +278,8 @@ class GenerateChoice:
         sampling_mask_logprobs: the logprob of every kept id of ``sampling_mask``, renormalized
             over its row (:class:`Ragged` aligned with ``sampling_mask``): float64 when SGLang
             sends them (``sampling_logprobs_mode: "support"``, or
-            ``output_token_sampling_mask_logprobs``), float32 when read by handle (prime-rl's
-            ``payload``); else None.
+            ``output_token_sampling_mask_logprobs``), float32 from prime-rl (its
+            ``sampling_mask_logprobs``, inline or by handle); else None.
         prompt_top_ids: SGLang's flat prompt top-k (``input_top_logprobs_*_flat``): each
             covered prompt position's top ids (int64 :class:`Ragged`, the null prefix as empty
             rows), if sent; else None.

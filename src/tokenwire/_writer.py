@@ -6,6 +6,7 @@ arrays instead of base64 text), so a server cannot emit what tokenwire would rej
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import secrets
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _json, _select, _table
+from . import _json, _select, _table, _types
 from ._args import int_arg, int_array, real_array
 from ._errors import MalformedResponseError
 from ._table import KEY
@@ -271,6 +272,43 @@ def encode_kept_tokens(ids: Any, counts: Any, *, completion_ids: Any = None) -> 
     field = {"ids": _blob(support.astype("<i4")), "counts": _blob(sizes.astype("<i4"))}
     _rules.parse_sampling_mask({KEY.kept_tokens: field}, sampled, _given_choice(KEY.kept_tokens, field))
     return field
+
+
+def encode_sampling_mask_logprobs(logprobs: Any, counts: Any) -> list[list[float]]:
+    """prime-rl's ``sampling_mask_logprobs``: the sampler's logprob of each kept id, renormalized
+    over its row, as one list of ``counts[t]`` floats per token (the float32 values, as JSON
+    numbers), aligned with a sampling mask of the same counts; a row the server did not
+    capture is -9999 throughout, an absent row (a zero count) empty. Each row must hold
+    finite values at most 1e-6 whose probabilities sum to 1 (within 1e-4)."""
+    values = real_array(logprobs, "logprobs", np.float32, flat=True)
+    sizes = _ids(counts, "counts", MAX_MASK_ID)
+    if int(sizes.sum()) != len(values):
+        raise ValueError(f"counts add up to {int(sizes.sum())} but there are {len(values)} logprobs")
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    flat = values.tolist()
+    rows = [flat[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    mask = _types.Ragged(offsets, np.zeros(len(values), dtype=np.int32))
+    _rules.mask_logprob_values(_given_choice(), rows, mask, KEY.sampling_mask_logprobs, VLLM_LOGPROB_SENTINEL)
+    return rows
+
+
+def encode_teacher_scores(scores: Any, *, logits: bool = False) -> Blob:
+    """vLLM's teacher scores ``prompt_token_id_logprobs``: a base64 ``.npy`` of a float32
+    ``(rows, K)`` matrix, row ``i`` scoring prompt token ``start + i + 1`` (``-inf`` for a
+    padded candidate). No value may be NaN or ``+inf``, nor positive unless ``logits``."""
+    matrix = np.asarray(scores)
+    if matrix.ndim != 2 or matrix.dtype.kind not in "fiu":
+        raise TypeError(f"teacher scores are a (rows, K) array of real numbers, not a {matrix.ndim}-D "
+                        f"{matrix.dtype.name} array")
+    matrix = np.ascontiguousarray(matrix, dtype="<f4")
+    buffer = io.BytesIO()
+    np.save(buffer, matrix)
+    raw = np.frombuffer(buffer.getvalue(), dtype=np.uint8)
+    blob = Blob._encoded(_select.kernels.b64encode(raw), raw)
+    top = _given_choice()
+    top.prompt_token_id_logprobs = blob.array
+    _arrays.parse_teacher_scores(top, None, None, logits)
+    return blob
 
 
 _ROUTED = {"uint8": "u1", "uint16": "<u2", "int16": "<i2", "int32": "<i4"}

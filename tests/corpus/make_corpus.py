@@ -37,6 +37,52 @@ def dump(d) -> bytes:
     return json.dumps(d, separators=(",", ":")).encode()
 
 
+def top_k_cases() -> dict[str, tuple[bytes, str]]:
+    """vLLM's packed top-k (logprobs.top_k) over two tokens, k = 6, -inf kept."""
+    ids = np.array([[5, 9, 1, 2, 3, 4], [6, 4, 8, 10, 11, 12]])
+    lps = np.log(np.array([[0.5, 0.25, 0.125, 0, 0, 0], [0.5, 0.2, 0, 0, 0, 0]]), where=[[1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0]],
+                 out=np.array([[0, 0, 0, -3, -4, -np.inf], [0, 0, -2, -3, -4, -5]], dtype=np.float64))
+    sampled = [float(np.float32(np.log(0.5)))] * 2
+
+    def case(top_ids=ids, values=lps, positions=2, raw_ids=None):
+        block = {"num_positions": positions, "k": 6, "token_ids": raw_ids or packed(top_ids, "<i4"), "logprobs": packed(values)}
+        choice = {"index": 0, "token_ids": [5, 6], "finish_reason": "stop",
+                  "logprobs": {"content": None, "sampled": sampled, "top_k": block}}
+        return dump({"choices": [choice]})
+
+    nan = lps.copy()
+    nan[1, 1] = np.nan
+    dup = ids.copy()
+    dup[1, 2] = 4
+    return {
+        "top_k_ok_with_head": (case(), "ok"),
+        "top_k_nan_with_head": (case(values=nan), "Top logprob must be a number at most 1e-6 or -inf"),
+        "top_k_duplicate_with_head": (case(top_ids=dup), "Duplicate top logprob token id"),
+        "top_k_rows_short": (case(positions=3), "Packed top-k num_positions must be the completion token count"),
+        "top_k_bytes_short": (case(raw_ids=packed(np.zeros(11), "<i4")), "Packed top-k token_ids must be base64 of 12 int32"),
+    }
+
+
+def mask_logprobs_cases() -> dict[str, tuple[bytes, str]]:
+    """prime-rl's sampling_mask_logprobs beside a list-form mask of the two tokens of good_choice."""
+    half = float(np.float32(np.log(0.5)))
+
+    def case(rows, mask=([7, 3], [])):
+        return dump(doc(good_choice(sampling_mask=list(mask), sampling_mask_logprobs=rows)))
+
+    return {
+        "mask_logprobs_ok": (case([[half, half], []]), "ok"),
+        "mask_logprobs_marker": (case([[-9999.0, -9999.0], []]), "ok"),
+        "mask_logprobs_row_short": (case([[half], []]), "sampling_mask_logprobs row must be a list of 2 logprobs"),
+        "mask_logprobs_on_absent_row": (case([[half, half], [0.0]]), "sampling_mask_logprobs row must be a list of 0 logprobs"),
+        "mask_logprobs_unnormalized": (case([[-0.1, -0.1], []]), "support logprobs must normalize over their sampling mask row"),
+        "mask_logprobs_without_mask": (dump(doc(good_choice(sampling_mask_logprobs=[[0.0], [0.0]]))),
+                                       "sampling_mask_logprobs needs the sampling_mask"),
+        "mask_logprobs_deep": (case([[half, half], "deep"]).replace(b'"deep"', b"[" * 100 + b"]" * 100),
+                               "sampling_mask_logprobs row must be a list of 0 logprobs"),
+    }
+
+
 def cases() -> dict[str, tuple[bytes, str]]:
     ok = dump(doc())
     out: dict[str, tuple[bytes, str]] = {"valid": (ok, "ok")}
@@ -71,6 +117,8 @@ def cases() -> dict[str, tuple[bytes, str]]:
     out["huge_num_top_with_head"] = (dump(doc({"token_ids": [7], "compact_logprobs": good_compact})), "Engine returned fewer top logprobs")
     out["num_top_beyond_2_64"] = (dump(doc({"token_ids": [7], "compact_logprobs": dict(good_compact, num_top_logprobs=10**30)})), "Invalid compact logprob candidate count")
     out.update(routing_cases())
+    out.update(top_k_cases())
+    out.update(mask_logprobs_cases())
     # Weight-version spans (vLLM's choices[].weight_versions) over the two tokens of good_choice.
     def spans(*triples):
         return dump(doc(good_choice(weight_versions=[{"version": v, "start": a, "end": b} for v, a, b in triples])))

@@ -13,6 +13,7 @@ on every input and return the same values.
 from __future__ import annotations
 
 import math
+from itertools import chain
 from typing import Any, cast
 
 import numpy as np
@@ -22,7 +23,14 @@ from .._errors import MalformedResponseError
 from .._table import CHOICE, GENERATE, KEY, top_keys
 from .._types import GenerateChoice, GenerateResponse, Ragged
 from .._wire import COMPACT_FORMAT, MAX_OFFSET, VLLM_LOGPROB_SENTINEL
-from ..extract.python import Evidence, extract_choice, full_at, load_document, records_by_position
+from ..extract.python import (
+    Evidence,
+    extract_choice,
+    full_at,
+    load_document,
+    numbers,
+    records_by_position,
+)
 from ..kernels.python import HEAD_MISSING_SUPPORT, Candidates, NativeEntries, is_int
 from .arrays import (
     named,
@@ -348,6 +356,62 @@ def _check_supports(c: Evidence, ids: np.ndarray, rows: Ragged, field: str, bad_
     return rows
 
 
+def mask_logprob_values(c: Evidence, rows: Any, mask: Ragged, field: str, marker: float | None = None) -> np.ndarray:
+    """The values of logprob rows aligned with the sampling mask ``mask``: a list of one row
+    per mask row, each a list of one logprob per kept id (an absent row: an empty list), the
+    sampler's logprob renormalized over its row. Every value is a finite number at most 1e-6,
+    and each row's probabilities sum to 1 within 1e-4 (the head rule's tolerance), but a row
+    whose every value is ``marker`` (a server's "not captured" row). Returns them flat, in
+    the mask's order, as float64; a broken rule fails at ``field``, its row as the token."""
+    lengths = mask.lengths()
+    name = field.split(".")[-1]
+    if not isinstance(rows, list) or len(rows) != len(lengths):
+        c.fail(f"{name} must be a list of {len(lengths)} rows, one per sampling mask row", field)
+    for t, (row, width) in enumerate(zip(rows, lengths.tolist())):
+        if not isinstance(row, list) or len(row) != width:
+            c.fail(f"{name} row must be a list of {width} logprobs, one per id of its sampling mask row", field, t)
+    values, bad = numbers(list(chain.from_iterable(rows)))
+    faults = np.flatnonzero(~np.isfinite(values) | (values > 1e-6))
+    at = int(faults[0]) if len(faults) else bad
+    if at is not None:
+        t = int(np.searchsorted(mask.offsets, at, side="right")) - 1
+        value = values[at] if at < len(values) else None
+        reason = ("must be a number" if value is None else "must be finite" if not math.isfinite(value)
+                  else f"cannot be positive ({float(value)!r})")
+        c.fail(f"support logprob {reason}", field, t)
+    # Row sums over row indices (an absent row holds nothing and is not checked).
+    row_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    mass = np.bincount(row_of, weights=np.exp(values), minlength=len(lengths))
+    checked = lengths > 0
+    if marker is not None:
+        unmarked = np.bincount(row_of, weights=values != marker, minlength=len(lengths))
+        checked &= unmarked > 0
+    off = np.flatnonzero(checked & (np.abs(mass - 1.0) > 1e-4))
+    if len(off):
+        t = int(off[0])
+        unless = "" if marker is None else f", or be {marker!r} throughout (a row the server did not capture)"
+        c.fail(f"support logprobs must normalize over their sampling mask row (probabilities sum to "
+               f"{float(mass[t])!r}){unless}", field, t)
+    return values
+
+
+def parse_mask_logprobs(choice: dict[str, Any], mask: Ragged | None, held: Ragged | None,
+                        c: Evidence) -> Ragged | None:
+    """prime-rl's ``sampling_mask_logprobs`` (``enable_return_sampling_mask_logprobs``): the
+    sampler's logprob of every kept id, renormalized over the kept set (log_softmax of the
+    processed logits), rows aligned with ``sampling_mask``; a row wider than the server's
+    capture buffer is -9999 throughout. Returned as float32 rows sharing the mask's offsets;
+    without them, ``held``: the rows read by handle."""
+    rows = choice.get(KEY.sampling_mask_logprobs)
+    if rows is None:
+        return held
+    field = KEY.sampling_mask_logprobs  # never beside a by-handle segment of it (parse_payload)
+    if mask is None:
+        c.fail("sampling_mask_logprobs needs the sampling_mask its rows are aligned with", field)
+    values = mask_logprob_values(c, rows, cast(Ragged, mask), field, VLLM_LOGPROB_SENTINEL)
+    return Ragged(cast(Ragged, mask).offsets, values.astype(np.float32))
+
+
 def _mask_field(choice: dict[str, Any]) -> str | None:
     """The field the supports are read from (``sampling_mask`` before ``kept_tokens``), or
     None."""
@@ -648,7 +712,7 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         raw=_raw(c, choice, consumed),
         sampling_mask_present=None if mask is None else mask.offsets[1:] != mask.offsets[:-1],
         payload=segments,
-        sampling_mask_logprobs=handle.get("sampling_mask_logprobs"),
+        sampling_mask_logprobs=parse_mask_logprobs(choice, mask, handle.get("sampling_mask_logprobs"), c),
         routed_expert_weights=handle.get("routed_expert_weights"),
         weight_versions=None if spans is None else parse_weight_versions(spans, len(ids), c),
     )

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -50,7 +49,13 @@ from ..extract.python import (
 )
 from ..kernels.python import Candidates, is_int, native_head
 from .arrays import check_experts, parse_npy
-from .generate import NATIVE_TOP, checked_int_list, parse_weight_versions, response_of
+from .generate import (
+    NATIVE_TOP,
+    checked_int_list,
+    mask_logprob_values,
+    parse_weight_versions,
+    response_of,
+)
 from .requests import (
     _CHAT,
     _COMPLETIONS,
@@ -711,35 +716,11 @@ def _sglang_mask(c: Evidence, meta: dict[str, Any], ids: np.ndarray) -> Ragged |
 
 
 def _aligned_rows(c: Evidence, rows: Any, mask: Ragged, ids: np.ndarray, field: str) -> tuple[Ragged, np.ndarray]:
-    """Logprob rows aligned with the sampling mask (one value per kept id, renormalized over
-    the row): as float64 rows sharing the mask's offsets, and each row's value at its sampled
-    id. Every value is a finite number at most 1e-6 and each row's probabilities sum to 1
-    (within 1e-4, the head rule's tolerance)."""
-    lengths = mask.lengths()
-    if not isinstance(rows, list) or len(rows) != len(lengths):
-        c.fail(f"{field.split('.')[-1]} must be a list of {len(lengths)} rows, one per sampling mask row", field)
-    for t, (row, width) in enumerate(zip(rows, lengths.tolist())):
-        if not isinstance(row, list) or len(row) != width:
-            c.fail(f"row must be a list of {width} logprobs, one per id of its sampling mask row", field, t)
-    offsets = mask.offsets
-    values, bad = numbers(list(chain.from_iterable(rows)))
-    faults = np.flatnonzero(~np.isfinite(values) | (values > 1e-6))
-    at = int(faults[0]) if len(faults) else bad
-    if at is not None:
-        t = int(np.searchsorted(offsets, at, side="right")) - 1
-        value = values[at] if at < len(values) else None
-        reason = ("must be a number" if value is None else "must be finite" if not math.isfinite(value)
-                  else f"cannot be positive ({float(value)!r})")
-        c.fail(f"support logprob {reason}", field, t)
-    if len(lengths):
-        mass = np.add.reduceat(np.exp(values), offsets[:-1])
-        off = np.flatnonzero(np.abs(mass - 1.0) > 1e-4)
-        if len(off):
-            t = int(off[0])
-            c.fail(f"support logprobs must normalize over their sampling mask row (probabilities sum to "
-                   f"{float(mass[t])!r})", field, t)
-    sampled_at = np.flatnonzero(mask.values == np.repeat(ids, lengths))  # one per row: the mask's rule
-    return Ragged(offsets, values), values[sampled_at]
+    """Logprob rows aligned with the sampling mask (:func:`mask_logprob_values`): as float64
+    rows sharing the mask's offsets, and each row's value at its sampled id."""
+    values = mask_logprob_values(c, rows, mask, field)
+    sampled_at = np.flatnonzero(mask.values == np.repeat(ids, mask.lengths()))  # one per row: the mask's rule
+    return Ragged(mask.offsets, values), values[sampled_at]
 
 
 def _sglang_sampling(
