@@ -709,13 +709,15 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
     parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs, require_sampling_mask)
               for i, choice in enumerate(choices)]
-    return response_of(document, parsed, prompt, "request_id", teacher)
+    return response_of(document, parsed, prompt, "request_id", teacher, format="generate", top_k=k)
 
 
 def response_of(document: dict[str, Any], choices: list[GenerateChoice], prompt: np.ndarray | None,
-                id_key: str, teacher: np.ndarray | None = None) -> GenerateResponse:
+                id_key: str, teacher: np.ndarray | None = None, *, format: str, top_k: int | None
+                ) -> GenerateResponse:
     """The response of a document's parsed choices: the id under ``id_key``, the usage, the
-    prompt ids, the teacher scores, and every other top-level field as the payload."""
+    prompt ids, the teacher scores, and every other top-level field as the payload; the
+    parser's ``format`` and ``top_k``."""
     consumed = ("choices", "prompt_token_ids", *((_TEACHER,) if teacher is not None else ()))
     return GenerateResponse(
         choices=choices,
@@ -724,6 +726,8 @@ def response_of(document: dict[str, Any], choices: list[GenerateChoice], prompt:
         prompt_token_ids=prompt,
         payload={key: v for key, v in document.items() if key not in consumed},
         prompt_token_id_logprobs=teacher,
+        format=format,
+        top_k=top_k,
     )
 
 

@@ -72,6 +72,7 @@ _UNNAMED_RECORD = "logprob entry names no token id in [0, 2**32) while other ent
 @dataclass(frozen=True)
 class _Endpoint:
     name: str
+    format: str  # GenerateResponse.format
     ids_advice: str
     logprobs_advice: str
     heads_advice: str
@@ -79,6 +80,7 @@ class _Endpoint:
 
 _COMPLETIONS = _Endpoint(
     name="/v1/completions",
+    format="completions",
     ids_advice=(
         "set `return_token_ids: true` in the request (vLLM; Fireworks too), which adds "
         "`choices[].token_ids`; or, with `logprobs`, vLLM's `return_tokens_as_token_ids: true` "
@@ -98,6 +100,7 @@ _COMPLETIONS = _Endpoint(
 
 _CHAT = _Endpoint(
     name="/v1/chat/completions",
+    format="chat",
     ids_advice=(
         "set `return_token_ids: true` in the request (vLLM; Fireworks too), which adds "
         "`choices[].token_ids`; or vLLM's `return_tokens_as_token_ids: true` with "
@@ -117,6 +120,7 @@ _CHAT = _Endpoint(
 
 _SGLANG = _Endpoint(
     name="/generate",
+    format="sglang",
     ids_advice=(
         "set `return_logprob: true` in the request: `meta_info.output_token_logprobs` then "
         "holds a [logprob, token_id, text] triple per token. "
@@ -620,7 +624,7 @@ def _parse_openai_document(
         first = prompts[0]
         if first is not None and all(p is not None and np.array_equal(p, first) for p in prompts):
             prompt = first
-    return response_of(document, parsed, prompt, "id")
+    return response_of(document, parsed, prompt, "id", format=endpoint.format, top_k=k)
 
 
 def parse_completions_document(
@@ -756,6 +760,8 @@ def parse_sglang_generate_document(
         usage=None,
         prompt_token_ids=None,
         payload={},
+        format=_SGLANG.format,
+        top_k=k,
     )
 
 
