@@ -649,3 +649,16 @@ def test_kernels_agree_on_what_does_not_fit(batch_impl):
     odd = np.empty((1, 2), dtype="V3")  # items of any size
     k.pad_rows([np.frombuffer(b"abc", dtype="V3")], odd, np.frombuffer(b"xyz", dtype="V3")[0])
     assert odd.tobytes() == b"abcxyz"
+
+
+@pytest.mark.parametrize("name", ["parse_many", "aparse_many", "collate", "Batch"])
+def test_docstring_examples_run(batch_impl, name):
+    """The examples help() shows hold on both implementations."""
+    import doctest
+
+    test = doctest.DocTestParser().get_doctest(getattr(tokenwire, name).__doc__,
+                                               {"tokenwire": tokenwire, "asyncio": asyncio}, name, None, 0)
+    assert test.examples
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
