@@ -662,3 +662,24 @@ def test_docstring_examples_run(batch_impl, name):
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
+
+
+def test_out_reuses_the_arrays_of_an_earlier_batch(batch_impl):
+    raws = [samples.sample("multi_choice"), samples.WORKLOADS["compact_top20_4k_mask"].responses(1)[0]]
+    first = tokenwire.parse_many(raws[:1], top_k=4)
+    second = tokenwire.parse_many(raws[1:] * 2, top_k=4)
+    fixed = dict(width=4200, head_width=24, prompt_width=1024)
+    earlier = tokenwire.collate(first + first[:0], **fixed)
+    previous = earlier.arrays()
+    batch = tokenwire.collate(second + second, out=earlier, **fixed)  # 4 rows, as the earlier batch
+    want = tokenwire.collate(second + second, **fixed)
+    for name, array in want.arrays().items():
+        np.testing.assert_array_equal(batch.arrays()[name], array, err_msg=name)
+    reused = {name for name, array in batch.arrays().items() if previous.get(name) is array}
+    assert {"completion_ids", "mask", "completion_logprobs", "completion_top_ids", "completion_top_logprobs",
+            "completion_top_lengths", "sampling_mask_present", "sampling_mask_offsets",
+            "prompt_token_ids"} <= reused
+    other = tokenwire.collate(second, out=batch)  # other shapes: new arrays
+    assert not any(previous.get(name) is array for name, array in other.arrays().items())
+    with pytest.raises(TypeError, match="out must be a Batch"):
+        tokenwire.collate(second, out=batch.arrays())

@@ -272,22 +272,41 @@ def _vector(value: Any, dtype: Any, kinds: str, name: str, b: int) -> np.ndarray
     return np.ascontiguousarray(array, dtype=dtype)
 
 
-def _padded(kernels: Any, rows: list[np.ndarray], width: int, dtype: Any, fill: Any) -> np.ndarray:
-    out = np.empty((len(rows), width), dtype=dtype)
-    if kernels.pad_rows(rows, out, fill) >= 0:
-        raise ValueError("a row changed its length while it was being copied")  # lengths are checked first
-    return out
+class _Blocks:
+    """Where collate's arrays come from, and the kernels that fill them: a new array each, or
+    the array of that name of ``out`` (a Batch collate returned) when it has the shape and
+    dtype wanted, written again in place."""
+
+    def __init__(self, kernels: Any, out: Batch | None) -> None:
+        self.kernels, self.out = kernels, out
+
+    def empty(self, name: str | None, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        previous: Any = None
+        if self.out is not None and name:
+            previous = self.out
+            for part in name.split("."):  # "sampling_mask.values": the Ragged's arrays
+                previous = getattr(previous, part, None)
+        if (type(previous) is np.ndarray and previous.shape == shape and previous.dtype == dtype
+                and previous.flags.c_contiguous and previous.flags.writeable):
+            return previous
+        return np.empty(shape, dtype=dtype)
+
+    def padded(self, name: str, rows: list[np.ndarray], width: int, dtype: Any, fill: Any) -> np.ndarray:
+        out = self.empty(name, (len(rows), width), dtype)
+        if self.kernels.pad_rows(rows, out, fill) >= 0:
+            raise ValueError("a row changed its length while it was being copied")  # lengths are checked first
+        return out
 
 
 def _flags(values: list[Any]) -> np.ndarray:
     return np.fromiter((v is not None for v in values), dtype=np.bool_, count=len(values))
 
 
-def _ragged_lengths(kernels: Any, raggeds: list[Ragged | None], counts: list[int], tokens: int,
-                    name: str) -> tuple[np.ndarray, np.ndarray, int]:
+def _ragged_lengths(blocks: _Blocks, raggeds: list[Ragged | None], counts: list[int], tokens: int,
+                    name: str, kept: str | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """The token lengths of each choice's rows of ``name`` (an empty row where None):
-    ``(first, lengths (B, tokens), longest)``; ValueError naming the choice and token where
-    the rows do not fit their values."""
+    ``(first, lengths (B, tokens), longest)``, the lengths in the block ``kept`` names;
+    ValueError naming the choice and token where the rows do not fit their values."""
     empty = np.zeros(1, dtype=np.int64)
     offsets, sizes, owned = [], [], []
     for b, (r, n) in enumerate(zip(raggeds, counts)):
@@ -302,15 +321,15 @@ def _ragged_lengths(kernels: Any, raggeds: list[Ragged | None], counts: list[int
         offsets.append(offs)
         sizes.append(len(r.values))
         owned.append(n)
-    lengths = np.empty((len(raggeds), tokens), dtype=np.int64)
-    first, longest, bad = kernels.ragged_lengths(offsets, owned, sizes, lengths)
+    lengths = blocks.empty(kept, (len(raggeds), tokens), np.int64)
+    first, longest, bad = blocks.kernels.ragged_lengths(offsets, owned, sizes, lengths)
     if bad is not None:
         _, b, t = bad
         raise ValueError(f"choice {b}'s {name} offsets do not fit its values (offset {t})")
     return first, lengths, longest
 
 
-def _heads(kernels: Any, rows: list[_Row], counts: list[int], tokens: int, top_k: int | None,
+def _heads(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens: int, top_k: int | None,
            head_width: Any, pad_id: int) -> dict[str, Any]:
     ids = [row.choice.completion_top_ids for row in rows]
     lps = [row.choice.completion_top_logprobs for row in rows]
@@ -319,8 +338,9 @@ def _heads(kernels: Any, rows: list[_Row], counts: list[int], tokens: int, top_k
     for b, (i, lp) in enumerate(zip(ids, lps)):
         if (i is None) != (lp is None):
             raise ValueError(f"choice {b} has {'head ids' if lp is None else 'head logprobs'} only")
-    first_ids, lengths, longest = _ragged_lengths(kernels, ids, counts, tokens, "completion_top_ids")
-    first_lps, lengths_lps, _ = _ragged_lengths(kernels, lps, counts, tokens, "completion_top_logprobs")
+    first_ids, lengths, longest = _ragged_lengths(blocks, ids, counts, tokens, "completion_top_ids",
+                                                  "completion_top_lengths")
+    first_lps, lengths_lps, _ = _ragged_lengths(blocks, lps, counts, tokens, "completion_top_logprobs")
     if not np.array_equal(lengths, lengths_lps):
         b, t = (int(x[0]) for x in np.nonzero(lengths != lengths_lps))
         raise ValueError(f"choice {b}'s completion_top_ids and completion_top_logprobs differ in length at token {t}")
@@ -338,10 +358,10 @@ def _heads(kernels: Any, rows: list[_Row], counts: list[int], tokens: int, top_k
                for b, r in enumerate(ids)]
     lp_rows = [_vector(r.values, np.float32, "f", "completion_top_logprobs", b) if r is not None else _NO_FLOAT
                for b, r in enumerate(lps)]
-    top_ids = np.empty((len(rows), tokens, width), dtype=np.int64)
-    top_lps = np.empty((len(rows), tokens, width), dtype=np.float32)
-    if (kernels.pad_ragged(id_rows, first_ids, lengths, top_ids, pad_id) >= 0
-            or kernels.pad_ragged(lp_rows, first_lps, lengths, top_lps, -np.inf) >= 0):
+    top_ids = blocks.empty("completion_top_ids", (len(rows), tokens, width), np.int64)
+    top_lps = blocks.empty("completion_top_logprobs", (len(rows), tokens, width), np.float32)
+    if (blocks.kernels.pad_ragged(id_rows, first_ids, lengths, top_ids, pad_id) >= 0
+            or blocks.kernels.pad_ragged(lp_rows, first_lps, lengths, top_lps, -np.inf) >= 0):
         raise ValueError("a head is wider than the head width")  # the width holds the longest
     return {"completion_top_ids": top_ids, "completion_top_logprobs": top_lps,
             "completion_top_lengths": lengths, "heads_present": present}
@@ -351,20 +371,23 @@ _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_FLOAT = np.zeros(0, dtype=np.float32)
 
 
-def _sampling_mask(kernels: Any, rows: list[_Row], counts: list[int], tokens: int) -> dict[str, Any]:
+def _sampling_mask(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens: int) -> dict[str, Any]:
     masks = [row.choice.sampling_mask for row in rows]
     if all(m is None for m in masks):
         return {}
-    first, lengths, _ = _ragged_lengths(kernels, masks, counts, tokens, "sampling_mask")
+    first, lengths, _ = _ragged_lengths(blocks, masks, counts, tokens, "sampling_mask")
     totals = lengths.sum(axis=1)
     parts = []
     for b, m in enumerate(masks):
         if m is not None:
             values = _vector(m.values, np.int32, "iu", "sampling_mask", b)
             parts.append(values[first[b] : first[b] + totals[b]])
-    offsets = np.zeros(len(rows) * tokens + 1, dtype=np.int64)
+    offsets = blocks.empty("sampling_mask.offsets", (len(rows) * tokens + 1,), np.int64)
+    offsets[0] = 0
     np.cumsum(lengths.reshape(-1), out=offsets[1:])
-    values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+    values = blocks.empty("sampling_mask.values", (int(offsets[-1]),), np.int32)
+    if parts:
+        np.concatenate(parts, out=values)
     present_rows = []
     for b, (row, m) in enumerate(zip(rows, masks)):
         flags = row.choice.sampling_mask_present
@@ -378,10 +401,10 @@ def _sampling_mask(kernels: Any, rows: list[_Row], counts: list[int], tokens: in
                 raise ValueError(f"choice {b}'s sampling_mask_present has {len(flags)} entries for {counts[b]} tokens")
             present_rows.append(flags)
     return {"sampling_mask": Ragged(offsets, values),
-            "sampling_mask_present": _padded(kernels, present_rows, tokens, np.bool_, False)}
+            "sampling_mask_present": blocks.padded("sampling_mask_present", present_rows, tokens, np.bool_, False)}
 
 
-def _routing(kernels: Any, rows: list[_Row], routing_width: Any) -> dict[str, Any]:
+def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any) -> dict[str, Any]:
     routed = [row.choice.routed_experts for row in rows]
     arrays = [None if r is None else np.asarray(r.array) for r in routed]
     present = [a for a in arrays if a is not None]
@@ -401,8 +424,8 @@ def _routing(kernels: Any, rows: list[_Row], routing_width: Any) -> dict[str, An
                    lambda: f"choice {counts.index(longest)}'s routing")
     flat = [_NO_ROUTING.astype(dtype) if a is None else np.ascontiguousarray(a, dtype=dtype).reshape(-1)
             for a in arrays]
-    out = np.empty((len(rows), width, layers, topk), dtype=dtype)
-    if kernels.pad_rows(flat, out.reshape(len(rows), width * layers * topk), 0) >= 0:
+    out = blocks.empty("routed_experts", (len(rows), width, layers, topk), dtype)
+    if blocks.kernels.pad_rows(flat, out.reshape(len(rows), width * layers * topk), 0) >= 0:
         raise ValueError("a routing array changed its length while it was being copied")
     starts = [-1 if r is None or r.start is None else int(r.start) for r in routed]
     return {"routed_experts": out, "routed_experts_lengths": np.array(counts, dtype=np.int64),
@@ -412,7 +435,7 @@ def _routing(kernels: Any, rows: list[_Row], routing_width: Any) -> dict[str, An
 _NO_ROUTING = np.zeros(0, dtype=np.uint8)
 
 
-def _prompts(kernels: Any, rows: list[_Row], prompt_width: Any, pad_id: int) -> dict[str, Any]:
+def _prompts(blocks: _Blocks, rows: list[_Row], prompt_width: Any, pad_id: int) -> dict[str, Any]:
     prompts = [None if row.response is None else row.response.prompt_token_ids for row in rows]
     if all(p is None for p in prompts):
         return {}
@@ -429,13 +452,13 @@ def _prompts(kernels: Any, rows: list[_Row], prompt_width: Any, pad_id: int) -> 
     longest = int(lengths.max())
     width = _width("prompt_width", prompt_width, longest, "prompt ids",
                    lambda: f"choice {int(np.argmax(lengths))}'s prompt")
-    return {"prompt_token_ids": _padded(kernels, vectors, width, np.int64, pad_id),
+    return {"prompt_token_ids": blocks.padded("prompt_token_ids", vectors, width, np.int64, pad_id),
             "prompt_lengths": lengths, "prompt_present": _flags(prompts)}
 
 
 def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, pad_id: int = 0,
             head_width: int | None = None, prompt_width: int | None = None,
-            routing_width: int | None = None) -> Batch:
+            routing_width: int | None = None, out: Batch | None = None) -> Batch:
     """Every choice of ``items`` (parsed responses, their choices in order, or choices) as one
     row of padded arrays: a :class:`Batch`.
 
@@ -450,6 +473,10 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
             with, or the widest head when one is wider); a wider head raises ``ValueError``.
         prompt_width, routing_width: the widths of the prompt ids and the routing rows
             (default: the longest), with the same rule.
+        out: a Batch an earlier call returned, whose arrays are written again where one has
+            the shape and dtype wanted (fixed widths give every step the same shapes): no new
+            memory to fault in. Those arrays, and the tensors ``to_torch`` made of them, then
+            hold the new batch; the others are new.
 
     Returns:
         Batch: ``B`` rows, one per choice (see :class:`Batch` for each array, its fill and
@@ -471,7 +498,9 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
         items = [items]
     items = list(items)
     pad_id = int_arg(pad_id, "pad_id", -(2**63))
-    kernels = _select.kernels
+    if out is not None and not isinstance(out, Batch):
+        raise TypeError(f"out must be a Batch, not {type(out).__name__}")
+    blocks = _Blocks(_select.kernels, out)
     rows = _rows(items)
     format, top_k = _one_setting(items)
     ids = [_vector(row.choice.completion_ids, np.int64, "iu", "completion_ids", b) for b, row in enumerate(rows)]
@@ -480,9 +509,9 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
     tokens = _width("width", width, longest, "tokens", lambda: f"choice {counts.index(longest)}")
     lengths = np.array(counts, dtype=np.int64)
     fields: dict[str, Any] = {
-        "completion_ids": _padded(kernels, ids, tokens, np.int64, pad_id),
+        "completion_ids": blocks.padded("completion_ids", ids, tokens, np.int64, pad_id),
         "lengths": lengths,
-        "mask": np.arange(tokens) < lengths[:, None],
+        "mask": np.less(np.arange(tokens), lengths[:, None], out=blocks.empty("mask", (len(rows), tokens), np.bool_)),
     }
     logprobs = [row.choice.completion_logprobs for row in rows]
     if any(lp is not None for lp in logprobs):
@@ -492,12 +521,12 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
             if lp is not None and len(vector) != counts[b]:
                 raise ValueError(f"choice {b} has {len(vector)} logprobs for {counts[b]} tokens")
             vectors.append(vector)
-        fields["completion_logprobs"] = _padded(kernels, vectors, tokens, np.float32, 0.0)
+        fields["completion_logprobs"] = blocks.padded("completion_logprobs", vectors, tokens, np.float32, 0.0)
         fields["logprobs_present"] = _flags(logprobs)
-    fields.update(_heads(kernels, rows, counts, tokens, top_k, head_width, pad_id))
-    fields.update(_sampling_mask(kernels, rows, counts, tokens))
-    fields.update(_routing(kernels, rows, routing_width))
-    fields.update(_prompts(kernels, rows, prompt_width, pad_id))
+    fields.update(_heads(blocks, rows, counts, tokens, top_k, head_width, pad_id))
+    fields.update(_sampling_mask(blocks, rows, counts, tokens))
+    fields.update(_routing(blocks, rows, routing_width))
+    fields.update(_prompts(blocks, rows, prompt_width, pad_id))
     return Batch(
         **fields,
         response=np.array([row.item for row in rows], dtype=np.int64),
