@@ -7,8 +7,8 @@ repeat, distinct responses (``tokenwire.samples.WORKLOADS``), the contenders tak
 
 Contenders (each makes the padded tensors of the whole batch, then ``torch.from_numpy``):
 
-- ``batch``: ``tokenwire.collate(tokenwire.parse_many(raws, top_k=20, threads=1)).to_torch()``;
-  ``batch-2t`` the same with ``threads=2``; ``batch-out`` with ``out=`` the previous round's
+- ``batch``: ``tokenwire.collate(tokenwire.parse_many(raws, top_k=20, threads=1), threads=1).to_torch()``;
+  ``batch-2t`` the same with ``threads=2`` (both calls); ``batch-out`` with ``out=`` the previous round's
   batch and fixed widths, as a training loop can (its arrays written again: no new memory);
 - ``loop``: the loop a trainer writes today: parse each response, pad each choice's arrays
   (``np.pad``, ``Ragged.to_padded`` for the heads), ``np.stack`` them;
@@ -57,7 +57,7 @@ def _padded_1d(array: np.ndarray, width: int, fill: Any = 0) -> np.ndarray:
 def run_batch(raws: list[bytes], threads: int, top_k: int | None) -> dict[str, Any]:
     import tokenwire
 
-    return tokenwire.collate(tokenwire.parse_many(raws, top_k=top_k, threads=threads)).to_torch()
+    return tokenwire.collate(tokenwire.parse_many(raws, top_k=top_k, threads=threads), threads=threads).to_torch()
 
 
 class Reusing:
@@ -71,7 +71,7 @@ class Reusing:
 
         responses = tokenwire.parse_many(raws, top_k=TOP_K, threads=1)
         self.previous = tokenwire.collate(responses, width=9216, prompt_width=2048, head_width=TOP_K,
-                                          out=self.previous)
+                                          out=self.previous, threads=1)
         return self.previous.to_torch()
 
 
@@ -196,8 +196,10 @@ def bandwidth(path: str, rounds: int) -> dict[str, Any]:
     reused = np.empty(size, dtype=np.uint8)
     np.copyto(reused, source)  # mapped
     figures = {
-        "collate": best(lambda: tokenwire.collate(responses)),
-        "collate out=": best(lambda: tokenwire.collate(responses, out=batch)),
+        "collate": best(lambda: tokenwire.collate(responses, threads=1)),
+        "collate out=": best(lambda: tokenwire.collate(responses, out=batch, threads=1)),
+        "collate 2 threads": best(lambda: tokenwire.collate(responses, threads=2)),
+        "collate out= 2 threads": best(lambda: tokenwire.collate(responses, out=batch, threads=2)),
         "numpy.copyto fresh": best(lambda: np.copyto(np.empty(size, dtype=np.uint8), source)),
         "numpy.copyto reused": best(lambda: np.copyto(reused, source)),
         "memcpy reused": best(lambda: ctypes.memmove(reused.ctypes.data, source.ctypes.data, size)),

@@ -215,15 +215,24 @@ def hand_batches(draw) -> list[Any]:
     return items
 
 
+@pytest.fixture
+def split_everything(monkeypatch):
+    """collate fills every array on its threads, however small."""
+    monkeypatch.setattr(tokenwire._batch, "_SPLIT_BYTES", 0)
+
+
 @settings(max_examples=EXAMPLES * 2)
-@given(items=hand_batches(), extra=st.integers(0, 2), pad_id=st.sampled_from([0, -1, 151_643]))
-def test_collate_equals_padding_by_hand(batch_impl, items, extra, pad_id):
+@given(items=hand_batches(), extra=st.integers(0, 2), pad_id=st.sampled_from([0, -1, 151_643]),
+       threads=st.sampled_from([1, 2, 3]))
+def test_collate_equals_padding_by_hand(batch_impl, split_everything, items, extra, pad_id, threads):
     """Choices built by hand (every field present or absent, every dtype, offsets not
-    starting at 0): collate equals the token-by-token padding, at the natural width and wider."""
+    starting at 0): collate equals the token-by-token padding, at the natural width and wider,
+    on one thread or several."""
     want = by_hand(items, pad_id=pad_id)
-    assert_collated(tokenwire.collate(items, pad_id=pad_id), want)
+    assert_collated(tokenwire.collate(items, pad_id=pad_id, threads=threads), want)
     width = want["completion_ids"].shape[1] + extra
-    assert_collated(tokenwire.collate(items, width=width, pad_id=pad_id), by_hand(items, width=width, pad_id=pad_id))
+    assert_collated(tokenwire.collate(items, width=width, pad_id=pad_id, threads=threads),
+                    by_hand(items, width=width, pad_id=pad_id))
 
 
 @st.composite
@@ -343,6 +352,14 @@ def test_choices_that_do_not_fit_together_are_refused(batch_impl):
         tokenwire.collate([GenerateChoice(**{**base.__dict__, "routed_experts": r}) for r in (one, other)])
     with pytest.raises(TypeError, match="not bytes"):
         tokenwire.collate([b"{}"])
+
+
+def test_errors_name_the_choice_on_any_thread(batch_impl, split_everything):
+    good = tokenwire.parse_generate_response(_heads_body(3), top_k=4).choices[0]
+    ids = good.completion_top_ids
+    bad = GenerateChoice(**{**good.__dict__, "completion_top_ids": Ragged(ids.offsets + 1, ids.values)})
+    with pytest.raises(ValueError, match="choice 3's completion_top_ids offsets do not fit its values"):
+        tokenwire.collate([good, good, good, bad], threads=2)
 
 
 def test_absent_fields(batch_impl):

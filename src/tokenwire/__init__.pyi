@@ -193,5 +193,5 @@ async def aparse_many(
 def collate(
     items: Iterable[GenerateResponse | GenerateChoice] | GenerateResponse | GenerateChoice, *, width: int | None = ...,
     pad_id: int = ..., head_width: int | None = ..., prompt_width: int | None = ..., routing_width: int | None = ...,
-    out: Batch | None = ...,
+    out: Batch | None = ..., threads: int | None = ...,
 ) -> Batch: ...

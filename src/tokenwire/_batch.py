@@ -272,13 +272,49 @@ def _vector(value: Any, dtype: Any, kinds: str, name: str, b: int) -> np.ndarray
     return np.ascontiguousarray(array, dtype=dtype)
 
 
+# An array is filled on several threads from this many bytes (below, starting them costs more).
+_SPLIT_BYTES = 1 << 20
+
+
 class _Blocks:
     """Where collate's arrays come from, and the kernels that fill them: a new array each, or
     the array of that name of ``out`` (a Batch collate returned) when it has the shape and
-    dtype wanted, written again in place."""
+    dtype wanted, written again in place; a large array is filled by ``threads`` threads, each
+    a contiguous range of its rows (the C kernels run without the GIL)."""
 
-    def __init__(self, kernels: Any, out: Batch | None) -> None:
-        self.kernels, self.out = kernels, out
+    def __init__(self, kernels: Any, out: Batch | None, threads: int) -> None:
+        self.kernels, self.out, self.threads = kernels, out, threads
+
+    def each(self, rows: int, nbytes: int, call: Any) -> list[tuple[int, Any]]:
+        """``call(a, b)`` over ``rows`` cut into one range per thread (one range for a small
+        array): ``(a, its result)`` per range, in order."""
+        parts = max(1, min(self.threads, rows)) if nbytes >= _SPLIT_BYTES else 1
+        bounds = [rows * i // parts for i in range(parts + 1)]
+        results: list[Any] = [None] * parts
+        failures: list[BaseException] = []
+
+        def run(i: int) -> None:
+            try:
+                results[i] = call(bounds[i], bounds[i + 1])
+            except BaseException as exc:  # raised by the calling thread
+                failures.append(exc)
+
+        workers = [threading.Thread(target=run, args=(i,), name=f"tokenwire-collate-{i}") for i in range(1, parts)]
+        for worker in workers:
+            worker.start()
+        run(0)
+        for worker in workers:
+            worker.join()
+        if failures:
+            raise failures[0]
+        return list(zip(bounds, results))
+
+    def fill(self, rows: list[np.ndarray], out: np.ndarray, fill: Any) -> np.ndarray:
+        """``pad_rows`` into ``out``."""
+        done = self.each(len(rows), out.nbytes, lambda a, b: self.kernels.pad_rows(rows[a:b], out[a:b], fill))
+        if any(bad >= 0 for _, bad in done):
+            raise ValueError("a row changed its length while it was being copied")  # lengths are checked first
+        return out
 
     def empty(self, name: str | None, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         previous: Any = None
@@ -292,10 +328,7 @@ class _Blocks:
         return np.empty(shape, dtype=dtype)
 
     def padded(self, name: str, rows: list[np.ndarray], width: int, dtype: Any, fill: Any) -> np.ndarray:
-        out = self.empty(name, (len(rows), width), dtype)
-        if self.kernels.pad_rows(rows, out, fill) >= 0:
-            raise ValueError("a row changed its length while it was being copied")  # lengths are checked first
-        return out
+        return self.fill(rows, self.empty(name, (len(rows), width), dtype), fill)
 
 
 def _flags(values: list[Any]) -> np.ndarray:
@@ -322,11 +355,13 @@ def _ragged_lengths(blocks: _Blocks, raggeds: list[Ragged | None], counts: list[
         sizes.append(len(r.values))
         owned.append(n)
     lengths = blocks.empty(kept, (len(raggeds), tokens), np.int64)
-    first, longest, bad = blocks.kernels.ragged_lengths(offsets, owned, sizes, lengths)
-    if bad is not None:
-        _, b, t = bad
-        raise ValueError(f"choice {b}'s {name} offsets do not fit its values (offset {t})")
-    return first, lengths, longest
+    done = blocks.each(len(raggeds), lengths.nbytes, lambda a, b: blocks.kernels.ragged_lengths(
+        offsets[a:b], owned[a:b], sizes[a:b], lengths[a:b]))
+    for a, (_, _, bad) in done:
+        if bad is not None:
+            raise ValueError(f"choice {a + bad[1]}'s {name} offsets do not fit its values (offset {bad[2]})")
+    first = np.concatenate([part[0] for _, part in done])
+    return first, lengths, max(part[1] for _, part in done)
 
 
 def _heads(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens: int, top_k: int | None,
@@ -360,9 +395,11 @@ def _heads(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens: int, to
                for b, r in enumerate(lps)]
     top_ids = blocks.empty("completion_top_ids", (len(rows), tokens, width), np.int64)
     top_lps = blocks.empty("completion_top_logprobs", (len(rows), tokens, width), np.float32)
-    if (blocks.kernels.pad_ragged(id_rows, first_ids, lengths, top_ids, pad_id) >= 0
-            or blocks.kernels.pad_ragged(lp_rows, first_lps, lengths, top_lps, -np.inf) >= 0):
-        raise ValueError("a head is wider than the head width")  # the width holds the longest
+    for values, first, out, fill in ((id_rows, first_ids, top_ids, pad_id), (lp_rows, first_lps, top_lps, -np.inf)):
+        done = blocks.each(len(rows), out.nbytes, lambda a, b, values=values, first=first, out=out, fill=fill:
+                           blocks.kernels.pad_ragged(values[a:b], first[a:b], lengths[a:b], out[a:b], fill))
+        if any(bad >= 0 for _, bad in done):
+            raise ValueError("a head is wider than the head width")  # the width holds the longest
     return {"completion_top_ids": top_ids, "completion_top_logprobs": top_lps,
             "completion_top_lengths": lengths, "heads_present": present}
 
@@ -425,8 +462,7 @@ def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any) -> dict[str,
     flat = [_NO_ROUTING.astype(dtype) if a is None else np.ascontiguousarray(a, dtype=dtype).reshape(-1)
             for a in arrays]
     out = blocks.empty("routed_experts", (len(rows), width, layers, topk), dtype)
-    if blocks.kernels.pad_rows(flat, out.reshape(len(rows), width * layers * topk), 0) >= 0:
-        raise ValueError("a routing array changed its length while it was being copied")
+    blocks.fill(flat, out.reshape(len(rows), width * layers * topk), 0)
     starts = [-1 if r is None or r.start is None else int(r.start) for r in routed]
     return {"routed_experts": out, "routed_experts_lengths": np.array(counts, dtype=np.int64),
             "routed_experts_start": np.array(starts, dtype=np.int64), "routed_experts_present": _flags(arrays)}
@@ -458,7 +494,7 @@ def _prompts(blocks: _Blocks, rows: list[_Row], prompt_width: Any, pad_id: int) 
 
 def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, pad_id: int = 0,
             head_width: int | None = None, prompt_width: int | None = None,
-            routing_width: int | None = None, out: Batch | None = None) -> Batch:
+            routing_width: int | None = None, out: Batch | None = None, threads: int | None = None) -> Batch:
     """Every choice of ``items`` (parsed responses, their choices in order, or choices) as one
     row of padded arrays: a :class:`Batch`.
 
@@ -477,6 +513,8 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
             the shape and dtype wanted (fixed widths give every step the same shapes): no new
             memory to fault in. Those arrays, and the tensors ``to_torch`` made of them, then
             hold the new batch; the others are new.
+        threads: how many threads fill each large array (default: the cores this process may
+            use), each a contiguous range of the rows; the kernels run without the GIL.
 
     Returns:
         Batch: ``B`` rows, one per choice (see :class:`Batch` for each array, its fill and
@@ -500,7 +538,7 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
     pad_id = int_arg(pad_id, "pad_id", -(2**63))
     if out is not None and not isinstance(out, Batch):
         raise TypeError(f"out must be a Batch, not {type(out).__name__}")
-    blocks = _Blocks(_select.kernels, out)
+    blocks = _Blocks(_select.kernels, out, available_cores() if threads is None else int_arg(threads, "threads", 1))
     rows = _rows(items)
     format, top_k = _one_setting(items)
     ids = [_vector(row.choice.completion_ids, np.int64, "iu", "completion_ids", b) for b, row in enumerate(rows)]
