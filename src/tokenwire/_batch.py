@@ -88,8 +88,9 @@ def _run(bodies: list[Any], parse: Any, threads: int, collect: bool,
          stop: threading.Event | None = None) -> list[Any]:
     """Parse every body on ``threads`` threads (the calling one among them), each taking the
     next body in order; the results in input order. Without ``collect`` the first failure in
-    input order is raised once the bodies started before it are done, and no body is started
-    after a failure; ``stop`` (set from outside) also stops the start of new bodies."""
+    input order is raised once the bodies being parsed are done, and no body is taken after
+    a failure has stopped the batch; ``stop`` (set from outside) also stops the taking of new
+    bodies."""
     n = len(bodies)
     results: list[Any] = [None] * n
     failures: dict[int, BaseException] = {}
@@ -98,9 +99,9 @@ def _run(bodies: list[Any], parse: Any, threads: int, collect: bool,
     following = iter(range(n))
 
     def work() -> None:
-        while not stop.is_set():
-            with lock:
-                i = next(following, None)
+        while True:
+            with lock:  # a body is taken only while no failure (nor the caller) has stopped the batch
+                i = None if stop.is_set() else next(following, None)
             if i is None:
                 return
             try:
@@ -145,7 +146,7 @@ def parse_many(raws: Iterable[Any], *, format: str = "generate", threads: int | 
             releases the GIL in its passes over the bytes and arrays, so they run side by
             side (the JSON of what the scan leaves and the rules' Python hold it).
         errors: ``"raise"``: the first malformed body in input order raises its
-            :class:`MalformedResponseError` (no body is started after a failure);
+            :class:`MalformedResponseError` (no new body is started once one has failed);
             ``"collect"``: a malformed body's error takes its place in the list and the
             others are parsed. Either way the error's ``body_index`` is the body's position
             (also in a note of the traceback). Any other exception (``MemoryError``) stops
