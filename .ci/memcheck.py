@@ -1,6 +1,6 @@
 """A representative workload for valgrind memcheck: every sample, the adversarial corpus, the
-writers and the OpenAI-compatible and SGLang readers, on the scalar and AVX2 paths (valgrind
-cannot run AVX-512)."""
+writers, the OpenAI-compatible and SGLang readers, and the batch path (parse_many on two
+threads, collate), on the scalar and AVX2 paths (valgrind cannot run AVX-512)."""
 
 import json
 from pathlib import Path
@@ -65,4 +65,11 @@ for path in [p for p in ("scalar", "avx2") if p in _core.simd_paths()]:
                 parse(raw, top_k=2)
             except MalformedResponseError:
                 pass
+    # The batch path: the samples parsed on two threads (a broken body among them), then collated.
+    bodies = [samples.sample("multi_choice"), b'{"choices": []}', samples.sample("multi_choice")]
+    parsed = [r for r in tokenwire.parse_many(bodies, top_k=4, threads=2, errors="collect")
+              if isinstance(r, tokenwire.GenerateResponse)]
+    batch = tokenwire.collate(parsed, pad_id=-1, threads=2)
+    tokenwire.collate(parsed, out=batch, threads=1)
+    tokenwire.collate(tokenwire.parse_many([samples.sample("moe_16k")], threads=1), threads=2)
 print("memcheck workload done")

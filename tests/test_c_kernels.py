@@ -1,7 +1,8 @@
 """The C kernels' own test programs (tests/c): base64, the structural scanner, the per-token
 JSON record reader and head selection, each against an independent reference written in C,
-including the exact-sum decisions at the head-mass and normalization thresholds, and the
-compact-row and support checks, every path against the scalar one; and, briefly, the ctypes
+including the exact-sum decisions at the head-mass and normalization thresholds, the
+compact-row and support checks, every path against the scalar one, and the batch path's padded
+blocks against an item-by-item reference; and, briefly, the ctypes
 checks of the same kernels against orjson and the Python reference."""
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ _NEEDS_ORJSON = pytest.mark.skipif(not _installed("orjson"), reason="this check'
 @pytest.mark.skipif(sys.platform != "linux" or not shutil.which("make") or not shutil.which("cc"),
                     reason="needs make and a C compiler (Linux)")
 @pytest.mark.parametrize("target", ["test", "scan-test", "records-test", "heads-test",
-                                    "validate-test"])
+                                    "validate-test", "pad-test"])
 def test_c_kernel_suite(target, tmp_path):
     out = tmp_path / "build"
     variables = [f"OUT={out}", f"SCAN_OUT={out}", f"RECORDS_OUT={out}", f"HEADS_OUT={out}",
-                 f"VALIDATE_OUT={out}"]
+                 f"VALIDATE_OUT={out}", f"PAD_OUT={out}"]
     result = subprocess.run(["make", "-s", "-C", str(HERE), target, *variables],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

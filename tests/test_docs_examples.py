@@ -1,4 +1,4 @@
-"""The worked example of docs/arrays.md runs and prints what the page says it prints."""
+"""The worked examples of docs/arrays.md run and print what the page says they print."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import pytest
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "arrays.md"
 
 
-def test_arrays_worked_example(tmp_path, monkeypatch):
+@pytest.mark.parametrize("section", ["## Worked example", "## The batch path"])
+def test_arrays_worked_example(tmp_path, monkeypatch, section):
     pytest.importorskip("pyarrow")
     pytest.importorskip("torch")
-    code = re.search(r"## Worked example.*?```python\n(.*?)```", DOC.read_text(), re.S)[1]
+    code = re.search(re.escape(section) + r".*?```python\n(.*?)```", DOC.read_text(), re.S)[1]
     expected = [line[2:] for line in code.splitlines() if line.startswith("# ")]
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()

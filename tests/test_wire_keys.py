@@ -40,9 +40,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     **{("cli/inspect.py", key): "the result attribute a field is decoded to"
        for key in ("completion_logprobs", "sampling_mask", "routed_experts")},
     **{("_core_plain.pxi", key): "a result dataclass field, in the positional argument order"
+       for key in ("completion_logprobs", "sampling_mask", "routed_experts", "prompt_token_ids",
+                   "prompt_token_id_logprobs")},
+    **{(name, key): "a Batch attribute (the padded array of a result attribute)"
+       for name in ("_batch.py", "_types.py")
        for key in ("completion_logprobs", "sampling_mask", "routed_experts", "prompt_token_ids")},
     ("_formats.py", "top_logprobs"): "a fragment of the rules' messages",
-    ("_types.py", "sampling_mask"): "a payload segment's field name (prime-rl's own names for its fields)",
     ("_types.py", "sampling_mask_logprobs"): "a payload segment's field name (prime-rl's own names for its fields)",
     ("_writer.py", "token_ids"): "encode_top_k's argument, named in its messages",
     ("compat/renderers.py", "top_logprobs"): "a member of a logprobs.content record",

@@ -8,6 +8,7 @@ pure-Python reference is (no compiled core, a non-CPython interpreter, or
 from __future__ import annotations
 
 from ._audit import Verdict, audit
+from ._batch import aparse_many, collate, parse_many
 from ._docs import document
 from ._errors import MalformedResponseError
 from ._heads import select_heads
@@ -20,7 +21,7 @@ from ._select import (
     parse_sglang_generate_response,
 )
 from ._select import kernels as _kernels
-from ._types import GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
+from ._types import Batch, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
 from ._writer import (
     Blob,
     dumps_generate_response,
@@ -41,6 +42,7 @@ from .rules.openai import (
 )
 
 __all__ = [
+    "Batch",
     "Blob",
     "GenerateChoice",
     "GenerateResponse",
@@ -50,10 +52,12 @@ __all__ = [
     "RoutedExperts",
     "Verdict",
     "__version__",
+    "aparse_many",
     "audit",
     "b64decode",
     "b64encode",
     "chat_completions_request_params",
+    "collate",
     "completions_request_params",
     "dumps_generate_response",
     "encode_compact_logprobs",
@@ -69,6 +73,7 @@ __all__ = [
     "parse_chat_completions_response",
     "parse_completions_response",
     "parse_generate_response",
+    "parse_many",
     "parse_sglang_generate_response",
     "select_heads",
     "sglang_generate_request_params",

@@ -1,10 +1,12 @@
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from ._audit import Verdict as Verdict
 from ._errors import MalformedResponseError as MalformedResponseError
+from ._types import Batch as Batch
 from ._types import GenerateChoice as GenerateChoice
 from ._types import GenerateResponse as GenerateResponse
 from ._types import PayloadSegment as PayloadSegment
@@ -211,3 +213,16 @@ def audit(
     raw: bytes | bytearray | memoryview | str, format: str = ..., *, field: str | tuple[str, ...] | None = ...,
     top_k: int | None = ..., num_experts: int | None = ...,
 ) -> Verdict: ...
+def parse_many(
+    raws: Iterable[bytes | bytearray | memoryview | str | Any], *, format: str = ..., threads: int | None = ...,
+    errors: str = ..., **parser_options: Any,
+) -> list[GenerateResponse | MalformedResponseError]: ...
+async def aparse_many(
+    raws: Iterable[bytes | bytearray | memoryview | str | Any], *, format: str = ..., threads: int | None = ...,
+    errors: str = ..., **parser_options: Any,
+) -> list[GenerateResponse | MalformedResponseError]: ...
+def collate(
+    items: Iterable[GenerateResponse | GenerateChoice] | GenerateResponse | GenerateChoice, *, width: int | None = ...,
+    pad_id: int = ..., head_width: int | None = ..., prompt_width: int | None = ..., routing_width: int | None = ...,
+    out: Batch | None = ..., threads: int | None = ...,
+) -> Batch: ...

@@ -31,7 +31,8 @@ _GenerateResponse = _generate.GenerateResponse
 # a field moved or inserted before them fails the import instead of filling the wrong one.
 _PLAIN_CHOICE_ARGS = ("index", "completion_ids", "completion_logprobs", "completion_top_ids",
                       "completion_top_logprobs", "sampling_mask", "routed_experts", "finish_reason", "raw")
-_PLAIN_RESPONSE_ARGS = ("choices", "request_id", "usage", "prompt_token_ids", "payload")
+_PLAIN_RESPONSE_ARGS = ("choices", "request_id", "usage", "prompt_token_ids", "payload", "prompt_token_id_logprobs",
+                        "format", "top_k")
 for _cls, _names in ((_GenerateChoice, _PLAIN_CHOICE_ARGS), (_GenerateResponse, _PLAIN_RESPONSE_ARGS)):
     if tuple(f.name for f in _dataclass_fields(_cls))[:len(_names)] != _names:
         raise ImportError(f"{_cls.__name__}'s fields no longer start with {_names}: update _core_plain.pxi")
@@ -217,7 +218,7 @@ cdef object _plain_generate(_Scan scan, object document):
     payload.pop(_KEY_CHOICES, None)
     payload.pop(_KEY_PROMPT_TOKEN_IDS, None)
     return _GenerateResponse(parsed, (<dict>document).get("request_id"), (<dict>document).get("usage"), prompt,
-                             payload)
+                             payload, None, "generate", None)  # no teacher scores, no head
 
 
 def _plain_generate_response(raw):

@@ -148,6 +148,7 @@ cdef class _Scan:
         cdef size_t n
         cdef int rc
         cdef char *dst
+        cdef const char *src
         if type(raw) is bytes:  # the common case, without a view: bytes never change
             self.source = raw
             self.buf = PyBytes_AS_STRING(raw)
@@ -167,7 +168,12 @@ cdef class _Scan:
                 dst = <char *>tw_mem_alloc(n + 1)
                 if dst == NULL:
                     raise MemoryError()
-                memcpy(dst, _start(view), n)
+                src = _start(view)
+                if n < _NOGIL_MIN:
+                    memcpy(dst, src, n)
+                else:  # the view holds the buffer: other threads may run meanwhile
+                    with nogil:
+                        memcpy(dst, src, n)
                 self.source = _adopt(<uint8_t *>dst, n)  # owns the snapshot from now on
                 self.buf = dst
         self.path = _path
@@ -386,10 +392,11 @@ cdef class _Scan:
         cdef int rc
         cdef int64_t[::1] offs
         cdef int32_t[::1] vals
-        if v.read:  # the scan read its rows
-            total = tw_nested_total(&self.doc, v)
-        else:  # no walk to count: the unused tail is sliced off
-            total = tw_nested_bound(self.buf, v)
+        with nogil:
+            if v.read:  # the scan read its rows
+                total = tw_nested_total(&self.doc, v)
+            else:  # no walk to count: the unused tail is sliced off
+                total = tw_nested_bound(self.buf, v)
         offsets = np.empty(rows + 1, dtype=np.int64)
         values = np.empty(total, dtype=np.int32)
         offs = offsets

@@ -174,3 +174,17 @@ cdef extern from "rules/tw_validate.h" nogil:
     ptrdiff_t tw_i32_negative(const int32_t *v, size_t n)
     ptrdiff_t tw_first_at_or_above(const void *v, size_t n, size_t width, uint32_t limit)
     ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n)
+
+
+cdef extern from "base/tw_pad.h" nogil:
+    enum:
+        TW_PAD_OK
+        TW_PAD_TOO_MANY_TOKENS
+        TW_PAD_BAD_OFFSETS
+    ptrdiff_t tw_pad_rows(size_t rows, const void *const *src, const int64_t *lengths, size_t itemsize,
+                          size_t width, const void *fill, void *dst)
+    int tw_ragged_lengths(size_t rows, size_t tokens, const int64_t *const *offsets, const int64_t *counts,
+                          const int64_t *sizes, int64_t *first, int64_t *lengths, int64_t *longest,
+                          size_t *bad_row, size_t *bad_token)
+    ptrdiff_t tw_pad_ragged(size_t rows, size_t tokens, const void *const *values, const int64_t *first,
+                            const int64_t *lengths, size_t itemsize, size_t width, const void *fill, void *dst)

@@ -28,8 +28,11 @@ class MalformedResponseError(ValueError):
     """A response does not meet the contract: nothing from it may reach training.
 
     ``choice``, ``field`` and ``token`` say where (each may be None); ``reason`` is the
-    message without the location.
+    message without the location. ``body_index`` is the body's position in the batch when
+    ``tokenwire.parse_many`` parsed it (else None).
     """
+
+    body_index: int | None = None
 
     def __init__(
         self,
@@ -46,8 +49,8 @@ class MalformedResponseError(ValueError):
         where = location(choice, field, token)
         super().__init__(f"{where}: {reason}" if where else reason)
 
-    def __reduce__(self):  # keep the location through pickling (multiprocessing)
-        return (_rebuild, (type(self), self.reason, self.choice, self.field, self.token))
+    def __reduce__(self):  # keep the location through pickling (multiprocessing), and the notes
+        return (_rebuild, (type(self), self.reason, self.choice, self.field, self.token), self.__dict__)
 
 
 def _rebuild(cls, reason, choice, field, token):

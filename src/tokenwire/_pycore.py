@@ -38,6 +38,9 @@ from .kernels.python import (
     int_list,
     native_entries,
     nested_ints,
+    pad_ragged,
+    pad_rows,
+    ragged_lengths,
     rows_to_lists,
 )
 from .rules.generate import parse_generate_response
@@ -64,6 +67,10 @@ CONTRACT = (
     "rows_to_lists",
     "b64decode",
     "b64encode",
+    # The batch path's copies of many choices' rows into padded blocks (tokenwire.collate).
+    "pad_rows",
+    "ragged_lengths",
+    "pad_ragged",
     # The readers of values left in a parsed document.
     "blob",
     "nested_ints",

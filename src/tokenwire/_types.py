@@ -10,7 +10,7 @@ from typing import Any, overload
 
 import numpy as np
 
-__all__ = ["GenerateChoice", "GenerateResponse", "PayloadSegment", "Ragged", "RoutedExperts"]
+__all__ = ["Batch", "GenerateChoice", "GenerateResponse", "PayloadSegment", "Ragged", "RoutedExperts"]
 
 # The per-token loops in use (the compiled core's or the reference's): they build Ragged rows,
 # so they sit above these types, which never import them; the selector hands them over.
@@ -336,12 +336,20 @@ class GenerateResponse:
         prompt_routed_experts: the prompt's MoE routing (:class:`RoutedExperts`, one row per
             prompt token) when the response sends it apart from the choices' (vLLM 0.21's
             OpenAI-compatible ``prompt_routed_experts``), else None.
+        format: the parser that read it: ``"generate"``, ``"completions"``, ``"chat"`` or
+            ``"sglang"`` (None for a response built by hand). ``tokenwire.collate`` refuses a
+            batch that mixes formats.
+        top_k: the ``top_k`` it was parsed with (None: no heads were asked for).
+            ``tokenwire.collate`` refuses a batch whose heads were asked for with different
+            ``top_k``.
 
     Example:
         >>> body = b'{"request_id":"r1","choices":[{"token_ids":[5],"logprobs":null}]}'
         >>> response = tokenwire.parse_generate_response(body, require_logprobs=False)
         >>> response.request_id, len(response.choices), response.choices[0].completion_logprobs
         ('r1', 1, None)
+        >>> response.format, response.top_k
+        ('generate', None)
     """
 
     choices: list[GenerateChoice]
@@ -350,6 +358,8 @@ class GenerateResponse:
     prompt_token_ids: np.ndarray | None
     payload: dict[str, Any]
     prompt_token_id_logprobs: np.ndarray | None = None
+    format: str | None = None
+    top_k: int | None = None
     prompt_routed_experts: RoutedExperts | None = None
 
     def to_arrow(self) -> Any:
@@ -357,3 +367,132 @@ class GenerateResponse:
         from .arrow import record_batch
 
         return record_batch(self)
+
+
+@dataclass(eq=False, repr=False)
+class Batch:
+    """The choices of many responses as padded arrays, one row per choice: what
+    ``tokenwire.collate`` returns. ``B`` is the number of choices (each response's in order),
+    ``T`` the width (the longest completion, or ``width=``). Every array is C-contiguous and
+    its own allocation; ``to_torch()`` shares them with torch, ``to_arrow()`` with Arrow.
+
+    A field no choice has is None; when some choices have it, every row is there and the
+    rows without it hold the fill, flagged False in the field's ``*_present`` array.
+
+    Attributes:
+        completion_ids: int64 ``(B, T)``, ``pad_id`` past each completion.
+        lengths: int64 ``(B,)``, each completion's token count.
+        mask: bool ``(B, T)``, True on the completion's tokens (``t < lengths[b]``).
+        completion_logprobs: float32 ``(B, T)`` (float64 transports rounded), 0.0 past the
+            completion and on rows without logprobs.
+        logprobs_present: bool ``(B,)``: the choice has logprobs.
+        completion_top_ids: int64 ``(B, T, K)``: token ``t``'s head left-aligned, ``pad_id``
+            after it. ``K`` is ``head_width=``, else the ``top_k`` the responses were parsed
+            with, or the widest head when wider (a sampling mask's support can be).
+        completion_top_logprobs: float32 ``(B, T, K)``, ``-inf`` past each head.
+        completion_top_lengths: int64 ``(B, T)``: each head's entries (0 past the completion).
+        heads_present: bool ``(B,)``: the choice has heads.
+        sampling_mask: :class:`Ragged` of int32 with ``B * T`` rows, row ``b * T + t`` token
+            ``t``'s kept set (empty past the completion and where the choice has no mask):
+            CSR over the batch, not padded, as kept sets range from one id to thousands.
+        sampling_mask_present: bool ``(B, T)``: token ``t`` has a kept set.
+        routed_experts: ``(B, R, layers, topk)`` of the routing's dtype (the widest of the
+            batch), rows as sent (row ``r`` is sequence position ``start + r``, prompt
+            included), 0 after them; ``R`` the most rows.
+        routed_experts_lengths: int64 ``(B,)``: each choice's routing rows.
+        routed_experts_start: int64 ``(B,)``: each routing's ``start``, -1 where the
+            response gave none (the ``.npy`` form) or the choice has no routing.
+        routed_experts_present: bool ``(B,)``: the choice has routing.
+        prompt_token_ids: int64 ``(B, P)``: the choice's response's prompt, ``pad_id`` after it.
+        prompt_lengths: int64 ``(B,)``.
+        prompt_present: bool ``(B,)``: the prompt ids are known (a response that carries them).
+        response: int64 ``(B,)``: the position in ``collate``'s input the row comes from.
+        choice: int64 ``(B,)``: the choice's ``index``.
+        finish_reason: each choice's ``finish_reason``, as sent.
+        format: the responses' format (None when unknown).
+        top_k: the ``top_k`` the responses were parsed with (None when unknown or none).
+        pad_id: the id that pads ``completion_ids``, ``completion_top_ids`` and
+            ``prompt_token_ids``.
+
+    Example:
+        >>> body = b'{"choices":[{"token_ids":[5,6],"logprobs":{"sampled":[-0.5,-1.0]}},{"token_ids":[7],"logprobs":{"sampled":[-2.0]}}]}'
+        >>> batch = tokenwire.collate([tokenwire.parse_generate_response(body)], pad_id=-1)
+        >>> batch.completion_ids.tolist(), batch.lengths.tolist(), batch.mask.tolist()
+        ([[5, 6], [7, -1]], [2, 1], [[True, True], [True, False]])
+        >>> batch.completion_logprobs.tolist(), batch.completion_top_ids
+        ([[-0.5, -1.0], [-2.0, 0.0]], None)
+    """
+
+    completion_ids: np.ndarray
+    lengths: np.ndarray
+    mask: np.ndarray
+    completion_logprobs: np.ndarray | None = None
+    logprobs_present: np.ndarray | None = None
+    completion_top_ids: np.ndarray | None = None
+    completion_top_logprobs: np.ndarray | None = None
+    completion_top_lengths: np.ndarray | None = None
+    heads_present: np.ndarray | None = None
+    sampling_mask: Ragged | None = None
+    sampling_mask_present: np.ndarray | None = None
+    routed_experts: np.ndarray | None = None
+    routed_experts_lengths: np.ndarray | None = None
+    routed_experts_start: np.ndarray | None = None
+    routed_experts_present: np.ndarray | None = None
+    prompt_token_ids: np.ndarray | None = None
+    prompt_lengths: np.ndarray | None = None
+    prompt_present: np.ndarray | None = None
+    response: np.ndarray | None = None
+    choice: np.ndarray | None = None
+    finish_reason: list[Any] = field(default_factory=list)
+    format: str | None = None
+    top_k: int | None = None
+    pad_id: int = 0
+
+    def __len__(self) -> int:
+        return int(self.completion_ids.shape[0])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array of the batch by name, None fields left out; the sampling mask as
+        ``sampling_mask_values`` and ``sampling_mask_offsets`` (its CSR)."""
+        out: dict[str, np.ndarray] = {}
+        for name in _BATCH_ARRAYS:
+            value = getattr(self, name)
+            if isinstance(value, Ragged):
+                out[f"{name}_values"], out[f"{name}_offsets"] = value.values, value.offsets
+            elif value is not None:
+                out[name] = value
+        return out
+
+    def to_torch(self, pin_memory: bool = False) -> dict[str, Any]:
+        """:meth:`arrays` as torch tensors over the same memory (``torch.from_numpy``: no
+        copy). ``pin_memory=True`` copies each into page-locked memory instead, for
+        ``tensor.to("cuda", non_blocking=True)`` (torch needs CUDA for that). Needs torch
+        (``pip install 'tokenwire[torch]'``)."""
+        torch = _require("torch", "torch")
+        tensors = {name: torch.from_numpy(array) for name, array in self.arrays().items()}
+        if pin_memory:
+            tensors = {name: tensor.pin_memory() for name, tensor in tensors.items()}
+        return tensors
+
+    def to_arrow(self) -> Any:
+        """The batch as a ``pyarrow.RecordBatch``, one row per choice, for storage
+        (``tokenwire.arrow.batch_record_batch``: the padded rows as lists over the same
+        values, no copy of them)."""
+        from .arrow import batch_record_batch
+
+        return batch_record_batch(self)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{name}={tuple(array.shape)}" for name, array in self.arrays().items()
+                           if name in ("completion_ids", "completion_top_ids", "routed_experts", "prompt_token_ids"))
+        return f"Batch(choices={len(self)}, {shapes}, format={self.format!r}, top_k={self.top_k})"
+
+
+# Batch's array fields, in order (the Ragged one exported as its values and offsets).
+_BATCH_ARRAYS = (
+    "completion_ids", "lengths", "mask", "completion_logprobs", "logprobs_present",
+    "completion_top_ids", "completion_top_logprobs", "completion_top_lengths", "heads_present",
+    "sampling_mask", "sampling_mask_present", "routed_experts", "routed_experts_lengths",
+    "routed_experts_start", "routed_experts_present", "prompt_token_ids", "prompt_lengths",
+    "prompt_present", "response", "choice",
+)

@@ -26,6 +26,10 @@ a copy; a batch of several choices copies each column once, into one contiguous 
 (Arrow's layout holds a column in one buffer). ``table(responses)`` copies nothing: a
 ``pyarrow.Table`` whose chunks are one-choice batches. Needs pyarrow
 (``pip install 'tokenwire[arrow]'``).
+
+``batch_record_batch(batch)`` (``Batch.to_arrow()``) stores a :class:`tokenwire.Batch`: one row
+per choice, each padded array as nested ``large_list`` levels over the batch's own values
+(no copy of them; bool flags are packed into bits).
 """
 
 from __future__ import annotations
@@ -36,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from ._types import GenerateChoice, GenerateResponse, Ragged, _require
+from ._types import Batch, GenerateChoice, GenerateResponse, Ragged, _require
 
-__all__ = ["SCHEMA_FIELDS", "record_batch", "table"]
+__all__ = ["SCHEMA_FIELDS", "batch_record_batch", "record_batch", "table"]
 
 SCHEMA_FIELDS = (
     "request_id",
@@ -229,3 +233,67 @@ def _conformed(pa: Any, batch: Any, schema: Any) -> Any:
                 column = column.cast(wanted.type)
         columns.append(column)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+# --- a padded Batch ------------------------------------------------------------------------------
+
+# Batch arrays stored as they are; the mask is left out (it is arange(T) < lengths).
+_BATCH_COLUMNS = (
+    ("lengths", None), ("completion_ids", None), ("completion_logprobs", "logprobs_present"),
+    ("completion_top_ids", "heads_present"), ("completion_top_logprobs", "heads_present"),
+    ("completion_top_lengths", "heads_present"), ("sampling_mask_present", None),
+    ("routed_experts", "routed_experts_present"), ("routed_experts_lengths", None),
+    ("routed_experts_start", None), ("prompt_token_ids", "prompt_present"), ("prompt_lengths", None),
+)
+
+
+def _nested(array: np.ndarray, present: np.ndarray | None) -> Any:
+    """A ``(B, d1, ..., dk)`` array as B rows of k nested ``large_list`` levels over its values
+    (null where ``present`` is False)."""
+    pa = _pa()
+    mask = None if present is None or present.all() else pa.array(~present)
+    level = pa.array(_native(array).reshape(-1))
+    if array.ndim == 1:
+        return level if mask is None else pa.array(array, mask=~present)
+    for depth in range(array.ndim - 1, 0, -1):
+        lists = int(np.prod(array.shape[:depth]))
+        offsets = np.arange(lists + 1, dtype=np.int64) * array.shape[depth]
+        level = pa.LargeListArray.from_arrays(pa.array(offsets), level, mask=mask if depth == 1 else None)
+    return level
+
+
+def batch_record_batch(batch: Batch) -> Any:
+    """``batch`` as a ``pyarrow.RecordBatch``, one row per choice: ``response``, ``choice``,
+    ``finish_reason``, then every array of the batch but ``mask`` (``arange(T) < lengths``),
+    each padded row as nested ``large_list`` levels over the batch's values (no copy), null
+    where the choice lacks the field; the sampling mask as ``large_list<large_list<int32>>``
+    (T kept sets a row). The schema's ``tokenwire.batch`` metadata holds the widths, the
+    format, ``top_k`` and ``pad_id``."""
+    pa = _pa()
+    columns: dict[str, Any] = {
+        "response": pa.array(batch.response),
+        "choice": pa.array(batch.choice),
+        "finish_reason": pa.array([_text(r) for r in batch.finish_reason], type=pa.string()),
+    }
+    tokens = batch.completion_ids.shape[1]
+    for name, flag in _BATCH_COLUMNS:
+        array = getattr(batch, name)
+        if array is not None:
+            columns[name] = _nested(array, None if flag is None else getattr(batch, flag))
+        if name == "completion_top_lengths" and batch.sampling_mask is not None:
+            offsets, values = batch.sampling_mask._compact()
+            inner = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
+            outer = np.arange(len(batch) + 1, dtype=np.int64) * tokens
+            columns["sampling_mask"] = pa.LargeListArray.from_arrays(pa.array(outer), inner)
+    widths = {name: getattr(batch, name).shape[1] for name in
+              ("completion_ids", "completion_top_ids", "routed_experts", "prompt_token_ids")
+              if getattr(batch, name) is not None}
+    metadata = {"format": batch.format, "top_k": batch.top_k, "pad_id": batch.pad_id, "widths": widths}
+    if batch.completion_top_ids is not None:
+        widths["head"] = batch.completion_top_ids.shape[2]
+    if batch.routed_experts is not None:
+        metadata["routing_entry"] = list(batch.routed_experts.shape[2:])
+        metadata["routing_dtype"] = str(batch.routed_experts.dtype)
+    schema = pa.schema([pa.field(name, column.type) for name, column in columns.items()],
+                       metadata={"tokenwire.batch": json.dumps(metadata)})
+    return pa.RecordBatch.from_arrays(list(columns.values()), schema=schema)

@@ -476,3 +476,109 @@ def select_head(
     if support is None and len(head) < k + 2:
         raise MalformedResponseError(_HEAD_TOO_FEW)
     return [i for i, _ in ranked], [p for _, p in ranked]
+
+
+# --- the batch path: rows copied into padded blocks (tokenwire.collate) ---------------------------
+# One numpy call per row, never per token; the compiled core does each in one C call.
+
+
+def _rows_of(rows: Any, dtype: Any, name: str) -> list[np.ndarray]:
+    held = list(rows)
+    for i, row in enumerate(held):
+        if type(row) is not np.ndarray or row.ndim != 1 or not row.flags.c_contiguous or row.dtype != dtype:
+            raise TypeError(f"{name}[{i}] must be a 1-D C-contiguous array of {dtype}")
+    return held
+
+
+def _block(out: Any, ndim: int, name: str) -> np.ndarray:
+    if type(out) is not np.ndarray or out.ndim != ndim or not out.flags.c_contiguous or not out.flags.writeable:
+        raise TypeError(f"{name} must be a writable C-contiguous {ndim}-D array")
+    return out
+
+
+def pad_rows(rows: Any, out: np.ndarray, fill: Any) -> int:
+    """Row ``r`` of ``out`` (``(len(rows), width)``) is ``rows[r]`` then ``fill`` to the width;
+    -1, or the first row longer than the width (``out`` is then not to be used)."""
+    _block(out, 2, "out")
+    held = _rows_of(rows, out.dtype, "rows")
+    if len(held) != out.shape[0]:
+        raise ValueError(f"out has {out.shape[0]} rows for {len(held)}")
+    width = out.shape[1]
+    for r, row in enumerate(held):
+        n = len(row)
+        if n > width:
+            return r
+        out[r, :n] = row
+        out[r, n:] = fill
+    return -1
+
+
+def ragged_lengths(
+    offsets: Any, counts: Any, sizes: Any, lengths: np.ndarray
+) -> tuple[np.ndarray, int, tuple[str, int, int | None] | None]:
+    """Token ``t`` of row ``r`` spans ``offsets[r][t]:offsets[r][t + 1]`` of values
+    ``sizes[r]`` long, for ``t < counts[r]``: its length goes to ``lengths[r, t]`` (0 past the
+    row's tokens). Returns ``(first, longest, bad)``: each row's first offset, the longest
+    token, and None or ``(code, row, token)`` for the first row that does not fit (code
+    ``"tokens"``: more tokens than ``lengths`` has columns; ``"offsets"``: offset ``token``
+    negative, falling or past the values). Each offset is read once."""
+    _block(lengths, 2, "lengths")
+    if lengths.dtype != np.int64:
+        raise TypeError("lengths must be int64")
+    held = _rows_of(offsets, np.dtype(np.int64), "offsets")
+    counts = np.array(counts, dtype=np.int64).reshape(-1)
+    sizes = np.array(sizes, dtype=np.int64).reshape(-1)
+    n, tokens = lengths.shape
+    if len(counts) != len(held) or len(sizes) != len(held) or n != len(held):
+        raise ValueError("offsets, counts, sizes and lengths must have one entry per row")
+    for r in range(n):
+        if not 0 <= counts[r] < len(held[r]):
+            raise ValueError(f"offsets[{r}] has {len(held[r])} entries for {counts[r]} tokens")
+    first = np.zeros(n, dtype=np.int64)
+    longest = 0
+    for r in range(n):
+        count, size = int(counts[r]), int(sizes[r])
+        if count > tokens:
+            return first, 0, ("tokens", r, None)
+        own = np.array(held[r][: count + 1], dtype=np.int64)  # one read: checks and lengths agree
+        steps = np.diff(own)
+        bad = (own < 0) | (own > size)
+        bad[1:] |= steps < 0
+        if bad.any():
+            return first, 0, ("offsets", r, int(np.argmax(bad)))
+        first[r] = own[0]
+        lengths[r, :count] = steps
+        lengths[r, count:] = 0
+        if count:
+            longest = max(longest, int(steps.max()))
+    return first, longest, None
+
+
+def pad_ragged(values: Any, first: np.ndarray, lengths: np.ndarray, out: np.ndarray, fill: Any) -> int:
+    """Token ``t`` of row ``r`` of ``out`` (``(rows, tokens, width)``) holds its
+    ``lengths[r, t]`` items of ``values[r]`` (from ``first[r]`` on, the tokens back to back),
+    then ``fill``; ``first`` and ``lengths`` are what ``ragged_lengths`` made (they bound the
+    reads). -1, or the first ``r * tokens + t`` longer than the width (``out`` is then not to
+    be used)."""
+    _block(out, 3, "out")
+    held = _rows_of(values, out.dtype, "values")
+    n, tokens, width = out.shape
+    if (type(first) is not np.ndarray or first.dtype != np.int64 or first.shape != (n,)
+            or type(lengths) is not np.ndarray or lengths.dtype != np.int64 or lengths.shape != (n, tokens)
+            or len(held) != n):
+        raise ValueError("first and lengths must be ragged_lengths' arrays for out's rows and tokens")
+    ends = first + lengths.sum(axis=1)
+    if n and ((first < 0).any() or (lengths < 0).any() or (ends > [len(row) for row in held]).any()):
+        raise ValueError("first and lengths reach past the values")
+    for r in range(n):
+        lens = lengths[r]
+        wide = np.flatnonzero(lens > width)
+        if wide.size:
+            return r * tokens + int(wide[0])
+        block = out[r]
+        block[...] = fill
+        total = int(lens.sum())
+        token = np.repeat(np.arange(tokens), lens)
+        column = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+        block[token, column] = held[r][first[r] : first[r] + total]
+    return -1

@@ -770,9 +770,9 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
         finally:
             files.close()
     if teacher is None:
-        return response_of(document, parsed, prompt, "request_id")
+        return response_of(document, parsed, prompt, "request_id", format="generate", top_k=k)
     return response_of(document, parsed, prompt, "request_id", (KEY.prompt_token_id_logprobs,),
-                       prompt_token_id_logprobs=teacher)
+                       prompt_token_id_logprobs=teacher, format="generate", top_k=k)
 
 
 def response_of(document: dict[str, Any], choices: list[GenerateChoice], prompt: np.ndarray | None,

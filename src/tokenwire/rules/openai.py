@@ -609,7 +609,7 @@ def _parse_openai_document(
         prompt_routing = _routing(top, document[field], top.prompt_routed_experts, field, num_experts,
                                   None if count is None else (count,), f"one per prompt token ({count})")
     return response_of(document, parsed, prompt, "id", ("prompt_routed_experts",),
-                       prompt_routed_experts=prompt_routing)
+                       prompt_routed_experts=prompt_routing, format=endpoint.format, top_k=k)
 
 
 def _document_parser(endpoint: Any, name: str, doc: str) -> Any:
@@ -1003,6 +1003,8 @@ def parse_sglang_generate_document(
         usage=None,
         prompt_token_ids=None,
         payload={},
+        format=_SGLANG.format,
+        top_k=k,
     )
 
 

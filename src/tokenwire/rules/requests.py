@@ -17,6 +17,7 @@ from .._args import check_top_k
 @dataclass(frozen=True)
 class _Endpoint:
     name: str
+    format: str  # GenerateResponse.format
     ids_advice: str
     logprobs_advice: str
     heads_advice: str
@@ -24,6 +25,7 @@ class _Endpoint:
 
 _COMPLETIONS = _Endpoint(
     name="/v1/completions",
+    format="completions",
     ids_advice=(
         "set `return_token_ids: true` in the request (vLLM; Fireworks too), which adds "
         "`choices[].token_ids`; or, with `logprobs`, vLLM's `return_tokens_as_token_ids: true` "
@@ -43,6 +45,7 @@ _COMPLETIONS = _Endpoint(
 
 _CHAT = _Endpoint(
     name="/v1/chat/completions",
+    format="chat",
     ids_advice=(
         "set `return_token_ids: true` in the request (vLLM; Fireworks too), which adds "
         "`choices[].token_ids`; or vLLM's `return_tokens_as_token_ids: true` with "
@@ -62,6 +65,7 @@ _CHAT = _Endpoint(
 
 _SGLANG = _Endpoint(
     name="/generate",
+    format="sglang",
     ids_advice=(
         "set `return_logprob: true` in the request: `meta_info.output_token_logprobs` then "
         "holds a [logprob, token_id, text] triple per token. "

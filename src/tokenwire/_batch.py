@@ -1,0 +1,577 @@
+"""The batch path: many response bodies parsed on a pool of threads (``parse_many``,
+``aparse_many``), and their choices gathered into padded arrays (``collate``).
+
+The parsers release the GIL in every pass of the compiled core over a response's bytes or its
+arrays (the scan, base64, the record readers, the row checks, head selection), so threads
+parse side by side; the JSON reader on what the scan leaves and the rules' Python hold it.
+``collate`` makes one allocation per array and fills it with one kernel call (in C without
+the GIL, or with numpy one row at a time in the reference), never a Python object per token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _select
+from ._args import check_input, check_start, check_top_k, int_arg
+from ._errors import MalformedResponseError
+from ._types import Batch, GenerateChoice, GenerateResponse, Ragged
+
+__all__ = ["aparse_many", "collate", "parse_many"]
+
+# parse_many's formats: the parser of each (the names the audit's formats have).
+PARSERS = {
+    "generate": "parse_generate_response",
+    "completions": "parse_completions_response",
+    "chat": "parse_chat_completions_response",
+    "sglang": "parse_sglang_generate_response",
+}
+ERRORS = ("raise", "collect")
+
+
+# --- parse_many ----------------------------------------------------------------------------------
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one)."""
+    if hasattr(os, "process_cpu_count"):  # Python 3.13
+        return os.process_cpu_count() or 1
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def _prepared(raws: Iterable[Any], format: Any, threads: Any, errors: Any,
+              options: dict[str, Any]) -> tuple[list[Any], Any, int, bool]:
+    """Every argument checked before any parse: the bodies (a private list), the parser with
+    its options bound, the thread count, and whether errors are collected."""
+    if not isinstance(format, str) or format not in PARSERS:
+        raise ValueError(f"format must be one of {', '.join(map(repr, PARSERS))}, not {format!r}")
+    if not isinstance(errors, str) or errors not in ERRORS:
+        raise ValueError(f"errors must be 'raise' or 'collect', not {errors!r}")
+    count = available_cores() if threads is None else int_arg(threads, "threads", 1)
+    parser = getattr(_select.impl, PARSERS[format])
+    accepted = [name for name, p in inspect.signature(parser).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise TypeError(f"unknown option{'s' * (len(unknown) > 1)} for the {format} parser: {', '.join(unknown)} "
+                        f"(it takes {', '.join(accepted)})")
+    check_top_k(options.get("top_k"))
+    check_start(options.get("prompt_logprob_start"))
+    if isinstance(raws, (bytes, bytearray, memoryview, str)):
+        raise TypeError("raws must be a sequence of response bodies, not one body")
+    bodies = list(raws)
+    for body in bodies:
+        check_input(body)
+    return bodies, functools.partial(parser, **options), count, errors == "collect"
+
+
+def _mark(exc: MalformedResponseError, index: int) -> MalformedResponseError:
+    exc.body_index = index
+    note = f"in body {index} of the batch"
+    if hasattr(exc, "add_note"):  # Python 3.11
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]
+    return exc
+
+
+def _run(bodies: list[Any], parse: Any, threads: int, collect: bool,
+         stop: threading.Event | None = None) -> list[Any]:
+    """Parse every body on ``threads`` threads (the calling one among them), each taking the
+    next body in order; the results in input order. Without ``collect`` the first failure in
+    input order is raised once the bodies being parsed are done, and no body is taken after
+    a failure has stopped the batch; ``stop`` (set from outside) also stops the taking of new
+    bodies."""
+    n = len(bodies)
+    results: list[Any] = [None] * n
+    failures: dict[int, BaseException] = {}
+    stop = stop or threading.Event()
+    lock = threading.Lock()
+    following = iter(range(n))
+
+    def work() -> None:
+        while True:
+            with lock:  # a body is taken only while no failure (nor the caller) has stopped the batch
+                i = None if stop.is_set() else next(following, None)
+            if i is None:
+                return
+            try:
+                results[i] = parse(bodies[i])
+            except MalformedResponseError as exc:
+                _mark(exc, i)
+                if collect:
+                    results[i] = exc
+                    continue
+                failures[i] = exc
+                stop.set()
+            except BaseException as exc:  # out of memory, an interrupt: the batch stops
+                failures[i] = exc
+                stop.set()
+
+    workers = [threading.Thread(target=work, name=f"tokenwire-parse-{w}", daemon=True)
+               for w in range(min(threads, n) - 1)]
+    for worker in workers:
+        worker.start()
+    try:
+        work()
+    finally:  # the calling thread is done (or interrupted): no new body, then wait for the rest
+        stop.set()
+        for worker in workers:
+            worker.join()
+    if failures:
+        raise failures[min(failures)]
+    return results
+
+
+def parse_many(raws: Iterable[Any], *, format: str = "generate", threads: int | None = None,
+               errors: str = "raise", **parser_options: Any) -> list[Any]:
+    """Parse many response bodies on a pool of threads; the results in input order.
+
+    Args:
+        raws: the bodies (each as ``parse_*_response`` takes it: bytes, any bytes-like
+            object, or str), read into a list once.
+        format: ``"generate"`` (``parse_generate_response``), ``"completions"``, ``"chat"``
+            or ``"sglang"``.
+        threads: how many threads parse (the calling one among them; default: the cores
+            this process may use). Each takes the next body in order; the compiled core
+            releases the GIL in its passes over the bytes and arrays, so they run side by
+            side (the JSON of what the scan leaves and the rules' Python hold it).
+        errors: ``"raise"``: the first malformed body in input order raises its
+            :class:`MalformedResponseError` (no new body is started once one has failed);
+            ``"collect"``: a malformed body's error takes its place in the list and the
+            others are parsed. Either way the error's ``body_index`` is the body's position
+            (also in a note of the traceback). Any other exception (``MemoryError``) stops
+            the batch and is raised.
+        parser_options: the parser's keywords (``top_k``, ``require_logprobs``, ...).
+
+    Returns:
+        list: one ``GenerateResponse`` per body (or its error, with ``errors="collect"``).
+
+    Raises:
+        ValueError, TypeError: an unknown format or ``errors``, ``threads`` < 1, an option
+            the parser does not take or a bad ``top_k``, a body that is not bytes-like or
+            str; before any body is parsed.
+        MalformedResponseError: with ``errors="raise"``, as above.
+
+    Example:
+        >>> bodies = [b'{"choices":[{"token_ids":[5],"logprobs":{"sampled":[-0.5]}}]}', b'{}']
+        >>> good, bad = tokenwire.parse_many(bodies, errors="collect", threads=2)
+        >>> good.choices[0].completion_ids.tolist(), bad.body_index, bad.field
+        ([5], 1, 'choices')
+    """
+    bodies, parse, threads, collect = _prepared(raws, format, threads, errors, parser_options)
+    return _run(bodies, parse, threads, collect)
+
+
+async def aparse_many(raws: Iterable[Any], *, format: str = "generate", threads: int | None = None,
+                      errors: str = "raise", **parser_options: Any) -> list[Any]:
+    """:func:`parse_many` for an event loop: the arguments are checked at once (raising
+    before any parse), and the bodies are parsed on threads of their own while the loop runs
+    on. Cancelling the awaiting task stops the start of new bodies (the ones being parsed
+    finish, and their results are dropped).
+
+    Example:
+        >>> body = b'{"choices":[{"token_ids":[5],"logprobs":{"sampled":[-0.5]}}]}'
+        >>> [r.choices[0].completion_ids.tolist() for r in asyncio.run(tokenwire.aparse_many([body] * 2))]
+        [[5], [5]]
+    """
+    bodies, parse, threads, collect = _prepared(raws, format, threads, errors, parser_options)
+    stop = threading.Event()
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[list[Any]] = loop.create_future()
+
+    def deliver(outcome: Any, failed: bool) -> None:
+        if not done.done():
+            (done.set_exception if failed else done.set_result)(outcome)
+
+    def run() -> None:
+        try:
+            outcome, failed = _run(bodies, parse, threads, collect, stop), False
+        except BaseException as exc:
+            outcome, failed = exc, True
+        try:
+            loop.call_soon_threadsafe(deliver, outcome, failed)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits for the outcome
+            pass
+
+    threading.Thread(target=run, name="tokenwire-aparse", daemon=True).start()
+    try:
+        return await done
+    finally:
+        stop.set()  # cancelled: start no new body (done: changes nothing)
+
+
+# --- collate -------------------------------------------------------------------------------------
+
+
+class _Row:
+    """One choice of the batch and what it came with."""
+
+    __slots__ = ("choice", "item", "response")
+
+    def __init__(self, choice: GenerateChoice, item: int, response: GenerateResponse | None) -> None:
+        self.choice, self.item, self.response = choice, item, response
+
+
+def _rows(items: Sequence[Any]) -> list[_Row]:
+    rows = []
+    for i, item in enumerate(items):
+        if isinstance(item, GenerateResponse):
+            rows += [_Row(c, i, item) for c in item.choices]
+        elif isinstance(item, GenerateChoice):
+            rows.append(_Row(item, i, None))
+        else:
+            raise TypeError(f"collate takes GenerateResponse and GenerateChoice objects, not {type(item).__name__} "
+                            f"(item {i})")
+    for row in rows:
+        if not isinstance(row.choice, GenerateChoice):
+            raise TypeError(f"item {row.item} holds a choice that is not a GenerateChoice")
+    return rows
+
+
+def _one_setting(items: Sequence[Any]) -> tuple[str | None, int | None]:
+    """The batch's format and top_k: every parsed response (format known) must share them."""
+    parsed = [(i, r) for i, r in enumerate(items) if isinstance(r, GenerateResponse) and r.format is not None]
+    if not parsed:
+        return None, None
+    first, head = parsed[0]
+    for i, r in parsed[1:]:
+        if r.format != head.format:
+            raise ValueError(f"the batch mixes formats: item {first} is a {head.format!r} response and item {i} a "
+                             f"{r.format!r} one; collate each format on its own")
+        if r.top_k != head.top_k:
+            raise ValueError(f"item {i} was parsed with top_k={r.top_k} and item {first} with top_k={head.top_k}: "
+                             "heads of different widths cannot share one tensor")
+    return head.format, head.top_k
+
+
+def _width(name: str, given: Any, longest: int, what: str, where: Any) -> int:
+    """``given`` (checked to hold ``longest``), or ``longest``."""
+    if given is None:
+        return longest
+    width = int_arg(given, name, 0)
+    if width < longest:
+        raise ValueError(f"{where()} has {longest} {what}, more than {name}={width} (nothing is cut)")
+    return width
+
+
+def _vector(value: Any, dtype: Any, kinds: str, name: str, b: int) -> np.ndarray:
+    """``value`` as a 1-D C-contiguous array of ``dtype`` (itself when it is one already)."""
+    array = np.asarray(value)
+    if array.ndim != 1 or (array.dtype.kind not in kinds and array.size):
+        what = "floats" if kinds == "f" else "integers"
+        raise TypeError(f"choice {b}'s {name} must be a 1-D array of {what}, not {array.ndim}-D {array.dtype}")
+    return np.ascontiguousarray(array, dtype=dtype)
+
+
+# An array is filled on several threads from this many bytes (below, starting them costs more).
+_SPLIT_BYTES = 1 << 20
+
+
+class _Blocks:
+    """Where collate's arrays come from, and the kernels that fill them: a new array each, or
+    the array of that name of ``out`` (a Batch collate returned) when it has the shape and
+    dtype wanted, written again in place; a large array is filled by ``threads`` threads, each
+    a contiguous range of its rows (the C kernels run without the GIL)."""
+
+    def __init__(self, kernels: Any, out: Batch | None, threads: int) -> None:
+        self.kernels, self.out, self.threads = kernels, out, threads
+
+    def each(self, rows: int, nbytes: int, call: Any) -> list[tuple[int, Any]]:
+        """``call(a, b)`` over ``rows`` cut into one range per thread (one range for a small
+        array): ``(a, its result)`` per range, in order."""
+        parts = max(1, min(self.threads, rows)) if nbytes >= _SPLIT_BYTES else 1
+        bounds = [rows * i // parts for i in range(parts + 1)]
+        results: list[Any] = [None] * parts
+        failures: list[BaseException] = []
+
+        def run(i: int) -> None:
+            try:
+                results[i] = call(bounds[i], bounds[i + 1])
+            except BaseException as exc:  # raised by the calling thread
+                failures.append(exc)
+
+        workers = [threading.Thread(target=run, args=(i,), name=f"tokenwire-collate-{i}") for i in range(1, parts)]
+        for worker in workers:
+            worker.start()
+        run(0)
+        for worker in workers:
+            worker.join()
+        if failures:
+            raise failures[0]
+        return list(zip(bounds, results))
+
+    def fill(self, rows: list[np.ndarray], out: np.ndarray, fill: Any) -> np.ndarray:
+        """``pad_rows`` into ``out``."""
+        done = self.each(len(rows), out.nbytes, lambda a, b: self.kernels.pad_rows(rows[a:b], out[a:b], fill))
+        if any(bad >= 0 for _, bad in done):
+            raise ValueError("a row changed its length while it was being copied")  # lengths are checked first
+        return out
+
+    def empty(self, name: str | None, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        previous: Any = None
+        if self.out is not None and name:
+            previous = self.out
+            for part in name.split("."):  # "sampling_mask.values": the Ragged's arrays
+                previous = getattr(previous, part, None)
+        if (type(previous) is np.ndarray and previous.shape == shape and previous.dtype == dtype
+                and previous.flags.c_contiguous and previous.flags.writeable):
+            return previous
+        return np.empty(shape, dtype=dtype)
+
+    def padded(self, name: str, rows: list[np.ndarray], width: int, dtype: Any, fill: Any) -> np.ndarray:
+        return self.fill(rows, self.empty(name, (len(rows), width), dtype), fill)
+
+
+def _flags(values: list[Any]) -> np.ndarray:
+    return np.fromiter((v is not None for v in values), dtype=np.bool_, count=len(values))
+
+
+def _ragged_lengths(blocks: _Blocks, raggeds: list[Ragged | None], counts: list[int], tokens: int,
+                    name: str, kept: str | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """The token lengths of each choice's rows of ``name`` (an empty row where None):
+    ``(first, lengths (B, tokens), longest)``, the lengths in the block ``kept`` names;
+    ValueError naming the choice and token where the rows do not fit their values."""
+    empty = np.zeros(1, dtype=np.int64)
+    offsets, sizes, owned = [], [], []
+    for b, (r, n) in enumerate(zip(raggeds, counts)):
+        if r is None:
+            offsets.append(empty)
+            sizes.append(0)
+            owned.append(0)
+            continue
+        offs = np.ascontiguousarray(r.offsets, dtype=np.int64)
+        if offs.ndim != 1 or len(offs) != n + 1:
+            raise ValueError(f"choice {b}'s {name} has {len(offs) - 1} rows for {n} tokens")
+        offsets.append(offs)
+        sizes.append(len(r.values))
+        owned.append(n)
+    lengths = blocks.empty(kept, (len(raggeds), tokens), np.int64)
+    done = blocks.each(len(raggeds), lengths.nbytes, lambda a, b: blocks.kernels.ragged_lengths(
+        offsets[a:b], owned[a:b], sizes[a:b], lengths[a:b]))
+    for a, (_, _, bad) in done:
+        if bad is not None:
+            raise ValueError(f"choice {a + bad[1]}'s {name} offsets do not fit its values (offset {bad[2]})")
+    first = np.concatenate([part[0] for _, part in done])
+    return first, lengths, max(part[1] for _, part in done)
+
+
+def _heads(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens: int, top_k: int | None,
+           head_width: Any, pad_id: int) -> dict[str, Any]:
+    ids = [row.choice.completion_top_ids for row in rows]
+    lps = [row.choice.completion_top_logprobs for row in rows]
+    if all(r is None for r in ids) and all(r is None for r in lps):
+        return {}
+    for b, (i, lp) in enumerate(zip(ids, lps)):
+        if (i is None) != (lp is None):
+            raise ValueError(f"choice {b} has {'head ids' if lp is None else 'head logprobs'} only")
+    first_ids, lengths, longest = _ragged_lengths(blocks, ids, counts, tokens, "completion_top_ids",
+                                                  "completion_top_lengths")
+    first_lps, lengths_lps, _ = _ragged_lengths(blocks, lps, counts, tokens, "completion_top_logprobs")
+    if not np.array_equal(lengths, lengths_lps):
+        b, t = (int(x[0]) for x in np.nonzero(lengths != lengths_lps))
+        raise ValueError(f"choice {b}'s completion_top_ids and completion_top_logprobs differ in length at token {t}")
+
+    def widest() -> str:
+        b, t = np.unravel_index(int(np.argmax(lengths)), lengths.shape)
+        return f"choice {b}'s head at token {t}"
+
+    if head_width is None:
+        width = max(longest, top_k or 0)
+    else:
+        width = _width("head_width", head_width, longest, "entries", widest)
+    present = _flags(ids)
+    id_rows = [_vector(r.values, np.int64, "iu", "completion_top_ids", b) if r is not None else _NO_INT
+               for b, r in enumerate(ids)]
+    lp_rows = [_vector(r.values, np.float32, "f", "completion_top_logprobs", b) if r is not None else _NO_FLOAT
+               for b, r in enumerate(lps)]
+    top_ids = blocks.empty("completion_top_ids", (len(rows), tokens, width), np.int64)
+    top_lps = blocks.empty("completion_top_logprobs", (len(rows), tokens, width), np.float32)
+    for values, first, out, fill in ((id_rows, first_ids, top_ids, pad_id), (lp_rows, first_lps, top_lps, -np.inf)):
+        done = blocks.each(len(rows), out.nbytes, lambda a, b, values=values, first=first, out=out, fill=fill:
+                           blocks.kernels.pad_ragged(values[a:b], first[a:b], lengths[a:b], out[a:b], fill))
+        if any(bad >= 0 for _, bad in done):
+            raise ValueError("a head is wider than the head width")  # the width holds the longest
+    return {"completion_top_ids": top_ids, "completion_top_logprobs": top_lps,
+            "completion_top_lengths": lengths, "heads_present": present}
+
+
+_NO_INT = np.zeros(0, dtype=np.int64)
+_NO_FLOAT = np.zeros(0, dtype=np.float32)
+
+
+def _sampling_mask(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens: int) -> dict[str, Any]:
+    masks = [row.choice.sampling_mask for row in rows]
+    if all(m is None for m in masks):
+        return {}
+    first, lengths, _ = _ragged_lengths(blocks, masks, counts, tokens, "sampling_mask")
+    totals = lengths.sum(axis=1)
+    parts = []
+    for b, m in enumerate(masks):
+        if m is not None:
+            values = _vector(m.values, np.int32, "iu", "sampling_mask", b)
+            parts.append(values[first[b] : first[b] + totals[b]])
+    offsets = blocks.empty("sampling_mask.offsets", (len(rows) * tokens + 1,), np.int64)
+    offsets[0] = 0
+    np.cumsum(lengths.reshape(-1), out=offsets[1:])
+    values = blocks.empty("sampling_mask.values", (int(offsets[-1]),), np.int32)
+    if parts:
+        np.concatenate(parts, out=values)
+    present_rows = []
+    for b, (row, m) in enumerate(zip(rows, masks)):
+        flags = row.choice.sampling_mask_present
+        if m is None:
+            present_rows.append(np.zeros(0, dtype=np.bool_))
+        elif flags is None:  # a choice built by hand: a token has a kept set where its row has ids
+            present_rows.append(lengths[b, : counts[b]] > 0)
+        else:
+            flags = np.ascontiguousarray(flags, dtype=np.bool_)
+            if flags.shape != (counts[b],):
+                raise ValueError(f"choice {b}'s sampling_mask_present has {len(flags)} entries for {counts[b]} tokens")
+            present_rows.append(flags)
+    return {"sampling_mask": Ragged(offsets, values),
+            "sampling_mask_present": blocks.padded("sampling_mask_present", present_rows, tokens, np.bool_, False)}
+
+
+def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any) -> dict[str, Any]:
+    routed = [row.choice.routed_experts for row in rows]
+    arrays = [None if r is None else np.asarray(r.array) for r in routed]
+    present = [a for a in arrays if a is not None]
+    if not present:
+        return {}
+    for b, a in enumerate(arrays):
+        if a is not None and (a.ndim != 3 or a.dtype.kind not in "iu"):
+            raise ValueError(f"choice {b}'s routed_experts must be (rows, layers, topk) integers, not {a.shape} {a.dtype}")
+    shapes = {a.shape[1:] for a in present}
+    if len(shapes) > 1:
+        raise ValueError(f"routed_experts of different (layers, topk) in one batch: {sorted(shapes)}")
+    layers, topk = shapes.pop()
+    dtype = np.result_type(*{a.dtype for a in present})
+    counts = [0 if a is None else a.shape[0] for a in arrays]
+    longest = max(counts)
+    width = _width("routing_width", routing_width, longest, "routing rows",
+                   lambda: f"choice {counts.index(longest)}'s routing")
+    flat = [_NO_ROUTING.astype(dtype) if a is None else np.ascontiguousarray(a, dtype=dtype).reshape(-1)
+            for a in arrays]
+    out = blocks.empty("routed_experts", (len(rows), width, layers, topk), dtype)
+    blocks.fill(flat, out.reshape(len(rows), width * layers * topk), 0)
+    starts = [-1 if r is None or r.start is None else int(r.start) for r in routed]
+    return {"routed_experts": out, "routed_experts_lengths": np.array(counts, dtype=np.int64),
+            "routed_experts_start": np.array(starts, dtype=np.int64), "routed_experts_present": _flags(arrays)}
+
+
+_NO_ROUTING = np.zeros(0, dtype=np.uint8)
+
+
+def _prompts(blocks: _Blocks, rows: list[_Row], prompt_width: Any, pad_id: int) -> dict[str, Any]:
+    prompts = [None if row.response is None else row.response.prompt_token_ids for row in rows]
+    if all(p is None for p in prompts):
+        return {}
+    owned: dict[int, np.ndarray] = {}  # one array per response, not per choice
+    vectors = []
+    for b, p in enumerate(prompts):
+        if p is None:
+            vectors.append(_NO_INT)
+            continue
+        if id(p) not in owned:
+            owned[id(p)] = _vector(p, np.int64, "iu", "prompt_token_ids", b)
+        vectors.append(owned[id(p)])
+    lengths = np.array([len(v) for v in vectors], dtype=np.int64)
+    longest = int(lengths.max())
+    width = _width("prompt_width", prompt_width, longest, "prompt ids",
+                   lambda: f"choice {int(np.argmax(lengths))}'s prompt")
+    return {"prompt_token_ids": blocks.padded("prompt_token_ids", vectors, width, np.int64, pad_id),
+            "prompt_lengths": lengths, "prompt_present": _flags(prompts)}
+
+
+def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, pad_id: int = 0,
+            head_width: int | None = None, prompt_width: int | None = None,
+            routing_width: int | None = None, out: Batch | None = None, threads: int | None = None) -> Batch:
+    """Every choice of ``items`` (parsed responses, their choices in order, or choices) as one
+    row of padded arrays: a :class:`Batch`.
+
+    Args:
+        items: ``GenerateResponse`` and ``GenerateChoice`` objects, as ``parse_*`` and
+            :func:`parse_many` return them.
+        width: the completion width ``T`` (default: the longest completion). A completion
+            longer than ``width`` raises ``ValueError``: nothing is cut.
+        pad_id: the id past each row of ``completion_ids``, ``completion_top_ids`` and
+            ``prompt_token_ids``.
+        head_width: the heads' width ``K`` (default: the ``top_k`` the responses were parsed
+            with, or the widest head when one is wider); a wider head raises ``ValueError``.
+        prompt_width, routing_width: the widths of the prompt ids and the routing rows
+            (default: the longest), with the same rule.
+        out: a Batch an earlier call returned, whose arrays are written again where one has
+            the shape and dtype wanted (fixed widths give every step the same shapes): no new
+            memory to fault in. Those arrays, and the tensors ``to_torch`` made of them, then
+            hold the new batch; the others are new.
+        threads: how many threads fill each large array (default: the cores this process may
+            use), each a contiguous range of the rows; the kernels run without the GIL.
+
+    Returns:
+        Batch: ``B`` rows, one per choice (see :class:`Batch` for each array, its fill and
+        its ``*_present`` flags).
+
+    Raises:
+        ValueError: responses of different formats, or parsed with different ``top_k``;
+            routing of different ``(layers, topk)``; a width shorter than what it must hold;
+            a choice whose arrays do not fit together (a choice built by hand).
+        TypeError: an item that is neither a response nor a choice.
+
+    Example:
+        >>> body = b'{"choices":[{"token_ids":[5,6],"logprobs":{"sampled":[-0.5,-1.0]}}]}'
+        >>> batch = tokenwire.collate(tokenwire.parse_many([body, body]), width=3)
+        >>> batch.completion_ids.tolist(), batch.lengths.tolist()
+        ([[5, 6, 0], [5, 6, 0]], [2, 2])
+    """
+    if isinstance(items, (GenerateResponse, GenerateChoice)):
+        items = [items]
+    items = list(items)
+    pad_id = int_arg(pad_id, "pad_id", -(2**63))
+    if out is not None and not isinstance(out, Batch):
+        raise TypeError(f"out must be a Batch, not {type(out).__name__}")
+    blocks = _Blocks(_select.kernels, out, available_cores() if threads is None else int_arg(threads, "threads", 1))
+    rows = _rows(items)
+    format, top_k = _one_setting(items)
+    ids = [_vector(row.choice.completion_ids, np.int64, "iu", "completion_ids", b) for b, row in enumerate(rows)]
+    counts = [len(a) for a in ids]
+    longest = max(counts, default=0)
+    tokens = _width("width", width, longest, "tokens", lambda: f"choice {counts.index(longest)}")
+    lengths = np.array(counts, dtype=np.int64)
+    fields: dict[str, Any] = {
+        "completion_ids": blocks.padded("completion_ids", ids, tokens, np.int64, pad_id),
+        "lengths": lengths,
+        "mask": np.less(np.arange(tokens), lengths[:, None], out=blocks.empty("mask", (len(rows), tokens), np.bool_)),
+    }
+    logprobs = [row.choice.completion_logprobs for row in rows]
+    if any(lp is not None for lp in logprobs):
+        vectors = []
+        for b, lp in enumerate(logprobs):
+            vector = _NO_FLOAT if lp is None else _vector(lp, np.float32, "f", "completion_logprobs", b)
+            if lp is not None and len(vector) != counts[b]:
+                raise ValueError(f"choice {b} has {len(vector)} logprobs for {counts[b]} tokens")
+            vectors.append(vector)
+        fields["completion_logprobs"] = blocks.padded("completion_logprobs", vectors, tokens, np.float32, 0.0)
+        fields["logprobs_present"] = _flags(logprobs)
+    fields.update(_heads(blocks, rows, counts, tokens, top_k, head_width, pad_id))
+    fields.update(_sampling_mask(blocks, rows, counts, tokens))
+    fields.update(_routing(blocks, rows, routing_width))
+    fields.update(_prompts(blocks, rows, prompt_width, pad_id))
+    return Batch(
+        **fields,
+        response=np.array([row.item for row in rows], dtype=np.int64),
+        choice=np.array([row.choice.index for row in rows], dtype=np.int64),
+        finish_reason=[row.choice.finish_reason for row in rows],
+        format=format,
+        top_k=top_k,
+        pad_id=pad_id,
+    )
