@@ -177,7 +177,10 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
     __mmask16 ma = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
     __m512i a = _mm512_maskz_loadu_epi32(ma, ids);
     __m512 va = _mm512_maskz_loadu_ps(ma, vals);
+    __m512i s = _mm512_set1_epi32((int)sampled);
     if (dup_disagree(a, va, ma)) return TW_ROW_REPEAT_DISAGREE;
+    /* the lanes holding the sampled id, found with the same registers */
+    uint32_t hit = _mm512_mask_cmpeq_epi32_mask(ma, a, s);
     if (len > 16) {
         __mmask16 mb = (__mmask16)((1u << (len - 16)) - 1);
         __m512i b = _mm512_maskz_loadu_epi32(mb, ids + 16);
@@ -188,8 +191,9 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
             if (eq && _mm512_mask_cmp_ps_mask(eq, va, _mm512_set1_ps(vals[j]), _CMP_NEQ_UQ))
                 return TW_ROW_REPEAT_DISAGREE;
         }
+        hit |= (uint32_t)_mm512_mask_cmpeq_epi32_mask(mb, b, s) << 16;
     }
-    return row_sampled(ids, vals, len, sampled, sampled_ok, out);
+    return sampled_ok ? sampled_in_lanes(vals, hit, out) : TW_ROW_MISSING_SAMPLED;
 }
 
 /* The same rows with AVX2: the entries repeating an earlier one found in registers
@@ -201,12 +205,19 @@ row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, i
          float *out) {
     __m256i a[4];
     uint32_t all = tw_load32_avx2(ids, len, a);
-    for (uint32_t rep = tw_repeats_avx2(a, (len + 7) / 8) & all; rep; rep &= rep - 1) {
+    unsigned nvec = (unsigned)(len + 7) / 8;
+    for (uint32_t rep = tw_repeats_avx2(a, nvec) & all; rep; rep &= rep - 1) {
         unsigned j = tw_ctz32(rep);
         for (unsigned i = 0; i < j; i++)
             if (ids[i] == ids[j] && vals[i] != vals[j]) return TW_ROW_REPEAT_DISAGREE;
     }
-    return row_sampled(ids, vals, len, sampled, sampled_ok, out);
+    if (!sampled_ok) return TW_ROW_MISSING_SAMPLED;
+    /* the lanes holding the sampled id, from the loaded registers */
+    __m256i s = _mm256_set1_epi32((int)sampled);
+    uint32_t hit = 0;
+    for (unsigned v = 0; v < nvec; v++)
+        hit |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[v], s))) << (8 * v);
+    return sampled_in_lanes(vals, hit & all, out);
 }
 
 #endif
