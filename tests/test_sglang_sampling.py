@@ -327,3 +327,67 @@ def test_flat_prompt_top_k_plain_faults(impl):
     fails(impl, doc, r"input_top_logprobs_idx_flat holds 5 values but input_top_logprobs_shape \[3, 2\] gives 6")
     meta["input_top_logprobs_val_flat"][0] = "x"
     assert fails(impl, doc, "input_top_logprobs_val_flat must hold numbers").token == 1
+
+
+# --- the chat endpoint: meta_info on the choice (return_meta_info) -------------------------------
+
+
+def chat(meta, ids=(1, 0, 2), **choice_extra):
+    """SGLang's /v1/chat/completions response of one choice with ``return_token_ids`` and
+    ``return_meta_info``: the generate item's ``meta_info`` on the choice, beside its OpenAI
+    fields (SGLang's ChatCompletionResponseChoice)."""
+    ids = list(ids)
+    choice = {"index": 0, "message": {"role": "assistant", "content": "x"},
+              "logprobs": {"content": [{"token": "x", "bytes": [120], "logprob": math.log(PROBS[t]), "top_logprobs": []}
+                                       for t in ids]},
+              "finish_reason": "length", "matched_stop": None, "token_ids": ids, "meta_info": meta, **choice_extra}
+    return dumps({"id": "c1", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice],
+                  "usage": {"prompt_tokens": 3, "total_tokens": 3 + len(ids), "completion_tokens": len(ids)}})
+
+
+def test_chat_meta_info_reads_the_mask_and_sampling_logprobs(impl, simd):
+    meta = item()["meta_info"]
+    choice = impl.parse_chat_completions_response(chat(meta)).choices[0]
+    assert choice.sampling_mask.to_lists() == [KEPT] * 3
+    assert choice.sampling_mask_present.tolist() == [True] * 3
+    assert choice.sampling_logprobs.tolist() == [renormalized(t, KEPT) for t in (1, 0, 2)]
+    assert choice.completion_logprobs.tolist() == pytest.approx([math.log(PROBS[t]) for t in (1, 0, 2)])
+    rest = choice.raw["meta_info"]
+    assert "output_token_sampling_mask" not in rest and "output_token_sampling_logprobs" not in rest
+    assert rest["output_token_sampling_mask_length"] == 3 and rest["output_token_logprobs"] == meta["output_token_logprobs"]
+
+
+def test_chat_meta_info_without_the_sampling_fields_is_left_as_sent(impl):
+    meta = {"id": "rid-1", "weight_version": "default", "completion_tokens": 3}
+    choice = impl.parse_chat_completions_response(chat(meta)).choices[0]
+    assert choice.sampling_mask is None and choice.sampling_logprobs is None
+    assert choice.raw["meta_info"] == meta
+
+
+def test_chat_support_rows(impl):
+    meta = item()["meta_info"]
+    meta["output_token_sampling_mask_logprobs"] = [[renormalized(i, KEPT) for i in KEPT] for _ in range(3)]
+    choice = impl.parse_chat_completions_response(chat(meta)).choices[0]
+    assert choice.sampling_mask_logprobs.to_lists() == meta["output_token_sampling_mask_logprobs"]
+
+
+CHAT_BROKEN = [
+    pytest.param({"output_token_sampling_mask": [[5, 6], KEPT, KEPT]}, "sampling mask row does not hold the sampled token id 1",
+                 "meta_info.output_token_sampling_mask", 0, id="sampled_missing"),
+    pytest.param({"output_token_sampling_mask": [KEPT, [0, 0], KEPT]}, "sampling mask row repeats token id 0",
+                 "meta_info.output_token_sampling_mask", 1, id="repeat"),
+    pytest.param({"output_token_sampling_mask": [KEPT, KEPT]}, "sampling mask has 2 rows but the completion has 3",
+                 "meta_info.output_token_sampling_mask", None, id="row_short"),
+    pytest.param({"output_token_sampling_mask_length": 4}, "output_token_sampling_mask_length is 4",
+                 "meta_info.output_token_sampling_mask_length", None, id="length"),
+    pytest.param({"output_token_sampling_logprobs": [0.5, -0.1, -0.1]}, r"sampling logprob cannot be positive \(0.5\)",
+                 "meta_info.output_token_sampling_logprobs", 0, id="positive"),
+]
+
+
+@pytest.mark.parametrize("edit, match, field, token", CHAT_BROKEN)
+def test_chat_meta_info_rules(impl, simd, edit, match, field, token):
+    meta = dict(item()["meta_info"], **edit)
+    with pytest.raises(MalformedResponseError, match=match) as info:
+        impl.parse_chat_completions_response(chat(meta))
+    assert (info.value.choice, info.value.field, info.value.token) == (0, field, token)

@@ -37,6 +37,7 @@ from .._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 from .._wire import VLLM_LOGPROB_SENTINEL
 from ..extract.python import (
     Evidence,
+    LazyEvidence,
     Numbers,
     Read,
     extract_openai_choice,
@@ -526,6 +527,7 @@ def _parse_openai_choice(
             raw[key] = full_at(c, raw[key], span)
     if prompt is not None:
         raw[KEY.prompt_token_ids] = prompt
+    sampling = _chat_meta_info(c, choice, ids, raw)
     return GenerateChoice(
         index=c.index,  # type: ignore[arg-type]
         completion_ids=ids,
@@ -535,6 +537,7 @@ def _parse_openai_choice(
         routed_experts=routed,
         finish_reason=choice.get("finish_reason"),
         raw=raw,
+        **sampling,
     )
 
 
@@ -792,6 +795,30 @@ def _over_support(candidates: Candidates, mask: Ragged, sampled: np.ndarray) -> 
     shifted = np.where(candidates.logprobs == VLLM_LOGPROB_SENTINEL, candidates.logprobs,
                        candidates.logprobs - shift[rows])
     return Candidates(candidates.offsets, candidates.ids, shifted), sampled - shift
+
+
+# SGLang's sampling fields, read on a chat choice's meta_info as on a /generate item's (and,
+# as there, leaving it: the mask's row count, checked, stays).
+_CHAT_META = ("output_token_sampling_mask", "output_token_sampling_logprobs", "output_token_sampling_mask_logprobs")
+
+
+def _chat_meta_info(c: Evidence, choice: dict[str, Any], ids: np.ndarray, raw: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's chat choices carry the /generate item's ``meta_info`` (``return_meta_info``):
+    its sampling mask, sampling logprobs and mask logprobs are read and checked as on
+    ``/generate``, against the choice's ids, and leave ``raw["meta_info"]``; the rest of it
+    stays there as sent. Returns the choice's attributes (none without them)."""
+    meta = choice.get(KEY.meta_info)
+    if not isinstance(meta, dict) or all(meta.get(key) is None for key in _CHAT_META):
+        return {}
+    item = LazyEvidence(c.index, {KEY.meta_info: meta}, SGLANG, kernels=c.kernels, error=c.error)
+    mask = _sglang_mask(item, meta, ids)
+    sampling, support = _sglang_sampling(item, meta, ids, mask)
+    mask_logprobs = _sglang_mask_logprobs(item, meta, ids, mask, sampling)
+    raw[KEY.meta_info] = {key: value for key, value in meta.items() if key not in _CHAT_META}
+    return {"sampling_mask": mask,
+            "sampling_mask_present": None if mask is None else mask.offsets[1:] != mask.offsets[:-1],
+            "sampling_logprobs": sampling,
+            "sampling_mask_logprobs": support if support is not None else mask_logprobs}
 
 
 def _sglang_prompt_top(c: Evidence, meta: dict[str, Any]) -> tuple[Ragged | None, Ragged | None]:
