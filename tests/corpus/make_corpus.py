@@ -83,6 +83,47 @@ def mask_logprobs_cases() -> dict[str, tuple[bytes, str]]:
     }
 
 
+def payload_and_teacher_cases() -> dict[str, tuple[bytes, str]]:
+    """prime-rl's by-handle segments (array form, checked without reading the file: no
+    payload_root), vLLM's teacher scores and the packed mask's zero counts, over the two tokens
+    of good_choice after a prompt of three."""
+    file = "/shared/payload/0b1c.bin"
+
+    def seg(field, offset, pos, rows, dtype, shape):
+        return [field, file, offset, pos, rows, dtype, shape]
+
+    ok = [seg("routed_experts", 0, 0, 4, "uint8", [2, 2]), seg("routed_expert_weights", 16, 0, 4, "float32", [2, 2]),
+          seg("sampling_mask", 80, 3, 2, "uint32", [])]
+
+    def segments(*segs):
+        return dump(doc(good_choice(routed_experts=None, sampling_mask=None, payload=list(segs)), prompt_token_ids=[1, 2, 3]))
+
+    def teacher(matrix):
+        return dump(doc(prompt_token_ids=[1, 2, 3], prompt_token_id_logprobs=npy(matrix)))
+
+    def counts(ids, rows):
+        return dump(doc(good_choice(sampling_mask={"ids": {"data": packed(ids, "<i4"), "shape": [len(ids)], "dtype": "int32"},
+                                                   "counts": {"data": packed(rows, "<i4"), "shape": [len(rows)], "dtype": "int32"}})))
+
+    return {
+        "payload_ok": (segments(*ok), "ok"),
+        "payload_rows_huge": (segments(seg("routed_experts", 0, 0, 10**9, "uint8", [2, 2]), *ok[1:]),
+                              "routed_experts payload rows must end at 4, not 1000000000"),
+        "payload_dtype_int64": (segments(seg("routed_experts", 0, 0, 4, "int64", [2, 2]), *ok[1:]),
+                                "Unsupported routed_experts payload dtype"),
+        "payload_member_missing": (segments(ok[0][:-1], *ok[1:]), "payload segment must be an array [field, file"),
+        "payload_overlap": (segments(ok[0], seg("routed_expert_weights", 8, 0, 4, "float32", [2, 2]), ok[2]),
+                            "payload segment bytes [8, 72) of /shared/payload/0b1c.bin overlap"),
+        "teacher_ok": (teacher(np.array([[-0.5, -np.inf], [-1.0, -2.0]], dtype=np.float32)), "ok"),
+        "teacher_all_nan": (teacher(np.full((2, 3), np.nan, dtype=np.float32)), "prompt_token_id_logprobs holds NaN"),
+        "teacher_rows_extra": (teacher(np.full((3, 3), -1.0, dtype=np.float32)),
+                               "prompt_token_id_logprobs has 3 rows for a prompt of 3 tokens: at most 2"),
+        "teacher_float64": (teacher(np.full((2, 2), -1.0)), "prompt_token_id_logprobs .npy header is invalid"),
+        "mask_zero_counts": (counts([7], [1, 0]), "ok"),
+        "mask_negative_count": (counts([7, 9], [3, -1]), "Invalid packed sampling mask"),
+    }
+
+
 def cases() -> dict[str, tuple[bytes, str]]:
     ok = dump(doc())
     out: dict[str, tuple[bytes, str]] = {"valid": (ok, "ok")}
@@ -119,6 +160,7 @@ def cases() -> dict[str, tuple[bytes, str]]:
     out.update(routing_cases())
     out.update(top_k_cases())
     out.update(mask_logprobs_cases())
+    out.update(payload_and_teacher_cases())
     # Weight-version spans (vLLM's choices[].weight_versions) over the two tokens of good_choice.
     def spans(*triples):
         return dump(doc(good_choice(weight_versions=[{"version": v, "start": a, "end": b} for v, a, b in triples])))
