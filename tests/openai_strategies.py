@@ -176,6 +176,21 @@ def add_routing(doc: dict[str, Any], evs: list[Evidence], form: str, experts: in
         doc["prompt_routed_experts"] = encode(rows(len(doc["choices"][0].get("prompt_token_ids", doc.get("prompt_token_ids")))))
 
 
+def add_sglang_routing(doc: Any, evs: list[Evidence], long: bool = False, seed: int = 0) -> None:
+    """SGLang's routing replay on an SGLang document (ids below 8): each item's
+    ``meta_info.routed_experts`` (2 layers of top-2; ``long``: 48 of top-8) and
+    ``indexer_topk`` (5 a row, -1 among them), base64 of bare int32 rows, one per prompt and
+    completion token but the last."""
+    rng = np.random.default_rng(seed)
+    layers, topk = (48, 8) if long else (2, 2)
+    for item, ev in zip(doc if isinstance(doc, list) else [doc], evs):
+        rows = max(len(ev.prompt) + len(ev.ids) - 1, 0)
+        routed = rng.integers(0, 8, (rows, layers, topk)).astype("<i4")
+        indexer = rng.integers(-1, 50, (rows, 5)).astype("<i4")
+        item["meta_info"]["routed_experts"] = base64.b64encode(routed.tobytes()).decode()
+        item["meta_info"]["indexer_topk"] = base64.b64encode(indexer.tobytes()).decode()
+
+
 def _raw_output(ev: Evidence, with_logprobs: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"prompt_fragments": ["p"], "prompt_token_ids": list(ev.prompt),
                            "completion": "c", "completion_token_ids": list(ev.ids)}

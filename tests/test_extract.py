@@ -161,6 +161,15 @@ def test_openai_routing(simd, form):
         assert_openai_peers(test_openai.dumps(doc), None, False)
 
 
+@pytest.mark.parametrize("long", [False, True])
+def test_sglang_routing(simd, long):
+    for as_list in (False, True):
+        evs = [test_openai.evidence([5, 6, 7], [-0.5, -0.25, -1.0]), test_openai.evidence([9], [-2.0])]
+        doc = test_openai.sglang(evs, as_list)
+        test_openai.add_sglang_routing(doc, evs, long)
+        assert_openai_peers(test_openai.dumps(doc), None, True)
+
+
 @settings(max_examples=EXAMPLES)
 @given(test_openai.mutated_openai(), st.sampled_from([None, 1]))
 def test_mutated_openai_documents(case, top_k):

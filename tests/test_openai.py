@@ -32,6 +32,7 @@ from .openai_strategies import (
     C,
     Format,
     add_routing,
+    add_sglang_routing,
     evidence,
     evidences,
     fireworks_content,
@@ -734,7 +735,7 @@ def openai_outcome(parse, raw, **kw):
               _comparable(c.completion_top_ids), _comparable(c.completion_top_logprobs), c.finish_reason,
               _comparable(c.raw), routing(c.routed_experts), _comparable(c.sampling_mask),
               _comparable(c.sampling_logprobs), _comparable(c.sampling_mask_logprobs), _comparable(c.prompt_top_ids),
-              _comparable(c.prompt_top_logprobs)) for c in r.choices])
+              _comparable(c.prompt_top_logprobs), _comparable(c.indexer_topk)) for c in r.choices])
 
 
 def _mutate_sglang(draw, item):
@@ -943,8 +944,15 @@ def mutated_openai(draw):
     with_heads = draw(st.sampled_from([None, 1]))  # candidates for a head of 1 (and 2 more)
     evs = draw(st.lists(evidences(max_tokens=8, k=with_heads), min_size=1, max_size=3))
     doc = fmt.build(evs)
-    routed = fmt.name.startswith("vllm") and draw(st.booleans())
-    if routed:
+    routed = (fmt.name.startswith("vllm") or fmt.name.startswith("sglang")) and draw(st.booleans())
+    if routed and fmt.name.startswith("sglang"):
+        add_sglang_routing(doc, evs, draw(st.booleans()), seed=draw(st.integers(0, 9)))
+        if draw(st.booleans()):
+            meta = draw(st.sampled_from(fmt.choices(doc)))["meta_info"]
+            key = draw(st.sampled_from(["routed_experts", "indexer_topk"]))
+            meta[key] = draw(st.sampled_from([meta[key][:-4], meta[key] + "AAAAAA==", "AAA=", "!!", 3, None,
+                                              base64.b64encode(b"\xff\xff\xff\xff" * 12).decode()]))
+    elif routed:
         add_routing(doc, evs, draw(st.sampled_from(ROUTING_FORMS)), seed=draw(st.integers(0, 9)))
         if draw(st.booleans()):
             _mutate_routing(draw, doc, draw(st.sampled_from(doc["choices"])))
@@ -1007,14 +1015,16 @@ def mutated_openai(draw):
 
 @pytest.mark.skipif(_core is None, reason="the compiled core is not built")
 @settings(max_examples=600, deadline=None)
-@given(case=mutated_openai(), k=st.sampled_from([None, 1, 1]))
-def test_core_matches_reference_on_mutated_documents(implementation, case, k):
+@given(case=mutated_openai(), k=st.sampled_from([None, 1, 1]), draw_shape=st.booleans())
+def test_core_matches_reference_on_mutated_documents(implementation, case, k, draw_shape):
     if implementation != "c":
         pytest.skip("one run is enough: it compares both implementations itself")
     fmt, raw, num_experts = case
     name = {CHAT: "parse_chat_completions_response", SGL: "parse_sglang_generate_response"}.get(
         fmt.parse, "parse_completions_response")
     kw = {"top_k": k} if num_experts is None else {"top_k": k, "num_experts": num_experts}
+    if fmt.parse is SGL and draw_shape:
+        kw["routed_experts_shape"] = (2, 2)
     expected = openai_outcome(getattr(openai_rules, name), raw, **kw)
     for path in _core.simd_paths():  # scanner, record readers and heads on every path
         with _core.simd_path_forced(path):

@@ -261,3 +261,93 @@ def test_the_audit_and_check_forward_num_experts(tmp_path, capsys):
     assert main(["check", str(path), "--num-experts", "9", "--report", "json"]) == 1
     assert json.loads(capsys.readouterr().out)["num_experts"] == 9
     assert main(["inspect", str(path), "--num-experts", "9"]) == 1
+
+
+# --- SGLang: meta_info.routed_experts, bare base64 int32 -------------------------------------------
+
+
+def sglang(routed: Any = None, *, indexer: Any = None, prompt_tokens: Any = PROMPT, start: int = 0) -> bytes:
+    """An SGLang /generate item as its TokenizerManager sends routing: base64 of the int32
+    array's bytes, for positions [start, prompt + completion - 1)."""
+    ids = list(range(300, 300 + COMPLETION))
+    meta: dict[str, Any] = {"id": "s", "finish_reason": {"type": "stop"}, "prompt_tokens": prompt_tokens,
+                            "completion_tokens": COMPLETION, "output_token_logprobs": [[-0.5, i, None] for i in ids]}
+    for key, value in (("routed_experts", routed), ("indexer_topk", indexer)):
+        if value is not None:
+            encoded = isinstance(value, np.ndarray)
+            meta[key] = base64.b64encode(value.astype("<i4").tobytes()).decode() if encoded else value
+    return json.dumps({"text": "x", "output_ids": ids, "meta_info": meta}).encode()
+
+
+SGLANG_SHAPE = (LAYERS, TOPK)
+
+
+def test_sglang_routing_reads_as_sent(impl):
+    sent = routing(ROWS, np.int32)
+    parsed = impl.parse_sglang_generate_response(sglang(sent), routed_experts_shape=SGLANG_SHAPE, num_experts=EXPERTS)
+    routed = parsed.choices[0].routed_experts
+    assert routed.array.dtype == np.int32 and np.array_equal(routed.array, sent) and routed.start == 0
+    assert "routed_experts" not in parsed.choices[0].raw["meta_info"]
+    flat = impl.parse_sglang_generate_response(sglang(sent)).choices[0].routed_experts.array
+    assert flat.shape == (ROWS, LAYERS * TOPK) and np.array_equal(flat.reshape(sent.shape), sent)
+    long = routing(ROWS, np.int32, 48, 8)  # decoded as the scan passes it
+    parsed = impl.parse_sglang_generate_response(sglang(long), routed_experts_shape=(48, 8))
+    assert np.array_equal(parsed.choices[0].routed_experts.array, long)
+
+
+def test_sglang_routing_from_a_start(impl):
+    sent = routing(ROWS - 2, np.int32)
+    parsed = impl.parse_sglang_generate_response(sglang(sent, start=2), routed_experts_shape=SGLANG_SHAPE,
+                                                 routed_experts_start_len=2)
+    assert parsed.choices[0].routed_experts.start == 2
+    with pytest.raises(MalformedResponseError, match="routed_experts_start_len=20 is past the 9 positions") as err:
+        impl.parse_sglang_generate_response(sglang(routing(0, np.int32)), routed_experts_start_len=20)
+    assert (err.value.choice, err.value.field) == (0, "meta_info.routed_experts")
+
+
+@pytest.mark.parametrize(("routed", "kw", "match"), [
+    (routing(ROWS - 1, np.int32), {"routed_experts_shape": SGLANG_SHAPE}, r"holds 48 int32 values, not rows of 3 layers x 2 for 9 rows"),
+    (routing(ROWS + 1, np.int32), {}, "holds 60 int32 values, which 9 rows cannot share evenly"),
+    ("AAA=", {}, "holds 2 bytes, not whole int32 values"),
+    ("not base64!", {}, "Invalid meta_info.routed_experts base64"),
+    (7, {}, "must be a base64 string of int32 values"),
+])
+def test_sglang_routing_that_does_not_fit_is_refused(impl, routed, kw, match):
+    with pytest.raises(MalformedResponseError, match=match) as err:
+        impl.parse_sglang_generate_response(sglang(routed), **kw)
+    assert (err.value.choice, err.value.field) == (0, "meta_info.routed_experts")
+
+
+def test_sglang_routing_ids(impl):
+    sent = routing(ROWS, np.int32)
+    sent[4, 1, 1] = -1
+    with pytest.raises(MalformedResponseError, match=r"negative expert id \(-1\) at layer 1") as err:
+        impl.parse_sglang_generate_response(sglang(sent), routed_experts_shape=SGLANG_SHAPE)
+    assert (err.value.field, err.value.token) == ("meta_info.routed_experts", 4)
+    sent[4, 1, 1] = EXPERTS
+    with pytest.raises(MalformedResponseError, match=f"expert id {EXPERTS}, not below num_experts={EXPERTS}"):
+        impl.parse_sglang_generate_response(sglang(sent), num_experts=EXPERTS)
+
+
+def test_sglang_routing_without_a_row_count(impl):
+    sent = routing(ROWS, np.int32)
+    raw = sglang(sent, prompt_tokens=None)
+    assert impl.parse_sglang_generate_response(raw, routed_experts_shape=SGLANG_SHAPE).choices[0].routed_experts.array.shape == sent.shape
+    with pytest.raises(MalformedResponseError, match="has no row count"):
+        impl.parse_sglang_generate_response(raw)
+
+
+def test_sglang_indexer_topk(impl):
+    indexer = (np.arange(ROWS * 5) - 1).reshape(ROWS, 5)  # -1: no index there
+    choice = impl.parse_sglang_generate_response(sglang(indexer=indexer)).choices[0]
+    assert choice.routed_experts is None and np.array_equal(choice.indexer_topk, indexer)
+    with pytest.raises(MalformedResponseError, match="which 9 rows cannot share evenly") as err:
+        impl.parse_sglang_generate_response(sglang(indexer=indexer[:-1]))
+    assert err.value.field == "meta_info.indexer_topk"
+
+
+@pytest.mark.parametrize(("kw", "error"), [({"routed_experts_shape": (3,)}, TypeError), ({"routed_experts_shape": (0, 2)}, ValueError),
+                                            ({"routed_experts_start_len": -1}, ValueError), ({"num_experts": 0}, ValueError)])
+def test_sglang_routing_arguments(impl, kw, error):
+    with pytest.raises(error, match="routed_experts|num_experts"):
+        impl.parse_sglang_generate_response(b"not json", **kw)

@@ -375,15 +375,12 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     const int simd = tw_path_resolve(d->path) != TW_PATH_SCALAR;
     /* The caller's blank_fields, as record-target bits. */
     const uint64_t extra = (d->blank_fields & ((UINT64_C(1) << TW_NFIELDS) - 1)) << TWS_T_F0;
-    const uint64_t blank_str =
-        (d->sglang   ? 0
-         : d->openai ? TWS_BLANK_STR_OPENAI
-                     : TWS_BLANK_STR) | extra;
+    const uint64_t blank_str = (d->openai || d->sglang ? TWS_BLANK_STR_OPENAI : TWS_BLANK_STR) | extra;
     const uint64_t blank_arr =
         (d->sglang   ? 0
          : d->openai ? TWS_BLANK_ARR_OPENAI
                      : TWS_BLANK_ARR) | extra;
-    const uint64_t b64 = d->sglang ? 0 : d->openai ? TWS_B64_OPENAI : TWS_B64;
+    const uint64_t b64 = d->openai || d->sglang ? TWS_B64_OPENAI : TWS_B64;
     const int decode = d->decode && b64;
     const size_t maxd = d->max_depth;
     tws_frame *st = (tws_frame *)d->stack, *top = NULL;

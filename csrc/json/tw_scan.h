@@ -49,9 +49,11 @@
  *   choice 0, or each element of a root array is a choice, with the item rows of
  *   the table (output_ids, meta_info.output_token_logprobs,
  *   meta_info.output_top_logprobs, the sampling mask and its logprobs, the flat
- *   prompt top-k) and nothing else; nothing is blanked but on request, nothing
- *   decoded (a sampling mask list and the id arrays are still read as they pass).
- *   Keys of up to 39 bytes are matched.
+ *   prompt top-k, meta_info.routed_experts, meta_info.indexer_topk) and nothing
+ *   else; only the strings of the rows with blank_openai (meta_info.routed_experts,
+ *   meta_info.indexer_topk: TWS_BLANK_STR_OPENAI) are blanked and decoded as they
+ *   pass, the rest only on request (a sampling mask list and the id arrays are
+ *   still read as they pass). Keys of up to 39 bytes are matched.
  *   A path is followed only through objects: under "compact_logprobs": null
  *   (or a string, an array...) nothing is recorded.  Keys are compared after
  *   unescaping ("token\u005fids" is token_ids).

@@ -153,15 +153,24 @@ def parse_chat_completions_response(raw: bytes | bytearray | memoryview | str | 
         >>> tokenwire.parse_chat_completions_response(body).choices[0].completion_logprobs.tolist()
         [-0.1]
     """
-def parse_sglang_generate_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ...) -> GenerateResponse:
+def parse_sglang_generate_response(
+    raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ...,
+    check_usage: bool = ..., num_experts: int | None = ..., routed_experts_shape: tuple[int, int] | None = ...,
+    routed_experts_start_len: int = ...,
+) -> GenerateResponse:
     """Parse and validate an SGLang ``/generate`` response body (one object, or a list for a
     batch or ``n > 1``): ``output_ids`` with ``meta_info.output_token_logprobs``, each
     ``[logprob, token_id, text]``; ``finish_reason`` is ``meta_info.finish_reason.type``;
     ``weight_versions`` is ``meta_info.weight_versions`` as ``(version, start, end)`` spans.
 
     Takes, returns and raises as :func:`parse_completions_response` (``check_usage``
-    compares ``meta_info.completion_tokens``); request the ids with
-    :func:`sglang_generate_request_params`.
+    compares ``meta_info.completion_tokens``, and lets ``meta_info.prompt_tokens`` count the
+    routing's rows); request the ids with :func:`sglang_generate_request_params`.
+    ``meta_info.routed_experts`` (bare base64 int32, one row per position from
+    ``routed_experts_start_len``, the request's, to the prompt and completion but the last)
+    becomes ``choice.routed_experts``: ``(rows, layers, topk)`` with ``routed_experts_shape=(layers,
+    topk)``, else ``(rows, width)``; ``meta_info.indexer_topk`` becomes ``choice.indexer_topk``
+    the same way, ``(rows, width)``.
 
     Example:
         >>> body = (b'{"output_ids":[5,6],"meta_info":{"output_token_logprobs":'

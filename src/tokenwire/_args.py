@@ -121,6 +121,16 @@ def check_payload_root(payload_root: Any) -> str | None:
 MAX_EXPERTS = 2**31
 
 
+def check_routed_shape(shape: Any) -> tuple[int, int] | None:
+    """``routed_experts_shape`` as ``(layers, topk)``, two ints in ``[1, 2**31)``, or None."""
+    if shape is None:
+        return None
+    if not isinstance(shape, (tuple, list)) or len(shape) != 2:
+        raise TypeError(f"routed_experts_shape must be (layers, topk), not {shape!r}")
+    layers, topk = (int_arg(d, "routed_experts_shape", 1, MAX_EXPERTS - 1) for d in shape)
+    return layers, topk
+
+
 def check_num_experts(num_experts: Any) -> int | None:
     """``num_experts`` (a model's count of routed experts: every expert id is below it) as an
     int in ``[1, 2**31]``, or None."""

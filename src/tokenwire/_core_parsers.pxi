@@ -28,14 +28,16 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_s
         PyDataMem_SetHandler(previous)
 
 
-def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, check_usage=True):
+def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, check_usage=True, num_experts=None,
+                                   routed_experts_shape=None, routed_experts_start_len=0):
     """Parse and validate an SGLang ``/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
+    routing = _openai_rules.sglang_routing(num_experts, routed_experts_shape, routed_experts_start_len)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         document, top, read = _scan_openai(_Scan(), raw, k, True)
         return _openai_rules.parse_sglang_generate_document(document, k, require_logprobs, check_usage,
-                                                      _lookup(top, read, _table.SGLANG, k))
+                                                      _lookup(top, read, _table.SGLANG, k), routing)
     finally:
         PyDataMem_SetHandler(previous)
 

@@ -304,14 +304,9 @@ def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
     return Defect("other", where, reason)
 
 
-def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str,
-                   routing: bool = True) -> Format:
-    """``routing``: the parser reads MoE routing and takes ``num_experts``."""
-
+def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str) -> Format:
     def validate(raw: bytes, top_k: int | None, num_experts: int | None = None) -> object:
-        if routing:
-            return getattr(_select, parser)(raw, top_k=top_k, num_experts=num_experts)
-        return getattr(_select, parser)(raw, top_k=top_k)
+        return getattr(_select, parser)(raw, top_k=top_k, num_experts=num_experts)
 
     return Format(name, description, detect, validate, _classify_openai)
 
@@ -320,8 +315,7 @@ COMPLETIONS = _openai_format("completions", "OpenAI-compatible /v1/completions",
                              "parse_completions_response")
 CHAT = _openai_format("chat", "OpenAI-compatible /v1/chat/completions", _detect_chat,
                       "parse_chat_completions_response")
-SGLANG = _openai_format("sglang", "SGLang /generate", _detect_sglang, "parse_sglang_generate_response",
-                        routing=False)
+SGLANG = _openai_format("sglang", "SGLang /generate", _detect_sglang, "parse_sglang_generate_response")
 
 FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE, COMPLETIONS, CHAT, SGLANG)}
 

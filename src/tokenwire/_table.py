@@ -63,9 +63,10 @@ class Field:
     attr: str  # the evidence attribute that holds what was read
     high: str | None = None  # IDS: TOKEN_ID or OFFSET, the largest value allowed
     # How a scan blanks it: a "string"'s content, an "array"'s interior. The generate scan
-    # blanks the rows generate's rules read; the OpenAI-compatible scan those with blank_openai.
+    # blanks the rows generate's rules read; the OpenAI-compatible and SGLang scans the strings
+    # with blank_openai (and the arrays of the OpenAI-compatible scan).
     blank: str | None = None
-    blank_openai: bool = False  # the OpenAI-compatible scan blanks it too
+    blank_openai: bool = False  # the OpenAI-compatible (and SGLang) scan blanks it too
     base64: bool = False  # a scan that blanks it decodes it as base64 as it passes
     read: str | None = None  # read during the scan: "ints", "mask" or "records"
     result: str | None = None  # the result attribute it ends in, where it has one of its own
@@ -167,6 +168,10 @@ FIELDS: tuple[Field, ...] = (
           result="weight_versions"),
     # Older SGLang sends the single version alone; newer sends it beside the spans.
     Field("SGL_WEIGHT_VERSION", ITEM, ("meta_info", "weight_version"), VALUE, _S, "weight_version"),
+    Field("SGL_ROUTED", ITEM, ("meta_info", "routed_experts"), BLOB, _S, "routed_experts",
+          blank="string", blank_openai=True, base64=True, result="routed_experts"),
+    Field("SGL_INDEXER", ITEM, ("meta_info", "indexer_topk"), BLOB, _S, "indexer_topk",
+          blank="string", blank_openai=True, base64=True, result="indexer_topk"),
     # The root object of generate and OpenAI-compatible documents.
     Field("PROMPT", ROOT, ("prompt_token_ids",), IDS, (GENERATE, OPENAI), "prompt_token_ids",
           high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="prompt_token_ids"),

@@ -269,7 +269,9 @@ class GenerateChoice:
             (bool, shape ``(n,)``; every one for ``sampling_mask``, the non-zero counts for
             ``kept_tokens``); else None.
         routed_experts: MoE routing replay (:class:`RoutedExperts`), if sent (inline, or by
-            handle when the parser was given ``payload_root``).
+            handle when the parser was given ``payload_root``; SGLang's ``meta_info.routed_experts``).
+        indexer_topk: SGLang's sparse-attention indexer top-k replay
+            (``meta_info.indexer_topk``), int32 ``(rows, width)``, if sent; else None.
         routed_expert_weights: the router's weight of each routed expert (float32, shaped
             and positioned as ``routed_experts.array``), when read by handle; else None.
         sampling_logprobs: SGLang's ``output_token_sampling_logprobs``: each sampled token's
@@ -319,6 +321,7 @@ class GenerateChoice:
     prompt_top_ids: Ragged | None = None
     prompt_top_logprobs: Ragged | None = None
     weight_versions: tuple[tuple[str, int, int], ...] | None = None
+    indexer_topk: np.ndarray | None = None
 
 
 @dataclass(eq=False)

@@ -327,6 +327,23 @@ static void test_openai_routing(void)
             tw_mem_free(blob);
         }
     }
+    /* SGLang: meta_info.routed_experts, blanked and decoded by the SGLang scan too */
+    n = 0;
+    n += (size_t)snprintf(doc + n, 64, "{\"output_ids\":[1],\"meta_info\":{\"routed_experts\":\"");
+    memset(doc + n, 'A', LEN);
+    n += LEN;
+    n += (size_t)snprintf(doc + n, 64, "\"}}");
+    d.openai = 0;
+    d.sglang = 1;
+    for (int sp = 0; sp < g_npaths; sp++) {
+        uint8_t *blob;
+        CHECK(scan_path(doc, n, g_paths[sp], 1024, &d) == TW_OK && d.nchoices == 1, "sglang routing: scan");
+        CHECK(d.blank_bytes == LEN && d.nblobs == 1, "sglang routing: %zu bytes blanked", d.blank_bytes);
+        blob = tw_take_blob(&d, &d.choice[0].f[TW_F_SGL_ROUTED], &size);
+        CHECK(blob && size == LEN / 4 * 3, "sglang routing: blob");
+        tw_mem_free(blob);
+    }
+    d.sglang = 0;
     {
         static const char DUP[] = "{\"prompt_routed_experts\":\"AAAA\",\"choices\":[],\"prompt_routed_experts\":7}";
         CHECK(scan_path(DUP, sizeof DUP - 1, TW_PATH_AUTO, 1024, &d) == TW_OK &&

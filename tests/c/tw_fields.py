@@ -28,6 +28,8 @@ FIELDS = [
     'input_top_logprobs_val_flat_b64')), ('SGL_PTOP_IDX_B64', 'item', ('meta_info',
     'input_top_logprobs_idx_flat_b64')), ('SGL_WEIGHT_VERSIONS', 'item', ('meta_info',
     'weight_versions')), ('SGL_WEIGHT_VERSION', 'item', ('meta_info', 'weight_version')),
+    ('SGL_ROUTED', 'item', ('meta_info', 'routed_experts')), ('SGL_INDEXER', 'item', ('meta_info',
+    'indexer_topk')),
 ]
 NFIELDS = len(FIELDS)  # TW_NFIELDS
 FIELD_ID = {name: i for i, (name, _, _) in enumerate(FIELDS)}

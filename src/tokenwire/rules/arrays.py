@@ -116,7 +116,7 @@ _PACKED_ID = 2**16
 
 
 def check_experts(routing: np.ndarray, num_experts: int | None, c: Evidence, field: str) -> None:
-    """Every expert id of a ``(rows, layers, topk)`` routing array names an expert: not
+    """Every expert id of a ``(rows, layers, topk)`` (or ``(rows, width)``) routing array names an expert: not
     negative (a signed dtype allows it) and, given the model's ``num_experts``, below it; ids
     read from JSON (int64) also below 2**31, as the widest routing dtype holds them. One pass
     over the array (``first_out_of_range``); the first bad id fails at its row."""
@@ -125,14 +125,14 @@ def check_experts(routing: np.ndarray, num_experts: int | None, c: Evidence, fie
     bad = c.kernels.first_out_of_range(flat, limit) if flat.size else -1
     if bad < 0:
         return
-    _, layers, topk = routing.shape
-    row, layer, value = bad // (layers * topk), bad // topk % layers, int(flat[bad])
+    row, value = bad // (flat.size // routing.shape[0]), int(flat[bad])
+    at = f" at layer {bad // routing.shape[2] % routing.shape[1]}" if routing.ndim == 3 else ""
     if value < 0:
-        c.fail(f"{field} holds a negative expert id ({value}) at layer {layer}", field, row)
+        c.fail(f"{field} holds a negative expert id ({value}){at}", field, row)
     bound = "2**31 (an int32)" if num_experts is None else f"num_experts={num_experts}"
     packed = (" (no model has that many: routing that packs more than ids, such as expert "
               "weights' float32 bits after them, reads so)") if value >= _PACKED_ID else ""
-    c.fail(f"{field} holds expert id {value} at layer {layer}, not below {bound}{packed}", field, row)
+    c.fail(f"{field} holds expert id {value}{at}, not below {bound}{packed}", field, row)
 
 
 def parse_routed_experts(value: Any, c: Evidence, num_experts: int | None = None) -> RoutedExperts:

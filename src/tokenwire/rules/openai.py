@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .._args import check_num_experts, check_top_k
+from .._args import check_num_experts, check_routed_shape, check_top_k, int_arg
 from .._errors import MalformedResponseError
 from .._table import ITEM, KEY, SGLANG, fields
 from .._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
@@ -917,8 +917,59 @@ def _flat_b64(c: Evidence, meta: dict[str, Any], keys: list[str], rows: int, k: 
     return ids.astype(np.int64), values
 
 
+@dataclass(frozen=True)
+class _SGLangRouting:
+    """The caller's knowledge of an SGLang server's routing replay."""
+
+    num_experts: int | None = None  # the model's count of experts
+    shape: tuple[int, int] | None = None  # (layers, topk) of a routing row
+    start: int = 0  # the request's routed_experts_start_len: the first routed position
+
+
+def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | None, n: int,
+                 routing: _SGLangRouting, check_usage: bool, shape: tuple[int, int] | None) -> np.ndarray:
+    """``meta_info.<key>`` as SGLang's TokenizerManager sends it: base64 of a bare little-endian
+    int32 array, no dtype, no shape. SGLang covers positions ``[start, prompt + completion - 1)``
+    (``routed_experts_start_len``; the last sampled token is never forwarded): that many rows,
+    counted with ``meta_info.prompt_tokens``; each row ``layers * topk`` values with ``shape``
+    (an array ``(rows, layers, topk)``), else a whole number of values (``(rows, width)``)."""
+    field = f"meta_info.{key}"
+    if not isinstance(meta[key], str):
+        c.fail(f"{field} must be a base64 string of int32 values", field)
+    if raw is None:
+        c.fail(f"Invalid {field} base64", field)
+    if len(raw) % 4:
+        c.fail(f"{field} holds {len(raw)} bytes, not whole int32 values", field)
+    values = raw.view("<i4")
+    prompt = meta.get("prompt_tokens") if check_usage else None
+    rows = None
+    if is_int(prompt) and prompt >= 0:
+        rows = prompt + n - 1 - routing.start
+        if rows < 0:
+            c.fail(f"routed_experts_start_len={routing.start} is past the {prompt + n - 1} positions SGLang routes "
+                   f"(meta_info.prompt_tokens {prompt} and {n} completion tokens but the last)", field)
+    counted = ("" if rows is None else
+               f"one per position from routed_experts_start_len={routing.start} to the prompt ({prompt}) and "
+               f"completion ({n}) tokens but the last")
+    if shape is not None:
+        width = shape[0] * shape[1]
+        if rows is None and len(values) % width == 0:
+            rows = len(values) // width
+        if rows is None or len(values) != rows * width:
+            c.fail(f"{field} holds {len(values)} int32 values, not rows of {shape[0]} layers x {shape[1]}"
+                   + (f" for {rows} rows: {counted}" if rows is not None else ""), field)
+        return values.reshape(rows, *shape)
+    if rows is None:
+        c.fail(f"{field} has no row count: meta_info.prompt_tokens is not sent (or check_usage is off); "
+               "pass routed_experts_shape=(layers, topk)", field)
+    if (len(values) % rows if rows else len(values)):
+        c.fail(f"{field} holds {len(values)} int32 values, which {rows} rows cannot share evenly: {counted}", field)
+    return values.reshape(rows, len(values) // rows if rows else 0)
+
+
 def _parse_sglang_item(
-    c: Evidence, item: Any, k: int | None, require_logprobs: bool, check_usage: bool
+    c: Evidence, item: Any, k: int | None, require_logprobs: bool, check_usage: bool,
+    routing: _SGLangRouting = _SGLangRouting(),
 ) -> GenerateChoice:
     if not isinstance(item, dict):
         c.fail("response item must be an object")
@@ -972,11 +1023,20 @@ def _parse_sglang_item(
                                               mask)
     prompt_top_ids, prompt_top_logprobs = _sglang_prompt_top(c, meta)
     spans = _sglang_weight_versions(c, meta, len(ids))
+    routed = indexer = None
+    if meta.get(KEY.routed_experts) is not None:
+        array = _sglang_rows(c, meta, KEY.routed_experts, c.routed_experts, len(ids), routing, check_usage,
+                             routing.shape)
+        check_experts(array, routing.num_experts, c, "meta_info.routed_experts")
+        routed = RoutedExperts(array, routing.start)
+    if meta.get(KEY.indexer_topk) is not None:
+        indexer = _sglang_rows(c, meta, KEY.indexer_topk, c.indexer_topk, len(ids), routing, check_usage, None)
     finish = meta.get("finish_reason")
     raw = {key: value for key, value in item.items() if key != KEY.output_ids}
     raw[KEY.meta_info] = {key: value for key, value in meta.items() if key not in _SGLANG_CONSUMED}
     return GenerateChoice(  # GenerateChoice's first fields: index to sampling_mask
         c.index, ids, values, top_ids, top_logprobs, mask,  # type: ignore[arg-type]
+        routed_experts=routed,
         finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
         raw=raw,
         sampling_mask_present=None if mask is None else mask.offsets[1:] != mask.offsets[:-1],
@@ -985,6 +1045,7 @@ def _parse_sglang_item(
         prompt_top_ids=prompt_top_ids,
         prompt_top_logprobs=prompt_top_logprobs,
         weight_versions=spans,
+        indexer_topk=indexer,
     )
 
 
@@ -1011,6 +1072,7 @@ def parse_sglang_generate_document(
     require_logprobs: bool = True,
     check_usage: bool = True,
     evidence: Any = None,
+    routing: _SGLangRouting = _SGLangRouting(),
 ) -> GenerateResponse:
     """Validate a parsed SGLang ``/generate`` response: one object, or a list of them (a
     batch, or ``n`` > 1), each becoming a choice (``evidence`` as in
@@ -1020,7 +1082,7 @@ def parse_sglang_generate_document(
         raise MalformedResponseError("response must be an object or a non-empty list of objects")
     read = evidence or (lambda index, value: extract_sglang_item(index, value, k))
     parsed = [
-        _parse_sglang_item(read(i, item), item, k, require_logprobs, check_usage)
+        _parse_sglang_item(read(i, item), item, k, require_logprobs, check_usage, routing)
         for i, item in enumerate(items)
     ]
     single = not isinstance(document, list)
@@ -1035,9 +1097,18 @@ def parse_sglang_generate_document(
     )
 
 
+def sglang_routing(num_experts: Any, routed_experts_shape: Any, routed_experts_start_len: Any) -> _SGLangRouting:
+    """The SGLang parser's routing arguments, checked before the response is read."""
+    return _SGLangRouting(check_num_experts(num_experts), check_routed_shape(routed_experts_shape),
+                          int_arg(routed_experts_start_len, "routed_experts_start_len", 0))
+
+
 def parse_sglang_generate_response(
-    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True
+    raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True,
+    num_experts: int | None = None, routed_experts_shape: tuple[int, int] | None = None,
+    routed_experts_start_len: int = 0,
 ) -> GenerateResponse:
     """Parse and validate an SGLang ``/generate`` response (see docs/openai.md)."""
     k = check_top_k(top_k)
-    return parse_sglang_generate_document(load_document(raw), k, require_logprobs, check_usage)
+    routing = sglang_routing(num_experts, routed_experts_shape, routed_experts_start_len)
+    return parse_sglang_generate_document(load_document(raw), k, require_logprobs, check_usage, routing=routing)
