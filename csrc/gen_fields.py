@@ -33,7 +33,7 @@ def load_table():
 
 # The contexts the scanner's loop knows by name: where a choice or an item starts.
 SCOPE_CONTEXT = {"root": "TOP", "choice": "CHOICE", "item": "SGL_ITEM"}
-SCOPE_PREFIX = {"choice": "", "item": "SGL_"}
+SCOPE_PREFIX = {"root": "ROOT_", "choice": "", "item": "SGL_"}
 
 
 def context_name(scope: str, prefix: tuple[str, ...]) -> str:
@@ -75,7 +75,7 @@ def rules(t):
 
 def contexts(t) -> list[tuple[str, str]]:
     seen: list[tuple[str, str]] = []
-    for f in t.CHOICE_FIELDS:
+    for f in (*t.CHOICE_FIELDS, *t.ROOT_FIELDS):
         for n in range(1, len(f.path)):
             entry = (context_name(f.scope, f.path[:n]), f"{f.scope}.{'.'.join(f.path[:n])}")
             if entry not in seen:

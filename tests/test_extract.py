@@ -17,6 +17,7 @@ from tokenwire.extract import python as python_extract
 from tokenwire.kernels import python as python_kernels
 from tokenwire.rules import generate as python_rules
 from tokenwire.rules import openai as openai_rules
+from tokenwire.rules import sources as sources_rules
 
 from . import strategies, test_openai
 from .conftest import _NO_CORE, _core
@@ -131,7 +132,7 @@ def assert_openai_peers(raw: bytes, top_k: int | None, sglang: bool) -> None:
 def _plain(value: Any) -> Any:
     """Records as comparable parts: ids as int64 (-1: none), values read as numbers."""
     if isinstance(value, python_extract.Records):
-        ids = openai_rules._id_array(value.ids)
+        ids = sources_rules.id_array(value.ids)
         numbers = value.values if isinstance(value.values, python_extract.Numbers) else python_extract.Numbers(
             *python_extract.numbers(value.values))
         if value.bad is not None:  # the rules stop there: what came after is never named
@@ -140,7 +141,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, python_extract.Numbers):
         return (value.values, value.bad, value.example)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], list):  # token strings
-        return (openai_rules._id_array(value[0]), value[1])
+        return (sources_rules.id_array(value[0]), value[1])
     return value
 
 

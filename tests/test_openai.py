@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tokenwire import MalformedResponseError
 from tokenwire.extract.python import Evidence
 from tokenwire.rules import openai as openai_rules
+from tokenwire.rules import sources as sources_rules
 
 from .conftest import _core
 from .openai_strategies import (
@@ -382,9 +383,9 @@ def test_first_bad_logprob_wins():
 
 def test_non_finite_values_from_the_evidence_are_rejected():
     c = Evidence(0)
-    lp = openai_rules._Logprobs("logprobs.token_logprobs", 2, np.array([-1.0, math.inf]), None, [-1.0, math.inf], "logprob")
+    lp = sources_rules.Logprobs("logprobs.token_logprobs", 2, np.array([-1.0, math.inf]), None, [-1.0, math.inf], "logprob")
     with pytest.raises(MalformedResponseError, match="logprob must be finite") as info:
-        openai_rules._check_values(c, lp)
+        sources_rules.check_values(c, lp)
     assert info.value.token == 1
 
 

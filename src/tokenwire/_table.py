@@ -178,6 +178,17 @@ FIELDS: tuple[Field, ...] = (
     Field("CHOICES", ROOT, ("choices",), VALUE, (GENERATE, OPENAI), "choices"),
     Field("PROMPT_ROUTED", ROOT, ("prompt_routed_experts",), BLOB, _O, "prompt_routed_experts",
           blank="string", blank_openai=True, base64=True, result="prompt_routed_experts"),
+    # NVIDIA Dynamo's engine channel (the request's `nvext.extra_fields: ["engine_data"]`): one
+    # object beside "choices", the engine's own ids, logprobs and routing of its one choice.
+    Field("DYN_TOKEN_IDS", ROOT, ("nvext", "engine_data", "completion_token_ids"), IDS, _O,
+          "engine_token_ids", high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="token_ids"),
+    Field("DYN_LOGPROBS", ROOT, ("nvext", "engine_data", "completion_logprobs"), NUMBERS, _O,
+          "engine_logprobs", result="logprobs"),
+    Field("DYN_PROMPT_IDS", ROOT, ("nvext", "engine_data", "prompt_token_ids"), IDS, _O,
+          "engine_prompt_ids", high=TOKEN_ID, blank="array", blank_openai=True, read="ints",
+          result="prompt_token_ids"),
+    Field("DYN_ROUTED_DATA", ROOT, ("nvext", "engine_data", "routed_experts", "data"), BLOB, _O,
+          "engine_routed_data", blank="string", blank_openai=True, base64=True, result="routed_experts"),
     # vLLM's teacher scores: a base64 .npy matrix.
     Field("TEACHER", ROOT, ("prompt_token_id_logprobs",), BLOB, _G, "prompt_token_id_logprobs",
           blank="string", base64=True, result="prompt_token_id_logprobs"),

@@ -4,6 +4,9 @@ and the writers."""
 # vLLM writes this both for a missing logprob and as the clamp of -inf, so a sampled
 # token at this value carries no evidence; a top-k candidate at it was filtered out.
 VLLM_LOGPROB_SENTINEL = -9999.0
+# NVIDIA Dynamo's vLLM worker writes this for a non-finite logprob in its engine data (JSON has
+# no -inf): a sampled token at this value carries no evidence either.
+DYNAMO_LOGPROB_CLAMP = -1e30
 COMPACT_FORMAT = "u32-f32-le-v1"
 # Compact rows store ids as u32, so no id outside this range can ever be matched.
 MAX_TOKEN_ID = 2**32 - 1

@@ -124,6 +124,25 @@ def payload_and_teacher_cases() -> dict[str, tuple[bytes, str]]:
     }
 
 
+def dynamo_cases() -> dict[str, tuple[bytes, str]]:
+    """NVIDIA Dynamo's engine data beside a chat choice of ids [7, 8] after a prompt [1, 2, 3]."""
+
+    def engine(**change):
+        data = {"completion_token_ids": [7, 8], "completion_logprobs": [-0.5, -1.5], "prompt_token_ids": [1, 2, 3],
+                "finished": True, **change}
+        return chat(None, nvext={"engine_data": data})
+
+    return {
+        "chat_dynamo_ok": (engine(), "ok"),
+        "chat_dynamo_trailing_eos": (engine(completion_token_ids=[7, 8, 2], completion_logprobs=[-0.5, -1.5, -0.1]),
+                                     "the engine's completion ids and the choice's differ in length"),
+        "chat_dynamo_clamp": (engine(completion_logprobs=[-0.5, -1e30]), "logprob is -1e+30, Dynamo's stand-in"),
+        "chat_dynamo_prompt_differs": (engine(prompt_token_ids=[1, 2, 4]),
+                                       "the engine's prompt ids (nvext.engine_data.prompt_token_ids)"),
+        "chat_dynamo_not_object": (chat(None, nvext={"engine_data": [7, 8]}), "nvext.engine_data must be an object"),
+    }
+
+
 def cases() -> dict[str, tuple[bytes, str]]:
     ok = dump(doc())
     out: dict[str, tuple[bytes, str]] = {"valid": (ok, "ok")}
@@ -161,6 +180,7 @@ def cases() -> dict[str, tuple[bytes, str]]:
     out.update(top_k_cases())
     out.update(mask_logprobs_cases())
     out.update(payload_and_teacher_cases())
+    out.update(dynamo_cases())
     # Weight-version spans (vLLM's choices[].weight_versions) over the two tokens of good_choice.
     def spans(*triples):
         return dump(doc(good_choice(weight_versions=[{"version": v, "start": a, "end": b} for v, a, b in triples])))

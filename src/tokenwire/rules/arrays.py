@@ -146,18 +146,38 @@ def parse_routed_experts(value: Any, c: Evidence, num_experts: int | None = None
         return RoutedExperts(routing, None)
     if not isinstance(value, dict):
         c.fail("routed_experts must be an object or a base64 .npy string", field)
+    return routed_object(value, c.routed_experts_data, c, field, num_experts)
+
+
+def routed_object(value: dict[str, Any], raw: np.ndarray | None, c: Evidence, field: str,
+                  num_experts: int | None = None) -> RoutedExperts:
+    """The object form of a routing array at ``field`` (prime-rl's, and NVIDIA Dynamo's in its
+    engine data): ``{data, shape: [rows, layers, topk], start, dtype}``, ``data`` the base64 of
+    the C-order array, whose decoded bytes are ``raw`` (None: not canonical base64)."""
     dtype_name = value.get("dtype", "uint8")
     if named(ROUTED_DTYPES, dtype_name) is None:
-        c.fail("Unsupported routed_experts dtype (uint8, uint16, int16 or int32)", field + ".dtype")
+        c.fail(f"Unsupported {field} dtype (uint8, uint16, int16 or int32)", field + ".dtype")
     start = value.get("start")
     if start is not None and (not is_int(start) or start < 0):
-        c.fail("routed_experts start must be a non-negative int", field + ".start")
-    raw = c.routed_experts_data
+        c.fail(f"{field} start must be a non-negative int", field + ".start")
     if raw is None:
-        c.fail("Invalid routed_experts base64", field + ".data")
-    routing = _shaped(raw, value.get("shape"), dtype_name, c)
+        c.fail(f"Invalid {field} base64", field + ".data")
+    routing = _shaped(raw, value.get("shape"), dtype_name, c, field)
     check_experts(routing, num_experts, c, field)
     return RoutedExperts(routing, start)
+
+
+def check_routed_rows(c: Evidence, routed: RoutedExperts, prompt: int, completion: int, field: str) -> None:
+    """A routing array has a row for every position the model routed from its ``start`` on:
+    the prompt's and the completion's tokens but the last sampled one, which is never fed back
+    (``prompt + completion - 1 - start`` rows)."""
+    start = routed.start or 0
+    expected = prompt + completion - 1 - start
+    rows = len(routed.array)
+    if rows != expected:
+        c.fail(f"{field} has {rows} rows but the prompt ({prompt} tokens) and the completion ({completion}) "
+               f"were routed at {prompt + completion - 1} positions, {expected} of them from start {start} "
+               f"({rows - expected:+d})", field + ".shape")
 
 
 # --- teacher scores: prompt_token_id_logprobs -----------------------------------------------------

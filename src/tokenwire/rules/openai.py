@@ -24,7 +24,6 @@ rules read each choice's big values from its evidence record
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +37,6 @@ from .._wire import VLLM_LOGPROB_SENTINEL
 from ..extract.python import (
     Evidence,
     LazyEvidence,
-    Numbers,
     Read,
     extract_openai_choice,
     extract_sglang_item,
@@ -46,13 +44,23 @@ from ..extract.python import (
     is_number,
     load_document,
     load_openai_document,
-    numbers,
 )
 from ..kernels.python import Candidates, is_int, native_head
 from .arrays import check_experts, parse_npy
+from .dynamo import (
+    ENGINE,
+    ENGINE_IDS,
+    Dynamo,
+    check_engine,
+    dynamo_of,
+    engine_payload,
+    engine_prompt,
+    engine_routing,
+    engine_sources,
+    same_logprobs,
+)
 from .generate import (
     NATIVE_TOP,
-    checked_int_list,
     mask_logprob_values,
     parse_weight_versions,
     response_of,
@@ -66,6 +74,18 @@ from .requests import (
     completions_request_params,
     sglang_generate_request_params,
 )
+from .sources import (
+    IDS_REASON,
+    UNNAMED_RECORD,
+    IdSource,
+    Logprobs,
+    check_alignment,
+    check_values,
+    id_array,
+    id_list,
+    ids_from_records,
+    numbers_of,
+)
 
 __all__ = [
     "chat_completions_request_params",
@@ -78,138 +98,6 @@ __all__ = [
     "parse_sglang_generate_response",
     "sglang_generate_request_params",
 ]
-
-_IDS_REASON = "must hold token ids in [0, 2**32)"
-_UNNAMED_RECORD = "logprob entry names no token id in [0, 2**32) while other entries do"
-
-
-# --- rules shared by every format ----------------------------------------------------------------
-
-
-@dataclass
-class _IdSource:
-    field: str
-    ids: np.ndarray
-
-
-@dataclass
-class _Logprobs:
-    """The sampled-token logprobs of a choice: where they are, their values, and the
-    candidates each token's head is built from (read only when a head is requested)."""
-
-    field: str  # e.g. "logprobs.token_logprobs"
-    count: int
-    values: np.ndarray  # float64, the values before ``bad``
-    bad: int | None  # first value that is not a number
-    raw: list[Any] | Any  # the values as sent, to name a bad one
-    key: str  # "logprob", "sampling_logprob", ...
-    heads: Any = None  # a callable(c, k, ids, values) -> (top_ids, top_logprobs)
-
-
-def _id_list(c: Evidence, parsed: tuple[np.ndarray, int, int | None] | None, field: str) -> _IdSource:
-    """A JSON list of token ids as its evidence read it (the generate endpoint's
-    ``token_ids`` rules)."""
-    return _IdSource(field, checked_int_list(c, parsed, field, f"{field} {_IDS_REASON}"))
-
-
-def _numbers(values: list[Any] | Numbers) -> tuple[np.ndarray, int | None]:
-    """Record values as numbers: read already (the compiled extractor), or now."""
-    return (values.values, values.bad) if isinstance(values, Numbers) else numbers(values)
-
-
-def _element(values: list[Any] | Numbers, index: int) -> Any:
-    """The value ``index`` as sent (to name a bad one)."""
-    return values.example if isinstance(values, Numbers) else values[index]
-
-
-def _id_array(ids: list[int | None] | np.ndarray) -> np.ndarray:
-    """Ids named by records as int64, -1 where a record names none (a list holds None)."""
-    if isinstance(ids, list):
-        return np.array([-1 if token_id is None else token_id for token_id in ids], dtype=np.int64)
-    return ids
-
-
-def _ids_from_records(
-    c: Evidence, ids: list[int | None] | np.ndarray, field: str, reason: str
-) -> _IdSource | None:
-    """The ids the records name (None or -1: a record naming none): none at all (None), or
-    one for every record (else ``reason`` at the first record naming none)."""
-    ids = _id_array(ids)
-    missing = np.flatnonzero(ids < 0)
-    if len(missing) == len(ids):
-        return None
-    if len(missing):
-        c.fail(reason, field, int(missing[0]))
-    return _IdSource(field, ids)
-
-
-def _check_alignment(
-    c: Evidence, sources: list[_IdSource], logprobs: _Logprobs | None, prompt: np.ndarray | None = None
-) -> None:
-    """Every id source has one id per logprob, and all of them name the same ids."""
-    if logprobs is not None:
-        for source in sources:
-            if len(source.ids) != logprobs.count:
-                diff = logprobs.count - len(source.ids)
-                echo = ""
-                if prompt is not None and len(prompt) and diff == len(prompt):
-                    echo = (
-                        f"; the {diff} extra logprobs match the prompt's length, as in responses "
-                        "to `echo: true` requests, which carry the prompt's logprobs too"
-                    )
-                c.fail(
-                    f"completion has {len(source.ids)} token ids but {logprobs.count} logprobs "
-                    f"({diff:+d}): ids from {source.field}, logprobs from {logprobs.field}{echo}",
-                    source.field,
-                )
-    first = sources[0]
-    for source in sources[1:]:
-        if len(source.ids) != len(first.ids):
-            c.fail(
-                f"token id sources disagree in length: {first.field} has {len(first.ids)} ids, "
-                f"{source.field} has {len(source.ids)} ({len(source.ids) - len(first.ids):+d})",
-                source.field,
-            )
-        differ = np.flatnonzero(source.ids != first.ids)
-        if len(differ):
-            at = int(differ[0])
-            c.fail(
-                f"token id sources disagree at token {at}: {first.field} has "
-                f"{int(first.ids[at])}, {source.field} has {int(source.ids[at])}",
-                source.field,
-                at,
-            )
-
-
-def _check_values(c: Evidence, logprobs: _Logprobs) -> np.ndarray:
-    """Every sampled-token logprob is sampling evidence: a finite number, not vLLM's -9999
-    sentinel (a missing or clamped value), not positive. The first bad token wins."""
-    values = logprobs.values
-    bad = np.flatnonzero(
-        ~np.isfinite(values) | (values == VLLM_LOGPROB_SENTINEL) | (values > 1e-6)
-    )
-    at = int(bad[0]) if len(bad) else None
-    key = logprobs.key
-    if at is None and logprobs.bad is not None:
-        at = logprobs.bad
-        value = _element(logprobs.raw, at)
-        if value is None:
-            c.fail(f"{key} is null: the token carries no sampling evidence", logprobs.field, at)
-        c.fail(f"{key} must be a number, not {type(value).__name__}", logprobs.field, at)
-    if at is not None:
-        value = float(values[at])
-        if not math.isfinite(value):
-            c.fail(f"{key} must be finite", logprobs.field, at)
-        if value == VLLM_LOGPROB_SENTINEL:
-            c.fail(
-                f"{key} is the -9999 sentinel (missing or clamped): the token carries no "
-                "sampling evidence",
-                logprobs.field,
-                at,
-            )
-        c.fail(f"{key} cannot be positive ({value!r})", logprobs.field, at)
-    return values
-
 
 # --- OpenAI-compatible logprobs: the shapes servers send -----------------------------------------
 
@@ -263,8 +151,8 @@ def _against_sampled(
 
 
 def _content_logprobs(
-    c: Evidence, content: list[Any], read: Read, field: str, sources: list[_IdSource], endpoint: _Endpoint
-) -> _Logprobs:
+    c: Evidence, content: list[Any], read: Read, field: str, sources: list[IdSource], endpoint: _Endpoint
+) -> Logprobs:
     """``[{token, logprob, top_logprobs, ...}]`` (chat; vLLM, Fireworks ``logprobs: true``,
     Fireworks ``raw_output.completion_logprobs``), as its evidence ``read`` it: the ids go
     first among ``sources``."""
@@ -273,10 +161,10 @@ def _content_logprobs(
         c.fail("logprob entry must be an object", field, records.bad)
     if records.mixed is not None:
         c.fail("sampling_logprob is missing while other entries carry it", field, records.mixed)
-    source = _ids_from_records(c, records.ids, field, _UNNAMED_RECORD)
+    source = ids_from_records(c, records.ids, field, UNNAMED_RECORD)
     if source is not None:
         sources.insert(0, source)
-    values, bad = _numbers(records.values)
+    values, bad = numbers_of(records.values)
 
     def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         # The candidates' rules, candidate by candidate, are those of vLLM's native records
@@ -295,12 +183,12 @@ def _content_logprobs(
         )
         return _chosen_heads(c, field, ids, candidates, own, k, top_err, no_id)
 
-    return _Logprobs(field, read.length, values, bad, records.values, records.value_key, heads)
+    return Logprobs(field, read.length, values, bad, records.values, records.value_key, heads)
 
 
 def _array_logprobs(
-    c: Evidence, logprobs: dict[str, Any], sources: list[_IdSource], endpoint: _Endpoint
-) -> _Logprobs:
+    c: Evidence, logprobs: dict[str, Any], sources: list[IdSource], endpoint: _Endpoint
+) -> Logprobs:
     """``{tokens, token_logprobs, top_logprobs, text_offset}`` (completions; Together and
     Fireworks add ``token_ids``): ids from ``token_ids`` and from "token_id:N" tokens."""
     field = "logprobs.token_logprobs"
@@ -308,9 +196,9 @@ def _array_logprobs(
         c.fail("logprobs.token_logprobs must be a list", field)
     sent, count = c.token_logprobs.numbers, c.token_logprobs.length
     values, bad = sent.values, sent.bad
-    records: list[_IdSource] = []
+    records: list[IdSource] = []
     if logprobs.get(KEY.token_ids) is not None:
-        records.append(_id_list(c, c.logprob_token_ids, "logprobs.token_ids"))
+        records.append(id_list(c, c.logprob_token_ids, "logprobs.token_ids"))
     tokens = logprobs.get("tokens")
     if tokens is not None:
         if not isinstance(tokens, list):
@@ -324,7 +212,7 @@ def _array_logprobs(
             )
         if named:
             reason = 'token is not "token_id:N" while other tokens are'
-            source = _ids_from_records(c, token_ids, "logprobs.tokens", reason)
+            source = ids_from_records(c, token_ids, "logprobs.tokens", reason)
             if source is not None:
                 records.append(source)
     sources[:0] = records
@@ -348,12 +236,12 @@ def _array_logprobs(
         )
         return _chosen_heads(c, field, ids, candidates, sampled, k, top_err, no_id)
 
-    return _Logprobs(field, count, values, bad, sent, "logprob", heads)
+    return Logprobs(field, count, values, bad, sent, "logprob", heads)
 
 
 def _openai_logprobs(
-    c: Evidence, choice: dict[str, Any], sources: list[_IdSource], endpoint: _Endpoint
-) -> tuple[_Logprobs | None, bool]:
+    c: Evidence, choice: dict[str, Any], sources: list[IdSource], endpoint: _Endpoint
+) -> tuple[Logprobs | None, bool]:
     """The choice's sampled-token logprobs (None: it has none) and whether they came from
     ``choice.logprobs`` (consumed) rather than ``raw_output``; the ids their records name go
     first in ``sources``. Records that name ids win: Fireworks' ``raw_output`` entries are
@@ -388,7 +276,7 @@ def _openai_logprobs(
     return found, found is not None
 
 
-def _raw_output_ids(c: Evidence, choice: dict[str, Any], primary: _Logprobs | None) -> list[_IdSource]:
+def _raw_output_ids(c: Evidence, choice: dict[str, Any], primary: Logprobs | None) -> list[IdSource]:
     """Fireworks ``raw_output``: ``completion_token_ids`` and, when the logprobs were read
     from ``choice.logprobs``, the ids its own logprob records name."""
     raw_output = choice.get(KEY.raw_output)
@@ -399,7 +287,7 @@ def _raw_output_ids(c: Evidence, choice: dict[str, Any], primary: _Logprobs | No
     sources = []
     if raw_output.get(KEY.completion_token_ids) is not None:
         field = "raw_output.completion_token_ids"
-        sources.append(_id_list(c, c.raw_token_ids, field))
+        sources.append(id_list(c, c.raw_token_ids, field))
     completion = raw_output.get(KEY.completion_logprobs)
     content = completion.get("content") if isinstance(completion, dict) else None
     field = "raw_output.completion_logprobs.content"
@@ -407,21 +295,22 @@ def _raw_output_ids(c: Evidence, choice: dict[str, Any], primary: _Logprobs | No
         records = c.raw_content.records
         if records.bad is not None:
             c.fail("logprob entry must be an object", field, records.bad)
-        source = _ids_from_records(c, records.ids, field, _UNNAMED_RECORD)
+        source = ids_from_records(c, records.ids, field, UNNAMED_RECORD)
         if source is not None:
             sources.append(source)
     return sources
 
 
-def _missing_ids(c: Evidence, logprobs: _Logprobs | None, endpoint: _Endpoint) -> None:
+def _missing_ids(c: Evidence, logprobs: Logprobs | None, ids_advice: str, dynamo: bool) -> None:
     held = ""
     if logprobs is not None:
         held = f"its {logprobs.count} logprobs cannot be aligned to tokens without them, and "
+    engine = f"no `{ENGINE_IDS}`, " if dynamo else ""
     c.fail(
-        "no exact completion token ids in the response (no `token_ids`, no "
+        f"no exact completion token ids in the response ({engine}no `token_ids`, no "
         "`raw_output.completion_token_ids`, no ids in the logprob records): "
         f"{held}re-tokenizing the text is not exact (a final EOS, for one, decodes to nothing). "
-        f"To get them, {endpoint.ids_advice}."
+        f"To get them, {ids_advice}."
     )
 
 
@@ -489,31 +378,45 @@ def _parse_openai_choice(
     require_logprobs: bool,
     endpoint: _Endpoint,
     routing: _Routing,
+    dynamo: Dynamo | None = None,
 ) -> GenerateChoice:
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
     consumed = ["index", KEY.token_ids, "finish_reason", KEY.routed_experts]
     prompt = None
     if choice.get(KEY.prompt_token_ids) is not None:
-        prompt = _id_list(c, c.prompt_token_ids, "prompt_token_ids").ids
-    sources: list[_IdSource] = []
+        prompt = id_list(c, c.prompt_token_ids, "prompt_token_ids").ids
+    sources: list[IdSource] = []
     if choice.get(KEY.token_ids) is not None:
-        sources.append(_id_list(c, c.token_ids, "token_ids"))
+        sources.append(id_list(c, c.token_ids, "token_ids"))
     logprobs, from_choice = _openai_logprobs(c, choice, sources, endpoint)
     sources += _raw_output_ids(c, choice, logprobs)
-    if logprobs is None and (require_logprobs or k is not None):
-        if not sources:  # both missing: every flag to set, in one message
-            advice = (endpoint.ids_advice if endpoint.ids_advice.startswith(endpoint.logprobs_advice)
-                      else f"for the logprobs, {endpoint.logprobs_advice}; for the ids, {endpoint.ids_advice}")
+    engine_ids, engine_logprobs = engine_sources(dynamo)
+    sampled = engine_logprobs if engine_logprobs is not None else logprobs  # the engine's, where sent
+    ids_advice = endpoint.dynamo_advice if dynamo is not None else endpoint.ids_advice
+    if sampled is None and (require_logprobs or k is not None):
+        if not sources and engine_ids is None:  # both missing: every flag to set, in one message
+            advice = (ids_advice if ids_advice.startswith(endpoint.logprobs_advice)
+                      else f"for the logprobs, {endpoint.logprobs_advice}; for the ids, {ids_advice}")
             c.fail(f"no exact completion token ids and no logprobs in the response: {advice}", "logprobs")
         c.fail(f"no logprobs in the response: {endpoint.logprobs_advice}", "logprobs")
-    if not sources:
-        _missing_ids(c, logprobs, endpoint)
-    _check_alignment(c, sources, logprobs, prompt)
+    if k is not None and logprobs is None:
+        c.fail(f"Missing requested top logprobs: {ENGINE} carries the sampled logprobs only, a head comes "
+               f"from the choice's candidates: {endpoint.heads_advice}", "logprobs")
+    if not sources and engine_ids is None:
+        _missing_ids(c, sampled, ids_advice, dynamo is not None)
+    if dynamo is not None:
+        check_engine(c, dynamo, engine_ids, engine_logprobs, sources, logprobs)
+    if engine_ids is not None:
+        sources.insert(0, engine_ids)
+    check_alignment(c, sources, sampled, prompt)
     ids = sources[0].ids
     values = top_ids = top_logprobs = None
-    if logprobs is not None:
-        values = _check_values(c, logprobs)
+    if sampled is not None:
+        # The engine's faults are named where the engine data is: beside the choices.
+        values = check_values(dynamo.top if dynamo is not None and sampled is engine_logprobs else c, sampled)
+        if logprobs is not sampled and logprobs is not None:
+            same_logprobs(c, values, check_values(c, logprobs), logprobs.field)
         if k is not None:
             top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
         if from_choice:
@@ -521,6 +424,11 @@ def _parse_openai_choice(
     routed = None
     if choice.get(KEY.routed_experts) is not None:
         routed = _choice_routing(c, choice, len(ids), routing.prompt if prompt is None else len(prompt), routing)
+    engine_routed = engine_routing(dynamo, prompt, len(ids), routing.num_experts)
+    if engine_routed is not None:
+        if routed is not None:
+            c.fail("routed_experts is sent on the choice and in nvext.engine_data: one form only", "routed_experts")
+        routed = engine_routed
     raw = {key: value for key, value in choice.items() if key not in consumed}
     for key, span in ((KEY.logprobs, c.logprobs), (KEY.raw_output, c.raw_output)):
         if key in raw:  # as sent: the compiled extractor left their arrays empty
@@ -586,15 +494,18 @@ def _parse_openai_document(
     read = evidence or (lambda index, value: extract_openai_choice(index, value, k))
     prompt = document.get(KEY.prompt_token_ids)
     split = document.get(KEY.prompt_routed_experts) is not None
-    top = read(None, document) if prompt is not None or split else None
+    top = read(None, document) if prompt is not None or split or document.get(KEY.nvext) is not None else None
     if prompt is not None:
-        prompt = _id_list(top, top.prompt_token_ids, "prompt_token_ids").ids
+        prompt = id_list(top, top.prompt_token_ids, "prompt_token_ids").ids
     choices = document.get(KEY.choices)
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
+    dynamo = dynamo_of(document, top, len(choices))
+    if dynamo is not None:
+        prompt = dynamo.prompt = engine_prompt(dynamo, prompt)
     routing = _Routing(num_experts, split, _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)))
     parsed = [
-        _parse_openai_choice(read(i, choice), choice, k, require_logprobs, endpoint, routing)
+        _parse_openai_choice(read(i, choice), choice, k, require_logprobs, endpoint, routing, dynamo)
         for i, choice in enumerate(choices)
     ]
     if check_usage:
@@ -611,8 +522,10 @@ def _parse_openai_document(
         count = routing.prompt if prompt is None else len(prompt)
         prompt_routing = _routing(top, document[field], top.prompt_routed_experts, field, num_experts,
                                   None if count is None else (count,), f"one per prompt token ({count})")
-    return response_of(document, parsed, prompt, "id", ("prompt_routed_experts",),
-                       prompt_routed_experts=prompt_routing, format=endpoint.format, top_k=k)
+    response = response_of(document, parsed, prompt, "id", ("prompt_routed_experts",),
+                           prompt_routed_experts=prompt_routing, format=endpoint.format, top_k=k)
+    engine_payload(document, dynamo, response.payload)
+    return response
 
 
 def _document_parser(endpoint: Any, name: str, doc: str) -> Any:
@@ -750,8 +663,8 @@ def _sglang_sampling(
                    "response has no output_token_sampling_mask to align them with", _SAMPLING)
         rows, sampled = _aligned_rows(c, full_at(c, sent, read.span), mask, ids, _SAMPLING)
         return sampled, rows
-    logprobs = _Logprobs(_SAMPLING, n, values.values, values.bad, values, "sampling logprob")
-    return _check_values(c, logprobs), None
+    logprobs = Logprobs(_SAMPLING, n, values.values, values.bad, values, "sampling logprob")
+    return check_values(c, logprobs), None
 
 
 def _sglang_mask_logprobs(c: Evidence, meta: dict[str, Any], ids: np.ndarray, mask: Ragged | None,
@@ -888,7 +801,7 @@ def _flat_plain(c: Evidence, keys: list[str], rows: int, k: int, prefix: int) ->
     ids, length, bad = parsed
     _flat_count(c, keys[1], length, rows, k, prefix)
     if bad is not None:
-        c.fail(f"{keys[1]} {_IDS_REASON}", "meta_info." + keys[1], prefix + bad // k)
+        c.fail(f"{keys[1]} {IDS_REASON}", "meta_info." + keys[1], prefix + bad // k)
     return ids, read.numbers.values
 
 
@@ -976,7 +889,7 @@ def _parse_sglang_item(
     meta = item.get(KEY.meta_info)
     if not isinstance(meta, dict):
         c.fail("meta_info must be an object", "meta_info")
-    sources: list[_IdSource] = []
+    sources: list[IdSource] = []
     logprobs = None
     field = "meta_info.output_token_logprobs"
     entries = meta.get(KEY.output_token_logprobs)
@@ -987,25 +900,25 @@ def _parse_sglang_item(
         records = read.records
         if records.bad is not None:
             c.fail("entry must be [logprob, token_id, text]", field, records.bad)
-        ids = _id_array(records.ids)
+        ids = id_array(records.ids)
         missing = np.flatnonzero(ids < 0)
         if len(missing):
             c.fail("entry's token id must be in [0, 2**32)", field, int(missing[0]))
-        sources.append(_IdSource(field, ids))
-        values, bad = _numbers(records.values)
-        logprobs = _Logprobs(field, read.length, values, bad, records.values, records.value_key)
+        sources.append(IdSource(field, ids))
+        values, bad = numbers_of(records.values)
+        logprobs = Logprobs(field, read.length, values, bad, records.values, records.value_key)
     if item.get(KEY.output_ids) is not None:
-        sources.append(_id_list(c, c.output_ids, "output_ids"))
+        sources.append(id_list(c, c.output_ids, "output_ids"))
     # Sampling logprobs alone are the sampled tokens' evidence too (a head needs the triples).
     sampling_only = meta.get("output_token_sampling_logprobs") is not None and k is None
     if logprobs is None and ((require_logprobs and not sampling_only) or k is not None or not sources):
         what = "no exact completion token ids and no logprobs" if not sources else "no logprobs"
         c.fail(f"{what} in the response (no {field}): {_SGLANG.ids_advice}.", field)
-    _check_alignment(c, sources, logprobs)
+    check_alignment(c, sources, logprobs)
     ids = sources[0].ids
     values = top_ids = top_logprobs = None
     if logprobs is not None:
-        values = sampled = _check_values(c, logprobs)
+        values = sampled = check_values(c, logprobs)
     if check_usage and meta.get("completion_tokens") is not None:
         _check_token_count(c, meta["completion_tokens"], "meta_info.completion_tokens", len(ids))
     mask = _sglang_mask(c, meta, ids)

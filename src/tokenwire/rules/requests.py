@@ -21,6 +21,16 @@ class _Endpoint:
     ids_advice: str
     logprobs_advice: str
     heads_advice: str
+    dynamo_advice: str = ""  # the ids advice for a response from NVIDIA Dynamo
+
+
+def _dynamo_advice(helper: str) -> str:
+    return (
+        "the response comes from NVIDIA Dynamo (it carries `nvext`), whose exact ids are the "
+        "engine's own: set `nvext: {\"extra_fields\": [\"engine_data\"]}` in the request, which "
+        "adds `nvext.engine_data.completion_token_ids` (and, with `logprobs` set, "
+        f"`completion_logprobs`). tokenwire.{helper}(params, engine_data=True) sets it"
+    )
 
 
 _COMPLETIONS = _Endpoint(
@@ -40,6 +50,7 @@ _COMPLETIONS = _Endpoint(
         "\"token_id:N\", or use Fireworks' `logprobs: true` with `top_logprobs` (candidates "
         "carry `token_id`)"
     ),
+    dynamo_advice=_dynamo_advice("completions_request_params"),
 )
 
 
@@ -60,6 +71,7 @@ _CHAT = _Endpoint(
         "set `return_tokens_as_token_ids: true` (vLLM) so candidates are \"token_id:N\"; "
         "Fireworks candidates carry `token_id`"
     ),
+    dynamo_advice=_dynamo_advice("chat_completions_request_params"),
 )
 
 
@@ -96,7 +108,24 @@ def _own_candidates(params: dict[str, Any], k: int | None) -> None:
         )
 
 
-def completions_request_params(params: dict[str, Any], *, top_k: int | None = None) -> dict[str, Any]:
+def _ask_ids(out: dict[str, Any], engine_data: bool) -> None:
+    """vLLM's ``return_token_ids``, or NVIDIA Dynamo's engine data: ``"engine_data"`` joins
+    ``nvext.extra_fields`` (the caller's ``nvext`` is copied, never changed)."""
+    if not engine_data:
+        out.setdefault("return_token_ids", True)
+        return
+    nvext = out.get("nvext")
+    nvext = {} if nvext is None else nvext
+    fields = nvext.get("extra_fields") if isinstance(nvext, dict) else None
+    fields = [] if fields is None else fields
+    if not isinstance(nvext, dict) or not isinstance(fields, list):
+        raise TypeError("params' nvext must be a dict, and its extra_fields a list")
+    out["nvext"] = {**nvext, "extra_fields": fields if "engine_data" in fields else [*fields, "engine_data"]}
+
+
+def completions_request_params(
+    params: dict[str, Any], *, top_k: int | None = None, engine_data: bool = False
+) -> dict[str, Any]:
     """A copy of ``/v1/completions`` request ``params`` that asks for exact ids.
 
     Sets ``return_token_ids=True`` and ``logprobs=1`` (``top_k + 2`` with a head, plus
@@ -104,11 +133,13 @@ def completions_request_params(params: dict[str, Any], *, top_k: int | None = No
     did not: an explicit ``False`` is kept, and parsing the response then fails loudly.
     These are vLLM's names; Fireworks accepts ``return_token_ids`` as well. With ``top_k``,
     ``logprob_token_ids`` in ``params`` raises ValueError (the candidates would be the
-    caller's, not the sampler's top-k).
+    caller's, not the sampler's top-k). With ``engine_data=True`` (NVIDIA Dynamo) the ids are
+    asked of the engine instead: ``"engine_data"`` joins ``nvext.extra_fields`` (the caller's
+    ``nvext`` is copied, not changed) and ``return_token_ids`` is not set.
     """
     out, k = _asked(params, top_k)
     _own_candidates(out, k)
-    out.setdefault("return_token_ids", True)
+    _ask_ids(out, engine_data)
     out.setdefault("logprobs", 1 if k is None else k + 2)
     if k is not None:
         out.setdefault("return_tokens_as_token_ids", True)
@@ -116,7 +147,7 @@ def completions_request_params(params: dict[str, Any], *, top_k: int | None = No
 
 
 def chat_completions_request_params(
-    params: dict[str, Any], *, top_k: int | None = None
+    params: dict[str, Any], *, top_k: int | None = None, engine_data: bool = False
 ) -> dict[str, Any]:
     """A copy of ``/v1/chat/completions`` request ``params`` that asks for exact ids.
 
@@ -124,10 +155,12 @@ def chat_completions_request_params(
     ``top_logprobs=top_k + 2`` and ``return_tokens_as_token_ids=True``) where the caller did
     not; explicit values, ``False`` included, are kept. With ``top_k``, ``logprob_token_ids``
     in ``params`` raises ValueError, as in :func:`completions_request_params`.
+    ``engine_data=True`` asks NVIDIA Dynamo for its engine's ids instead of
+    ``return_token_ids`` (see :func:`completions_request_params`).
     """
     out, k = _asked(params, top_k)
     _own_candidates(out, k)
-    out.setdefault("return_token_ids", True)
+    _ask_ids(out, engine_data)
     out.setdefault("logprobs", True)
     if k is not None:
         out.setdefault("top_logprobs", k + 2)

@@ -1,0 +1,163 @@
+"""NVIDIA Dynamo's engine channel on the OpenAI-compatible endpoints: ``nvext.engine_data``, the
+engine's own completion ids, sampled logprobs, prompt ids and MoE routing of a response's one
+choice (the request's ``nvext.extra_fields: ["engine_data"]``).
+
+The engine's ids take precedence over the choice's (Dynamo writes the choice after its own
+post-processing) and are checked against every id source the choice has; a difference is an
+error of its own, naming both. The parsers of :mod:`tokenwire.rules.openai` call these rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._table import KEY
+from .._types import RoutedExperts
+from .._wire import DYNAMO_LOGPROB_CLAMP
+from ..extract.python import Evidence
+from .arrays import check_routed_rows, routed_object
+from .sources import IdSource, Logprobs, id_list
+
+ENGINE = "nvext.engine_data"
+ENGINE_IDS = f"{ENGINE}.completion_token_ids"
+_ENGINE_LOGPROBS = f"{ENGINE}.completion_logprobs"
+_ENGINE_PROMPT = f"{ENGINE}.prompt_token_ids"
+_ENGINE_ROUTED = f"{ENGINE}.routed_experts"
+# The members of the engine data that become attributes; the rest stays in the payload's nvext.
+_ENGINE_CONSUMED = (KEY.completion_token_ids, KEY.completion_logprobs, KEY.prompt_token_ids, KEY.routed_experts)
+_POST_PROCESSED = (
+    "Dynamo writes the choice after its own post-processing (a stop token it hides, text its "
+    "tool-call and reasoning parsers hold back), so the choice cannot be paired with the engine's "
+    "tokens position by position"
+)
+
+
+@dataclass
+class Dynamo:
+    """A response from NVIDIA Dynamo (it carries ``nvext``): its engine data (``data``, None
+    when it sent none), the top level's evidence that read it, and the prompt the routing
+    rows are counted against (the engine's or the response's, None when neither is sent)."""
+
+    top: Evidence
+    data: dict[str, Any] | None
+    prompt: np.ndarray | None = None
+
+
+def dynamo_of(document: dict[str, Any], top: Evidence | None, count: int) -> Dynamo | None:
+    """The Dynamo side of a response (``top``: its top level's evidence), checked as a whole:
+    ``nvext.engine_data`` is an object, and only beside one choice (Dynamo keeps one per
+    response, the last finished choice's)."""
+    nvext = document.get(KEY.nvext)
+    if top is None or nvext is None:
+        return None
+    data = nvext.get(KEY.engine_data) if isinstance(nvext, dict) else None
+    if data is not None and not isinstance(data, dict):
+        top.fail(f"{ENGINE} must be an object", ENGINE)
+    if data is not None and count > 1:
+        top.fail(f"{ENGINE} is one per response (Dynamo keeps the last finished choice's), so it cannot "
+                 f"be attributed to one of {count} choices: request one choice (`n: 1`)", ENGINE)
+    return Dynamo(top, data)
+
+
+def engine_prompt(dynamo: Dynamo, prompt: np.ndarray | None) -> np.ndarray | None:
+    """The response's prompt ids: the top level's, and the engine's, which must be the same."""
+    data = dynamo.data
+    if data is None or data.get(KEY.prompt_token_ids) is None:
+        return prompt
+    top = dynamo.top
+    engine = id_list(top, top.engine_prompt_ids, _ENGINE_PROMPT).ids
+    if prompt is not None and (len(prompt) != len(engine) or not np.array_equal(prompt, engine)):
+        differ = np.flatnonzero(prompt[: len(engine)] != engine[: len(prompt)])
+        where = (f"at token {int(differ[0])}" if len(differ) else
+                 f"in length: {len(engine)} ids against {len(prompt)} ({len(prompt) - len(engine):+d})")
+        top.fail(f"the engine's prompt ids ({_ENGINE_PROMPT}) and the response's (prompt_token_ids) "
+                 f"differ {where}", "prompt_token_ids", int(differ[0]) if len(differ) else None)
+    return engine
+
+
+def engine_sources(dynamo: Dynamo | None) -> tuple[IdSource | None, Logprobs | None]:
+    """The engine's completion ids and sampled logprobs, each None when not sent. (Their
+    faults are the top level's: the engine data is beside the choices, not in one.)"""
+    data = dynamo.data if dynamo is not None else None
+    if data is None:
+        return None, None
+    top = dynamo.top
+    if data.get("finished") is False:
+        top.fail(f"{ENGINE}.finished is false: the engine ended the generation with an error", f"{ENGINE}.finished")
+    ids = id_list(top, top.engine_token_ids, ENGINE_IDS) if data.get(KEY.completion_token_ids) is not None else None
+    logprobs = None
+    if data.get(KEY.completion_logprobs) is not None:
+        read = top.engine_logprobs
+        if read is None:
+            top.fail(f"{_ENGINE_LOGPROBS} must be a list of numbers", _ENGINE_LOGPROBS)
+        sent = read.numbers
+        logprobs = Logprobs(_ENGINE_LOGPROBS, read.length, sent.values, sent.bad, sent, "logprob",
+                            clamp=DYNAMO_LOGPROB_CLAMP)
+    return ids, logprobs
+
+
+def check_engine(c: Evidence, dynamo: Dynamo, ids: IdSource | None, logprobs: Logprobs | None,
+                 sources: list[IdSource], choice_logprobs: Logprobs | None) -> None:
+    """The engine's ids and logprobs agree with each other in count, and with the choice's
+    own: every id source of the choice has the engine's ids, its logprobs are as many."""
+    if ids is not None and logprobs is not None and logprobs.count != len(ids.ids):
+        dynamo.top.fail(f"{ENGINE} has {len(ids.ids)} completion_token_ids but {logprobs.count} "
+                        f"completion_logprobs ({logprobs.count - len(ids.ids):+d})", _ENGINE_LOGPROBS)
+    for source in sources if ids is not None else ():
+        if len(source.ids) != len(ids.ids):
+            c.fail(f"the engine's completion ids and the choice's differ in length: {ENGINE_IDS} has "
+                   f"{len(ids.ids)}, {source.field} has {len(source.ids)} ({len(source.ids) - len(ids.ids):+d}); "
+                   f"{_POST_PROCESSED}", source.field)
+        differ = np.flatnonzero(source.ids != ids.ids)
+        if len(differ):
+            at = int(differ[0])
+            c.fail(f"the engine's completion ids and the choice's differ at token {at}: {ENGINE_IDS} has "
+                   f"{int(ids.ids[at])}, {source.field} has {int(source.ids[at])}", source.field, at)
+    if logprobs is not None:
+        what, field, count = "logprobs", _ENGINE_LOGPROBS, logprobs.count
+    elif ids is not None:
+        what, field, count = "completion ids", ENGINE_IDS, len(ids.ids)
+    else:
+        return
+    if choice_logprobs is not None and choice_logprobs.count != count:
+        c.fail(f"the engine's {what} and the choice's logprobs differ in count: {field} has {count}, "
+               f"{choice_logprobs.field} has {choice_logprobs.count} ({choice_logprobs.count - count:+d}); "
+               f"{_POST_PROCESSED}", choice_logprobs.field)
+
+
+def same_logprobs(c: Evidence, engine: np.ndarray, choice: np.ndarray, field: str) -> None:
+    """The choice's logprobs are the engine's, to the precision a server writes them in
+    (Dynamo's choice holds them as float32)."""
+    differ = np.flatnonzero(~np.isclose(choice, engine, rtol=1e-6, atol=1e-5))
+    if len(differ):
+        at = int(differ[0])
+        c.fail(f"the engine's logprobs and the choice's differ at token {at}: {_ENGINE_LOGPROBS} has "
+               f"{float(engine[at])!r}, {field} has {float(choice[at])!r}", field, at)
+
+
+def engine_routing(dynamo: Dynamo | None, prompt: np.ndarray | None, completion: int,
+                   num_experts: int | None) -> RoutedExperts | None:
+    """The engine's MoE routing (``{data, shape, start, dtype}``, as prime-rl writes it), with a
+    row per routed position when the prompt is known, ids below ``num_experts`` when given."""
+    data = dynamo.data if dynamo is not None else None
+    value = data.get(KEY.routed_experts) if data is not None else None
+    if value is None:
+        return None
+    top = dynamo.top
+    if not isinstance(value, dict):
+        top.fail(f"{_ENGINE_ROUTED} must be an object", _ENGINE_ROUTED)
+    routed = routed_object(value, top.engine_routed_data, top, _ENGINE_ROUTED, num_experts)
+    prompt = dynamo.prompt if dynamo.prompt is not None else prompt
+    if prompt is not None:
+        check_routed_rows(top, routed, len(prompt), completion, _ENGINE_ROUTED)
+    return routed
+
+
+def engine_payload(document: dict[str, Any], dynamo: Dynamo | None, payload: dict[str, Any]) -> None:
+    """What was read leaves the response's payload: ``nvext.engine_data`` keeps the rest."""
+    if dynamo is not None and dynamo.data is not None:
+        rest = {key: value for key, value in dynamo.data.items() if key not in _ENGINE_CONSUMED}
+        payload[KEY.nvext] = {**document[KEY.nvext], KEY.engine_data: rest}

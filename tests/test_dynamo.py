@@ -1,0 +1,435 @@
+"""NVIDIA Dynamo's engine channel: ``nvext.engine_data`` beside the choices of a
+``/v1/chat/completions`` or ``/v1/completions`` response (the request's
+``nvext.extra_fields: ["engine_data"]``), read as the exact-id source and checked against the
+choice, on both implementations (``impl``: the reference and the compiled core on every path).
+
+The documents are laid out as Dynamo writes them: ``nvext`` at the top level beside
+``choices`` (the frontend's response types flatten the OpenAI response and add ``nvext``),
+``engine_data`` holding what the vLLM worker accumulated for the response's one choice
+(``completion_token_ids``, ``finished``, ``completion_logprobs`` when as many as the ids,
+``prompt_token_ids``, ``routed_experts`` as ``{data, shape, start, dtype}`` with ``data`` the
+base64 of the raw array), keys in serde_json's sorted order; the engine's logprobs are the
+doubles of vLLM's float32 values, the choice's are float32 as the frontend writes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenwire import MalformedResponseError
+from tokenwire.rules import openai as openai_rules
+
+from .conftest import _core
+from .test_extract import assert_openai_peers
+
+IDS = [791, 4320, 374, 3116, 151645]  # the last one the EOS the engine stopped on
+VALUES = [-0.1, -0.7, -0.025, -1.3, -0.002]
+PROMPT = [151644, 872, 198, 3838]
+
+
+def engine_value(v: float) -> float:
+    """A logprob as the engine reports it: vLLM's float32, as a double."""
+    return float(np.float32(v))
+
+
+def choice_value(v: float) -> float:
+    """The same logprob as Dynamo's choice writes it: the float32's shortest spelling."""
+    return float(str(np.float32(v)))
+
+
+def routing(rows: int, dtype: str = "uint8", start: int = 0) -> tuple[dict, np.ndarray]:
+    array = (np.arange(rows * 3 * 2) % 7).astype(dtype).reshape(rows, 3, 2)
+    sent = {"data": base64.b64encode(array.tobytes()).decode(), "dtype": dtype, "shape": [rows, 3, 2],
+            "start": start}
+    return sent, array
+
+
+def engine_data(ids=IDS, values=VALUES, prompt=PROMPT, routed=None) -> dict:
+    data = {"completion_logprobs": [engine_value(v) for v in values], "completion_token_ids": list(ids),
+            "finished": True, "prompt_token_ids": list(prompt)}
+    if routed is not None:
+        data["routed_experts"] = routed
+    return data
+
+
+def usage(n: int) -> dict:
+    return {"completion_tokens": n, "prompt_tokens": len(PROMPT), "total_tokens": len(PROMPT) + n}
+
+
+def chat(ids=IDS, values=VALUES, *, token_ids=False, token_strings=False, data=None) -> dict:
+    """Dynamo's chat response: the choice's `logprobs.content` (text tokens, or "token_id:N" with
+    `return_tokens_as_token_ids`) and, with `token_ids`, `choices[].token_ids`."""
+    content = [{"bytes": [116], "logprob": choice_value(v), "token": f"token_id:{i}" if token_strings else f"t{t}",
+                "top_logprobs": []} for t, (i, v) in enumerate(zip(ids, values))]
+    choice = {"finish_reason": "stop", "index": 0, "logprobs": {"content": content},
+              "message": {"content": "Four.", "role": "assistant"}}
+    if token_ids:
+        choice["token_ids"] = list(ids)
+    return {"choices": [choice], "created": 1, "id": "chatcmpl-1", "model": "m", "object": "chat.completion",
+            "usage": usage(len(ids)), "nvext": {"engine_data": engine_data() if data is None else data}}
+
+
+def completions(ids=IDS, values=VALUES, *, token_strings=True, data=None) -> dict:
+    """Dynamo's completions response: `logprobs.{tokens, token_logprobs, text_offset,
+    top_logprobs}`, tokens "token_id:N" with `return_tokens_as_token_ids`."""
+    tokens = [f"token_id:{i}" if token_strings else f"t{t}" for t, i in enumerate(ids)]
+    logprobs = {"text_offset": list(range(len(ids))), "token_logprobs": [choice_value(v) for v in values],
+                "tokens": tokens, "top_logprobs": [{tok: choice_value(v)} for tok, v in zip(tokens, values)]}
+    choice = {"finish_reason": "stop", "index": 0, "logprobs": logprobs, "text": "Four."}
+    return {"choices": [choice], "created": 1, "id": "cmpl-1", "model": "m", "object": "text_completion",
+            "usage": usage(len(ids)), "nvext": {"engine_data": engine_data() if data is None else data}}
+
+
+PARSE = {"chat": "parse_chat_completions_response", "completions": "parse_completions_response"}
+
+
+def parse(impl, doc, **kw):
+    endpoint = "completions" if doc.get("object") == "text_completion" else "chat"
+    return getattr(impl, PARSE[endpoint])(json.dumps(doc).encode(), **kw)
+
+
+def raises(impl, doc, match: str, **kw) -> MalformedResponseError:
+    with pytest.raises(MalformedResponseError, match=match) as info:
+        parse(impl, doc, **kw)
+    return info.value
+
+
+# --- the engine's ids, as the response's --------------------------------------------------------
+
+
+@pytest.mark.parametrize("doc", [chat(token_ids=True), chat(token_strings=True), completions()],
+                         ids=["chat-token_ids", "chat-token_strings", "completions-token_strings"])
+def test_engine_ids_equal_to_the_choices(impl, doc):
+    sent, array = routing(len(PROMPT) + len(IDS) - 1)
+    doc["nvext"]["engine_data"]["routed_experts"] = sent
+    r = parse(impl, doc)
+    (c,) = r.choices
+    assert c.completion_ids.dtype == np.int64 and c.completion_ids.tolist() == IDS
+    # The engine's values, exactly: the choice's float32 spelling only has to agree with them.
+    assert c.completion_logprobs.tolist() == [engine_value(v) for v in VALUES]
+    assert r.prompt_token_ids.tolist() == PROMPT
+    assert c.routed_experts.start == 0 and c.routed_experts.array.dtype == np.uint8
+    assert np.array_equal(c.routed_experts.array, array)
+    # What was read leaves the payload; the rest of nvext stays as sent.
+    assert r.payload["nvext"] == {"engine_data": {"finished": True}}
+
+
+@pytest.mark.parametrize("build", [chat, completions], ids=["chat", "completions"])
+def test_engine_data_without_choice_token_ids(impl, build):
+    # Text tokens only in the choice: the engine data is the one id source.
+    doc = build(token_strings=False)
+    r = parse(impl, doc)
+    assert r.choices[0].completion_ids.tolist() == IDS
+    # No logprobs in the choice at all: the engine's are the sampled ones.
+    doc["choices"][0]["logprobs"] = None
+    r = parse(impl, doc)
+    assert r.choices[0].completion_logprobs.tolist() == [engine_value(v) for v in VALUES]
+    # Neither the engine's nor the choice's logprobs: the ids alone when allowed.
+    del doc["nvext"]["engine_data"]["completion_logprobs"]
+    assert parse(impl, doc, require_logprobs=False).choices[0].completion_logprobs is None
+    raises(impl, doc, "no logprobs in the response")
+
+
+def test_engine_data_with_the_other_nvext_fields(impl):
+    doc = chat()
+    doc["nvext"].update(worker_id={"decode_worker_id": 7}, timing={"total_time_ms": 3.5})
+    doc["nvext"]["engine_data"]["prompt_logprobs"] = [None]
+    r = parse(impl, doc)
+    assert r.payload["nvext"] == {"engine_data": {"finished": True, "prompt_logprobs": [None]},
+                                  "timing": {"total_time_ms": 3.5}, "worker_id": {"decode_worker_id": 7}}
+
+
+# --- the engine against the choice -----------------------------------------------------------------
+
+
+def test_engine_ids_a_trailing_eos_longer_than_the_choices(impl):
+    doc = chat(token_ids=True)
+    doc["choices"][0]["token_ids"] = IDS[:-1]  # the stop token the choice hides
+    err = raises(impl, doc, r"the engine's completion ids and the choice's differ in length: "
+                 r"nvext.engine_data.completion_token_ids has 5, token_ids has 4 \(-1\)")
+    assert (err.choice, err.field, err.token) == (0, "token_ids", None)
+    assert "post-processing" in str(err)
+
+
+def test_engine_logprobs_a_trailing_eos_longer_than_the_choices(impl):
+    # NeMo-Gym's case: 566 engine ids and logprobs, 565 logprobs in the post-processed choice.
+    doc = chat(IDS[:-1], VALUES[:-1])
+    doc["nvext"]["engine_data"] = engine_data()
+    err = raises(impl, doc, r"the engine's logprobs and the choice's logprobs differ in count: "
+                 r"nvext.engine_data.completion_logprobs has 5, logprobs.content has 4 \(-1\)")
+    assert (err.choice, err.field) == (0, "logprobs.content")
+
+
+def test_engine_ids_longer_than_the_choices_logprobs(impl):
+    # Without logprobs of its own the engine's ids are aligned with the choice's.
+    doc = chat(IDS[:-1], VALUES[:-1])
+    doc["nvext"]["engine_data"] = engine_data()
+    del doc["nvext"]["engine_data"]["completion_logprobs"]
+    err = raises(impl, doc, r"the engine's completion ids and the choice's logprobs differ in count: "
+                 r"nvext.engine_data.completion_token_ids has 5, logprobs.content has 4 \(-1\)")
+    assert (err.choice, err.field) == (0, "logprobs.content")
+
+
+@pytest.mark.parametrize("build", [lambda: chat(token_ids=True), lambda: chat(token_strings=True), completions],
+                         ids=["token_ids", "chat-token_strings", "completions-token_strings"])
+def test_engine_ids_that_differ_from_the_choices_at_a_token(impl, build):
+    doc = build()
+    doc["nvext"]["engine_data"]["completion_token_ids"][2] = 99
+    err = raises(impl, doc, "the engine's completion ids and the choice's differ at token 2: "
+                 "nvext.engine_data.completion_token_ids has 99")
+    assert err.token == 2 and err.choice == 0
+
+
+def test_engine_logprobs_that_differ_from_the_choices(impl):
+    doc = chat()
+    doc["choices"][0]["logprobs"]["content"][3]["logprob"] = -1.25
+    err = raises(impl, doc, "the engine's logprobs and the choice's differ at token 3")
+    assert (err.field, err.token) == ("logprobs.content", 3)
+
+
+def test_engine_logprobs_not_as_many_as_its_ids(impl):
+    doc = chat()
+    doc["nvext"]["engine_data"]["completion_logprobs"].pop()
+    err = raises(impl, doc, r"nvext.engine_data has 5 completion_token_ids but 4 completion_logprobs \(-1\)")
+    assert (err.choice, err.field) == (None, "nvext.engine_data.completion_logprobs")
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (-9999.0, "logprob is the -9999 sentinel"),
+    (-1e30, "logprob is -1e\\+30, Dynamo's stand-in for a non-finite logprob"),
+    (None, "logprob is null"),
+    ("x", "logprob must be a number"),
+    (0.5, "logprob cannot be positive"),
+], ids=["sentinel", "clamp", "null", "string", "positive"])
+def test_engine_logprobs_that_are_not_evidence(impl, value, message):
+    doc = chat()
+    doc["choices"][0]["logprobs"] = None  # the engine's values are the only ones
+    doc["nvext"]["engine_data"]["completion_logprobs"][3] = value
+    err = raises(impl, doc, message)
+    # The engine data is beside the choices: its faults are named where it is.
+    assert (err.choice, err.field, err.token) == (None, "nvext.engine_data.completion_logprobs", 3)
+
+
+@pytest.mark.parametrize("literal", ["NaN", "-Infinity", "-1e400"])
+def test_non_finite_engine_logprobs_are_invalid_json(impl, literal):
+    raw = json.dumps(chat()).replace(json.dumps(engine_value(VALUES[1])), literal, 1).encode()
+    with pytest.raises(MalformedResponseError, match="invalid JSON"):
+        impl.parse_chat_completions_response(raw)
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ("x", r"must hold token ids in \[0, 2\*\*32\): expected a list"), ([1, -1], "must hold token ids"),
+    ([2**32], "must hold token ids"), ({"a": 1}, "must hold token ids.*expected a list"),
+])
+def test_engine_ids_that_are_not_ids(impl, value, reason):
+    doc = chat()
+    doc["nvext"]["engine_data"]["completion_token_ids"] = value
+    err = raises(impl, doc, f"nvext.engine_data.completion_token_ids {reason}")
+    assert (err.choice, err.field) == (None, "nvext.engine_data.completion_token_ids")
+
+
+def test_an_engine_that_did_not_finish(impl):
+    doc = chat()
+    doc["nvext"]["engine_data"]["finished"] = False
+    raises(impl, doc, "nvext.engine_data.finished is false")
+
+
+@pytest.mark.parametrize("data", [[], "x", 3], ids=["list", "string", "number"])
+def test_engine_data_that_is_not_an_object(impl, data):
+    doc = chat()
+    doc["nvext"]["engine_data"] = data
+    err = raises(impl, doc, "nvext.engine_data must be an object")
+    assert (err.choice, err.field) == (None, "nvext.engine_data")
+
+
+def test_engine_data_beside_several_choices(impl):
+    doc = chat()
+    second = copy.deepcopy(doc["choices"][0])
+    second["index"] = 1
+    doc["choices"].append(second)
+    err = raises(impl, doc, "nvext.engine_data is one per response .* one of 2 choices")
+    assert err.choice is None
+
+
+# --- the prompt --------------------------------------------------------------------------------------
+
+
+def test_engine_prompt_ids(impl):
+    doc = chat()
+    doc["prompt_token_ids"] = list(PROMPT)  # a server that sends both: they agree
+    assert parse(impl, doc).prompt_token_ids.tolist() == PROMPT
+    doc["prompt_token_ids"][1] = 5
+    err = raises(impl, doc, r"the engine's prompt ids \(nvext.engine_data.prompt_token_ids\) and the "
+                 r"response's \(prompt_token_ids\) differ at token 1")
+    assert (err.choice, err.field, err.token) == (None, "prompt_token_ids", 1)
+    doc["prompt_token_ids"] = PROMPT[:-1]
+    raises(impl, doc, r"differ in length: 4 ids against 3 \(-1\)")
+    doc["nvext"]["engine_data"]["prompt_token_ids"] = [1, "x"]
+    raises(impl, doc, "nvext.engine_data.prompt_token_ids must hold token ids")
+
+
+# --- routing -----------------------------------------------------------------------------------------
+
+
+def test_routing_one_row_short(impl):
+    rows = len(PROMPT) + len(IDS) - 1
+    doc = chat()
+    doc["nvext"]["engine_data"]["routed_experts"] = routing(rows - 1)[0]
+    err = raises(impl, doc, r"nvext.engine_data.routed_experts has 7 rows but the prompt \(4 tokens\) and the "
+                 r"completion \(5\) were routed at 8 positions, 8 of them from start 0 \(-1\)")
+    assert (err.choice, err.field) == (None, "nvext.engine_data.routed_experts.shape")
+
+
+def test_routing_from_a_start_and_without_a_prompt(impl):
+    rows = len(PROMPT) + len(IDS) - 1
+    doc = chat()
+    doc["nvext"]["engine_data"]["routed_experts"], array = routing(rows - 3, "int32", start=3)
+    routed = parse(impl, doc).choices[0].routed_experts
+    assert routed.start == 3 and routed.array.dtype == np.int32 and np.array_equal(routed.array, array)
+    # Without a prompt anywhere the rows cannot be counted: any number is read.
+    del doc["nvext"]["engine_data"]["prompt_token_ids"]
+    doc["nvext"]["engine_data"]["routed_experts"] = routing(2)[0]
+    assert len(parse(impl, doc).choices[0].routed_experts.array) == 2
+
+
+@pytest.mark.parametrize(("change", "message", "field"), [
+    (lambda r: r.update(dtype="torch.int32"), "Unsupported nvext.engine_data.routed_experts dtype", ".dtype"),
+    (lambda r: r.update(data="@@@@"), "Invalid nvext.engine_data.routed_experts base64", ".data"),
+    (lambda r: r.update(shape=[7, 3]), r"nvext.engine_data.routed_experts shape must be \[rows, layers, topk\]",
+     ".shape"),
+    (lambda r: r.update(shape=[8, 3, 3]), "does not match", ".shape"),
+    (lambda r: r.update(start=-1), "start must be a non-negative int", ".start"),
+], ids=["dtype", "base64", "shape", "bytes", "start"])
+def test_routing_that_breaks_the_readers_rules(impl, change, message, field):
+    doc = chat()
+    sent = routing(len(PROMPT) + len(IDS) - 1)[0]
+    change(sent)
+    doc["nvext"]["engine_data"]["routed_experts"] = sent
+    err = raises(impl, doc, message)
+    assert err.field == "nvext.engine_data.routed_experts" + field
+
+
+def test_routing_that_is_not_an_object(impl):
+    doc = chat()
+    doc["nvext"]["engine_data"]["routed_experts"] = "AAAA"
+    raises(impl, doc, "nvext.engine_data.routed_experts must be an object")
+
+
+# --- heads, advice, request helpers ------------------------------------------------------------------
+
+
+def test_a_head_comes_from_the_choices_candidates(impl):
+    doc = chat(token_strings=True)
+    for entry, token_id in zip(doc["choices"][0]["logprobs"]["content"], IDS):
+        entry["top_logprobs"] = [{"token": f"token_id:{token_id}", "logprob": entry["logprob"], "bytes": None},
+                                 {"token": f"token_id:{token_id + 1}", "logprob": -3.0, "bytes": None},
+                                 {"token": f"token_id:{token_id + 2}", "logprob": -4.0, "bytes": None}]
+    r = parse(impl, doc, top_k=1)
+    assert r.choices[0].completion_top_ids.to_lists() == [[i] for i in IDS]
+    doc["choices"][0]["logprobs"] = None
+    raises(impl, doc, "Missing requested top logprobs: nvext.engine_data carries the sampled logprobs only",
+           top_k=1)
+
+
+def test_missing_ids_name_the_engine_data_request(impl):
+    doc = chat()
+    doc["nvext"] = {"worker_id": {"decode_worker_id": 7}}  # Dynamo, without the engine data
+    err = raises(impl, doc, "no exact completion token ids in the response "
+                 r"\(no `nvext.engine_data.completion_token_ids`")
+    text = str(err)
+    assert 'nvext: {"extra_fields": ["engine_data"]}' in text and "return_token_ids" not in text
+    assert "chat_completions_request_params(params, engine_data=True)" in text
+    doc["choices"][0]["logprobs"] = None
+    text = str(raises(impl, doc, "no exact completion token ids and no logprobs"))
+    assert "for the logprobs, set `logprobs: true`" in text and '"engine_data"' in text
+    doc = completions(token_strings=False)
+    doc["nvext"] = {}
+    assert "completions_request_params(params, engine_data=True)" in str(raises(impl, doc, "no exact"))
+
+
+def test_request_helpers_ask_for_the_engine_data():
+    nvext = {"extra_fields": ["timing"], "token_data": [1, 2]}
+    given_params = {"model": "m", "nvext": nvext}
+    out = openai_rules.chat_completions_request_params(given_params, engine_data=True)
+    assert out == {"model": "m", "logprobs": True,
+                   "nvext": {"extra_fields": ["timing", "engine_data"], "token_data": [1, 2]}}
+    assert nvext == {"extra_fields": ["timing"], "token_data": [1, 2]}  # the caller's, unchanged
+    assert openai_rules.completions_request_params({}, top_k=2, engine_data=True) == {
+        "nvext": {"extra_fields": ["engine_data"]}, "logprobs": 4, "return_tokens_as_token_ids": True}
+    asked = {"nvext": {"extra_fields": ["engine_data"]}}
+    assert openai_rules.completions_request_params(asked, engine_data=True)["nvext"] == asked["nvext"]
+    for bad in ({"nvext": []}, {"nvext": {"extra_fields": "engine_data"}}):
+        with pytest.raises(TypeError):
+            openai_rules.completions_request_params(bad, engine_data=True)
+
+
+# --- both implementations on changed documents ---------------------------------------------------------
+
+
+def outcome(parse_fn, raw: bytes, **kw):
+    try:
+        r = parse_fn(raw, **kw)
+    except MalformedResponseError as exc:
+        return ("error", exc.choice, exc.field, exc.token, exc.reason[:12] if "invalid JSON" in exc.reason else exc.reason)
+    routed = [None if c.routed_experts is None else (c.routed_experts.start, c.routed_experts.array.tolist())
+              for c in r.choices]
+    return ("ok", r.prompt_token_ids.tolist() if r.prompt_token_ids is not None else None, repr(r.payload),
+            [(c.completion_ids.tolist(), None if c.completion_logprobs is None else c.completion_logprobs.tolist())
+             for c in r.choices], routed)
+
+
+_ODD = [None, "x", [], {}, -1, 2**32, 1.5, True, -9999.0, -1e30, 0.5, [1, 2], "AAAA"]
+
+
+@st.composite
+def changed_documents(draw):
+    build = draw(st.sampled_from([lambda: chat(token_ids=True), lambda: chat(token_strings=True), chat, completions]))
+    doc = build()
+    data = doc["nvext"]["engine_data"]
+    data["routed_experts"] = routing(draw(st.sampled_from([7, 8, 9])))[0]
+    for _ in range(draw(st.integers(0, 3))):
+        key = draw(st.sampled_from(["completion_token_ids", "completion_logprobs", "prompt_token_ids",
+                                    "routed_experts", "finished", "engine_data", "nvext", "choice"]))
+        value = copy.deepcopy(draw(st.sampled_from(_ODD)))
+        if key == "engine_data":
+            if isinstance(doc["nvext"], dict):
+                doc["nvext"]["engine_data"] = value
+        elif key == "nvext":
+            doc["nvext"] = value
+        elif key == "choice":
+            doc["choices"][0][draw(st.sampled_from(["token_ids", "logprobs"]))] = value
+        elif not isinstance(data, dict):
+            continue
+        elif isinstance(data.get(key), list) and data[key] and draw(st.booleans()):
+            at = draw(st.integers(0, len(data[key]) - 1))
+            if draw(st.booleans()):
+                data[key][at] = value
+            else:
+                del data[key][at]
+        elif isinstance(data.get(key), dict) and draw(st.booleans()):
+            data[key][draw(st.sampled_from(["data", "shape", "start", "dtype"]))] = value
+        else:
+            data[key] = value
+    return doc
+
+
+@pytest.mark.skipif(_core is None, reason="the compiled core is not built")
+@settings(max_examples=300, deadline=None)
+@given(doc=changed_documents(), k=st.sampled_from([None, None, 1]))
+def test_core_matches_reference_on_changed_documents(doc, k):
+    """The rules' outcome (values, routing, payload, or the error and where) and the evidence
+    both extractors read are the same on Dynamo documents with faults anywhere."""
+    raw = json.dumps(doc).encode()
+    name = PARSE["completions" if doc["object"] == "text_completion" else "chat"]
+    expected = outcome(getattr(openai_rules, name), raw, top_k=k)
+    for path in _core.simd_paths():
+        with _core.simd_path_forced(path):
+            assert outcome(getattr(_core, name), raw, top_k=k) == expected, path
+            assert_openai_peers(raw, k, False)  # the same evidence, the engine rows included
