@@ -16,7 +16,6 @@ from tokenwire._types import Ragged
 from tokenwire.extract import python as python_extract
 from tokenwire.kernels import python as python_kernels
 from tokenwire.rules import generate as python_rules
-from tokenwire.rules import openai as openai_rules
 from tokenwire.rules import sources as sources_rules
 
 from . import strategies, test_openai
