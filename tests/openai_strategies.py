@@ -191,6 +191,28 @@ def add_sglang_routing(doc: Any, evs: list[Evidence], long: bool = False, seed: 
         item["meta_info"]["indexer_topk"] = base64.b64encode(indexer.tobytes()).decode()
 
 
+def add_engine_data(doc: dict[str, Any], evs: list[Evidence], routed: bool = False, seed: int = 0) -> dict[str, Any]:
+    """NVIDIA Dynamo's engine channel (the request's ``nvext.extra_fields: ["engine_data"]``) on a
+    chat or completions document, as its vLLM worker and frontend lay it out: ``nvext`` beside
+    ``choices``, ``engine_data`` what the worker accumulated for a choice (the last one's, as
+    Dynamo keeps the last finished choice's): ``completion_token_ids``, ``finished``,
+    ``completion_logprobs``, ``prompt_token_ids`` and, with ``routed``, ``routed_experts`` as
+    ``{data, shape, start, dtype}``, ``data`` the base64 of the raw uint8 array (ids below 8,
+    2 layers of top-2, a row per prompt and completion token but the last). Returns it."""
+    ev = evs[-1]
+    choice = doc["choices"][-1]
+    prompt = list(choice.get("prompt_token_ids") or doc.get("prompt_token_ids") or ev.prompt)
+    data: dict[str, Any] = {"completion_logprobs": list(ev.values), "completion_token_ids": list(ev.ids),
+                            "finished": True, "prompt_token_ids": prompt}
+    if routed:
+        rows = np.random.default_rng(seed).integers(0, 8, (max(len(prompt) + len(ev.ids) - 1, 0), 2, 2))
+        array = rows.astype(np.uint8)
+        data["routed_experts"] = {"data": base64.b64encode(array.tobytes()).decode(), "dtype": "uint8",
+                                  "shape": list(array.shape), "start": 0}
+    doc["nvext"] = {"engine_data": data}
+    return data
+
+
 def _raw_output(ev: Evidence, with_logprobs: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"prompt_fragments": ["p"], "prompt_token_ids": list(ev.prompt),
                            "completion": "c", "completion_token_ids": list(ev.ids)}
@@ -468,7 +490,7 @@ BY_NAME = {f.name: f for f in FORMATS}
 _KEYS = ["token_ids", "logprobs", "token_logprobs", "tokens", "content", "token_id", "sampling_logprob",
          "top_logprobs", "output_ids", "meta_info", "output_token_logprobs", "completion_token_ids", "choices",
          "output_token_sampling_mask", "output_token_sampling_logprobs", "input_top_logprobs_val_flat",
-         "input_top_logprobs_idx_flat_b64"]
+         "input_top_logprobs_idx_flat_b64", "nvext", "engine_data", "completion_logprobs"]
 
 
 def spell(document: Any, spelling: str) -> bytes:

@@ -279,23 +279,37 @@ def test_engine_prompt_ids(impl):
 
 
 def test_routing_one_row_short(impl):
+    """The engine's routing rows are counted as the choice's are (vLLM's rule: a row per
+    prompt and completion token but the last, which is never fed back)."""
     rows = len(PROMPT) + len(IDS) - 1
     doc = chat()
     doc["nvext"]["engine_data"]["routed_experts"] = routing(rows - 1)[0]
-    err = raises(impl, doc, r"nvext.engine_data.routed_experts has 7 rows but the prompt \(4 tokens\) and the "
-                 r"completion \(5\) were routed at 8 positions, 8 of them from start 0 \(-1\)")
-    assert (err.choice, err.field) == (None, "nvext.engine_data.routed_experts.shape")
+    err = raises(impl, doc, r"nvext.engine_data.routed_experts has 7 rows, not 8: one per token of the prompt "
+                 r"\(4\) and of the completion \(5\) but the last$")
+    assert (err.choice, err.field) == (None, "nvext.engine_data.routed_experts")
 
 
-def test_routing_from_a_start_and_without_a_prompt(impl):
+def test_routing_from_a_start(impl):
+    """``start`` (vLLM's routed_experts_prompt_start) trims the first rows: rows from it on."""
     rows = len(PROMPT) + len(IDS) - 1
     doc = chat()
     doc["nvext"]["engine_data"]["routed_experts"], array = routing(rows - 3, "int32", start=3)
     routed = parse(impl, doc).choices[0].routed_experts
     assert routed.start == 3 and routed.array.dtype == np.int32 and np.array_equal(routed.array, array)
-    # Without a prompt anywhere the rows cannot be counted: any number is read.
+    doc["nvext"]["engine_data"]["routed_experts"] = routing(rows - 2, start=3)[0]
+    raises(impl, doc, r"has 6 rows, not 5: one per token of the prompt \(4\) and of the completion \(5\) but the "
+           r"last, from position 3 on")
+
+
+def test_routing_counted_by_the_usage_or_not_at_all(impl):
+    """Without prompt ids the prompt is ``usage.prompt_tokens`` (as for the choice's routing);
+    without either the rows cannot be counted, and any number is read."""
+    doc = chat()
     del doc["nvext"]["engine_data"]["prompt_token_ids"]
     doc["nvext"]["engine_data"]["routed_experts"] = routing(2)[0]
+    raises(impl, doc, r"has 2 rows, not 8: one per token of the prompt \(4\)")
+    assert len(parse(impl, doc, check_usage=False).choices[0].routed_experts.array) == 2
+    del doc["usage"]["prompt_tokens"]
     assert len(parse(impl, doc).choices[0].routed_experts.array) == 2
 
 

@@ -32,6 +32,7 @@ from .openai_strategies import (
     SPELLINGS,
     C,
     Format,
+    add_engine_data,
     add_routing,
     add_sglang_routing,
     evidence,
@@ -194,9 +195,11 @@ def check_choice(fmt: Format, choice, ev) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=FORMAT_IDS)
 @settings(max_examples=25, deadline=None)
-@given(evs=st.lists(evidences(), min_size=1, max_size=3), spelling=st.sampled_from(SPELLINGS))
-def test_round_trip(fmt, evs, spelling):
+@given(evs=st.lists(evidences(), min_size=1, max_size=3), spelling=st.sampled_from(SPELLINGS), engine=st.booleans())
+def test_round_trip(fmt, evs, spelling, engine):
     doc = fmt.build(evs)
+    if engine and len(evs) == 1 and not fmt.name.startswith("sglang"):
+        add_engine_data(doc, evs)  # NVIDIA Dynamo's engine data, agreeing with the choice
     r = fmt.parse(spell(doc, spelling))
     assert len(r.choices) == len(evs)
     for i, (choice, ev) in enumerate(zip(r.choices, evs)):
@@ -908,6 +911,38 @@ def _mutate_candidates(draw, entry):
             row[at]["logprob"] = draw(st.sampled_from([1e-5, 0.5, 2]))
 
 
+def _mutate_engine_data(draw, doc, data) -> None:
+    """One fault in Dynamo's engine data: an element changed, dropped or added, a member odd or
+    gone, Dynamo's -1e30 stand-in, an unfinished engine, routing that breaks its reader's rules,
+    the object itself not one."""
+    key = draw(st.sampled_from(["completion_token_ids", "completion_logprobs", "prompt_token_ids", "finished",
+                                "routed_experts", "engine_data", "nvext"]))
+    odd = draw(st.sampled_from([None, "x", [], {}, -1, 2**32, 1.5, True, -9999.0, -1e30, 0.5, [1, 2], "AAAA"]))
+    value = data.get(key)
+    if key == "engine_data":
+        doc["nvext"]["engine_data"] = odd
+    elif key == "nvext":
+        doc["nvext"] = odd
+    elif key == "finished":
+        data[key] = draw(st.sampled_from([False, None, "yes"]))
+    elif isinstance(value, list) and value and draw(st.booleans()):
+        at = draw(st.integers(0, len(value) - 1))
+        change = draw(st.sampled_from(["set", "drop", "append"]))
+        if change == "set":
+            value[at] = odd if draw(st.booleans()) else (value[at] + 1 if key != "completion_logprobs" else -1e30)
+        elif change == "drop":
+            del value[at]
+        else:
+            value.append(151645 if key != "completion_logprobs" else -0.5)  # a trailing EOS the choice lacks
+    elif isinstance(value, dict) and draw(st.booleans()):
+        member = draw(st.sampled_from(["data", "shape", "start", "dtype"]))
+        value[member] = draw(st.sampled_from([odd, "int32", "torch.int32", [1, 2, 2], 3, "AAAA"]))
+    elif draw(st.booleans()):
+        data.pop(key, None)
+    else:
+        data[key] = odd
+
+
 def _mutate_routing(draw, doc, choice) -> None:
     """One fault in vLLM's routing replay: a row short or extra, an id out of range, an array
     of another rank or dtype, lists that are ragged or not ints, base64 that is not."""
@@ -957,6 +992,13 @@ def mutated_openai(draw):
         add_routing(doc, evs, draw(st.sampled_from(ROUTING_FORMS)), seed=draw(st.integers(0, 9)))
         if draw(st.booleans()):
             _mutate_routing(draw, doc, draw(st.sampled_from(doc["choices"])))
+    if not fmt.name.startswith("sglang") and draw(st.integers(0, 2)) == 0:
+        # NVIDIA Dynamo's engine data (its own routing, the choices' being vLLM's), faults and all.
+        engine_routed = not routed and draw(st.booleans())
+        data = add_engine_data(doc, evs, engine_routed, seed=draw(st.integers(0, 9)))
+        routed = routed or engine_routed
+        for _ in range(draw(st.integers(0, 2))):
+            _mutate_engine_data(draw, doc, data)
     for _ in range(draw(st.integers(0, 3))):
         choice = draw(st.sampled_from(fmt.choices(doc)))
         if fmt.name.startswith("sglang"):

@@ -127,10 +127,21 @@ def payload_and_teacher_cases() -> dict[str, tuple[bytes, str]]:
 def dynamo_cases() -> dict[str, tuple[bytes, str]]:
     """NVIDIA Dynamo's engine data beside a chat choice of ids [7, 8] after a prompt [1, 2, 3]."""
 
+    data = {"completion_token_ids": [7, 8], "completion_logprobs": [-0.5, -1.5], "prompt_token_ids": [1, 2, 3],
+            "finished": True}
+
     def engine(**change):
-        data = {"completion_token_ids": [7, 8], "completion_logprobs": [-0.5, -1.5], "prompt_token_ids": [1, 2, 3],
-                "finished": True, **change}
-        return chat(None, nvext={"engine_data": data})
+        return chat(None, nvext={"engine_data": {**data, **change}})
+
+    rows = np.arange(4 * 2 * 2, dtype=np.uint8).reshape(4, 2, 2)  # 3 + 2 - 1 routed positions
+
+    def routed(array, start=0, dtype="uint8"):
+        return {"data": base64.b64encode(array.tobytes()).decode(), "dtype": dtype, "shape": list(array.shape),
+                "start": start}
+
+    two = json.loads(engine())
+    two["choices"].append({**two["choices"][0], "index": 1})
+    two_choices = dump(two)
 
     return {
         "chat_dynamo_ok": (engine(), "ok"),
@@ -140,6 +151,24 @@ def dynamo_cases() -> dict[str, tuple[bytes, str]]:
         "chat_dynamo_prompt_differs": (engine(prompt_token_ids=[1, 2, 4]),
                                        "the engine's prompt ids (nvext.engine_data.prompt_token_ids)"),
         "chat_dynamo_not_object": (chat(None, nvext={"engine_data": [7, 8]}), "nvext.engine_data must be an object"),
+        "chat_dynamo_id_differs": (engine(completion_token_ids=[7, 9]),
+                                   "the engine's completion ids and the choice's differ at token 1"),
+        "chat_dynamo_logprobs_short": (engine(completion_logprobs=[-0.5]),
+                                       "nvext.engine_data has 2 completion_token_ids but 1 completion_logprobs"),
+        "chat_dynamo_id_negative": (engine(completion_token_ids=[7, -1]),
+                                    "nvext.engine_data.completion_token_ids must hold token ids"),
+        "chat_dynamo_unfinished": (engine(finished=False), "nvext.engine_data.finished is false"),
+        "chat_dynamo_two_choices": (two_choices, "nvext.engine_data is one per response"),
+        "chat_dynamo_routing": (engine(routed_experts=routed(rows)), "ok"),
+        "chat_dynamo_routing_row_short": (engine(routed_experts=routed(rows[:-1])),
+                                          "nvext.engine_data.routed_experts has 3 rows, not 4"),
+        "chat_dynamo_routing_from_start": (engine(routed_experts=routed(rows[2:], start=2)), "ok"),
+        "chat_dynamo_routing_torch_dtype": (engine(routed_experts=routed(rows, dtype="torch.uint8")),
+                                            "Unsupported nvext.engine_data.routed_experts dtype"),
+        "chat_dynamo_routing_bytes_short": (engine(routed_experts={**routed(rows), "shape": [5, 2, 2]}),
+                                            "nvext.engine_data.routed_experts shape [5, 2, 2] x 1 bytes does not match"),
+        "chat_dynamo_routing_twice": (chat(npy(rows), nvext={"engine_data": {**data, "routed_experts": routed(rows)}}),
+                                      "routed_experts is sent on the choice and in nvext.engine_data"),
     }
 
 

@@ -167,19 +167,6 @@ def routed_object(value: dict[str, Any], raw: np.ndarray | None, c: Evidence, fi
     return RoutedExperts(routing, start)
 
 
-def check_routed_rows(c: Evidence, routed: RoutedExperts, prompt: int, completion: int, field: str) -> None:
-    """A routing array has a row for every position the model routed from its ``start`` on:
-    the prompt's and the completion's tokens but the last sampled one, which is never fed back
-    (``prompt + completion - 1 - start`` rows)."""
-    start = routed.start or 0
-    expected = prompt + completion - 1 - start
-    rows = len(routed.array)
-    if rows != expected:
-        c.fail(f"{field} has {rows} rows but the prompt ({prompt} tokens) and the completion ({completion}) "
-               f"were routed at {prompt + completion - 1} positions, {expected} of them from start {start} "
-               f"({rows - expected:+d})", field + ".shape")
-
-
 # --- teacher scores: prompt_token_id_logprobs -----------------------------------------------------
 
 _TEACHER = "prompt_token_id_logprobs"

@@ -14,20 +14,21 @@ from typing import Any
 
 import numpy as np
 
-from .._table import KEY
+from .._table import KEY, OPENAI, ROOT, fields
 from .._types import RoutedExperts
 from .._wire import DYNAMO_LOGPROB_CLAMP
 from ..extract.python import Evidence
-from .arrays import check_routed_rows, routed_object
+from .arrays import routed_object
 from .sources import IdSource, Logprobs, id_list
 
 ENGINE = "nvext.engine_data"
 ENGINE_IDS = f"{ENGINE}.completion_token_ids"
 _ENGINE_LOGPROBS = f"{ENGINE}.completion_logprobs"
 _ENGINE_PROMPT = f"{ENGINE}.prompt_token_ids"
-_ENGINE_ROUTED = f"{ENGINE}.routed_experts"
-# The members of the engine data that become attributes; the rest stays in the payload's nvext.
-_ENGINE_CONSUMED = (KEY.completion_token_ids, KEY.completion_logprobs, KEY.prompt_token_ids, KEY.routed_experts)
+ENGINE_ROUTED = f"{ENGINE}.routed_experts"
+# The members of the engine data its table rows read (they become attributes); the rest stays in
+# the payload's nvext.
+_ENGINE_CONSUMED = frozenset(f.path[2] for f in fields(ROOT, OPENAI) if f.path[:2] == (KEY.nvext, KEY.engine_data))
 _POST_PROCESSED = (
     "Dynamo writes the choice after its own post-processing (a stop token it hides, text its "
     "tool-call and reasoning parsers hold back), so the choice cannot be paired with the engine's "
@@ -38,12 +39,10 @@ _POST_PROCESSED = (
 @dataclass
 class Dynamo:
     """A response from NVIDIA Dynamo (it carries ``nvext``): its engine data (``data``, None
-    when it sent none), the top level's evidence that read it, and the prompt the routing
-    rows are counted against (the engine's or the response's, None when neither is sent)."""
+    when it sent none) and the top level's evidence that read it."""
 
     top: Evidence
     data: dict[str, Any] | None
-    prompt: np.ndarray | None = None
 
 
 def dynamo_of(document: dict[str, Any], top: Evidence | None, count: int) -> Dynamo | None:
@@ -138,22 +137,18 @@ def same_logprobs(c: Evidence, engine: np.ndarray, choice: np.ndarray, field: st
                f"{float(engine[at])!r}, {field} has {float(choice[at])!r}", field, at)
 
 
-def engine_routing(dynamo: Dynamo | None, prompt: np.ndarray | None, completion: int,
-                   num_experts: int | None) -> RoutedExperts | None:
-    """The engine's MoE routing (``{data, shape, start, dtype}``, as prime-rl writes it), with a
-    row per routed position when the prompt is known, ids below ``num_experts`` when given."""
+def engine_routing(dynamo: Dynamo | None, num_experts: int | None) -> RoutedExperts | None:
+    """The engine's MoE routing (``{data, shape, start, dtype}``, read by the object-form
+    reader of the generate endpoint's routing), ids below ``num_experts`` when given; its rows
+    are counted by the caller, with the rule of the choice's routing."""
     data = dynamo.data if dynamo is not None else None
     value = data.get(KEY.routed_experts) if data is not None else None
     if value is None:
         return None
     top = dynamo.top
     if not isinstance(value, dict):
-        top.fail(f"{_ENGINE_ROUTED} must be an object", _ENGINE_ROUTED)
-    routed = routed_object(value, top.engine_routed_data, top, _ENGINE_ROUTED, num_experts)
-    prompt = dynamo.prompt if dynamo.prompt is not None else prompt
-    if prompt is not None:
-        check_routed_rows(top, routed, len(prompt), completion, _ENGINE_ROUTED)
-    return routed
+        top.fail(f"{ENGINE_ROUTED} must be an object", ENGINE_ROUTED)
+    return routed_object(value, top.engine_routed_data, top, ENGINE_ROUTED, num_experts)
 
 
 def engine_payload(document: dict[str, Any], dynamo: Dynamo | None, payload: dict[str, Any]) -> None:

@@ -42,7 +42,9 @@ _COMPLETIONS = _Endpoint(
         "(tokens become \"token_id:N\"); on Fireworks `raw_output: true` adds "
         "`raw_output.completion_token_ids` and `logprobs: true` gives `logprobs.content[]` "
         "entries with `token_id`; Together sends `logprobs.token_ids` whenever `logprobs` is "
-        "set. tokenwire.completions_request_params() sets vLLM's flags"
+        "set; NVIDIA Dynamo sends the engine's ids with `nvext: {\"extra_fields\": "
+        "[\"engine_data\"]}`. tokenwire.completions_request_params() sets vLLM's flags "
+        "(`engine_data=True`: Dynamo's)"
     ),
     logprobs_advice="set `logprobs` in the request (an int, e.g. 1)",
     heads_advice=(
@@ -63,8 +65,9 @@ _CHAT = _Endpoint(
         "`logprobs: true` (`logprobs.content[].token` becomes \"token_id:N\"); on Fireworks "
         "`raw_output: true` adds `raw_output.completion_token_ids`, and `logprobs: true` gives "
         "`logprobs.content[]` entries with `token_id`; Together sends `logprobs.token_ids` "
-        "whenever `logprobs` is set. tokenwire.chat_completions_request_params() sets vLLM's "
-        "flags"
+        "whenever `logprobs` is set; NVIDIA Dynamo sends the engine's ids with `nvext: "
+        "{\"extra_fields\": [\"engine_data\"]}`. tokenwire.chat_completions_request_params() "
+        "sets vLLM's flags (`engine_data=True`: Dynamo's)"
     ),
     logprobs_advice="set `logprobs: true` in the request",
     heads_advice=(
