@@ -183,7 +183,7 @@ FIELDS: tuple[Field, ...] = (
     Field("DYN_TOKEN_IDS", ROOT, ("nvext", "engine_data", "completion_token_ids"), IDS, _O,
           "engine_token_ids", high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="token_ids"),
     Field("DYN_LOGPROBS", ROOT, ("nvext", "engine_data", "completion_logprobs"), NUMBERS, _O,
-          "engine_logprobs", result="logprobs"),
+          "engine_logprobs", blank="array", blank_openai=True, result="logprobs"),
     Field("DYN_PROMPT_IDS", ROOT, ("nvext", "engine_data", "prompt_token_ids"), IDS, _O,
           "engine_prompt_ids", high=TOKEN_ID, blank="array", blank_openai=True, read="ints",
           result="prompt_token_ids"),
