@@ -920,7 +920,8 @@ def _mutate_engine_data(draw, doc, data) -> None:
     odd = draw(st.sampled_from([None, "x", [], {}, -1, 2**32, 1.5, True, -9999.0, -1e30, 0.5, [1, 2], "AAAA"]))
     value = data.get(key)
     if key == "engine_data":
-        doc["nvext"]["engine_data"] = odd
+        if isinstance(doc["nvext"], dict):  # an earlier fault may have replaced nvext
+            doc["nvext"]["engine_data"] = odd
     elif key == "nvext":
         doc["nvext"] = odd
     elif key == "finished":

@@ -167,6 +167,30 @@ def routed_object(value: dict[str, Any], raw: np.ndarray | None, c: Evidence, fi
     return RoutedExperts(routing, start)
 
 
+def routed_rows(n: int, prompt: int | None, split: bool = False,
+                start: int = 0) -> tuple[tuple[int, ...] | None, str]:
+    """The row counts a routing array of a choice of ``n`` tokens may have on the
+    OpenAI-compatible endpoints, and what they count (None: the prompt's length is not known).
+    vLLM routes every token it forwards, the last sampled one never: one row per prompt and
+    completion token but the last, from position ``start`` on (``split``: vLLM 0.21's rows of
+    the completion alone, its last token's included when speculative decoding captured it)."""
+    if split:
+        return (n - 1, n) if n else (0,), (f"the completion's {n} tokens but the last (or all of them), the "
+                                           "prompt's routing being prompt_routed_experts")
+    if prompt is None:
+        return None, ""
+    since = f", from position {start} on" if start else ""
+    counted = f"one per token of the prompt ({prompt}) and of the completion ({n}) but the last{since}"
+    return (max(prompt + n - 1 - start, 0),), counted
+
+
+def check_rows(c: Evidence, routing: np.ndarray, field: str, rows: tuple[int, ...] | None, counted: str) -> None:
+    """A routing array has one of ``rows`` rows, when known (``counted`` says of what)."""
+    if rows is not None and routing.shape[0] not in rows:
+        expected = " or ".join(str(r) for r in rows)
+        c.fail(f"{field} has {routing.shape[0]} rows, not {expected}: {counted}", field)
+
+
 # --- teacher scores: prompt_token_id_logprobs -----------------------------------------------------
 
 _TEACHER = "prompt_token_id_logprobs"

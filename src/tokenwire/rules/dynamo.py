@@ -18,17 +18,19 @@ from .._table import KEY, OPENAI, ROOT, fields
 from .._types import RoutedExperts
 from .._wire import DYNAMO_LOGPROB_CLAMP
 from ..extract.python import Evidence
-from .arrays import routed_object
+from .arrays import check_rows, routed_object, routed_rows
 from .sources import IdSource, Logprobs, id_list
 
 ENGINE = "nvext.engine_data"
 ENGINE_IDS = f"{ENGINE}.completion_token_ids"
 _ENGINE_LOGPROBS = f"{ENGINE}.completion_logprobs"
 _ENGINE_PROMPT = f"{ENGINE}.prompt_token_ids"
-ENGINE_ROUTED = f"{ENGINE}.routed_experts"
+_ENGINE_ROUTED = f"{ENGINE}.routed_experts"
 # The members of the engine data its table rows read (they become attributes); the rest stays in
 # the payload's nvext.
-_ENGINE_CONSUMED = frozenset(f.path[2] for f in fields(ROOT, OPENAI) if f.path[:2] == (KEY.nvext, KEY.engine_data))
+_ENGINE_CONSUMED = frozenset(
+    f.path[2] for f in fields(ROOT, OPENAI) if f.path[:2] == (KEY.nvext, KEY.engine_data)
+)
 _POST_PROCESSED = (
     "Dynamo writes the choice after its own post-processing (a stop token it hides, text its "
     "tool-call and reasoning parsers hold back), so the choice cannot be paired with the engine's "
@@ -137,18 +139,24 @@ def same_logprobs(c: Evidence, engine: np.ndarray, choice: np.ndarray, field: st
                f"{float(engine[at])!r}, {field} has {float(choice[at])!r}", field, at)
 
 
-def engine_routing(dynamo: Dynamo | None, num_experts: int | None) -> RoutedExperts | None:
-    """The engine's MoE routing (``{data, shape, start, dtype}``, read by the object-form
-    reader of the generate endpoint's routing), ids below ``num_experts`` when given; its rows
-    are counted by the caller, with the rule of the choice's routing."""
+def engine_routing(dynamo: Dynamo | None, n: int, prompt: int | None,
+                   num_experts: int | None) -> RoutedExperts | None:
+    """The engine's MoE routing of a choice of ``n`` tokens (``{data, shape, start, dtype}``,
+    read by the object-form reader of the generate endpoint's routing), ids below
+    ``num_experts`` when given; with the ``prompt``'s length known, its rows counted by the
+    rule of the choice's routing (:func:`~tokenwire.rules.arrays.routed_rows`), from its
+    ``start`` on."""
     data = dynamo.data if dynamo is not None else None
     value = data.get(KEY.routed_experts) if data is not None else None
     if value is None:
         return None
     top = dynamo.top
     if not isinstance(value, dict):
-        top.fail(f"{ENGINE_ROUTED} must be an object", ENGINE_ROUTED)
-    return routed_object(value, top.engine_routed_data, top, ENGINE_ROUTED, num_experts)
+        top.fail(f"{_ENGINE_ROUTED} must be an object", _ENGINE_ROUTED)
+    routed = routed_object(value, top.engine_routed_data, top, _ENGINE_ROUTED, num_experts)
+    rows, counted = routed_rows(n, prompt, start=routed.start or 0)
+    check_rows(top, routed.array, _ENGINE_ROUTED, rows, counted)
+    return routed
 
 
 def engine_payload(document: dict[str, Any], dynamo: Dynamo | None, payload: dict[str, Any]) -> None:

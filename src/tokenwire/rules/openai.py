@@ -46,11 +46,10 @@ from ..extract.python import (
     load_openai_document,
 )
 from ..kernels.python import Candidates, is_int, native_head
-from .arrays import check_experts, parse_npy
+from .arrays import check_experts, check_rows, parse_npy, routed_rows
 from .dynamo import (
     ENGINE,
     ENGINE_IDS,
-    ENGINE_ROUTED,
     Dynamo,
     check_engine,
     dynamo_of,
@@ -347,48 +346,17 @@ def _routing(c: Evidence, value: Any, raw: np.ndarray | None, field: str, num_ex
                    "at least one layer and one expert per row", field)
     else:
         c.fail(f"{field} must be a base64 .npy string or [rows, layers, topk] lists of ints", field)
-    _check_rows(c, routing, field, rows, counted)
+    check_rows(c, routing, field, rows, counted)
     check_experts(routing, num_experts, c, field)
     return RoutedExperts(routing if isinstance(value, str) else routing.astype(np.int32), None)
 
 
-def _check_rows(c: Evidence, routing: np.ndarray, field: str, rows: tuple[int, ...] | None, counted: str) -> None:
-    """A routing array has one of ``rows`` rows, when known (``counted`` says of what)."""
-    if rows is not None and routing.shape[0] not in rows:
-        expected = " or ".join(str(r) for r in rows)
-        c.fail(f"{field} has {routing.shape[0]} rows, not {expected}: {counted}", field)
-
-
-def _routed_rows(n: int, prompt: int | None, split: bool, start: int = 0) -> tuple[tuple[int, ...] | None, str]:
-    """The rows a routing array of a choice of ``n`` tokens has, and what they count. vLLM routes
-    every token it forwards, the last sampled one never: one row per prompt and completion
-    token but the last, from position ``start`` on (``split``: vLLM 0.21's rows of the
-    completion alone, its last token's included when speculative decoding captured it). None:
-    the prompt's length is not known."""
-    if split:
-        return (n - 1, n) if n else (0,), (f"the completion's {n} tokens but the last (or all of them), the "
-                                           "prompt's routing being prompt_routed_experts")
-    if prompt is None:
-        return None, ""
-    since = f", from position {start} on" if start else ""
-    return (max(prompt + n - 1 - start, 0),), f"one per token of the prompt ({prompt}) and of the completion ({n}) but the last{since}"
-
-
 def _choice_routing(c: Evidence, choice: dict[str, Any], n: int, prompt: int | None, routing: _Routing) -> RoutedExperts:
-    """The choice's ``routed_experts``, a row per routed position (:func:`_routed_rows`)."""
+    """The choice's ``routed_experts``, a row per routed position
+    (:func:`~tokenwire.rules.arrays.routed_rows`)."""
     field = "routed_experts"
-    rows, counted = _routed_rows(n, prompt, routing.split)
+    rows, counted = routed_rows(n, prompt, routing.split)
     return _routing(c, choice[field], c.routed_experts, field, routing.num_experts, rows, counted)
-
-
-def _engine_routing(dynamo: Dynamo | None, n: int, prompt: int | None, num_experts: int | None) -> RoutedExperts | None:
-    """Dynamo's engine routing (None: not sent), with the row rule of the choice's: one row per
-    prompt and completion token but the last, from its ``start`` on."""
-    routed = engine_routing(dynamo, num_experts)
-    if routed is not None:
-        rows, counted = _routed_rows(n, prompt, False, routed.start or 0)
-        _check_rows(dynamo.top, routed.array, ENGINE_ROUTED, rows, counted)
-    return routed
 
 
 def _parse_openai_choice(
@@ -445,7 +413,7 @@ def _parse_openai_choice(
     count = routing.prompt if prompt is None else len(prompt)
     if choice.get(KEY.routed_experts) is not None:
         routed = _choice_routing(c, choice, len(ids), count, routing)
-    engine_routed = _engine_routing(dynamo, len(ids), count, routing.num_experts)
+    engine_routed = engine_routing(dynamo, len(ids), count, routing.num_experts)
     if engine_routed is not None:
         if routed is not None:
             c.fail("routed_experts is sent on the choice and in nvext.engine_data: one form only", "routed_experts")
