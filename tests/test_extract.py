@@ -92,7 +92,10 @@ def test_samples(simd, name, top_k):
 def test_workloads(simd, name):
     workload = samples.WORKLOADS[name]
     for raw in workload.responses(2, first_seed=7):
-        assert_peers(raw, workload.top_k)
+        if workload.parser == "parse_sglang_generate_response":
+            assert_openai_peers(raw, workload.top_k, True)
+        else:
+            assert_peers(raw, workload.top_k)
 
 
 @settings(max_examples=EXAMPLES)

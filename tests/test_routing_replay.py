@@ -208,6 +208,22 @@ def test_the_split_forms_ids_are_checked_at_their_rows(impl, name):
     assert (err.choice, err.field, err.token) == (0, "routed_experts", 1)
 
 
+@pytest.mark.parametrize("name", PARSERS)
+def test_prefix_cached_prompt_rows_as_v0_21_0_sends_them(impl, name):
+    """vLLM v0.21.0 zero-fills a request's routing and writes only the positions it computes:
+    prompt positions served from the prefix cache arrive as rows of zeros (read as expert 0,
+    nothing tells them apart). A row of -1, the sentinel its docs describe, is refused as any
+    negative id is (docs/openai.md)."""
+    prompt = routing(PROMPT, np.int16)
+    prompt[:4] = 0  # four cached positions
+    parsed = parse(impl, name, response(name, routing(COMPLETION - 1).tolist(), prompt.tolist()))
+    assert np.array_equal(parsed.prompt_routed_experts.array, prompt)
+    prompt[:4] = -1
+    err = rejected(impl, name, response(name, routing(COMPLETION - 1).tolist(), prompt.tolist()),
+                   r"negative expert id \(-1\) at layer 0")
+    assert (err.choice, err.field, err.token) == (None, "prompt_routed_experts", 0)
+
+
 # --- num_experts on the generate endpoint, and the arguments --------------------------------------
 
 
@@ -351,3 +367,78 @@ def test_sglang_indexer_topk(impl):
 def test_sglang_routing_arguments(impl, kw, error):
     with pytest.raises(error, match="routed_experts|num_experts"):
         impl.parse_sglang_generate_response(b"not json", **kw)
+
+
+# --- SGLang's layout at the scan's length: decoded as the scan passes the string ----------------
+
+LONG = (48, 8)  # 9 rows of 48 layers x top-8: long enough for the scan to decode it
+
+
+def _long(rows: int) -> np.ndarray:
+    return routing(rows, np.int32, *LONG)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.mark.parametrize("shape", [LONG, None])
+def test_sglang_long_routing_a_row_short_is_refused(impl, shape):
+    """The response as SGLang sends it when a position's row is lost: prompt + completion - 2
+    rows where the count is prompt + completion - 1."""
+    sent = _long(ROWS - 1)
+    match = (rf"holds {sent.size} int32 values, not rows of 48 layers x 8 for {ROWS} rows: one per position"
+             if shape else f"holds {sent.size} int32 values, which {ROWS} rows cannot share evenly")
+    with pytest.raises(MalformedResponseError, match=match) as err:
+        impl.parse_sglang_generate_response(sglang(sent), routed_experts_shape=shape)
+    assert (err.value.choice, err.value.field, err.value.token) == (0, "meta_info.routed_experts", None)
+    # from a start, the same string is whole: rows = prompt + completion - 1 - start
+    parsed = impl.parse_sglang_generate_response(sglang(sent, start=1), routed_experts_shape=LONG,
+                                                 routed_experts_start_len=1)
+    assert np.array_equal(parsed.choices[0].routed_experts.array, sent) and parsed.choices[0].routed_experts.start == 1
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 4 * 48 * 8 - 2])
+def test_sglang_long_routing_of_partial_int32_values_is_refused(impl, cut):
+    """Bytes that are not whole int32 values (the base64 padded or not) fail on the byte count,
+    on every path, whether the scan decoded the string or not."""
+    data = _long(ROWS).tobytes()[:-cut]
+    with pytest.raises(MalformedResponseError, match=f"holds {len(data)} bytes, not whole int32 values") as err:
+        impl.parse_sglang_generate_response(sglang(_b64(data)), routed_experts_shape=LONG)
+    assert (err.value.choice, err.value.field) == (0, "meta_info.routed_experts")
+
+
+@pytest.mark.parametrize("where", [0, 5000, -3])
+def test_sglang_long_routing_that_is_not_base64_is_refused(impl, where):
+    text = list(_b64(_long(ROWS).tobytes()))
+    text[where] = "*"
+    with pytest.raises(MalformedResponseError, match="Invalid meta_info.routed_experts base64") as err:
+        impl.parse_sglang_generate_response(sglang("".join(text)), routed_experts_shape=LONG)
+    assert (err.value.choice, err.value.field) == (0, "meta_info.routed_experts")
+
+
+def test_sglang_long_indexer_topk_a_row_short_is_refused(impl):
+    indexer = (np.arange(ROWS * 2048) % 4096 - 1).reshape(ROWS, 2048)  # DeepSeek-V3.2's 2048 a row
+    choice = impl.parse_sglang_generate_response(sglang(indexer=indexer)).choices[0]
+    assert choice.indexer_topk.shape == (ROWS, 2048) and np.array_equal(choice.indexer_topk, indexer)
+    with pytest.raises(MalformedResponseError, match=f"which {ROWS} rows cannot share evenly") as err:
+        impl.parse_sglang_generate_response(sglang(indexer=indexer[:-1]))
+    assert (err.value.choice, err.value.field) == (0, "meta_info.indexer_topk")
+
+
+def test_the_audit_and_check_bound_sglang_routing(tmp_path, capsys):
+    sent = _long(ROWS)
+    sent[2, 7, 3] = 100
+    raw = sglang(sent)
+    assert tokenwire.audit(raw).valid
+    verdict = tokenwire.audit(raw, num_experts=100)
+    # the audit has no routed_experts_shape: rows of 384 values, the id at its row without a layer
+    assert not verdict.valid and verdict.message.endswith("holds expert id 100, not below num_experts=100")
+    assert (verdict.choice, verdict.field, verdict.token) == (0, "meta_info.routed_experts", 2)
+    path = tmp_path / "capture.jsonl"
+    path.write_bytes(raw + b"\n")
+    from tokenwire.cli import main
+
+    assert main(["check", str(path)]) == 0
+    assert main(["check", str(path), "--num-experts", "100"]) == 1
+    assert "not below num_experts=100" in capsys.readouterr().out

@@ -205,11 +205,11 @@ class Progress:
     """Bytes read out of the total and records per second, on stderr: redrawn in place on a
     terminal, a line every few seconds otherwise."""
 
-    def __init__(self, enabled: bool, total: int | None, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, enabled: bool, total: int | None, stream: TextIO | None = None) -> None:
         self.enabled = enabled
         self.total = total
-        self.stream = stream
-        self.tty = stream.isatty()
+        self.stream = sys.stderr if stream is None else stream  # the stderr of the call, not of the import
+        self.tty = self.stream.isatty()
         self.started = time.perf_counter()
         self.last = self.started
         self.drawn = False

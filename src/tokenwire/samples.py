@@ -29,6 +29,7 @@ __all__ = [
     "npy_bytes",
     "response",
     "sample",
+    "sglang_replay",
 ]
 
 VOCAB = 151_936  # a Qwen-sized vocabulary
@@ -372,6 +373,37 @@ def _plain_moe(seed: int) -> bytes:
     return moe_response(16384, 8192, seed=seed)
 
 
+def sglang_replay(tokens: int, prompt: int, *, width: int = 20, layers: int = 48, topk: int = 8,
+                  seed: int = 0) -> bytes:
+    """An SGLang ``/generate`` item with what a replaying trainer asks for (``return_logprob``,
+    ``return_sampling_mask``, ``return_routed_experts``), laid out as SGLang's TokenizerManager
+    writes it: ``[logprob, id, text]`` triples, a sampling mask of ``width`` kept ids per token
+    (ascending, the sampled id among them), each token's renormalized sampling logprob (at or
+    above its raw logprob: the kept mass is at most 1), and routing of ``layers`` x ``topk``
+    per position but the last, bare little-endian int32 in base64."""
+    rng = np.random.default_rng(20_000 + seed)
+    first = rng.integers(0, VOCAB - 4 * width, size=(tokens, 1))
+    kept = first + np.cumsum(rng.integers(1, 4, size=(tokens, width)), axis=1)  # distinct, ascending
+    ids = kept[np.arange(tokens), rng.integers(0, width, size=tokens)]
+    raw = -rng.exponential(1.0, size=tokens)
+    renormalized = np.minimum(raw + rng.exponential(0.3, size=tokens), 0.0)
+    routed = routing(prompt + tokens - 1, layers, topk, seed=seed).astype("<i4")
+    meta = {
+        "id": f"sgl-{seed}", "finish_reason": {"type": "length", "length": tokens}, "prompt_tokens": prompt,
+        "completion_tokens": tokens, "cached_tokens": 0,
+        KEY.output_token_logprobs: [[v, i, None] for v, i in zip(raw.tolist(), ids.tolist())],
+        KEY.output_token_sampling_mask: kept.tolist(),
+        KEY.output_token_sampling_logprobs: renormalized.tolist(),
+        "output_token_sampling_mask_length": tokens,
+        KEY.routed_experts: b64(routed),
+    }
+    return dumps({"text": "x" * (4 * tokens), KEY.output_ids: ids.tolist(), KEY.meta_info: meta})
+
+
+def _plain_sglang_replay(seed: int) -> bytes:
+    return sglang_replay(16384, 512 + 256 * (seed % 7), seed=seed)
+
+
 def _plain_multi_choice(seed: int) -> bytes:
     choices = [
         build_choice(_varied(8 * seed + i, 512, 0), transport="compact", index=i,
@@ -389,9 +421,15 @@ class Workload:
     description: str
     top_k: int | None
     build: Any
+    parser: str = "parse_generate_response"  # the parser the responses are for
+    options: tuple[tuple[str, Any], ...] = ()  # its other arguments
 
     def responses(self, count: int, first_seed: int = 0) -> list[bytes]:
         return [self.build(first_seed + i) for i in range(count)]
+
+    def parse(self, module: Any, raw: Any) -> Any:
+        """One response parsed by ``module``'s parser for it (the facade, the reference)."""
+        return getattr(module, self.parser)(raw, top_k=self.top_k, **dict(self.options))
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -407,6 +445,9 @@ WORKLOADS: dict[str, Workload] = {
         Workload("moe_16k", "16k-token MoE routing (48 layers x top-8 uint8), packed logprobs", None, _plain_moe),
         Workload("choices_8x512", "8 choices x 512 tokens, compact rows, no head", None, _plain_multi_choice),
         Workload("packed_128", "128 tokens, packed float32 logprobs", None, partial(_one_choice, tokens=128, m=0, transport="packed", prompt=64)),
+        Workload("sglang_replay_16k", "SGLang /generate: 16k tokens, triples, a 20-id sampling mask and its logprobs, "
+                 "routing 48 layers x top-8 (int32, base64)", None, _plain_sglang_replay,
+                 "parse_sglang_generate_response", (("routed_experts_shape", (48, 8)), ("num_experts", 128))),
     )
 }
 

@@ -37,18 +37,23 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def _contender(name: str, top_k: int | None) -> tuple[Callable[[Any], Any], Callable[[Any], int]]:
-    """What a contender calls per response, and how its result is used."""
+def _contender(name: str, workload: str) -> tuple[Callable[[Any], Any], Callable[[Any], int]]:
+    """What a contender calls per response of ``workload``, and how its result is used."""
+    from tokenwire import samples
+
+    spec = samples.WORKLOADS[workload]
     if name == "orjson.loads":  # the standard library, held to orjson's rules, without orjson
         from tokenwire import _json
         from tokenwire._table import KEY
 
-        choices, ids = KEY.choices, KEY.token_ids  # named once, not in the timed loop
+        choices, ids, output_ids = KEY.choices, KEY.token_ids, KEY.output_ids  # named once, not in the timed loop
+        if spec.parser == "parse_sglang_generate_response":  # an SGLang item: its ids at the top
+            return _json.loads, lambda doc: len(doc[output_ids])
         return _json.loads, lambda doc: len(doc[choices][-1][ids])
     import tokenwire
 
     def parse(raw: Any) -> Any:
-        return tokenwire.parse_generate_response(raw, top_k=top_k)
+        return spec.parse(tokenwire, raw)
 
     def use(response: Any) -> int:
         n = 0
@@ -58,16 +63,20 @@ def _contender(name: str, top_k: int | None) -> tuple[Callable[[Any], Any], Call
                 n += int(c.completion_logprobs[-1] < 0)
             if c.completion_top_ids is not None:
                 n += len(c.completion_top_ids.values)
+            if c.sampling_mask is not None:
+                n += len(c.sampling_mask.values)
+            if c.routed_experts is not None:
+                n += c.routed_experts.array.size
         return n
 
     return parse, use
 
 
-def run_loop(responses: list[bytes], contender: str, top_k: int | None, rounds: int) -> dict[str, float]:
-    """Parse-use-drop every response, ``rounds`` times (at least 2); the first round warms
-    the process and is not counted."""
+def run_loop(responses: list[bytes], contender: str, workload: str, rounds: int) -> dict[str, float]:
+    """Parse-use-drop every response of ``workload``, ``rounds`` times (at least 2); the first
+    round warms the process and is not counted."""
     rounds = max(rounds, 2)
-    parse, use = _contender(contender, top_k)
+    parse, use = _contender(contender, workload)
     times: list[float] = []
     faults = parses = 0
     for r in range(rounds):
@@ -86,13 +95,13 @@ def run_loop(responses: list[bytes], contender: str, top_k: int | None, rounds: 
     return {"median_s": statistics.median(times), "faults_per_parse": faults / max(parses, 1)}
 
 
-def _fresh_process(path: str, contender: str, top_k: int | None, rounds: int) -> dict[str, float]:
+def _fresh_process(path: str, contender: str, workload: str, rounds: int) -> dict[str, float]:
     # One BLAS thread: numpy's OpenBLAS otherwise starts a thread per core that busy-waits
     # after the process starts, taking a core of a small machine from the loop being timed
     # (neither contender calls BLAS).
     env = {"OPENBLAS_NUM_THREADS": "1", **os.environ}
     out = subprocess.run(
-        [sys.executable, "-m", "tokenwire.cli.bench", path, contender, str(top_k), str(rounds)],
+        [sys.executable, "-m", "tokenwire.cli.bench", path, contender, workload, str(rounds)],
         capture_output=True, text=True, env=env,
     )
     if out.returncode != 0:
@@ -146,7 +155,7 @@ def plain_loop(
                 "bytes": sum(map(len, raws)) // len(raws),
                 "top_k": workload.top_k,
             }
-            first = tokenwire.parse_generate_response(raws[0], top_k=workload.top_k)
+            first = workload.parse(tokenwire, raws[0])
             row["tokens"] = sum(len(c.completion_ids) for c in first.choices)
             # The contenders take turns, one fresh process each per repeat (the order swapped
             # every other repeat), and the ratio is the median of each repeat's own ratio: a
@@ -155,7 +164,7 @@ def plain_loop(
             row["rounds"] = max(rounds, -(-MIN_BYTES_PER_PROCESS // max(sum(map(len, raws)), 1)))
             for repeat in range(max(repeats, 1)):
                 for contender in CONTENDERS[:: 1 if repeat % 2 == 0 else -1]:
-                    runs[contender].append(_fresh_process(path, contender, workload.top_k, row["rounds"]))
+                    runs[contender].append(_fresh_process(path, contender, name, row["rounds"]))
             for contender, done in runs.items():
                 key = contender.replace(".", "_")
                 row[f"{key}_s"] = statistics.median(r["median_s"] for r in done)
@@ -163,8 +172,8 @@ def plain_loop(
             row["ratio_to_orjson_loads"] = statistics.median(
                 t["median_s"] / o["median_s"] for t, o in zip(runs["tokenwire"], runs["orjson.loads"])
             )
-            raw, k = raws[0], workload.top_k
-            row["warm_tokenwire_s"] = median_seconds(lambda: tokenwire.parse_generate_response(raw, top_k=k), warm_budget)
+            raw = raws[0]
+            row["warm_tokenwire_s"] = median_seconds(lambda: workload.parse(tokenwire, raw), warm_budget)
             row["warm_orjson_loads_s"] = median_seconds(lambda: _json.loads(raw), warm_budget)
             row["warm_ratio_to_orjson_loads"] = row["warm_tokenwire_s"] / row["warm_orjson_loads_s"]
             rows.append(row)
@@ -202,11 +211,10 @@ def print_table(rows: list[dict[str, Any]], out: Any = None) -> None:
 
 
 def _child(argv: list[str]) -> None:
-    path, contender, top_k, rounds = argv
+    path, contender, workload, rounds = argv
     with open(path, "rb") as f:
         responses = pickle.load(f)
-    k = None if top_k == "None" else int(top_k)
-    print(json.dumps(run_loop(responses, contender, k, int(rounds))))
+    print(json.dumps(run_loop(responses, contender, workload, int(rounds))))
 
 
 if __name__ == "__main__":
