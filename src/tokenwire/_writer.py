@@ -303,8 +303,7 @@ def encode_teacher_scores(scores: Any, *, logits: bool = False) -> Blob:
     matrix = np.ascontiguousarray(matrix, dtype="<f4")
     buffer = io.BytesIO()
     np.save(buffer, matrix)
-    raw = np.frombuffer(buffer.getvalue(), dtype=np.uint8)
-    blob = Blob._encoded(_select.kernels.b64encode(raw), raw)
+    blob = _blob(np.frombuffer(buffer.getvalue(), dtype=np.uint8))
     top = _given_choice()
     top.prompt_token_id_logprobs = blob.array
     _arrays.parse_teacher_scores(top, None, None, logits)

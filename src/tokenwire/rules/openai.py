@@ -713,10 +713,17 @@ def _chat_meta_info(c: Evidence, choice: dict[str, Any], ids: np.ndarray, raw: d
     if not isinstance(meta, dict) or all(meta.get(key) is None for key in _CHAT_META):
         return {}
     item = LazyEvidence(c.index, {KEY.meta_info: meta}, SGLANG, kernels=c.kernels, error=c.error)
-    mask = _sglang_mask(item, meta, ids)
-    sampling, support = _sglang_sampling(item, meta, ids, mask)
-    mask_logprobs = _sglang_mask_logprobs(item, meta, ids, mask, sampling)
+    fields = _sglang_sampling_fields(item, meta, ids)
     raw[KEY.meta_info] = {key: value for key, value in meta.items() if key not in _CHAT_META}
+    return fields
+
+
+def _sglang_sampling_fields(c: Evidence, meta: dict[str, Any], ids: np.ndarray) -> dict[str, Any]:
+    """The sampling mask, sampling logprobs and mask logprobs of a ``meta_info`` (a /generate
+    item's, or a chat choice's), checked against ``ids``, as the choice's attributes."""
+    mask = _sglang_mask(c, meta, ids)
+    sampling, support = _sglang_sampling(c, meta, ids, mask)
+    mask_logprobs = _sglang_mask_logprobs(c, meta, ids, mask, sampling)
     return {"sampling_mask": mask,
             "sampling_mask_present": None if mask is None else mask.offsets[1:] != mask.offsets[:-1],
             "sampling_logprobs": sampling,
@@ -910,9 +917,8 @@ def _parse_sglang_item(
         values = sampled = check_values(c, logprobs)
     if check_usage and meta.get("completion_tokens") is not None:
         _check_token_count(c, meta["completion_tokens"], "meta_info.completion_tokens", len(ids))
-    mask = _sglang_mask(c, meta, ids)
-    sampling, support = _sglang_sampling(c, meta, ids, mask)
-    mask_logprobs = _sglang_mask_logprobs(c, meta, ids, mask, sampling)
+    sampling_fields = _sglang_sampling_fields(c, meta, ids)
+    mask = sampling_fields["sampling_mask"]
     if k is not None:
         field = "meta_info.output_top_logprobs"
         rows = meta.get(KEY.output_top_logprobs)
@@ -936,14 +942,12 @@ def _parse_sglang_item(
     finish = meta.get("finish_reason")
     raw = {key: value for key, value in item.items() if key != KEY.output_ids}
     raw[KEY.meta_info] = {key: value for key, value in meta.items() if key not in _SGLANG_CONSUMED}
-    return GenerateChoice(  # GenerateChoice's first fields: index to sampling_mask
-        c.index, ids, values, top_ids, top_logprobs, mask,  # type: ignore[arg-type]
+    return GenerateChoice(  # GenerateChoice's first fields: index to completion_top_logprobs
+        c.index, ids, values, top_ids, top_logprobs,  # type: ignore[arg-type]
         routed_experts=routed,
         finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
         raw=raw,
-        sampling_mask_present=None if mask is None else mask.offsets[1:] != mask.offsets[:-1],
-        sampling_logprobs=sampling,
-        sampling_mask_logprobs=support if support is not None else mask_logprobs,
+        **sampling_fields,
         prompt_top_ids=prompt_top_ids,
         prompt_top_logprobs=prompt_top_logprobs,
         weight_versions=spans,
