@@ -816,7 +816,9 @@ def _mutate_prompt_top(draw, meta):
         meta["input_token_logprobs"] = draw(st.sampled_from([None, [], [[None, 1, None]] * 9]))
     elif fault in ("value", "id") and isinstance(meta.get("input_top_logprobs_val_flat"), list):
         key = "input_top_logprobs_val_flat" if fault == "value" else "input_top_logprobs_idx_flat"
-        if meta[key]:
+        if not isinstance(meta.get(key), list):  # an earlier fault left only the values
+            meta[key] = [draw(st.sampled_from(_ODD_VALUES + [2**32, 0.5]))]
+        elif meta[key]:
             meta[key][draw(st.integers(0, len(meta[key]) - 1))] = draw(st.sampled_from(_ODD_VALUES + [2**32, 0.5]))
         else:
             meta[key].append(1)
