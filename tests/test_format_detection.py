@@ -78,7 +78,7 @@ def expected(raw: bytes) -> tuple[str | None, bool, str | None]:
     if fmt is None:
         return None, False, None
     try:
-        fmt.validate(raw, None)
+        fmt.validate(raw, _formats.ParseOptions())
     except tokenwire.MalformedResponseError as exc:
         return fmt.name, False, exc.reason
     return fmt.name, True, None

@@ -442,3 +442,41 @@ def test_the_audit_and_check_bound_sglang_routing(tmp_path, capsys):
     assert main(["check", str(path)]) == 0
     assert main(["check", str(path), "--num-experts", "100"]) == 1
     assert "not below num_experts=100" in capsys.readouterr().out
+
+
+def test_the_audit_and_check_shape_sglang_routing(tmp_path, capsys):
+    from tokenwire.cli import main
+
+    sent = _long(ROWS)
+    sent[2, 7, 3] = 100
+    sglang_raw = sglang(sent)
+    # a vLLM chat record with its own .npy routing beside it: the shape is SGLang's only
+    chat_raw = response("parse_chat_completions_response", npy(routing(ROWS)), logprobs=True)
+    verdict = tokenwire.audit(sglang_raw, num_experts=100, routed_experts_shape=LONG)
+    assert not verdict.valid and "expert id 100 at layer 7, not below num_experts=100" in verdict.message
+    assert (verdict.field, verdict.token) == ("meta_info.routed_experts", 2)
+    assert tokenwire.audit(chat_raw, routed_experts_shape=LONG).valid
+    wrong = tokenwire.audit(sglang_raw, routed_experts_shape=(LONG[0] - 1, LONG[1]))
+    assert not wrong.valid and f"not rows of {LONG[0] - 1} layers x {LONG[1]}" in wrong.message
+    with pytest.raises(TypeError, match="routed_experts_shape"):
+        tokenwire.audit(sglang_raw, routed_experts_shape=48)
+    with pytest.raises(ValueError, match="routed_experts_shape"):
+        tokenwire.audit(sglang_raw, routed_experts_shape=(0, 8))
+    path = tmp_path / "capture.jsonl"
+    path.write_bytes(sglang_raw + b"\n" + chat_raw + b"\n")
+    shape = f"{LONG[0]},{LONG[1]}"
+    assert main(["check", str(path), "--routed-experts-shape", shape]) == 0
+    assert "clean" in capsys.readouterr().out
+    assert main(["check", str(path), "--routed-experts-shape", f"{LONG[0]}x{LONG[1]}", "--num-experts", "100",
+                 "--report", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["routed_experts_shape"] == list(LONG) and report["defective"] == 1
+    assert main(["check", str(path), "--routed-experts-shape", f"{LONG[0] + 1},{LONG[1]}"]) == 1
+    assert f"not rows of {LONG[0] + 1} layers x {LONG[1]}" in capsys.readouterr().out
+    assert main(["inspect", str(path), "--routed-experts-shape", shape, "--num-experts", "100"]) == 1
+    assert "at layer 7" in capsys.readouterr().out
+    for bad in ("48", "48,8,2", "0,8", "a,b", "48,"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["check", str(path), "--routed-experts-shape", bad])
+        assert exit_.value.code == 2
+        assert "--routed-experts-shape" in capsys.readouterr().err

@@ -220,7 +220,7 @@ def select_heads(
 ) -> tuple[Ragged, Ragged]: ...
 def audit(
     raw: bytes | bytearray | memoryview | str, format: str = ..., *, field: str | tuple[str, ...] | None = ...,
-    top_k: int | None = ..., num_experts: int | None = ...,
+    top_k: int | None = ..., num_experts: int | None = ..., routed_experts_shape: tuple[int, int] | None = ...,
 ) -> Verdict: ...
 def parse_many(
     raws: Iterable[bytes | bytearray | memoryview | str | Any], *, format: str = ..., threads: int | None = ...,

@@ -6,8 +6,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from . import _json
-from ._args import check_num_experts
-from ._formats import CLASSES, FORMATS, Defect, check_record
+from ._args import check_num_experts, check_routed_shape
+from ._formats import CLASSES, FORMATS, Defect, ParseOptions, check_record
 
 __all__ = ["Verdict", "audit", "verdict"]
 
@@ -71,13 +71,16 @@ def audit(
     field: str | tuple[str, ...] | None = None,
     top_k: int | None = None,
     num_experts: int | None = None,
+    routed_experts_shape: tuple[int, int] | None = None,
 ) -> Verdict:
     """Validate one captured record and say what it is, never raising for a bad record.
 
     ``format`` is ``"auto"`` (decided per record, as ``tokenwire check`` does) or one of
     ``"generate"``, ``"completions"``, ``"chat"``, ``"sglang"``; ``field`` a dotted path to
     the response inside the record (``"sample.response"``); ``top_k`` also validates top-K
-    heads; ``num_experts`` bounds the expert ids of MoE routing (the parsers' argument).
+    heads; ``num_experts`` bounds the expert ids of MoE routing and ``routed_experts_shape``
+    ``(layers, topk)`` shapes SGLang's routing rows (the parsers' arguments; the other formats'
+    routing carries its own shape, so they leave it out).
     """
     if format != "auto" and format not in FORMATS:
         raise ValueError(f"format must be 'auto' or one of {', '.join(FORMATS)}, not {format!r}")
@@ -87,7 +90,8 @@ def audit(
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogatepass")
     facts: dict[str, Any] = {}
-    fmt, defect = check_record(raw, format, field, top_k, facts, check_num_experts(num_experts))
+    options = ParseOptions(top_k, check_num_experts(num_experts), check_routed_shape(routed_experts_shape))
+    fmt, defect = check_record(raw, format, field, options, facts)
     return verdict(len(raw), fmt, defect, facts)
 
 

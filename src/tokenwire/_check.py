@@ -33,7 +33,7 @@ from ._capture import (
     read_chunks,
 )
 from ._errors import invalid_json
-from ._formats import CLASSES, Defect, check_record
+from ._formats import CLASSES, Defect, ParseOptions, check_record
 from ._records import record_row
 
 __all__ = ["Options", "Progress", "Tally", "check_chunk", "json_report", "run"]
@@ -45,10 +45,16 @@ class Options:
     field: tuple[str, ...] | None = None
     top_k: int | None = None
     num_experts: int | None = None
+    routed_experts_shape: tuple[int, int] | None = None  # SGLang's routing rows (--routed-experts-shape)
     examples: int = 3
     records: bool = False  # one row per record in the result's "rows" (--records)
     columns: tuple[tuple[str, tuple[str, ...]], ...] = ()  # --column: (name, path in the record)
     max_record: int | None = None  # the largest record held (None: io.MAX_RECORD), in every process
+
+    @property
+    def parse(self) -> ParseOptions:
+        """What the parsers are given for every record."""
+        return ParseOptions(self.top_k, self.num_experts, self.routed_experts_shape)
 
 
 def _new_result() -> dict[str, Any]:
@@ -59,7 +65,7 @@ def _new_result() -> dict[str, Any]:
 def _add(result: dict[str, Any], raw: bytes, options: Options, position: dict[str, Any]) -> None:
     facts: dict[str, Any] | None = {} if options.records else None
     try:
-        fmt, defect = check_record(raw, options.format, options.field, options.top_k, facts, options.num_experts)
+        fmt, defect = check_record(raw, options.format, options.field, options.parse, facts)
     except MemoryError:  # says nothing of the record: the run is incomplete, not the record bad
         result["errors"].append(f"{_position(position)}: out of memory while checking this record "
                                 f"({_size(len(raw))}); it is not counted")
@@ -342,6 +348,8 @@ def json_report(tally: Tally) -> dict[str, Any]:
         "field": ".".join(tally.options.field) if tally.options.field else None,
         "top_k": tally.options.top_k,
         "num_experts": tally.options.num_experts,
+        "routed_experts_shape": (list(tally.options.routed_experts_shape)
+                                 if tally.options.routed_experts_shape else None),
         "files": [
             {"path": s.name, "bytes": s.size, "records": tally.per_file.get(s.name, [0, 0])[0],
              "defective": tally.per_file.get(s.name, [0, 0])[1]}

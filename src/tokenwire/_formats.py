@@ -24,7 +24,8 @@ from ._table import KEY
 from ._types import GenerateResponse
 from .rules.generate import named
 
-__all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "check_record", "detect", "resolve_field"]
+__all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "ParseOptions", "check_record", "detect",
+           "resolve_field"]
 
 # Defect classes, in the order reports list them: key -> label.
 CLASSES: dict[str, str] = {
@@ -59,11 +60,23 @@ class Defect:
 
 
 @dataclass(frozen=True)
+class ParseOptions:
+    """The parsers' options a check passes on, whatever the format: ``top_k`` heads, the
+    ``num_experts`` bound of routing, and ``routed_experts_shape`` ``(layers, topk)``, which only
+    SGLang's bare routing string needs (the other formats' routing carries its shape), so the
+    other formats leave it out and a log of mixed formats is checked with one set of options."""
+
+    top_k: int | None = None
+    num_experts: int | None = None
+    routed_experts_shape: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
 class Format:
     name: str
     description: str
     detect: Callable[[Any], bool]
-    validate: Callable[[bytes, int | None, int | None], object]  # (raw, top_k, num_experts); raises MalformedResponseError
+    validate: Callable[[bytes, ParseOptions], object]  # raises MalformedResponseError
     classify: Callable[[MalformedResponseError, Any], Defect]
 
 
@@ -89,8 +102,8 @@ def _detect_generate(document: Any) -> bool:
     return not (isinstance(first, dict) and ("message" in first or "delta" in first))
 
 
-def _validate_generate(raw: bytes, top_k: int | None, num_experts: int | None = None) -> object:
-    return _select.parse_generate_response(raw, top_k=top_k, num_experts=num_experts)
+def _validate_generate(raw: bytes, options: ParseOptions) -> object:
+    return _select.parse_generate_response(raw, top_k=options.top_k, num_experts=options.num_experts)
 
 
 _NATIVE_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprob count \((\d+)\)")
@@ -304,9 +317,13 @@ def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
     return Defect("other", where, reason)
 
 
-def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str) -> Format:
-    def validate(raw: bytes, top_k: int | None, num_experts: int | None = None) -> object:
-        return getattr(_select, parser)(raw, top_k=top_k, num_experts=num_experts)
+def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str,
+                   shaped: bool = False) -> Format:
+    def validate(raw: bytes, options: ParseOptions) -> object:
+        if shaped:  # SGLang's routing string: its shape is the caller's
+            return getattr(_select, parser)(raw, top_k=options.top_k, num_experts=options.num_experts,
+                                            routed_experts_shape=options.routed_experts_shape)
+        return getattr(_select, parser)(raw, top_k=options.top_k, num_experts=options.num_experts)
 
     return Format(name, description, detect, validate, _classify_openai)
 
@@ -315,7 +332,7 @@ COMPLETIONS = _openai_format("completions", "OpenAI-compatible /v1/completions",
                              "parse_completions_response")
 CHAT = _openai_format("chat", "OpenAI-compatible /v1/chat/completions", _detect_chat,
                       "parse_chat_completions_response")
-SGLANG = _openai_format("sglang", "SGLang /generate", _detect_sglang, "parse_sglang_generate_response")
+SGLANG = _openai_format("sglang", "SGLang /generate", _detect_sglang, "parse_sglang_generate_response", True)
 
 FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE, COMPLETIONS, CHAT, SGLANG)}
 
@@ -375,13 +392,13 @@ def field_bytes(value: Any) -> bytes:
 
 
 def check_record(
-    raw: bytes, fmt: str, field: tuple[str, ...] | None, top_k: int | None,
-    facts: dict[str, Any] | None = None, num_experts: int | None = None,
+    raw: bytes, fmt: str, field: tuple[str, ...] | None, options: ParseOptions = ParseOptions(),
+    facts: dict[str, Any] | None = None,
 ) -> tuple[str | None, Defect | None]:
     """Validate one record: ``(format name, None)`` when clean, ``(format or None, defect)``.
 
     ``fmt`` is a key of ``FORMATS`` or ``"auto"``; ``field`` the ``--field`` path;
-    ``top_k`` and ``num_experts`` the parsers' options of the same names. A ``facts``
+    ``options`` the parsers' options (:class:`ParseOptions`). A ``facts``
     dict receives what the response says of itself where it can be read: ``request_id``,
     ``model``, and for a valid one ``choices`` and ``tokens`` (completion tokens).
     """
@@ -400,13 +417,13 @@ def check_record(
             document = None
     tried = FORMATS[fmt] if fmt != "auto" else GENERATE
     try:
-        error, parsed = _run(tried, raw, top_k, facts, num_experts)
+        error, parsed = _run(tried, raw, options, facts)
         if error is None and fmt == "auto":
             # A response of another format can read as a generate response: name it by its
             # keys, as the parser read them (escapes decoded, in any order).
             other = detect(_keys(parsed))
             if other is not None and other is not GENERATE:
-                tried, (error, _) = other, _run(other, raw, top_k, facts, num_experts)
+                tried, (error, _) = other, _run(other, raw, options, facts)
         if error is None:
             return tried.name, None
         if document is None:
@@ -420,7 +437,7 @@ def check_record(
                 reason = f"looks like {_describe(document)}; supported formats: {names}"
                 return None, _prefixed(Defect("unrecognized", "", reason), prefix)
             tried = other
-            error, _ = _run(tried, raw, top_k, facts, num_experts)
+            error, _ = _run(tried, raw, options, facts)
             if error is None:
                 return tried.name, None
         if facts is not None:
@@ -435,12 +452,11 @@ def check_record(
 
 
 def _run(
-    fmt: Format, raw: bytes, top_k: int | None, facts: dict[str, Any] | None = None,
-    num_experts: int | None = None,
+    fmt: Format, raw: bytes, options: ParseOptions, facts: dict[str, Any] | None = None,
 ) -> tuple[MalformedResponseError | None, Any]:
     """The rejection of ``raw`` by ``fmt``'s parser (None), and what the parser returned."""
     try:
-        parsed = fmt.validate(raw, top_k, num_experts)
+        parsed = fmt.validate(raw, options)
     except MalformedResponseError as exc:
         # Without its traceback the rejected document is freed before the record is reloaded.
         return exc.with_traceback(None), None

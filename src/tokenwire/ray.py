@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._args import check_num_experts
+from ._args import check_num_experts, check_routed_shape
 from ._capture import (
     BLOCK,
     InputError,
@@ -227,6 +227,7 @@ def check(
     field: str | None = None,
     top_k: int | None = None,
     num_experts: int | None = None,
+    routed_experts_shape: tuple[int, int] | None = None,
     examples: int = 3,
     input_kind: str = "auto",
     records: str | None = None,
@@ -246,7 +247,8 @@ def check(
         paths = [paths]
     chosen = parse_columns(columns)
     options = Options(format=format, field=field_path(field), top_k=top_k,
-                      num_experts=check_num_experts(num_experts), examples=examples,
+                      num_experts=check_num_experts(num_experts),
+                      routed_experts_shape=check_routed_shape(routed_experts_shape), examples=examples,
                       records=records is not None, columns=chosen)
     with records_sink(records, chosen) as sink:
         tally = run(paths, options, address=address, input_kind=input_kind, progress=progress,

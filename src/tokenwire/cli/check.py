@@ -64,7 +64,8 @@ def text_report(tally: Tally, out: TextIO) -> None:
 def main(args: Any) -> int:
     """Run ``tokenwire check`` from parsed arguments; the exit status."""
     options = Options(format=args.format, field=field_path(args.field), top_k=args.top_k,
-                      num_experts=args.num_experts, examples=args.examples)
+                      num_experts=args.num_experts, routed_experts_shape=args.routed_experts_shape,
+                      examples=args.examples)
     columns = parse_columns(getattr(args, "column", None))
     records_path = getattr(args, "records", None)
     if columns and not records_path:

@@ -136,6 +136,16 @@ _MAX_JOBS = 1024
 _jobs = _int_argument(0, "a number of processes", f"0 (every core) to {_MAX_JOBS}", _MAX_JOBS)
 _count = _int_argument(0, "a count", "0 or more")
 _experts = _int_argument(1, "a number of experts", "1 to 2**31 experts", 2**31)  # the parsers' num_experts
+_dimension = _int_argument(1, "a dimension", "1 to 2**31 - 1", 2**31 - 1)
+
+
+def _shape(text: str) -> tuple[int, int]:
+    """``LAYERS,TOPK`` (or ``LAYERSxTOPK``): the parsers' routed_experts_shape."""
+    parts = text.replace("x", ",").split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected LAYERS,TOPK (two positive integers), got {text[:24]!r}")
+    layers, topk = (_dimension(part.strip()) for part in parts)
+    return layers, topk
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -182,6 +192,9 @@ def _parser() -> argparse.ArgumentParser:
     p_check.add_argument("--num-experts", type=_experts, metavar="N",
                          help="the model's count of MoE experts: an expert id of routed_experts at or above "
                          "it is a defect")
+    p_check.add_argument("--routed-experts-shape", type=_shape, metavar="LAYERS,TOPK",
+                         help="the rows of SGLang's routing (meta_info.routed_experts, a bare int32 string): "
+                         "each row LAYERS x TOPK ids (the other formats' routing carries its shape)")
     p_check.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
                          help=f"worker processes (default 1; 0: one per core; N <= {_MAX_JOBS}); never "
                          "more than the cores, nor than the 4 MB blocks of uncompressed input")
@@ -219,6 +232,8 @@ def _parser() -> argparse.ArgumentParser:
     p_inspect.add_argument("--top-k", type=_positive, metavar="K", help="also decode top-K heads")
     p_inspect.add_argument("--num-experts", type=_experts, metavar="N",
                            help="the model's count of MoE experts (as for check)")
+    p_inspect.add_argument("--routed-experts-shape", type=_shape, metavar="LAYERS,TOPK",
+                           help="the rows of SGLang's routing (as for check)")
     p_inspect.add_argument("--input", choices=["auto", "json", "jsonl"], default="auto",
                            help="how the file holds records (as for check)")
     p_inspect.add_argument("--json", action="store_true", help="print JSON instead of text")

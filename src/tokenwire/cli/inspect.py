@@ -13,7 +13,7 @@ import tokenwire
 
 from .. import _json
 from .._capture import InputError, expand_paths, field_path, first_record, json_bytes
-from .._formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
+from .._formats import CLASSES, FieldMissing, ParseOptions, check_record, field_bytes, resolve_field
 from .._table import KEY
 
 __all__ = ["describe", "main"]
@@ -102,11 +102,11 @@ def _fields(document: dict[str, Any], decoded: dict[str, list[str]], skip: str =
 
 
 def describe(raw: bytes, *, fmt: str = "auto", top_k: int | None = None,
-             num_experts: int | None = None) -> dict[str, Any]:
+             num_experts: int | None = None, routed_experts_shape: tuple[int, int] | None = None) -> dict[str, Any]:
     """Everything ``inspect`` shows about one record, as a JSON-ready dict."""
     info: dict[str, Any] = {"bytes": len(raw), "implementation": tokenwire.implementation,
                             "top_k": top_k}
-    found, defect = check_record(raw, fmt, None, top_k, num_experts=num_experts)
+    found, defect = check_record(raw, fmt, None, ParseOptions(top_k, num_experts, routed_experts_shape))
     info["format"] = found
     info["valid"] = defect is None
     info["defect"] = None if defect is None else {
@@ -205,7 +205,8 @@ def main(args: Any) -> int:
         except FieldMissing as exc:
             raise InputError(f"{source.name}: {exc}") from None
         raw = field_bytes(value)
-    described = describe(raw, fmt=args.format, top_k=args.top_k, num_experts=args.num_experts)
+    described = describe(raw, fmt=args.format, top_k=args.top_k, num_experts=args.num_experts,
+                         routed_experts_shape=args.routed_experts_shape)
     info = {"file": source.name, "line": number or None, **described}
     if args.field:
         info["field"] = args.field
