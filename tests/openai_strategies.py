@@ -191,14 +191,16 @@ def add_sglang_routing(doc: Any, evs: list[Evidence], long: bool = False, seed: 
         item["meta_info"]["indexer_topk"] = base64.b64encode(indexer.tobytes()).decode()
 
 
-def add_engine_data(doc: dict[str, Any], evs: list[Evidence], routed: bool = False, seed: int = 0) -> dict[str, Any]:
+def add_engine_data(doc: dict[str, Any], evs: list[Evidence], routed: bool = False, seed: int = 0,
+                    nvext_ids: bool = False) -> dict[str, Any]:
     """NVIDIA Dynamo's engine channel (the request's ``nvext.extra_fields: ["engine_data"]``) on a
     chat or completions document, as its vLLM worker and frontend lay it out: ``nvext`` beside
     ``choices``, ``engine_data`` what the worker accumulated for a choice (the last one's, as
     Dynamo keeps the last finished choice's): ``completion_token_ids``, ``finished``,
     ``completion_logprobs``, ``prompt_token_ids`` and, with ``routed``, ``routed_experts`` as
     ``{data, shape, start, dtype}``, ``data`` the base64 of the raw uint8 array (ids below 8,
-    2 layers of top-2, a row per prompt and completion token but the last). Returns it."""
+    2 layers of top-2, a row per prompt and completion token but the last); with ``nvext_ids``,
+    the same ids at ``nvext``'s top too (``extra_fields: ["completion_token_ids"]``). Returns it."""
     ev = evs[-1]
     choice = doc["choices"][-1]
     prompt = list(choice.get("prompt_token_ids") or doc.get("prompt_token_ids") or ev.prompt)
@@ -210,6 +212,8 @@ def add_engine_data(doc: dict[str, Any], evs: list[Evidence], routed: bool = Fal
         data["routed_experts"] = {"data": base64.b64encode(array.tobytes()).decode(), "dtype": "uint8",
                                   "shape": list(array.shape), "start": 0}
     doc["nvext"] = {"engine_data": data}
+    if nvext_ids:
+        doc["nvext"]["completion_token_ids"] = list(ev.ids)
     return data
 
 

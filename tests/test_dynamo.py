@@ -258,6 +258,80 @@ def test_engine_data_beside_several_choices(impl):
     assert err.choice is None
 
 
+# --- nvext.completion_token_ids: the engine's ids on their own ---------------------------------------
+
+
+def nvext_ids(build, ids=IDS, data: bool = False, **kw) -> dict:
+    """The response to `nvext.extra_fields: ["completion_token_ids"]` (NeMo-RL's Dynamo backend
+    asks for it on /v1/completions): the engine's output ids at nvext's top, the chunks' deltas
+    concatenated by the frontend's aggregator; with `data`, the engine data beside them."""
+    doc = build(**kw)
+    nvext = {"completion_token_ids": list(ids)}
+    if data:
+        nvext["engine_data"] = doc["nvext"]["engine_data"]
+    doc["nvext"] = nvext
+    return doc
+
+
+@pytest.mark.parametrize("build", [chat, completions], ids=["chat", "completions"])
+def test_nvext_completion_token_ids_are_the_exact_ids(impl, build):
+    doc = nvext_ids(build, token_strings=False)  # text tokens only: nvext's ids are the one source
+    r = parse(impl, doc)
+    (c,) = r.choices
+    assert c.completion_ids.dtype == np.int64 and c.completion_ids.tolist() == IDS
+    assert c.completion_logprobs.tolist() == [choice_value(v) for v in VALUES]
+    assert r.payload["nvext"] == {}  # what was read leaves the payload
+    both = nvext_ids(build, data=True, token_strings=False)
+    both["nvext"]["worker_id"] = {"decode_worker_id": 7}
+    r = parse(impl, both)
+    assert r.choices[0].completion_ids.tolist() == IDS
+    assert r.payload["nvext"] == {"engine_data": {"finished": True}, "worker_id": {"decode_worker_id": 7}}
+
+
+def test_nvext_completion_token_ids_against_the_choice(impl):
+    # The stop token the post-processed choice hides: the same error as for the engine data's ids.
+    doc = nvext_ids(chat, token_ids=True)
+    doc["choices"][0]["token_ids"] = IDS[:-1]
+    err = raises(impl, doc, r"the engine's completion ids and the choice's differ in length: "
+                 r"nvext.completion_token_ids has 5, token_ids has 4 \(-1\)")
+    assert (err.choice, err.field) == (0, "token_ids")
+    doc = nvext_ids(completions)  # "token_id:N" tokens
+    doc["nvext"]["completion_token_ids"][1] = 17
+    err = raises(impl, doc, "the engine's completion ids and the choice's differ at token 1: "
+                 "nvext.completion_token_ids has 17")
+    assert err.token == 1
+
+
+def test_nvext_completion_token_ids_against_the_engine_data(impl):
+    doc = nvext_ids(chat, data=True)
+    doc["nvext"]["completion_token_ids"].append(151645)
+    err = raises(impl, doc, r"the engine's completion ids and the ones at nvext's top differ in length: "
+                 r"nvext.engine_data.completion_token_ids has 5, nvext.completion_token_ids has 6 \(\+1\)")
+    assert (err.choice, err.field) == (None, "nvext.completion_token_ids")
+    doc = nvext_ids(chat, data=True)
+    doc["nvext"]["completion_token_ids"][0] = 1
+    err = raises(impl, doc, "differ at token 0: nvext.engine_data.completion_token_ids has 791, "
+                 "nvext.completion_token_ids has 1")
+    assert (err.choice, err.field, err.token) == (None, "nvext.completion_token_ids", 0)
+
+
+@pytest.mark.parametrize("value", ["x", [1, -1], [2**32], {"a": 1}, [1.5]])
+def test_nvext_completion_token_ids_that_are_not_ids(impl, value):
+    doc = nvext_ids(chat)
+    doc["nvext"]["completion_token_ids"] = value
+    err = raises(impl, doc, "nvext.completion_token_ids must hold token ids")
+    assert (err.choice, err.field) == (None, "nvext.completion_token_ids")
+
+
+def test_nvext_completion_token_ids_beside_several_choices(impl):
+    doc = nvext_ids(chat)
+    second = copy.deepcopy(doc["choices"][0])
+    second["index"] = 1
+    doc["choices"].append(second)
+    err = raises(impl, doc, "nvext.completion_token_ids is one per response .* one of 2 choices")
+    assert (err.choice, err.field) == (None, "nvext.completion_token_ids")
+
+
 # --- the prompt --------------------------------------------------------------------------------------
 
 
@@ -408,6 +482,11 @@ def changed_documents(draw):
     doc = build()
     data = doc["nvext"]["engine_data"]
     data["routed_experts"] = routing(draw(st.sampled_from([7, 8, 9])))[0]
+    if draw(st.booleans()):  # nvext.completion_token_ids, beside the engine data or instead of it
+        doc["nvext"]["completion_token_ids"] = list(IDS)
+        if draw(st.booleans()):
+            del doc["nvext"]["engine_data"]
+            data = doc["nvext"]  # the faults then land at nvext's top
     for _ in range(draw(st.integers(0, 3))):
         key = draw(st.sampled_from(["completion_token_ids", "completion_logprobs", "prompt_token_ids",
                                     "routed_experts", "finished", "engine_data", "nvext", "choice"]))

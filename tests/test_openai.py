@@ -918,10 +918,19 @@ def _mutate_engine_data(draw, doc, data) -> None:
     gone, Dynamo's -1e30 stand-in, an unfinished engine, routing that breaks its reader's rules,
     the object itself not one."""
     key = draw(st.sampled_from(["completion_token_ids", "completion_logprobs", "prompt_token_ids", "finished",
-                                "routed_experts", "engine_data", "nvext"]))
+                                "routed_experts", "engine_data", "nvext", "nvext_ids"]))
     odd = draw(st.sampled_from([None, "x", [], {}, -1, 2**32, 1.5, True, -9999.0, -1e30, 0.5, [1, 2], "AAAA"]))
     value = data.get(key)
-    if key == "engine_data":
+    if key == "nvext_ids":  # nvext.completion_token_ids: one changed, one more (an EOS), or odd
+        ids = doc["nvext"].get("completion_token_ids") if isinstance(doc["nvext"], dict) else None
+        if isinstance(ids, list) and ids and draw(st.booleans()):
+            if draw(st.booleans()):
+                ids[draw(st.integers(0, len(ids) - 1))] = odd
+            else:
+                ids.append(151645)
+        elif isinstance(doc["nvext"], dict):
+            doc["nvext"]["completion_token_ids"] = odd
+    elif key == "engine_data":
         if isinstance(doc["nvext"], dict):  # an earlier fault may have replaced nvext
             doc["nvext"]["engine_data"] = odd
     elif key == "nvext":
@@ -998,7 +1007,7 @@ def mutated_openai(draw):
     if not fmt.name.startswith("sglang") and draw(st.integers(0, 2)) == 0:
         # NVIDIA Dynamo's engine data (its own routing, the choices' being vLLM's), faults and all.
         engine_routed = not routed and draw(st.booleans())
-        data = add_engine_data(doc, evs, engine_routed, seed=draw(st.integers(0, 9)))
+        data = add_engine_data(doc, evs, engine_routed, seed=draw(st.integers(0, 9)), nvext_ids=draw(st.booleans()))
         routed = routed or engine_routed
         for _ in range(draw(st.integers(0, 2))):
             _mutate_engine_data(draw, doc, data)

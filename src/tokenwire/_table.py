@@ -189,6 +189,10 @@ FIELDS: tuple[Field, ...] = (
           result="prompt_token_ids"),
     Field("DYN_ROUTED_DATA", ROOT, ("nvext", "engine_data", "routed_experts", "data"), BLOB, _O,
           "engine_routed_data", blank="string", blank_openai=True, base64=True, result="routed_experts"),
+    # Dynamo's other channel of the same ids (`nvext.extra_fields: ["completion_token_ids"]`): the
+    # engine's output ids at nvext's top, concatenated from the chunks' deltas.
+    Field("DYN_NV_TOKEN_IDS", ROOT, ("nvext", "completion_token_ids"), IDS, _O, "nvext_token_ids",
+          high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="token_ids"),
     # vLLM's teacher scores: a base64 .npy matrix.
     Field("TEACHER", ROOT, ("prompt_token_id_logprobs",), BLOB, _G, "prompt_token_id_logprobs",
           blank="string", base64=True, result="prompt_token_id_logprobs"),

@@ -169,6 +169,14 @@ def dynamo_cases() -> dict[str, tuple[bytes, str]]:
                                             "nvext.engine_data.routed_experts shape [5, 2, 2] x 1 bytes does not match"),
         "chat_dynamo_routing_twice": (chat(npy(rows), nvext={"engine_data": {**data, "routed_experts": routed(rows)}}),
                                       "routed_experts is sent on the choice and in nvext.engine_data"),
+        # nvext.completion_token_ids: the engine's ids on their own, or beside the engine data
+        "chat_dynamo_nvext_ids_ok": (chat(None, nvext={"completion_token_ids": [7, 8]}), "ok"),
+        "chat_dynamo_nvext_ids_eos": (chat(None, nvext={"completion_token_ids": [7, 8, 2]}),
+                                      "the engine's completion ids and the choice's differ in length"),
+        "chat_dynamo_nvext_ids_float": (chat(None, nvext={"completion_token_ids": [7, 8.5]}),
+                                        "nvext.completion_token_ids must hold token ids"),
+        "chat_dynamo_nvext_ids_disagree": (chat(None, nvext={"engine_data": data, "completion_token_ids": [7, 9]}),
+                                           "the engine's completion ids and the ones at nvext's top differ at token 1"),
     }
 
 

@@ -1,6 +1,7 @@
 """NVIDIA Dynamo's engine channel on the OpenAI-compatible endpoints: ``nvext.engine_data``, the
 engine's own completion ids, sampled logprobs, prompt ids and MoE routing of a response's one
-choice (the request's ``nvext.extra_fields: ["engine_data"]``).
+choice (the request's ``nvext.extra_fields: ["engine_data"]``), and ``nvext.completion_token_ids``,
+the same ids on their own (``nvext.extra_fields: ["completion_token_ids"]``).
 
 The engine's ids take precedence over the choice's (Dynamo writes the choice after its own
 post-processing) and are checked against every id source the choice has; a difference is an
@@ -26,6 +27,7 @@ ENGINE_IDS = f"{ENGINE}.completion_token_ids"
 _ENGINE_LOGPROBS = f"{ENGINE}.completion_logprobs"
 _ENGINE_PROMPT = f"{ENGINE}.prompt_token_ids"
 _ENGINE_ROUTED = f"{ENGINE}.routed_experts"
+NVEXT_IDS = f"{KEY.nvext}.{KEY.completion_token_ids}"
 # The members of the engine data its table rows read (they become attributes); the rest stays in
 # the payload's nvext.
 _ENGINE_CONSUMED = frozenset(
@@ -45,22 +47,25 @@ class Dynamo:
 
     top: Evidence
     data: dict[str, Any] | None
+    ids: bool = False  # nvext.completion_token_ids was sent
 
 
 def dynamo_of(document: dict[str, Any], top: Evidence | None, count: int) -> Dynamo | None:
     """The Dynamo side of a response (``top``: its top level's evidence), checked as a whole:
-    ``nvext.engine_data`` is an object, and only beside one choice (Dynamo keeps one per
-    response, the last finished choice's)."""
+    ``nvext.engine_data`` is an object, and it and ``nvext.completion_token_ids`` only beside
+    one choice (Dynamo keeps one per response, the last finished choice's)."""
     nvext = document.get(KEY.nvext)
     if top is None or nvext is None:
         return None
     data = nvext.get(KEY.engine_data) if isinstance(nvext, dict) else None
+    ids = isinstance(nvext, dict) and nvext.get(KEY.completion_token_ids) is not None
     if data is not None and not isinstance(data, dict):
         top.fail(f"{ENGINE} must be an object", ENGINE)
-    if data is not None and count > 1:
-        top.fail(f"{ENGINE} is one per response (Dynamo keeps the last finished choice's), so it cannot "
-                 f"be attributed to one of {count} choices: request one choice (`n: 1`)", ENGINE)
-    return Dynamo(top, data)
+    for sent, field in ((data is not None, ENGINE), (ids, NVEXT_IDS)):
+        if sent and count > 1:
+            top.fail(f"{field} is one per response (Dynamo keeps the last finished choice's), so it cannot "
+                     f"be attributed to one of {count} choices: request one choice (`n: 1`)", field)
+    return Dynamo(top, data, ids)
 
 
 def engine_prompt(dynamo: Dynamo, prompt: np.ndarray | None) -> np.ndarray | None:
@@ -80,12 +85,16 @@ def engine_prompt(dynamo: Dynamo, prompt: np.ndarray | None) -> np.ndarray | Non
 
 
 def engine_sources(dynamo: Dynamo | None) -> tuple[IdSource | None, Logprobs | None]:
-    """The engine's completion ids and sampled logprobs, each None when not sent. (Their
+    """The engine's completion ids (the engine data's, else ``nvext.completion_token_ids``; the
+    two the same when both are sent) and sampled logprobs, each None when not sent. (Their
     faults are the top level's: the engine data is beside the choices, not in one.)"""
-    data = dynamo.data if dynamo is not None else None
-    if data is None:
+    if dynamo is None:
         return None, None
     top = dynamo.top
+    alone = id_list(top, top.nvext_token_ids, NVEXT_IDS) if dynamo.ids else None
+    data = dynamo.data
+    if data is None:
+        return alone, None
     if data.get("finished") is False:
         top.fail(f"{ENGINE}.finished is false: the engine ended the generation with an error", f"{ENGINE}.finished")
     ids = id_list(top, top.engine_token_ids, ENGINE_IDS) if data.get(KEY.completion_token_ids) is not None else None
@@ -97,7 +106,22 @@ def engine_sources(dynamo: Dynamo | None) -> tuple[IdSource | None, Logprobs | N
         sent = read.numbers
         logprobs = Logprobs(_ENGINE_LOGPROBS, read.length, sent.values, sent.bad, sent, "logprob",
                             clamp=DYNAMO_LOGPROB_CLAMP)
-    return ids, logprobs
+    if ids is not None and alone is not None:
+        _same_ids(top, ids, alone, "the ones at nvext's top", "")
+    return ids if ids is not None else alone, logprobs
+
+
+def _same_ids(c: Evidence, engine: IdSource, source: IdSource, whose: str, why: str) -> None:
+    """``source`` (``whose`` ids) holds the engine's ids: as many, the same at every position."""
+    if len(source.ids) != len(engine.ids):
+        c.fail(f"the engine's completion ids and {whose} differ in length: {engine.field} has "
+               f"{len(engine.ids)}, {source.field} has {len(source.ids)} ({len(source.ids) - len(engine.ids):+d})"
+               f"{why}", source.field)
+    differ = np.flatnonzero(source.ids != engine.ids)
+    if len(differ):
+        at = int(differ[0])
+        c.fail(f"the engine's completion ids and {whose} differ at token {at}: {engine.field} has "
+               f"{int(engine.ids[at])}, {source.field} has {int(source.ids[at])}", source.field, at)
 
 
 def check_engine(c: Evidence, dynamo: Dynamo, ids: IdSource | None, logprobs: Logprobs | None,
@@ -108,19 +132,11 @@ def check_engine(c: Evidence, dynamo: Dynamo, ids: IdSource | None, logprobs: Lo
         dynamo.top.fail(f"{ENGINE} has {len(ids.ids)} completion_token_ids but {logprobs.count} "
                         f"completion_logprobs ({logprobs.count - len(ids.ids):+d})", _ENGINE_LOGPROBS)
     for source in sources if ids is not None else ():
-        if len(source.ids) != len(ids.ids):
-            c.fail(f"the engine's completion ids and the choice's differ in length: {ENGINE_IDS} has "
-                   f"{len(ids.ids)}, {source.field} has {len(source.ids)} ({len(source.ids) - len(ids.ids):+d}); "
-                   f"{_POST_PROCESSED}", source.field)
-        differ = np.flatnonzero(source.ids != ids.ids)
-        if len(differ):
-            at = int(differ[0])
-            c.fail(f"the engine's completion ids and the choice's differ at token {at}: {ENGINE_IDS} has "
-                   f"{int(ids.ids[at])}, {source.field} has {int(source.ids[at])}", source.field, at)
+        _same_ids(c, ids, source, "the choice's", f"; {_POST_PROCESSED}")
     if logprobs is not None:
         what, field, count = "logprobs", _ENGINE_LOGPROBS, logprobs.count
     elif ids is not None:
-        what, field, count = "completion ids", ENGINE_IDS, len(ids.ids)
+        what, field, count = "completion ids", ids.field, len(ids.ids)
     else:
         return
     if choice_logprobs is not None and choice_logprobs.count != count:
@@ -160,7 +176,12 @@ def engine_routing(dynamo: Dynamo | None, n: int, prompt: int | None,
 
 
 def engine_payload(document: dict[str, Any], dynamo: Dynamo | None, payload: dict[str, Any]) -> None:
-    """What was read leaves the response's payload: ``nvext.engine_data`` keeps the rest."""
-    if dynamo is not None and dynamo.data is not None:
-        rest = {key: value for key, value in dynamo.data.items() if key not in _ENGINE_CONSUMED}
-        payload[KEY.nvext] = {**document[KEY.nvext], KEY.engine_data: rest}
+    """What was read leaves the response's payload: ``nvext.engine_data`` keeps the rest, and
+    ``nvext`` loses ``completion_token_ids``."""
+    if dynamo is None or (dynamo.data is None and not dynamo.ids):
+        return
+    nvext = {key: value for key, value in document[KEY.nvext].items()
+             if not (dynamo.ids and key == KEY.completion_token_ids)}
+    if dynamo.data is not None:
+        nvext[KEY.engine_data] = {key: value for key, value in dynamo.data.items() if key not in _ENGINE_CONSUMED}
+    payload[KEY.nvext] = nvext

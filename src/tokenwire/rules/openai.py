@@ -50,6 +50,7 @@ from .arrays import check_experts, check_rows, parse_npy, routed_rows
 from .dynamo import (
     ENGINE,
     ENGINE_IDS,
+    NVEXT_IDS,
     Dynamo,
     check_engine,
     dynamo_of,
@@ -305,7 +306,7 @@ def _missing_ids(c: Evidence, logprobs: Logprobs | None, ids_advice: str, dynamo
     held = ""
     if logprobs is not None:
         held = f"its {logprobs.count} logprobs cannot be aligned to tokens without them, and "
-    engine = f"no `{ENGINE_IDS}`, " if dynamo else ""
+    engine = f"no `{ENGINE_IDS}` or `{NVEXT_IDS}`, " if dynamo else ""
     c.fail(
         f"no exact completion token ids in the response ({engine}no `token_ids`, no "
         "`raw_output.completion_token_ids`, no ids in the logprob records): "
