@@ -315,6 +315,16 @@ def test_nvext_completion_token_ids_against_the_engine_data(impl):
     assert (err.choice, err.field, err.token) == (None, "nvext.completion_token_ids", 0)
 
 
+def test_nvext_completion_token_ids_against_the_engine_logprobs(impl):
+    doc = nvext_ids(chat, data=True)
+    del doc["nvext"]["engine_data"]["completion_token_ids"]  # the engine data's logprobs alone
+    assert parse(impl, doc).choices[0].completion_logprobs.tolist() == [engine_value(v) for v in VALUES]
+    doc["nvext"]["completion_token_ids"].pop()
+    err = raises(impl, doc, r"nvext.completion_token_ids has 4 ids but nvext.engine_data has 5 "
+                 r"completion_logprobs \(\+1\)")
+    assert (err.choice, err.field) == (None, "nvext.engine_data.completion_logprobs")
+
+
 @pytest.mark.parametrize("value", ["x", [1, -1], [2**32], {"a": 1}, [1.5]])
 def test_nvext_completion_token_ids_that_are_not_ids(impl, value):
     doc = nvext_ids(chat)

@@ -129,8 +129,10 @@ def check_engine(c: Evidence, dynamo: Dynamo, ids: IdSource | None, logprobs: Lo
     """The engine's ids and logprobs agree with each other in count, and with the choice's
     own: every id source of the choice has the engine's ids, its logprobs are as many."""
     if ids is not None and logprobs is not None and logprobs.count != len(ids.ids):
-        dynamo.top.fail(f"{ENGINE} has {len(ids.ids)} completion_token_ids but {logprobs.count} "
-                        f"completion_logprobs ({logprobs.count - len(ids.ids):+d})", _ENGINE_LOGPROBS)
+        held = (f"{ENGINE} has {len(ids.ids)} completion_token_ids but" if ids.field == ENGINE_IDS else
+                f"{ids.field} has {len(ids.ids)} ids but {ENGINE} has")
+        dynamo.top.fail(f"{held} {logprobs.count} completion_logprobs ({logprobs.count - len(ids.ids):+d})",
+                        _ENGINE_LOGPROBS)
     for source in sources if ids is not None else ():
         _same_ids(c, ids, source, "the choice's", f"; {_POST_PROCESSED}")
     if logprobs is not None:
