@@ -239,20 +239,26 @@ def encode_top_k(token_ids: Any, logprobs: Any) -> dict[str, Any]:
     return field
 
 
+def _counted(counts: Any, total: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """CSR ``counts`` that add up to ``total`` ``what``, and the rows' offsets (int64)."""
+    sizes = _ids(counts, "counts", MAX_MASK_ID)
+    offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    if int(offsets[-1]) != total:
+        raise ValueError(f"counts add up to {int(offsets[-1])} but there are {total} {what}")
+    return sizes, offsets
+
+
 def _csr_mask(ids: Any, counts: Any, completion_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A CSR mask's ids and counts (int32), and the sampled id of each row: ``completion_ids``,
     or each row's first id (-1 for an empty row)."""
     support = _ids(ids, "ids", MAX_MASK_ID).astype(np.int32)
-    sizes = _ids(counts, "counts", MAX_MASK_ID).astype(np.int32)
-    if int(sizes.sum(dtype=np.int64)) != len(support):
-        raise ValueError(f"counts add up to {int(sizes.sum(dtype=np.int64))} but there are {len(support)} ids")
+    sizes, bounds = _counted(counts, len(support), "ids")
     if completion_ids is None:
         # Without the sampled ids, every other rule still holds: take each row's first id.
-        bounds = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         sampled = _row_firsts(support.astype(np.int64), bounds)
     else:
         sampled = _rows_for(_ids(completion_ids, "completion_ids"), len(sizes))
-    return support, sizes, np.asarray(sampled, np.int64)
+    return support, sizes.astype(np.int32), np.asarray(sampled, np.int64)
 
 
 def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = None) -> dict[str, Any]:
@@ -281,10 +287,7 @@ def encode_sampling_mask_logprobs(logprobs: Any, counts: Any) -> list[list[float
     capture is -9999 throughout, an absent row (a zero count) empty. Each row must hold
     finite values at most 1e-6 whose probabilities sum to 1 (within 1e-4)."""
     values = real_array(logprobs, "logprobs", np.float32, flat=True)
-    sizes = _ids(counts, "counts", MAX_MASK_ID)
-    if int(sizes.sum()) != len(values):
-        raise ValueError(f"counts add up to {int(sizes.sum())} but there are {len(values)} logprobs")
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    _, offsets = _counted(counts, len(values), "logprobs")
     flat = values.tolist()
     rows = [flat[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
     mask = _types.Ragged(offsets, np.zeros(len(values), dtype=np.int32))
