@@ -941,7 +941,8 @@ def _mutate_engine_data(draw, doc, data) -> None:
         at = draw(st.integers(0, len(value) - 1))
         change = draw(st.sampled_from(["set", "drop", "append"]))
         if change == "set":
-            value[at] = odd if draw(st.booleans()) else (value[at] + 1 if key != "completion_logprobs" else -1e30)
+            changed = value[at] + 1 if type(value[at]) is int else odd  # an earlier fault may have set it odd
+            value[at] = odd if draw(st.booleans()) else (changed if key != "completion_logprobs" else -1e30)
         elif change == "drop":
             del value[at]
         else:
