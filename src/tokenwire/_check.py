@@ -17,6 +17,7 @@ from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TextIO
 
 import tokenwire
@@ -51,9 +52,9 @@ class Options:
     columns: tuple[tuple[str, tuple[str, ...]], ...] = ()  # --column: (name, path in the record)
     max_record: int | None = None  # the largest record held (None: io.MAX_RECORD), in every process
 
-    @property
+    @cached_property
     def parse(self) -> ParseOptions:
-        """What the parsers are given for every record."""
+        """What the parsers are given for every record (made once, not per record)."""
         return ParseOptions(self.top_k, self.num_experts, self.routed_experts_shape)
 
 

@@ -320,10 +320,10 @@ def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
 def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str,
                    shaped: bool = False) -> Format:
     def validate(raw: bytes, options: ParseOptions) -> object:
+        kw: dict[str, Any] = {"top_k": options.top_k, "num_experts": options.num_experts}
         if shaped:  # SGLang's routing string: its shape is the caller's
-            return getattr(_select, parser)(raw, top_k=options.top_k, num_experts=options.num_experts,
-                                            routed_experts_shape=options.routed_experts_shape)
-        return getattr(_select, parser)(raw, top_k=options.top_k, num_experts=options.num_experts)
+            kw["routed_experts_shape"] = options.routed_experts_shape
+        return getattr(_select, parser)(raw, **kw)
 
     return Format(name, description, detect, validate, _classify_openai)
 
