@@ -33,6 +33,8 @@ NVEXT_IDS = f"{KEY.nvext}.{KEY.completion_token_ids}"
 _ENGINE_CONSUMED = frozenset(
     f.path[2] for f in fields(ROOT, OPENAI) if f.path[:2] == (KEY.nvext, KEY.engine_data)
 )
+# The members at nvext's top its table rows read (``completion_token_ids``), likewise.
+_NVEXT_CONSUMED = frozenset(f.path[1] for f in fields(ROOT, OPENAI) if len(f.path) == 2 and f.path[0] == KEY.nvext)
 _POST_PROCESSED = (
     "Dynamo writes the choice after its own post-processing (a stop token it hides, text its "
     "tool-call and reasoning parsers hold back), so the choice cannot be paired with the engine's "
@@ -183,7 +185,7 @@ def engine_payload(document: dict[str, Any], dynamo: Dynamo | None, payload: dic
     if dynamo is None or (dynamo.data is None and not dynamo.ids):
         return
     nvext = {key: value for key, value in document[KEY.nvext].items()
-             if not (dynamo.ids and key == KEY.completion_token_ids)}
+             if value is None or key not in _NVEXT_CONSUMED}
     if dynamo.data is not None:
         nvext[KEY.engine_data] = {key: value for key, value in dynamo.data.items() if key not in _ENGINE_CONSUMED}
     payload[KEY.nvext] = nvext
