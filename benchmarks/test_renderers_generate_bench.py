@@ -126,7 +126,7 @@ def return_values_only(raw: bytes, k: int) -> Iterator[None]:
         return {"choices": [{"token_ids": ids, "compact_logprobs": {}}]}
 
     def compact(_choice: Any, _ids: Any, _k: Any) -> tuple[list, list, list]:
-        rows = tokenwire._select.kernels.rows_to_lists(top_ids.offsets, top_ids.values, top_logprobs.values)
+        rows = tokenwire.read._select.kernels.rows_to_lists(top_ids.offsets, top_ids.values, top_logprobs.values)
         return logprobs(sampled), rows[0], rows[1]
 
     names = ("parse_generate_response", "_parse_compact_logprobs")

@@ -60,10 +60,10 @@ def both(call, describe):
     for impl, path in [(_core, p) for p in PATHS] + [(_pycore, None)]:
         if path is not None:
             _core.set_simd_path(path)
-        tokenwire._select.kernels = impl  # the kernels select_heads and the writers run
+        tokenwire.read._select.kernels = impl  # the kernels select_heads and the writers run
         got = outcome(call)
         seen.append((got[0], got[1]) if got[0] == "error" else ("ok", describe(got[1])))
-    tokenwire._select.kernels = _core
+    tokenwire.read._select.kernels = _core
     if any(s != seen[0] for s in seen):
         raise AssertionError(f"implementations disagree: {seen}")
 
@@ -111,7 +111,7 @@ def test_one(data: bytes) -> None:
         out = array(fdp)
         def decode():
             target = np.array(out, copy=True) if isinstance(out, np.ndarray) else out
-            return tokenwire._select.kernels.b64decode(text, out=target)
+            return tokenwire.read._select.kernels.b64decode(text, out=target)
 
         both(decode, lambda r: (r.shape, r.tobytes()))
 

@@ -131,11 +131,11 @@ def test_one(data: bytes) -> None:
     impl, path = kernels[fdp.ConsumeIntInRange(0, len(kernels) - 1)]
     if path is not None:
         _core.set_simd_path(path)
-    tokenwire._select.kernels = impl  # what to_lists, select_heads and the writers run
+    tokenwire.read._select.kernels = impl  # what to_lists, select_heads and the writers run
     try:
         (to_lists, select_heads, writers)[fdp.ConsumeIntInRange(0, 2)](fdp)
     finally:
-        tokenwire._select.kernels = _core
+        tokenwire.read._select.kernels = _core
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ if os.environ.get("TOKENWIRE_NO_ORJSON", "") not in ("", "0"):
     sys.modules["orjson"] = None  # type: ignore[assignment]
 
 import tokenwire
-from tokenwire import _json
+from tokenwire.base import _json
 from tokenwire import _pycore as PYTHON  # the pure-Python peer of the compiled core
 
 try:

@@ -22,9 +22,9 @@ from tokenwire import (
     MalformedResponseError,
     Ragged,
     RoutedExperts,
-    _select,
     samples,
 )
+from tokenwire.read import _select
 
 from . import strategies
 from .conftest import PYTHON, _core
@@ -218,7 +218,7 @@ def hand_batches(draw) -> list[Any]:
 @pytest.fixture
 def split_everything(monkeypatch):
     """collate fills every array on its threads, however small."""
-    monkeypatch.setattr(tokenwire._batch, "_SPLIT_BYTES", 0)
+    monkeypatch.setattr(tokenwire.batch._batch, "_SPLIT_BYTES", 0)
 
 
 @settings(max_examples=EXAMPLES * 2)

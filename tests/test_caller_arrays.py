@@ -81,7 +81,7 @@ def test_to_lists_offsets_rewritten_by_a_gc_callback(impl):
         try:
             rows = tokenwire.Ragged(offsets, values).to_lists()
             offsets[:] = np.arange(n + 1)
-            both = tokenwire._select.kernels.rows_to_lists(offsets, values, values.astype(np.float32))
+            both = tokenwire.read._select.kernels.rows_to_lists(offsets, values, values.astype(np.float32))
         finally:
             gc.callbacks.remove(hook)
         flat = list(range(n))

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tokenwire import _capture, _check, cli, samples
+from tokenwire.auditing import _capture, _check
+from tokenwire import cli, samples
 from tokenwire.cli import commands as cli_commands
 
 N = 12  # tokens per choice: small responses keep the suite fast
@@ -715,7 +716,7 @@ def test_values_nested_deeper_than_orjson_writes(tmp_path, capsys):
 
 
 def test_out_of_memory_is_an_error_of_the_run_not_a_defect(tmp_path, capsys, monkeypatch):
-    from tokenwire import _json
+    from tokenwire.base import _json
 
     path = write(tmp_path / "x.jsonl", [line_of(_packed())])
     real = _json.loads

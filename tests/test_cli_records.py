@@ -16,7 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tokenwire import _check, _records
+from tokenwire.auditing import _check, _records
 
 from .test_cli import _openai_docs, _packed, check, line_of, m_native_lost_eos, report, write
 
@@ -60,7 +60,7 @@ _FEEDS = textwrap.dedent(
     """
     import sys
     from tokenwire import cli
-    from tokenwire import _records
+    from tokenwire.auditing import _records
     _records.RecordsWriter.__init__.__defaults__ = ((), 1)  # every row written as it comes
     sys.exit(cli.main(["check", sys.argv[1], "--records", sys.argv[2]]))
     """

@@ -253,7 +253,7 @@ def compact_head_arrays(draw):
             soff.append(soff[-1] + len(chosen))
     supports = None
     if with_support:
-        from tokenwire._types import Ragged
+        from tokenwire.base._types import Ragged
 
         supports = Ragged(np.asarray(soff, np.int64), np.asarray(sup, np.int32))
     return (np.asarray(sampled, dtype=np.int64), np.asarray(row_ids, dtype="<u4"),

@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from tokenwire import MalformedResponseError, _json
+from tokenwire import MalformedResponseError
+from tokenwire.base import _json
 from tokenwire.compat import renderers
 
 from .openai_strategies import evidence, vllm_completions, with_head

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenwire import MalformedResponseError, _table, samples
-from tokenwire._types import Ragged
+from tokenwire import MalformedResponseError, samples
+from tokenwire.base import _table
+from tokenwire.base._types import Ragged
 from tokenwire.extract import python as python_extract
 from tokenwire.kernels import python as python_kernels
 from tokenwire.rules import generate as python_rules

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-from tokenwire import _formats
+from tokenwire.auditing import _formats
 
 from . import openai_strategies as ostr
 from .test_cli import MUTATIONS, _compact, _native, _packed, check, write

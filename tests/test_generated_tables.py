@@ -23,7 +23,7 @@ def test_generated_table_is_up_to_date(generator, output, tmp_path):
 
 def test_wire_table_outputs_are_up_to_date(tmp_path):
     """The field enum, scanner rules, Cython ids and ctypes mirror are what csrc/gen_fields.py
-    writes from the wire table (src/tokenwire/_table.py)."""
+    writes from the wire table (src/tokenwire/base/_table.py)."""
     subprocess.run([sys.executable, str(CSRC / "gen_fields.py"), str(tmp_path)], check=True)
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert written == sorted(["csrc/json/tw_fields.def", "src/tokenwire/_fields.pxi", "tests/c/tw_fields.py"])
@@ -35,6 +35,6 @@ def test_wire_table_outputs_are_up_to_date(tmp_path):
 def test_wire_table_matches_the_compiled_scanner():
     """The compiled core was built from the table as it is: the same number of fields."""
     core = pytest.importorskip("tokenwire._core")
-    from tokenwire import _table
+    from tokenwire.base import _table
 
     assert core._NFIELDS == len(_table.CHOICE_FIELDS)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tokenwire
-import tokenwire._select
+import tokenwire.read._select
 
 _spec = importlib.util.spec_from_file_location(
     "_collide", Path(__file__).resolve().parent.parent / "fuzz" / "_collide.py")
@@ -96,7 +96,7 @@ def test_colliding_inputs_parse_in_linear_time(impl, name):
 
 def test_select_heads_of_colliding_compact_rows_in_linear_time(impl, monkeypatch):
     """select_heads(num_top=...) on one compact row of colliding ids (the candidates table)."""
-    monkeypatch.setattr(tokenwire._select, "kernels", impl)
+    monkeypatch.setattr(tokenwire.read._select, "kernels", impl)
 
     def call(n):
         ids = np.asarray(WIDE(n), np.int64)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import tokenwire
-from tokenwire import MalformedResponseError, _json, samples
+from tokenwire import MalformedResponseError, samples
+from tokenwire.base import _json
 from tokenwire.compat import renderers
 
 from .openai_strategies import evidence, sglang, vllm_chat, vllm_completions
@@ -168,7 +169,7 @@ def test_a_reader_error_means_invalid_json_by_its_type(impl, name, monkeypatch):
 
 
 def test_invalid_json_maps_errors_by_type(monkeypatch):
-    from tokenwire._errors import invalid_json
+    from tokenwire.base._errors import invalid_json
 
     # The first reader stands for orjson whether or not orjson is installed: an error of the
     # standard library's reader itself is never read again (last assertion).

@@ -465,7 +465,7 @@ def test_select_heads_empty_support_row_is_none(simd_or_python):
 @pytest.fixture(params=["python", "scalar", "avx2", "avx512"])
 def simd_or_python(request, monkeypatch):
     """select_heads on the reference's kernels, and on the core's on each path."""
-    from tokenwire import _select
+    from tokenwire.read import _select
     from tokenwire.kernels import python as python_kernels
 
     from .conftest import _core

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 import tokenwire
-from tokenwire import _json
+from tokenwire.base import _json
 
 CHOSEN_AT_IMPORT = ("parse_generate_response", "b64decode", "b64encode")
 OPENAI_PARSERS = ("parse_completions_response", "parse_chat_completions_response", "parse_sglang_generate_response")
@@ -142,7 +142,7 @@ def test_dumps_and_fragment_match_either_way():
 
 
 def test_orjson_is_not_imported_without_the_gil_or_when_switched_off():
-    code = "import sys, tokenwire, tokenwire._json as j; print(j.backend, 'orjson' in sys.modules)"
+    code = "import sys, tokenwire, tokenwire.base._json as j; print(j.backend, 'orjson' in sys.modules)"
     env = {**os.environ, "TOKENWIRE_NO_ORJSON": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["json", "False"]

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 import tokenwire
-from tokenwire import _pycore, _select
+from tokenwire import _pycore
+from tokenwire.read import _select
 
 try:
     from tokenwire import _core
@@ -90,7 +91,7 @@ def test_the_selector_hands_out_one_module():
 def test_without_extensions_the_selector_hands_out_the_reference():
     """``TOKENWIRE_NO_EXTENSIONS=1``: ``_pycore`` as both ``impl`` and ``kernels``, and the facade
     answers the core-only questions itself (no SIMD path)."""
-    code = ("import tokenwire; from tokenwire import _pycore, _select; "
+    code = ("import tokenwire; from tokenwire import _pycore; from tokenwire.read import _select; "
             "print(_select.impl is _pycore, _select.kernels is _pycore, tokenwire.implementation, "
             "tokenwire.simd_paths(), tokenwire.simd_path())")
     env = {**os.environ, "TOKENWIRE_NO_EXTENSIONS": "1"}

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenwire import _table, samples
+from tokenwire.base import _table
+from tokenwire import samples
 
 from . import strategies
 from .conftest import PYTHON, _core

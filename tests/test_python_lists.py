@@ -144,7 +144,7 @@ def test_lists_are_owned_and_collectable():
 def test_ragged_to_lists_uses_the_implementation():
     ragged = Ragged(np.array([0, 1, 3]), np.array([5, 6, 7], dtype=np.int32))
     assert ragged.to_lists() == [[5], [6, 7]]
-    assert tokenwire._select.kernels.rows_to_lists is (
+    assert tokenwire.read._select.kernels.rows_to_lists is (
         _core.rows_to_lists if tokenwire.implementation == "c" else python_kernels.rows_to_lists
     )
 

@@ -14,7 +14,8 @@ import textwrap
 import pytest
 
 import tokenwire.ray
-from tokenwire import _check, _json
+from tokenwire.auditing import _check
+from tokenwire.base import _json
 
 from .test_cli import check
 from .test_records import planted
@@ -79,7 +80,7 @@ def test_line_ranges(tmp_path):
     lines = [b"", b"{}", b"x" * 50, b"", b"[1]", b"y" * 5]
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
-    source = tokenwire._capture.Source(str(path), "r.jsonl", path.stat().st_size)
+    source = tokenwire.auditing._capture.Source(str(path), "r.jsonl", path.stat().st_size)
     for step in (1, 3, 7, 64):
         units = tokenwire.ray._units([source], "jsonl", step)
         got = b""
@@ -150,7 +151,7 @@ _OVERSIZED = textwrap.dedent(
     import ray
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     import tokenwire.ray
-    from tokenwire._check import Options, json_report
+    from tokenwire.auditing._check import Options, json_report
     path, limit = sys.argv[1], int(sys.argv[2])
     rows = []
     options = Options(examples=50, records=True, max_record=limit)
@@ -167,7 +168,7 @@ def test_ray_line_numbers_after_an_oversized_record(tmp_path):
     pytest.importorskip("ray")
     from .test_cli import _packed, line_of, m_native_lost_eos
 
-    limit = tokenwire._capture.BLOCK  # the least limit the reader takes
+    limit = tokenwire.auditing._capture.BLOCK  # the least limit the reader takes
     good, bad = line_of(_packed()), line_of(m_native_lost_eos()[0])
     records = [good, bad, b'{"pad": "' + b"x" * (limit + 4096) + b'"}'] + [good, bad] * 20
     path = tmp_path / "big.jsonl"

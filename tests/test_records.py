@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 import tokenwire
-from tokenwire import _json, samples
+from tokenwire.base import _json
+from tokenwire import samples
 
 from .test_cli import MUTATIONS, _native, _packed, check, line_of, m_native_lost_eos, write
 
@@ -87,9 +88,9 @@ def test_records_parquet_with_duckdb(tmp_path, capsys, monkeypatch):
     duckdb = pytest.importorskip("duckdb")
     # The reader holds no record over MAX_RECORD (1 GiB); at its least (one block) a record
     # of a few MiB plants the too_large class.
-    monkeypatch.setattr(tokenwire._capture, "MAX_RECORD", tokenwire._capture.BLOCK)
-    records, expected = planted(oversized=tokenwire._capture.BLOCK + 1024)
-    assert set(expected) == set(tokenwire._audit.CLASSES)  # every class is planted
+    monkeypatch.setattr(tokenwire.auditing._capture, "MAX_RECORD", tokenwire.auditing._capture.BLOCK)
+    records, expected = planted(oversized=tokenwire.auditing._capture.BLOCK + 1024)
+    assert set(expected) == set(tokenwire.auditing._audit.CLASSES)  # every class is planted
     path = write(tmp_path / "capture.jsonl.gz", records, gz=True)
     out = tmp_path / "verdicts.parquet"
     status, report_out, _ = check(capsys, path, "--field", "response", "--records", str(out),
@@ -118,7 +119,7 @@ def test_records_same_for_any_jobs(tmp_path, capsys, monkeypatch):
     pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    monkeypatch.setattr(tokenwire._capture, "BLOCK", 4096)  # many chunks
+    monkeypatch.setattr(tokenwire.auditing._capture, "BLOCK", 4096)  # many chunks
     records, _ = planted()
     path = write(tmp_path / "capture.jsonl", records)
     tables = []
@@ -144,7 +145,7 @@ def test_records_errors(tmp_path, capsys):
 
 
 def test_row_columns_follow_the_schema():
-    from tokenwire._records import COLUMNS, record_row
+    from tokenwire.auditing._records import COLUMNS, record_row
 
     row = record_row(2, b"{}", None, None, {}, {"file": "f", "line": 1}, (("step", ("step",)),))
     assert list(row) == [*COLUMNS, "step"]

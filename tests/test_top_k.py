@@ -185,7 +185,7 @@ def test_too_few_candidates_for_the_head(impl):
 
 @pytest.fixture
 def writer(impl, monkeypatch):
-    monkeypatch.setattr(tokenwire._select, "kernels", impl)
+    monkeypatch.setattr(tokenwire.read._select, "kernels", impl)
     return impl
 
 

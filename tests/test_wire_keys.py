@@ -1,5 +1,5 @@
 """The wire keys come from the wire table: code names a per-token field's key as
-``KEY.<key>`` (src/tokenwire/_table.py), so that renaming or adding a field is its row.
+``KEY.<key>`` (src/tokenwire/base/_table.py), so that renaming or adding a field is its row.
 
 Outside the table and the files generated from it, a field's key is spelled only by the rules
 that read it (their error locations), in messages and docstrings, and where the same word is
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import tokenwire
-from tokenwire import _table
-from tokenwire._table import KEY
+from tokenwire.base import _table
+from tokenwire.base._table import KEY
 
 ROOT = Path(tokenwire.__file__).parent
 

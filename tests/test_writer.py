@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tokenwire
-from tokenwire import Blob, MalformedResponseError, _json, samples
+from tokenwire import Blob, MalformedResponseError, samples
+from tokenwire.base import _json
 
 
 @pytest.fixture
 def writer(impl, monkeypatch):
     """The writers on one implementation (they run the facade's implementation)."""
-    monkeypatch.setattr(tokenwire._select, "kernels", impl)
+    monkeypatch.setattr(tokenwire.read._select, "kernels", impl)
     monkeypatch.setattr(tokenwire, "b64encode", impl.b64encode)
     return impl
 

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from tokenwire import _capture, cli
+from tokenwire.auditing import _capture
+from tokenwire import cli
 
 from .test_cli import MUTATIONS, _compact, _native, _packed, check, counts, line_of, report, write
 

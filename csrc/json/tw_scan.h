@@ -41,7 +41,7 @@
  *   root.<key> of every other root row     -> doc->root[TW_R_*]
  *     of the wire table (prompt_routed_experts)
  * and relative to a choice object, doc->choice[i].f[TW_F_*]: the choice rows of the
- * wire table (src/tokenwire/_table.py; tw_fields.def lists each TW_F_* with its path),
+ * wire table (src/tokenwire/base/_table.py; tw_fields.def lists each TW_F_* with its path),
  * the generate fields (token_ids, logprobs, logprobs.content, compact_logprobs.data,
  * sampling_mask, ...) and the OpenAI-compatible ones (logprobs.token_logprobs,
  * raw_output.completion_token_ids, ...) alike.
@@ -189,7 +189,7 @@ typedef struct {
 } tw_value;
 
 /* The fields of a choice (or an SGLang item), tw_choice.f[TW_F_*]: one row each of the wire
-   table, src/tokenwire/_table.py, in its order (tw_fields.def is written from it). */
+   table, src/tokenwire/base/_table.py, in its order (tw_fields.def is written from it). */
 enum {
 #define TW_FIELD(name, path) TW_F_##name,
 #include "json/tw_fields.def"

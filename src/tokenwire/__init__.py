@@ -7,22 +7,22 @@ pure-Python reference is (no compiled core, a non-CPython interpreter, or
 
 from __future__ import annotations
 
-from ._audit import Verdict, audit
-from ._batch import aparse_many, collate, parse_many
+from .auditing._audit import Verdict, audit
+from .batch._batch import aparse_many, collate, parse_many
 from ._docs import document
-from ._errors import MalformedResponseError
-from ._heads import select_heads
-from ._select import impl as _impl
-from ._select import (
+from .base._errors import MalformedResponseError
+from .read._heads import select_heads
+from .read._select import impl as _impl
+from .read._select import (
     implementation,
     parse_chat_completions_response,
     parse_completions_response,
     parse_generate_response,
     parse_sglang_generate_response,
 )
-from ._select import kernels as _kernels
-from ._types import Batch, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
-from ._writer import (
+from .read._select import kernels as _kernels
+from .base._types import Batch, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
+from .write._writer import (
     Blob,
     dumps_generate_response,
     encode_compact_logprobs,

@@ -23,11 +23,11 @@ from libc.string cimport memcpy
 
 from ._csrc cimport *
 
-from ._args import check_input, check_num_experts, check_payload_root, check_start, check_top_k, output_bytes
-from ._errors import MalformedResponseError, invalid_json
-from . import _json, _table
-from ._types import Ragged
-from ._wire import COMPACT_FORMAT
+from .base._args import check_input, check_num_experts, check_payload_root, check_start, check_top_k, output_bytes
+from .base._errors import MalformedResponseError, invalid_json
+from .base import _json, _table
+from .base._types import Ragged
+from .base._wire import COMPACT_FORMAT
 from .extract import python as _extract
 from .kernels import python as _kernels
 from .rules import generate as _generate

@@ -10,7 +10,7 @@ cdef enum:
 
 _FORMAT_NAMES = (_table.GENERATE, _table.OPENAI, _table.SGLANG)
 
-# What a row's kind reads (tokenwire._table).
+# What a row's kind reads (tokenwire.base._table).
 cdef enum:
     _K_IDS, _K_BLOB, _K_MASK, _K_RECORDS, _K_NUMBERS, _K_TOKENS, _K_ROWS, _K_VALUE
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ._types import Batch, GenerateChoice, GenerateResponse, Ragged, _require
+from .base._types import Batch, GenerateChoice, GenerateResponse, Ragged, _require
 
 __all__ = ["SCHEMA_FIELDS", "batch_record_batch", "record_batch", "table"]
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._args import check_num_experts, check_routed_shape
-from ._capture import (
+from .base._args import check_num_experts, check_routed_shape
+from .auditing._capture import (
     BLOCK,
     InputError,
     Reader,
@@ -28,9 +28,9 @@ from ._capture import (
     read_chunks,
     sniff,
 )
-from ._check import Options, Progress, Tally, check_chunk, json_report
-from ._records import parse_columns, records_sink
-from ._types import _require
+from .auditing._check import Options, Progress, Tally, check_chunk, json_report
+from .auditing._records import parse_columns, records_sink
+from .base._types import _require
 
 __all__ = ["check", "run"]
 

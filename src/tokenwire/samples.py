@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ._table import KEY
+from .base._table import KEY
 
 __all__ = [
     "SAMPLES",

@@ -44,7 +44,7 @@ _package = types.ModuleType("tokenwire")
 _package.__path__ = [str(ROOT / "src" / "tokenwire")]
 sys.modules.setdefault("tokenwire", _package)
 
-from tokenwire._errors import MalformedResponseError  # noqa: E402
+from tokenwire.base._errors import MalformedResponseError  # noqa: E402
 from tokenwire.kernels.python import select_head  # noqa: E402
 
 OUT = Path("/tmp/tw_heads_check")

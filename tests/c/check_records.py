@@ -64,7 +64,7 @@ from tokenwire.rules import generate as R  # noqa: E402
 sys.path.insert(0, str(ROOT / "csrc"))
 import gen_pow5_table  # noqa: E402
 from gen_pow5_table import QMAX, QMIN, pow5_entry  # noqa: E402
-from tokenwire._errors import MalformedResponseError  # noqa: E402
+from tokenwire.base._errors import MalformedResponseError  # noqa: E402
 
 OUT = Path("/tmp/tw_rec_check")
 getcontext().prec = 2000

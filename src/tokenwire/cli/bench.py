@@ -43,8 +43,8 @@ def _contender(name: str, workload: str) -> tuple[Callable[[Any], Any], Callable
 
     spec = samples.WORKLOADS[workload]
     if name == "orjson.loads":  # the standard library, held to orjson's rules, without orjson
-        from tokenwire import _json
-        from tokenwire._table import KEY
+        from tokenwire.base import _json
+        from tokenwire.base._table import KEY
 
         choices, ids, output_ids = KEY.choices, KEY.token_ids, KEY.output_ids  # named once, not in the timed loop
         if spec.parser == "parse_sglang_generate_response":  # an SGLang item: its ids at the top
@@ -135,7 +135,8 @@ def plain_loop(
     contender, their medians' median reported. Each process passes ``rounds`` times over
     the responses, or more for small ones (:data:`MIN_BYTES_PER_PROCESS`)."""
     import tokenwire
-    from tokenwire import _json, samples
+    from tokenwire.base import _json
+    from tokenwire import samples
 
     rows = []
     chosen = names or list(samples.WORKLOADS)
@@ -186,7 +187,7 @@ def _ms(seconds: float) -> str:
 
 def print_table(rows: list[dict[str, Any]], out: Any = None) -> None:
     import tokenwire
-    from tokenwire import _json
+    from tokenwire.base import _json
 
     out = out or sys.stdout
     print(f"tokenwire {tokenwire.__version__}: implementation={tokenwire.implementation}, "

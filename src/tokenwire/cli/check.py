@@ -1,5 +1,5 @@
 """``tokenwire check``: audit captured responses and summarize their defects by class (the
-audit itself is the library's, ``tokenwire._check``; this is its command and its text report).
+audit itself is the library's, ``tokenwire.auditing._check``; this is its command and its text report).
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any, TextIO
 
-from .. import _json
-from .._capture import InputError, field_path
-from .._check import Options, Tally, _cpus, _position, _size, json_report, run
-from .._formats import CLASSES
-from .._records import parse_columns, records_sink
+from ..base import _json
+from ..auditing._capture import InputError, field_path
+from ..auditing._check import Options, Tally, _cpus, _position, _size, json_report, run
+from ..auditing._formats import CLASSES
+from ..auditing._records import parse_columns, records_sink
 
 __all__ = ["main", "text_report"]
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 import tokenwire
-from tokenwire import _json, samples
+from tokenwire.base import _json
+from tokenwire import samples
 from tokenwire.cli.bench import median_seconds as _median_seconds
 from tokenwire.rules import generate as python_rules
 
@@ -149,7 +150,7 @@ def _shape(text: str) -> tuple[int, int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tokenwire._formats import FORMATS
+    from tokenwire.auditing._formats import FORMATS
 
     parser = argparse.ArgumentParser(
         prog="tokenwire", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "bench":
         return _bench_command(args)
-    from tokenwire._capture import InputError
+    from tokenwire.auditing._capture import InputError
     from tokenwire.cli import check, inspect
 
     try:

@@ -11,10 +11,10 @@ import numpy as np
 
 import tokenwire
 
-from .. import _json
-from .._capture import InputError, expand_paths, field_path, first_record, json_bytes
-from .._formats import CLASSES, FieldMissing, ParseOptions, check_record, field_bytes, resolve_field
-from .._table import KEY
+from ..base import _json
+from ..auditing._capture import InputError, expand_paths, field_path, first_record, json_bytes
+from ..auditing._formats import CLASSES, FieldMissing, ParseOptions, check_record, field_bytes, resolve_field
+from ..base._table import KEY
 
 __all__ = ["describe", "main"]
 

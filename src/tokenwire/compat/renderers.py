@@ -41,11 +41,12 @@ import numpy as np
 
 import tokenwire
 
-from .. import _json, _select, _table
-from .._errors import MalformedResponseError, invalid_json, location
-from .._table import KEY
-from .._types import Ragged
-from .._wire import MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from ..base import _json, _table
+from ..read import _select
+from ..base._errors import MalformedResponseError, invalid_json, location
+from ..base._table import KEY
+from ..base._types import Ragged
+from ..base._wire import MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, LazyEvidence, Read
 from ..kernels import python as _kernels
 from ..rules import generate as _rules

@@ -2,7 +2,7 @@
 parsed document, for every format (generate, OpenAI-compatible, SGLang).
 
 An :class:`Evidence` record holds what was read of one choice before its rules run: one
-attribute per row of the wire table (:mod:`tokenwire._table`), named by the row's ``attr``,
+attribute per row of the wire table (:mod:`tokenwire.base._table`), named by the row's ``attr``,
 holding what the row's kind reads there (see :func:`read_field`). The rules read them as
 attributes (``c.sampling_mask_ids``); an attribute an extractor did not fill is not there, so
 a rule that reads it fails at once (AttributeError), never falling back on the document.
@@ -24,11 +24,11 @@ from typing import Any, NoReturn, cast
 
 import numpy as np
 
-from .. import _json, _table
-from .._args import check_top_k
-from .._errors import MalformedResponseError, invalid_json
-from .._table import KEY
-from .._wire import MAX_OFFSET, MAX_TOKEN_ID
+from ..base import _json, _table
+from ..base._args import check_top_k
+from ..base._errors import MalformedResponseError, invalid_json
+from ..base._table import KEY
+from ..base._wire import MAX_OFFSET, MAX_TOKEN_ID
 from ..kernels import python as python_kernels
 from ..kernels.python import (
     Candidates,

@@ -4,7 +4,7 @@ specification of what each one returns.
 The compiled core (``tokenwire._core``) has the same functions under the same names in C and
 must return the same values on every input. The rules reach them through an evidence record
 (``Evidence.kernels``), and code that holds arrays rather than a response through
-``tokenwire._select.kernels``.
+``tokenwire.read._select.kernels``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from .._args import check_input, output_bytes
-from .._errors import MalformedResponseError
-from .._types import Ragged
-from .._wire import MAX_MASK_ID, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from ..base._args import check_input, output_bytes
+from ..base._errors import MalformedResponseError
+from ..base._types import Ragged
+from ..base._wire import MAX_MASK_ID, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 
 __all__ = ["b64decode", "b64encode", "rows_to_lists", "select_head"]
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from .._args import MAX_EXPERTS
-from .._types import RoutedExperts
-from .._wire import MAX_OFFSET
+from ..base._args import MAX_EXPERTS
+from ..base._types import RoutedExperts
+from ..base._wire import MAX_OFFSET
 from ..extract.python import Evidence
 from ..kernels.python import is_int
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from .._table import KEY, OPENAI, ROOT, fields
-from .._types import RoutedExperts
-from .._wire import DYNAMO_LOGPROB_CLAMP
+from ..base._table import KEY, OPENAI, ROOT, fields
+from ..base._types import RoutedExperts
+from ..base._wire import DYNAMO_LOGPROB_CLAMP
 from ..extract.python import Evidence
 from .arrays import check_rows, routed_object, routed_rows
 from .sources import IdSource, Logprobs, id_list

@@ -18,11 +18,11 @@ from typing import Any, cast
 
 import numpy as np
 
-from .._args import check_num_experts, check_payload_root, check_start, check_top_k
-from .._errors import MalformedResponseError
-from .._table import CHOICE, GENERATE, KEY, top_keys
-from .._types import GenerateChoice, GenerateResponse, Ragged
-from .._wire import COMPACT_FORMAT, MAX_OFFSET, VLLM_LOGPROB_SENTINEL
+from ..base._args import check_num_experts, check_payload_root, check_start, check_top_k
+from ..base._errors import MalformedResponseError
+from ..base._table import CHOICE, GENERATE, KEY, top_keys
+from ..base._types import GenerateChoice, GenerateResponse, Ragged
+from ..base._wire import COMPACT_FORMAT, MAX_OFFSET, VLLM_LOGPROB_SENTINEL
 from ..extract.python import (
     Evidence,
     extract_choice,

@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from .._args import check_num_experts, check_routed_shape, check_top_k, int_arg
-from .._errors import MalformedResponseError
-from .._table import ITEM, KEY, SGLANG, fields
-from .._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
-from .._wire import VLLM_LOGPROB_SENTINEL
+from ..base._args import check_num_experts, check_routed_shape, check_top_k, int_arg
+from ..base._errors import MalformedResponseError
+from ..base._table import ITEM, KEY, SGLANG, fields
+from ..base._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
+from ..base._wire import VLLM_LOGPROB_SENTINEL
 from ..extract.python import (
     Evidence,
     LazyEvidence,

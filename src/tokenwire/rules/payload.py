@@ -12,9 +12,9 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from .._errors import MalformedResponseError
-from .._types import PayloadSegment, Ragged, RoutedExperts
-from .._wire import MAX_OFFSET
+from ..base._errors import MalformedResponseError
+from ..base._types import PayloadSegment, Ragged, RoutedExperts
+from ..base._wire import MAX_OFFSET
 from ..extract.python import Evidence
 from ..kernels.python import is_int
 from .arrays import MAX_ROUTED_WIDTH, ROUTED_DTYPES, named

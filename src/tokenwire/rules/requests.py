@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._args import check_top_k
+from ..base._args import check_top_k
 
 # --- how to ask each server for what a parser needs (every error that blames a missing field
 # --- says which request flag produces it) --------------------------------------------------------

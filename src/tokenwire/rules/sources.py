@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._wire import VLLM_LOGPROB_SENTINEL
+from ..base._wire import VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, Numbers, numbers
 from .generate import checked_int_list
 

@@ -367,7 +367,7 @@ class GenerateResponse:
 
     def to_arrow(self) -> Any:
         """The choices as a ``pyarrow.RecordBatch``, one row each (``tokenwire.arrow.record_batch``)."""
-        from .arrow import record_batch
+        from ..arrow import record_batch
 
         return record_batch(self)
 
@@ -481,7 +481,7 @@ class Batch:
         """The batch as a ``pyarrow.RecordBatch``, one row per choice, for storage
         (``tokenwire.arrow.batch_record_batch``: the padded rows as lists over the same
         values, no copy of them)."""
-        from .arrow import batch_record_batch
+        from ..arrow import batch_record_batch
 
         return batch_record_batch(self)
 

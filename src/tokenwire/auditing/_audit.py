@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from . import _json
-from ._args import check_num_experts, check_routed_shape
+from ..base import _json
+from ..base._args import check_num_experts, check_routed_shape
 from ._formats import CLASSES, FORMATS, Defect, ParseOptions, check_record
 
 __all__ = ["Verdict", "audit", "verdict"]

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from . import _json
+from ..base import _json
 
 __all__ = [
     "BLOCK",

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _json, _select
+from ..base import _json
+from ..read import _select
 from ._capture import json_bytes
-from ._errors import MalformedResponseError, invalid_json, location
-from ._table import KEY
-from ._types import GenerateResponse
-from .rules.generate import named
+from ..base._errors import MalformedResponseError, invalid_json, location
+from ..base._table import KEY
+from ..base._types import GenerateResponse
+from ..rules.generate import named
 
 __all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "ParseOptions", "check_record", "detect",
            "resolve_field"]

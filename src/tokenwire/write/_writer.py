@@ -14,14 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from . import _json, _select, _table, _types
-from ._args import int_arg, int_array, real_array
-from ._errors import MalformedResponseError
-from ._table import KEY
-from ._wire import COMPACT_FORMAT, MAX_MASK_ID, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
-from .extract.python import LazyEvidence
-from .rules import arrays as _arrays
-from .rules import generate as _rules
+from ..base import _json, _table, _types
+from ..read import _select
+from ..base._args import int_arg, int_array, real_array
+from ..base._errors import MalformedResponseError
+from ..base._table import KEY
+from ..base._wire import COMPACT_FORMAT, MAX_MASK_ID, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from ..extract.python import LazyEvidence
+from ..rules import arrays as _arrays
+from ..rules import generate as _rules
 
 
 class Blob:

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _select
-from ._args import check_input, check_start, check_top_k, int_arg
-from ._errors import MalformedResponseError
-from ._types import Batch, GenerateChoice, GenerateResponse, Ragged
+from ..read import _select
+from ..base._args import check_input, check_start, check_top_k, int_arg
+from ..base._errors import MalformedResponseError
+from ..base._types import Batch, GenerateChoice, GenerateResponse, Ragged
 
 __all__ = ["aparse_many", "collate", "parse_many"]
 

@@ -19,7 +19,8 @@ import warnings
 from importlib.util import find_spec
 from types import ModuleType
 
-from . import _pycore, _types
+from .. import _pycore
+from ..base import _types
 
 __all__ = [
     "impl",
@@ -40,7 +41,7 @@ def _choose() -> ModuleType:
     if _wanted("TOKENWIRE_NO_EXTENSIONS") or platform.python_implementation() != "CPython":
         return _pycore
     try:
-        from . import _core
+        from .. import _core
     except ImportError as exc:
         if _wanted("TOKENWIRE_REQUIRE_EXTENSIONS"):
             raise

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
-from . import _json
+from ..base import _json
 from ._audit import Verdict, verdict
 from ._capture import InputError, field_path
 from ._formats import Defect, FieldMissing, resolve_field

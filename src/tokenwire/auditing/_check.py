@@ -22,7 +22,8 @@ from typing import Any, TextIO
 
 import tokenwire
 
-from . import _capture, _json
+from . import _capture
+from ..base import _json
 from ._capture import (
     JSON_SPACE,
     Chunk,
@@ -33,7 +34,7 @@ from ._capture import (
     json_bytes,
     read_chunks,
 )
-from ._errors import invalid_json
+from ..base._errors import invalid_json
 from ._formats import CLASSES, Defect, ParseOptions, check_record
 from ._records import record_row
 

@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 
 from . import _select
-from ._args import INT64_MAX, int_arg, int_array, real_array
-from ._errors import MalformedResponseError
-from ._types import Ragged
-from ._wire import MAX_MASK_ID, MAX_TOKEN_ID
-from .kernels.python import Candidates
+from ..base._args import INT64_MAX, int_arg, int_array, real_array
+from ..base._errors import MalformedResponseError
+from ..base._types import Ragged
+from ..base._wire import MAX_MASK_ID, MAX_TOKEN_ID
+from ..kernels.python import Candidates
 
 __all__ = ["select_heads"]
 

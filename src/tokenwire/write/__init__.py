@@ -1,0 +1,1 @@
+"""The writer: the server side's encoders, validated by the readers' own rules."""
