@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .base._args import check_num_experts, check_routed_shape
+from .base._options import ParseOptions, check_names, with_options
 from .auditing._capture import (
     BLOCK,
     InputError,
@@ -219,21 +219,20 @@ def run(
     return tally
 
 
+@with_options
 def check(
     paths: list[str] | str,
     *,
     address: str = "local",
     format: str = "auto",
     field: str | None = None,
-    top_k: int | None = None,
-    num_experts: int | None = None,
-    routed_experts_shape: tuple[int, int] | None = None,
     examples: int = 3,
     input_kind: str = "auto",
     records: str | None = None,
     columns: list[str] | None = None,
     progress: bool | None = False,
     range_bytes: int = RANGE_BYTES,
+    **options: Any,
 ) -> dict[str, Any]:
     """Audit captures on a Ray cluster; the summary ``tokenwire check --report json`` prints.
 
@@ -241,16 +240,16 @@ def check(
     joins the running one, anything else is a cluster address (``"ray://head:10001"``); an
     already connected driver is used as it is. ``records``: a ``.parquet`` or ``.jsonl`` path
     for one row per record, with ``columns`` (``"meta.step"`` or ``"step=meta.step"``) added.
-    The other arguments are ``check``'s options of the same names.
+    The other arguments are ``check``'s options of the same names (the parsers' options are the
+    audited ones of ``tokenwire.base._options.OPTIONS``).
     """
+    check_names("check", options)
     if isinstance(paths, str):
         paths = [paths]
     chosen = parse_columns(columns)
-    options = Options(format=format, field=field_path(field), top_k=top_k,
-                      num_experts=check_num_experts(num_experts),
-                      routed_experts_shape=check_routed_shape(routed_experts_shape), examples=examples,
-                      records=records is not None, columns=chosen)
+    checking = Options(format=format, field=field_path(field), parse=ParseOptions.checked(options),
+                       examples=examples, records=records is not None, columns=chosen)
     with records_sink(records, chosen) as sink:
-        tally = run(paths, options, address=address, input_kind=input_kind, progress=progress,
+        tally = run(paths, checking, address=address, input_kind=input_kind, progress=progress,
                     sink=sink, range_bytes=range_bytes, rows_file=records)
     return json_report(tally)

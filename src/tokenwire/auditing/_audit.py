@@ -6,8 +6,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..base import _json
-from ..base._args import check_num_experts, check_routed_shape
-from ._formats import CLASSES, FORMATS, Defect, ParseOptions, check_record
+from ..base._options import ParseOptions, check_names, with_options
+from ._formats import CLASSES, FORMATS, Defect, check_record
 
 __all__ = ["Verdict", "audit", "verdict"]
 
@@ -64,14 +64,13 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
+@with_options
 def audit(
     raw: bytes | bytearray | memoryview | str,
     format: str = "auto",
     *,
     field: str | tuple[str, ...] | None = None,
-    top_k: int | None = None,
-    num_experts: int | None = None,
-    routed_experts_shape: tuple[int, int] | None = None,
+    **options: Any,
 ) -> Verdict:
     """Validate one captured record and say what it is, never raising for a bad record.
 
@@ -80,8 +79,10 @@ def audit(
     the response inside the record (``"sample.response"``); ``top_k`` also validates top-K
     heads; ``num_experts`` bounds the expert ids of MoE routing and ``routed_experts_shape``
     ``(layers, topk)`` shapes SGLang's routing rows (the parsers' arguments; the other formats'
-    routing carries its own shape, so they leave it out).
+    routing carries its own shape, so they leave it out). The options are the audited ones of
+    ``tokenwire.base._options.OPTIONS``.
     """
+    check_names("audit", options)
     if format != "auto" and format not in FORMATS:
         raise ValueError(f"format must be 'auto' or one of {', '.join(FORMATS)}, not {format!r}")
     if isinstance(field, str):
@@ -90,8 +91,7 @@ def audit(
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogatepass")
     facts: dict[str, Any] = {}
-    options = ParseOptions(top_k, check_num_experts(num_experts), check_routed_shape(routed_experts_shape))
-    fmt, defect = check_record(raw, format, field, options, facts)
+    fmt, defect = check_record(raw, format, field, ParseOptions.checked(options), facts)
     return verdict(len(raw), fmt, defect, facts)
 
 

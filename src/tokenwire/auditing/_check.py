@@ -17,7 +17,6 @@ from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, TextIO
 
 import tokenwire
@@ -35,7 +34,8 @@ from ._capture import (
     read_chunks,
 )
 from ..base._errors import invalid_json
-from ._formats import CLASSES, Defect, ParseOptions, check_record
+from ..base._options import ParseOptions
+from ._formats import CLASSES, Defect, check_record
 from ._records import record_row
 
 __all__ = ["Options", "Progress", "Tally", "check_chunk", "json_report", "run"]
@@ -45,18 +45,11 @@ __all__ = ["Options", "Progress", "Tally", "check_chunk", "json_report", "run"]
 class Options:
     format: str = "auto"
     field: tuple[str, ...] | None = None
-    top_k: int | None = None
-    num_experts: int | None = None
-    routed_experts_shape: tuple[int, int] | None = None  # SGLang's routing rows (--routed-experts-shape)
+    parse: ParseOptions = ParseOptions()  # what the parsers are given for every record
     examples: int = 3
     records: bool = False  # one row per record in the result's "rows" (--records)
     columns: tuple[tuple[str, tuple[str, ...]], ...] = ()  # --column: (name, path in the record)
     max_record: int | None = None  # the largest record held (None: io.MAX_RECORD), in every process
-
-    @cached_property
-    def parse(self) -> ParseOptions:
-        """What the parsers are given for every record (made once, not per record)."""
-        return ParseOptions(self.top_k, self.num_experts, self.routed_experts_shape)
 
 
 def _new_result() -> dict[str, Any]:
@@ -348,10 +341,7 @@ def json_report(tally: Tally) -> dict[str, Any]:
         "implementation": tokenwire.implementation,
         "format": tally.options.format,
         "field": ".".join(tally.options.field) if tally.options.field else None,
-        "top_k": tally.options.top_k,
-        "num_experts": tally.options.num_experts,
-        "routed_experts_shape": (list(tally.options.routed_experts_shape)
-                                 if tally.options.routed_experts_shape else None),
+        **tally.options.parse.report(),
         "files": [
             {"path": s.name, "bytes": s.size, "records": tally.per_file.get(s.name, [0, 0])[0],
              "defective": tally.per_file.get(s.name, [0, 0])[1]}

@@ -21,6 +21,7 @@ from ..base import _json
 from ..read import _select
 from ._capture import json_bytes
 from ..base._errors import MalformedResponseError, invalid_json, location
+from ..base._options import ParseOptions
 from ..base._table import KEY
 from ..base._types import GenerateResponse
 from ..rules.generate import named
@@ -61,18 +62,6 @@ class Defect:
 
 
 @dataclass(frozen=True)
-class ParseOptions:
-    """The parsers' options a check passes on, whatever the format: ``top_k`` heads, the
-    ``num_experts`` bound of routing, and ``routed_experts_shape`` ``(layers, topk)``, which only
-    SGLang's bare routing string needs (the other formats' routing carries its shape), so the
-    other formats leave it out and a log of mixed formats is checked with one set of options."""
-
-    top_k: int | None = None
-    num_experts: int | None = None
-    routed_experts_shape: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True)
 class Format:
     name: str
     description: str
@@ -104,7 +93,7 @@ def _detect_generate(document: Any) -> bool:
 
 
 def _validate_generate(raw: bytes, options: ParseOptions) -> object:
-    return _select.parse_generate_response(raw, top_k=options.top_k, num_experts=options.num_experts)
+    return _select.parse_generate_response(raw, **options.for_format("generate"))
 
 
 _NATIVE_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprob count \((\d+)\)")
@@ -318,13 +307,9 @@ def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
     return Defect("other", where, reason)
 
 
-def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str,
-                   shaped: bool = False) -> Format:
+def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str) -> Format:
     def validate(raw: bytes, options: ParseOptions) -> object:
-        kw: dict[str, Any] = {"top_k": options.top_k, "num_experts": options.num_experts}
-        if shaped:  # SGLang's routing string: its shape is the caller's
-            kw["routed_experts_shape"] = options.routed_experts_shape
-        return getattr(_select, parser)(raw, **kw)
+        return getattr(_select, parser)(raw, **options.for_format(name))
 
     return Format(name, description, detect, validate, _classify_openai)
 
@@ -333,7 +318,7 @@ COMPLETIONS = _openai_format("completions", "OpenAI-compatible /v1/completions",
                              "parse_completions_response")
 CHAT = _openai_format("chat", "OpenAI-compatible /v1/chat/completions", _detect_chat,
                       "parse_chat_completions_response")
-SGLANG = _openai_format("sglang", "SGLang /generate", _detect_sglang, "parse_sglang_generate_response", True)
+SGLANG = _openai_format("sglang", "SGLang /generate", _detect_sglang, "parse_sglang_generate_response")
 
 FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE, COMPLETIONS, CHAT, SGLANG)}
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -23,6 +22,7 @@ import numpy as np
 from ..read import _select
 from ..base._args import check_input, check_start, check_top_k, int_arg
 from ..base._errors import MalformedResponseError
+from ..base._options import options_of
 from ..base._types import Batch, GenerateChoice, GenerateResponse, Ragged
 
 __all__ = ["aparse_many", "collate", "parse_many"]
@@ -59,7 +59,7 @@ def _prepared(raws: Iterable[Any], format: Any, threads: Any, errors: Any,
         raise ValueError(f"errors must be 'raise' or 'collect', not {errors!r}")
     count = available_cores() if threads is None else int_arg(threads, "threads", 1)
     parser = getattr(_select.impl, PARSERS[format])
-    accepted = [name for name, p in inspect.signature(parser).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    accepted = options_of(format)  # the parser's keyword options (tests/test_options.py)
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise TypeError(f"unknown option{'s' * (len(unknown) > 1)} for the {format} parser: {', '.join(unknown)} "

@@ -13,6 +13,7 @@ from ..base import _json
 from ..auditing._capture import InputError, field_path
 from ..auditing._check import Options, Tally, _cpus, _position, _size, json_report, run
 from ..auditing._formats import CLASSES
+from ..base._options import from_args
 from ..auditing._records import parse_columns, records_sink
 
 __all__ = ["main", "text_report"]
@@ -63,8 +64,7 @@ def text_report(tally: Tally, out: TextIO) -> None:
 
 def main(args: Any) -> int:
     """Run ``tokenwire check`` from parsed arguments; the exit status."""
-    options = Options(format=args.format, field=field_path(args.field), top_k=args.top_k,
-                      num_experts=args.num_experts, routed_experts_shape=args.routed_experts_shape,
+    options = Options(format=args.format, field=field_path(args.field), parse=from_args(args),
                       examples=args.examples)
     columns = parse_columns(getattr(args, "column", None))
     records_path = getattr(args, "records", None)

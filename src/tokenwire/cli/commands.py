@@ -149,7 +149,12 @@ def _shape(text: str) -> tuple[int, int]:
     return layers, topk
 
 
+# The readers of the parsers' options' values, by the name an option gives (Option.reader).
+READERS: dict[str, Callable[[str], Any]] = {"positive": _positive, "experts": _experts, "shape": _shape}
+
+
 def _parser() -> argparse.ArgumentParser:
+    from tokenwire.base._options import audited
     from tokenwire.auditing._formats import FORMATS
 
     parser = argparse.ArgumentParser(
@@ -189,13 +194,8 @@ def _parser() -> argparse.ArgumentParser:
     p_check.add_argument("--field", metavar="PATH",
                          help="the response is under this dotted key of each record (e.g. response.body; "
                          "list elements by index)")
-    p_check.add_argument("--top-k", type=_positive, metavar="K", help="also select and validate top-K heads")
-    p_check.add_argument("--num-experts", type=_experts, metavar="N",
-                         help="the model's count of MoE experts: an expert id of routed_experts at or above "
-                         "it is a defect")
-    p_check.add_argument("--routed-experts-shape", type=_shape, metavar="LAYERS,TOPK",
-                         help="the rows of SGLang's routing (meta_info.routed_experts, a bare int32 string): "
-                         "each row LAYERS x TOPK ids (the other formats' routing carries its shape)")
+    for option in audited():  # the parsers' options: tokenwire.base._options
+        p_check.add_argument(option.flag, type=READERS[option.reader], metavar=option.metavar, help=option.help)
     p_check.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
                          help=f"worker processes (default 1; 0: one per core; N <= {_MAX_JOBS}); never "
                          "more than the cores, nor than the 4 MB blocks of uncompressed input")
@@ -230,11 +230,9 @@ def _parser() -> argparse.ArgumentParser:
                            help="the record on line N of a JSONL file (element N of a JSON array)")
     p_inspect.add_argument("--field", metavar="PATH", help="the response is under this dotted key of the record")
     p_inspect.add_argument("--format", choices=formats, default="auto", help="response format (default: auto)")
-    p_inspect.add_argument("--top-k", type=_positive, metavar="K", help="also decode top-K heads")
-    p_inspect.add_argument("--num-experts", type=_experts, metavar="N",
-                           help="the model's count of MoE experts (as for check)")
-    p_inspect.add_argument("--routed-experts-shape", type=_shape, metavar="LAYERS,TOPK",
-                           help="the rows of SGLang's routing (as for check)")
+    for option in audited():
+        p_inspect.add_argument(option.flag, type=READERS[option.reader], metavar=option.metavar,
+                               help=option.inspect_help)
     p_inspect.add_argument("--input", choices=["auto", "json", "jsonl"], default="auto",
                            help="how the file holds records (as for check)")
     p_inspect.add_argument("--json", action="store_true", help="print JSON instead of text")

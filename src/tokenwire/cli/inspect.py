@@ -13,7 +13,8 @@ import tokenwire
 
 from ..base import _json
 from ..auditing._capture import InputError, expand_paths, field_path, first_record, json_bytes
-from ..auditing._formats import CLASSES, FieldMissing, ParseOptions, check_record, field_bytes, resolve_field
+from ..auditing._formats import CLASSES, FieldMissing, check_record, field_bytes, resolve_field
+from ..base._options import ParseOptions, from_args
 from ..base._table import KEY
 
 __all__ = ["describe", "main"]
@@ -101,12 +102,11 @@ def _fields(document: dict[str, Any], decoded: dict[str, list[str]], skip: str =
     ]
 
 
-def describe(raw: bytes, *, fmt: str = "auto", top_k: int | None = None,
-             num_experts: int | None = None, routed_experts_shape: tuple[int, int] | None = None) -> dict[str, Any]:
+def describe(raw: bytes, *, fmt: str = "auto", options: ParseOptions = ParseOptions()) -> dict[str, Any]:
     """Everything ``inspect`` shows about one record, as a JSON-ready dict."""
     info: dict[str, Any] = {"bytes": len(raw), "implementation": tokenwire.implementation,
-                            "top_k": top_k}
-    found, defect = check_record(raw, fmt, None, ParseOptions(top_k, num_experts, routed_experts_shape))
+                            "top_k": options.top_k}
+    found, defect = check_record(raw, fmt, None, options)
     info["format"] = found
     info["valid"] = defect is None
     info["defect"] = None if defect is None else {
@@ -119,7 +119,7 @@ def describe(raw: bytes, *, fmt: str = "auto", top_k: int | None = None,
         return info
     parsed = None
     if defect is None and found == "generate":
-        parsed = tokenwire.parse_generate_response(raw, top_k=top_k, num_experts=num_experts)
+        parsed = tokenwire.parse_generate_response(raw, **options.for_format("generate"))
     if not isinstance(document, dict):
         info["document"] = _wire(document)
         return info
@@ -205,8 +205,7 @@ def main(args: Any) -> int:
         except FieldMissing as exc:
             raise InputError(f"{source.name}: {exc}") from None
         raw = field_bytes(value)
-    described = describe(raw, fmt=args.format, top_k=args.top_k, num_experts=args.num_experts,
-                         routed_experts_shape=args.routed_experts_shape)
+    described = describe(raw, fmt=args.format, options=from_args(args))
     info = {"file": source.name, "line": number or None, **described}
     if args.field:
         info["field"] = args.field
