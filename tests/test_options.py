@@ -1,5 +1,6 @@
-"""The parsers' options are described once (``tokenwire.base._options.OPTIONS``): everything
-that spells them by hand is held to the description here, everything else is derived from it."""
+"""The parsers' options and the response formats are each described once
+(``tokenwire.base._options.OPTIONS``, ``tokenwire.read._registry.FORMATS``): everything that
+spells them by hand is held to the description here, everything else is derived from it."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 import tokenwire
 import tokenwire.ray
 from tokenwire import _pycore
+from tokenwire.auditing import _formats
 from tokenwire.base._options import BY_NAME, OPTIONS, ParseOptions, audited, options_of
 from tokenwire.cli import commands
-from tokenwire.batch._batch import PARSERS
+from tokenwire.read._registry import FORMATS
 
 from .conftest import _core
 
@@ -30,18 +32,18 @@ def _stub() -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
 
 
 @pytest.mark.parametrize("impl", PEERS)
-@pytest.mark.parametrize("format", list(PARSERS))
+@pytest.mark.parametrize("format", list(FORMATS))
 def test_each_parser_takes_its_options_in_order_with_their_defaults(impl, format):
-    parser = getattr(impl, PARSERS[format])
+    parser = getattr(impl, FORMATS[format].parser)
     keywords = [p for p in inspect.signature(parser).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    assert [p.name for p in keywords] == options_of(format)
+    assert [p.name for p in keywords] == options_of(format) == FORMATS[format].options
     for p in keywords:
         assert p.default == BY_NAME[p.name].default, p.name
 
 
-@pytest.mark.parametrize("format", list(PARSERS))
+@pytest.mark.parametrize("format", list(FORMATS))
 def test_the_stub_spells_each_parser_option_as_described(format):
-    node = _stub()[PARSERS[format]]
+    node = _stub()[FORMATS[format].parser]
     spelled = [(a.arg, ast.unparse(a.annotation)) for a in node.args.kwonlyargs]
     assert spelled == [(name, BY_NAME[name].annotation) for name in options_of(format)]
 
@@ -84,5 +86,22 @@ def test_each_format_is_given_the_audited_options_it_takes():
 
 def test_every_option_names_registered_formats():
     for option in OPTIONS:
-        assert option.formats is None or set(option.formats) <= set(PARSERS), option.name
+        assert option.formats is None or set(option.formats) <= set(FORMATS), option.name
         assert not option.audited or option.check is not None or option.name == "top_k"
+
+
+def test_the_formats_are_the_registry_everywhere():
+    """The audit's formats, ``parse_many``'s and the command line's ``--format`` are the
+    registry's, in its order (the order ``--format auto`` tries them)."""
+    assert list(_formats.FORMATS) == list(FORMATS)
+    for name, entry in FORMATS.items():
+        assert _formats.FORMATS[name].detect is entry.detect
+        assert callable(getattr(_pycore, entry.parser))
+    parser = commands._parser()
+    check = parser._subparsers._group_actions[0].choices["check"]
+    assert check._option_string_actions["--format"].choices == ["auto", *FORMATS]
+    with pytest.raises(ValueError, match="format must be one of 'generate', 'completions', 'chat', 'sglang'"):
+        tokenwire.parse_many([b"{}"], format="nope")
+    with pytest.raises(TypeError, match=r"unknown option for the sglang parser: payload_root \(it takes "
+                       + ", ".join(options_of("sglang")) + r"\)"):
+        tokenwire.parse_many([b"{}"], format="sglang", payload_root="/tmp")

@@ -3,8 +3,10 @@ classes it reports.
 
 A format knows how to recognize a parsed record (``detect``), how to validate raw bytes
 (``validate``, raising :class:`MalformedResponseError`) and how to sort a rejection into a
-defect class (``classify``). ``FORMATS`` lists them in the order ``--format auto`` tries them;
-a new wire format plugs in by adding a :class:`Format`.
+defect class (``classify``). ``FORMATS`` holds the registry's formats
+(``tokenwire.read._registry``: the name, the parser and the detector of each) in the order
+``--format auto`` tries them, each with its defect classes; a new wire format is an entry of the
+registry.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from ..base._errors import MalformedResponseError, invalid_json, location
 from ..base._options import ParseOptions
 from ..base._table import KEY
 from ..base._types import GenerateResponse
+from ..read import _registry as registry
+from ..read._registry import _OPENAI_OBJECTS
 from ..rules.generate import named
 
 __all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "ParseOptions", "check_record", "detect",
@@ -71,30 +75,6 @@ class Format:
 
 
 # --- the generate format -------------------------------------------------------------------------
-
-_OPENAI_OBJECTS = {
-    "text_completion": "an OpenAI completion",
-    "text.completion": "an OpenAI completion (Together's spelling)",
-    "chat.completion": "an OpenAI chat completion",
-    "chat.completion.chunk": "an OpenAI chat completion chunk",
-}
-
-
-def _detect_generate(document: Any) -> bool:
-    """A vLLM ``/inference/v1/generate`` response: an object with ``choices`` or
-    ``prompt_token_ids`` and no OpenAI ``object`` type."""
-    if not isinstance(document, dict) or named(_OPENAI_OBJECTS, document.get("object")) is not None:
-        return False
-    if KEY.choices not in document:
-        return KEY.prompt_token_ids in document
-    choices = document[KEY.choices]
-    first = choices[0] if isinstance(choices, list) and choices else None
-    return not (isinstance(first, dict) and ("message" in first or "delta" in first))
-
-
-def _validate_generate(raw: bytes, options: ParseOptions) -> object:
-    return _select.parse_generate_response(raw, **options.for_format("generate"))
-
 
 _NATIVE_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprob count \((\d+)\)")
 _SAMPLED_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprobs.sampled count \((\d+)\)")
@@ -232,36 +212,7 @@ def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
     return Defect("other", where, reason)
 
 
-GENERATE = Format(
-    "generate",
-    "vLLM /inference/v1/generate",
-    _detect_generate,
-    _validate_generate,
-    _classify_generate,
-)
-
-
-
 # --- OpenAI-compatible and SGLang formats --------------------------------------------------------
-
-
-def _detect_completions(document: Any) -> bool:
-    return isinstance(document, dict) and document.get("object") in ("text_completion", "text.completion")
-
-
-def _detect_chat(document: Any) -> bool:
-    return isinstance(document, dict) and document.get("object") == "chat.completion"
-
-
-def _is_sglang_item(item: Any) -> bool:
-    return isinstance(item, dict) and KEY.meta_info in item and (KEY.output_ids in item or "text" in item)
-
-
-def _detect_sglang(document: Any) -> bool:
-    """One SGLang ``/generate`` item, or a batch of them."""
-    if isinstance(document, list):
-        return bool(document) and all(_is_sglang_item(item) for item in document)
-    return _is_sglang_item(document)
 
 
 # "completion has 6 token ids but 7 logprobs (+1): ids from token_ids, logprobs from logprobs.tokens"
@@ -307,20 +258,19 @@ def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
     return Defect("other", where, reason)
 
 
-def _openai_format(name: str, description: str, detect: Callable[[Any], bool], parser: str) -> Format:
+def _audited(entry: registry.Format, classify: Callable[[MalformedResponseError, Any], Defect]) -> Format:
     def validate(raw: bytes, options: ParseOptions) -> object:
-        return getattr(_select, parser)(raw, **options.for_format(name))
+        return getattr(_select, entry.parser)(raw, **options.for_format(entry.name))
 
-    return Format(name, description, detect, validate, _classify_openai)
+    return Format(entry.name, entry.description, entry.detect, validate, classify)
 
 
-COMPLETIONS = _openai_format("completions", "OpenAI-compatible /v1/completions", _detect_completions,
-                             "parse_completions_response")
-CHAT = _openai_format("chat", "OpenAI-compatible /v1/chat/completions", _detect_chat,
-                      "parse_chat_completions_response")
-SGLANG = _openai_format("sglang", "SGLang /generate", _detect_sglang, "parse_sglang_generate_response")
-
-FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE, COMPLETIONS, CHAT, SGLANG)}
+# The registry's formats, each with its defect classes: the generate format's, or the
+# OpenAI-compatible family's (every other format).
+_CLASSIFY = {"generate": _classify_generate}
+FORMATS: dict[str, Format] = {name: _audited(entry, _CLASSIFY.get(name, _classify_openai))
+                              for name, entry in registry.FORMATS.items()}
+GENERATE = FORMATS["generate"]
 
 
 # --- one record ----------------------------------------------------------------------------------

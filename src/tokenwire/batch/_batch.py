@@ -20,20 +20,13 @@ from typing import Any
 import numpy as np
 
 from ..read import _select
+from ..read._registry import FORMATS
 from ..base._args import check_input, check_start, check_top_k, int_arg
 from ..base._errors import MalformedResponseError
-from ..base._options import options_of
 from ..base._types import Batch, GenerateChoice, GenerateResponse, Ragged
 
 __all__ = ["aparse_many", "collate", "parse_many"]
 
-# parse_many's formats: the parser of each (the names the audit's formats have).
-PARSERS = {
-    "generate": "parse_generate_response",
-    "completions": "parse_completions_response",
-    "chat": "parse_chat_completions_response",
-    "sglang": "parse_sglang_generate_response",
-}
 ERRORS = ("raise", "collect")
 
 
@@ -53,13 +46,13 @@ def _prepared(raws: Iterable[Any], format: Any, threads: Any, errors: Any,
               options: dict[str, Any]) -> tuple[list[Any], Any, int, bool]:
     """Every argument checked before any parse: the bodies (a private list), the parser with
     its options bound, the thread count, and whether errors are collected."""
-    if not isinstance(format, str) or format not in PARSERS:
-        raise ValueError(f"format must be one of {', '.join(map(repr, PARSERS))}, not {format!r}")
+    if not isinstance(format, str) or format not in FORMATS:  # the registry's formats
+        raise ValueError(f"format must be one of {', '.join(map(repr, FORMATS))}, not {format!r}")
     if not isinstance(errors, str) or errors not in ERRORS:
         raise ValueError(f"errors must be 'raise' or 'collect', not {errors!r}")
     count = available_cores() if threads is None else int_arg(threads, "threads", 1)
-    parser = getattr(_select.impl, PARSERS[format])
-    accepted = options_of(format)  # the parser's keyword options (tests/test_options.py)
+    parser = getattr(_select.impl, FORMATS[format].parser)
+    accepted = FORMATS[format].options
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise TypeError(f"unknown option{'s' * (len(unknown) > 1)} for the {format} parser: {', '.join(unknown)} "

@@ -155,7 +155,7 @@ READERS: dict[str, Callable[[str], Any]] = {"positive": _positive, "experts": _e
 
 def _parser() -> argparse.ArgumentParser:
     from tokenwire.base._options import audited
-    from tokenwire.auditing._formats import FORMATS
+    from tokenwire.read._registry import FORMATS
 
     parser = argparse.ArgumentParser(
         prog="tokenwire", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

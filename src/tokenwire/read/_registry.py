@@ -1,0 +1,87 @@
+"""The response formats, one entry each: the name callers pass (``parse_many(format=...)``,
+``tokenwire.audit``, ``tokenwire check --format``), what it is, the parser that reads it (a
+name of the implementation in use) and its detector, which recognizes a parsed record by its
+keys. The options each format's parser takes are the ones ``_options.OPTIONS`` gives it
+(``options_of``).
+
+Used by ``parse_many`` and ``aparse_many`` (the formats and their parsers), the audit
+(``auditing._formats``: detection in this order, each format's validation and defect classes),
+the command line's ``--format`` and the drop-ins. A new format is one entry here (plus its
+rules, and its name among the options its parser takes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..base._options import options_of
+from ..base._table import KEY
+from ..rules.generate import named
+
+__all__ = ["FORMATS", "Format"]
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    description: str
+    parser: str  # the parser's name in the implementation in use (tokenwire.read._select)
+    detect: Callable[[Any], bool]
+
+    @property
+    def options(self) -> list[str]:
+        """The keyword options its parser takes, in the parser's order."""
+        return options_of(self.name)
+
+
+# --- detectors -----------------------------------------------------------------------------------
+
+_OPENAI_OBJECTS = {
+    "text_completion": "an OpenAI completion",
+    "text.completion": "an OpenAI completion (Together's spelling)",
+    "chat.completion": "an OpenAI chat completion",
+    "chat.completion.chunk": "an OpenAI chat completion chunk",
+}
+
+
+def _detect_generate(document: Any) -> bool:
+    """A vLLM ``/inference/v1/generate`` response: an object with ``choices`` or
+    ``prompt_token_ids`` and no OpenAI ``object`` type."""
+    if not isinstance(document, dict) or named(_OPENAI_OBJECTS, document.get("object")) is not None:
+        return False
+    if KEY.choices not in document:
+        return KEY.prompt_token_ids in document
+    choices = document[KEY.choices]
+    first = choices[0] if isinstance(choices, list) and choices else None
+    return not (isinstance(first, dict) and ("message" in first or "delta" in first))
+
+
+def _detect_completions(document: Any) -> bool:
+    return isinstance(document, dict) and document.get("object") in ("text_completion", "text.completion")
+
+
+def _detect_chat(document: Any) -> bool:
+    return isinstance(document, dict) and document.get("object") == "chat.completion"
+
+
+def _is_sglang_item(item: Any) -> bool:
+    return isinstance(item, dict) and KEY.meta_info in item and (KEY.output_ids in item or "text" in item)
+
+
+def _detect_sglang(document: Any) -> bool:
+    """One SGLang ``/generate`` item, or a batch of them."""
+    if isinstance(document, list):
+        return bool(document) and all(_is_sglang_item(item) for item in document)
+    return _is_sglang_item(document)
+
+
+# --- the registry: in the order --format auto tries them ----------------------------------------
+
+FORMATS: dict[str, Format] = {f.name: f for f in (
+    Format("generate", "vLLM /inference/v1/generate", "parse_generate_response", _detect_generate),
+    Format("completions", "OpenAI-compatible /v1/completions", "parse_completions_response", _detect_completions),
+    Format("chat", "OpenAI-compatible /v1/chat/completions", "parse_chat_completions_response", _detect_chat),
+    Format("sglang", "SGLang /generate", "parse_sglang_generate_response", _detect_sglang),
+)}
