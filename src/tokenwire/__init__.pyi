@@ -4,14 +4,14 @@ from typing import Any
 
 import numpy as np
 
-from ._audit import Verdict as Verdict
-from ._errors import MalformedResponseError as MalformedResponseError
-from ._types import Batch as Batch
-from ._types import GenerateChoice as GenerateChoice
-from ._types import GenerateResponse as GenerateResponse
-from ._types import PayloadSegment as PayloadSegment
-from ._types import Ragged as Ragged
-from ._types import RoutedExperts as RoutedExperts
+from .auditing._audit import Verdict as Verdict
+from .base._errors import MalformedResponseError as MalformedResponseError
+from .base._types import Batch as Batch
+from .base._types import GenerateChoice as GenerateChoice
+from .base._types import GenerateResponse as GenerateResponse
+from .base._types import PayloadSegment as PayloadSegment
+from .base._types import Ragged as Ragged
+from .base._types import RoutedExperts as RoutedExperts
 
 __version__: str
 implementation: str

@@ -3,7 +3,7 @@ from typing import Any
 
 import numpy as np
 
-from ._types import GenerateResponse
+from .base._types import GenerateResponse
 
 def set_memory_cache(limit: int) -> int: ...
 def memory_stats() -> dict[str, int]: ...
