@@ -1,5 +1,6 @@
 """The package's modules import one way: no cycle among them, the bottom layers import nothing
-above them, and only the command line imports the command line.
+above them, each folder imports only its own layer and the layers below it, and only the
+command line imports the command line.
 
 The import graph is read from the source with ``ast``: every ``import`` and ``from ... import``
 of a ``tokenwire`` module, at module level and inside functions (a deferred import is a
@@ -30,7 +31,28 @@ DEFERRED_ALLOWED: dict[tuple[str, str], str] = {
         "GenerateResponse.to_arrow() is the method form of tokenwire.arrow.record_batch, which "
         "builds from the result types; it loads the Arrow layer only when called"
     ),
+    ("tokenwire", "tokenwire.auditing._audit"): (
+        "tokenwire.audit and tokenwire.Verdict are loaded when first asked for (the package's "
+        "__getattr__), so that import tokenwire loads no module of the audit"
+    ),
 }
+
+# The folders of src/tokenwire/ (and its top-level modules) by layer, lowest first: a module
+# imports only modules of its own layer and of the layers below it, save the allowed edges.
+LAYERS: list[list[str]] = [
+    ["tokenwire.base"],  # wire constants, JSON reader, errors, result types, wire table, options
+    ["tokenwire.kernels"],
+    ["tokenwire.extract"],
+    ["tokenwire.rules"],
+    ["tokenwire._core", "tokenwire._pycore"],  # the two peers
+    ["tokenwire.read"],  # the selector, head selection, the format registry
+    ["tokenwire.batch", "tokenwire.write", "tokenwire.arrow", "tokenwire.samples"],
+    ["tokenwire", "tokenwire._docs"],  # the facade
+    ["tokenwire.auditing"],
+    ["tokenwire.ray"],
+    ["tokenwire.compat"],
+    ["tokenwire.cli", "tokenwire.__main__"],
+]
 
 # The bottom layers, lowest first: each imports only modules before it in this list.
 BOTTOM = ["tokenwire.base._wire", "tokenwire.base._json", "tokenwire.base._errors", "tokenwire.base._types"]
@@ -146,6 +168,37 @@ def test_import_tokenwire_loads_no_command_line_module():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env=None)
     assert done.stdout.splitlines() == ["[]", "[]", "unrecognized tokenwire.auditing._audit"]
+
+
+def _layer(module: str) -> int:
+    """The index in LAYERS of a module's folder (or of the module itself)."""
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if module == name or (name != PACKAGE and module.startswith(name + ".")):
+                return i
+    raise AssertionError(f"{module} is in no layer of LAYERS: add its folder")
+
+
+def test_import_tokenwire_loads_no_audit_ray_or_command_line_module():
+    """``import tokenwire`` loads the read path, the batch path and the writer, and nothing of
+    the audit, Ray or the command line until asked."""
+    code = ("import sys, tokenwire\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[:2] in (['tokenwire', 'auditing'], "
+            "['tokenwire', 'ray'], ['tokenwire', 'cli']) or m == 'ray'))\n"
+            "tokenwire.audit\n"
+            "print(sorted(m for m in sys.modules if m.startswith('tokenwire.auditing')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == [
+        "[]", "['tokenwire.auditing', 'tokenwire.auditing._audit', 'tokenwire.auditing._capture', "
+        "'tokenwire.auditing._formats']"]
+
+
+def test_every_module_has_a_layer_and_imports_none_above_it():
+    modules, edges = _graph()
+    for module in modules:
+        _layer(module)
+    upward = sorted((s, t) for s, t in edges if _layer(t) > _layer(s) and (s, t) not in DEFERRED_ALLOWED)
+    assert upward == [], "imports of a higher layer: " + ", ".join(f"{s} -> {t}" for s, t in upward)
 
 
 def test_the_graph_is_read():

@@ -7,7 +7,6 @@ pure-Python reference is (no compiled core, a non-CPython interpreter, or
 
 from __future__ import annotations
 
-from .auditing._audit import Verdict, audit
 from .batch._batch import aparse_many, collate, parse_many
 from ._docs import document
 from .base._errors import MalformedResponseError
@@ -97,6 +96,21 @@ document(
         "parse_sglang_generate_response",
     ],
 )
+
+
+def __getattr__(name: str) -> object:
+    """The audit (``audit``, ``Verdict``), loaded when first asked for: ``import tokenwire``
+    loads no module of the audit."""
+    if name in ("audit", "Verdict"):
+        from .auditing._audit import Verdict, audit
+
+        globals().update(audit=audit, Verdict=Verdict)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "audit", "Verdict"})
 
 
 def simd_paths() -> list[str]:
