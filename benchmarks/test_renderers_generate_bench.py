@@ -30,10 +30,10 @@ import tokenwire
 from tokenwire import samples
 from tokenwire.compat import renderers as compat
 
+from tests.renderers_fakes import FakeClient, FakeRenderer
+
 try:
-    import httpx
     import renderers.client as renderers_client
-    from renderers.base import ParsedResponse, RenderedTokens
 except Exception:  # optional
     renderers_client = None
 
@@ -42,33 +42,6 @@ pytestmark = pytest.mark.skipif(renderers_client is None, reason="renderers is n
 SPEEDUP_WORKLOAD = "compact_8k_top20"
 TARGET = 20.0
 MIN_SPEEDUP = float(os.environ.get("TOKENWIRE_MIN_SPEEDUP", "5"))
-
-
-class FakeRenderer:
-    """Renders a fixed prompt and parses nothing: only the client's own work is timed."""
-
-    supports_tools = True
-
-    def render(self, messages, *, tools=None, add_generation_prompt=False):
-        return RenderedTokens(token_ids=[1, 2, 3])
-
-    def get_stop_token_ids(self):
-        return [99]
-
-    def parse_response(self, completion_ids, *, tools=None, prompt_ids=None):
-        return ParsedResponse(content="")
-
-
-class FakeClient:
-    """AsyncOpenAI's ``post`` returning the response bytes, as an engine would."""
-
-    base_url = "http://engine:8000/v1"
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-
-    async def post(self, path, *, cast_to=dict, body=None, options=None):
-        return httpx.Response(200, content=self.raw)
 
 
 def generate(raw: bytes, top_k: int | None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from tokenwire import MalformedResponseError, samples
 from tokenwire.compat import renderers as compat
 
 from . import run_renderers_suite, strategies
+from .renderers_fakes import FakeClient, FakeRenderer
 
 EXAMPLES = int(os.environ.get("TOKENWIRE_COMPAT_EXAMPLES", "1000"))
 pytestmark = pytest.mark.renderers
@@ -709,39 +710,10 @@ def test_select_sampler_head_matches_renderers(renderers_client, head, sampled_i
 # --- generate() end to end -----------------------------------------------------------------------
 
 
-class _Renderer:
-    supports_tools = True
-
-    def render(self, messages, *, tools=None, add_generation_prompt=False):
-        from renderers.base import RenderedTokens
-
-        return RenderedTokens(token_ids=[1, 2, 3])
-
-    def get_stop_token_ids(self):
-        return [99]
-
-    def parse_response(self, completion_ids, *, tools=None, prompt_ids=None):
-        from renderers.base import ParsedResponse
-
-        return ParsedResponse(content="")
-
-
-class _Client:
-    base_url = "http://engine:8000/v1"
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-
-    async def post(self, path, *, cast_to=dict, body=None, options=None):
-        import httpx
-
-        return httpx.Response(200, content=self.raw)
-
-
 def _generate(client_module: Any, raw: bytes, k: int | None) -> dict[str, Any]:
     params = {"logprobs": k} if k is not None else {}
     return asyncio.run(client_module.generate(
-        client=_Client(raw), renderer=_Renderer(), messages=[{"role": "user", "content": "hi"}],
+        client=FakeClient(raw), renderer=FakeRenderer(), messages=[{"role": "user", "content": "hi"}],
         model="m", sampling_params=params, max_prompt_len=1 << 20,
     ))
 
