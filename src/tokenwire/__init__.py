@@ -22,6 +22,7 @@ from ._select import (
 )
 from ._select import kernels as _kernels
 from ._types import Batch, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
+from ._validate import validate, validate_sglang_meta_info, validate_vllm_output
 from ._writer import (
     Blob,
     dumps_generate_response,
@@ -79,6 +80,9 @@ __all__ = [
     "sglang_generate_request_params",
     "simd_path",
     "simd_paths",
+    "validate",
+    "validate_sglang_meta_info",
+    "validate_vllm_output",
 ]
 
 __version__ = "0.1.0"

@@ -295,6 +295,8 @@ class GenerateChoice:
             ``weight_versions``, SGLang's ``meta_info.weight_versions``): a tuple of
             ``(version, start, end)``, the tokens ``completion_ids[start:end]`` sampled by the
             weights labelled ``version`` (a str), in order, covering every token; else None.
+        prompt_token_ids: the prompt's ids (int64) when ``tokenwire.validate`` (or an engine
+            adapter) was given them; None from the parsers, which keep them on the response.
 
     Example:
         >>> body = (b'{"choices":[{"token_ids":[3],"completion_logprobs":null,"logprobs":'
@@ -322,6 +324,7 @@ class GenerateChoice:
     prompt_top_logprobs: Ragged | None = None
     weight_versions: tuple[tuple[str, int, int], ...] | None = None
     indexer_topk: np.ndarray | None = None
+    prompt_token_ids: np.ndarray | None = None
 
 
 @dataclass(eq=False)
