@@ -231,9 +231,9 @@ async def aparse_many(
     errors: str = ..., **parser_options: Any,
 ) -> list[GenerateResponse | MalformedResponseError]: ...
 def collate(
-    items: Iterable[GenerateResponse | GenerateChoice] | GenerateResponse | GenerateChoice, *, width: int | None = ...,
+    items: Iterable[GenerateResponse | GenerateChoice | MalformedResponseError] | GenerateResponse | GenerateChoice, *, width: int | None = ...,
     pad_id: int = ..., head_width: int | None = ..., prompt_width: int | None = ..., routing_width: int | None = ...,
-    out: Batch | None = ..., threads: int | None = ...,
+    routing: str = ..., out: Batch | None = ..., threads: int | None = ...,
 ) -> Batch: ...
 def validate(
     *, completion_ids: Any, completion_logprobs: Any = ..., completion_top_ids: Any = ...,
