@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from itertools import chain
+from operator import attrgetter
 from typing import Any, NoReturn
 
 import numpy as np
@@ -337,9 +338,21 @@ def validate(
 
 # --- vLLM: RequestOutput / CompletionOutput -----------------------------------------------------
 
+_LOGPROB = attrgetter("logprob")  # vLLM's Logprob.logprob
 # How vLLM's CompletionOutput names the fields (its attributes).
 _VLLM_NAMES = {"compact_logprobs": "logprobs", "completion_logprobs": "logprobs", "logprobs.content": "logprobs",
                "kept_tokens": "sampling_mask"}
+
+
+def _dict_rows(rows: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One ``{token_id: Logprob}`` dict per position as CSR rows (map, chain and attrgetter
+    run in C: each object vLLM built is read once, no object is made per position)."""
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=offsets[1:])
+    total = int(offsets[-1])
+    ids = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=total)
+    values = np.fromiter(map(_LOGPROB, chain.from_iterable(map(dict.values, rows))), dtype=np.float64, count=total)
+    return offsets, ids, values
 
 
 def _vllm_rows(logprobs: Any, n: int, c: _Given) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -363,12 +376,11 @@ def _vllm_rows(logprobs: Any, n: int, c: _Given) -> tuple[np.ndarray, np.ndarray
         flat_ids = flat_ids[: offsets[-1]]
         flat_values = flat_values[: offsets[-1]]
     else:
-        rows = [row or {} for row in logprobs]
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum([len(row) for row in rows], out=offsets[1:])
-        flat_ids = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(offsets[-1]))
-        flat_values = np.fromiter((entry.logprob for row in rows for entry in row.values()), dtype=np.float64,
-                                  count=int(offsets[-1]))
+        rows = list(logprobs)
+        try:
+            offsets, flat_ids, flat_values = _dict_rows(rows)
+        except TypeError:  # a position without a dict (None): no candidates there
+            offsets, flat_ids, flat_values = _dict_rows([dict(row or {}) for row in rows])
     if len(offsets) - 1 != n:
         c.fail(f"vLLM recorded logprobs for {len(offsets) - 1} positions of a completion of {n} tokens", "logprobs")
     if flat_ids.dtype.kind not in "iu" and flat_ids.size:
