@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tokenwire
-from tokenwire import MalformedResponseError
+from tokenwire import MalformedResponseError, samples
 
 
 @pytest.fixture
@@ -320,79 +319,7 @@ def test_torch_not_imported():
 
 
 # --- vLLM: objects built as vllm/outputs.py and vllm/logprobs.py declare them -------------------
-
-
-@dataclass
-class Logprob:  # vllm.logprobs.Logprob
-    logprob: float
-    rank: int | None = None
-    decoded_token: str | None = None
-
-
-@dataclass
-class FlatLogprobs:  # vllm.logprobs.FlatLogprobs (the fields; its Sequence methods are not read)
-    start_indices: list[int] = field(default_factory=list)
-    end_indices: list[int] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    ranks: list[int | None] = field(default_factory=list)
-    decoded_tokens: list[str | None] = field(default_factory=list)
-
-
-@dataclass
-class CompletionOutput:  # vllm.outputs.CompletionOutput
-    index: int
-    text: str
-    token_ids: Any
-    cumulative_logprob: float | None
-    logprobs: Any
-    routed_experts: np.ndarray | None = None
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None
-    lora_request: Any = None
-    kv_transfer_params: dict[str, Any] | None = None
-
-
-class RequestOutput:  # vllm.outputs.RequestOutput
-    def __init__(self, request_id, prompt, prompt_token_ids, prompt_logprobs, outputs, finished, metrics=None,
-                 lora_request=None, encoder_prompt=None, encoder_prompt_token_ids=None, num_cached_tokens=None):
-        self.request_id, self.prompt, self.prompt_token_ids = request_id, prompt, prompt_token_ids
-        self.prompt_logprobs, self.outputs, self.finished = prompt_logprobs, outputs, finished
-        self.metrics, self.lora_request, self.num_cached_tokens = metrics, lora_request, num_cached_tokens
-        self.encoder_prompt, self.encoder_prompt_token_ids = encoder_prompt, encoder_prompt_token_ids
-
-
-def vllm_rows(rng, n, num_logprobs):
-    """What vLLM's logprobs processor records: per position the sampled token first, then the
-    top ``num_logprobs`` (ranks 1..N), as float32 values."""
-    ids, rows = [], []
-    for _ in range(n):
-        top = rng.choice(5000, num_logprobs + 2, replace=False)
-        values = np.sort(np.log(rng.dirichlet(np.ones(num_logprobs + 2))).astype(np.float32))[::-1]
-        pick = int(rng.integers(0, num_logprobs + 2))
-        sampled = int(top[pick])
-        row = [(sampled, float(values[pick]), pick + 1)] + [(int(top[r]), float(values[r]), r + 1)
-                                                             for r in range(num_logprobs)]
-        ids.append(sampled)
-        rows.append(row)
-    return ids, rows
-
-
-def as_dicts(rows):
-    return [{i: Logprob(lp, rank, f"t{i}") for i, lp, rank in row} for row in rows]
-
-
-def as_flat(rows):
-    flat = FlatLogprobs()
-    for row in rows:
-        flat.start_indices.append(len(flat.token_ids))
-        for i, lp, rank in row:
-            flat.token_ids.append(i)
-            flat.logprobs.append(lp)
-            flat.ranks.append(rank)
-            flat.decoded_tokens.append(f"t{i}")
-        flat.end_indices.append(len(flat.token_ids))
-    return flat
+# (tokenwire.samples' VllmCompletionOutput, VllmRequestOutput, VllmFlatLogprobs, VllmLogprob)
 
 
 def compact_body(ids, rows, num_logprobs, prompt):
@@ -404,15 +331,14 @@ def compact_body(ids, rows, num_logprobs, prompt):
                                               "choices": [{"token_ids": ids, "compact_logprobs": field_}]})
 
 
-@pytest.mark.parametrize("form", [as_dicts, as_flat])
+@pytest.mark.parametrize("flat", [False, True])
 @pytest.mark.parametrize("top_k", [None, 2])
-def test_vllm_output_agrees_with_compact_rows(kernels, form, top_k):
-    rng = np.random.default_rng(7)
-    ids, rows = vllm_rows(rng, 40, 5)
-    cumulative = math.fsum(row[0][1] for row in rows)
-    routing = rng.integers(0, 16, (3 + 40 - 1, 4, 2)).astype(np.int16)
-    out = CompletionOutput(0, "text", ids, cumulative, form(rows), routed_experts=routing, finish_reason="stop")
-    request = RequestOutput("r1", "p", [1, 2, 3], None, [out], True)
+def test_vllm_output_agrees_with_compact_rows(kernels, flat, top_k):
+    ids, rows = samples.vllm_rows(40, 5, seed=7)
+    routing = np.random.default_rng(7).integers(0, 16, (3 + 40 - 1, 4, 2)).astype(np.int16)
+    out = samples.vllm_output(40, flat=flat, rows=(ids, rows), routing=routing)
+    out.finish_reason = "stop"
+    request = samples.VllmRequestOutput("r1", "p", [1, 2, 3], None, [out], True)
     response = tokenwire.validate_vllm_output(request, top_k=top_k, num_logprobs=5, num_experts=16)
     choice = response.choices[0]
     parsed = kernels.parse_generate_response(compact_body(ids, rows, 5, [1, 2, 3]), top_k=top_k).choices[0]
@@ -428,14 +354,14 @@ def test_vllm_output_agrees_with_compact_rows(kernels, form, top_k):
     assert alone.completion_logprobs.tolist() == choice.completion_logprobs.tolist()
 
 
-@pytest.mark.parametrize("form", [as_dicts, as_flat])
-def test_vllm_output_faults(kernels, form):
-    rng = np.random.default_rng(3)
-    ids, rows = vllm_rows(rng, 12, 3)
+@pytest.mark.parametrize("flat", [False, True])
+def test_vllm_output_faults(kernels, flat):
+    ids, rows = samples.vllm_rows(12, 3, seed=3)
     cumulative = math.fsum(row[0][1] for row in rows)
 
     def check(rows_, ids_=ids, cumulative_=cumulative, routed=None, **options):
-        out = CompletionOutput(2, "", ids_, cumulative_, form(rows_), routed_experts=routed)
+        out = samples.vllm_output(len(rows_), flat=flat, rows=(ids_, rows_), routing=routed)
+        out.index, out.cumulative_logprob = 2, cumulative_
         return lambda: tokenwire.validate_vllm_output(out, **options)
 
     # the sampled token's logprob missing at position 4 (a loop reading 0.0 there)
@@ -454,7 +380,7 @@ def test_vllm_output_faults(kernels, form):
     routed[5, 0, 1] = 99
     fails(check(rows, routed=routed, num_experts=8, prompt_token_ids=[1, 2, 3]), "routed_experts", 5)
     fails(check(rows, routed=routed[:-1], prompt_token_ids=[1, 2, 3]), "routed_experts", None, "rows")
-    out = CompletionOutput(0, "", ids, None, None)
+    out = samples.VllmCompletionOutput(0, "", ids, None, None)
     fails(lambda: tokenwire.validate_vllm_output(out), "logprobs", None, "SamplingParams")
     assert tokenwire.validate_vllm_output(out, require_logprobs=False).completion_logprobs is None
     with pytest.raises(ValueError, match="num_logprobs"):
