@@ -12,6 +12,7 @@ from ._batch import aparse_many, collate, parse_many
 from ._docs import document
 from ._errors import MalformedResponseError
 from ._heads import select_heads
+from ._rollout import Trajectory, rollout_batch
 from ._select import impl as _impl
 from ._select import (
     implementation,
@@ -51,6 +52,7 @@ __all__ = [
     "PayloadSegment",
     "Ragged",
     "RoutedExperts",
+    "Trajectory",
     "Verdict",
     "__version__",
     "aparse_many",
@@ -76,6 +78,7 @@ __all__ = [
     "parse_generate_response",
     "parse_many",
     "parse_sglang_generate_response",
+    "rollout_batch",
     "select_heads",
     "sglang_generate_request_params",
     "simd_path",

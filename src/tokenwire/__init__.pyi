@@ -12,6 +12,7 @@ from ._types import GenerateResponse as GenerateResponse
 from ._types import PayloadSegment as PayloadSegment
 from ._types import Ragged as Ragged
 from ._types import RoutedExperts as RoutedExperts
+from ._rollout import Trajectory as Trajectory
 
 __version__: str
 implementation: str
@@ -251,3 +252,9 @@ def validate_sglang_meta_info(
     check_usage: bool = ..., num_experts: int | None = ..., routed_experts_shape: tuple[int, int] | None = ...,
     routed_experts_start_len: int = ..., index: int = ...,
 ) -> GenerateChoice: ...
+def rollout_batch(
+    trajectories: Iterable[Trajectory], *, width: int | None = ..., pad_id: int = ..., head_width: int | None = ...,
+    prompt_width: int | None = ..., routing_width: int | None = ..., routing: str = ..., out: Batch | None = ...,
+    threads: int | None = ...,
+) -> Batch: ...
+

@@ -500,6 +500,14 @@ def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any, layout: str 
     return fields
 
 
+def _prompt_of(row: _Row) -> np.ndarray | None:
+    """A row's prompt ids: its response's, else its choice's own (``validate``'s, a
+    trajectory's), else None."""
+    if row.response is not None and row.response.prompt_token_ids is not None:
+        return row.response.prompt_token_ids
+    return row.choice.prompt_token_ids
+
+
 def _routing_offset(row: _Row) -> int | None:
     """The routing row of a choice's first completion token (token ``t``'s is this plus
     ``t``), or None when it is not known. Rows cover sequence positions from the routing's
@@ -509,7 +517,7 @@ def _routing_offset(row: _Row) -> int | None:
     choice, response = row.choice, row.response
     if response is not None and response.prompt_routed_experts is not None:
         return 0
-    prompt = choice.prompt_token_ids if response is None else response.prompt_token_ids
+    prompt = _prompt_of(row)
     if prompt is None:
         return None
     start = choice.routed_experts.start if choice.routed_experts is not None else None
@@ -541,7 +549,7 @@ _NO_ROUTING = np.zeros(0, dtype=np.uint8)
 
 
 def _prompts(blocks: _Blocks, rows: list[_Row], prompt_width: Any, pad_id: int) -> dict[str, Any]:
-    prompts = [None if row.response is None else row.response.prompt_token_ids for row in rows]
+    prompts = [_prompt_of(row) for row in rows]
     if all(p is None for p in prompts):
         return {}
     owned: dict[int, np.ndarray] = {}  # one array per response, not per choice

@@ -421,12 +421,16 @@ class Batch:
         routed_experts_start: int64 ``(B,)``: each routing's ``start``, -1 where the
             response gave none (the ``.npy`` form) or the choice has no routing.
         routed_experts_present: bool ``(B,)``: the choice has routing.
-        prompt_token_ids: int64 ``(B, P)``: the choice's response's prompt, ``pad_id`` after it.
+        prompt_token_ids: int64 ``(B, P)``: the choice's response's prompt (a bare choice's
+            own ``prompt_token_ids``, as ``validate`` and a trajectory give them), ``pad_id`` after it.
         prompt_lengths: int64 ``(B,)``.
         prompt_present: bool ``(B,)``: the prompt ids are known (a response that carries them).
         response: int64 ``(B,)``: the position in ``collate``'s input the row comes from
             (errors ``parse_many(errors="collect")`` left in the input counted).
         skipped: int64: the positions of the errors ``collate`` skipped in its input.
+        loss_mask: bool ``(B, T)``: the tokens the model sampled, from ``tokenwire.rollout_batch``
+            (a multi-turn rollout's tool and environment tokens are False); None from ``collate``,
+            where every completion token is the model's (``mask``).
         choice: int64 ``(B,)``: the choice's ``index``.
         finish_reason: each choice's ``finish_reason``, as sent.
         format: the responses' format (None when unknown).
@@ -467,6 +471,7 @@ class Batch:
     completion_routed_experts: np.ndarray | None = None
     completion_routed_present: np.ndarray | None = None
     skipped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    loss_mask: np.ndarray | None = None
     finish_reason: list[Any] = field(default_factory=list)
     format: str | None = None
     top_k: int | None = None
@@ -522,7 +527,7 @@ _BATCH_ARRAYS = (
     "sampling_mask", "sampling_mask_present", "routed_experts", "routed_experts_lengths",
     "routed_experts_start", "routed_experts_present", "prompt_token_ids", "prompt_lengths",
     "prompt_present", "response", "choice", "completion_top_truncated", "completion_routed_experts",
-    "completion_routed_present", "skipped",
+    "completion_routed_present", "skipped", "loss_mask",
 )
 
 

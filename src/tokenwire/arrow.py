@@ -245,6 +245,7 @@ _BATCH_COLUMNS = (
     ("sampling_mask_present", None), ("routed_experts", "routed_experts_present"), ("routed_experts_lengths", None),
     ("routed_experts_start", None), ("completion_routed_experts", "routed_experts_present"),
     ("completion_routed_present", None), ("prompt_token_ids", "prompt_present"), ("prompt_lengths", None),
+    ("loss_mask", None),
 )
 
 
