@@ -152,6 +152,9 @@ def test_contradictions_are_refused(kernels):
             "routed_experts", 4, "(layers, topk)")
     t.append(turn([9, 10], prompt=prompt, routed=routing(3, 2), start=4))
     assert t.routing_end == 7 and t.routed_experts.array[:, 0, 0].tolist() == [1, 1, 1, 1, 2, 2, 2]
+    wider = np.full((2, 2, 2), 300, dtype=np.int16)  # a uint8 trajectory meets int16 rows: it widens
+    t.append(turn([11], prompt=[*prompt, 9, 10, 41], routed=wider, start=7))
+    assert t.routed_experts.array.dtype == np.int16 and t.routed_experts.array[:, 0, 0].tolist()[-3:] == [2, 300, 300]
     with pytest.raises(ValueError, match="no logprobs"):
         t.append(tokenwire.validate(completion_ids=[3], require_logprobs=False))
     with pytest.raises(ValueError, match="one choice"):

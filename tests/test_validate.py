@@ -288,6 +288,17 @@ def test_arguments_checked(kernels):
         tokenwire.validate([1], [-1.0])  # keywords only
 
 
+def test_the_result_owns_its_arrays(kernels):
+    """What validate returns is its own: the caller writing its arrays afterwards (or another
+    thread, meanwhile) changes nothing checked."""
+    ids, lps, routing = np.array([5, 6, 7]), np.array([-0.5, -1.0, -0.25], np.float32), np.zeros((4, 2, 2), np.uint8)
+    choice = tokenwire.validate(completion_ids=ids, completion_logprobs=lps, routed_experts=routing,
+                                prompt_token_ids=np.array([1, 2]), num_experts=4)
+    ids[:], lps[:], routing[:] = -1, np.nan, 99
+    assert choice.completion_ids.tolist() == [5, 6, 7] and choice.completion_logprobs.tolist() == [-0.5, -1.0, -0.25]
+    assert not choice.routed_experts.array.any()
+
+
 def test_docstring_example(kernels):
     import doctest
 

@@ -221,6 +221,9 @@ class Trajectory:
             if self._routing is None:
                 self._routing = _Growing(rows.dtype, rows.shape[1:])
                 self.routing_start = start
+            wide = np.result_type(self._routing.data.dtype, rows.dtype)
+            if wide != self._routing.data.dtype:  # a turn of a wider dtype: every row held widens
+                self._routing.data = self._routing.data.astype(wide)
             self._routing.extend(rows)
         self.turns += 1
 

@@ -89,16 +89,17 @@ def _ids(value: Any, name: str) -> tuple[np.ndarray, int, int | None]:
         return read
     if isinstance(value, (tuple, range)) or type(value).__name__ == "array":  # array.array
         return _ids(list(value), name)
-    array = np.asarray(value)
+    # A private copy first: the range kernel (without the GIL) and the result read it, so
+    # another thread writing the caller's array cannot change a checked id.
+    array = np.array(value, order="C")
     if array.ndim != 1:
         raise ValueError(f"{name} must be 1-D, not {array.ndim}-D")
     if array.dtype.kind not in "iu" and array.size:
         raise TypeError(f"{name} must hold integers, not {array.dtype}")
-    array = np.ascontiguousarray(array)  # one read: the checks and the copy agree
     bad = _select.kernels.first_out_of_range(array, MAX_TOKEN_ID + 1) if array.size else -1
     if bad >= 0:
         return array[:bad].astype(np.int64), len(array), bad
-    return array.astype(np.int64), len(array), None
+    return array.astype(np.int64, copy=False), len(array), None
 
 
 def _floats(value: Any, name: str) -> np.ndarray:
@@ -218,7 +219,7 @@ def _check_choice(c: _Given, *, ids: tuple[np.ndarray, int, int | None], logprob
         c.sampling_mask_ids = c.sampling_mask_counts = None
     routing = None
     if routed_experts is not None:
-        routing = np.asarray(_array(routed_experts))
+        routing = np.array(_array(routed_experts), order="C")  # private: the result keeps it
         if routing.dtype.kind not in "iu":
             raise TypeError(f"routed_experts must hold integers, not {routing.dtype}")
         if routing.dtype.name not in ("uint8", "uint16", "int16", "int32"):
@@ -511,7 +512,7 @@ def validate_sglang_meta_info(meta_info: Any, *, output_ids: Any = None, top_k: 
     c = LazyEvidence(index, item, SGLANG, k, kernels=_select.kernels)
     routed = meta.get(KEY.routed_experts)
     if routed is not None and not isinstance(routed, str):
-        array = np.asarray(_array(routed))
+        array = np.asarray(_array(routed))  # int_array below reads a private copy
         if array.dtype.kind not in "iu":
             raise TypeError(f"meta_info.routed_experts must hold integers, not {array.dtype}")
         c.routed_experts = _bytes(int_array(array, "meta_info.routed_experts", "<i4", -2**31, 2**31 - 1,
