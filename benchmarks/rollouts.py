@@ -108,7 +108,7 @@ def child(args: argparse.Namespace) -> dict[str, float]:
         pauses.append(time.perf_counter() - start)
     tokens = args.trajectories * (args.tokens // args.turns) * args.turns
     assert len(held) == args.trajectories
-    return {"bytes_per_token": (after - before) / tokens, "gc_ms": 1e3 * statistics.median(pauses),
+    return {"bytes_per_token": (after - before) / max(tokens, 1), "gc_ms": 1e3 * statistics.median(pauses),
             "build_s": built, "rss_mib": (after - before) / 2**20, "objects": len(gc.get_objects())}
 
 

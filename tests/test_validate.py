@@ -241,6 +241,9 @@ def test_each_rule_located(kernels):
           "routed_experts", 0)
     fails(lambda: v(completion_ids=ids, completion_logprobs=lps, routed_experts=np.zeros((4, 2), np.int32)),
           "routed_experts", None)
+    held = tokenwire.RoutedExperts(routing, start=1)  # a RoutedExperts brings its start
+    assert v(completion_ids=ids, completion_logprobs=lps, routed_experts=held, prompt_token_ids=[1, 2, 3]
+             ).routed_experts.start == 1
     fails(lambda: v(completion_ids=ids, completion_logprobs=lps, prompt_token_ids=[1, -2]), "prompt_token_ids", 1)
     fails(lambda: v(completion_ids=ids, completion_logprobs=lps, weight_versions=[("v", 0, 2)]), "weight_versions")
     # heads: candidates' ids and values, the count, too few, the sampled value disagreeing

@@ -24,7 +24,7 @@ from . import _select
 from ._args import INT64_MAX, check_num_experts, check_top_k, int_arg, int_array, real_array
 from ._errors import MalformedResponseError
 from ._table import KEY, SGLANG
-from ._types import GenerateChoice, GenerateResponse, Ragged
+from ._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
 from ._wire import COMPACT_FORMAT, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 from .extract.python import Evidence, LazyEvidence, Read
 from .kernels.python import Candidates, NativeEntries
@@ -284,7 +284,8 @@ def validate(
         top_k: the head width asked for (needs the candidates).
         sampling_mask: each token's kept set (int rows as above); an empty row is a token
             without a recorded set. With ``top_k`` the head is exactly the set.
-        routed_experts: MoE routing rows ``(rows, layers, topk)`` of integers, every expert id
+        routed_experts: MoE routing rows ``(rows, layers, topk)`` of integers (or a
+            :class:`RoutedExperts`, its ``start`` with them), every expert id
             not negative and below ``num_experts`` when given; with ``prompt_token_ids``, one
             row per prompt and completion token but the last, from ``routed_experts_start``.
         routed_experts_start: the position of the first routing row (delta replay; SGLang's
@@ -317,6 +318,9 @@ def validate(
     k = check_top_k(top_k)
     experts = check_num_experts(num_experts)
     index = int_arg(index, "index", 0)
+    if isinstance(routed_experts, RoutedExperts):  # a parsed choice's: its rows and start
+        routed_experts, routed_experts_start = routed_experts.array, (
+            routed_experts.start if routed_experts_start is None else routed_experts_start)
     start = None if routed_experts_start is None else int_arg(routed_experts_start, "routed_experts_start", 0)
     if (completion_top_ids is None) != (completion_top_logprobs is None):
         raise ValueError("completion_top_ids and completion_top_logprobs go together")
@@ -412,7 +416,7 @@ def _vllm_choice(output: Any, prompt: np.ndarray | None, k: int | None, num_logp
                            finish_reason=getattr(output, "finish_reason", None))
     cumulative = getattr(output, "cumulative_logprob", None)
     if cumulative is not None and choice.completion_logprobs is not None:
-        total = math.fsum(choice.completion_logprobs.astype(np.float64).tolist())
+        total = float(np.sum(choice.completion_logprobs, dtype=np.float64))  # pairwise: far inside the tolerance
         if not (isinstance(cumulative, (int, float)) and math.isclose(total, cumulative, rel_tol=1e-6,
                                                                         abs_tol=1e-3)):
             c.fail(f"cumulative_logprob ({cumulative!r}) is not the sum of the sampled tokens' logprobs ({total!r})",
