@@ -768,6 +768,11 @@ def test_routing_aligned_to_completion_tokens(batch_impl):
     assert not batch.completion_routed_present[4].any()  # no prompt: the rows cannot be placed
     tokens = tokenwire.collate(choices, routing="tokens")
     assert tokens.routed_experts is None and tokens.completion_routed_experts is not None
+    # A fill the routing's dtype holds keeps it: uint8 stays one byte an entry.
+    compact = tokenwire.collate(choices, routing="both", routing_fill=255, width=7)
+    assert compact.routed_experts.dtype == compact.completion_routed_experts.dtype == np.uint8
+    np.testing.assert_array_equal(compact.completion_routed_present, batch.completion_routed_present[:4])
+    assert (compact.completion_routed_experts[~compact.completion_routed_present] == 255).all()
     with pytest.raises(ValueError, match="routing must be one of"):
         tokenwire.collate(choices, routing="aligned")
     # vLLM 0.21's split form: the choice's rows are its completion's, the prompt's apart

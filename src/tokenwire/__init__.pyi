@@ -234,7 +234,7 @@ async def aparse_many(
 def collate(
     items: Iterable[GenerateResponse | GenerateChoice | MalformedResponseError] | GenerateResponse | GenerateChoice, *, width: int | None = ...,
     pad_id: int = ..., head_width: int | None = ..., prompt_width: int | None = ..., routing_width: int | None = ...,
-    routing: str = ..., out: Batch | None = ..., threads: int | None = ...,
+    routing: str = ..., routing_fill: int = ..., out: Batch | None = ..., threads: int | None = ...,
 ) -> Batch: ...
 def validate(
     *, completion_ids: Any, completion_logprobs: Any = ..., completion_top_ids: Any = ...,
@@ -254,7 +254,7 @@ def validate_sglang_meta_info(
 ) -> GenerateChoice: ...
 def rollout_batch(
     trajectories: Iterable[Trajectory], *, width: int | None = ..., pad_id: int = ..., head_width: int | None = ...,
-    prompt_width: int | None = ..., routing_width: int | None = ..., routing: str = ..., out: Batch | None = ...,
-    threads: int | None = ...,
+    prompt_width: int | None = ..., routing_width: int | None = ..., routing: str = ..., routing_fill: int = ...,
+    out: Batch | None = ..., threads: int | None = ...,
 ) -> Batch: ...
 

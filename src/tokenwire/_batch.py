@@ -466,7 +466,7 @@ ROUTING_FILL = -1
 
 
 def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any, layout: str = "rows",
-             counts: list[int] | None = None, tokens: int = 0) -> dict[str, Any]:
+             counts: list[int] | None = None, tokens: int = 0, fill: int = ROUTING_FILL) -> dict[str, Any]:
     routed = [row.choice.routed_experts for row in rows]
     arrays = [None if r is None else np.asarray(r.array) for r in routed]
     present = [a for a in arrays if a is not None]
@@ -479,8 +479,8 @@ def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any, layout: str 
     if len(shapes) > 1:
         raise ValueError(f"routed_experts of different (layers, topk) in one batch: {sorted(shapes)}")
     layers, topk = shapes.pop()
-    # A signed dtype that holds every id and the fill: uint8 routing widens to int16, uint16 to int32.
-    dtype = np.result_type(*{a.dtype for a in present}, np.int8)
+    # A dtype that holds every id and the fill: with -1, uint8 routing widens to int16, uint16 to int32.
+    dtype = np.result_type(*{a.dtype for a in present}, np.min_scalar_type(fill))
     row_counts = [0 if a is None else a.shape[0] for a in arrays]
     starts = [-1 if r is None or r.start is None else int(r.start) for r in routed]
     fields: dict[str, Any] = {"routed_experts_lengths": np.array(row_counts, dtype=np.int64),
@@ -493,10 +493,10 @@ def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any, layout: str 
         flat = [_NO_ROUTING.astype(dtype) if a is None else np.ascontiguousarray(a, dtype=dtype).reshape(-1)
                 for a in arrays]
         out = blocks.empty("routed_experts", (len(rows), width, layers, topk), dtype)
-        blocks.fill(flat, out.reshape(len(rows), width * layers * topk), ROUTING_FILL)
+        blocks.fill(flat, out.reshape(len(rows), width * layers * topk), fill)
         fields["routed_experts"] = out
     if layout != "rows":
-        fields.update(_token_routing(blocks, rows, arrays, counts or [], tokens, (layers, topk), dtype))
+        fields.update(_token_routing(blocks, rows, arrays, counts or [], tokens, (layers, topk), dtype, fill))
     return fields
 
 
@@ -525,12 +525,12 @@ def _routing_offset(row: _Row) -> int | None:
 
 
 def _token_routing(blocks: _Blocks, rows: list[_Row], arrays: list[np.ndarray | None], counts: list[int],
-                   tokens: int, entry: tuple[int, int], dtype: Any) -> dict[str, Any]:
+                   tokens: int, entry: tuple[int, int], dtype: Any, fill: int) -> dict[str, Any]:
     """The routing of each completion token: ``(B, T, layers, topk)``, token ``t`` of choice
     ``b`` at its row ``offset + t``; -1 where there is none (the last token, which is never
     forwarded, tokens before ``start``, choices whose prompt length is unknown)."""
     out = blocks.empty("completion_routed_experts", (len(rows), tokens, *entry), dtype)
-    out.fill(ROUTING_FILL)
+    out.fill(fill)
     present = blocks.empty("completion_routed_present", (len(rows), tokens), np.bool_)
     present.fill(False)
     for b, (row, array) in enumerate(zip(rows, arrays)):
@@ -571,7 +571,8 @@ def _prompts(blocks: _Blocks, rows: list[_Row], prompt_width: Any, pad_id: int) 
 
 def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, pad_id: int = 0,
             head_width: int | None = None, prompt_width: int | None = None,
-            routing_width: int | None = None, routing: str = "rows", out: Batch | None = None,
+            routing_width: int | None = None, routing: str = "rows", routing_fill: int = ROUTING_FILL,
+            out: Batch | None = None,
             threads: int | None = None) -> Batch:
     """Every choice of ``items`` (parsed responses, their choices in order, or choices) as one
     row of padded arrays: a :class:`Batch`.
@@ -595,7 +596,12 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
         routing: ``"rows"`` (the routing rows as sent: ``routed_experts``), ``"tokens"``
             (aligned to the completion tokens: ``completion_routed_experts``, row ``t`` the
             routing of completion token ``t``, with ``completion_routed_present``) or
-            ``"both"``. Either way the fill is -1, never an expert id.
+            ``"both"``.
+        routing_fill: the routing past each choice's rows (and on tokens without one): -1 by
+            default, never an expert id, in a signed dtype (uint8 routing becomes int16,
+            uint16 int32). A value the routing's dtype holds keeps it (``routing_fill=255``
+            keeps uint8 routing at one byte an entry); it must then be no expert id of the
+            model (at least its ``num_experts``).
         out: a Batch an earlier call returned, whose arrays are written again where one has
             the shape and dtype wanted (fixed widths give every step the same shapes): no new
             memory to fault in. Those arrays, and the tensors ``to_torch`` made of them, then
@@ -627,6 +633,7 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
     if out is not None and not isinstance(out, Batch):
         raise TypeError(f"out must be a Batch, not {type(out).__name__}")
     blocks = _Blocks(_select.kernels, out, available_cores() if threads is None else int_arg(threads, "threads", 1))
+    routing_fill = int_arg(routing_fill, "routing_fill", -(2**31), 2**31 - 1)
     if routing not in _ROUTING_LAYOUTS:
         raise ValueError(f"routing must be one of {', '.join(map(repr, _ROUTING_LAYOUTS))}, not {routing!r}")
     rows, skipped = _rows(items)
@@ -653,7 +660,7 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
         fields["logprobs_present"] = _flags(logprobs)
     fields.update(_heads(blocks, rows, counts, tokens, top_k, head_width, pad_id))
     fields.update(_sampling_mask(blocks, rows, counts, tokens))
-    fields.update(_routing(blocks, rows, routing_width, routing, counts, tokens))
+    fields.update(_routing(blocks, rows, routing_width, routing, counts, tokens, routing_fill))
     fields.update(_prompts(blocks, rows, prompt_width, pad_id))
     return Batch(
         **fields,
