@@ -490,10 +490,16 @@ def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any, layout: str 
         longest = max(row_counts)
         width = _width("routing_width", routing_width, longest, "routing rows",
                        lambda: f"choice {row_counts.index(longest)}'s routing")
-        flat = [_NO_ROUTING.astype(dtype) if a is None else np.ascontiguousarray(a, dtype=dtype).reshape(-1)
-                for a in arrays]
         out = blocks.empty("routed_experts", (len(rows), width, layers, topk), dtype)
-        blocks.fill(flat, out.reshape(len(rows), width * layers * topk), fill)
+        if all(a is None or a.dtype == dtype for a in arrays):
+            flat = [_NO_ROUTING.astype(dtype) if a is None else np.ascontiguousarray(a).reshape(-1) for a in arrays]
+            blocks.fill(flat, out.reshape(len(rows), width * layers * topk), fill)
+        else:  # widened for the fill: numpy casts each choice's rows into the block, no copy between
+            for b, a in enumerate(arrays):
+                count = 0 if a is None else a.shape[0]
+                if count:
+                    out[b, :count] = a
+                out[b, count:] = fill
         fields["routed_experts"] = out
     if layout != "rows":
         fields.update(_token_routing(blocks, rows, arrays, counts or [], tokens, (layers, topk), dtype, fill))
