@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> None:
             collate_seconds = time.perf_counter() - start
             tokens = sum(len(c.completion_ids) for c in mine[0].response.choices)
             shapes = " ".join(f"{key}{list(batch[key].shape)}" for key in ("completion_ids", "completion_top_ids",
-                                                                            "routed_experts") if key in batch)
+                                                                            "routed_experts")
+                              if batch.get(key) is not None)  # to_torch keys every field, None if absent
             print(
                 f"{name:18} {tokens:6d} tokens  {len(mine[0].content) / 1e6:6.2f} MB body  "
                 f"{mine[0].wire_bytes / 1e6:6.2f} MB wire  "

@@ -82,13 +82,16 @@ def by_hand(items: list[Any], width: int | None = None, pad_id: int = 0, head_wi
                  [list(zip(c.completion_top_ids[t].tolist(), c.completion_top_logprobs[t].tolist()))
                   for t in range(len(c.completion_ids))] for _, _, c in rows]
         widest = max((len(h) for rows_ in heads for h in rows_), default=0)
-        K = head_width if head_width is not None else max(widest, top_k or 0)
+        K = head_width if head_width is not None else widest if top_k is None else top_k
         out["completion_top_ids"] = np.full((B, T, K), pad_id, dtype=np.int64)
         out["completion_top_logprobs"] = np.full((B, T, K), -np.inf, dtype=np.float32)
         out["completion_top_lengths"] = np.zeros((B, T), dtype=np.int64)
+        out["completion_top_truncated"] = np.zeros((B, T), dtype=bool)
         out["heads_present"] = np.array([c.completion_top_ids is not None for _, _, c in rows])
         for b, choice_heads in enumerate(heads):
             for t, head in enumerate(choice_heads):
+                out["completion_top_truncated"][b, t] = len(head) > K
+                head = head[:K]  # the K best: heads come ranked
                 out["completion_top_lengths"][b, t] = len(head)
                 for j, (i, lp) in enumerate(head):
                     out["completion_top_ids"][b, t, j] = i
@@ -108,8 +111,8 @@ def by_hand(items: list[Any], width: int | None = None, pad_id: int = 0, head_wi
     if any(r is not None for r in routed):
         present = [r.array for r in routed if r is not None]
         R = max(a.shape[0] for a in present)
-        dtype = np.result_type(*{a.dtype for a in present})
-        out["routed_experts"] = np.zeros((B, R, *present[0].shape[1:]), dtype=dtype)
+        dtype = np.result_type(*{a.dtype for a in present}, np.int8)  # signed, for the fill
+        out["routed_experts"] = np.full((B, R, *present[0].shape[1:]), -1, dtype=dtype)
         for b, r in enumerate(routed):
             for row in range(0 if r is None else r.array.shape[0]):
                 out["routed_experts"][b, row] = r.array[row]
@@ -131,7 +134,8 @@ def by_hand(items: list[Any], width: int | None = None, pad_id: int = 0, head_wi
 
 
 FIELDS = ("completion_ids", "lengths", "mask", "completion_logprobs", "logprobs_present", "completion_top_ids",
-          "completion_top_logprobs", "completion_top_lengths", "heads_present", "sampling_mask_present",
+          "completion_top_logprobs", "completion_top_lengths", "completion_top_truncated", "heads_present",
+          "sampling_mask_present",
           "routed_experts", "routed_experts_lengths", "routed_experts_start", "routed_experts_present",
           "prompt_token_ids", "prompt_lengths", "prompt_present", "response", "choice")
 
@@ -272,7 +276,11 @@ def test_sample_workloads_collate_by_hand(batch_impl):
     responses = [batch_impl.parse_generate_response(raw, top_k=4) for raw in raws]
     batch = tokenwire.collate(responses)
     assert_collated(batch, by_hand(responses, top_k=4))
-    assert batch.completion_top_ids.shape[2] > 4  # a recorded support is wider than top_k
+    # A recorded support wider than top_k keeps its 4 best, flagged: K is top_k whatever the data.
+    assert batch.completion_top_ids.shape[2] == 4 and batch.completion_top_truncated.any()
+    wide = tokenwire.collate(responses, head_width=64)
+    assert wide.completion_top_ids.shape[2] == 64 and not wide.completion_top_truncated.any()
+    np.testing.assert_array_equal(wide.completion_top_ids[:, :, :4], batch.completion_top_ids)
     moe = batch_impl.parse_generate_response(samples.moe_response(64, 16, seed=2))
     batch = tokenwire.collate([moe, moe.choices[0]], pad_id=-1)
     assert_collated(batch, by_hand([moe, moe.choices[0]], pad_id=-1))
@@ -315,8 +323,9 @@ def test_widths_shorter_than_the_rows_are_refused(batch_impl):
     responses = tokenwire.parse_many([_heads_body(3), _heads_body(5)], top_k=4)
     with pytest.raises(ValueError, match=r"choice 1 has 5 tokens, more than width=4 \(nothing is cut\)"):
         tokenwire.collate(responses, width=4)
-    with pytest.raises(ValueError, match=r"choice \d's head at token \d has 4 entries, more than head_width=3"):
-        tokenwire.collate(responses, head_width=3)
+    narrow = tokenwire.collate(responses, head_width=3)  # heads are cut to their 3 best, and say so
+    assert narrow.completion_top_ids.shape == (2, 5, 3) and narrow.completion_top_lengths.max() == 3
+    assert narrow.completion_top_truncated.tolist() == (tokenwire.collate(responses).completion_top_lengths > 3).tolist()
     with pytest.raises(ValueError, match=r"choice 0's prompt has 2 prompt ids, more than prompt_width=1"):
         tokenwire.collate(responses, prompt_width=1)
     assert tokenwire.collate(responses, head_width=6).completion_top_ids.shape == (2, 5, 6)
@@ -384,9 +393,16 @@ def test_to_torch_shares_the_arrays():
     batch = tokenwire.collate(tokenwire.parse_many([samples.sample("multi_choice")], top_k=4))
     tensors = batch.to_torch()
     arrays = batch.arrays()
-    assert set(tensors) == set(arrays) and "sampling_mask_values" in tensors
+    assert set(arrays) <= set(tensors) and "sampling_mask_values" in tensors
+    # Every field is a key, None where the batch lacks it: the same keys for every batch.
+    assert tensors["routed_experts"] is None and tensors["completion_routed_experts"] is None
+    routed = tokenwire.collate([tokenwire.parse_generate_response(samples.moe_response(8, 4))]).to_torch()
+    assert set(routed) == set(tensors) and routed["completion_top_ids"] is None
     for name, tensor in tensors.items():
-        assert tensor.data_ptr() == arrays[name].ctypes.data, name
+        if name not in arrays:
+            assert tensor is None, name
+            continue
+        assert tensor.data_ptr() == arrays[name].ctypes.data or not arrays[name].size, name
         assert tuple(tensor.shape) == arrays[name].shape
     assert tensors["completion_top_logprobs"].dtype == torch.float32 and tensors["mask"].dtype == torch.bool
     if not torch.cuda.is_available():
@@ -700,3 +716,68 @@ def test_out_reuses_the_arrays_of_an_earlier_batch(batch_impl):
     assert not any(previous.get(name) is array for name, array in other.arrays().items())
     with pytest.raises(TypeError, match="out must be a Batch"):
         tokenwire.collate(second, out=batch.arrays())
+
+
+# --- rows kept straight: errors skipped, routing aligned to the tokens -----------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(["good", "two", "bad", "empty"]), max_size=12))
+def test_collate_of_collected_errors_keeps_body_indexes(batch_impl, kinds):
+    """parse_many(errors="collect") output goes to collate as it is: each row's response is the
+    index of its body in the input, the errors' indexes are on the batch."""
+    bodies = {"good": BODY, "two": samples.sample("multi_choice"),
+              "bad": b'{"choices":[{"token_ids":[5,-1],"logprobs":{"sampled":[-0.5,-1.0]}}]}', "empty": b"{}"}
+    parsed = tokenwire.parse_many([bodies[k] for k in kinds], errors="collect", threads=2)
+    batch = tokenwire.collate(parsed)
+    good = [i for i, k in enumerate(kinds) if k in ("good", "two")]
+    want = [i for i in good for _ in range(4 if kinds[i] == "two" else 1)]
+    assert batch.response.tolist() == want
+    assert batch.skipped.tolist() == [i for i, k in enumerate(kinds) if k in ("bad", "empty")]
+    for b, i in enumerate(want):  # each row holds its own body's tokens
+        first = parsed[i].choices[batch.choice[b]].completion_ids
+        assert batch.completion_ids[b, : len(first)].tolist() == first.tolist()
+    assert tokenwire.collate([r for r in parsed if not isinstance(r, MalformedResponseError)]).skipped.tolist() == []
+
+
+def test_routing_aligned_to_completion_tokens(batch_impl):
+    """Completion token t's routing is row prompt + t - start; the last token has none; the
+    fill is -1, which no expert id is (a uint8 id can be 255)."""
+    rng = np.random.default_rng(4)
+    choices = []
+    for n, prompt, start in ((5, 3, 0), (4, 6, 2), (6, 2, 5), (3, 4, None)):
+        rows = prompt + n - 1 - (start or 0)
+        routing = rng.integers(0, 256, (rows, 2, 3)).astype(np.uint8)
+        routing[0, 0, 0] = 255
+        choices.append(tokenwire.validate(completion_ids=rng.integers(0, 50, n), completion_logprobs=np.zeros(n) - 1,
+                                          routed_experts=routing, routed_experts_start=start,
+                                          prompt_token_ids=rng.integers(0, 50, prompt)))
+    bare = GenerateChoice(0, np.arange(4), None, routed_experts=tokenwire.RoutedExperts(np.zeros((3, 2, 3), np.uint8), 0))
+    batch = tokenwire.collate([*choices, bare], routing="both", width=7)
+    assert batch.routed_experts.dtype == np.int16 and (batch.routed_experts[0, 7:] == -1).all()
+    assert batch.completion_routed_experts.shape == (5, 7, 2, 3)
+    for b, c in enumerate(choices):
+        n, offset = len(c.completion_ids), len(c.prompt_token_ids) - (c.routed_experts.start or 0)
+        for t in range(7):
+            row = offset + t
+            has = t < n and 0 <= row < len(c.routed_experts.array)
+            assert batch.completion_routed_present[b, t] == has, (b, t)
+            want = c.routed_experts.array[row] if has else np.full((2, 3), -1)
+            np.testing.assert_array_equal(batch.completion_routed_experts[b, t], want)
+        assert not batch.completion_routed_present[b, n - 1]  # the last token is never forwarded
+    assert not batch.completion_routed_present[4].any()  # no prompt: the rows cannot be placed
+    tokens = tokenwire.collate(choices, routing="tokens")
+    assert tokens.routed_experts is None and tokens.completion_routed_experts is not None
+    # A fill the routing's dtype holds keeps it: uint8 stays one byte an entry.
+    compact = tokenwire.collate(choices, routing="both", routing_fill=255, width=7)
+    assert compact.routed_experts.dtype == compact.completion_routed_experts.dtype == np.uint8
+    np.testing.assert_array_equal(compact.completion_routed_present, batch.completion_routed_present[:4])
+    assert (compact.completion_routed_experts[~compact.completion_routed_present] == 255).all()
+    with pytest.raises(ValueError, match="routing must be one of"):
+        tokenwire.collate(choices, routing="aligned")
+    # vLLM 0.21's split form: the choice's rows are its completion's, the prompt's apart
+    split = GenerateResponse([choices[0]], None, None, np.arange(3), {},
+                             prompt_routed_experts=tokenwire.RoutedExperts(np.zeros((3, 2, 3), np.uint8)))
+    aligned = tokenwire.collate([split], routing="tokens")
+    np.testing.assert_array_equal(aligned.completion_routed_experts[0, :4], choices[0].routed_experts.array[:4])
+

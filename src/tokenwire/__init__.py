@@ -11,6 +11,7 @@ from .batch._batch import aparse_many, collate, parse_many
 from ._docs import document
 from .base._errors import MalformedResponseError
 from .read._heads import select_heads
+from .batch._rollout import Trajectory, rollout_batch
 from .read._select import impl as _impl
 from .read._select import (
     implementation,
@@ -21,6 +22,7 @@ from .read._select import (
 )
 from .read._select import kernels as _kernels
 from .base._types import Batch, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
+from .read._validate import validate, validate_sglang_meta_info, validate_vllm_output
 from .write._writer import (
     Blob,
     dumps_generate_response,
@@ -49,6 +51,7 @@ __all__ = [
     "PayloadSegment",
     "Ragged",
     "RoutedExperts",
+    "Trajectory",
     "Verdict",
     "__version__",
     "aparse_many",
@@ -74,10 +77,14 @@ __all__ = [
     "parse_generate_response",
     "parse_many",
     "parse_sglang_generate_response",
+    "rollout_batch",
     "select_heads",
     "sglang_generate_request_params",
     "simd_path",
     "simd_paths",
+    "validate",
+    "validate_sglang_meta_info",
+    "validate_vllm_output",
 ]
 
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ from .base._types import GenerateResponse as GenerateResponse
 from .base._types import PayloadSegment as PayloadSegment
 from .base._types import Ragged as Ragged
 from .base._types import RoutedExperts as RoutedExperts
+from .batch._rollout import Trajectory as Trajectory
 
 __version__: str
 implementation: str
@@ -231,7 +232,29 @@ async def aparse_many(
     errors: str = ..., **parser_options: Any,
 ) -> list[GenerateResponse | MalformedResponseError]: ...
 def collate(
-    items: Iterable[GenerateResponse | GenerateChoice] | GenerateResponse | GenerateChoice, *, width: int | None = ...,
+    items: Iterable[GenerateResponse | GenerateChoice | MalformedResponseError] | GenerateResponse | GenerateChoice, *, width: int | None = ...,
     pad_id: int = ..., head_width: int | None = ..., prompt_width: int | None = ..., routing_width: int | None = ...,
+    routing: str = ..., routing_fill: int = ..., out: Batch | None = ..., threads: int | None = ...,
+) -> Batch: ...
+def validate(
+    *, completion_ids: Any, completion_logprobs: Any = ..., completion_top_ids: Any = ...,
+    completion_top_logprobs: Any = ..., top_k: int | None = ..., sampling_mask: Any = ..., routed_experts: Any = ...,
+    routed_experts_start: int | None = ..., prompt_token_ids: Any = ..., num_experts: int | None = ...,
+    weight_versions: Any = ..., finish_reason: Any = ..., index: int = ..., require_logprobs: bool = ...,
+    require_sampling_mask: bool = ...,
+) -> GenerateChoice: ...
+def validate_vllm_output(
+    output: Any, *, top_k: int | None = ..., num_logprobs: int | None = ..., prompt_token_ids: Any = ...,
+    num_experts: int | None = ..., routed_experts_start: int | None = ..., require_logprobs: bool = ...,
+) -> Any: ...
+def validate_sglang_meta_info(
+    meta_info: Any, *, output_ids: Any = ..., top_k: int | None = ..., require_logprobs: bool = ...,
+    check_usage: bool = ..., num_experts: int | None = ..., routed_experts_shape: tuple[int, int] | None = ...,
+    routed_experts_start_len: int = ..., index: int = ...,
+) -> GenerateChoice: ...
+def rollout_batch(
+    trajectories: Iterable[Trajectory], *, width: int | None = ..., pad_id: int = ..., head_width: int | None = ...,
+    prompt_width: int | None = ..., routing_width: int | None = ..., routing: str = ..., routing_fill: int = ...,
     out: Batch | None = ..., threads: int | None = ...,
 ) -> Batch: ...
+

@@ -241,9 +241,11 @@ def _conformed(pa: Any, batch: Any, schema: Any) -> Any:
 _BATCH_COLUMNS = (
     ("lengths", None), ("completion_ids", None), ("completion_logprobs", "logprobs_present"),
     ("completion_top_ids", "heads_present"), ("completion_top_logprobs", "heads_present"),
-    ("completion_top_lengths", "heads_present"), ("sampling_mask_present", None),
-    ("routed_experts", "routed_experts_present"), ("routed_experts_lengths", None),
-    ("routed_experts_start", None), ("prompt_token_ids", "prompt_present"), ("prompt_lengths", None),
+    ("completion_top_lengths", "heads_present"), ("completion_top_truncated", "heads_present"),
+    ("sampling_mask_present", None), ("routed_experts", "routed_experts_present"), ("routed_experts_lengths", None),
+    ("routed_experts_start", None), ("completion_routed_experts", "routed_experts_present"),
+    ("completion_routed_present", None), ("prompt_token_ids", "prompt_present"), ("prompt_lengths", None),
+    ("loss_mask", None),
 )
 
 
@@ -288,12 +290,14 @@ def batch_record_batch(batch: Batch) -> Any:
     widths = {name: getattr(batch, name).shape[1] for name in
               ("completion_ids", "completion_top_ids", "routed_experts", "prompt_token_ids")
               if getattr(batch, name) is not None}
-    metadata = {"format": batch.format, "top_k": batch.top_k, "pad_id": batch.pad_id, "widths": widths}
+    metadata = {"format": batch.format, "top_k": batch.top_k, "pad_id": batch.pad_id, "widths": widths,
+                "skipped": batch.skipped.tolist()}
     if batch.completion_top_ids is not None:
         widths["head"] = batch.completion_top_ids.shape[2]
-    if batch.routed_experts is not None:
-        metadata["routing_entry"] = list(batch.routed_experts.shape[2:])
-        metadata["routing_dtype"] = str(batch.routed_experts.dtype)
+    routing = batch.routed_experts if batch.routed_experts is not None else batch.completion_routed_experts
+    if routing is not None:
+        metadata["routing_entry"] = list(routing.shape[2:])
+        metadata["routing_dtype"] = str(routing.dtype)
     schema = pa.schema([pa.field(name, column.type) for name, column in columns.items()],
                        metadata={"tokenwire.batch": json.dumps(metadata)})
     return pa.RecordBatch.from_arrays(list(columns.values()), schema=schema)

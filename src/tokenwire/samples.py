@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, partial
 from typing import Any
 
@@ -30,6 +30,8 @@ __all__ = [
     "response",
     "sample",
     "sglang_replay",
+    "vllm_output",
+    "vllm_rows",
 ]
 
 VOCAB = 151_936  # a Qwen-sized vocabulary
@@ -459,3 +461,101 @@ def sample(name: str) -> bytes:
         return SAMPLES[name].build()
     except KeyError:
         raise KeyError(f"no sample named {name!r}; choose from {sorted(SAMPLES)}") from None
+
+
+# --- vLLM's in-process output objects -------------------------------------------------------------
+# Shaped as vllm/outputs.py and vllm/logprobs.py declare them (their fields, in their order), for
+# tokenwire.validate_vllm_output's tests and benchmark: vLLM itself is never imported.
+
+
+@dataclass
+class VllmLogprob:
+    """``vllm.logprobs.Logprob``."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
+class VllmFlatLogprobs:
+    """``vllm.logprobs.FlatLogprobs``'s fields (position ``i``'s entries are
+    ``[start_indices[i], end_indices[i])`` of the flat lists)."""
+
+    start_indices: list[int] = field(default_factory=list)
+    end_indices: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    ranks: list[int | None] = field(default_factory=list)
+    decoded_tokens: list[str | None] = field(default_factory=list)
+
+
+@dataclass
+class VllmCompletionOutput:
+    """``vllm.outputs.CompletionOutput``."""
+
+    index: int
+    text: str
+    token_ids: Any
+    cumulative_logprob: float | None
+    logprobs: Any
+    routed_experts: np.ndarray | None = None  # [seq_len, layers, topk]
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    lora_request: Any = None
+    kv_transfer_params: dict[str, Any] | None = None
+
+
+class VllmRequestOutput:
+    """``vllm.outputs.RequestOutput``'s constructor and attributes."""
+
+    def __init__(self, request_id: str, prompt: str | None, prompt_token_ids: list[int] | None,
+                 prompt_logprobs: Any, outputs: list[VllmCompletionOutput], finished: bool, metrics: Any = None,
+                 lora_request: Any = None, encoder_prompt: str | None = None,
+                 encoder_prompt_token_ids: list[int] | None = None, num_cached_tokens: int | None = None) -> None:
+        self.request_id, self.prompt, self.prompt_token_ids = request_id, prompt, prompt_token_ids
+        self.prompt_logprobs, self.outputs, self.finished = prompt_logprobs, outputs, finished
+        self.metrics, self.lora_request, self.num_cached_tokens = metrics, lora_request, num_cached_tokens
+        self.encoder_prompt, self.encoder_prompt_token_ids = encoder_prompt, encoder_prompt_token_ids
+
+
+def vllm_rows(tokens: int, num_logprobs: int, *, seed: int = 0) -> tuple[list[int], list[list[tuple[int, float, int]]]]:
+    """What vLLM's logprobs processor records for ``tokens`` positions: the sampled ids, and per
+    position ``(token_id, logprob, rank)`` entries, the sampled token first (its own rank), then
+    the top ``num_logprobs`` (ranks 1..N, none the sampled id), float32 values."""
+    rng = np.random.default_rng(seed)
+    values = np.log(rng.dirichlet(np.ones(num_logprobs + 2), tokens)).astype(np.float32)
+    values = -np.sort(-values, axis=1)
+    pick = rng.integers(0, num_logprobs + 2, tokens)  # the sampled token's rank - 1
+    ids = rng.integers(0, VOCAB, tokens)
+    rows = []
+    for t in range(tokens):
+        others = [int((ids[t] + 1 + 7919 * r) % VOCAB) for r in range(num_logprobs + 1)]  # distinct, not ids[t]
+        ranked = others[: pick[t]] + [int(ids[t])] + others[pick[t] :]
+        row_values = values[t].tolist()
+        rows.append([(int(ids[t]), row_values[pick[t]], int(pick[t]) + 1)]
+                    + [(ranked[r], row_values[r], r + 1) for r in range(num_logprobs)])
+    return ids.tolist(), rows
+
+
+def vllm_output(tokens: int, num_logprobs: int = 0, *, flat: bool = False, seed: int = 0,
+                routing: np.ndarray | None = None, rows: Any = None) -> VllmCompletionOutput:
+    """A ``CompletionOutput`` of ``tokens`` sampled tokens with their logprobs (``vllm_rows``, or
+    ``rows`` given as ``(ids, rows)``): ``logprobs`` a list of ``{token_id: Logprob}`` dicts, or
+    with ``flat`` a ``FlatLogprobs``; ``cumulative_logprob`` their sum."""
+    ids, entries = vllm_rows(tokens, num_logprobs, seed=seed) if rows is None else rows
+    if flat:
+        logprobs: Any = VllmFlatLogprobs()
+        for row in entries:
+            logprobs.start_indices.append(len(logprobs.token_ids))
+            for token_id, value, rank in row:
+                logprobs.token_ids.append(token_id)
+                logprobs.logprobs.append(value)
+                logprobs.ranks.append(rank)
+                logprobs.decoded_tokens.append(None)
+            logprobs.end_indices.append(len(logprobs.token_ids))
+    else:
+        logprobs = [{token_id: VllmLogprob(value, rank) for token_id, value, rank in row} for row in entries]
+    cumulative = float(sum(row[0][1] for row in entries)) if entries else 0.0
+    return VllmCompletionOutput(0, "", list(ids), cumulative, logprobs, routed_experts=routing, finish_reason="length")
+

@@ -295,6 +295,8 @@ class GenerateChoice:
             ``weight_versions``, SGLang's ``meta_info.weight_versions``): a tuple of
             ``(version, start, end)``, the tokens ``completion_ids[start:end]`` sampled by the
             weights labelled ``version`` (a str), in order, covering every token; else None.
+        prompt_token_ids: the prompt's ids (int64) when ``tokenwire.validate`` (or an engine
+            adapter) was given them; None from the parsers, which keep them on the response.
 
     Example:
         >>> body = (b'{"choices":[{"token_ids":[3],"completion_logprobs":null,"logprobs":'
@@ -322,6 +324,7 @@ class GenerateChoice:
     prompt_top_logprobs: Ragged | None = None
     weight_versions: tuple[tuple[str, int, int], ...] | None = None
     indexer_topk: np.ndarray | None = None
+    prompt_token_ids: np.ndarray | None = None
 
 
 @dataclass(eq=False)
@@ -391,25 +394,43 @@ class Batch:
         logprobs_present: bool ``(B,)``: the choice has logprobs.
         completion_top_ids: int64 ``(B, T, K)``: token ``t``'s head left-aligned, ``pad_id``
             after it. ``K`` is ``head_width=``, else the ``top_k`` the responses were parsed
-            with, or the widest head when wider (a sampling mask's support can be).
+            with (without one, the widest head): a wider head (a sampling mask's support can
+            be) keeps its ``K`` best entries, flagged in ``completion_top_truncated``.
         completion_top_logprobs: float32 ``(B, T, K)``, ``-inf`` past each head.
-        completion_top_lengths: int64 ``(B, T)``: each head's entries (0 past the completion).
+        completion_top_lengths: int64 ``(B, T)``: each head's entries in the tensor (at most
+            ``K``; 0 past the completion).
+        completion_top_truncated: bool ``(B, T)``: token ``t``'s head had more than ``K``
+            entries and holds its ``K`` best (their probabilities no longer sum to the head's).
         heads_present: bool ``(B,)``: the choice has heads.
         sampling_mask: :class:`Ragged` of int32 with ``B * T`` rows, row ``b * T + t`` token
             ``t``'s kept set (empty past the completion and where the choice has no mask):
             CSR over the batch, not padded, as kept sets range from one id to thousands.
         sampling_mask_present: bool ``(B, T)``: token ``t`` has a kept set.
-        routed_experts: ``(B, R, layers, topk)`` of the routing's dtype (the widest of the
-            batch), rows as sent (row ``r`` is sequence position ``start + r``, prompt
-            included), 0 after them; ``R`` the most rows.
+        routed_experts: ``(B, R, layers, topk)``, rows as sent (row ``r`` is sequence
+            position ``start + r``, prompt included), -1 after them (no expert id is
+            negative); ``R`` the most rows. Signed: int16 for uint8 and int16 routing, int32
+            for uint16 and int32 (a uint8 id can be 255, so the fill needs the sign).
+            ``collate(routing="tokens")`` leaves it out.
+        completion_routed_experts: with ``collate(routing="tokens"|"both")``, ``(B, T, layers,
+            topk)`` of the same dtype: completion token ``t``'s routing (its sequence position
+            ``prompt + t`` less ``start``), -1 where it has none.
+        completion_routed_present: bool ``(B, T)``: token ``t`` has a routing row (never the
+            last token, which the engine does not forward; nowhere on a choice whose prompt
+            length is unknown, as its rows cannot be placed).
         routed_experts_lengths: int64 ``(B,)``: each choice's routing rows.
         routed_experts_start: int64 ``(B,)``: each routing's ``start``, -1 where the
             response gave none (the ``.npy`` form) or the choice has no routing.
         routed_experts_present: bool ``(B,)``: the choice has routing.
-        prompt_token_ids: int64 ``(B, P)``: the choice's response's prompt, ``pad_id`` after it.
+        prompt_token_ids: int64 ``(B, P)``: the choice's response's prompt (a bare choice's
+            own ``prompt_token_ids``, as ``validate`` and a trajectory give them), ``pad_id`` after it.
         prompt_lengths: int64 ``(B,)``.
         prompt_present: bool ``(B,)``: the prompt ids are known (a response that carries them).
-        response: int64 ``(B,)``: the position in ``collate``'s input the row comes from.
+        response: int64 ``(B,)``: the position in ``collate``'s input the row comes from
+            (errors ``parse_many(errors="collect")`` left in the input counted).
+        skipped: int64: the positions of the errors ``collate`` skipped in its input.
+        loss_mask: bool ``(B, T)``: the tokens the model sampled, from ``tokenwire.rollout_batch``
+            (a multi-turn rollout's tool and environment tokens are False); None from ``collate``,
+            where every completion token is the model's (``mask``).
         choice: int64 ``(B,)``: the choice's ``index``.
         finish_reason: each choice's ``finish_reason``, as sent.
         format: the responses' format (None when unknown).
@@ -435,6 +456,7 @@ class Batch:
     completion_top_logprobs: np.ndarray | None = None
     completion_top_lengths: np.ndarray | None = None
     heads_present: np.ndarray | None = None
+    completion_top_truncated: np.ndarray | None = None
     sampling_mask: Ragged | None = None
     sampling_mask_present: np.ndarray | None = None
     routed_experts: np.ndarray | None = None
@@ -444,8 +466,12 @@ class Batch:
     prompt_token_ids: np.ndarray | None = None
     prompt_lengths: np.ndarray | None = None
     prompt_present: np.ndarray | None = None
-    response: np.ndarray | None = None
-    choice: np.ndarray | None = None
+    response: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    choice: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    completion_routed_experts: np.ndarray | None = None
+    completion_routed_present: np.ndarray | None = None
+    skipped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    loss_mask: np.ndarray | None = None
     finish_reason: list[Any] = field(default_factory=list)
     format: str | None = None
     top_k: int | None = None
@@ -467,14 +493,17 @@ class Batch:
         return out
 
     def to_torch(self, pin_memory: bool = False) -> dict[str, Any]:
-        """:meth:`arrays` as torch tensors over the same memory (``torch.from_numpy``: no
-        copy). ``pin_memory=True`` copies each into page-locked memory instead, for
-        ``tensor.to("cuda", non_blocking=True)`` (torch needs CUDA for that). Needs torch
-        (``pip install 'tokenwire[torch]'``)."""
+        """Every array of the batch as a torch tensor over the same memory
+        (``torch.from_numpy``: no copy), by name, and None for each field the batch lacks:
+        the keys are the same for every batch (the sampling mask as ``sampling_mask_values``
+        and ``sampling_mask_offsets``). ``pin_memory=True`` copies each into page-locked
+        memory instead, for ``tensor.to("cuda", non_blocking=True)`` (torch needs CUDA for
+        that). Needs torch (``pip install 'tokenwire[torch]'``)."""
         torch = _require("torch", "torch")
-        tensors = {name: torch.from_numpy(array) for name, array in self.arrays().items()}
+        arrays = self.arrays()
+        tensors = {name: None if name not in arrays else torch.from_numpy(arrays[name]) for name in _torch_names()}
         if pin_memory:
-            tensors = {name: tensor.pin_memory() for name, tensor in tensors.items()}
+            tensors = {name: None if t is None else t.pin_memory() for name, t in tensors.items()}
         return tensors
 
     def to_arrow(self) -> Any:
@@ -497,5 +526,12 @@ _BATCH_ARRAYS = (
     "completion_top_ids", "completion_top_logprobs", "completion_top_lengths", "heads_present",
     "sampling_mask", "sampling_mask_present", "routed_experts", "routed_experts_lengths",
     "routed_experts_start", "routed_experts_present", "prompt_token_ids", "prompt_lengths",
-    "prompt_present", "response", "choice",
+    "prompt_present", "response", "choice", "completion_top_truncated", "completion_routed_experts",
+    "completion_routed_present", "skipped", "loss_mask",
 )
+
+
+def _torch_names() -> list[str]:
+    """``to_torch``'s keys: every array field, the Ragged one as its values and offsets."""
+    return [part for name in _BATCH_ARRAYS
+            for part in ((f"{name}_values", f"{name}_offsets") if name == "sampling_mask" else (name,))]

@@ -215,20 +215,25 @@ class _Row:
         self.choice, self.item, self.response = choice, item, response
 
 
-def _rows(items: Sequence[Any]) -> list[_Row]:
-    rows = []
+def _rows(items: Sequence[Any]) -> tuple[list[_Row], list[int]]:
+    """Every choice of ``items`` with its item's position, and the positions of the errors
+    ``parse_many(errors="collect")`` left in their slots (skipped)."""
+    rows, skipped = [], []
     for i, item in enumerate(items):
-        if isinstance(item, GenerateResponse):
+        if isinstance(item, MalformedResponseError):
+            skipped.append(i)
+        elif isinstance(item, GenerateResponse):
             rows += [_Row(c, i, item) for c in item.choices]
         elif isinstance(item, GenerateChoice):
             rows.append(_Row(item, i, None))
         else:
-            raise TypeError(f"collate takes GenerateResponse and GenerateChoice objects, not {type(item).__name__} "
+            raise TypeError(f"collate takes GenerateResponse and GenerateChoice objects (and skips the errors "
+                            f"parse_many collects), not {type(item).__name__} "
                             f"(item {i})")
     for row in rows:
         if not isinstance(row.choice, GenerateChoice):
             raise TypeError(f"item {row.item} holds a choice that is not a GenerateChoice")
-    return rows
+    return rows, skipped
 
 
 def _one_setting(items: Sequence[Any]) -> tuple[str | None, int | None]:
@@ -374,19 +379,24 @@ def _heads(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens: int, to
         b, t = (int(x[0]) for x in np.nonzero(lengths != lengths_lps))
         raise ValueError(f"choice {b}'s completion_top_ids and completion_top_logprobs differ in length at token {t}")
 
-    def widest() -> str:
-        b, t = np.unravel_index(int(np.argmax(lengths)), lengths.shape)
-        return f"choice {b}'s head at token {t}"
-
-    if head_width is None:
-        width = max(longest, top_k or 0)
+    if head_width is not None:
+        width = int_arg(head_width, "head_width", 0)
     else:
-        width = _width("head_width", head_width, longest, "entries", widest)
+        width = longest if top_k is None else top_k
+    truncated = lengths > width
     present = _flags(ids)
     id_rows = [_vector(r.values, np.int64, "iu", "completion_top_ids", b) if r is not None else _NO_INT
                for b, r in enumerate(ids)]
     lp_rows = [_vector(r.values, np.float32, "f", "completion_top_logprobs", b) if r is not None else _NO_FLOAT
                for b, r in enumerate(lps)]
+    if truncated.any():  # the K best of each wider head (the first K: heads come ranked)
+        for b in np.flatnonzero(truncated.any(axis=1)).tolist():
+            keep = _first_entries(lengths[b], width)
+            total = len(keep)
+            id_rows[b] = id_rows[b][first_ids[b] : first_ids[b] + total][keep]
+            lp_rows[b] = lp_rows[b][first_lps[b] : first_lps[b] + total][keep]
+            first_ids[b] = first_lps[b] = 0
+        np.minimum(lengths, width, out=lengths)
     top_ids = blocks.empty("completion_top_ids", (len(rows), tokens, width), np.int64)
     top_lps = blocks.empty("completion_top_logprobs", (len(rows), tokens, width), np.float32)
     for values, first, out, fill in ((id_rows, first_ids, top_ids, pad_id), (lp_rows, first_lps, top_lps, -np.inf)):
@@ -395,7 +405,14 @@ def _heads(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens: int, to
         if any(bad >= 0 for _, bad in done):
             raise ValueError("a head is wider than the head width")  # the width holds the longest
     return {"completion_top_ids": top_ids, "completion_top_logprobs": top_lps,
-            "completion_top_lengths": lengths, "heads_present": present}
+            "completion_top_lengths": lengths, "heads_present": present, "completion_top_truncated": truncated}
+
+
+def _first_entries(lengths: np.ndarray, width: int) -> np.ndarray:
+    """Over rows of ``lengths`` entries back to back, whether each entry is among its row's
+    first ``width``."""
+    starts = np.cumsum(lengths) - lengths
+    return np.arange(int(lengths.sum())) - np.repeat(starts, lengths) < width
 
 
 _NO_INT = np.zeros(0, dtype=np.int64)
@@ -435,7 +452,14 @@ def _sampling_mask(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens:
             "sampling_mask_present": blocks.padded("sampling_mask_present", present_rows, tokens, np.bool_, False)}
 
 
-def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any) -> dict[str, Any]:
+# collate's layouts of the routing: as sent, aligned to the completion tokens, or both.
+_ROUTING_LAYOUTS = ("rows", "tokens", "both")
+# The routing fill: no expert id is negative (the rules refuse one), so -1 names none.
+ROUTING_FILL = -1
+
+
+def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any, layout: str = "rows",
+             counts: list[int] | None = None, tokens: int = 0, fill: int = ROUTING_FILL) -> dict[str, Any]:
     routed = [row.choice.routed_experts for row in rows]
     arrays = [None if r is None else np.asarray(r.array) for r in routed]
     present = [a for a in arrays if a is not None]
@@ -448,25 +472,83 @@ def _routing(blocks: _Blocks, rows: list[_Row], routing_width: Any) -> dict[str,
     if len(shapes) > 1:
         raise ValueError(f"routed_experts of different (layers, topk) in one batch: {sorted(shapes)}")
     layers, topk = shapes.pop()
-    dtype = np.result_type(*{a.dtype for a in present})
-    counts = [0 if a is None else a.shape[0] for a in arrays]
-    longest = max(counts)
-    width = _width("routing_width", routing_width, longest, "routing rows",
-                   lambda: f"choice {counts.index(longest)}'s routing")
-    flat = [_NO_ROUTING.astype(dtype) if a is None else np.ascontiguousarray(a, dtype=dtype).reshape(-1)
-            for a in arrays]
-    out = blocks.empty("routed_experts", (len(rows), width, layers, topk), dtype)
-    blocks.fill(flat, out.reshape(len(rows), width * layers * topk), 0)
+    # A dtype that holds every id and the fill: with -1, uint8 routing widens to int16, uint16 to int32.
+    dtype = np.result_type(*{a.dtype for a in present}, np.min_scalar_type(fill))
+    row_counts = [0 if a is None else a.shape[0] for a in arrays]
     starts = [-1 if r is None or r.start is None else int(r.start) for r in routed]
-    return {"routed_experts": out, "routed_experts_lengths": np.array(counts, dtype=np.int64),
-            "routed_experts_start": np.array(starts, dtype=np.int64), "routed_experts_present": _flags(arrays)}
+    fields: dict[str, Any] = {"routed_experts_lengths": np.array(row_counts, dtype=np.int64),
+                              "routed_experts_start": np.array(starts, dtype=np.int64),
+                              "routed_experts_present": _flags(arrays)}
+    if layout != "tokens":
+        longest = max(row_counts)
+        width = _width("routing_width", routing_width, longest, "routing rows",
+                       lambda: f"choice {row_counts.index(longest)}'s routing")
+        out = blocks.empty("routed_experts", (len(rows), width, layers, topk), dtype)
+        if all(a is None or a.dtype == dtype for a in arrays):
+            flat = [_NO_ROUTING.astype(dtype) if a is None else np.ascontiguousarray(a).reshape(-1) for a in arrays]
+            blocks.fill(flat, out.reshape(len(rows), width * layers * topk), fill)
+        else:  # widened for the fill: numpy casts each choice's rows into the block, no copy between
+            for b, a in enumerate(arrays):
+                count = 0 if a is None else a.shape[0]
+                if count:
+                    out[b, :count] = a
+                out[b, count:] = fill
+        fields["routed_experts"] = out
+    if layout != "rows":
+        fields.update(_token_routing(blocks, rows, arrays, counts or [], tokens, (layers, topk), dtype, fill))
+    return fields
+
+
+def _prompt_of(row: _Row) -> np.ndarray | None:
+    """A row's prompt ids: its response's, else its choice's own (``validate``'s, a
+    trajectory's), else None."""
+    if row.response is not None and row.response.prompt_token_ids is not None:
+        return row.response.prompt_token_ids
+    return row.choice.prompt_token_ids
+
+
+def _routing_offset(row: _Row) -> int | None:
+    """The routing row of a choice's first completion token (token ``t``'s is this plus
+    ``t``), or None when it is not known. Rows cover sequence positions from the routing's
+    ``start`` (0 when not sent); the completion starts after the prompt, and where the
+    response sends the prompt's rows apart (vLLM 0.21's ``prompt_routed_experts``) the
+    choice's rows are its completion's."""
+    choice, response = row.choice, row.response
+    if response is not None and response.prompt_routed_experts is not None:
+        return 0
+    prompt = _prompt_of(row)
+    if prompt is None:
+        return None
+    start = choice.routed_experts.start if choice.routed_experts is not None else None
+    return len(prompt) - (start or 0)
+
+
+def _token_routing(blocks: _Blocks, rows: list[_Row], arrays: list[np.ndarray | None], counts: list[int],
+                   tokens: int, entry: tuple[int, int], dtype: Any, fill: int) -> dict[str, Any]:
+    """The routing of each completion token: ``(B, T, layers, topk)``, token ``t`` of choice
+    ``b`` at its row ``offset + t``; -1 where there is none (the last token, which is never
+    forwarded, tokens before ``start``, choices whose prompt length is unknown)."""
+    out = blocks.empty("completion_routed_experts", (len(rows), tokens, *entry), dtype)
+    out.fill(fill)
+    present = blocks.empty("completion_routed_present", (len(rows), tokens), np.bool_)
+    present.fill(False)
+    for b, (row, array) in enumerate(zip(rows, arrays)):
+        offset = None if array is None else _routing_offset(row)
+        if offset is None:
+            continue
+        first = max(0, -offset)  # tokens before the routing's start have no row
+        last = min(counts[b], array.shape[0] - offset)
+        if last > first:
+            out[b, first:last] = array[offset + first : offset + last]
+            present[b, first:last] = True
+    return {"completion_routed_experts": out, "completion_routed_present": present}
 
 
 _NO_ROUTING = np.zeros(0, dtype=np.uint8)
 
 
 def _prompts(blocks: _Blocks, rows: list[_Row], prompt_width: Any, pad_id: int) -> dict[str, Any]:
-    prompts = [None if row.response is None else row.response.prompt_token_ids for row in rows]
+    prompts = [_prompt_of(row) for row in rows]
     if all(p is None for p in prompts):
         return {}
     owned: dict[int, np.ndarray] = {}  # one array per response, not per choice
@@ -488,21 +570,37 @@ def _prompts(blocks: _Blocks, rows: list[_Row], prompt_width: Any, pad_id: int) 
 
 def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, pad_id: int = 0,
             head_width: int | None = None, prompt_width: int | None = None,
-            routing_width: int | None = None, out: Batch | None = None, threads: int | None = None) -> Batch:
+            routing_width: int | None = None, routing: str = "rows", routing_fill: int = ROUTING_FILL,
+            out: Batch | None = None,
+            threads: int | None = None) -> Batch:
     """Every choice of ``items`` (parsed responses, their choices in order, or choices) as one
     row of padded arrays: a :class:`Batch`.
 
     Args:
         items: ``GenerateResponse`` and ``GenerateChoice`` objects, as ``parse_*`` and
-            :func:`parse_many` return them.
+            :func:`parse_many` return them; the errors ``parse_many(errors="collect")``
+            leaves in their slots are skipped (``Batch.skipped`` lists their positions, and
+            each row's ``response`` is its item's position in ``items``, errors counted).
         width: the completion width ``T`` (default: the longest completion). A completion
             longer than ``width`` raises ``ValueError``: nothing is cut.
         pad_id: the id past each row of ``completion_ids``, ``completion_top_ids`` and
             ``prompt_token_ids``.
         head_width: the heads' width ``K`` (default: the ``top_k`` the responses were parsed
-            with, or the widest head when one is wider); a wider head raises ``ValueError``.
+            with; without one, the widest head). A head wider than ``K`` (the head of a
+            recorded support is the whole support, which can be wider than ``top_k``) keeps
+            its first ``K`` entries, its ``K`` best (the parsers rank heads best first), and
+            is flagged in ``completion_top_truncated``: ``K`` never depends on the data.
         prompt_width, routing_width: the widths of the prompt ids and the routing rows
-            (default: the longest), with the same rule.
+            (default: the longest); a longer one raises ``ValueError``.
+        routing: ``"rows"`` (the routing rows as sent: ``routed_experts``), ``"tokens"``
+            (aligned to the completion tokens: ``completion_routed_experts``, row ``t`` the
+            routing of completion token ``t``, with ``completion_routed_present``) or
+            ``"both"``.
+        routing_fill: the routing past each choice's rows (and on tokens without one): -1 by
+            default, never an expert id, in a signed dtype (uint8 routing becomes int16,
+            uint16 int32). A value the routing's dtype holds keeps it (``routing_fill=255``
+            keeps uint8 routing at one byte an entry); it must then be no expert id of the
+            model (at least its ``num_experts``).
         out: a Batch an earlier call returned, whose arrays are written again where one has
             the shape and dtype wanted (fixed widths give every step the same shapes): no new
             memory to fault in. Those arrays, and the tensors ``to_torch`` made of them, then
@@ -515,7 +613,8 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
         its ``*_present`` flags).
 
     Raises:
-        ValueError: responses of different formats, or parsed with different ``top_k``;
+        ValueError: responses of different formats, or parsed with different ``top_k``; an
+            unknown ``routing`` layout;
             routing of different ``(layers, topk)``; a width shorter than what it must hold;
             a choice whose arrays do not fit together (a choice built by hand).
         TypeError: an item that is neither a response nor a choice.
@@ -533,7 +632,10 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
     if out is not None and not isinstance(out, Batch):
         raise TypeError(f"out must be a Batch, not {type(out).__name__}")
     blocks = _Blocks(_select.kernels, out, available_cores() if threads is None else int_arg(threads, "threads", 1))
-    rows = _rows(items)
+    routing_fill = int_arg(routing_fill, "routing_fill", -(2**31), 2**31 - 1)
+    if routing not in _ROUTING_LAYOUTS:
+        raise ValueError(f"routing must be one of {', '.join(map(repr, _ROUTING_LAYOUTS))}, not {routing!r}")
+    rows, skipped = _rows(items)
     format, top_k = _one_setting(items)
     ids = [_vector(row.choice.completion_ids, np.int64, "iu", "completion_ids", b) for b, row in enumerate(rows)]
     counts = [len(a) for a in ids]
@@ -557,10 +659,11 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
         fields["logprobs_present"] = _flags(logprobs)
     fields.update(_heads(blocks, rows, counts, tokens, top_k, head_width, pad_id))
     fields.update(_sampling_mask(blocks, rows, counts, tokens))
-    fields.update(_routing(blocks, rows, routing_width))
+    fields.update(_routing(blocks, rows, routing_width, routing, counts, tokens, routing_fill))
     fields.update(_prompts(blocks, rows, prompt_width, pad_id))
     return Batch(
         **fields,
+        skipped=np.array(skipped, dtype=np.int64),
         response=np.array([row.item for row in rows], dtype=np.int64),
         choice=np.array([row.choice.index for row in rows], dtype=np.int64),
         finish_reason=[row.choice.finish_reason for row in rows],
