@@ -38,6 +38,7 @@ import importlib.metadata
 import math
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from itertools import repeat
 from typing import Any
@@ -71,6 +72,8 @@ _VLLM_APP = "responses_api_models.vllm_model.app"
 _MAGIC = "nrlre1"
 # NeMo-RL's envelope dtypes (nemo_gym/token_id_capture/staging/routes.py).
 _ENVELOPE_DTYPES = {"int8": np.dtype("<i1"), "int16": np.dtype("<i2"), "int32": np.dtype("<i4")}
+# How often each replacement ran (the pytest plugin reports which tests reached them).
+calls: Counter[str] = Counter()
 
 
 class NeMoGymResponseError(MalformedResponseError, RuntimeError):
@@ -227,6 +230,7 @@ def check_response(raw: Any, body: Any) -> None:
 async def get_response_json(response: Any) -> Any:
     """NeMo-Gym's ``get_response_json``: the body as ``orjson.loads`` reads it, validated by
     :func:`check_response`."""
+    calls["get_response_json"] += 1
     raw = await response.read()
     body = orjson.loads(raw)
     check_response(raw, body)
@@ -240,6 +244,7 @@ def _extract_choice_logprobs(self: Any, choice_dict: dict[str, Any]) -> tuple[li
     """NeMo-Gym's ``VLLMModel._extract_choice_logprobs`` in whole-list operations: the same
     lists, the same ``RuntimeError`` for a malformed record (NeMo-Gym's own loop reports it),
     and a refusal of the sentinel."""
+    calls["_extract_choice_logprobs"] += 1
     logprobs_block = choice_dict.get("logprobs") if isinstance(choice_dict, dict) else None
     content = logprobs_block.get("content") if isinstance(logprobs_block, dict) else None
     fast = None
@@ -266,6 +271,7 @@ def _extract_choice_logprobs(self: Any, choice_dict: dict[str, Any]) -> tuple[li
 def _validate_token_bundle(cls: Any, bundle: dict[str, Any], source: str) -> dict[str, Any]:
     """NeMo-Gym's ``VLLMModel._validate_token_bundle``, then :func:`check_token_bundle` on
     what it normalized."""
+    calls["_validate_token_bundle"] += 1
     normalized = _saved_attr(_VLLM_APP, "VLLMModel._validate_token_bundle").__func__(cls, bundle, source)
     check_token_bundle(normalized["prompt_token_ids"], normalized["generation_token_ids"],
                        normalized["generation_log_probs"], normalized.get("routed_experts"),

@@ -56,6 +56,20 @@ def pytest_configure(config: pytest.Config) -> None:
     _patch(config)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    # Which tests reach a replacement: the suite script lists them.
+    if not _state["patched"]:
+        yield
+        return
+    from . import nemo_gym as compat
+
+    before = sum(compat.calls.values())
+    yield
+    if sum(compat.calls.values()) != before:
+        _state.setdefault("exercised", []).append(item.nodeid)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     if _state["patched"]:
         from . import nemo_gym as compat
@@ -71,6 +85,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
     terminalreporter.write_line(SUMMARY if compat.is_patched() else
                                 "tokenwire: NeMo-Gym was unpatched during the session")
+    exercised = _state.get("exercised", [])
+    terminalreporter.write_line(f"tokenwire: {len(exercised)} tests reached the replacements")
+    for nodeid in exercised:
+        terminalreporter.write_line(f"tokenwire: exercised {nodeid}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
