@@ -121,7 +121,7 @@ def test_nan_stays_orjsons_refusal():
         read(raw)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rows=st.integers(1, 40), layers=st.integers(1, 5), topk=st.integers(1, 4),
        dtype=st.sampled_from(["int8", "int16", "int32"]), cut=st.integers(-2, 2), data=st.data())
 def test_routing_envelope_rows(rows, layers, topk, dtype, cut, data):
@@ -160,7 +160,7 @@ def _their_extract(content: list) -> tuple[list[int], list[float]]:
     return ids, lps
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2**32 - 1),
                           st.one_of(st.floats(-50, 0), st.integers(-50, 0))), min_size=1, max_size=50))
 def test_extract_matches_the_per_record_reading(pairs):
