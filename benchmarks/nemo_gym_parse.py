@@ -12,7 +12,10 @@ tokens (``token_ids``, ``logprobs.content`` with ``"token_id:N"`` names, top-lev
 message). aiohttp fetches each (its body read before the clock starts); the timed span is
 what NeMo-Gym does with it on its token path: ``get_response_json`` (as ``nemo_gym.openai_utils``
 looks it up), ``VLLMModel._extract_choice_logprobs`` and ``VLLMModel._validate_token_bundle``.
-Prints the median, minimum and maximum per response in ms. ``--all`` runs every combination,
+``--mode native`` times tokenwire's own reader of the same bytes
+(``tokenwire.parse_chat_completions_response``, the ids and logprobs as lists), what a model
+server taking tokenwire's arrays would spend (routing not decoded: that is the drop-in's
+check). Prints the median, minimum and maximum per response in ms. ``--all`` runs every combination,
 each in its own process, and prints a table.
 """
 
@@ -69,6 +72,7 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
         from tokenwire.compat import nemo_gym as compat
 
         compat.patch()
+    import tokenwire
     bodies = [body(seed, tokens, workload) for seed in range(rounds)]
 
     class Handler(BaseHTTPRequestHandler):
@@ -102,6 +106,13 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
                     await resp.read()  # the body arrives before the clock starts
                     gc.collect()
                     start = time.perf_counter()
+                    if mode == "native":  # tokenwire's reader, the lists NeMo-Gym's bundle holds
+                        parsed = tokenwire.parse_chat_completions_response(await resp.read())
+                        choice = parsed.choices[0]
+                        ids, lps = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
+                        times.append(time.perf_counter() - start)
+                        del parsed, choice, ids, lps
+                        continue
                     doc = await openai_utils.get_response_json(resp)
                     choice = doc["choices"][0]
                     ids, lps = model._extract_choice_logprobs(choice)
@@ -122,7 +133,7 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=8192)
-    parser.add_argument("--mode", choices=("unpatched", "patched"), default="patched")
+    parser.add_argument("--mode", choices=("unpatched", "patched", "native"), default="patched")
     parser.add_argument("--workload", choices=("dense", "moe"), default="dense")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--all", action="store_true", help="every size, mode and workload, fresh processes")
