@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenwire import MalformedResponseError
+from tokenwire import MalformedResponseError, _select
 from tokenwire.compat import nemo_gym as compat
 
 SENTINEL = -9999.0
@@ -68,7 +68,14 @@ def read(body: dict | bytes) -> object:
     return asyncio.run(compat.get_response_json(Response(raw)))
 
 
-def test_valid_responses_read_as_orjson_reads_them():
+@pytest.fixture
+def reader(impl, monkeypatch):
+    """The tests that read a response, over each implementation: the reference and the core on each SIMD path."""
+    monkeypatch.setattr(_select, "kernels", impl)
+    return impl
+
+
+def test_valid_responses_read_as_orjson_reads_them(reader):
     for body in (chat(), chat(1, 1), {"tokens": [1, 2, 3]}, {"choices": [{"message": {"content": "x"}}]},
                  chat(message={"prompt_token_ids": [1, 2, 3], "generation_token_ids": [100, 101, 102, 103],
                                "generation_log_probs": [-0.1, -0.2, -0.3, -0.4],
@@ -76,7 +83,7 @@ def test_valid_responses_read_as_orjson_reads_them():
         assert read(body) == orjson.loads(orjson.dumps(body))
 
 
-def test_error_is_runtime_error_and_malformed_response_error():
+def test_error_is_runtime_error_and_malformed_response_error(reader):
     with pytest.raises(compat.NeMoGymResponseError) as info:
         read(chat(2, content=[{"token": "token_id:100", "logprob": -0.5}, {"token": "token_id:101", "logprob": SENTINEL}]))
     assert isinstance(info.value, RuntimeError) and isinstance(info.value, MalformedResponseError)
@@ -85,7 +92,7 @@ def test_error_is_runtime_error_and_malformed_response_error():
 
 @pytest.mark.parametrize("defect", ["n_plus_one", "missing", "sentinel", "routing_short", "bundle_sentinel",
                                     "bundle_n_plus_one", "routing_negative", "routing_base64"])
-def test_each_planted_defect_is_refused(defect):
+def test_each_planted_defect_is_refused(defect, reader):
     body = chat()
     choice = body["choices"][0]
     records = choice["logprobs"]["content"]
@@ -115,7 +122,7 @@ def test_each_planted_defect_is_refused(defect):
         read(body)
 
 
-def test_nan_stays_orjsons_refusal():
+def test_nan_stays_orjsons_refusal(reader):
     raw = orjson.dumps(chat()).replace(b'"logprob":-0.5', b'"logprob":NaN', 1)
     with pytest.raises(orjson.JSONDecodeError):
         read(raw)

@@ -48,6 +48,7 @@ import orjson
 
 import tokenwire
 
+from .. import _select
 from .._errors import MalformedResponseError
 from .._wire import VLLM_LOGPROB_SENTINEL
 from .renderers import _numbers, _token_ids
@@ -212,7 +213,8 @@ def check_response(raw: Any, body: Any) -> None:
         return
     if any(map(_carries_tokens, choices)):
         chat = any(isinstance(c, dict) and "message" in c for c in choices)
-        reader = tokenwire.parse_chat_completions_response if chat else tokenwire.parse_completions_response
+        kernels = _select.kernels  # the implementation in use (a test may point it at the other)
+        reader = kernels.parse_chat_completions_response if chat else kernels.parse_completions_response
         try:
             reader(raw)
         except NeMoGymResponseError:
