@@ -136,7 +136,10 @@ def test_valid_response_is_the_same_both_ways(server):
     theirs = serve_one(server, None)
     with compat.patched():
         assert compat.is_patched()
+        before = compat.calls["_extract_choice_logprobs from the reader's arrays"]
         ours = serve_one(server, None)
+        # the model server took the ids and logprobs from the arrays get_response_json read
+        assert compat.calls["_extract_choice_logprobs from the reader's arrays"] == before + 1
     assert not isinstance(theirs, BaseException), theirs
     assert ours == theirs
     message = ours["choices"][0]["message"]

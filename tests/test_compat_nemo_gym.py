@@ -193,3 +193,27 @@ def test_bundle_arrays_and_lists_agree():
     compat.check_token_bundle([1], [5, 6, 7], np.array(lps, np.float32), envelope(routes(4), "int8"))
     with pytest.raises(compat.NeMoGymResponseError, match="3 logprobs for 2"):
         compat.check_token_bundle([1], [5, 6], lps)
+
+
+def test_extract_after_read_uses_what_the_reader_read(reader):
+    """In one task, the records get_response_json handed over are read from tokenwire's
+    arrays: the same lists as NeMo-Gym's reading; other records are read from the dicts."""
+    body = chat(6, content=[{"token": f"token_id:{100 + k}", "logprob": -1 - k / 7, "bytes": None,
+                             "top_logprobs": []} for k in range(6)])
+
+    async def go() -> tuple:
+        doc = await compat.get_response_json(Response(orjson.dumps(body)))
+        choice = doc["choices"][0]
+        cached = compat._last_read.get()
+        return cached, compat._extract_choice_logprobs(None, choice), _their_extract(choice["logprobs"]["content"])
+
+    cached, ours, theirs = asyncio.run(go())
+    assert len(cached) == 1 and ours == theirs and all(type(x) is float for x in ours[1])
+    # A candidate's "token" too: the bytes hold the key more often than there are records.
+    body["choices"][0]["logprobs"]["content"][0]["top_logprobs"] = [{"token": "token_id:100", "logprob": -1.0}]
+
+    async def again() -> tuple:
+        await compat.get_response_json(Response(orjson.dumps(body)))
+        return compat._last_read.get()
+
+    assert asyncio.run(again()) == ()

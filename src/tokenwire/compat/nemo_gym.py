@@ -40,6 +40,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from contextvars import ContextVar
 from itertools import repeat
 from typing import Any
 
@@ -216,17 +217,48 @@ def check_response(raw: Any, body: Any) -> None:
         kernels = _select.kernels  # the implementation in use (a test may point it at the other)
         reader = kernels.parse_chat_completions_response if chat else kernels.parse_completions_response
         try:
-            reader(raw)
+            parsed = reader(raw)
         except NeMoGymResponseError:
             raise
         except MalformedResponseError as exc:
             raise _refuse(exc.reason, choice=exc.choice, field=exc.field, token=exc.token) from None
+        _remember(raw, choices, parsed)
     for index, choice in enumerate(choices):
         message = choice.get("message") if isinstance(choice, dict) else None
         if isinstance(message, dict) and message.get("generation_log_probs") is not None:
             check_token_bundle(message.get("prompt_token_ids"), message.get("generation_token_ids"),
                                message.get("generation_log_probs"), message.get("routed_experts"),
                                choice=index)
+
+
+# What tokenwire read for the response the running task fetched last: (the ``logprobs.content``
+# list handed over, its ids, its logprobs) per choice, for ``_extract_choice_logprobs`` of the
+# same task, which NeMo-Gym's model server calls on that response right after (the code between
+# touches the message and capture fields only). One response per task: nothing outlives it.
+_last_read: ContextVar[tuple[tuple[list[Any], np.ndarray, np.ndarray], ...]] = ContextVar(
+    "tokenwire_nemo_gym_last_read", default=())
+_TOKEN_ID_RECORD = b'"token":"token_id:'
+
+
+def _remember(raw: Any, choices: list[Any], parsed: Any) -> None:
+    """Keep tokenwire's arrays for the records of ``choices`` when every record's ``token`` is
+    a ``"token_id:N"`` name (the form NeMo-Gym reads ids from; tokenwire checked each against
+    the ids): the bytes hold that key once per record and nowhere else (no candidates)."""
+    kept = []
+    contents = []
+    for choice in choices:
+        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        contents.append(content if isinstance(content, list) else None)
+    total = sum(len(c) for c in contents if c is not None)
+    data = raw if isinstance(raw, (bytes, bytearray)) else None
+    if data is None or total == 0 or data.count(_TOKEN_ID_RECORD) != total:
+        _last_read.set(())
+        return
+    for content, choice in zip(contents, parsed.choices):
+        if content is not None:
+            kept.append((content, choice.completion_ids, choice.completion_logprobs))
+    _last_read.set(tuple(kept))
 
 
 async def get_response_json(response: Any) -> Any:
@@ -249,6 +281,10 @@ def _extract_choice_logprobs(self: Any, choice_dict: dict[str, Any]) -> tuple[li
     calls["_extract_choice_logprobs"] += 1
     logprobs_block = choice_dict.get("logprobs") if isinstance(choice_dict, dict) else None
     content = logprobs_block.get("content") if isinstance(logprobs_block, dict) else None
+    for records, ids, values in _last_read.get():
+        if records is content and len(ids) == len(content):
+            calls["_extract_choice_logprobs from the reader's arrays"] += 1
+            return ids.tolist(), values.astype(np.float64, copy=False).tolist()
     fast = None
     if isinstance(content, list) and content:
         try:
