@@ -143,21 +143,22 @@ def main() -> int:
         print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
                           "max_ms": max(times) * 1e3, "n": len(times)}))
         return 0
-    print("| workload | tokens | NeMo-Gym (median / min ms) | patched (median / min ms) | speedup (median) |")
-    print("|---|---|---|---|---|")
-    for workload in ("dense", "moe"):
-        for tokens in (2048, 8192, 16384, 32768):
+    print("| workload | tokens | NeMo-Gym: median (min) ms | patched: median (min) ms | speedup, median (min) "
+          "| tokenwire's reader: median (min) ms |")
+    print("|---|---|---|---|---|---|")
+    sizes = {"dense": (2048, 8192, 16384, 32768), "moe": (2048, 8192)}
+    for workload, tokens_list in sizes.items():
+        for tokens in tokens_list:
             row = {}
-            for mode in ("unpatched", "patched"):
-                rounds = args.rounds if tokens <= 8192 or workload == "dense" else max(7, args.rounds // 2)
+            for mode in ("unpatched", "patched", "native"):
                 out = subprocess.run([sys.executable, __file__, "--tokens", str(tokens), "--mode", mode,
-                                      "--workload", workload, "--rounds", str(rounds)],
+                                      "--workload", workload, "--rounds", str(args.rounds)],
                                      capture_output=True, text=True, check=True)
                 row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
-            u, p = row["unpatched"], row["patched"]
-            print(f"| {workload} | {tokens} | {u['median_ms']:.2f} / {u['min_ms']:.2f} | "
-                  f"{p['median_ms']:.2f} / {p['min_ms']:.2f} | {u['median_ms'] / p['median_ms']:.2f}x |",
-                  flush=True)
+            u, p, n = row["unpatched"], row["patched"], row["native"]
+            print(f"| {workload} | {tokens} | {u['median_ms']:.1f} ({u['min_ms']:.1f}) | "
+                  f"{p['median_ms']:.1f} ({p['min_ms']:.1f}) | {u['median_ms'] / p['median_ms']:.1f}x "
+                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) |", flush=True)
     return 0
 
 
