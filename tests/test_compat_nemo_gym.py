@@ -217,3 +217,27 @@ def test_extract_after_read_uses_what_the_reader_read(reader):
         return compat._last_read.get()
 
     assert asyncio.run(again()) == ()
+
+
+def test_patch_refuses_without_the_supported_release(monkeypatch):
+    monkeypatch.setattr(compat, "nemo_gym_version", lambda: "0.6.0")
+    with pytest.raises(RuntimeError, match=r"follows NeMo-Gym 0\.7\.0, not 0\.6\.0"):
+        compat.patch()
+    assert not compat._saved and not compat.is_patched()
+
+
+def test_plugin_stops_a_session_it_cannot_patch(tmp_path):
+    """Without NeMo-Gym 0.7.0 the plugin refuses the session (a usage error naming the way
+    out) instead of running the tests unpatched; --tokenwire-no-nemo-gym-patch runs them."""
+    import subprocess
+    import sys
+
+    if compat.nemo_gym_version() in compat.SUPPORTED_VERSIONS:
+        pytest.skip("NeMo-Gym 0.7.0 is installed here")
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tokenwire.compat.nemo_gym_plugin",
+            str(tmp_path / "test_x.py")]
+    refused = subprocess.run(base, capture_output=True, text=True, cwd=tmp_path)
+    assert refused.returncode == 4 and "--tokenwire-no-nemo-gym-patch" in refused.stderr
+    allowed = subprocess.run([*base, "--tokenwire-no-nemo-gym-patch"], capture_output=True, text=True, cwd=tmp_path)
+    assert allowed.returncode == 0 and "1 passed" in allowed.stdout

@@ -5,7 +5,7 @@
 The patch (:func:`tokenwire.compat.nemo_gym.patch`) is applied while pytest loads its
 initial conftest files, before test modules run ``from nemo_gym.server_utils import
 get_response_json``, and removed when the session ends. Disable it with
-``--tokenwire-no-patch`` or ``TOKENWIRE_NEMO_GYM_PATCH=0``. The terminal summary says whether
+``--tokenwire-no-nemo-gym-patch`` or ``TOKENWIRE_NEMO_GYM_PATCH=0``. The terminal summary says whether
 the patch stayed in place for the whole session.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 ENV = "TOKENWIRE_NEMO_GYM_PATCH"
-OPTION = "--tokenwire-no-patch"
+OPTION = "--tokenwire-no-nemo-gym-patch"
 SUMMARY = "tokenwire: NeMo-Gym stayed patched for the whole session"
 
 _state: dict[str, Any] = {"patched": False, "disabled": None}
@@ -35,7 +35,7 @@ def _patch(config: pytest.Config) -> None:
     if os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off"):
         _state["disabled"] = f"{ENV}={os.environ[ENV]}"
         return
-    if getattr(getattr(config, "known_args_namespace", None), "tokenwire_no_patch", False):
+    if getattr(getattr(config, "known_args_namespace", None), "tokenwire_no_nemo_gym_patch", False):
         _state["disabled"] = OPTION
         return
     from . import nemo_gym as compat
