@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""NeMo-Gym's parse path per response, unpatched and patched with tokenwire.compat.nemo_gym.
+
+Run in a venv with nemo-gym 0.7.0 and tokenwire, the NeMo-Gym sdist's root on PYTHONPATH
+(for ``responses_api_models``). One fresh process per (size, mode, workload):
+
+    python benchmarks/nemo_gym_parse.py --tokens 8192 --mode patched --workload moe
+
+A server on 127.0.0.1 answers each POST with a distinct vLLM chat completion of ``--tokens``
+tokens (``token_ids``, ``logprobs.content`` with ``"token_id:N"`` names, top-level
+``prompt_token_ids``; for ``moe`` NeMo-RL's ``nrlre1`` routing of 48 layers x top-8 int16 on the
+message). aiohttp fetches each (its body read before the clock starts); the timed span is
+what NeMo-Gym does with it on its token path: ``get_response_json`` (as ``nemo_gym.openai_utils``
+looks it up), ``VLLMModel._extract_choice_logprobs`` and ``VLLMModel._validate_token_bundle``.
+``--mode native`` times tokenwire's own reader of the same bytes
+(``tokenwire.parse_chat_completions_response``, the ids and logprobs as lists), what a model
+server taking tokenwire's arrays would spend (routing not decoded: that is the drop-in's
+check). Prints the median, minimum and maximum per response in ms. ``--all`` runs every combination,
+each in its own process, and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import orjson
+
+PROMPT_LEN = 512
+LAYERS, TOPK = 48, 8
+
+
+def body(seed: int, tokens: int, workload: str) -> bytes:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 150_000, tokens).tolist()
+    lps = (-rng.exponential(0.8, tokens)).tolist()
+    message = {"role": "assistant", "content": "x" * 64, "tool_calls": None}
+    if workload == "moe":
+        routes = rng.integers(0, 128, (PROMPT_LEN + tokens, LAYERS, TOPK), dtype=np.int16)
+        message["routed_experts"] = (f"nrlre1:int16:{PROMPT_LEN + tokens}x{LAYERS}x{TOPK}:"
+                                     + base64.b64encode(routes.astype("<i2").tobytes()).decode())
+    return orjson.dumps({
+        "id": f"chatcmpl-{seed}", "object": "chat.completion", "created": 1, "model": "m",
+        "prompt_token_ids": rng.integers(0, 150_000, PROMPT_LEN).tolist(),
+        "choices": [{"index": 0, "finish_reason": "length", "message": message, "token_ids": ids,
+                     "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": lp, "bytes": None,
+                                               "top_logprobs": []} for i, lp in zip(ids, lps)]}}],
+        "usage": {"prompt_tokens": PROMPT_LEN, "completion_tokens": tokens},
+    })
+
+
+def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
+    from unittest.mock import MagicMock
+
+    import aiohttp
+
+    import nemo_gym.openai_utils as openai_utils
+    from nemo_gym.server_utils import ServerClient
+    from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig
+
+    if mode == "patched":
+        from tokenwire.compat import nemo_gym as compat
+
+        compat.patch()
+    import tokenwire
+    bodies = [body(seed, tokens, workload) for seed in range(rounds)]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            n = int(self.path.rsplit("/", 1)[-1])
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(bodies[n])))
+            self.end_headers()
+            self.wfile.write(bodies[n])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=lambda: [httpd.handle_request() for _ in range(rounds)], daemon=True)
+    thread.start()
+    config = VLLMModelConfig(host="127.0.0.1", port=8080, entrypoint="", name="vllm_model",
+                             base_url="http://127.0.0.1:1/v1", api_key="k", model="m",
+                             return_token_id_information=True, uses_reasoning_parser=False,
+                             uses_interleaved_reasoning=False)
+    model = VLLMModel(config=config, server_client=MagicMock(spec=ServerClient, global_config_dict={}))
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    async def go() -> list[float]:
+        times = []
+        async with aiohttp.ClientSession() as session:
+            for n in range(rounds):
+                async with session.post(f"{url}/{n}", json={}) as resp:
+                    await resp.read()  # the body arrives before the clock starts
+                    gc.collect()
+                    start = time.perf_counter()
+                    if mode == "native":  # tokenwire's reader, the lists NeMo-Gym's bundle holds
+                        parsed = tokenwire.parse_chat_completions_response(await resp.read())
+                        choice = parsed.choices[0]
+                        ids, lps = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
+                        times.append(time.perf_counter() - start)
+                        del parsed, choice, ids, lps
+                        continue
+                    doc = await openai_utils.get_response_json(resp)
+                    choice = doc["choices"][0]
+                    ids, lps = model._extract_choice_logprobs(choice)
+                    bundle = {"prompt_token_ids": doc["prompt_token_ids"], "generation_token_ids": ids,
+                              "generation_log_probs": lps}
+                    if "routed_experts" in choice["message"]:
+                        bundle["routed_experts"] = choice["message"]["routed_experts"]
+                    VLLMModel._validate_token_bundle(bundle, "vLLM token transport")
+                    times.append(time.perf_counter() - start)
+                    del doc, choice, ids, lps, bundle
+        return times
+
+    times = asyncio.run(go())
+    httpd.server_close()
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--mode", choices=("unpatched", "patched", "native"), default="patched")
+    parser.add_argument("--workload", choices=("dense", "moe"), default="dense")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--all", action="store_true", help="every size, mode and workload, fresh processes")
+    args = parser.parse_args()
+    if not args.all:
+        times = measure(args.tokens, args.mode, args.workload, args.rounds)[2:]  # the first two warm up
+        print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+                          "max_ms": max(times) * 1e3, "n": len(times)}))
+        return 0
+    print("| workload | tokens | NeMo-Gym: median (min) ms | patched: median (min) ms | speedup, median (min) "
+          "| tokenwire's reader: median (min) ms |")
+    print("|---|---|---|---|---|---|")
+    sizes = {"dense": (2048, 8192, 16384, 32768), "moe": (2048, 8192)}
+    for workload, tokens_list in sizes.items():
+        for tokens in tokens_list:
+            row = {}
+            for mode in ("unpatched", "patched", "native"):
+                out = subprocess.run([sys.executable, __file__, "--tokens", str(tokens), "--mode", mode,
+                                      "--workload", workload, "--rounds", str(args.rounds)],
+                                     capture_output=True, text=True, check=True)
+                row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+            u, p, n = row["unpatched"], row["patched"], row["native"]
+            print(f"| {workload} | {tokens} | {u['median_ms']:.1f} ({u['min_ms']:.1f}) | "
+                  f"{p['median_ms']:.1f} ({p['min_ms']:.1f}) | {u['median_ms'] / p['median_ms']:.1f}x "
+                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,406 @@
+"""NeMo-Gym's token path on tokenwire's readers: a drop-in that refuses what it passed.
+
+NeMo-Gym 0.7.0 reads an upstream response in ``nemo_gym.server_utils.get_response_json``
+(``orjson.loads`` of the body; the name is imported into ``nemo_gym.openai_utils`` and other
+modules, so each binding is replaced), then its vLLM model server
+(``responses_api_models/vllm_model/app.py``) takes the token ids and logprobs from the choice's
+``logprobs.content`` one record at a time (``_extract_choice_logprobs``) or from the message's
+own bundle (``prompt_token_ids``, ``generation_token_ids``, ``generation_log_probs``,
+``routed_experts``), which ``_validate_token_bundle`` checks for presence and lengths but
+never scans: a ``-9999`` (vLLM's sentinel for a missing or clamped logprob) and a routing
+envelope of any row count pass through to training.
+
+With :func:`patch`:
+
+- ``get_response_json`` parses the same bytes with ``orjson.loads`` (the same document, the
+  same ``orjson.JSONDecodeError`` for invalid JSON, NaN among it) and, when a choice carries
+  token evidence, validates the response with tokenwire's chat-completions (or completions)
+  reader: ``token_ids`` against ``logprobs.content`` (N against N+1), ``"token_id:N"`` names,
+  a missing, non-finite or sentinel logprob; and the message bundle below;
+- ``_extract_choice_logprobs`` returns what NeMo-Gym's returns (lists of ints and floats),
+  read in whole-list operations instead of a Python loop per token, and refuses a sentinel;
+- ``_validate_token_bundle`` runs NeMo-Gym's checks, then refuses a logprob that is not a
+  finite number or is the sentinel, and a routing (``nrlre1:<dtype>:<SxLxK>:<base64>``
+  envelope, NeMo-RL's codec, or nested lists) whose rows are not one per prompt and
+  generation token, whose base64 is not canonical or does not hold ``S*L*K`` values of its
+  dtype, or which holds a negative expert id (NeMo-Gym's missing-route fill, ``-1``).
+
+Every refusal raises :class:`NeMoGymResponseError`: a ``tokenwire.MalformedResponseError``
+(naming choice, field and token) and a ``RuntimeError``, the type NeMo-Gym raises for the
+token metadata it refuses itself, so its callers' ``except RuntimeError`` still works.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import math
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextvars import ContextVar
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+import orjson
+
+import tokenwire
+
+from ..read import _select
+from ..base._errors import MalformedResponseError
+from ..base._wire import VLLM_LOGPROB_SENTINEL
+from .renderers import _numbers, _token_ids
+
+__all__ = [
+    "NeMoGymResponseError",
+    "SUPPORTED_VERSIONS",
+    "check_response",
+    "check_routed_experts",
+    "check_token_bundle",
+    "get_response_json",
+    "is_patched",
+    "nemo_gym_version",
+    "patch",
+    "patched",
+    "unpatch",
+]
+
+SUPPORTED_VERSIONS: tuple[str, ...] = ("0.7.0",)
+_SERVER_UTILS = "nemo_gym.server_utils"
+_VLLM_APP = "responses_api_models.vllm_model.app"
+_MAGIC = "nrlre1"
+# NeMo-RL's envelope dtypes (nemo_gym/token_id_capture/staging/routes.py).
+_ENVELOPE_DTYPES = {"int8": np.dtype("<i1"), "int16": np.dtype("<i2"), "int32": np.dtype("<i4")}
+# How often each replacement ran (the pytest plugin reports which tests reached them).
+calls: Counter[str] = Counter()
+
+
+class NeMoGymResponseError(MalformedResponseError, RuntimeError):
+    """A response NeMo-Gym would have passed to training: a ``tokenwire.MalformedResponseError``
+    and the ``RuntimeError`` NeMo-Gym raises for token metadata it refuses itself."""
+
+
+def _refuse(reason: str, *, choice: int | None = None, field: str | None = None,
+            token: int | None = None) -> NeMoGymResponseError:
+    return NeMoGymResponseError(reason, choice=choice, field=field, token=token)
+
+
+def nemo_gym_version() -> str | None:
+    """The installed NeMo-Gym release (None when it is not installed)."""
+    try:
+        return importlib.metadata.version("nemo-gym")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# --- the checks ----------------------------------------------------------------------------------
+
+
+def _logprob_values(values: Any, field: str, choice: int | None) -> np.ndarray:
+    """``values`` as float64, refused unless each is a finite number other than the sentinel."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        array = values.astype(np.float64, copy=False)
+    else:
+        if not isinstance(values, list):
+            raise _refuse("must be a list of numbers", choice=choice, field=field)
+        array = _numbers(values)
+        if array is None:
+            for t, value in enumerate(values):
+                if type(value) not in (int, float):
+                    raise _refuse(f"logprob {value!r} is not a number", choice=choice, field=field, token=t)
+            # ints beyond float range
+            raise _refuse("a logprob is beyond float range", choice=choice, field=field)
+    bad = ~np.isfinite(array) | (array == VLLM_LOGPROB_SENTINEL)
+    if bad.any():
+        t = int(np.argmax(bad))
+        value = float(array[t])
+        what = "the sentinel -9999 (missing or clamped)" if value == VLLM_LOGPROB_SENTINEL else f"{value!r}, not finite"
+        raise _refuse(f"the sampled token's logprob is {what}", choice=choice, field=field, token=t)
+    return array
+
+
+def check_routed_experts(routed: Any, rows: int | None, *, choice: int | None = None,
+                         field: str = "message.routed_experts") -> np.ndarray:
+    """The routing as a ``(rows, layers, topk)`` integer array, refused unless it is NeMo-RL's
+    ``nrlre1`` envelope (canonical base64 of ``S*L*K`` values of its dtype) or ``[rows][layers]
+    [topk]`` lists of ints, holds no negative expert id, and has ``rows`` rows (one per prompt
+    and generation token) when ``rows`` is given."""
+    if isinstance(routed, str):
+        parts = routed.split(":", 3)
+        if len(parts) != 4 or parts[0] != _MAGIC:
+            raise _refuse(f"routed_experts is not an {_MAGIC}:<dtype>:<SxLxK>:<base64> envelope",
+                          choice=choice, field=field)
+        _, dtype_name, shape_text, encoded = parts
+        dtype = _ENVELOPE_DTYPES.get(dtype_name)
+        if dtype is None:
+            raise _refuse(f"routed_experts dtype {dtype_name!r} is not int8, int16 or int32",
+                          choice=choice, field=field)
+        dims = shape_text.split("x")
+        if len(dims) != 3 or not all(d.isascii() and d.isdigit() for d in dims):
+            raise _refuse(f"routed_experts shape {shape_text!r} is not SxLxK", choice=choice, field=field)
+        shape = tuple(int(d) for d in dims)
+        if min(shape) <= 0:
+            raise _refuse(f"routed_experts shape {shape_text!r} has an empty dimension", choice=choice, field=field)
+        try:
+            raw = tokenwire.b64decode(encoded)
+        except MalformedResponseError:
+            raise _refuse("routed_experts base64 is not canonical", choice=choice, field=field) from None
+        if len(raw) != math.prod(shape) * dtype.itemsize:
+            raise _refuse(f"routed_experts holds {len(raw)} bytes, not {math.prod(shape) * dtype.itemsize} "
+                          f"for {dtype_name}[{shape_text}]", choice=choice, field=field)
+        array = raw.view(dtype).reshape(shape)
+    else:
+        try:
+            array = np.array(routed, dtype=np.int64)
+        except (ValueError, TypeError, OverflowError):
+            array = None
+        if (array is None or array.ndim != 3 or array.size == 0 or not isinstance(routed, list)
+                or not _all_ints(routed)):
+            raise _refuse("routed_experts must be [rows][layers][topk] lists of ints", choice=choice, field=field)
+    if rows is not None and array.shape[0] != rows:
+        raise _refuse(f"routed_experts has {array.shape[0]} rows, not {rows}: one per prompt and "
+                      "generation token", choice=choice, field=field)
+    negative = array < 0
+    if negative.any():
+        row = int(np.argmax(negative.reshape(len(array), -1).any(axis=1)))
+        raise _refuse(f"routed_experts holds a negative expert id ({int(array[row].min())})",
+                      choice=choice, field=field, token=row)
+    return array
+
+
+def _all_ints(rows: list[Any]) -> bool:
+    # np.array(..., int64) also takes floats and bools; the wire's routing is ints only.
+    return all(type(e) is int for r in rows for layer in r for e in layer)
+
+
+def check_token_bundle(prompt_token_ids: Any, generation_token_ids: Any, generation_log_probs: Any,
+                       routed_experts: Any = None, *, choice: int | None = None,
+                       where: str = "message") -> None:
+    """Refuse a message-level token bundle whose logprobs are not one finite, non-sentinel
+    number per generation token, or whose routing does not cover every prompt and
+    generation token (see :func:`check_routed_experts`)."""
+    count = len(generation_token_ids) if isinstance(generation_token_ids, list) else None
+    values = _logprob_values(generation_log_probs, f"{where}.generation_log_probs", choice)
+    if count is not None and len(values) != count:
+        raise _refuse(f"{len(values)} logprobs for {count} generation token ids",
+                      choice=choice, field=f"{where}.generation_log_probs")
+    if routed_experts is not None:
+        rows = None
+        if count is not None and isinstance(prompt_token_ids, list):
+            rows = len(prompt_token_ids) + count
+        check_routed_experts(routed_experts, rows, choice=choice, field=f"{where}.routed_experts")
+
+
+def _carries_tokens(choice: Any) -> bool:
+    if not isinstance(choice, dict):
+        return False
+    if choice.get("token_ids") is not None:
+        return True
+    logprobs = choice.get("logprobs")
+    return isinstance(logprobs, dict) and bool(logprobs.get("content") or logprobs.get("tokens"))
+
+
+def check_response(raw: Any, body: Any) -> None:
+    """Validate a parsed upstream response (``body``, from ``raw``) where it carries token
+    evidence: tokenwire's reader over the choices' ids and logprobs, and each message's token
+    bundle. Anything else (a tokenize result, a response without logprobs) is left alone."""
+    if not isinstance(body, dict):
+        return
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return
+    if any(map(_carries_tokens, choices)):
+        chat = any(isinstance(c, dict) and "message" in c for c in choices)
+        kernels = _select.kernels  # the implementation in use (a test may point it at the other)
+        reader = kernels.parse_chat_completions_response if chat else kernels.parse_completions_response
+        try:
+            parsed = reader(raw)
+        except NeMoGymResponseError:
+            raise
+        except MalformedResponseError as exc:
+            raise _refuse(exc.reason, choice=exc.choice, field=exc.field, token=exc.token) from None
+        _remember(raw, choices, parsed)
+    for index, choice in enumerate(choices):
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict) and message.get("generation_log_probs") is not None:
+            check_token_bundle(message.get("prompt_token_ids"), message.get("generation_token_ids"),
+                               message.get("generation_log_probs"), message.get("routed_experts"),
+                               choice=index)
+
+
+# What tokenwire read for the response the running task fetched last: (the ``logprobs.content``
+# list handed over, its ids, its logprobs) per choice, for ``_extract_choice_logprobs`` of the
+# same task, which NeMo-Gym's model server calls on that response right after (the code between
+# touches the message and capture fields only). One response per task: nothing outlives it.
+_last_read: ContextVar[tuple[tuple[list[Any], np.ndarray, np.ndarray], ...]] = ContextVar(
+    "tokenwire_nemo_gym_last_read", default=())
+_TOKEN_ID_RECORD = b'"token":"token_id:'
+
+
+def _remember(raw: Any, choices: list[Any], parsed: Any) -> None:
+    """Keep tokenwire's arrays for the records of ``choices`` when every record's ``token`` is
+    a ``"token_id:N"`` name (the form NeMo-Gym reads ids from; tokenwire checked each against
+    the ids): the bytes hold that key once per record and nowhere else (no candidates)."""
+    kept = []
+    contents = []
+    for choice in choices:
+        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        contents.append(content if isinstance(content, list) else None)
+    total = sum(len(c) for c in contents if c is not None)
+    data = raw if isinstance(raw, (bytes, bytearray)) else None
+    if data is None or total == 0 or data.count(_TOKEN_ID_RECORD) != total:
+        _last_read.set(())
+        return
+    for content, choice in zip(contents, parsed.choices):
+        if content is not None:
+            kept.append((content, choice.completion_ids, choice.completion_logprobs))
+    _last_read.set(tuple(kept))
+
+
+async def get_response_json(response: Any) -> Any:
+    """NeMo-Gym's ``get_response_json``: the body as ``orjson.loads`` reads it, validated by
+    :func:`check_response`."""
+    calls["get_response_json"] += 1
+    raw = await response.read()
+    body = orjson.loads(raw)
+    check_response(raw, body)
+    return body
+
+
+# --- the vLLM model server's methods -------------------------------------------------------------
+
+
+def _extract_choice_logprobs(self: Any, choice_dict: dict[str, Any]) -> tuple[list[int], list[float]]:
+    """NeMo-Gym's ``VLLMModel._extract_choice_logprobs`` in whole-list operations: the same
+    lists, the same ``RuntimeError`` for a malformed record (NeMo-Gym's own loop reports it),
+    and a refusal of the sentinel."""
+    calls["_extract_choice_logprobs"] += 1
+    logprobs_block = choice_dict.get("logprobs") if isinstance(choice_dict, dict) else None
+    content = logprobs_block.get("content") if isinstance(logprobs_block, dict) else None
+    for records, ids, values in _last_read.get():
+        if records is content and len(ids) == len(content):
+            calls["_extract_choice_logprobs from the reader's arrays"] += 1
+            return ids.tolist(), values.astype(np.float64, copy=False).tolist()
+    fast = None
+    if isinstance(content, list) and content:
+        try:
+            names = list(map(dict.get, content, repeat("token")))
+            values = list(map(dict.get, content, repeat("logprob")))
+        except TypeError:  # a record that is not a dict
+            names = values = None
+        if names is not None:
+            ids = _token_ids(names)
+            numbers = _numbers(values) if ids is not None else None
+            if numbers is not None:
+                fast = ids, numbers
+    if fast is None:
+        token_ids, logprobs = _saved_attr(_VLLM_APP, "VLLMModel._extract_choice_logprobs")(self, choice_dict)
+        _logprob_values(logprobs, "logprobs.content", None)
+        return token_ids, logprobs
+    ids, numbers = fast
+    _logprob_values(numbers, "logprobs.content", None)
+    return ids.tolist(), numbers.tolist()
+
+
+def _validate_token_bundle(cls: Any, bundle: dict[str, Any], source: str) -> dict[str, Any]:
+    """NeMo-Gym's ``VLLMModel._validate_token_bundle``, then :func:`check_token_bundle` on
+    what it normalized."""
+    calls["_validate_token_bundle"] += 1
+    normalized = _saved_attr(_VLLM_APP, "VLLMModel._validate_token_bundle").__func__(cls, bundle, source)
+    check_token_bundle(normalized["prompt_token_ids"], normalized["generation_token_ids"],
+                       normalized["generation_log_probs"], normalized.get("routed_experts"),
+                       where=source)
+    return normalized
+
+
+# --- patching ------------------------------------------------------------------------------------
+
+_patch_lock = threading.RLock()
+# (module name, attribute path) -> NeMo-Gym's own object, for everything patch() replaced.
+_saved: dict[tuple[str, str], Any] = {}
+_OURS_METHODS = {
+    "VLLMModel._extract_choice_logprobs": _extract_choice_logprobs,
+    "VLLMModel._validate_token_bundle": classmethod(_validate_token_bundle),
+}
+
+
+def _saved_attr(module: str, path: str) -> Any:
+    found = _saved.get((module, path))
+    if found is None:  # called without patch(): NeMo-Gym's own, as defined now
+        owner, name = path.split(".")
+        found = vars(getattr(importlib.import_module(module), owner))[name]
+    return found
+
+
+def _nemo_gym_modules() -> list[Any]:
+    return [m for n, m in list(sys.modules.items())
+            if m is not None and (n == "nemo_gym" or n.startswith("nemo_gym.")
+                                  or n.startswith("responses_api_models."))]
+
+
+def patch() -> None:
+    """Put the replacements into every loaded module that holds NeMo-Gym's
+    ``get_response_json`` and, when the vLLM model server is importable, into ``VLLMModel``.
+    Idempotent; :func:`unpatch` undoes it. ``RuntimeError`` (patching nothing) for a NeMo-Gym
+    release not in :data:`SUPPORTED_VERSIONS`."""
+    with _patch_lock:
+        version = nemo_gym_version()
+        if version not in SUPPORTED_VERSIONS:
+            raise RuntimeError(f"tokenwire.compat.nemo_gym follows NeMo-Gym {', '.join(SUPPORTED_VERSIONS)}, "
+                               f"not {version}")
+        server_utils = importlib.import_module(_SERVER_UTILS)
+        importlib.import_module("nemo_gym.openai_utils")  # holds get_response_json by name
+        theirs = _saved.get((_SERVER_UTILS, "get_response_json"), server_utils.get_response_json)
+        for module in _nemo_gym_modules():
+            if vars(module).get("get_response_json") is theirs:
+                _saved[(module.__name__, "get_response_json")] = theirs
+                module.get_response_json = get_response_json
+        try:
+            app = importlib.import_module(_VLLM_APP)
+        except ImportError:
+            app = None
+        if app is not None:
+            for path, ours in _OURS_METHODS.items():
+                owner, name = path.split(".")
+                cls = getattr(app, owner)
+                if (_VLLM_APP, path) not in _saved:
+                    _saved[(_VLLM_APP, path)] = vars(cls)[name]
+                setattr(cls, name, ours)
+
+
+def unpatch() -> None:
+    """Put NeMo-Gym's own back wherever :func:`patch` replaced them."""
+    with _patch_lock:
+        for (module_name, path), original in list(_saved.items()):
+            module = sys.modules.get(module_name)
+            if module is None:
+                continue
+            if "." in path:
+                owner, name = path.split(".")
+                setattr(getattr(module, owner), name, original)
+            elif vars(module).get(path) is get_response_json:
+                setattr(module, path, original)
+        _saved.clear()
+
+
+def is_patched() -> bool:
+    """Whether ``nemo_gym.server_utils`` and ``nemo_gym.openai_utils`` hold the replacement."""
+    return all(getattr(sys.modules.get(n), "get_response_json", None) is get_response_json
+               for n in (_SERVER_UTILS, "nemo_gym.openai_utils"))
+
+
+@contextlib.contextmanager
+def patched() -> Iterator[None]:
+    """``with patched():`` runs the block with :func:`patch` in effect, then restores."""
+    with _patch_lock:
+        already = bool(_saved)
+        patch()
+    try:
+        yield
+    finally:
+        if not already:
+            unpatch()

@@ -1,0 +1,165 @@
+"""NeMo-Gym's real vLLM model server and client against a local HTTP server, unpatched and
+patched (run by tests/run_nemo_gym_suite.py in NeMo-Gym's venv, with the NeMo-Gym sdist on
+the path; not collected by tokenwire's own suite, which has no NeMo-Gym).
+
+The server on 127.0.0.1 answers ``/v1/chat/completions`` with a vLLM-shaped response (the
+choice's ``token_ids``, ``logprobs.content`` with ``"token_id:N"`` names, top-level
+``prompt_token_ids``, NeMo-RL's ``nrlre1`` routing on the message); NeMo-Gym's
+``VLLMModel`` (``return_token_id_information=True``) serves a request through its FastAPI
+app, its ``NeMoGymAsyncOpenAI`` client fetching over aiohttp. Each planted defect's outcome
+both ways is printed as a table row (``DEFECT name | unpatched | patched``).
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from unittest.mock import MagicMock
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+import nemo_gym.server_utils
+from nemo_gym.server_utils import ServerClient
+from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig
+from tokenwire.compat import nemo_gym as compat
+
+PROMPT = [11, 12, 13]
+N = 64
+MAX_REQUESTS = 500  # the server's loop is bounded
+
+
+def envelope(rows: int, layers: int = 4, topk: int = 2, first: int = 0) -> str:
+    flat = [(first + r + layer + k) % 64 for r in range(rows) for layer in range(layers) for k in range(topk)]
+    raw = struct.pack(f"<{len(flat)}h", *flat)
+    return f"nrlre1:int16:{rows}x{layers}x{topk}:{base64.b64encode(raw).decode()}"
+
+
+def response(defect: str | None = None) -> bytes:
+    ids = [1000 + 7 * t for t in range(N)]
+    records = [{"token": f"token_id:{i}", "logprob": -0.01 * (t + 1), "bytes": None, "top_logprobs": []}
+               for t, i in enumerate(ids)]
+    routed = envelope(len(PROMPT) + N)
+    token_ids = list(ids)
+    if defect == "N ids vs N+1 logprobs":
+        records.append({"token": "token_id:5", "logprob": -0.5, "bytes": None, "top_logprobs": []})
+    elif defect == "missing logprob (null)":
+        records[N // 2]["logprob"] = None
+    elif defect == "-9999 logprob":
+        records[N // 2]["logprob"] = -9999.0
+    elif defect == "routing one row short":
+        routed = envelope(len(PROMPT) + N - 1)
+    body = {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "dummy_model",
+        "prompt_token_ids": PROMPT,
+        "choices": [{
+            "index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "hi", "tool_calls": None, "routed_experts": routed},
+            "token_ids": token_ids, "logprobs": {"content": records},
+        }],
+        "usage": {"prompt_tokens": len(PROMPT), "completion_tokens": N, "total_tokens": len(PROMPT) + N},
+    }
+    raw = orjson.dumps(body)
+    if defect == "NaN logprob":
+        raw = raw.replace(b'"logprob":-0.32', b'"logprob":NaN', 1)
+        assert b"NaN" in raw
+    return raw
+
+
+class _Handler(BaseHTTPRequestHandler):
+    body = b""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        payload = orjson.dumps({"tokens": PROMPT}) if self.path.endswith("/tokenize") else type(self).body
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    handler = type("Handler", (_Handler,), {})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+
+    def serve() -> None:
+        for _ in range(MAX_REQUESTS):
+            if getattr(httpd, "stopping", False):
+                break
+            httpd.handle_request()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    # As NeMo-Gym's own tests of the model server do: no Hydra configuration from argv.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nemo_gym.server_utils, "get_global_config_dict", lambda *a, **k: {})
+        config = VLLMModelConfig(host="127.0.0.1", port=8080, entrypoint="", name="vllm_model",
+                                 base_url=f"{url}/v1", api_key="dummy_key", model="dummy_model",
+                                 return_token_id_information=True, uses_reasoning_parser=False,
+                                 uses_interleaved_reasoning=False)
+        model = VLLMModel(config=config, server_client=MagicMock(spec=ServerClient, global_config_dict={}))
+        # One client (one event loop) for the module: NeMo-Gym's aiohttp session is global.
+        with TestClient(model.setup_webserver()) as client:
+            yield handler, client
+    httpd.stopping = True
+    httpd.server_close()
+
+
+def serve_one(server: Any, defect: str | None) -> Any:
+    handler, client = server
+    handler.body = response(defect)
+    try:
+        result = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    except Exception as exc:  # the app's exception, raised through the test client
+        return exc
+    return result.json() if result.status_code == 200 else RuntimeError(f"HTTP {result.status_code}")
+
+
+def outcome(result: Any) -> str:
+    if isinstance(result, BaseException):
+        return f"refused ({type(result).__name__}: {str(result)[:90]})"
+    return "accepted"
+
+
+def test_valid_response_is_the_same_both_ways(server):
+    compat.unpatch()
+    theirs = serve_one(server, None)
+    with compat.patched():
+        assert compat.is_patched()
+        before = compat.calls["_extract_choice_logprobs from the reader's arrays"]
+        ours = serve_one(server, None)
+        # the model server took the ids and logprobs from the arrays get_response_json read
+        assert compat.calls["_extract_choice_logprobs from the reader's arrays"] == before + 1
+    assert not isinstance(theirs, BaseException), theirs
+    assert ours == theirs
+    message = ours["choices"][0]["message"]
+    assert message["generation_token_ids"] == [1000 + 7 * t for t in range(N)]
+    assert message["prompt_token_ids"] == PROMPT
+    assert len(message["generation_log_probs"]) == N
+
+
+DEFECTS = ["N ids vs N+1 logprobs", "missing logprob (null)", "-9999 logprob", "NaN logprob",
+           "routing one row short"]
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_planted_defect_is_refused_patched(server, defect):
+    compat.unpatch()
+    before = serve_one(server, defect)
+    with compat.patched():
+        after = serve_one(server, defect)
+    print(f"\nDEFECT {defect} | {outcome(before)} | {outcome(after)}")
+    assert isinstance(after, BaseException), f"{defect}: accepted patched"
+    if not isinstance(before, BaseException):
+        assert isinstance(after, compat.NeMoGymResponseError)
+    assert isinstance(after, (RuntimeError, orjson.JSONDecodeError))

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""NeMo-Gym's own tests, without and with tokenwire's drop-in patched in, and NeMo-Gym's real
+client against a local server (tests/nemo_gym_live.py).
+
+NeMo-Gym 0.7.0 needs Python 3.13 and its own dependencies, so this runs in a venv of its own
+(``--python``, default ``$TOKENWIRE_NEMO_GYM_PYTHON``) where ``pip install nemo-gym==0.7.0`` and
+tokenwire are installed. Its tests come from its sdist (``--sdist``: the archive or its
+extracted directory; default: ``pip download`` of the release). Each suite file below runs
+twice with ``python -m pytest -p no:cacheprovider --rootdir <sdist>`` from the sdist's
+directory, once as it is and once with ``-p tokenwire.compat.nemo_gym_plugin``; the runs must
+agree (every test that passes unpatched passes patched, the same skips), and the plugin lists
+the tests that reached a replacement.
+
+    python tests/run_nemo_gym_suite.py --python /path/to/venv/bin/python [--sdist nemo_gym-0.7.0.tar.gz]
+
+Exit status: 0 both runs agree and the live test passes, 1 they do not, 2 the suite cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_renderers_suite import Run, SuiteUnavailable, parse_junit  # noqa: E402
+
+VERSION = "0.7.0"
+PLUGIN = "tokenwire.compat.nemo_gym_plugin"
+SUMMARY = "tokenwire: NeMo-Gym stayed patched for the whole session"
+# NeMo-Gym's tests of the code the drop-in replaces or feeds: the vLLM model server (which
+# reads the token ids, logprobs and routing), the HTTP helpers and OpenAI client
+# (get_response_json), and the routing envelope's codec.
+SUITE = (
+    "responses_api_models/vllm_model/tests",
+    "tests/unit_tests/test_server_utils.py",
+    "tests/unit_tests/test_openai_utils.py",
+    "tests/unit_tests/test_token_capture_staging_routes.py",
+)
+LIVE = Path(__file__).resolve().parent / "nemo_gym_live.py"
+
+
+def sdist_root(sdist: str | None, work: Path, python: str) -> Path:
+    if sdist and Path(sdist).is_dir():
+        return Path(sdist)
+    archive = Path(sdist) if sdist else None
+    if archive is None:
+        dest = work / "download"
+        subprocess.run([python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        "--ignore-requires-python", "-q", f"nemo-gym=={VERSION}", "-d", str(dest)],
+                       check=True, capture_output=True, timeout=600)
+        archive = next(dest.glob(f"nemo_gym-{VERSION}.tar.gz"))
+    import tarfile
+
+    with tarfile.open(archive) as tar:
+        tar.extractall(work / "src", filter="data")
+    return next(p for p in (work / "src").iterdir() if (p / "nemo_gym").is_dir())
+
+
+def environment(root: Path) -> dict[str, str]:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("TOKENWIRE_NEMO_GYM_PATCH", None)
+    return env
+
+
+def run(root: Path, junit: Path, python: str, *, patched: bool, targets: list[str],
+        extra: list[str] | None = None) -> Run:
+    command = [python, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rA",
+               "-o", "addopts=", "-W", "ignore", f"--junitxml={junit}", *targets, *(extra or [])]
+    if patched:
+        command[3:3] = ["-p", PLUGIN]
+    done = subprocess.run(command, cwd=root, env=environment(root), capture_output=True, text=True,
+                          timeout=3600)
+    output = done.stdout + done.stderr
+    if not junit.is_file():
+        raise SuiteUnavailable(f"pytest wrote no results (exit {done.returncode}):\n{output[-2000:]}")
+    outcomes, skips = parse_junit(junit)
+    return Run(outcomes, skips, output, done.returncode)
+
+
+def compare(before: Run, after: Run) -> list[str]:
+    problems = []
+    if not before.outcomes:
+        problems.append("the unpatched run collected no tests")
+    if SUMMARY not in after.output:
+        problems.append("the patched run does not report the patch in place for the whole session")
+    for name in sorted(set(before.outcomes) | set(after.outcomes)):
+        a, b = before.outcomes.get(name), after.outcomes.get(name)
+        if a is None or b is None:
+            problems.append(f"{name}: only in the {'patched' if a is None else 'unpatched'} run")
+        elif a == "passed" and b != "passed":
+            problems.append(f"{name}: passes unpatched, {b} patched")
+        elif (a == "skipped") != (b == "skipped"):
+            problems.append(f"{name}: {a} unpatched, {b} patched")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python", default=os.environ.get("TOKENWIRE_NEMO_GYM_PYTHON"),
+                        help="the interpreter of a venv holding nemo-gym==0.7.0 and tokenwire")
+    parser.add_argument("--sdist", default=os.environ.get("TOKENWIRE_NEMO_GYM_SDIST"))
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.python:
+        print("NeMo-Gym suite unavailable: no --python (a venv with nemo-gym 0.7.0 and tokenwire)",
+              file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="tokenwire-nemo-gym-") as tmp:
+        work = Path(tmp)
+        try:
+            root = sdist_root(args.sdist, work, args.python)
+            before = run(root, work / "unpatched.xml", args.python, patched=False, targets=list(SUITE))
+            after = run(root, work / "patched.xml", args.python, patched=True, targets=list(SUITE))
+            # A copy outside tokenwire's tests/ (whose conftest needs tokenwire's test extras).
+            (work / "live").mkdir()
+            live_copy = work / "live" / LIVE.name
+            live_copy.write_bytes(LIVE.read_bytes())
+            live = run(root, work / "live.xml", args.python, patched=False, targets=[str(live_copy)],
+                       extra=["-s"])
+        except (SuiteUnavailable, subprocess.SubprocessError, StopIteration) as exc:
+            print(f"NeMo-Gym suite unavailable: {exc}", file=sys.stderr)
+            return 2
+        problems = compare(before, after)
+        exercised = re.findall(r"^tokenwire: exercised (\S+)", after.output, re.M)
+        print(f"NeMo-Gym {VERSION} suite ({', '.join(SUITE)})")
+        print(f"  unpatched: {before.summary()}")
+        print(f"  patched:   {after.summary()}")
+        print(f"  tests that reached the replacements: {len(exercised)}")
+        if args.verbose:
+            for name in exercised:
+                print(f"    {name}")
+        for line in problems:
+            print(f"  PROBLEM: {line}")
+        print(f"live client against 127.0.0.1 (tests/nemo_gym_live.py): {live.summary()}")
+        for line in re.findall(r"^DEFECT (.*)$", live.output, re.M):
+            print(f"  {line}")
+        if args.verbose or problems or live.count("failed") or live.count("error"):
+            print(live.output[-3000:] if live.count("failed") or live.count("error") else "")
+        ok = not problems and not live.count("failed") and not live.count("error") and live.count("passed")
+        print("  OK" if ok else "  FAILED")
+        return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""tokenwire.compat.nemo_gym without NeMo-Gym installed: the checks its patch adds, over
+NeMo-Gym-shaped responses (NeMo-Gym's own suite and its real client against a local server
+run in tests/run_nemo_gym_suite.py, in a Python 3.13 venv)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import math
+import struct
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenwire import MalformedResponseError
+from tokenwire.read import _select
+from tokenwire.compat import nemo_gym as compat
+
+SENTINEL = -9999.0
+
+
+def envelope(values: list[list[list[int]]], dtype: str = "int16") -> str:
+    """NeMo-RL's nrlre1 envelope, written here from its description: little-endian values,
+    standard base64."""
+    code = {"int8": "b", "int16": "h", "int32": "i"}[dtype]
+    flat = [e for row in values for layer in row for e in layer]
+    raw = struct.pack(f"<{len(flat)}{code}", *flat)
+    shape = f"{len(values)}x{len(values[0])}x{len(values[0][0])}"
+    return f"nrlre1:{dtype}:{shape}:{base64.b64encode(raw).decode()}"
+
+
+def routes(rows: int, layers: int = 2, topk: int = 2) -> list[list[list[int]]]:
+    return [[[(r + layer + k) % 8 for k in range(topk)] for layer in range(layers)] for r in range(rows)]
+
+
+def chat(n: int = 4, prompt: int = 3, *, content: list | None = None, token_ids: list | None = None,
+         message: dict | None = None) -> dict:
+    ids = list(range(100, 100 + n))
+    records = content if content is not None else [
+        {"token": f"token_id:{i}", "logprob": -0.25 * (k + 1), "bytes": None, "top_logprobs": []}
+        for k, i in enumerate(ids)]
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+        "prompt_token_ids": list(range(1, prompt + 1)),
+        "choices": [{
+            "index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "hi", **(message or {})},
+            "token_ids": ids if token_ids is None else token_ids,
+            "logprobs": {"content": records},
+        }],
+    }
+
+
+class Response:
+    """What get_response_json reads of an aiohttp response."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    async def read(self) -> bytes:
+        return self.raw
+
+
+def read(body: dict | bytes) -> object:
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    return asyncio.run(compat.get_response_json(Response(raw)))
+
+
+@pytest.fixture
+def reader(impl, monkeypatch):
+    """The tests that read a response, over each implementation: the reference and the core on each SIMD path."""
+    monkeypatch.setattr(_select, "kernels", impl)
+    return impl
+
+
+def test_valid_responses_read_as_orjson_reads_them(reader):
+    for body in (chat(), chat(1, 1), {"tokens": [1, 2, 3]}, {"choices": [{"message": {"content": "x"}}]},
+                 chat(message={"prompt_token_ids": [1, 2, 3], "generation_token_ids": [100, 101, 102, 103],
+                               "generation_log_probs": [-0.1, -0.2, -0.3, -0.4],
+                               "routed_experts": envelope(routes(7))})):
+        assert read(body) == orjson.loads(orjson.dumps(body))
+
+
+def test_error_is_runtime_error_and_malformed_response_error(reader):
+    with pytest.raises(compat.NeMoGymResponseError) as info:
+        read(chat(2, content=[{"token": "token_id:100", "logprob": -0.5}, {"token": "token_id:101", "logprob": SENTINEL}]))
+    assert isinstance(info.value, RuntimeError) and isinstance(info.value, MalformedResponseError)
+    assert info.value.choice == 0 and info.value.token == 1
+
+
+@pytest.mark.parametrize("defect", ["n_plus_one", "missing", "sentinel", "routing_short", "bundle_sentinel",
+                                    "bundle_n_plus_one", "routing_negative", "routing_base64"])
+def test_each_planted_defect_is_refused(defect, reader):
+    body = chat()
+    choice = body["choices"][0]
+    records = choice["logprobs"]["content"]
+    bundle = {"prompt_token_ids": [1, 2, 3], "generation_token_ids": choice["token_ids"],
+              "generation_log_probs": [r["logprob"] for r in records], "routed_experts": envelope(routes(7))}
+    if defect == "n_plus_one":
+        records.append({"token": "token_id:7", "logprob": -1.0, "bytes": None, "top_logprobs": []})
+    elif defect == "missing":
+        records[2]["logprob"] = None
+    elif defect == "sentinel":
+        records[1]["logprob"] = SENTINEL
+    else:
+        if defect == "routing_short":
+            bundle["routed_experts"] = envelope(routes(6))
+        elif defect == "bundle_sentinel":
+            bundle["generation_log_probs"][3] = SENTINEL
+        elif defect == "bundle_n_plus_one":
+            bundle["generation_log_probs"].append(-0.5)
+        elif defect == "routing_negative":
+            values = routes(7)
+            values[4][1][0] = -1
+            bundle["routed_experts"] = envelope(values)
+        elif defect == "routing_base64":
+            bundle["routed_experts"] = bundle["routed_experts"][:-4] + "A=A="
+        choice["message"].update(bundle)
+    with pytest.raises(compat.NeMoGymResponseError):
+        read(body)
+
+
+def test_nan_stays_orjsons_refusal(reader):
+    raw = orjson.dumps(chat()).replace(b'"logprob":-0.5', b'"logprob":NaN', 1)
+    with pytest.raises(orjson.JSONDecodeError):
+        read(raw)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 40), layers=st.integers(1, 5), topk=st.integers(1, 4),
+       dtype=st.sampled_from(["int8", "int16", "int32"]), cut=st.integers(-2, 2), data=st.data())
+def test_routing_envelope_rows(rows, layers, topk, dtype, cut, data):
+    values = data.draw(st.lists(st.lists(st.lists(st.integers(0, 127), min_size=topk, max_size=topk),
+                                         min_size=layers, max_size=layers), min_size=rows, max_size=rows))
+    text = envelope(values, dtype)
+    for routed in (text, values):
+        if cut == 0:
+            assert compat.check_routed_experts(routed, rows).tolist() == values
+        else:
+            with pytest.raises(compat.NeMoGymResponseError, match="rows"):
+                compat.check_routed_experts(routed, rows + cut)
+
+
+@pytest.mark.parametrize("routed", ["nrlre2:int16:1x1x1:AAA=", "nrlre1:int64:1x1x1:AAAAAAAAAAA=",
+                                    "nrlre1:int16:1x1:AAA=", "nrlre1:int16:0x1x1:", "nrlre1:int16:1x1x2:AAA=",
+                                    "nrlre1:int16:1x1x1:AA A", [[1, 2]], [[[1.0]]], [[[True]]], [], 5])
+def test_routing_envelope_malformed(routed):
+    with pytest.raises(compat.NeMoGymResponseError):
+        compat.check_routed_experts(routed, None)
+
+
+def _their_extract(content: list) -> tuple[list[int], list[float]]:
+    """NeMo-Gym's per-record reading, as its source describes it (the reference for the
+    whole-list reading)."""
+    ids, lps = [], []
+    for entry in content:
+        token = entry.get("token")
+        if not isinstance(token, str) or not token.startswith("token_id:"):
+            raise RuntimeError("token")
+        ids.append(int(token.removeprefix("token_id:")))
+        value = entry.get("logprob")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise RuntimeError("logprob")
+        lps.append(float(value))
+    return ids, lps
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**32 - 1),
+                          st.one_of(st.floats(-50, 0), st.integers(-50, 0))), min_size=1, max_size=50))
+def test_extract_matches_the_per_record_reading(pairs):
+    content = [{"token": f"token_id:{i}", "logprob": lp, "bytes": None} for i, lp in pairs]
+    ours = compat._extract_choice_logprobs(None, {"logprobs": {"content": content}})
+    theirs = _their_extract(content)
+    assert ours == theirs
+    assert [type(x) for x in ours[0]] == [int] * len(pairs)
+    assert [type(x) for x in ours[1]] == [float] * len(pairs)
+
+
+@pytest.mark.parametrize("value", [SENTINEL, math.inf, -math.inf, math.nan])
+def test_extract_refuses_what_it_would_pass(value):
+    content = [{"token": "token_id:5", "logprob": -0.5}, {"token": "token_id:6", "logprob": value}]
+    with pytest.raises(compat.NeMoGymResponseError) as info:
+        compat._extract_choice_logprobs(None, {"logprobs": {"content": content}})
+    assert info.value.token == 1
+
+
+def test_bundle_arrays_and_lists_agree():
+    lps = [-0.1, -0.2, -0.3]
+    compat.check_token_bundle([1], [5, 6, 7], lps, routes(4))
+    compat.check_token_bundle([1], [5, 6, 7], np.array(lps, np.float32), envelope(routes(4), "int8"))
+    with pytest.raises(compat.NeMoGymResponseError, match="3 logprobs for 2"):
+        compat.check_token_bundle([1], [5, 6], lps)
+
+
+def test_extract_after_read_uses_what_the_reader_read(reader):
+    """In one task, the records get_response_json handed over are read from tokenwire's
+    arrays: the same lists as NeMo-Gym's reading; other records are read from the dicts."""
+    body = chat(6, content=[{"token": f"token_id:{100 + k}", "logprob": -1 - k / 7, "bytes": None,
+                             "top_logprobs": []} for k in range(6)])
+
+    async def go() -> tuple:
+        doc = await compat.get_response_json(Response(orjson.dumps(body)))
+        choice = doc["choices"][0]
+        cached = compat._last_read.get()
+        return cached, compat._extract_choice_logprobs(None, choice), _their_extract(choice["logprobs"]["content"])
+
+    cached, ours, theirs = asyncio.run(go())
+    assert len(cached) == 1 and ours == theirs and all(type(x) is float for x in ours[1])
+    # A candidate's "token" too: the bytes hold the key more often than there are records.
+    body["choices"][0]["logprobs"]["content"][0]["top_logprobs"] = [{"token": "token_id:100", "logprob": -1.0}]
+
+    async def again() -> tuple:
+        await compat.get_response_json(Response(orjson.dumps(body)))
+        return compat._last_read.get()
+
+    assert asyncio.run(again()) == ()
+
+
+def test_patch_refuses_without_the_supported_release(monkeypatch):
+    monkeypatch.setattr(compat, "nemo_gym_version", lambda: "0.6.0")
+    with pytest.raises(RuntimeError, match=r"follows NeMo-Gym 0\.7\.0, not 0\.6\.0"):
+        compat.patch()
+    assert not compat._saved and not compat.is_patched()
+
+
+def test_plugin_stops_a_session_it_cannot_patch(tmp_path):
+    """Without NeMo-Gym 0.7.0 the plugin refuses the session (a usage error naming the way
+    out) instead of running the tests unpatched; --tokenwire-no-nemo-gym-patch runs them."""
+    import subprocess
+    import sys
+
+    if compat.nemo_gym_version() in compat.SUPPORTED_VERSIONS:
+        pytest.skip("NeMo-Gym 0.7.0 is installed here")
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tokenwire.compat.nemo_gym_plugin",
+            str(tmp_path / "test_x.py")]
+    refused = subprocess.run(base, capture_output=True, text=True, cwd=tmp_path)
+    assert refused.returncode == 4 and "--tokenwire-no-nemo-gym-patch" in refused.stderr
+    allowed = subprocess.run([*base, "--tokenwire-no-nemo-gym-patch"], capture_output=True, text=True, cwd=tmp_path)
+    assert allowed.returncode == 0 and "1 passed" in allowed.stdout
