@@ -57,6 +57,14 @@ def impl(request):
         yield _core
 
 
+@pytest.fixture
+def kernels(impl, monkeypatch):
+    """The implementation under test, made the one the selector hands out (the writers,
+    select_heads, validate and the result types read their kernels from it)."""
+    monkeypatch.setattr(tokenwire.read._select, "kernels", impl)
+    return impl
+
+
 @pytest.fixture(params=ALL_PATHS)
 def simd(request):
     """Force one code path of the compiled core for the duration of a test."""

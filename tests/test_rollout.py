@@ -15,12 +15,6 @@ import tokenwire
 from tokenwire import MalformedResponseError, Trajectory
 
 
-@pytest.fixture
-def kernels(impl, monkeypatch):
-    monkeypatch.setattr(tokenwire.read._select, "kernels", impl)
-    return impl
-
-
 @st.composite
 def rollouts(draw):
     """Turns of a rollout: per turn, the tokens between the context and the completion (tool

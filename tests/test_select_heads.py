@@ -19,9 +19,8 @@ PROBS = [0.5, 0.25, 0.125, 0.0625, 0.2, 0.1, 0.05, 0.6]
 
 
 @pytest.fixture
-def heads_impl(impl, monkeypatch):
-    monkeypatch.setattr(tokenwire.read._select, "kernels", impl)
-    return impl
+def heads_impl(kernels):
+    return kernels
 
 
 @st.composite

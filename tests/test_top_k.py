@@ -184,9 +184,8 @@ def test_too_few_candidates_for_the_head(impl):
 
 
 @pytest.fixture
-def writer(impl, monkeypatch):
-    monkeypatch.setattr(tokenwire.read._select, "kernels", impl)
-    return impl
+def writer(kernels):
+    return kernels
 
 
 _rows = st.integers(0, 6).flatmap(lambda n: st.integers(0, 7).flatmap(lambda k: st.tuples(

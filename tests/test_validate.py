@@ -18,13 +18,6 @@ import tokenwire
 from tokenwire import MalformedResponseError, samples
 
 
-@pytest.fixture
-def kernels(impl, monkeypatch):
-    """validate and the adapters on one implementation (they run the kernels in use)."""
-    monkeypatch.setattr(tokenwire.read._select, "kernels", impl)
-    return impl
-
-
 def b64(array: np.ndarray) -> str:
     return tokenwire.b64encode(np.ascontiguousarray(array).view(np.uint8).reshape(-1)).decode()
 

@@ -18,11 +18,10 @@ from tokenwire.base import _json
 
 
 @pytest.fixture
-def writer(impl, monkeypatch):
+def writer(kernels, monkeypatch):
     """The writers on one implementation (they run the facade's implementation)."""
-    monkeypatch.setattr(tokenwire.read._select, "kernels", impl)
-    monkeypatch.setattr(tokenwire, "b64encode", impl.b64encode)
-    return impl
+    monkeypatch.setattr(tokenwire, "b64encode", kernels.b64encode)
+    return kernels
 
 
 def stdlib(payload):
