@@ -112,6 +112,10 @@ def environment(root: Path | None) -> dict[str, str]:
     for name in ("PYTEST_ADDOPTS", "TOKENWIRE_EVAL_PROTOCOL_PATCH", "FIREWORKS_API_KEY"):
         env.pop(name, None)
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # litellm's import would fetch a price list
+    # eval-protocol's client tests build AsyncFireworks() without a key (its CI has one) and
+    # then replace its transport with their own object: a stand-in key, which no request carries
+    # off this machine (nothing here reaches Fireworks).
+    env["FIREWORKS_API_KEY"] = "tokenwire-suite-stand-in"
     return env
 
 
