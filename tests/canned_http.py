@@ -32,6 +32,8 @@ class CannedServer:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
+                if status >= 500:  # the SDKs' retries honour it: a retry after 10 ms, not 0.5-8 s
+                    self.send_header("retry-after-ms", "10")
                 self.end_headers()
                 self.wfile.write(body)
 

@@ -26,11 +26,24 @@ from openai._base_client import BaseClient  # noqa: E402 - after the skip
 def server():
     with CannedServer(limit=2_000) as running:
         yield running
+        client = _SYNC.pop(running.url, None)
+        if client is not None:
+            client.close()
 
 
-def _clients(server: CannedServer) -> tuple[Any, Any]:
-    options = dict(base_url=f"{server.url}/v1", api_key="test-key", max_retries=2)
-    return openai.OpenAI(**options), openai.AsyncOpenAI(**options)
+_SYNC: dict[str, Any] = {}
+
+
+def _sync_client(server: CannedServer) -> Any:
+    """One OpenAI client per server (a client's setup costs more than a small request)."""
+    if server.url not in _SYNC:
+        _SYNC[server.url] = openai.OpenAI(base_url=f"{server.url}/v1", api_key="test-key", max_retries=2)
+    return _SYNC[server.url]
+
+
+def _async_client(server: CannedServer) -> Any:
+    # Bound to the event loop of its first request: one per asyncio.run.
+    return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="test-key", max_retries=2)
 
 
 def _params(chat: bool) -> dict[str, Any]:
@@ -42,22 +55,19 @@ def _params(chat: bool) -> dict[str, Any]:
 
 def _call(server: CannedServer, chat: bool, asynchronous: bool, params: dict[str, Any] | None = None,
           **options: Any) -> Any:
-    sync_client, async_client = _clients(server)
     params = _params(chat) if params is None else params
-    try:
-        if asynchronous:
-            call = tw_openai.achat_completions if chat else tw_openai.acompletions
+    if asynchronous:
+        call = tw_openai.achat_completions if chat else tw_openai.acompletions
 
-            async def run() -> Any:
-                try:
-                    return await call(async_client, params, **options)
-                finally:
-                    await async_client.close()
+        async def run() -> Any:
+            async_client = _async_client(server)
+            try:
+                return await call(async_client, params, **options)
+            finally:
+                await async_client.close()
 
-            return asyncio.run(run())
-        return (tw_openai.chat_completions if chat else tw_openai.completions)(sync_client, params, **options)
-    finally:
-        sync_client.close()
+        return asyncio.run(run())
+    return (tw_openai.chat_completions if chat else tw_openai.completions)(_sync_client(server), params, **options)
 
 
 MODES = [(chat, asynchronous) for chat in (False, True) for asynchronous in (False, True)]
@@ -91,7 +101,7 @@ def test_the_body_is_read_by_tokenwire_without_sdk_objects(server, built, chat, 
     assert np.array_equal(choice.completion_logprobs, expected.choices[0].completion_logprobs)
     # The same values the SDK's own object gives (built here, once, to compare).
     server.push(body)
-    sync_client, _ = _clients(server)
+    sync_client = _sync_client(server)
     resource = sync_client.chat.completions if chat else sync_client.completions
     theirs = resource.create(**tw_openai.create_kwargs(_params(chat), resource.create)).model_dump()
     assert built["objects"] == 1
@@ -116,7 +126,7 @@ def test_the_request_helpers_fields_go_through_extra_body(server, chat, asynchro
 
 
 def test_create_refuses_the_helpers_params_and_create_kwargs_splits_them(server):
-    client, _ = _clients(server)
+    client = _sync_client(server)
     params = _params(chat=True)
     with pytest.raises(TypeError, match="return_token_ids"):
         client.chat.completions.create(**params)
@@ -131,7 +141,6 @@ def test_create_refuses_the_helpers_params_and_create_kwargs_splits_them(server)
     kwargs = tw_openai.create_kwargs(top, client.completions.create)
     assert kwargs["logprobs"] == 6
     assert kwargs["extra_body"] == {"return_token_ids": True, "return_tokens_as_token_ids": True}
-    client.close()
 
 
 def test_create_kwargs_argument_errors():
