@@ -74,6 +74,10 @@ class Comparison:
                  f"  patched:   {self.patched.summary()}",
                  f"  tests that ran the patched method ({self.calls} calls): {len(self.callers)}"]
         lines += [f"    {c}" for c in self.callers]
+        both = sorted(name for name, outcome in self.unpatched.outcomes.items()
+                      if outcome in ("failed", "error") and self.patched.outcomes.get(name) == outcome)
+        lines.append(f"  failing or erring both ways (this environment: network, optional dependencies): {len(both)}")
+        lines += [f"    {name} ({self.unpatched.outcomes[name]})" for name in both]
         lines += [f"  PROBLEM: {p}" for p in self.problems]
         lines.append("  OK: every test that passes unpatched passes patched, with the same skips"
                      if self.ok else "  FAILED")
