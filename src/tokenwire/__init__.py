@@ -38,6 +38,7 @@ from ._writer import (
 from .rules.openai import (
     chat_completions_request_params,
     completions_request_params,
+    generate_request_params,
     sglang_generate_request_params,
 )
 
@@ -68,6 +69,7 @@ __all__ = [
     "encode_sampling_mask_logprobs",
     "encode_teacher_scores",
     "encode_top_k",
+    "generate_request_params",
     "implementation",
     "json_default",
     "parse_chat_completions_response",

@@ -178,9 +178,32 @@ def parse_sglang_generate_response(
         >>> tokenwire.parse_sglang_generate_response(body).choices[0].completion_ids.tolist()
         [5, 6]
     """
-def completions_request_params(params: dict[str, Any], *, top_k: int | None = ..., engine_data: bool = ...) -> dict[str, Any]: ...
-def chat_completions_request_params(params: dict[str, Any], *, top_k: int | None = ..., engine_data: bool = ...) -> dict[str, Any]: ...
-def sglang_generate_request_params(params: dict[str, Any], *, top_k: int | None = ...) -> dict[str, Any]: ...
+def generate_request_params(
+    params: dict[str, Any], *, top_k: int | None = ..., compact: bool = ..., sampling_mask: bool = ...,
+    routed_experts: bool = ..., payload_dir: str | None = ...,
+) -> dict[str, Any]:
+    """A copy of a vLLM ``/inference/v1/generate`` request body (``token_ids``: the prompt's ids)
+    that asks for the evidence :func:`parse_generate_response` reads: ``sampling_params.logprobs``
+    (0, or ``top_k + 2`` with a head), and on request ``extra_args.prl_compact_logprobs``
+    (``compact``), ``return_sampling_mask``, ``return_routed_experts``, ``extra_args.payload_dir``.
+    The caller's values are kept. Send it as it is: ``httpx.post(url, json=params)``."""
+def completions_request_params(
+    params: dict[str, Any], *, top_k: int | None = ..., engine_data: bool = ..., sdk: bool = ...,
+) -> dict[str, Any]:
+    """A copy of a ``/v1/completions`` request body that asks for exact ids (vLLM's
+    ``return_token_ids``, ``logprobs``; with ``top_k`` ``k + 2`` candidates keyed by id;
+    ``engine_data=True``: NVIDIA Dynamo's ``nvext.extra_fields``). ``sdk=True`` gives the OpenAI
+    SDK's keyword arguments, the fields it does not name under ``extra_body``:
+    ``client.completions.create(**completions_request_params(params, sdk=True))``."""
+def chat_completions_request_params(
+    params: dict[str, Any], *, top_k: int | None = ..., engine_data: bool = ..., sdk: bool = ...,
+) -> dict[str, Any]:
+    """A copy of a ``/v1/chat/completions`` request body that asks for exact ids, as
+    :func:`completions_request_params` (``logprobs: true``, ``top_logprobs``);
+    ``client.chat.completions.create(**chat_completions_request_params(params, sdk=True))``."""
+def sglang_generate_request_params(params: dict[str, Any], *, top_k: int | None = ...) -> dict[str, Any]:
+    """A copy of an SGLang ``/generate`` request body that asks for exact ids:
+    ``return_logprob`` (with ``top_k`` also ``top_logprobs_num = top_k + 2``)."""
 def b64encode(data: bytes | bytearray | memoryview | str | Any) -> bytes:
     """Standard base64 with padding, as ASCII bytes.
 

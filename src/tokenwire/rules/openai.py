@@ -73,6 +73,7 @@ from .requests import (
     _Endpoint,
     chat_completions_request_params,
     completions_request_params,
+    generate_request_params,
     sglang_generate_request_params,
 )
 from .sources import (
@@ -91,6 +92,7 @@ from .sources import (
 __all__ = [
     "chat_completions_request_params",
     "completions_request_params",
+    "generate_request_params",
     "parse_chat_completions_document",
     "parse_chat_completions_response",
     "parse_completions_document",
