@@ -12,18 +12,20 @@ from ._batch import aparse_many, collate, parse_many
 from ._docs import document
 from ._errors import MalformedResponseError
 from ._heads import select_heads
-from ._select import impl as _impl
-from ._select import (
-    implementation,
+from ._facade import (
     parse_chat_completions_response,
     parse_completions_response,
     parse_generate_response,
     parse_sglang_generate_response,
 )
+from ._select import impl as _impl
+from ._select import implementation
 from ._select import kernels as _kernels
 from ._types import Batch, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
 from ._writer import (
     Blob,
+    dumps_chat_completions_response,
+    dumps_completions_response,
     dumps_generate_response,
     encode_compact_logprobs,
     encode_kept_tokens,
@@ -60,6 +62,8 @@ __all__ = [
     "chat_completions_request_params",
     "collate",
     "completions_request_params",
+    "dumps_chat_completions_response",
+    "dumps_completions_response",
     "dumps_generate_response",
     "encode_compact_logprobs",
     "encode_kept_tokens",

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _select
+from . import _facade, _select
 from ._args import check_input, check_start, check_top_k, int_arg
 from ._errors import MalformedResponseError
 from ._types import Batch, GenerateChoice, GenerateResponse, Ragged
@@ -58,7 +58,7 @@ def _prepared(raws: Iterable[Any], format: Any, threads: Any, errors: Any,
     if not isinstance(errors, str) or errors not in ERRORS:
         raise ValueError(f"errors must be 'raise' or 'collect', not {errors!r}")
     count = available_cores() if threads is None else int_arg(threads, "threads", 1)
-    parser = getattr(_select.impl, PARSERS[format])
+    parser = getattr(_facade, PARSERS[format])  # refuses a body of another known format
     accepted = [name for name, p in inspect.signature(parser).parameters.items() if p.kind is p.KEYWORD_ONLY]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
@@ -68,7 +68,7 @@ def _prepared(raws: Iterable[Any], format: Any, threads: Any, errors: Any,
     check_start(options.get("prompt_logprob_start"))
     if isinstance(raws, (bytes, bytearray, memoryview, str)):
         raise TypeError("raws must be a sequence of response bodies, not one body")
-    bodies = list(raws)
+    bodies = [_facade.body_of(body, f"raws[{i}]") for i, body in enumerate(raws)]  # a response's .content
     for body in bodies:
         check_input(body)
     return bodies, functools.partial(parser, **options), count, errors == "collect"

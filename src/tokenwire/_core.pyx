@@ -24,7 +24,7 @@ from libc.string cimport memcpy
 from ._csrc cimport *
 
 from ._args import check_input, check_num_experts, check_payload_root, check_start, check_top_k, output_bytes
-from ._errors import MalformedResponseError, invalid_json
+from ._errors import MalformedResponseError, invalid_json, truncated
 from . import _json, _table
 from ._types import Ragged
 from ._wire import COMPACT_FORMAT

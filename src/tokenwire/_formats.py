@@ -57,6 +57,8 @@ class Defect:
     choice: int | None = None
     field: str | None = None
     token: int | None = None
+    # An unrecognized record that wraps a response: the --field path that reaches it.
+    wrapped: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def _detect_generate(document: Any) -> bool:
 
 
 def _validate_generate(raw: bytes, options: ParseOptions) -> object:
-    return _select.parse_generate_response(raw, top_k=options.top_k, num_experts=options.num_experts)
+    return _select.impl.parse_generate_response(raw, top_k=options.top_k, num_experts=options.num_experts)
 
 
 _NATIVE_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprob count \((\d+)\)")
@@ -217,7 +219,7 @@ def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
     if reason == "Sampling mask token count mismatch":
         rows = _mask_rows(choice, field) if choice is not None else None
         return length(field, rows, tokens) or Defect("malformed_packed", where, reason)
-    if reason == "Invalid compact logprob offsets":
+    if reason.startswith("Invalid compact logprob offsets"):
         packed = choice.get(KEY.compact_logprobs) if choice is not None else None
         offsets = packed.get("offsets") if isinstance(packed, dict) else None
         rows = len(offsets) - 1 if isinstance(offsets, list) and exc.token is None else None
@@ -323,7 +325,7 @@ def _openai_format(name: str, description: str, detect: Callable[[Any], bool], p
         kw: dict[str, Any] = {"top_k": options.top_k, "num_experts": options.num_experts}
         if shaped:  # SGLang's routing string: its shape is the caller's
             kw["routed_experts_shape"] = options.routed_experts_shape
-        return getattr(_select, parser)(raw, **kw)
+        return getattr(_select.impl, parser)(raw, **kw)
 
     return Format(name, description, detect, validate, _classify_openai)
 
@@ -338,6 +340,36 @@ FORMATS: dict[str, Format] = {f.name: f for f in (GENERATE, COMPLETIONS, CHAT, S
 
 
 # --- one record ----------------------------------------------------------------------------------
+
+
+# What only a generate body carries: a choice field no OpenAI-compatible server sends.
+_GENERATE_ONLY = (KEY.compact_logprobs, KEY.completion_logprobs, KEY.kept_tokens, "payload")
+
+
+def known_format(raw: Any) -> tuple[str, str] | None:
+    """The format (name, description) a body shows positive signs of, or None: an OpenAI
+    ``object`` or a chat ``message``, SGLang's ``meta_info``, generate's own fields. Read on a
+    parser's error path, to name the parser that reads the body."""
+    try:
+        document = _json.loads(raw)
+    except Exception:
+        return None
+    if _detect_sglang(document):
+        return SGLANG.name, f"an {SGLANG.description} response"
+    if not isinstance(document, dict):
+        return None
+    obj = document.get("object")
+    choices = document.get(KEY.choices)
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    if _detect_completions(document):
+        return COMPLETIONS.name, f"an {COMPLETIONS.description} response (object {obj!r})"
+    if _detect_chat(document) or "message" in first:
+        return CHAT.name, f"an {CHAT.description} response" + (f" (object {obj!r})" if obj else " (its choices carry message)")
+    if obj is None and any(first.get(key) is not None for key in _GENERATE_ONLY):
+        carried = next(key for key in _GENERATE_ONLY if first.get(key) is not None)
+        return GENERATE.name, f"a {GENERATE.description} response (its choices carry {carried})"
+    return None
+
 
 
 def detect(document: Any) -> Format | None:
@@ -356,6 +388,32 @@ def _describe(document: Any) -> str:
         keys = ", ".join(list(document)[:6])
         return f"an object with keys {keys}" if keys else "an empty object"
     return f"a JSON {type(document).__name__.replace('NoneType', 'null')}"
+
+
+def _wraps(value: Any) -> bool:
+    """``value`` is a response of a known format, or a JSON string holding one."""
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            value = _json.loads(value)
+        except Exception:
+            return False
+    return detect(value) is not None
+
+
+def wrapping_path(document: Any, depth: int = 2) -> str | None:
+    """The ``--field`` path (dotted, at most ``depth`` keys) at which a record that is not a
+    response itself holds one, or None: read for unrecognized records only."""
+    if not isinstance(document, dict):
+        return None
+    for key, value in document.items():
+        if _wraps(value):
+            return key
+    if depth > 1:
+        for key, value in document.items():
+            inner = wrapping_path(value, depth - 1)
+            if inner is not None:
+                return f"{key}.{inner}"
+    return None
 
 
 class FieldMissing(Exception):
@@ -409,9 +467,10 @@ def check_record(
         if invalid is not None:
             return None, Defect("malformed_json", "", invalid)
         try:
-            document = resolve_field(document, field)
+            resolved = resolve_field(document, field)
         except FieldMissing as exc:
-            return None, Defect("unrecognized", prefix, str(exc))
+            return None, Defect("unrecognized", prefix, str(exc), wrapped=wrapping_path(document))
+        document = resolved
         raw = field_bytes(document)
         if isinstance(document, str):  # a response body stored as a JSON string
             document = None
@@ -435,7 +494,9 @@ def check_record(
             if other is None:
                 names = ", ".join(f"{f.name} ({f.description})" for f in FORMATS.values())
                 reason = f"looks like {_describe(document)}; supported formats: {names}"
-                return None, _prefixed(Defect("unrecognized", "", reason), prefix)
+                inner = wrapping_path(document)
+                wrapped = None if inner is None else f"{prefix}.{inner}" if prefix else inner
+                return None, _prefixed(Defect("unrecognized", "", reason, wrapped=wrapped), prefix)
             tried = other
             error, _ = _run(tried, raw, options, facts)
             if error is None:
