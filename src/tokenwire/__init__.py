@@ -21,7 +21,7 @@ from ._facade import (
 from ._select import impl as _impl
 from ._select import implementation
 from ._select import kernels as _kernels
-from ._types import Batch, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
+from ._types import Batch, BatchTensors, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
 from ._writer import (
     Blob,
     dumps_chat_completions_response,
@@ -46,6 +46,7 @@ from .rules.openai import (
 
 __all__ = [
     "Batch",
+    "BatchTensors",
     "Blob",
     "GenerateChoice",
     "GenerateResponse",
