@@ -90,8 +90,9 @@ def _facade(fmt: str) -> Callable[..., Any]:
             if found is None or found[0] == fmt:
                 raise
             raise wrong_format(fmt, found[0], found[1], exc) from exc
-        if fmt != "sglang":
-            obj = response.payload.get("object")
+        payload = getattr(response, "payload", None)
+        if fmt != "sglang" and isinstance(payload, dict):
+            obj = payload.get("object")
             other = _OBJECT_FORMAT.get(obj) if isinstance(obj, str) else None
             if other is not None and other != fmt:
                 raise wrong_format(fmt, other, f"an {FORMATS[other].description} response (object {obj!r})")
