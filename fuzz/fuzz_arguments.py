@@ -73,7 +73,7 @@ def ragged(r):
 
 
 def field_bytes(field):
-    return tokenwire.dumps_generate_response(field)
+    return tokenwire.dumps_generate_response(field, check=False)
 
 
 def test_one(data: bytes) -> None:

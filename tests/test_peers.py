@@ -83,8 +83,10 @@ def test_the_selector_hands_out_one_module():
     assert tokenwire.implementation == ("python" if _select.impl is _pycore else "c")
     for name in ("parse_generate_response", "parse_completions_response",
                  "parse_chat_completions_response", "parse_sglang_generate_response"):
+        # The facade's parser: the implementation's, behind the body and wrong-format checks.
         assert getattr(_select, name) is getattr(_select.impl, name)
-        assert getattr(tokenwire, name) is getattr(_select.impl, name)
+        assert tokenwire.read._facade.__dict__[name].__wrapped__ is getattr(_select.impl, name)
+        assert getattr(tokenwire, name) is tokenwire.read._facade.__dict__[name]
     assert tokenwire.b64decode is _select.impl.b64decode
 
 

@@ -90,7 +90,7 @@ json_values = st.recursive(
 def test_byte_identity_with_the_stdlib_serializer(writer, value, blobs):
     encoded = [Blob(tokenwire.b64encode(b), np.frombuffer(b, np.uint8)) for b in blobs]
     payload = {"x": value, "blobs": encoded, "nested": [{"data": b} for b in encoded]}
-    assert tokenwire.dumps_generate_response(payload) == stdlib(payload)
+    assert tokenwire.dumps_generate_response(payload, check=False) == stdlib(payload)
     assert _json.loads(_json.dumps({"blobs": encoded}, default=tokenwire.json_default)) == {"blobs": [str(b) for b in encoded]}
 
 
@@ -217,7 +217,7 @@ def test_numpy_integers_are_ints(writer):
     assert routed["start"] == 3 and type(routed["start"]) is int
     assert tokenwire.encode_routed_experts(np.zeros((2, 1, 1), np.uint8), start=None)["start"] is None
     filtered = tokenwire.encode_compact_logprobs([1, 2], [-0.1, -9999.0], [0, 2], 1)  # the sentinel itself
-    assert json.loads(tokenwire.dumps_generate_response(filtered))["num_top_logprobs"] == 1
+    assert json.loads(tokenwire.dumps_generate_response(filtered, check=False))["num_top_logprobs"] == 1
 
 
 def test_a_blob_is_canonical_base64_and_cannot_change(writer):
@@ -230,4 +230,59 @@ def test_a_blob_is_canonical_base64_and_cannot_change(writer):
     assert blob.array.tobytes() == b"ABC" and blob == Blob(b"QUJD", np.frombuffer(b"ABC", np.uint8))
     with pytest.raises(AttributeError):
         blob.text = b'"'
-    assert json.loads(tokenwire.dumps_generate_response({"data": blob})) == {"data": "QUJD"}
+    assert json.loads(tokenwire.dumps_generate_response({"data": blob}, check=False)) == {"data": "QUJD"}
+
+
+def test_encoded_fields_go_through_json_dumps_orjson_and_starlette(writer):
+    choice = {"index": 0, "token_ids": [1, 2],
+              "compact_logprobs": tokenwire.encode_compact_logprobs([1, 2], [-0.1, -0.2], [0, 1, 2], 0),
+              "sampling_mask": tokenwire.encode_sampling_mask([1, 2], [1, 1], completion_ids=[1, 2])}
+    payload = {"request_id": "r", "choices": [choice]}
+    raw = tokenwire.dumps_generate_response(payload)
+    assert json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() == raw
+    assert _json.dumps(payload) == raw  # orjson where installed
+    responses = pytest.importorskip("starlette.responses")
+    assert responses.JSONResponse(payload).body == raw
+    assert writer.parse_generate_response(raw).choices[0].completion_ids.tolist() == [1, 2]
+
+
+def test_the_whole_response_check_refuses_what_fields_alone_pass(writer):
+    # Each field is valid alone; together the mask keeps id 9, which the compact row has no
+    # candidate logprob for: the reader refuses the response with a head.
+    choice = {"token_ids": [1], "compact_logprobs": tokenwire.encode_compact_logprobs([1, 1, 3], [-0.1, -0.1, -2.4], [0, 3], 2),
+              "sampling_mask": tokenwire.encode_sampling_mask([1, 9], [2], completion_ids=[1])}
+    with pytest.raises(MalformedResponseError, match=r"assembled response is refused by the reader: .*kept id 9"):
+        tokenwire.dumps_generate_response({"choices": [choice]}, top_k=1)
+    with pytest.raises(MalformedResponseError, match=r"2 token ids but 1 compact logprob rows \(-1\)"):
+        tokenwire.dumps_generate_response({"choices": [{**choice, "token_ids": [1, 2]}]})
+    assert tokenwire.dumps_generate_response({"choices": [choice]}, check=False)
+
+
+HEADS = [[(5, -0.5), (7, -1.5), (8, -2.0), (9, -3.0)], [(6, -0.25), (7, -2.0), (8, -3.0), (9, -4.0)]]
+
+
+@pytest.mark.parametrize("dumps, parse", [
+    (tokenwire.dumps_chat_completions_response, "parse_chat_completions_response"),
+    (tokenwire.dumps_completions_response, "parse_completions_response"),
+])
+def test_openai_writers_give_exact_ids_and_logprobs(writer, dumps, parse):
+    raw = dumps([{"token_ids": [5, 6], "logprobs": [-0.5, -0.25], "text": "ab", "top_logprobs": HEADS},
+                 {"token_ids": [3], "logprobs": [-1.0], "finish_reason": "length"}], prompt_token_ids=[1, 2])
+    response = getattr(writer, parse)(raw, top_k=None)
+    assert [c.completion_ids.tolist() for c in response.choices] == [[5, 6], [3]]
+    assert response.choices[0].completion_logprobs.tolist() == [-0.5, -0.25]
+    assert response.choices[1].finish_reason == "length"
+    head = getattr(writer, parse)(dumps([{"token_ids": [5, 6], "logprobs": [-0.5, -0.25], "top_logprobs": HEADS}]), top_k=2)
+    assert head.choices[0].completion_top_ids.to_lists() == [[5, 7], [6, 7]]
+    with pytest.raises(MalformedResponseError, match=r"refused by the reader: .*logprob cannot be positive"):
+        dumps([{"token_ids": [5], "logprobs": [0.5]}])
+    with pytest.raises(ValueError, match=r"2 token_ids but 1 logprobs \(-1\)"):
+        dumps([{"token_ids": [5, 6], "logprobs": [-0.5]}])
+
+
+@pytest.mark.parametrize("mask", ["csr", "list", "kept"])
+def test_samples_build_only_evidence_their_reader_accepts(mask):
+    for seed in range(12):
+        ev = samples.evidence(48, 8, seed=seed, support=True, filtered=0.3, ties=0.3)
+        choice = samples.build_choice(ev, transport="compact", mask=mask)
+        tokenwire.parse_generate_response(samples.dumps(samples.response([choice], seed=seed)), top_k=4)

@@ -12,19 +12,21 @@ from ._docs import document
 from .base._errors import MalformedResponseError
 from .read._heads import select_heads
 from .batch._rollout import Trajectory, rollout_batch
-from .read._select import impl as _impl
-from .read._select import (
-    implementation,
+from .read._facade import (
     parse_chat_completions_response,
     parse_completions_response,
     parse_generate_response,
     parse_sglang_generate_response,
 )
+from .read._select import impl as _impl
+from .read._select import implementation
 from .read._select import kernels as _kernels
-from .base._types import Batch, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
+from .base._types import Batch, BatchTensors, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
 from .read._validate import validate, validate_sglang_meta_info, validate_vllm_output
 from .write._writer import (
     Blob,
+    dumps_chat_completions_response,
+    dumps_completions_response,
     dumps_generate_response,
     encode_compact_logprobs,
     encode_kept_tokens,
@@ -39,11 +41,13 @@ from .write._writer import (
 from .rules.openai import (
     chat_completions_request_params,
     completions_request_params,
+    generate_request_params,
     sglang_generate_request_params,
 )
 
 __all__ = [
     "Batch",
+    "BatchTensors",
     "Blob",
     "GenerateChoice",
     "GenerateResponse",
@@ -61,6 +65,8 @@ __all__ = [
     "chat_completions_request_params",
     "collate",
     "completions_request_params",
+    "dumps_chat_completions_response",
+    "dumps_completions_response",
     "dumps_generate_response",
     "encode_compact_logprobs",
     "encode_kept_tokens",
@@ -70,6 +76,7 @@ __all__ = [
     "encode_sampling_mask_logprobs",
     "encode_teacher_scores",
     "encode_top_k",
+    "generate_request_params",
     "implementation",
     "json_default",
     "parse_chat_completions_response",

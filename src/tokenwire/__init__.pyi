@@ -1,12 +1,13 @@
 import os
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, overload
 
 import numpy as np
 
 from .auditing._audit import Verdict as Verdict
 from .base._errors import MalformedResponseError as MalformedResponseError
 from .base._types import Batch as Batch
+from .base._types import BatchTensors as BatchTensors
 from .base._types import GenerateChoice as GenerateChoice
 from .base._types import GenerateResponse as GenerateResponse
 from .base._types import PayloadSegment as PayloadSegment
@@ -15,7 +16,7 @@ from .base._types import RoutedExperts as RoutedExperts
 from .batch._rollout import Trajectory as Trajectory
 
 __version__: str
-implementation: str
+implementation: Literal["c", "python"]
 _impl: Any  # the implementation module in use (the compiled core or the reference)
 
 def parse_generate_response(
@@ -101,8 +102,12 @@ def b64decode(data: bytes | bytearray | memoryview | str | Any, out: Any = ...) 
         >>> tokenwire.b64decode(b"AQID").tolist()
         [1, 2, 3]
     """
-def simd_paths() -> list[str]: ...
-def simd_path() -> str | None: ...
+def simd_paths() -> list[str]:
+    """The code paths of the C kernels this CPU and build can run, best last (empty without
+    the compiled core)."""
+def simd_path() -> str | None:
+    """The code path every C kernel takes (``TOKENWIRE_SIMD`` forces one), or None without the
+    compiled core."""
 def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ..., num_experts: int | None = ...) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/completions`` response body (vLLM,
     Fireworks, Together) into exact completion ids and their aligned logprobs: the ids the
@@ -179,9 +184,32 @@ def parse_sglang_generate_response(
         >>> tokenwire.parse_sglang_generate_response(body).choices[0].completion_ids.tolist()
         [5, 6]
     """
-def completions_request_params(params: dict[str, Any], *, top_k: int | None = ..., engine_data: bool = ...) -> dict[str, Any]: ...
-def chat_completions_request_params(params: dict[str, Any], *, top_k: int | None = ..., engine_data: bool = ...) -> dict[str, Any]: ...
-def sglang_generate_request_params(params: dict[str, Any], *, top_k: int | None = ...) -> dict[str, Any]: ...
+def generate_request_params(
+    params: dict[str, Any], *, top_k: int | None = ..., compact: bool = ..., sampling_mask: bool = ...,
+    routed_experts: bool = ..., payload_dir: str | None = ...,
+) -> dict[str, Any]:
+    """A copy of a vLLM ``/inference/v1/generate`` request body (``token_ids``: the prompt's ids)
+    that asks for the evidence :func:`parse_generate_response` reads: ``sampling_params.logprobs``
+    (0, or ``top_k + 2`` with a head), and on request ``extra_args.prl_compact_logprobs``
+    (``compact``), ``return_sampling_mask``, ``return_routed_experts``, ``extra_args.payload_dir``.
+    The caller's values are kept. Send it as it is: ``httpx.post(url, json=params)``."""
+def completions_request_params(
+    params: dict[str, Any], *, top_k: int | None = ..., engine_data: bool = ..., sdk: bool = ...,
+) -> dict[str, Any]:
+    """A copy of a ``/v1/completions`` request body that asks for exact ids (vLLM's
+    ``return_token_ids``, ``logprobs``; with ``top_k`` ``k + 2`` candidates keyed by id;
+    ``engine_data=True``: NVIDIA Dynamo's ``nvext.extra_fields``). ``sdk=True`` gives the OpenAI
+    SDK's keyword arguments, the fields it does not name under ``extra_body``:
+    ``client.completions.create(**completions_request_params(params, sdk=True))``."""
+def chat_completions_request_params(
+    params: dict[str, Any], *, top_k: int | None = ..., engine_data: bool = ..., sdk: bool = ...,
+) -> dict[str, Any]:
+    """A copy of a ``/v1/chat/completions`` request body that asks for exact ids, as
+    :func:`completions_request_params` (``logprobs: true``, ``top_logprobs``);
+    ``client.chat.completions.create(**chat_completions_request_params(params, sdk=True))``."""
+def sglang_generate_request_params(params: dict[str, Any], *, top_k: int | None = ...) -> dict[str, Any]:
+    """A copy of an SGLang ``/generate`` request body that asks for exact ids:
+    ``return_logprob`` (with ``top_k`` also ``top_logprobs_num = top_k + 2``)."""
 def b64encode(data: bytes | bytearray | memoryview | str | Any) -> bytes:
     """Standard base64 with padding, as ASCII bytes.
 
@@ -198,39 +226,99 @@ def b64encode(data: bytes | bytearray | memoryview | str | Any) -> bytes:
         >>> tokenwire.b64encode(bytes([1, 2, 3]))
         b'AQID'
     """
-def dumps_generate_response(payload: Any) -> bytes: ...
-def encode_packed(array: Any) -> dict[str, Any]: ...
-def encode_compact_logprobs(ids: Any, logprobs: Any, offsets: Any, num_top_logprobs: int, *, completion_ids: Any = ...) -> dict[str, Any]: ...
-def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = ...) -> dict[str, Any]: ...
-def encode_kept_tokens(ids: Any, counts: Any, *, completion_ids: Any = ...) -> dict[str, Any]: ...
-def encode_routed_experts(array: Any, start: int | None = ...) -> dict[str, Any]: ...
-def encode_top_k(token_ids: Any, logprobs: Any) -> dict[str, Any]: ...
-def encode_sampling_mask_logprobs(logprobs: Any, counts: Any) -> list[list[float]]: ...
-def encode_teacher_scores(scores: Any, *, logits: bool = ...) -> Blob: ...
-def json_default(value: Any) -> Any: ...
+def dumps_generate_response(payload: Any, *, top_k: int | None = ..., check: bool = ...) -> bytes:
+    """Serialize a ``/inference/v1/generate`` response as vLLM does (``json.dumps`` with
+    ``ensure_ascii=False``, compact separators, UTF-8); with ``check`` (the default) the
+    assembled response is first read by :func:`parse_generate_response` (``top_k``: the head a
+    trainer will ask for), and a refusal raises :class:`MalformedResponseError`."""
+def dumps_chat_completions_response(
+    choices: Sequence[dict[str, Any]], *, model: str = ..., request_id: str = ..., created: int = ...,
+    prompt_token_ids: Any = ..., top_k: int | None = ..., check: bool = ...,
+) -> bytes:
+    """A ``/v1/chat/completions`` body as vLLM writes it with exact ids (``return_token_ids``,
+    ``return_tokens_as_token_ids``): each choice a dict of ``token_ids``, ``logprobs`` and
+    optionally ``text``, ``finish_reason``, ``top_logprobs`` (per token ``(id, logprob)`` pairs);
+    checked by :func:`parse_chat_completions_response` unless ``check=False``."""
+def dumps_completions_response(
+    choices: Sequence[dict[str, Any]], *, model: str = ..., request_id: str = ..., created: int = ...,
+    prompt_token_ids: Any = ..., top_k: int | None = ..., check: bool = ...,
+) -> bytes:
+    """A ``/v1/completions`` body as vLLM writes it, as :func:`dumps_chat_completions_response`."""
+def encode_packed(array: Any) -> dict[str, Any]:
+    """``{"data", "shape", "dtype"}`` of a 1-D float32/float64 (sampled logprobs) or int32 array,
+    checked by the reader's rules."""
+def encode_compact_logprobs(ids: Any, logprobs: Any, offsets: Any, num_top_logprobs: int, *, completion_ids: Any = ...) -> dict[str, Any]:
+    """prime-rl's ``compact_logprobs`` (``u32-f32-le-v1``): row ``t`` is
+    ``ids/logprobs[offsets[t]:offsets[t+1]]``, the sampled token first."""
+def encode_sampling_mask(ids: Any, counts: Any, *, completion_ids: Any = ...) -> dict[str, Any]:
+    """The packed CSR ``sampling_mask`` ``{"ids", "counts"}``: row ``t`` holds ``counts[t]`` ids
+    (with ``completion_ids``, its sampled id among them)."""
+def encode_kept_tokens(ids: Any, counts: Any, *, completion_ids: Any = ...) -> dict[str, Any]:
+    """prime-rl's ``kept_tokens`` ``{"ids", "counts"}`` (bare base64 int32); a zero count is a
+    token without a kept set."""
+def encode_routed_experts(array: Any, start: int | None = ...) -> dict[str, Any]:
+    """MoE routing replay ``{"data", "shape", "start", "dtype"}`` of a ``(rows, layers, topk)``
+    uint8/uint16/int16/int32 array."""
+def encode_top_k(token_ids: Any, logprobs: Any) -> dict[str, Any]:
+    """vLLM's packed top-k ``logprobs.top_k`` of ``(num_positions, k)`` candidate ids and
+    logprobs (``-inf`` for a filtered-out candidate)."""
+def encode_sampling_mask_logprobs(logprobs: Any, counts: Any) -> list[list[float]]:
+    """prime-rl's ``sampling_mask_logprobs``: one row of ``counts[t]`` renormalized logprobs
+    per token, aligned with a sampling mask of the same counts."""
+def encode_teacher_scores(scores: Any, *, logits: bool = ...) -> Blob:
+    """vLLM's teacher scores ``prompt_token_id_logprobs``: the base64 ``.npy`` of a float32
+    ``(rows, K)`` matrix."""
+def json_default(value: Any) -> Any:
+    """``default=`` for ``json.dumps``/``orjson.dumps`` (a :class:`Blob` is a str already; kept
+    for callers that pass it)."""
 
-class Blob:
-    def __init__(self, text: bytes | str, array: Any = ...) -> None: ...
+class Blob(str):
+    """The base64 text of an encoded array: a ``str`` that JSON serializers write as it is,
+    holding the decoded bytes the writers validated (``array``) and its ASCII ``text``."""
+    def __new__(cls, text: bytes | str, array: Any = ...) -> Blob: ...
     @property
     def text(self) -> bytes: ...
     @property
     def array(self) -> np.ndarray: ...
+_Format = Literal["generate", "completions", "chat", "sglang"]
+
 def select_heads(
     candidate_ids: Any, candidate_logprobs: Any, candidate_offsets: Any, sampled_ids: Any,
     sampled_logprobs: Any, k: int, *, num_top: int | None = ..., support_ids: Any = ..., support_offsets: Any = ...,
-) -> tuple[Ragged, Ragged]: ...
+) -> tuple[Ragged, Ragged]:
+    """The action-independent top-``k`` heads of arrays an in-process engine holds, by the
+    parsers' rules: ``(head_ids, head_logprobs)`` as :class:`Ragged`."""
 def audit(
-    raw: bytes | bytearray | memoryview | str, format: str = ..., *, field: str | tuple[str, ...] | None = ...,
-    top_k: int | None = ..., num_experts: int | None = ..., routed_experts_shape: tuple[int, int] | None = ...,
-) -> Verdict: ...
+    raw: bytes | bytearray | memoryview | str, format: Literal["auto", "generate", "completions", "chat", "sglang"] = ...,
+    *, field: str | tuple[str, ...] | None = ..., top_k: int | None = ..., num_experts: int | None = ...,
+    routed_experts_shape: tuple[int, int] | None = ...,
+) -> Verdict:
+    """The verdict ``tokenwire check`` reaches for one record: its format, and its defect class,
+    location and message when it is defective."""
+@overload
 def parse_many(
-    raws: Iterable[bytes | bytearray | memoryview | str | Any], *, format: str = ..., threads: int | None = ...,
-    errors: str = ..., **parser_options: Any,
-) -> list[GenerateResponse | MalformedResponseError]: ...
+    raws: Iterable[bytes | bytearray | memoryview | str | Any], *, format: _Format = ..., threads: int | None = ...,
+    errors: Literal["raise"] = ..., **parser_options: Any,
+) -> list[GenerateResponse]: ...
+@overload
+def parse_many(
+    raws: Iterable[bytes | bytearray | memoryview | str | Any], *, format: _Format = ..., threads: int | None = ...,
+    errors: Literal["collect"], **parser_options: Any,
+) -> list[GenerateResponse | MalformedResponseError]:
+    """Parse many bodies (or response objects with ``.content``) on a pool of threads, in input
+    order, with ``format``'s parser and its options; ``errors="collect"`` puts each malformed
+    body's error in its place instead of raising the first."""
+@overload
 async def aparse_many(
-    raws: Iterable[bytes | bytearray | memoryview | str | Any], *, format: str = ..., threads: int | None = ...,
-    errors: str = ..., **parser_options: Any,
-) -> list[GenerateResponse | MalformedResponseError]: ...
+    raws: Iterable[bytes | bytearray | memoryview | str | Any], *, format: _Format = ..., threads: int | None = ...,
+    errors: Literal["raise"] = ..., **parser_options: Any,
+) -> list[GenerateResponse]: ...
+@overload
+async def aparse_many(
+    raws: Iterable[bytes | bytearray | memoryview | str | Any], *, format: _Format = ..., threads: int | None = ...,
+    errors: Literal["collect"], **parser_options: Any,
+) -> list[GenerateResponse | MalformedResponseError]:
+    """:func:`parse_many` off the event loop (awaitable)."""
 def collate(
     items: Iterable[GenerateResponse | GenerateChoice | MalformedResponseError] | GenerateResponse | GenerateChoice, *, width: int | None = ...,
     pad_id: int = ..., head_width: int | None = ..., prompt_width: int | None = ..., routing_width: int | None = ...,
@@ -256,5 +344,6 @@ def rollout_batch(
     trajectories: Iterable[Trajectory], *, width: int | None = ..., pad_id: int = ..., head_width: int | None = ...,
     prompt_width: int | None = ..., routing_width: int | None = ..., routing: str = ..., routing_fill: int = ...,
     out: Batch | None = ..., threads: int | None = ...,
-) -> Batch: ...
-
+) -> Batch:
+    """Every choice of ``items`` in one row of padded arrays (a :class:`Batch`);
+    ``batch.to_torch()`` gives the tensors (:class:`BatchTensors`)."""

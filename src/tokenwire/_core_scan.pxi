@@ -188,9 +188,10 @@ cdef class _Scan:
         if rc == TW_ERR_NOMEM:
             raise MemoryError("tokenwire: out of memory while scanning the response")
         if rc != TW_OK:
-            raise MalformedResponseError(
-                f"invalid JSON: {self.doc.err_msg.decode()} at byte {self.doc.err_pos}"
-            )
+            message = self.doc.err_msg.decode()
+            if message == "unexpected end of data":
+                raise MalformedResponseError(truncated(self.doc.err_pos))
+            raise MalformedResponseError(f"invalid JSON: {message} at byte {self.doc.err_pos}")
         stripped = PyBytes_FromStringAndSize(NULL, tw_stripped_size(&self.doc, n))
         dst = PyBytes_AS_STRING(stripped)
         with nogil:

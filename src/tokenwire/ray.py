@@ -235,6 +235,8 @@ def check(
     **options: Any,
 ) -> dict[str, Any]:
     """Audit captures on a Ray cluster; the summary ``tokenwire check --report json`` prints.
+    An input that cannot be read, or an argument of the wrong form, raises ValueError naming
+    the argument (``paths``, ``field``, ``columns``, ``records``).
 
     ``address``: ``"local"`` starts a Ray cluster on this machine for the call, ``"auto"``
     joins the running one, anything else is a cluster address (``"ray://head:10001"``); an
@@ -246,10 +248,26 @@ def check(
     check_names("check", options)
     if isinstance(paths, str):
         paths = [paths]
-    chosen = parse_columns(columns)
-    checking = Options(format=format, field=field_path(field), parse=ParseOptions.checked(options),
-                       examples=examples, records=records is not None, columns=chosen)
-    with records_sink(records, chosen) as sink:
-        tally = run(paths, checking, address=address, input_kind=input_kind, progress=progress,
-                    sink=sink, range_bytes=range_bytes, rows_file=records)
+    try:
+        chosen = parse_columns(columns)
+        checking = Options(format=format, field=field_path(field), parse=ParseOptions.checked(options),
+                           examples=examples, records=records is not None, columns=chosen)
+        with records_sink(records, chosen) as sink:
+            tally = run(paths, checking, address=address, input_kind=input_kind, progress=progress,
+                        sink=sink, range_bytes=range_bytes, rows_file=records)
+    except InputError as exc:
+        raise ValueError(_argument_message(str(exc))) from None
     return json_report(tally)
+
+
+# The command line's options, by the name check() gives the same argument.
+_ARGUMENTS = {"--field": "field", "--column": "columns", "--records": "records"}
+
+
+def _argument_message(message: str) -> str:
+    """An input error as check()'s caller reads it: the argument named as check() names it
+    (``field='a..b'``, not ``--field 'a..b'``); a path's error under ``paths``."""
+    for flag, argument in _ARGUMENTS.items():
+        if message.startswith(flag + " "):
+            return f"{argument}={message[len(flag) + 1:]}"
+    return f"paths: {message}"

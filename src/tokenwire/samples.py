@@ -118,11 +118,15 @@ def evidence(
         # An exact tie between two neighbouring places (the sampled token keeps its value).
         rows = np.flatnonzero(rng.uniform(size=n) < ties)
         place = rng.integers(1, m, size=len(rows))
+        if kept is not None:  # outside the support, whose probabilities sum to 1 as recorded
+            rows, place = rows[place - 1 >= sizes[rows]], place[place - 1 >= sizes[rows]]
         cand_lps[rows, place - 1] = cand_lps[rows, place]
     if m > 1 and filtered:
         # A top-p/min-p filter cut the row: its last places are at the sentinel.
         rows = np.flatnonzero(rng.uniform(size=n) < filtered)
         cut = rng.integers(1, m, size=len(rows))
+        if kept is not None:  # the filter keeps the recorded support: its ids have their logprobs
+            cut = np.maximum(cut, sizes[rows])
         cols = np.arange(m)[None, :] >= cut[:, None]
         block = cand_lps[rows]
         block[cols] = SENTINEL

@@ -54,7 +54,7 @@ class Options:
 
 def _new_result() -> dict[str, Any]:
     return {"records": 0, "bytes": 0, "defective": 0, "formats": Counter(), "classes": Counter(),
-            "histogram": {}, "examples": {}, "errors": []}
+            "histogram": {}, "examples": {}, "errors": [], "wrapped": Counter()}
 
 
 def _add(result: dict[str, Any], raw: bytes, options: Options, position: dict[str, Any]) -> None:
@@ -81,6 +81,8 @@ def _count(result: dict[str, Any], size: int, fmt: str | None, defect: Defect | 
         return
     result["defective"] += 1
     result["classes"][defect.cls] += 1
+    if defect.wrapped is not None:
+        result["wrapped"][defect.wrapped] += 1
     if defect.histogram is not None and defect.difference is not None:
         result["histogram"].setdefault(defect.histogram, Counter())[defect.difference] += 1
     shown = result["examples"].setdefault(defect.cls, [])
@@ -172,6 +174,7 @@ class Tally:
     classes: Counter = field(default_factory=Counter)
     histogram: dict[str, Counter] = field(default_factory=dict)
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    wrapped: Counter = field(default_factory=Counter)  # --field paths unrecognized records wrap a response at
     per_file: dict[str, list[int]] = field(default_factory=dict)  # name -> [records, defective]
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)  # inputs that failed midway
@@ -183,6 +186,7 @@ class Tally:
         self.defective += result["defective"]
         self.formats.update(result["formats"])
         self.classes.update(result["classes"])
+        self.wrapped.update(result.get("wrapped", ()))
         for key, counts in result["histogram"].items():
             self.histogram.setdefault(key, Counter()).update(counts)
         for cls, shown in result["examples"].items():
@@ -194,6 +198,19 @@ class Tally:
         counts[1] += result["defective"]
         if self.sink is not None and result.get("rows"):
             self.sink(result["rows"])
+
+    @property
+    def field_hint(self) -> str | None:
+        """When every record was unrecognized, each wrapping a response at one path: what to
+        pass (``--field PATH``), else None."""
+        if not self.records or self.classes.get("unrecognized", 0) != self.records or len(self.wrapped) != 1:
+            return None
+        path, count = next(iter(self.wrapped.items()))
+        if count != self.records:
+            return None
+        given = self.options.field
+        was = f" (not --field {'.'.join(given)})" if given else ""
+        return (f"every record holds a response under {path!r}: check them with --field {path}{was}")
 
     @property
     def status(self) -> int:
@@ -341,6 +358,7 @@ def json_report(tally: Tally) -> dict[str, Any]:
         "implementation": tokenwire.implementation,
         "format": tally.options.format,
         "field": ".".join(tally.options.field) if tally.options.field else None,
+        "hint": tally.field_hint,
         **tally.options.parse.report(),
         "files": [
             {"path": s.name, "bytes": s.size, "records": tally.per_file.get(s.name, [0, 0])[0],

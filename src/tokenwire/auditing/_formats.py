@@ -63,6 +63,8 @@ class Defect:
     choice: int | None = None
     field: str | None = None
     token: int | None = None
+    # An unrecognized record that wraps a response: the --field path that reaches it.
+    wrapped: str | None = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
     if reason == "Sampling mask token count mismatch":
         rows = _mask_rows(choice, field) if choice is not None else None
         return length(field, rows, tokens) or Defect("malformed_packed", where, reason)
-    if reason == "Invalid compact logprob offsets":
+    if reason.startswith("Invalid compact logprob offsets"):
         packed = choice.get(KEY.compact_logprobs) if choice is not None else None
         offsets = packed.get("offsets") if isinstance(packed, dict) else None
         rows = len(offsets) - 1 if isinstance(offsets, list) and exc.token is None else None
@@ -260,7 +262,7 @@ def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
 
 def _audited(entry: registry.Format, classify: Callable[[MalformedResponseError, Any], Defect]) -> Format:
     def validate(raw: bytes, options: ParseOptions) -> object:
-        return getattr(_select, entry.parser)(raw, **options.for_format(entry.name))
+        return getattr(_select.impl, entry.parser)(raw, **options.for_format(entry.name))
 
     return Format(entry.name, entry.description, entry.detect, validate, classify)
 
@@ -292,6 +294,32 @@ def _describe(document: Any) -> str:
         keys = ", ".join(list(document)[:6])
         return f"an object with keys {keys}" if keys else "an empty object"
     return f"a JSON {type(document).__name__.replace('NoneType', 'null')}"
+
+
+def _wraps(value: Any) -> bool:
+    """``value`` is a response of a known format, or a JSON string holding one."""
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            value = _json.loads(value)
+        except Exception:
+            return False
+    return detect(value) is not None
+
+
+def wrapping_path(document: Any, depth: int = 2) -> str | None:
+    """The ``--field`` path (dotted, at most ``depth`` keys) at which a record that is not a
+    response itself holds one, or None: read for unrecognized records only."""
+    if not isinstance(document, dict):
+        return None
+    for key, value in document.items():
+        if _wraps(value):
+            return key
+    if depth > 1:
+        for key, value in document.items():
+            inner = wrapping_path(value, depth - 1)
+            if inner is not None:
+                return f"{key}.{inner}"
+    return None
 
 
 class FieldMissing(Exception):
@@ -345,9 +373,10 @@ def check_record(
         if invalid is not None:
             return None, Defect("malformed_json", "", invalid)
         try:
-            document = resolve_field(document, field)
+            resolved = resolve_field(document, field)
         except FieldMissing as exc:
-            return None, Defect("unrecognized", prefix, str(exc))
+            return None, Defect("unrecognized", prefix, str(exc), wrapped=wrapping_path(document))
+        document = resolved
         raw = field_bytes(document)
         if isinstance(document, str):  # a response body stored as a JSON string
             document = None
@@ -371,7 +400,9 @@ def check_record(
             if other is None:
                 names = ", ".join(f"{f.name} ({f.description})" for f in FORMATS.values())
                 reason = f"looks like {_describe(document)}; supported formats: {names}"
-                return None, _prefixed(Defect("unrecognized", "", reason), prefix)
+                inner = wrapping_path(document)
+                wrapped = None if inner is None else f"{prefix}.{inner}" if prefix else inner
+                return None, _prefixed(Defect("unrecognized", "", reason, wrapped=wrapped), prefix)
             tried = other
             error, _ = _run(tried, raw, options, facts)
             if error is None:

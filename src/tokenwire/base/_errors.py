@@ -57,6 +57,24 @@ def _rebuild(cls, reason, choice, field, token):
     return cls(reason, choice=choice, field=field, token=token)
 
 
+def truncated(size: int) -> str:
+    """The one wording of a body that stops before its JSON document does (the parsers, the
+    audit and the command line alike)."""
+    return (f"invalid JSON: unexpected end of data at byte {size}: the body is truncated (a partial "
+            "read, a size limit or a dropped connection)")
+
+
+def _invalid(exc: BaseException) -> str:
+    """The message of a JSON reader's error: :func:`truncated` when the standard library's
+    reader ran out of text (the error at the end of the document, or a string never closed)."""
+    doc, pos = getattr(exc, "doc", None), getattr(exc, "pos", None)
+    if isinstance(doc, str) and isinstance(pos, int):
+        text = doc.rstrip(" \t\r\n")
+        if text and (pos >= len(text) or str(exc).startswith("Unterminated string")):
+            return truncated(len(doc.encode("utf-8", "surrogatepass")))
+    return f"invalid JSON: {exc}"
+
+
 def invalid_json(exc: BaseException, raw: Any = None) -> Exception:
     """What a JSON reader's error on ``raw`` means, decided by types, never by the words of
     a message. A MemoryError is out of memory. orjson raises the same ``JSONDecodeError``
@@ -71,11 +89,11 @@ def invalid_json(exc: BaseException, raw: Any = None) -> Exception:
     if isinstance(exc, MemoryError):
         return MemoryError(f"out of memory while parsing JSON: {exc}")
     if raw is None or _json.loads is _json.stdlib_loads:
-        return MalformedResponseError(f"invalid JSON: {exc}")
+        return MalformedResponseError(_invalid(exc))
     try:
         _json.stdlib_loads(raw)
     except _json.JSONDecodeError as again:
-        return MalformedResponseError(f"invalid JSON: {again}")
+        return MalformedResponseError(_invalid(again))
     except MemoryError:
         pass
     return MemoryError(f"out of memory while parsing JSON: {exc}")

@@ -6,7 +6,7 @@ import importlib
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, TypedDict, overload
 
 import numpy as np
 
@@ -492,7 +492,7 @@ class Batch:
                 out[name] = value
         return out
 
-    def to_torch(self, pin_memory: bool = False) -> dict[str, Any]:
+    def to_torch(self, pin_memory: bool = False) -> BatchTensors:
         """Every array of the batch as a torch tensor over the same memory
         (``torch.from_numpy``: no copy), by name, and None for each field the batch lacks:
         the keys are the same for every batch (the sampling mask as ``sampling_mask_values``
@@ -504,7 +504,7 @@ class Batch:
         tensors = {name: None if name not in arrays else torch.from_numpy(arrays[name]) for name in _torch_names()}
         if pin_memory:
             tensors = {name: None if t is None else t.pin_memory() for name, t in tensors.items()}
-        return tensors
+        return tensors  # type: ignore[return-value]
 
     def to_arrow(self) -> Any:
         """The batch as a ``pyarrow.RecordBatch``, one row per choice, for storage
@@ -521,6 +521,40 @@ class Batch:
 
 
 # Batch's array fields, in order (the Ragged one exported as its values and offsets).
+if TYPE_CHECKING:
+    import torch
+
+
+class _BatchTensorsAlways(TypedDict):
+    completion_ids: torch.Tensor  # int64 [B, T], pad_id past each completion
+    lengths: torch.Tensor  # int64 [B]
+    mask: torch.Tensor  # bool [B, T]
+    response: torch.Tensor  # int64 [B]: the position in collate's input
+    choice: torch.Tensor  # int64 [B]: the choice's index
+
+
+class BatchTensors(_BatchTensorsAlways, total=False):
+    """What :meth:`Batch.to_torch` returns: a tensor per array of the batch (a field no choice
+    has is left out; the sampling mask as its CSR values and offsets)."""
+
+    completion_logprobs: torch.Tensor  # float32 [B, T]
+    logprobs_present: torch.Tensor  # bool [B]
+    completion_top_ids: torch.Tensor  # int64 [B, T, K]
+    completion_top_logprobs: torch.Tensor  # float32 [B, T, K]
+    completion_top_lengths: torch.Tensor  # int64 [B, T]
+    heads_present: torch.Tensor  # bool [B]
+    sampling_mask_values: torch.Tensor  # int32, the kept ids of the B * T rows
+    sampling_mask_offsets: torch.Tensor  # int64 [B * T + 1]
+    sampling_mask_present: torch.Tensor  # bool [B, T]
+    routed_experts: torch.Tensor  # [B, R, layers, topk]
+    routed_experts_lengths: torch.Tensor  # int64 [B]
+    routed_experts_start: torch.Tensor  # int64 [B]
+    routed_experts_present: torch.Tensor  # bool [B]
+    prompt_token_ids: torch.Tensor  # int64 [B, P]
+    prompt_lengths: torch.Tensor  # int64 [B]
+    prompt_present: torch.Tensor  # bool [B]
+
+
 _BATCH_ARRAYS = (
     "completion_ids", "lengths", "mask", "completion_logprobs", "logprobs_present",
     "completion_top_ids", "completion_top_logprobs", "completion_top_lengths", "heads_present",

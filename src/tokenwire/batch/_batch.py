@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..read import _select
+from ..read import _facade, _select
 from ..read._registry import FORMATS
 from ..base._args import check_input, check_start, check_top_k, int_arg
 from ..base._errors import MalformedResponseError
@@ -51,7 +51,7 @@ def _prepared(raws: Iterable[Any], format: Any, threads: Any, errors: Any,
     if not isinstance(errors, str) or errors not in ERRORS:
         raise ValueError(f"errors must be 'raise' or 'collect', not {errors!r}")
     count = available_cores() if threads is None else int_arg(threads, "threads", 1)
-    parser = getattr(_select.impl, FORMATS[format].parser)
+    parser = getattr(_facade, FORMATS[format].parser)  # refuses a body of another known format
     accepted = FORMATS[format].options
     unknown = sorted(set(options) - set(accepted))
     if unknown:
@@ -61,7 +61,7 @@ def _prepared(raws: Iterable[Any], format: Any, threads: Any, errors: Any,
     check_start(options.get("prompt_logprob_start"))
     if isinstance(raws, (bytes, bytearray, memoryview, str)):
         raise TypeError("raws must be a sequence of response bodies, not one body")
-    bodies = list(raws)
+    bodies = [_facade.body_of(body, f"raws[{i}]") for i, body in enumerate(raws)]  # a response's .content
     for body in bodies:
         check_input(body)
     return bodies, functools.partial(parser, **options), count, errors == "collect"

@@ -58,6 +58,8 @@ def text_report(tally: Tally, out: TextIO) -> None:
             for example in tally.examples.get(cls, []):
                 where = example["location"] or "(top level)"
                 out.write(f"  {_position(example)}  [{label}]  {where}: {example['reason']}\n")
+        if tally.field_hint is not None:
+            out.write(f"\nhint: {tally.field_hint}\n")
     for error in tally.errors:
         out.write(f"not read to the end: {error}\n")
 

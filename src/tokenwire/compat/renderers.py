@@ -174,6 +174,8 @@ class _CompatibleError(MalformedResponseError):
     renderers' messages keeps working.
     """
 
+    terse = True  # the rules add no detail of their own to renderers' text
+
     def __init__(self, reason: str, **where: Any) -> None:  # choice, field, token
         super().__init__(reason, **where)
         self.args = (reason,)  # str(exc): renderers' message, without the location

@@ -430,8 +430,8 @@ _HEAD_DISAGREE = "Sampler head and sampled-token logprob disagree"
 HEAD_MISSING_SUPPORT = "Missing sampling-support probabilities"
 _HEAD_NOT_NORMALIZED = "Sampler probabilities must normalize over the recorded support"
 _HEAD_BAD_MASS = "Invalid sampler head probability mass"
-_HEAD_TOO_FEW = "Engine returned fewer top logprobs than requested"
-HEAD_REASONS = (_HEAD_DISAGREE, HEAD_MISSING_SUPPORT, _HEAD_NOT_NORMALIZED, _HEAD_BAD_MASS, _HEAD_TOO_FEW)
+HEAD_TOO_FEW = "Engine returned fewer top logprobs than requested"
+HEAD_REASONS = (_HEAD_DISAGREE, HEAD_MISSING_SUPPORT, _HEAD_NOT_NORMALIZED, _HEAD_BAD_MASS, HEAD_TOO_FEW)
 
 
 def select_head(
@@ -474,7 +474,7 @@ def select_head(
     if not ranked or math.fsum(math.exp(p) for _, p in ranked) > 1.0001:
         raise MalformedResponseError(_HEAD_BAD_MASS)
     if support is None and len(head) < k + 2:
-        raise MalformedResponseError(_HEAD_TOO_FEW)
+        raise MalformedResponseError(HEAD_TOO_FEW)
     return [i for i, _ in ranked], [p for _, p in ranked]
 
 

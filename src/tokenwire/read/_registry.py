@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..base import _json
 from ..base._options import options_of
 from ..base._table import KEY
 from ..rules.generate import named
 
-__all__ = ["FORMATS", "Format"]
+__all__ = ["FORMATS", "Format", "known_format"]
 
 
 @dataclass(frozen=True)
@@ -85,3 +86,32 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("chat", "OpenAI-compatible /v1/chat/completions", "parse_chat_completions_response", _detect_chat),
     Format("sglang", "SGLang /generate", "parse_sglang_generate_response", _detect_sglang),
 )}
+
+
+# What only a generate body carries: a choice field no OpenAI-compatible server sends.
+_GENERATE_ONLY = (KEY.compact_logprobs, KEY.completion_logprobs, KEY.kept_tokens, "payload")
+
+
+def known_format(raw: Any) -> tuple[str, str] | None:
+    """The format (name, description) a body shows positive signs of, or None: an OpenAI
+    ``object`` or a chat ``message``, SGLang's ``meta_info``, generate's own fields. Read on a
+    parser's error path, to name the parser that reads the body."""
+    try:
+        document = _json.loads(raw)
+    except Exception:
+        return None
+    if _detect_sglang(document):
+        return "sglang", f"an {FORMATS['sglang'].description} response"
+    if not isinstance(document, dict):
+        return None
+    obj = document.get("object")
+    choices = document.get(KEY.choices)
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    if _detect_completions(document):
+        return "completions", f"an {FORMATS['completions'].description} response (object {obj!r})"
+    if _detect_chat(document) or "message" in first:
+        return "chat", f"an {FORMATS['chat'].description} response" + (f" (object {obj!r})" if obj else " (its choices carry message)")
+    if obj is None and any(first.get(key) is not None for key in _GENERATE_ONLY):
+        carried = next(key for key in _GENERATE_ONLY if first.get(key) is not None)
+        return "generate", f"a {FORMATS['generate'].description} response (its choices carry {carried})"
+    return None

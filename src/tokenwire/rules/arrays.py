@@ -7,10 +7,12 @@ them too)."""
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 import numpy as np
 
+from ..base import _json
 from ..base._args import MAX_EXPERTS
 from ..base._types import RoutedExperts
 from ..base._wire import MAX_OFFSET
@@ -135,12 +137,69 @@ def check_experts(routing: np.ndarray, num_experts: int | None, c: Evidence, fie
     c.fail(f"{field} holds expert id {value}{at}, not below {bound}{packed}", field, row)
 
 
+def explained(c: Evidence, reason: str, detail: str) -> str:
+    """``reason`` followed by ``detail`` (the counts, the id, the flag to set), except for an
+    error that keeps another library's wording (the renderers drop-in's: ``terse``)."""
+    if getattr(c.error, "terse", False):
+        return reason
+    return f"{reason} {detail[0].upper()}{detail[1:]}" if reason.endswith(".") else f"{reason}: {detail}"
+
+
+_B64 = re.compile(rb"[^A-Za-z0-9+/=]")
+
+
+def base64_fault(text: Any) -> str:
+    """Where the text of a base64 field stops being canonical base64, for the message (read
+    on the error path only); empty when the text is not at hand."""
+    if isinstance(text, str):
+        text = text.encode("utf-8", "surrogatepass")
+    if not isinstance(text, bytes) or not text:
+        return ""
+    bad = _B64.search(text)
+    if bad is not None:
+        char = bad[0].decode("latin-1")
+        safe = " ('-' and '_' belong to the URL-safe alphabet, which is not accepted)" if char in "-_" else ""
+        return (f"character {char!r} at position {bad.start()} is not in the standard base64 "
+                f"alphabet (A-Z a-z 0-9 + / and '=' padding){safe}")
+    if len(text) % 4:
+        return f"{len(text)} characters, not a multiple of 4 (padding with '=' is required)"
+    pad = text.find(b"=")
+    if pad >= 0 and (pad < len(text) - 2 or text[pad:].strip(b"=")):
+        return f"'=' padding at position {pad}, before the end"
+    return "the last character's unused bits are not zero (not the canonical encoding)"
+
+
+def _sent_text(c: Evidence, path: tuple[str, ...]) -> Any:
+    """The text at ``path`` in the choice as sent (the compiled scan left the base64 fields
+    empty in its parsed copy): read again from the raw bytes, on the error path only."""
+    try:
+        document = _json.loads(bytes(c.source))
+        if isinstance(document, dict) and "choices" in document:
+            document = document["choices"][c.index]
+        elif isinstance(document, list):
+            document = document[c.index]
+        for key in path:
+            document = document[key]
+        return document
+    except Exception:
+        return None
+
+
+def fail_base64(c: Evidence, reason: str, field: str, text: Any) -> None:
+    """``reason`` at ``field``, with the position of the first fault of ``text`` (the field's
+    text as sent, read again when the compiled scan left it empty)."""
+    fault = base64_fault(text)
+    if not fault and getattr(c, "source", None) is not None:
+        fault = base64_fault(_sent_text(c, tuple(field.split("."))))
+    c.fail(explained(c, reason, fault) if fault else reason, field)
+
+
 def parse_routed_experts(value: Any, c: Evidence, num_experts: int | None = None) -> RoutedExperts:
     field = "routed_experts"
     if isinstance(value, str):
         raw = c.routed_experts
         if raw is None:
-            c.fail("Invalid routed_experts base64", field)
+            fail_base64(c, "Invalid routed_experts base64", field, value)
         routing = parse_npy(raw, c)
         check_experts(routing, num_experts, c, field)
         return RoutedExperts(routing, None)
@@ -161,7 +220,7 @@ def routed_object(value: dict[str, Any], raw: np.ndarray | None, c: Evidence, fi
     if start is not None and (not is_int(start) or start < 0):
         c.fail(f"{field} start must be a non-negative int", field + ".start")
     if raw is None:
-        c.fail(f"Invalid {field} base64", field + ".data")
+        fail_base64(c, f"Invalid {field} base64", field + ".data", value.get("data"))
     routing = _shaped(raw, value.get("shape"), dtype_name, c, field)
     check_experts(routing, num_experts, c, field)
     return RoutedExperts(routing, start)

@@ -31,8 +31,9 @@ from ..extract.python import (
     numbers,
     records_by_position,
 )
-from ..kernels.python import HEAD_MISSING_SUPPORT, Candidates, NativeEntries, is_int
+from ..kernels.python import HEAD_MISSING_SUPPORT, HEAD_TOO_FEW, Candidates, NativeEntries, is_int
 from .arrays import (
+    explained,
     named,
     parse_routed_experts,
     parse_teacher_scores,
@@ -139,6 +140,17 @@ _ASK_FOR_IDS = ('request output_mode "tokens" (the generate endpoint\'s default)
                 "--return-tokens-as-token-ids")
 
 
+def _support_fault(ids: np.ndarray, rows: Ragged, token: int) -> str:
+    """What is wrong with the kept set of ``token``, for the message."""
+    support = rows[token].tolist()
+    shown = support if len(support) <= 8 else [*support[:8], "..."]
+    if not support:
+        return f"row {token} is empty"
+    if len(set(support)) != len(support):
+        return f"row {token} {shown} repeats an id"
+    return f"row {token} {shown} does not hold the sampled id {int(ids[token])}"
+
+
 def _decoded_text(c: Evidence, choice: dict[str, Any], index: int) -> str | None:
     """The decoded text record ``index`` of ``logprobs.content`` carries in place of an id
     (no ``token_id``, a ``token`` that is not ``"token_id:N"``), or None. Read on the error
@@ -171,7 +183,15 @@ def parse_native_logprobs(
     field = "logprobs.content"
     logprobs = choice.get("logprobs")
     if not isinstance(logprobs, dict):
-        c.fail("Engine response choice.logprobs must be an object.", "logprobs")
+        reason = "Engine response choice.logprobs must be an object."
+        if logprobs is None:
+            reason = explained(c, reason, (
+                "the choice carries no sampled-token logprobs (logprobs, completion_logprobs and "
+                "compact_logprobs absent or null): set `sampling_params.logprobs` in the request (0 "
+                "for the sampled token's alone, k + 2 with a head of k), or "
+                "`sampling_params.extra_args.prl_compact_logprobs: true` (prime-rl) for compact rows; "
+                "tokenwire.generate_request_params() sets them; or parse with require_logprobs=False"))
+        c.fail(reason, "logprobs")
     content = logprobs.get("content")
     sampled = logprobs.get("sampled")
     if content is None and sampled is not None:  # vLLM's sampled-only logprobs
@@ -350,7 +370,7 @@ def _check_supports(c: Evidence, ids: np.ndarray, rows: Ragged, field: str, bad_
     # row of padding only).
     bad = c.kernels.first_bad_support(ids, rows, limit, absent_ok=True)
     if bad >= 0:
-        c.fail("Invalid recorded sampling support", field, bad)
+        c.fail(explained(c, "Invalid recorded sampling support", _support_fault(ids, rows, bad)), field, bad)
     if bad_row is not None:
         c.fail("Invalid recorded sampling support", field, bad_row)
     return rows
@@ -420,10 +440,31 @@ def _mask_field(choice: dict[str, Any]) -> str | None:
     return KEY.kept_tokens if choice.get(KEY.kept_tokens) is not None else None
 
 
-def _fail_head(c: Evidence, choice: dict[str, Any], field: str, bad: tuple[int, str], supports: Ragged | None):
+def _fail_head(c: Evidence, choice: dict[str, Any], field: str, bad: tuple[int, str], supports: Ragged | None,
+               k: int | None = None, candidates: np.ndarray | None = None):
     """Report the head rule ``bad`` broke. A kept set with an id the head has no candidate
-    logprob for is located at ``kept_tokens`` and says what to request."""
+    logprob for is located at ``kept_tokens`` and says what to request; too few candidates
+    name the k + 2 rule."""
     token, reason = bad
+    if reason == HEAD_TOO_FEW and k is not None:
+        reason = explained(c, reason, (
+            f"a head of top_k={k} needs k + 2 = {k + 2} candidates for every token without a "
+            f"recorded sampling support (one beyond the k-th to see a tie, and the sampled "
+            f"token's own), and token {token} has fewer: request {k + 2} top logprobs "
+            f"(`sampling_params.logprobs: {k + 2}`; tokenwire.generate_request_params(params, "
+            f"top_k={k}) sets it)"))
+    elif reason == HEAD_MISSING_SUPPORT and supports is not None and _mask_field(choice) == KEY.sampling_mask:
+        kept = supports[token].tolist()
+        shown = kept if len(kept) <= 8 else [*kept[:8], "..."]
+        lacking = "some of them"
+        if candidates is not None:
+            sent = set(candidates.tolist())
+            lacking = f"kept id {next((i for i in kept if i not in sent), kept[0])}"
+        c.fail(explained(c, reason, (
+            f"sampling_mask[{token}] holds {len(kept)} kept ids {shown} and the response has no "
+            f"candidate logprob for {lacking}; request at least {len(kept)} top logprobs per "
+            "token (vLLM's `logprobs`, with `logprobs_mode` processed_logprobs) or parse without "
+            "top_k")), field, token)
     if reason == HEAD_MISSING_SUPPORT and supports is not None and _mask_field(choice) == KEY.kept_tokens:
         width = len(supports[token])
         c.fail(
@@ -451,7 +492,14 @@ def parse_compact_logprobs(
         c.fail("Unsupported compact logprob format", field + ".format")
     parsed = c.compact_offsets
     if parsed is None or parsed[1] != len(ids) + 1:
-        c.fail("Invalid compact logprob offsets", field + ".offsets")
+        n = len(ids)
+        if parsed is None:
+            detail = f"offsets must be a list of {n + 1} ints (one per completion token, plus one)"
+        else:
+            rows = parsed[1] - 1
+            detail = (f"completion has {n} token ids but {rows} compact logprob rows ({rows - n:+d}): "
+                      f"offsets holds {parsed[1]} entries, {n + 1} expected")
+        c.fail(explained(c, "Invalid compact logprob offsets", detail), field + ".offsets")
     offsets, _, bad_offset = parsed
     rising = c.kernels.first_not_rising(offsets)  # over the valid prefix: the first failure wins
     if rising >= 0:
@@ -472,7 +520,12 @@ def parse_compact_logprobs(
     bad = c.kernels.first_bad("compact", row_values)
     if bad >= 0:
         row = int(np.searchsorted(offsets, bad, side="right")) - 1
-        c.fail("Invalid compact logprob values", field, row)
+        value = float(row_values[bad])
+        what = "NaN" if value != value else "infinite" if abs(value) == float("inf") else "positive"
+        c.fail(explained(c, "Invalid compact logprob values", (
+            f"value {bad - int(offsets[row])} of row {row} (entry {bad}) is {value!r}: {what}, "
+            "not a log probability (finite, at most 1e-6; -9999 for a filtered-out candidate)")),
+            field, row)
     if k is None:
         # Without a head the rows' own errors come first (renderers never looks at the mask
         # then); with one, the support decides the head, so it is checked before the rows.
@@ -487,7 +540,8 @@ def parse_compact_logprobs(
         ids, row_ids, row_values, offsets, num_top, k, supports
     )
     if head_bad is not None:
-        _fail_head(c, choice, field, head_bad, supports)
+        t = head_bad[0]
+        _fail_head(c, choice, field, head_bad, supports, k, row_ids[offsets[t]:offsets[t + 1]])
     if bad is not None:
         c.fail(bad[1], field, bad[0])
     assert sampled is not None  # with the heads, when nothing failed
@@ -509,7 +563,7 @@ def parse_native_heads(
     limit = len(ids) if entries.top_err is None else entries.top_err[0]
     top_ids, top_logprobs, head_bad = c.kernels.heads(ids, entries.candidates, entries.entry_lps, k, supports, limit)
     if head_bad is not None:
-        _fail_head(c, choice, field, head_bad, supports)
+        _fail_head(c, choice, field, head_bad, supports, k)
     if entries.top_err is not None:
         index, code = entries.top_err
         message = _native_message(NATIVE_TOP, code, index, ids)
@@ -583,7 +637,7 @@ def parse_top_k_heads(
     top_ids, top_logprobs, head_bad = c.kernels.heads(
         ids, candidates, sampled.astype(np.float64, copy=False), k, supports, len(ids))
     if head_bad is not None:
-        _fail_head(c, choice, _TOP_K, head_bad, supports)
+        _fail_head(c, choice, _TOP_K, head_bad, supports, k)
     return top_ids, top_logprobs, supports
 
 
@@ -659,6 +713,11 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
                   files: PayloadFiles | None = None, num_experts: int | None = None) -> GenerateChoice:
     if not isinstance(choice, dict):
         c.fail("choice must be an object")
+    if c.token_ids is None and choice.get("token_ids") is None:
+        c.fail(explained(c, "token_ids must hold token ids in [0, 2**32)",
+                         "token_ids is missing (or null) from the choice: vLLM's /inference/v1/generate "
+                         "always sends the completion's ids there; is this the body of another endpoint?"),
+               "token_ids")
     ids = checked_int_list(c, c.token_ids, "token_ids", "token_ids must hold token ids in [0, 2**32)")
     segments = parse_payload(choice, len(ids), prompt_len, c)
     by_handle = {s.field for s in segments or ()}

@@ -43,8 +43,8 @@ from ..extract.python import (
     load_document,
     load_openai_document,
 )
-from ..kernels.python import Candidates, is_int, native_head
-from .arrays import check_experts, check_rows, parse_npy, routed_rows
+from ..kernels.python import HEAD_TOO_FEW, Candidates, is_int, native_head
+from .arrays import check_experts, check_rows, explained, fail_base64, parse_npy, routed_rows
 from .dynamo import (
     ENGINE,
     ENGINE_IDS,
@@ -66,6 +66,7 @@ from .requests import (
     _Endpoint,
     chat_completions_request_params,
     completions_request_params,
+    generate_request_params,
     sglang_generate_request_params,
 )
 from .sglang_meta import (
@@ -90,6 +91,7 @@ from .sources import (
 __all__ = [
     "chat_completions_request_params",
     "completions_request_params",
+    "generate_request_params",
     "parse_chat_completions_document",
     "parse_chat_completions_response",
     "parse_completions_document",
@@ -120,7 +122,13 @@ def _chosen_heads(
     limit = len(ids) if top_err is None else top_err[0]
     top_ids, top_logprobs, head_bad = c.kernels.heads(ids, candidates, sampled, k, supports, limit)
     if head_bad is not None:
-        c.fail(head_bad[1], field, head_bad[0])
+        reason = head_bad[1]
+        if reason == HEAD_TOO_FEW:
+            reason = explained(c, reason, (
+                f"a head of top_k={k} needs k + 2 = {k + 2} candidates per token (one beyond the "
+                f"k-th to see a tie, and the sampled token's own), and token {head_bad[0]} has "
+                f"fewer: request {k + 2} top logprobs (the request helpers, given top_k={k}, set it)"))
+        c.fail(reason, field, head_bad[0])
     if top_err is not None:
         index, code = top_err
         c.fail(no_id if code == "top_no_id" else NATIVE_TOP[code], field, index)
@@ -334,7 +342,7 @@ def _routing(c: Evidence, value: Any, raw: np.ndarray | None, field: str, num_ex
     its row count (one of ``rows`` when known; ``counted`` says of what), then its ids."""
     if isinstance(value, str):
         if raw is None:
-            c.fail(f"Invalid {field} base64", field)
+            fail_base64(c, f"Invalid {field} base64", field, value)
         routing = parse_npy(raw, c, field)
     elif isinstance(value, list):
         try:
@@ -595,7 +603,7 @@ def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | 
     if not isinstance(meta[key], str):
         c.fail(f"{field} must be a base64 string of int32 values", field)
     if raw is None:
-        c.fail(f"Invalid {field} base64", field)
+        fail_base64(c, f"Invalid {field} base64", field, meta[key])
     if len(raw) % 4:
         c.fail(f"{field} holds {len(raw)} bytes, not whole int32 values", field)
     values = raw.view("<i4")

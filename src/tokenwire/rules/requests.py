@@ -126,8 +126,38 @@ def _ask_ids(out: dict[str, Any], engine_data: bool) -> None:
     out["nvext"] = {**nvext, "extra_fields": fields if "engine_data" in fields else [*fields, "engine_data"]}
 
 
+# The keyword arguments the OpenAI SDK's ``create`` takes by name (its request fields, long
+# stable across releases); every other request field (vLLM's and Dynamo's extensions) goes in
+# ``extra_body``, which the SDK merges into the JSON body it sends.
+_SDK_COMMON = frozenset({
+    "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty",
+    "seed", "stop", "stream", "stream_options", "temperature", "top_p", "user",
+    "extra_headers", "extra_query", "extra_body", "timeout",
+})
+SDK_COMPLETIONS = _SDK_COMMON | {"prompt", "best_of", "echo", "suffix"}
+SDK_CHAT = _SDK_COMMON | {
+    "messages", "audio", "function_call", "functions", "max_completion_tokens", "metadata",
+    "modalities", "parallel_tool_calls", "prediction", "reasoning_effort", "response_format",
+    "service_tier", "store", "tool_choice", "tools", "top_logprobs",
+}
+
+
+def _for_sdk(body: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    """``body`` as the OpenAI SDK's ``create(**kwargs)`` takes it: its own fields as keyword
+    arguments, the others under ``extra_body`` (merged with the caller's, which wins)."""
+    kwargs = {key: value for key, value in body.items() if key in known}
+    extra = {key: value for key, value in body.items() if key not in known}
+    given = kwargs.pop("extra_body", None)
+    if given is not None and not isinstance(given, dict):
+        raise TypeError(f"params' extra_body must be a dict, not {type(given).__name__}")
+    extra.update(given or {})
+    if extra:
+        kwargs["extra_body"] = extra
+    return kwargs
+
+
 def completions_request_params(
-    params: dict[str, Any], *, top_k: int | None = None, engine_data: bool = False
+    params: dict[str, Any], *, top_k: int | None = None, engine_data: bool = False, sdk: bool = False
 ) -> dict[str, Any]:
     """A copy of ``/v1/completions`` request ``params`` that asks for exact ids.
 
@@ -139,6 +169,15 @@ def completions_request_params(
     caller's, not the sampler's top-k). With ``engine_data=True`` (NVIDIA Dynamo) the ids are
     asked of the engine instead: ``"engine_data"`` joins ``nvext.extra_fields`` (the caller's
     ``nvext`` is copied, not changed) and ``return_token_ids`` is not set.
+
+    The result is the JSON body (``httpx.post(url, json=...)``); with ``sdk=True`` it is the
+    OpenAI SDK's keyword arguments, the fields the SDK does not name under ``extra_body``
+    (``client.completions.create(**completions_request_params(params, sdk=True))``)::
+
+        >>> completions_request_params({"model": "m", "prompt": [1, 2]})
+        {'model': 'm', 'prompt': [1, 2], 'return_token_ids': True, 'logprobs': 1}
+        >>> completions_request_params({"model": "m", "prompt": [1, 2]}, sdk=True)
+        {'model': 'm', 'prompt': [1, 2], 'logprobs': 1, 'extra_body': {'return_token_ids': True}}
     """
     out, k = _asked(params, top_k)
     _own_candidates(out, k)
@@ -146,11 +185,11 @@ def completions_request_params(
     out.setdefault("logprobs", 1 if k is None else k + 2)
     if k is not None:
         out.setdefault("return_tokens_as_token_ids", True)
-    return out
+    return _for_sdk(out, SDK_COMPLETIONS) if sdk else out
 
 
 def chat_completions_request_params(
-    params: dict[str, Any], *, top_k: int | None = None, engine_data: bool = False
+    params: dict[str, Any], *, top_k: int | None = None, engine_data: bool = False, sdk: bool = False
 ) -> dict[str, Any]:
     """A copy of ``/v1/chat/completions`` request ``params`` that asks for exact ids.
 
@@ -159,7 +198,12 @@ def chat_completions_request_params(
     not; explicit values, ``False`` included, are kept. With ``top_k``, ``logprob_token_ids``
     in ``params`` raises ValueError, as in :func:`completions_request_params`.
     ``engine_data=True`` asks NVIDIA Dynamo for its engine's ids instead of
-    ``return_token_ids`` (see :func:`completions_request_params`).
+    ``return_token_ids`` (see :func:`completions_request_params`). ``sdk=True`` gives the
+    OpenAI SDK's keyword arguments (``client.chat.completions.create(**...)``), the fields it
+    does not name under ``extra_body``::
+
+        >>> chat_completions_request_params({"model": "m", "messages": []}, top_k=4, sdk=True)
+        {'model': 'm', 'messages': [], 'logprobs': True, 'top_logprobs': 6, 'extra_body': {'return_token_ids': True, 'return_tokens_as_token_ids': True}}
     """
     out, k = _asked(params, top_k)
     _own_candidates(out, k)
@@ -168,7 +212,7 @@ def chat_completions_request_params(
     if k is not None:
         out.setdefault("top_logprobs", k + 2)
         out.setdefault("return_tokens_as_token_ids", True)
-    return out
+    return _for_sdk(out, SDK_CHAT) if sdk else out
 
 
 def sglang_generate_request_params(
@@ -181,4 +225,66 @@ def sglang_generate_request_params(
     out.setdefault("return_logprob", True)
     if k is not None:
         out.setdefault("top_logprobs_num", k + 2)
+    return out
+
+
+def _nested(out: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """A copy of the dict ``out[key]`` (empty when absent), put back in ``out``."""
+    value = out.get(key)
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{where} must be a dict, not {type(value).__name__}")
+    out[key] = value = dict(value)
+    return value
+
+
+def generate_request_params(
+    params: dict[str, Any],
+    *,
+    top_k: int | None = None,
+    compact: bool = False,
+    sampling_mask: bool = False,
+    routed_experts: bool = False,
+    payload_dir: str | None = None,
+) -> dict[str, Any]:
+    """A copy of vLLM ``/inference/v1/generate`` request ``params`` (prime-rl's server too)
+    that asks for the evidence :func:`tokenwire.parse_generate_response` reads.
+
+    ``params`` holds the prompt's ids as ``token_ids`` (the endpoint takes ids, not text) and
+    may hold ``sampling_params`` (copied, never changed). Set where the caller did not:
+
+    - ``sampling_params.logprobs``: ``0`` (the sampled token's logprob alone), ``top_k + 2``
+      with a head (the head rule needs two candidates beyond ``k``);
+    - ``compact=True``: ``sampling_params.extra_args.prl_compact_logprobs = true`` (prime-rl's
+      ``compact_logprobs`` rows, binary: the fastest transport to read);
+    - ``sampling_mask=True``: ``sampling_params.return_sampling_mask = true`` (the sampler's
+      kept set per token; the server must run with its mask flag, see docs/formats.md);
+    - ``routed_experts=True``: ``return_routed_experts = true`` (MoE routing replay);
+    - ``payload_dir=PATH``: ``sampling_params.extra_args.payload_dir`` (prime-rl's by-handle
+      payloads: the big arrays in files under ``PATH``; parse with ``payload_root=``).
+
+    The result is the JSON body as it is (``httpx.post(url, json=...)``)::
+
+        >>> generate_request_params({"model": "m", "token_ids": [1, 2]}, top_k=20, compact=True)
+        {'model': 'm', 'token_ids': [1, 2], 'sampling_params': {'logprobs': 22, 'extra_args': {'prl_compact_logprobs': True}}}
+    """
+    out, k = _asked(params, top_k)
+    if "token_ids" not in out:
+        raise ValueError("params must hold token_ids, the prompt's token ids: /inference/v1/generate "
+                         "takes ids, not text")
+    sampling = _nested(out, "sampling_params", "params' sampling_params")
+    sampling.setdefault("logprobs", 0 if k is None else k + 2)
+    if compact or payload_dir is not None:
+        extra = _nested(sampling, "extra_args", "params' sampling_params.extra_args")
+        if compact:
+            extra.setdefault("prl_compact_logprobs", True)
+        if payload_dir is not None:
+            if not isinstance(payload_dir, str):
+                raise TypeError(f"payload_dir must be a str, not {type(payload_dir).__name__}")
+            extra.setdefault("payload_dir", payload_dir)
+    if sampling_mask:
+        sampling.setdefault("return_sampling_mask", True)
+    if routed_experts:
+        out.setdefault("return_routed_experts", True)
     return out

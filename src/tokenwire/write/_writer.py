@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
-import secrets
 from typing import Any
 
 import numpy as np
@@ -17,7 +15,7 @@ import numpy as np
 from ..base import _json, _table, _types
 from ..read import _select
 from ..base._args import int_arg, int_array, real_array
-from ..base._errors import MalformedResponseError
+from ..base._errors import MalformedResponseError, location
 from ..base._table import KEY
 from ..base._wire import COMPACT_FORMAT, MAX_MASK_ID, MAX_OFFSET, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 from ..extract.python import LazyEvidence
@@ -25,18 +23,19 @@ from ..rules import arrays as _arrays
 from ..rules import generate as _rules
 
 
-class Blob:
-    """The base64 text of a packed array, kept as ASCII bytes rather than a Python str.
+class Blob(str):
+    """The base64 text of a packed array: a ``str`` (so ``json.dumps``, ``orjson.dumps`` and the
+    JSON responses of web frameworks, Starlette's ``JSONResponse`` among them, write it as
+    the JSON string it is) that also holds the decoded bytes the writers validated.
 
-    ``dumps_generate_response`` splices it into the output; for ``orjson.dumps`` or ``json.dumps`` pass
-    ``default=tokenwire.json_default``; ``str(blob)`` gives the text for other serializers.
     ``Blob(text)`` checks that ``text`` is canonical base64 (``array``, when given, must be
-    its decoding), since its bytes are spliced into JSON unquoted; a blob cannot be changed.
+    its decoding); a blob cannot be changed. ``blob.text`` is its ASCII bytes.
+    ``dumps_generate_response`` writes a whole response exactly as vLLM's endpoint does.
     """
 
-    __slots__ = ("_array", "_text")
+    __slots__ = ("_array",)
 
-    def __init__(self, text: bytes | str, array: Any = None) -> None:
+    def __new__(cls, text: bytes | str, array: Any = None) -> Blob:
         refused = "Blob text must be canonical base64 bytes (A-Z a-z 0-9 + /, '=' padding)"
         # One private copy, then the check of that copy, which is what is kept: a buffer that
         # another thread rewrites must not pass the check in one state and be kept in another.
@@ -56,20 +55,19 @@ class Blob:
             raise ValueError(refused) from None
         if array is not None and not np.array_equal(np.ascontiguousarray(array).reshape(-1).view(np.uint8), decoded):
             raise ValueError("Blob array must be the bytes its text decodes to")
-        self._text = text
-        self._array = decoded
+        return cls._encoded(text, decoded)
 
     @classmethod
     def _encoded(cls, text: bytes, array: np.ndarray) -> Blob:
         """The encoders' own blob: ``text`` is ``b64encode(array)``, no need to check it."""
-        blob = cls.__new__(cls)
-        blob._text = text
+        blob = str.__new__(cls, text, "ascii")
         blob._array = array
         return blob
 
     @property
     def text(self) -> bytes:
-        return self._text
+        """The base64 text as ASCII bytes."""
+        return str.encode(self, "ascii")
 
     @property
     def array(self) -> np.ndarray:
@@ -77,36 +75,41 @@ class Blob:
         return self._array
 
     def __str__(self) -> str:
-        return self.text.decode("ascii")
-
-    def __len__(self) -> int:
-        return len(self.text)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Blob):
-            return self.text == other.text
-        if isinstance(other, str):
-            return self.text == other.encode("ascii", "replace")
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self.text)
+        return str.__str__(self)
 
     def __repr__(self) -> str:
-        return f"Blob({len(self.text)} base64 characters)"
+        return f"Blob({len(self)} base64 characters)"
+
+    def __reduce__(self) -> Any:
+        return (Blob, (str.__str__(self),))
 
 
 def json_default(value: Any) -> Any:
-    """``default=`` for ``orjson.dumps`` or ``json.dumps``: writes a :class:`Blob` as its JSON string."""
+    """``default=`` for ``orjson.dumps`` or ``json.dumps``. A :class:`Blob` is a str, which both
+    write as it is; this is kept for callers that pass it (it writes a Blob as its string)."""
     if isinstance(value, Blob):
-        return _json.fragment(b'"' + value.text + b'"')
+        return str.__str__(value)
     raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
+class RefusedValues(MalformedResponseError):
+    """The values given to a writer make a field its reader refuses (the reader's own rule
+    and reason): the message says it is the arguments, and which row or token of them."""
+
+    def __init__(self, reason: str, *, choice: int | None = None, field: str | None = None,
+                 token: int | None = None) -> None:
+        super().__init__(reason, choice=choice, field=field, token=token)
+        if field is None:  # the whole response: the reason names where
+            return
+        at = f" at row {token}" if token is not None else ""
+        self.args = (f"the values given would write {field or 'a field'} that the reader refuses{at} "
+                     f"({location(None, field, token)}): {reason}",)
 
 
 def _given_choice(name: str = "", field: Any = None) -> Any:
     """The evidence of a field the encoder built: its base64 values are the encoder's own
     blobs (no decoding), checked by the readers' rules with the kernels in use."""
-    c = LazyEvidence(None, {name: field} if name else {}, kernels=_select.kernels)
+    c = LazyEvidence(None, {name: field} if name else {}, kernels=_select.kernels, error=RefusedValues)
 
     def collect(path: str, value: Any) -> None:
         if isinstance(value, Blob):
@@ -337,29 +340,103 @@ def encode_routed_experts(array: Any, start: int | None = 0) -> dict[str, Any]:
     return field
 
 
-def dumps_generate_response(payload: Any) -> bytes:
-    """Serialize a response exactly as vLLM's endpoint does (``json.dumps(payload,
-    ensure_ascii=False, allow_nan=False, separators=(",", ":"))`` encoded as UTF-8), with every
-    :class:`Blob` written as its JSON string, spliced in as bytes."""
-    blobs: list[bytes] = []
-    nonce = secrets.token_hex(8)
+def _checked(raw: bytes, parser: str, what: str, top_k: int | None) -> bytes:
+    """``raw`` once the reader accepts it as a whole (the rules across fields: counts, the
+    mask against the candidates, routing rows against the tokens), else a refusal that says
+    it is the assembled response."""
+    try:
+        getattr(_select.kernels, parser)(raw, top_k=top_k, require_logprobs=False)
+    except MalformedResponseError as exc:
+        raise RefusedValues(f"the assembled {what} is refused by the reader: {exc} (check=False writes "
+                            "a document that is not a whole response)") from None
+    return raw
 
-    def placeholder(value: Any) -> str:
-        if isinstance(value, Blob):
-            blobs.append(value.text)
-            return f"\ue000tokenwire-{nonce}-{len(blobs) - 1}\ue000"
-        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
-    text = json.dumps(
-        payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=placeholder
-    ).encode("utf-8")
-    if not blobs:
-        return text
-    marker = re.compile(b"\xee\x80\x80tokenwire-" + nonce.encode() + rb"-(\d+)\xee\x80\x80")
-    parts = marker.split(text)
-    # split() alternates text and captured indexes: text, index, text, index, ..., text.
-    if len(parts) != 2 * len(blobs) + 1:
-        raise RuntimeError("tokenwire: a placeholder collided with the payload's own text")
-    for i in range(1, len(parts), 2):
-        parts[i] = blobs[int(parts[i])]
-    return b"".join(parts)
+def _dumps(payload: Any) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+def dumps_generate_response(payload: Any, *, top_k: int | None = None, check: bool = True) -> bytes:
+    """Serialize a response exactly as vLLM's endpoint does: ``json.dumps(payload,
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"))`` encoded as UTF-8 (a
+    :class:`Blob` is a str: its base64 text).
+
+    With ``check`` (the default) the assembled response is read by
+    :func:`tokenwire.parse_generate_response` first (with ``top_k``, the head a trainer will
+    ask for; logprobs not required), so what a field-by-field encoder cannot see (a mask
+    whose kept ids have no candidate logprob, routing rows that do not fit the tokens) is
+    refused here, not by the trainer; ``check=False`` writes any JSON document."""
+    raw = _dumps(payload)
+    return _checked(raw, "parse_generate_response", "response", top_k) if check else raw
+
+
+def _openai_choice(index: int, given: Any, chat: bool) -> tuple[dict[str, Any], int]:
+    """One OpenAI-compatible choice from ``given`` (``token_ids``, ``logprobs``, optional
+    ``text``, ``finish_reason`` and ``top_logprobs``: per token ``(id, logprob)`` pairs), as
+    vLLM writes it with ``return_token_ids`` and ``return_tokens_as_token_ids``."""
+    if not isinstance(given, dict):
+        raise TypeError(f"choices[{index}] must be a dict, not {type(given).__name__}")
+    if "token_ids" not in given or "logprobs" not in given:
+        raise ValueError(f"choices[{index}] needs token_ids and logprobs")
+    ids = _ids(given["token_ids"], f"choices[{index}].token_ids").tolist()
+    values = real_array(given["logprobs"], f"choices[{index}].logprobs", np.float64, flat=True).tolist()
+    if len(values) != len(ids):
+        raise ValueError(f"choices[{index}] has {len(ids)} token_ids but {len(values)} logprobs "
+                         f"({len(values) - len(ids):+d})")
+    heads = given.get("top_logprobs")
+    if heads is not None and len(heads) != len(ids):
+        raise ValueError(f"choices[{index}] has {len(ids)} token_ids but {len(heads)} top_logprobs rows")
+    text = given.get("text", "")
+    tokens = [f"token_id:{i}" for i in ids]
+    tops = [[(f"token_id:{int(i)}", float(v)) for i, v in row] for row in heads] if heads is not None else None
+    out: dict[str, Any] = {"index": index}
+    if chat:
+        content = [{"token": t, "logprob": v, "bytes": None,
+                    "top_logprobs": [] if tops is None else [{"token": a, "logprob": b, "bytes": None} for a, b in tops[n]]}
+                   for n, (t, v) in enumerate(zip(tokens, values))]
+        out.update(message={"role": "assistant", "content": text}, logprobs={"content": content})
+    else:
+        out.update(text=text, logprobs={"text_offset": list(range(len(ids))), "token_logprobs": values, "tokens": tokens,
+                                        "top_logprobs": None if tops is None else [dict(row) for row in tops]})
+    out.update(finish_reason=given.get("finish_reason", "stop"), stop_reason=None, token_ids=ids)
+    return out, len(ids)
+
+
+def _dumps_openai(choices: Any, chat: bool, model: str, request_id: str, created: int,
+                  prompt_token_ids: Any, top_k: int | None, check: bool) -> bytes:
+    if isinstance(choices, dict) or not isinstance(choices, (list, tuple)):
+        raise TypeError(f"choices must be a list of dicts, not {type(choices).__name__}")
+    written = [_openai_choice(i, c, chat) for i, c in enumerate(choices)]
+    prompt = None if prompt_token_ids is None else _ids(prompt_token_ids, "prompt_token_ids").tolist()
+    completion = sum(n for _, n in written)
+    body = {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": created,
+            "model": model, "choices": [c for c, _ in written],
+            "usage": {"prompt_tokens": len(prompt or ()), "completion_tokens": completion,
+                      "total_tokens": len(prompt or ()) + completion},
+            "prompt_token_ids": prompt}
+    raw = _dumps(body)
+    if not check:
+        return raw
+    parser = "parse_chat_completions_response" if chat else "parse_completions_response"
+    return _checked(raw, parser, "chat completion" if chat else "completion", top_k)
+
+
+def dumps_chat_completions_response(choices: Any, *, model: str = "model", request_id: str = "chatcmpl-0",
+                                    created: int = 0, prompt_token_ids: Any = None, top_k: int | None = None,
+                                    check: bool = True) -> bytes:
+    """A ``/v1/chat/completions`` body as vLLM writes it with ``return_token_ids`` and
+    ``return_tokens_as_token_ids``, for test servers and proxies: each of ``choices`` a dict
+    of ``token_ids``, ``logprobs`` (one per id), and optionally ``text``, ``finish_reason``
+    and ``top_logprobs`` (per token, ``(id, logprob)`` candidate pairs). Checked whole by
+    :func:`tokenwire.parse_chat_completions_response` (with ``top_k`` the head) unless
+    ``check=False``."""
+    return _dumps_openai(choices, True, model, request_id, created, prompt_token_ids, top_k, check)
+
+
+def dumps_completions_response(choices: Any, *, model: str = "model", request_id: str = "cmpl-0",
+                               created: int = 0, prompt_token_ids: Any = None, top_k: int | None = None,
+                               check: bool = True) -> bytes:
+    """A ``/v1/completions`` body as vLLM writes it, as
+    :func:`dumps_chat_completions_response` (``top_logprobs`` become vLLM's dicts keyed
+    ``"token_id:N"``)."""
+    return _dumps_openai(choices, False, model, request_id, created, prompt_token_ids, top_k, check)
