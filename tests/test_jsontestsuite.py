@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,3 +227,13 @@ def test_decisions_follow_the_rules():
         if name.startswith("number"):
             text = raw.decode()[1:-1]
             assert accepted == bool(np.isfinite(float(text))), name
+
+
+def test_the_docs_list_every_decision():
+    """docs/security.md's table of the i_ decisions is I_DECISIONS."""
+    text = (Path(__file__).parent.parent / "docs" / "security.md").read_text()
+    rows = re.findall(r"^\| `i_(\S+)` \| (accepted|refused) \| (.+) \|$", text, re.M)
+    assert {name: (verdict == "accepted", why) for name, verdict, why in rows} == I_DECISIONS
+    accepted = sum(a for a, _ in I_DECISIONS.values())
+    assert f"| {len(IMPLEMENTATION_DEFINED)} | {accepted} accepted, {len(I_DECISIONS) - accepted} refused" in text
+    assert f"| {len(ACCEPT)} | {len(ACCEPT)} accepted |" in text and f"| {len(REFUSE)} | {len(REFUSE)} refused" in text
