@@ -35,7 +35,7 @@ static void tw_aligned_free(void *p) { free(p); }
 #if defined(__SANITIZE_ADDRESS__)
 #define TW_MEM_START_LIMIT 0
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
 #define TW_MEM_START_LIMIT 0
 #endif
 #endif

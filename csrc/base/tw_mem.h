@@ -13,8 +13,9 @@
  * Blocks are 64-byte aligned from TW_MEM_LARGE bytes up, 16-byte aligned below.  Every
  * block, large or small, is released with tw_mem_free (never free()).  tw_mem_realloc
  * keeps the contents up to the smaller of the two sizes.  All functions are thread-safe
- * and need no Python.  Under AddressSanitizer the default limit is 0 (nothing is cached),
- * so a use after free is still reported.
+ * and need no Python.  Under AddressSanitizer and MemorySanitizer the default limit is 0
+ * (nothing is cached), so a use after free, or a read of bytes a block's earlier user wrote
+ * and this one did not, is still reported.
  */
 #ifndef TW_MEM_H
 #define TW_MEM_H

@@ -426,9 +426,10 @@ typedef struct {
 } compact_call;
 
 /* Scratch for a block of the two kernels (its candidates, as ids and values, and its heads'
-   values as doubles): room for `need` entries, at least a sweep's. 0 without memory. */
+   values as doubles): room for `need` entries, at least a sweep's (also for a block of empty
+   rows: the kernels then get blocks, never NULL plus an offset). 0 without memory. */
 static int block_scratch(compact_call *c, size_t need) {
-    if (need <= c->cap) return 1;
+    if (need <= c->cap && c->cap) return 1;
     size_t cap = need < SWEEP ? SWEEP : need;
     tw_mem_free(c->cand_ids);
     tw_mem_free(c->cand_lps);

@@ -598,6 +598,7 @@ int main(int argc, char **argv) {
     test_nomem();
     test_compact(count / 2);
     test_compact_wide_ids();
+    test_compact_empty_row();
     test_compact_heads(count);
     test_thresholds(walk_compact);
     test_random(count);

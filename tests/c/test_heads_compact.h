@@ -266,6 +266,23 @@ static void test_compact_wide_ids(void) {
     compact_case(5, b, bv, 0x80000000, 2, 0, NULL, -1, 0, 2, want, "tied ids on both sides of 2^31");
 }
 
+/* A token whose row is empty: no sampled entry, on every path (the block of the two kernels
+   then needs no scratch, and gets some all the same: no arithmetic on a NULL block). */
+static void test_compact_empty_row(void) {
+    int64_t roff[2] = {0, 0}, soff[2] = {0, 0}, sampled = 7, off[2] = {-1, -1}, oid[1];
+    uint32_t ids[1] = {7};
+    float vals[1] = {-1.0f}, olp[1], s0;
+    for (int p = 0; p < g_npaths; p++) {
+        for (int with_sup = 0; with_sup < 2; with_sup++) {
+            int kind = -1, code = -1;
+            ptrdiff_t got = tw_compact_heads(1, roff, ids, vals, &sampled, -1, 14, with_sup ? soff : NULL,
+                                             NULL, &s0, off, oid, olp, &kind, &code, g_paths[p]);
+            CHECK(got == 0 && kind == TW_ROW_MISSING_SAMPLED && off[0] == 0, "empty row, path %d: %td, %d",
+                  g_paths[p], got, kind);
+        }
+    }
+}
+
 /* tw_compact_heads against tw_compact_rows_candidates then tw_select_heads (sampled values
    as found, heads' values narrowed to float) on every path: the AVX-512 path's heads decided
    in registers and every token it hands to the two kernels, with and without kept sets. */

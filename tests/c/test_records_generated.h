@@ -19,7 +19,7 @@ static void sb_put(sbuf *b, const char *fmt, ...)
     int k;
     for (;;) {
         va_start(ap, fmt);
-        k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+        k = vsnprintf(b->s ? b->s + b->n : NULL, b->cap - b->n, fmt, ap); /* no NULL + 0 */
         va_end(ap);
         if (k >= 0 && (size_t)k < b->cap - b->n)
             break;
