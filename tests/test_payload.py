@@ -430,3 +430,36 @@ def test_heads_read_the_mask_by_handle_as_inline(impl, tmp_path):
     assert by_handle.sampling_mask.to_lists() == sent.sampling_mask.to_lists() == MASK
     assert by_handle.completion_top_ids.to_lists() == sent.completion_top_ids.to_lists()
     assert by_handle.completion_top_logprobs.to_lists() == sent.completion_top_logprobs.to_lists()
+
+
+@pytest.mark.parametrize("how", ["hard link", "rename"])
+def test_one_file_under_two_names_overlaps(impl, tmp_path, how):
+    """Byte ranges are keyed by the file (device and inode), not by its name: a second choice
+    reading the same rows through a hard link, or through the name the file was renamed to
+    after the first choice read it, overlaps the first."""
+    segments, _ = _server_file(tmp_path)
+    two = json.loads(_body(segments[:1]))
+    if how == "hard link":
+        os.link(tmp_path / NAME, tmp_path / "other.bin")
+        other = "other.bin"
+    else:  # the same name, a different file each time it is opened: a rename in between
+        other = NAME.replace(".bin", ".renamed.bin")
+        two["choices"][0]["payload"][0][1] = NAME
+    two["choices"].append(dict(two["choices"][0], index=1, payload=[[segments[0][0], other, *segments[0][2:]]]))
+    body = json.dumps(two).encode()
+    if how == "rename":
+        real_open = rules.PayloadFiles._open
+
+        def open_then_rename(self, name, real, c, at):
+            file = real_open(self, name, real, c, at)
+            if name == NAME:
+                os.rename(tmp_path / NAME, tmp_path / other)
+            return file
+
+        rules.PayloadFiles._open = open_then_rename
+    try:
+        err = _fails(impl, body, payload_root=tmp_path)
+    finally:
+        if how == "rename":
+            rules.PayloadFiles._open = real_open
+    assert (err.choice, err.field) == (1, "payload[0]") and "overlap choices[0].payload[0]" in err.reason

@@ -176,8 +176,10 @@ _SPANS = {
 }
 
 
-# A byte range of a payload file and its owner: (file key, start, end, choice, segment index).
-Span = tuple[str, int, int, int, int]
+# A byte range of a payload file and its owner: (file key, start, end, choice, segment index,
+# the file's name). The key is the file's identity (device, inode) once it is opened (a hard
+# link or a rename gives one file two names), its name as sent before.
+Span = tuple[Any, int, int, int, int, str]
 
 
 def check_payload_overlap(spans: list[Span]) -> None:
@@ -186,10 +188,10 @@ def check_payload_overlap(spans: list[Span]) -> None:
     compared with the furthest end before it."""
     spans = sorted((s for s in spans if s[2] > s[1]), key=lambda s: (s[0], s[1], s[3], s[4]))
     file, end, owner = None, 0, (0, 0)
-    for key, lo, hi, choice, index in spans:
+    for key, lo, hi, choice, index, name in spans:
         if key == file and lo < end:
             raise MalformedResponseError(
-                f"payload segment bytes [{lo}, {hi}) of {key} overlap choices[{owner[0]}].payload[{owner[1]}]",
+                f"payload segment bytes [{lo}, {hi}) of {name} overlap choices[{owner[0]}].payload[{owner[1]}]",
                 choice=choice, field=f"payload[{index}]")
         if key != file or hi > end:
             file, end, owner = key, hi, (choice, index)
@@ -198,7 +200,7 @@ def check_payload_overlap(spans: list[Span]) -> None:
 def segment_spans(choice: int, segments: tuple[PayloadSegment, ...] | None) -> list[Span]:
     """The bytes each segment spans from its offset, by its ``file`` as sent (a ragged
     segment's values are known only once its offsets are read)."""
-    return [(s.file, s.offset, s.offset + s.nbytes, choice, i) for i, s in enumerate(segments or ())]
+    return [(s.file, s.offset, s.offset + s.nbytes, choice, i, s.file) for i, s in enumerate(segments or ())]
 
 
 # Opened without following a last-component symlink (one swapped in after the check fails to
@@ -212,6 +214,7 @@ class _File(NamedTuple):
     path: str  # resolved, inside the root
     size: int  # at open
     reader: io.FileIO
+    identity: tuple[int, int]  # (st_dev, st_ino): the file, whatever its name
 
 
 class PayloadFiles:
@@ -220,7 +223,7 @@ class PayloadFiles:
     into memory the result owns (a file changed later changes nothing read). A file must
     resolve (symlinks followed) to a regular file inside the root, and is opened one
     component at a time from the root without following a symlink. ``spans`` gathers the
-    byte ranges read, by resolved path, for :func:`check_payload_overlap`."""
+    byte ranges read, by file identity, for :func:`check_payload_overlap`."""
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
@@ -260,7 +263,7 @@ class PayloadFiles:
         if not stat.S_ISREG(info.st_mode):
             os.close(fd)
             c.fail(f"payload file {name} is not a regular file", at)
-        return _File(real, info.st_size, io.FileIO(fd, "rb", closefd=True))
+        return _File(real, info.st_size, io.FileIO(fd, "rb", closefd=True), (info.st_dev, info.st_ino))
 
     def read(self, file: _File, ranges: list[tuple[int, int]], c: Evidence, at: list[str]) -> list[np.ndarray]:
         """The bytes of each ``[start, end)`` of ``file`` (uint8, owned), one read per run of
@@ -340,7 +343,8 @@ def read_payload(segments: tuple[PayloadSegment, ...], ids: np.ndarray, files: P
             c.fail(f"payload segment bytes [{segment.offset}, {segment.offset + segment.nbytes}) are past the "
                    f"end of {segment.file} ({file.size} bytes)", at[i])
     choice = cast(int, c.index)
-    files.spans += [(f.path, s.offset, s.offset + s.nbytes, choice, i) for i, (s, f) in enumerate(zip(segments, opened))]
+    files.spans += [(f.identity, s.offset, s.offset + s.nbytes, choice, i, f.path)
+                    for i, (s, f) in enumerate(zip(segments, opened))]
     check_payload_overlap(files.spans)
     own = _read_grouped(files, opened, [(s.offset, s.offset + s.nbytes) for s in segments], c, at)
     # A ragged segment's offsets: where its values are.
@@ -367,7 +371,7 @@ def read_payload(segments: tuple[PayloadSegment, ...], ids: np.ndarray, files: P
         starts[i] = bounds
         values_at[i] = (int(bounds[0]), int(bounds[-1]))
     if starts:
-        files.spans += [(opened[i].path, *values_at[i], choice, i) for i in starts]
+        files.spans += [(opened[i].identity, *values_at[i], choice, i, opened[i].path) for i in starts]
         check_payload_overlap(files.spans)
     values = _read_grouped(files, opened, values_at, c, at) if starts else []
     out: dict[str, Any] = {}
@@ -391,10 +395,10 @@ def _read_grouped(files: PayloadFiles, opened: list[_File], ranges: list[tuple[i
                   at: list[str]) -> list[np.ndarray]:
     """Each of ``ranges`` of the file of the same index, read file by file."""
     out: list[np.ndarray] = [np.empty(0, dtype=np.uint8)] * len(ranges)
-    by_path: dict[str, list[int]] = {}
+    by_file: dict[tuple[int, int], list[int]] = {}
     for i, file in enumerate(opened):
-        by_path.setdefault(file.path, []).append(i)
-    for indices in by_path.values():
+        by_file.setdefault(file.identity, []).append(i)
+    for indices in by_file.values():
         got = files.read(opened[indices[0]], [ranges[i] for i in indices], c, [at[i] for i in indices])
         for i, data in zip(indices, got):
             out[i] = data
