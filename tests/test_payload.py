@@ -171,7 +171,7 @@ def test_a_segment_past_the_end_of_its_file(impl, tmp_path):
     assert (err.choice, err.field, err.token) == (0, "payload[3]", None) and "past the end" in err.reason
 
 
-@pytest.mark.parametrize("name", ["", 7, None, ["a.bin"], "a\0b.bin"])
+@pytest.mark.parametrize("name", ["", 7, None, ["a.bin"], "a\0b.bin", "a/" * 2048 + "b.bin"])
 def test_a_file_that_is_not_a_path(impl, tmp_path, name):
     segments, _ = _server_file(tmp_path)
     segments[0][1] = name
@@ -463,3 +463,33 @@ def test_one_file_under_two_names_overlaps(impl, tmp_path, how):
         if how == "rename":
             rules.PayloadFiles._open = real_open
     assert (err.choice, err.field) == (1, "payload[0]") and "overlap choices[0].payload[0]" in err.reason
+
+
+def test_names_resolve_as_realpath_resolves_them(tmp_path):
+    """The payload files' names are resolved a component at a time from each directory's
+    descriptor (linear in the name), to what os.path.realpath gives: links relative and
+    absolute, to directories and files, dangling, ``..`` after a link, after a missing
+    directory and after a file; a loop of links fails as a malformed response."""
+    from tokenwire.rules.payload import PayloadFiles, _resolve
+
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f.bin").write_bytes(b"x")
+    os.symlink("a/b", root / "rel")
+    os.symlink(root / "a", root / "abs")
+    os.symlink("b/f.bin", root / "a" / "file")
+    os.symlink("missing/x", root / "dangling")
+    os.symlink("../..", root / "a" / "b" / "up")
+    os.symlink("loop2", root / "loop1")
+    os.symlink("loop1", root / "loop2")
+    names = ["a/b/f.bin", "rel/f.bin", "abs/b/f.bin", "a/file", "dangling", "rel/../b/f.bin", "missing/../a",
+             "a/b/f.bin/../f.bin", "a/b/up/a", "a/b/up/../x", "./a//b/./f.bin", str(root / "rel" / "f.bin"),
+             "/", "..", "../root/a", "rel/up/rel/up/abs"]
+    for name in names:
+        assert _resolve(str(root), name) == os.path.realpath(os.path.join(root, name)), name
+    with pytest.raises(OSError):
+        _resolve(str(root), "loop1/x")
+    files = PayloadFiles(str(root))
+    with pytest.raises(MalformedResponseError) as err:
+        files.open("loop1/x", rules.extract_choice(0, {"token_ids": IDS}, None), "payload[0]")
+    assert err.value.field == "payload[0].file" and "cannot be resolved" in err.value.reason

@@ -5,9 +5,11 @@ them)."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
+from bisect import bisect_left
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -55,6 +57,8 @@ SEGMENT_KEYS = ("field", "file", "offset", "pos", "rows", "dtype", "shape")
 # clips a segment (row_bytes); its dtype and shape must say so.
 OFFSET_ROW_DTYPES = ("uint32", "int32", "float32")
 OFFSET_ROW_SHAPES = ([], [1])
+# The longest ``file`` name read (PATH_MAX on Linux: no longer path can be opened whole).
+MAX_NAME = 4096
 
 
 def prompt_length(document: dict[str, Any], prompt: np.ndarray | None) -> int | None:
@@ -82,8 +86,8 @@ def _segment(item: Any, at: str, c: Evidence) -> PayloadSegment:
     if spec is None:
         c.fail(f"Unknown payload field (one of {', '.join(PAYLOAD_FIELDS)})", at + ".field")
     file = item.get("file")
-    if not isinstance(file, str) or not file or "\0" in file:
-        c.fail("payload file must be a non-empty path without NUL", at + ".file")
+    if not isinstance(file, str) or not file or len(file) > MAX_NAME or "\0" in file:
+        c.fail(f"payload file must be a non-empty path of at most {MAX_NAME} characters, without NUL", at + ".file")
     for key in ("offset", "pos", "rows"):
         number = item.get(key)
         if not is_int(number) or not 0 <= number <= MAX_OFFSET:
@@ -197,6 +201,41 @@ def check_payload_overlap(spans: list[Span]) -> None:
             file, end, owner = key, hi, (choice, index)
 
 
+def _start(span: Span) -> tuple[Any, int]:
+    return span[0], span[1]
+
+
+class ByteRanges:
+    """The byte ranges a response's segments read so far, none sharing a byte with another of
+    the same file, added a choice at a time: each new range is checked against the ones
+    before it without sorting them again. They are kept as sorted runs whose sizes at least
+    double from the newest to the oldest (a new run is merged with the runs not larger than
+    it, as a binary counter carries), so n ranges take O(n log n) to add, and a range is
+    checked by one binary search a run: since the ranges kept are disjoint, only the one that
+    starts last before the new range ends can overlap it."""
+
+    def __init__(self) -> None:
+        self.runs: list[list[Span]] = []
+
+    def add(self, spans: list[Span]) -> None:
+        """Check ``spans`` against the ranges so far and each other (:func:`check_payload_overlap`),
+        then keep them."""
+        spans = sorted((s for s in spans if s[2] > s[1]), key=lambda s: (s[0], s[1], s[3], s[4]))
+        for key, lo, hi, choice, index, name in spans:
+            for run in self.runs:
+                before = bisect_left(run, (key, hi), key=_start) - 1
+                if before >= 0 and run[before][0] == key and run[before][2] > lo:
+                    owner = run[before]
+                    raise MalformedResponseError(
+                        f"payload segment bytes [{lo}, {hi}) of {name} overlap choices[{owner[3]}].payload[{owner[4]}]",
+                        choice=choice, field=f"payload[{index}]")
+        check_payload_overlap(spans)
+        while self.runs and len(self.runs[-1]) <= len(spans):
+            spans = sorted(self.runs.pop() + spans, key=_start)  # two sorted runs: one linear merge
+        if spans:
+            self.runs.append(spans)
+
+
 def segment_spans(choice: int, segments: tuple[PayloadSegment, ...] | None) -> list[Span]:
     """The bytes each segment spans from its offset, by its ``file`` as sent (a ragged
     segment's values are known only once its offsets are read)."""
@@ -222,13 +261,14 @@ class PayloadFiles:
     first segment that names it, by resolved path) and kept open until :meth:`close`; every byte range read
     into memory the result owns (a file changed later changes nothing read). A file must
     resolve (symlinks followed) to a regular file inside the root, and is opened one
-    component at a time from the root without following a symlink. ``spans`` gathers the
-    byte ranges read, by file identity, for :func:`check_payload_overlap`."""
+    component at a time from the root without following a symlink. ``spans`` holds the
+    byte ranges read, by file identity (:class:`ByteRanges`)."""
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
         self.files: dict[str, _File] = {}
-        self.spans: list[Span] = []
+        self.names: dict[str, _File] = {}
+        self.spans = ByteRanges()
 
     def close(self) -> None:
         for file in self.files.values():
@@ -237,17 +277,24 @@ class PayloadFiles:
 
     def open(self, name: str, c: Evidence, at: str) -> _File:
         """The file ``name`` (a path, relative to the root or absolute) names, opened on first
-        use: by resolved path, so two names of one file share it."""
+        use: by resolved path, so two names of one file share it; each name resolved once."""
+        file = self.names.get(name)
+        if file is not None:
+            return file
         at += ".file"
         if not os.path.isdir(self.root):
             c.fail(f"payload_root {self.root} is not a directory", at)
         # A relative path is under the root; an absolute one must resolve inside it.
-        real = os.path.realpath(os.path.join(self.root, name))
+        try:
+            real = _resolve(self.root, name)
+        except OSError as exc:  # a directory swapped for a link meanwhile, a loop of links
+            c.fail(f"payload file {name} cannot be resolved: {exc.strerror}", at)
         if real == self.root or os.path.commonpath([self.root, real]) != self.root:
             c.fail(f"payload file {name} resolves outside payload_root", at)
         file = self.files.get(real)
         if file is None:
             file = self.files[real] = self._open(name, real, c, at)
+        self.names[name] = file
         return file
 
     def _open(self, name: str, real: str, c: Evidence, at: str) -> _File:
@@ -301,6 +348,71 @@ class PayloadFiles:
         return buffer
 
 
+# How many symbolic links one name may pass through (Linux's limit for one path).
+_MAX_LINKS = 40
+
+
+def _resolve(root: str, name: str) -> str:
+    """``os.path.realpath(os.path.join(root, name))`` in time linear in the name: each
+    component is looked up once, from a descriptor of the directory before it (realpath
+    looks up every prefix of the path again, quadratic in its components). As realpath, a
+    component that does not exist, or is no directory, is kept as written and what follows
+    it is joined as text (``..`` dropping the component before it); OSError for a loop of
+    links, or a directory that changes to something else while it is walked."""
+    if os.open not in os.supports_dir_fd or os.readlink not in os.supports_dir_fd:
+        return os.path.realpath(os.path.join(root, name))
+    pending = name.split(os.sep)[::-1]
+    start = os.sep if os.path.isabs(name) else root
+    parts = [p for p in start.split(os.sep) if p]
+    directory = os.open(start, _DIR_FLAGS)
+    written = 0  # components at the end of parts kept as text (past the directory open)
+    links = 0
+    try:
+        while pending:
+            part = pending.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if written:
+                    written -= 1
+                elif parts:  # at the top, the top's parent is itself
+                    below = os.open("..", _DIR_FLAGS, dir_fd=directory)
+                    os.close(directory)
+                    directory = below
+                if parts:
+                    parts.pop()
+                continue
+            if written:
+                parts.append(part)
+                written += 1
+                continue
+            try:
+                info = os.stat(part, dir_fd=directory, follow_symlinks=False)
+            except OSError:
+                info = None
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+                target = os.readlink(part, dir_fd=directory)
+                if target.startswith(os.sep):
+                    below = os.open(os.sep, _DIR_FLAGS)
+                    os.close(directory)
+                    directory, parts = below, []
+                pending += target.split(os.sep)[::-1]
+                continue
+            parts.append(part)
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                below = os.open(part, _DIR_FLAGS, dir_fd=directory)
+                os.close(directory)
+                directory = below
+            else:
+                written = 1
+    finally:
+        os.close(directory)
+    return os.sep + os.sep.join(parts)
+
+
 def _open_beneath(root: str, relative: str) -> int:
     """A read-only descriptor of ``relative`` (a resolved path, no ``..``) under ``root``,
     each directory opened from the one before it without following a symlink, where the
@@ -343,9 +455,8 @@ def read_payload(segments: tuple[PayloadSegment, ...], ids: np.ndarray, files: P
             c.fail(f"payload segment bytes [{segment.offset}, {segment.offset + segment.nbytes}) are past the "
                    f"end of {segment.file} ({file.size} bytes)", at[i])
     choice = cast(int, c.index)
-    files.spans += [(f.identity, s.offset, s.offset + s.nbytes, choice, i, f.path)
-                    for i, (s, f) in enumerate(zip(segments, opened))]
-    check_payload_overlap(files.spans)
+    files.spans.add([(f.identity, s.offset, s.offset + s.nbytes, choice, i, f.path)
+                     for i, (s, f) in enumerate(zip(segments, opened))])
     own = _read_grouped(files, opened, [(s.offset, s.offset + s.nbytes) for s in segments], c, at)
     # A ragged segment's offsets: where its values are.
     starts: dict[int, np.ndarray] = {}
@@ -371,8 +482,7 @@ def read_payload(segments: tuple[PayloadSegment, ...], ids: np.ndarray, files: P
         starts[i] = bounds
         values_at[i] = (int(bounds[0]), int(bounds[-1]))
     if starts:
-        files.spans += [(opened[i].identity, *values_at[i], choice, i, opened[i].path) for i in starts]
-        check_payload_overlap(files.spans)
+        files.spans.add([(opened[i].identity, *values_at[i], choice, i, opened[i].path) for i in starts])
     values = _read_grouped(files, opened, values_at, c, at) if starts else []
     out: dict[str, Any] = {}
     fields = {}
