@@ -768,3 +768,16 @@ def test_a_small_compressed_file_of_huge_output_stays_in_flat_memory(tmp_path, c
     assert counts(result) == {"unrecognized": lines}
     peak_mib = int(ran.stderr.split()[-1]) / 1024
     assert peak_mib < 160, f"peak RSS {peak_mib:.0f} MiB checking {lines} MiB of {codec} output"
+
+
+def test_json_lines_of_sglang_batch_responses(tmp_path, capsys):
+    """A JSON-lines file whose records are SGLang batch responses (top-level arrays, one a
+    line): ``--input auto`` reads the lines, not one document of them all; a one-line array
+    alone stays a JSON-array capture."""
+    item = next(doc for doc, name in _openai_docs() if name == "sglang" and isinstance(doc, dict))
+    path = write(tmp_path / "batches.jsonl", [line_of([item, item]) for _ in range(3)])
+    status, result = report(capsys, path)
+    assert status == 0 and result["clean"] == 3 and result["formats"] == {"sglang": 3}, result
+    alone = write(tmp_path / "array.json", [line_of([item, item])])
+    status, result = report(capsys, alone)
+    assert status == 0 and result["clean"] == 2, result

@@ -318,10 +318,23 @@ def _zstd_readable(sources: list[Source]) -> None:
 
 
 def sniff(block: bytes) -> str:
-    """``"json"`` for a pretty-printed document or a top-level array, else ``"jsonl"``."""
+    """``"json"`` for a pretty-printed document or a top-level array, else ``"jsonl"``; a
+    first line that is a whole array with more lines after it starts JSON lines of arrays
+    (SGLang's batch responses, one a line)."""
     text = block.removeprefix(_BOM).lstrip()
-    line = text.split(b"\n", 1)[0].strip()
-    return "json" if line == b"{" or line.startswith(b"[") else "jsonl"
+    first, newline, rest = text.partition(b"\n")
+    line = first.strip()
+    if line == b"{" or (line.startswith(b"[") and not (newline and rest.strip() and _whole_value(line))):
+        return "json"
+    return "jsonl"
+
+
+def _whole_value(line: bytes) -> bool:
+    try:
+        _json.loads(line)
+    except (ValueError, RecursionError):  # the start of a longer document
+        return False
+    return True
 
 
 def read_chunks(reader: Reader, kind: str = "auto", max_record: int | None = None) -> Iterator[Chunk]:
