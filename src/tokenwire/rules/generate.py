@@ -332,10 +332,12 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence,
         if len(counts) != len(ids) or int(offsets[-1]) != len(values):
             c.fail("Sampling mask token count mismatch", field)
         rows = Ragged(offsets, values)
-    elif isinstance(mask, list):
+    elif isinstance(mask, list) and not bare:
         rows, count, bad_row = c.sampling_mask
         if count != len(ids):
             c.fail("Sampling mask token count mismatch", field)
+    elif bare:  # no list form: the ids and counts are base64 strings
+        c.fail("kept_tokens must be an object {ids, counts} of base64 int32 strings", field)
     else:
         c.fail("Sampling mask token count mismatch", field)
     return _check_supports(c, ids, rows, field, bad_row)

@@ -874,6 +874,8 @@ def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | 
                "pass routed_experts_shape=(layers, topk)", field)
     if (len(values) % rows if rows else len(values)):
         c.fail(f"{field} holds {len(values)} int32 values, which {rows} rows cannot share evenly: {counted}", field)
+    if rows and not len(values):  # rows of no id: nothing routed them
+        c.fail(f"{field} holds no int32 value for {rows} rows: {counted}", field)
     return values.reshape(rows, len(values) // rows if rows else 0)
 
 
