@@ -781,3 +781,26 @@ def test_json_lines_of_sglang_batch_responses(tmp_path, capsys):
     alone = write(tmp_path / "array.json", [line_of([item, item])])
     status, result = report(capsys, alone)
     assert status == 0 and result["clean"] == 2, result
+
+
+@pytest.mark.parametrize("form", ["jsonl"])
+def test_an_integer_past_a_double_is_malformed_json(tmp_path, form):
+    """An integer literal past a double's range (1e400) is invalid JSON on both
+    implementations, one record's verdict: neither out of memory nor a skipped record (nor
+    a skipped JSON-array file)."""
+    big = line_of(_packed())[:-1] + b',"x":1' + b"0" * 400 + b"}"
+    records = [line_of(_packed()), big, line_of(_packed())]
+    if form == "jsonl":
+        path = write(tmp_path / "big.jsonl", records)
+    else:
+        path = str(tmp_path / "big.json")
+        (tmp_path / "big.json").write_bytes(b"[" + b",".join(records) + b"]")
+    results = []
+    for switch in ("0", "1"):
+        out = subprocess.run([sys.executable, "-m", "tokenwire", "check", path, "--report", "json"],
+                             env={**os.environ, "TOKENWIRE_NO_EXTENSIONS": switch}, capture_output=True, text=True)
+        assert out.returncode == 1, out.stdout + out.stderr
+        result = json.loads(out.stdout)
+        assert not result["errors"] and result["clean"] == 2 and result["defective"] == 1, result
+        results.append(result["classes"])
+    assert results[0] == results[1]
