@@ -574,3 +574,20 @@ def test_a_superseded_duplicate_is_not_decoded(impl, level):
     assert _outcome(impl, raw) == want
     if level == "routed_experts":
         assert want[0] == "error" and want[1] == "nvext.engine_data.routed_experts.data"
+
+
+def test_a_choice_prompt_that_is_not_the_engines(impl):
+    """vLLM's completions send prompt_token_ids on the choice: the engine's prompt ids must be
+    the same (they were never compared, and the routing rows were counted by the choice's)."""
+    sent, _ = routing(len(PROMPT) + len(IDS) - 1)
+    doc = completions()
+    doc["nvext"]["engine_data"]["routed_experts"] = sent
+    doc["choices"][0]["prompt_token_ids"] = list(PROMPT)
+    assert parse(impl, doc).choices[0].routed_experts.array.shape[0] == len(PROMPT) + len(IDS) - 1
+    doc["choices"][0]["prompt_token_ids"] = PROMPT + [13]  # one more prompt token: one more routing row
+    err = raises(impl, doc, r"the engine's prompt ids \(nvext.engine_data.prompt_token_ids\) and the choice's "
+                            r"\(prompt_token_ids\) differ in length")
+    assert (err.choice, err.field) == (0, "prompt_token_ids")
+    doc["choices"][0]["prompt_token_ids"] = [PROMPT[0] + 1] + PROMPT[1:]
+    err = raises(impl, doc, "differ at token 0")
+    assert (err.choice, err.field, err.token) == (0, "prompt_token_ids", 0)

@@ -674,6 +674,8 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         logprobs, top_ids, top_logprobs, mask = parse_compact_logprobs(choice, ids, k, c, held)
         check_other_transports(c, choice, ids, KEY.compact_logprobs, logprobs, k)
         consumed.append(KEY.compact_logprobs)
+        if top_k_block(choice) is not None:  # validated as beside any other transport (heads: the rows')
+            parse_packed_top_k(top_k_block(choice), ids, c)
     else:
         entries = None
         if choice.get(KEY.completion_logprobs) is not None:
