@@ -818,7 +818,7 @@ def _peak_rss_kib(path: str) -> int:
     return int(out.stdout)
 
 
-def test_a_json_array_capture_is_read_an_element_at_a_time(tmp_path):
+def test_json_array_capture_flat_memory(tmp_path):
     """A JSON-array capture's memory is bounded by its largest element (and a 4 MiB block),
     not by the file: parsed whole into Python objects it took 12 to 33 times the file (here
     about 7 times). Peak RSS of checking a 32 MB array of 25 KB elements, less that of a
