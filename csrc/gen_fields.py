@@ -51,7 +51,8 @@ def bits(names: list[str], macro: str) -> str:
 
 
 def rules(t):
-    """(context, key, target, object context, array context, cleared fields) a key."""
+    """(context, key, target, object context, array context, cleared fields, cleared root
+    records) a key."""
     out = []
     for scope in (t.ROOT, t.CHOICE, t.ITEM):
         rows = t.fields(scope)
@@ -67,9 +68,13 @@ def rules(t):
                 at = [f for f in rows if f.path == here]
                 deeper = any(f.path[: len(here)] == here and len(f.path) > len(here) for f in rows)
                 array = "CHOICES" if scope == t.ROOT and key == "choices" else "NONE"
-                cleared = [f"TW_F_{f.name}" for f in rows if f.path[: len(here)] == here] if scope != t.ROOT else []
+                beneath = [f for f in rows if f.path[: len(here)] == here]
+                cleared = [f"TW_F_{f.name}" for f in beneath] if scope != t.ROOT else []
+                # A root key's records beneath it (a second "nvext" drops the first one's).
+                cleared_root = [f"TWS_T_{f.name}" for f in beneath] if scope == t.ROOT and deeper else []
                 out.append((context_name(scope, prefix), key, target(t, at[0]) if at else "TWS_T_NONE",
-                            context_name(scope, here) if deeper else "NONE", array, bits(cleared, "TWS_FB")))
+                            context_name(scope, here) if deeper else "NONE", array, bits(cleared, "TWS_FB"),
+                            bits(cleared_root, "TWS_BIT")))
     return out
 
 
@@ -115,8 +120,9 @@ def write_def(t) -> str:
             [f'TWS_ROOT({f.name}, "{f.dotted}")' for f in t.ROOT_FIELDS])
     section("TWS_CONTEXT", 'TWS_CONTEXT(NAME, "scope.path"): the objects on the way to a field',
             [f'TWS_CONTEXT({name}, "{path}")' for name, path in contexts(t)])
-    section("TWS_KEY", 'TWS_KEY(context, "key", target, object context, array context, cleared TW_F_* bits)',
-            [f'TWS_KEY({c}, "{k}", {tg}, {o}, {a}, {cl})' for c, k, tg, o, a, cl in rules(t)])
+    section("TWS_KEY", 'TWS_KEY(context, "key", target, object context, array context, cleared TW_F_* bits, '
+            'cleared root targets)',
+            [f'TWS_KEY({c}, "{k}", {tg}, {o}, {a}, {cl}, {cr})' for c, k, tg, o, a, cl, cr in rules(t)])
     section("TWS_SET", "TWS_SET(NAME, record targets): which targets the scan blanks, decodes or reads",
             [f"TWS_SET({name}, {bits(names, 'TWS_BIT')})" for name, names in target_sets(t).items()])
     return "\n".join(lines)

@@ -262,3 +262,65 @@ def test_blob_keeps_the_text_it_checked(impl):
     ''')
     made = int(out.split()[0])
     assert made > 0  # the race was run: some snapshots were the valid state
+
+
+COLLATE_PRELUDE = '''
+    import dataclasses
+    from tokenwire import GenerateChoice, Ragged
+
+    def one_id_heads(n):
+        """One choice of n tokens whose heads hold one id each (the head width is 64)."""
+        return GenerateChoice(index=0, completion_ids=np.ones(n, dtype=np.int64),
+                              completion_logprobs=np.zeros(n, dtype=np.float32),
+                              completion_top_ids=Ragged(np.arange(n + 1), np.ones(n, dtype=np.int64)),
+                              completion_top_logprobs=Ragged(np.arange(n + 1), np.zeros(n, dtype=np.float32)))
+'''
+
+
+def test_collate_out_lengths_a_view_of_out_ids(impl):
+    """An ``out`` whose completion_top_lengths is a view of the first items of its
+    completion_top_ids: the head copies used to re-read the lengths the id copy had just
+    overwritten (with the pad id, 63) and read far past the head values. Refused before
+    anything is written, on both implementations."""
+    _run(impl, textwrap.dedent(COLLATE_PRELUDE) + textwrap.dedent('''
+        n = 1 << 16
+        choice = one_id_heads(n)
+        batch = tokenwire.collate([choice], head_width=64, pad_id=63)
+        aliased = dataclasses.replace(batch, completion_top_lengths=batch.completion_top_ids.reshape(-1)[:n].reshape(1, n))
+        try:
+            tokenwire.collate([choice], head_width=64, pad_id=63, out=aliased)
+        except ValueError as exc:
+            assert "share memory" in str(exc), exc
+        else:
+            raise AssertionError("out's arrays sharing memory accepted")
+        again = tokenwire.collate([choice], head_width=64, pad_id=63, out=batch)
+        assert again.completion_top_lengths is batch.completion_top_lengths
+        assert (again.completion_top_lengths == 1).all() and (again.completion_top_ids[0, :, 1:] == 63).all()
+        print("done")
+    '''))
+
+
+def test_collate_out_lengths_rewritten_by_a_thread_without_the_gil(impl):
+    """Another thread setting out.completion_top_lengths to the head width (numpy's copy
+    runs without the GIL) while collate writes into it: the copies read the lengths they
+    checked, never the rewritten ones, so every head holds its one id."""
+    _run(impl, textwrap.dedent(COLLATE_PRELUDE) + textwrap.dedent('''
+        n = 1 << 18 if tokenwire.implementation == "c" else 1 << 16
+        choice = one_id_heads(n)
+        batch = tokenwire.collate([choice], head_width=64)
+        stop = False
+        def rewrite():
+            while not stop:
+                np.copyto(batch.completion_top_lengths, 64)
+        writer = threading.Thread(target=rewrite)
+        writer.start()
+        try:
+            for _ in range(8):
+                result = tokenwire.collate([choice], head_width=64, out=batch)
+                assert (result.completion_top_ids[0, :, 0] == 1).all()
+                assert (result.completion_top_ids[0, :, 1:] == 0).all()
+        finally:
+            stop = True
+            writer.join()
+        print("done")
+    '''))

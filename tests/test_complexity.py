@@ -8,6 +8,7 @@ while timing (its full passes over many new lists are the interpreter's cost, no
 from __future__ import annotations
 
 import gc
+import os
 import json
 import time
 
@@ -72,3 +73,59 @@ def test_parse_time_grows_linearly(impl, name):
         if ratios[-1] < 8:
             break
     assert min(ratios) < 8, f"{name}: 4x the input took {min(ratios):.1f}x the time"
+
+
+# --- by-handle payloads: the overlap check and the path work ---------------------------------------
+
+
+def _ratio(parse, build, n: int) -> float:
+    """The time of ``build(4 * n)`` over ``build(n)``'s, the lower of three tries."""
+    small, large = build(n), build(4 * n)
+    _seconds(parse, small)  # warm
+    ratios = []
+    for _ in range(3):
+        ratios.append(_seconds(parse, large) / _seconds(parse, small))
+        if ratios[-1] < 8:
+            break
+    return min(ratios)
+
+
+def _payload_choices(root, n: int) -> bytes:
+    """n choices, each reading its own one routing row of one file under ``root``: the byte
+    ranges of the whole response are checked for overlaps, never re-sorted a choice."""
+    rows = 6  # one row of 2 layers x top-3, uint8
+    (root / "rows.bin").write_bytes(bytes(rows * n))
+    choice = {"token_ids": [1], "logprobs": {"content": [{"token": "token_id:1", "logprob": -0.5}]}}
+    choices = [dict(choice, index=i, payload=[["routed_experts", "rows.bin", rows * i, 0, 1, "uint8", [2, 3]]])
+               for i in range(n)]
+    return json.dumps({"prompt_token_ids": [5], "choices": choices}).encode()
+
+
+def test_payload_overlap_check_grows_n_log_n(impl, tmp_path):
+    ratio = _ratio(lambda raw: impl.parse_generate_response(raw, payload_root=tmp_path),
+                   lambda n: _payload_choices(tmp_path, n), 1000)
+    assert ratio < 8, f"4x the payload choices took {ratio:.1f}x the time"
+
+
+def test_payload_path_work_grows_linearly(impl, tmp_path):
+    """Names that walk a deep directory tree (250 and 1,000 levels, names under the 4,096-byte
+    bound): each component is looked up once, from its directory."""
+    depth = 1000
+    directory = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(depth):  # one level at a time (os.makedirs recurses a level)
+        os.mkdir("d", dir_fd=directory)
+        below = os.open("d", os.O_RDONLY, dir_fd=directory)
+        os.close(directory)
+        directory = below
+    os.close(directory)
+    choice = {"token_ids": [1], "logprobs": {"content": [{"token": "token_id:1", "logprob": -0.5}]}}
+
+    def build(n: int) -> bytes:  # 10 choices, each a distinct file at depth n / 4 (names of about n / 2 bytes)
+        for i in range(10):
+            (tmp_path / ("d/" * (n // 4) + f"{i}.bin")).write_bytes(bytes(6))
+        choices = [dict(choice, index=i, payload=[["routed_experts", "d/" * (n // 4) + f"{i}.bin", 0, 0, 1, "uint8",
+                                                   [2, 3]]]) for i in range(10)]
+        return json.dumps({"prompt_token_ids": [5], "choices": choices}).encode()
+
+    ratio = _ratio(lambda raw: impl.parse_generate_response(raw, payload_root=tmp_path), build, depth)
+    assert ratio < 8, f"4x the name's length took {ratio:.1f}x the time"

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from tokenwire import MalformedResponseError
 from tokenwire.rules import openai as openai_rules
 
-from .conftest import _core
+from .conftest import PYTHON, _core
 from .test_extract import assert_openai_peers
 
 IDS = [791, 4320, 374, 3116, 151645]  # the last one the EOS the engine stopped on
@@ -536,3 +536,58 @@ def test_core_matches_reference_on_changed_documents(doc, k):
         with _core.simd_path_forced(path):
             assert outcome(getattr(_core, name), raw, top_k=k) == expected, path
             assert_openai_peers(raw, k, False)  # the same evidence, the engine rows included
+
+
+# --- a superseded duplicate member: the last one counts, on every path ---------------------------
+
+
+def _outcome(impl, raw: bytes):
+    try:
+        r = impl.parse_chat_completions_response(raw)
+    except MalformedResponseError as exc:
+        return ("error", exc.field, exc.reason)
+    routed = r.choices[0].routed_experts
+    prompt = r.prompt_token_ids
+    return ("ok", None if routed is None else routed.array.tolist(), None if prompt is None else prompt.tolist())
+
+
+@pytest.mark.parametrize("level", ["routed_experts", "engine_data", "nvext"])
+def test_a_superseded_duplicate_is_not_decoded(impl, level):
+    """A member of the engine channel given twice, the last one without the routing's data
+    (``routed_experts``, ``engine_data`` or ``nvext`` itself): the scan used to keep the first
+    object's base64 under the 4-deep path and decode it; the last member counts, as the
+    reference's JSON reader says, on every SIMD path."""
+    sent, _ = routing(len(PROMPT) + len(IDS) - 1)
+    doc = chat(token_ids=True)
+    engine = dict(doc.pop("nvext")["engine_data"], routed_experts=sent)
+    no_data = {key: v for key, v in sent.items() if key != "data"}
+    no_routing = {key: v for key, v in engine.items() if key != "routed_experts"}
+    nvext = {
+        "routed_experts": '{"engine_data": %s, "routed_experts": %s}}' % (json.dumps(engine)[:-1], json.dumps(no_data)),
+        "engine_data": '{"engine_data": %s, "engine_data": %s}' % (json.dumps(engine), json.dumps(no_routing)),
+        "nvext": '%s}, "nvext": {"finished": true}' % json.dumps({"engine_data": engine})[:-1],
+    }[level]
+    text = '%s, "nvext": %s}' % (json.dumps(doc)[:-1], nvext)
+    raw = text.encode()
+    json.loads(raw)  # valid JSON, the member given twice
+    want = _outcome(PYTHON, raw)
+    assert _outcome(impl, raw) == want
+    if level == "routed_experts":
+        assert want[0] == "error" and want[1] == "nvext.engine_data.routed_experts.data"
+
+
+def test_a_choice_prompt_that_is_not_the_engines(impl):
+    """vLLM's completions send prompt_token_ids on the choice: the engine's prompt ids must be
+    the same (they were never compared, and the routing rows were counted by the choice's)."""
+    sent, _ = routing(len(PROMPT) + len(IDS) - 1)
+    doc = completions()
+    doc["nvext"]["engine_data"]["routed_experts"] = sent
+    doc["choices"][0]["prompt_token_ids"] = list(PROMPT)
+    assert parse(impl, doc).choices[0].routed_experts.array.shape[0] == len(PROMPT) + len(IDS) - 1
+    doc["choices"][0]["prompt_token_ids"] = PROMPT + [13]  # one more prompt token: one more routing row
+    err = raises(impl, doc, r"the engine's prompt ids \(nvext.engine_data.prompt_token_ids\) and the choice's "
+                            r"\(prompt_token_ids\) differ in length")
+    assert (err.choice, err.field) == (0, "prompt_token_ids")
+    doc["choices"][0]["prompt_token_ids"] = [PROMPT[0] + 1] + PROMPT[1:]
+    err = raises(impl, doc, "differ at token 0")
+    assert (err.choice, err.field, err.token) == (0, "prompt_token_ids", 0)

@@ -140,3 +140,105 @@ def test_numpy_integers_are_ints_for_the_parsers_too(impl):
     for bad in (True, 1.0, np.float64(1.0), 0, np.int64(0)):
         with pytest.raises((TypeError, ValueError), match="top_k"):
             parser(impl, "parse_generate_response")(native, top_k=bad)
+
+
+# --- inputs that used to raise something else, and lose a parse_many(errors="collect") batch -----
+
+
+def _npy_header_only(shape: str, descr: str = "<f4") -> str:
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}".encode()
+    header += b" " * (-(len(header) + 11) % 64) + b"\n"
+    return base64.b64encode(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header).decode()
+
+
+def _sglang_empty_routing(prompt_tokens: int) -> bytes:
+    ids = [300, 301]
+    meta = {"id": "s", "finish_reason": {"type": "stop"}, "prompt_tokens": prompt_tokens, "completion_tokens": 2,
+            "output_token_logprobs": [[-0.5, i, None] for i in ids], "routed_experts": ""}
+    return json.dumps({"text": "x", "output_ids": ids, "meta_info": meta}).encode()
+
+
+COLLECTED = {
+    # kept_tokens has no list form: a list used to reach the sampling_mask list's reader (TypeError)
+    "kept_tokens_list": ("generate", generate(kept_tokens=[0]), "choices[0].kept_tokens"),
+    # numpy cannot shape 2**62 rows even of no column (its ValueError)
+    "teacher_rows_of_nothing": ("generate", _json.dumps({"choices": [{"token_ids": [1], "logprobs": None}],
+                                                         "prompt_token_id_logprobs": _npy_header_only("(4611686018427387904, 0)")}),
+                                "prompt_token_id_logprobs"),
+    # 2**62 + 1 rows of no routing id (numpy's ValueError reshaping them)
+    "sglang_rows_of_nothing": ("sglang", _sglang_empty_routing(2**62), "choices[0].meta_info.routed_experts"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COLLECTED))
+def test_a_malformed_response_in_a_collected_batch(impl, monkeypatch, name):
+    """Each is a MalformedResponseError at its field, in its place in the batch; the valid
+    body beside it still parses."""
+    from tokenwire import parse_many
+    from tokenwire.read import _select
+
+    monkeypatch.setattr(_select, "impl", impl)
+    monkeypatch.setattr(_select, "kernels", impl)
+    fmt, raw, where = COLLECTED[name]
+    good = generate() if fmt == "generate" else json.dumps(
+        {"text": "x", "output_ids": [1], "meta_info": {"id": "s", "finish_reason": {"type": "stop"},
+                                                       "output_token_logprobs": [[-0.5, 1, None]]}})
+    results = parse_many([good, raw, good], format=fmt, errors="collect", threads=2)
+    assert not isinstance(results[0], Exception) and not isinstance(results[2], Exception)
+    assert isinstance(results[1], MalformedResponseError), repr(results[1])
+    assert str(results[1]).startswith(where + ":"), str(results[1])
+
+
+def test_a_directory_swapped_while_a_name_resolves(impl, monkeypatch, tmp_path):
+    """A link under payload_root replaced by a directory between its lookup and the read of
+    its target (readlink then fails with EINVAL): a malformed response at the segment's file,
+    not an OSError out of the batch."""
+    import errno
+    import os
+
+    from tokenwire import parse_many
+    from tokenwire.read import _select
+
+    monkeypatch.setattr(_select, "impl", impl)
+    monkeypatch.setattr(_select, "kernels", impl)
+    (tmp_path / "d").mkdir()
+    os.symlink("d", tmp_path / "link")
+    body = _json.dumps({"prompt_token_ids": [5], "choices": [{"token_ids": [1], "logprobs": None, "payload": [
+        ["routed_experts", "link/rows.bin", 0, 0, 1, "uint8", [2, 3]]]}]})
+
+    def swapped(*args, **kwargs):
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    monkeypatch.setattr(os, "readlink", swapped)
+    results = parse_many([body], errors="collect", require_logprobs=False, payload_root=tmp_path)
+    assert isinstance(results[0], MalformedResponseError), repr(results[0])
+    assert str(results[0]).startswith("choices[0].payload[0].file:") and "cannot be resolved" in str(results[0])
+
+
+def test_npy_headers_read_on_many_threads(impl, monkeypatch):
+    """The .npy header is read by a strict reader of its grammar, not ``ast.literal_eval``
+    (whose parser raised SystemError on Python 3.11 when several parse_many threads ran it):
+    valid routing on eight threads parses every time, and the reader takes what numpy writes
+    and nothing else."""
+    import io
+
+    from tokenwire import parse_many
+    from tokenwire.read import _select
+    from tokenwire.rules import arrays
+
+    assert not hasattr(arrays, "ast")
+    monkeypatch.setattr(_select, "impl", impl)
+    monkeypatch.setattr(_select, "kernels", impl)
+    buffer = io.BytesIO()
+    np.save(buffer, np.arange(2 * 3 * 2, dtype=np.uint8).reshape(2, 3, 2))
+    body = _json.dumps({"prompt_token_ids": [4, 5], "choices": [{"token_ids": [1], "logprobs": None,
+                                                                  "routed_experts": base64.b64encode(buffer.getvalue()).decode()}]})
+    results = parse_many([body] * 400, errors="collect", require_logprobs=False, threads=8)
+    assert all(not isinstance(r, Exception) for r in results), next(r for r in results if isinstance(r, Exception))
+    for text in ["{'descr': '<u2', 'fortran_order': False, 'shape': (3, 2, 4), }", '{"descr": "|u1", "shape": (0,)}',
+                 "{'shape': (), 'shape': (1,), }", "{}"]:
+        import ast
+        assert arrays.npy_header(text) == ast.literal_eval(text), text
+    for text in ["{'shape': [1]}", "{'shape': (1)}", "{'a': 1.5}", "{'a': {}}", "{'a': 'x\\\\'}", "{1: 2}", "{'a': 1} b",
+                 "{'a': (1 2)}", "{'a': (True,)}", "{'a': 1,, }", "{'a': __import__('os')}"]:
+        assert arrays.npy_header(text) is None, text

@@ -171,7 +171,7 @@ def test_a_segment_past_the_end_of_its_file(impl, tmp_path):
     assert (err.choice, err.field, err.token) == (0, "payload[3]", None) and "past the end" in err.reason
 
 
-@pytest.mark.parametrize("name", ["", 7, None, ["a.bin"], "a\0b.bin"])
+@pytest.mark.parametrize("name", ["", 7, None, ["a.bin"], "a\0b.bin", "a/" * 2048 + "b.bin"])
 def test_a_file_that_is_not_a_path(impl, tmp_path, name):
     segments, _ = _server_file(tmp_path)
     segments[0][1] = name
@@ -430,3 +430,66 @@ def test_heads_read_the_mask_by_handle_as_inline(impl, tmp_path):
     assert by_handle.sampling_mask.to_lists() == sent.sampling_mask.to_lists() == MASK
     assert by_handle.completion_top_ids.to_lists() == sent.completion_top_ids.to_lists()
     assert by_handle.completion_top_logprobs.to_lists() == sent.completion_top_logprobs.to_lists()
+
+
+@pytest.mark.parametrize("how", ["hard link", "rename"])
+def test_one_file_under_two_names_overlaps(impl, tmp_path, how):
+    """Byte ranges are keyed by the file (device and inode), not by its name: a second choice
+    reading the same rows through a hard link, or through the name the file was renamed to
+    after the first choice read it, overlaps the first."""
+    segments, _ = _server_file(tmp_path)
+    two = json.loads(_body(segments[:1]))
+    if how == "hard link":
+        os.link(tmp_path / NAME, tmp_path / "other.bin")
+        other = "other.bin"
+    else:  # the same name, a different file each time it is opened: a rename in between
+        other = NAME.replace(".bin", ".renamed.bin")
+        two["choices"][0]["payload"][0][1] = NAME
+    two["choices"].append(dict(two["choices"][0], index=1, payload=[[segments[0][0], other, *segments[0][2:]]]))
+    body = json.dumps(two).encode()
+    if how == "rename":
+        real_open = rules.PayloadFiles._open
+
+        def open_then_rename(self, name, real, c, at):
+            file = real_open(self, name, real, c, at)
+            if name == NAME:
+                os.rename(tmp_path / NAME, tmp_path / other)
+            return file
+
+        rules.PayloadFiles._open = open_then_rename
+    try:
+        err = _fails(impl, body, payload_root=tmp_path)
+    finally:
+        if how == "rename":
+            rules.PayloadFiles._open = real_open
+    assert (err.choice, err.field) == (1, "payload[0]") and "overlap choices[0].payload[0]" in err.reason
+
+
+def test_names_resolve_as_realpath_resolves_them(tmp_path):
+    """The payload files' names are resolved a component at a time from each directory's
+    descriptor (linear in the name), to what os.path.realpath gives: links relative and
+    absolute, to directories and files, dangling, ``..`` after a link, after a missing
+    directory and after a file; a loop of links fails as a malformed response."""
+    from tokenwire.rules.payload import PayloadFiles, _resolve
+
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f.bin").write_bytes(b"x")
+    os.symlink("a/b", root / "rel")
+    os.symlink(root / "a", root / "abs")
+    os.symlink("b/f.bin", root / "a" / "file")
+    os.symlink("missing/x", root / "dangling")
+    os.symlink("../..", root / "a" / "b" / "up")
+    os.symlink("loop2", root / "loop1")
+    os.symlink("loop1", root / "loop2")
+    names = ["a/b/f.bin", "rel/f.bin", "abs/b/f.bin", "a/file", "dangling", "rel/../b/f.bin", "missing/../a",
+             "a/b/f.bin/../f.bin", "a/b/up/a", "a/b/up/../x", "./a//b/./f.bin", str(root / "rel" / "f.bin"),
+             "/", "..", "../root/a", "rel/up/rel/up/abs"]
+    for name in names:
+        assert _resolve(str(root), name) == os.path.realpath(os.path.join(root, name)), name
+    with pytest.raises(OSError):
+        _resolve(str(root), "loop1/x")
+    files = PayloadFiles(str(root))
+    with pytest.raises(MalformedResponseError) as err:
+        files.open("loop1/x", rules.extract_choice(0, {"token_ids": IDS}, None), "payload[0]")
+    assert err.value.field == "payload[0].file" and "cannot be resolved" in err.value.reason

@@ -480,3 +480,16 @@ def test_the_audit_and_check_shape_sglang_routing(tmp_path, capsys):
             main(["check", str(path), "--routed-experts-shape", bad])
         assert exit_.value.code == 2
         assert "--routed-experts-shape" in capsys.readouterr().err
+
+
+def test_sglang_routing_rows_of_no_id_and_a_prompt_count_that_is_no_int(impl):
+    """An empty routed_experts string for rows that must be routed is no routing (it was
+    taken as rows of width 0), and a prompt_tokens that is not a non-negative int cannot
+    switch the row count off."""
+    with pytest.raises(MalformedResponseError, match="holds no int32 value for 9 rows") as err:
+        impl.parse_sglang_generate_response(sglang(""))
+    assert (err.value.choice, err.value.field) == (0, "meta_info.routed_experts")
+    for count in (4.0, "4", -1, True):
+        with pytest.raises(MalformedResponseError, match="prompt_tokens must be a non-negative int") as err:
+            impl.parse_sglang_generate_response(sglang(routing(ROWS, np.int32), prompt_tokens=count))
+        assert (err.value.choice, err.value.field) == (0, "meta_info.prompt_tokens")

@@ -234,3 +234,16 @@ def test_writer_round_trip(writer, rows):
 def test_writer_refuses_what_readers_refuse(writer, ids, lps, match):
     with pytest.raises((MalformedResponseError, ValueError), match=match):
         tokenwire.encode_top_k(np.array(ids), np.array(lps))
+
+
+@pytest.mark.parametrize("k", [None, 2])
+def test_a_block_beside_compact_rows_is_validated(impl, k):
+    """A packed top-k block beside compact_logprobs used to be left unread, so any block was
+    accepted; it is validated as beside every other transport (the heads are the compact
+    rows'), with or without a head asked for."""
+    ev = samples.evidence(3, 5, seed=1, support=False, width=5)
+    choice = samples.build_choice(ev, transport="compact", num_top=4)
+    garbage = dict(vllm_top_k(IDS, LPS), token_ids="not base64!")
+    choice["logprobs"] = {"content": None, "top_k": garbage}
+    error = fails(impl, json.dumps({"choices": [choice]}).encode(), top_k=k)
+    assert (error.choice, error.field) == (0, "logprobs.top_k.token_ids"), error

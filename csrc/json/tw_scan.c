@@ -78,12 +78,13 @@ typedef struct {
     uint8_t ctx_obj;  /* context if the value is an object */
     uint8_t ctx_arr;  /* context if the value is an array */
     uint64_t clear;   /* TW_F_* bits cleared when the key occurs */
+    uint64_t clear_root; /* TWS_BIT(TWS_T_*) of the root records beneath a root key, cleared so */
 } tws_rule;
 
 /* The keys on the paths of the wire table, each in the context of the object holding it. */
 static const tws_rule TWS_RULES[] = {
-#define TWS_KEY(ctx, name, tgt, cobj, carr, clear) \
-    {TWS_C_##ctx, (uint8_t)(sizeof(name) - 1), name, tgt, TWS_C_##cobj, TWS_C_##carr, clear},
+#define TWS_KEY(ctx, name, tgt, cobj, carr, clear, clear_root) \
+    {TWS_C_##ctx, (uint8_t)(sizeof(name) - 1), name, tgt, TWS_C_##cobj, TWS_C_##carr, clear, clear_root},
 #include "json/tw_fields.def"
 };
 
@@ -664,6 +665,9 @@ key: /* p at the first byte of an object key */
                     if (r->clear & TWS_FB(f))
                         memset(&d->choice[pci].f[f], 0, sizeof(tw_value));
             }
+            for (unsigned t = 1; r->clear_root && t < TWS_T_F0; t++)
+                if (r->clear_root & TWS_BIT(t))
+                    memset(tws_slot(d, t, 0), 0, sizeof(tw_value));
         }
     }
     p = q + 1;

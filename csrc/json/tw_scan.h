@@ -62,7 +62,9 @@
  * orjson.  When a key on a recorded path occurs again, every record at or
  * beneath it is cleared before the new value is scanned (a second
  * "compact_logprobs" whose object has no "offsets" leaves CP_OFFSETS absent;
- * a second root "choices" discards the records of the first one).
+ * a second root "choices" discards the records of the first one; a second
+ * "nvext", "engine_data" or "engine_data.routed_experts" the root records
+ * beneath it, TWS_KEY's clear_root).
  *
  * OpenAI-compatible documents (doc->openai = 1): the same paths are
  * recorded, but only the table's rows with blank_openai are blanked by the

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import stat
 import sys
 import zlib
@@ -74,14 +75,23 @@ class Source:
 @dataclass
 class Chunk:
     """Complete lines of one file (``kind`` "jsonl"; ``first_line`` numbers the first), a
-    whole JSON document (``kind`` "json"), or a record larger than ``MAX_RECORD`` (``kind``
-    "oversized": its line, or 0 for a whole document, and its ``size``; no data)."""
+    whole JSON document (``kind`` "json"), elements of a top-level JSON array (``kind``
+    "elements": ``first_line`` numbers the first, 1-based, and element ``i`` is
+    ``data[ends[i - 1]:ends[i]]``, from 0), or a record larger than ``MAX_RECORD`` (``kind``
+    "oversized": its line, or its element with ``data`` b"element", or 0 for a whole
+    document, and its ``size``),
+    or the end of a JSON array that is not one (``kind`` "broken": ``data`` the reason)."""
 
     name: str
     first_line: int
     kind: str
     data: bytes
     size: int = 0
+    ends: tuple[int, ...] = ()
+
+    def elements(self) -> list[bytes]:
+        """An "elements" chunk's elements, each as the file holds it."""
+        return [self.data[a:b] for a, b in zip((0, *self.ends), self.ends)]
 
 
 def _file_id(path: str) -> tuple[int, int] | None:
@@ -318,10 +328,23 @@ def _zstd_readable(sources: list[Source]) -> None:
 
 
 def sniff(block: bytes) -> str:
-    """``"json"`` for a pretty-printed document or a top-level array, else ``"jsonl"``."""
+    """``"json"`` for a pretty-printed document or a top-level array, else ``"jsonl"``; a
+    first line that is a whole array with more lines after it starts JSON lines of arrays
+    (SGLang's batch responses, one a line)."""
     text = block.removeprefix(_BOM).lstrip()
-    line = text.split(b"\n", 1)[0].strip()
-    return "json" if line == b"{" or line.startswith(b"[") else "jsonl"
+    first, newline, rest = text.partition(b"\n")
+    line = first.strip()
+    if line == b"{" or (line.startswith(b"[") and not (newline and rest.strip() and _whole_value(line))):
+        return "json"
+    return "jsonl"
+
+
+def _whole_value(line: bytes) -> bool:
+    try:
+        _json.loads(line)
+    except (ValueError, RecursionError):  # the start of a longer document
+        return False
+    return True
 
 
 def read_chunks(reader: Reader, kind: str = "auto", max_record: int | None = None) -> Iterator[Chunk]:
@@ -332,6 +355,9 @@ def read_chunks(reader: Reader, kind: str = "auto", max_record: int | None = Non
     first = reader.read(BLOCK)
     if kind == "auto":
         kind = sniff(first)
+    if kind == "json" and first.lstrip(JSON_SPACE).startswith(b"["):
+        yield from _array(reader, name, first, limit)
+        return
     if kind == "json":
         parts: list[bytes] | None = [first]
         size = len(first)
@@ -344,6 +370,98 @@ def read_chunks(reader: Reader, kind: str = "auto", max_record: int | None = Non
         yield Chunk(name, 1, "json", b"".join(parts)) if parts is not None else Chunk(name, 0, "oversized", b"", size)
         return
     yield from _lines(reader, name, first, limit)
+
+
+# What cuts an array into elements: a bracket, a comma or a string's quote; a string's
+# content up to its closing quote (or the end of what is read: a backslash there waits).
+_STRUCTURE = re.compile(rb'["\[\]{},]')
+_NESTED = re.compile(rb'["\[\]{}]')  # inside an element, whose commas are its own
+_STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.S)
+
+
+def _array(reader: Reader, name: str, block: bytes, limit: int) -> Iterator[Chunk]:
+    """A top-level JSON array's elements as the file holds them, read a block at a time and
+    cut at the commas between them (brackets and strings followed, nothing parsed): chunks
+    of kind "elements" of about a block each, so memory holds the largest element and a
+    block, never the whole array nor its Python objects. An element longer than ``limit`` is
+    an "oversized" chunk (counted to its end, never held). An empty element after a comma is
+    one the record's parser refuses; a file that ends inside the array, or goes on after its
+    closing bracket, ends in a "broken" chunk (``data`` says which, at element
+    ``first_line``)."""
+    buffer = block.lstrip(JSON_SPACE)[1:]  # past the "["
+    position = start = depth = 0  # the scan; the element's first byte; brackets open in it
+    in_string, comma = False, False
+    skipped: int | None = None  # bytes dropped so far of an element over the limit
+    number = 1  # the element's, 1-based
+    parts: list[bytes] = []
+    ends: list[int] = []
+
+    def flush() -> Iterator[Chunk]:
+        if parts:
+            yield Chunk(name, number - len(parts), "elements", b"".join(parts), ends=tuple(ends))
+            parts.clear()
+            ends.clear()
+
+    def element(data: bytes) -> Iterator[Chunk]:
+        nonlocal number
+        if skipped is not None or len(data) > limit:
+            yield from flush()
+            yield Chunk(name, number, "oversized", b"element", (skipped or 0) + len(data))
+        else:
+            parts.append(data)
+            ends.append((ends[-1] if ends else 0) + len(data))
+            if ends[-1] >= BLOCK:
+                number += 1
+                yield from flush()
+                return
+        number += 1
+
+    while True:
+        if in_string:
+            position = _STRING_BODY.match(buffer, position).end()  # type: ignore[union-attr]
+            if position < len(buffer) and buffer[position] == 0x22:
+                position, in_string = position + 1, False
+                continue
+        else:
+            match = (_NESTED if depth else _STRUCTURE).search(buffer, position)
+            if match is not None:
+                char, position = match.group(), match.end()
+                if char == b'"':
+                    in_string = True
+                elif char in b"[{":
+                    depth += 1
+                elif depth:  # inside an element: its commas are its own
+                    if char in b"]}":
+                        depth -= 1
+                elif char == b",":
+                    yield from element(buffer[start : match.start()])
+                    start, comma, skipped = position, True, None
+                elif char == b"]":  # the array's end: its last element, then only whitespace
+                    data = buffer[start : match.start()]
+                    if data.strip(JSON_SPACE) or comma or skipped is not None:
+                        yield from element(data)
+                    skipped, rest = None, buffer[position:]
+                    while not rest.strip(JSON_SPACE):
+                        rest = reader.read(BLOCK)
+                        if not rest:
+                            yield from flush()
+                            return
+                    yield from flush()
+                    yield Chunk(name, number, "broken", b"content after the array's closing bracket", len(rest))
+                    return
+                continue  # a "}" closing the array is the element's, which the parser refuses
+            position = len(buffer)
+        more = reader.read(BLOCK)
+        if not more:  # the file ends inside the array
+            yield from flush()
+            yield Chunk(name, number, "broken", b"the file ends inside the array", (skipped or 0) + len(buffer) - start)
+            return
+        if skipped is None and len(buffer) - start > limit:
+            skipped = 0
+        if skipped is not None:  # over the limit: counted, not held
+            skipped += position - start
+            start = position
+        buffer, position, start = buffer[start:] + more, position - start, 0
 
 
 def _lines(reader: Reader, name: str, block: bytes, limit: int) -> Iterator[Chunk]:
@@ -406,6 +524,15 @@ def first_record(source: Source, kind: str = "auto", line: int | None = None) ->
                     raise InputError(f"{source.name}: the record is {chunk.size:,} bytes, more than the "
                                      f"{MAX_RECORD:,}-byte limit")
                 continue
+            if chunk.kind == "elements":  # a JSON array's, read one at a time
+                for number, element in enumerate(chunk.elements(), chunk.first_line):
+                    if line is None or number == line:
+                        return element.strip(JSON_SPACE), number, "json"
+                continue
+            if chunk.kind == "broken":  # where the array stops being one: a malformed record
+                if line is None or chunk.first_line == line:
+                    return b"", chunk.first_line, "json"
+                return None
             if chunk.kind == "json":
                 text = chunk.data.strip(JSON_SPACE)
                 if not text.startswith(b"["):

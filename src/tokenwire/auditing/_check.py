@@ -128,7 +128,8 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
     result = _new_result()
     result["file"] = chunk.name
     if chunk.kind == "oversized":
-        position = {"file": chunk.name, **({"line": chunk.first_line} if chunk.first_line else {})}
+        where = "element" if chunk.data == b"element" else "line"  # a JSON array's element, or a line
+        position = {"file": chunk.name, **({where: chunk.first_line} if chunk.first_line else {})}
         limit = options.max_record or _capture.MAX_RECORD
         reason = f"{chunk.size:,} bytes, more than the {limit:,}-byte limit on one record"
         _count(result, chunk.size, None, Defect("too_large", "", reason), options, position)
@@ -139,6 +140,14 @@ def check_chunk(chunk: Chunk, options: Options | None = None) -> dict[str, Any]:
             record = line.strip(JSON_SPACE)
             if record:
                 _add(result, record, options, {"file": chunk.name, "line": chunk.first_line + offset})
+        return result
+    if chunk.kind == "broken":  # the array's own syntax, where its elements end
+        _count(result, chunk.size, None, Defect("malformed_json", "", f"invalid JSON: {chunk.data.decode()}"),
+               options, {"file": chunk.name, "element": chunk.first_line})
+        return result
+    if chunk.kind == "elements":  # a JSON array's, each checked as the file holds it
+        for number, element in enumerate(chunk.elements(), chunk.first_line):
+            _add(result, element.strip(JSON_SPACE), options, {"file": chunk.name, "element": number})
         return result
     text = chunk.data.strip(JSON_SPACE)
     if not text:

@@ -71,7 +71,8 @@ def _parse_float(text: str) -> float:
 
 def _parse_int(text: str) -> int | float:
     value = int(text)
-    return value if _INT64_MIN <= value <= _UINT64_MAX else float(text)
+    # orjson reads an integer past 64 bits as a double, and refuses one past a double's range.
+    return value if _INT64_MIN <= value <= _UINT64_MAX else _parse_float(text)
 
 
 _lock = threading.Lock()

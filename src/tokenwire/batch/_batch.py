@@ -275,14 +275,31 @@ def _vector(value: Any, dtype: Any, kinds: str, name: str, b: int) -> np.ndarray
 _SPLIT_BYTES = 1 << 20
 
 
+# The arrays of ``out`` that collate writes again (``sampling_mask.values``: the Ragged's).
+_REUSED = ("completion_ids", "mask", "completion_logprobs", "completion_top_ids", "completion_top_logprobs",
+           "completion_top_lengths", "sampling_mask.offsets", "sampling_mask.values", "sampling_mask_present",
+           "routed_experts", "prompt_token_ids")
+
+
 class _Blocks:
     """Where collate's arrays come from, and the kernels that fill them: a new array each, or
     the array of that name of ``out`` (a Batch collate returned) when it has the shape and
     dtype wanted, written again in place; a large array is filled by ``threads`` threads, each
-    a contiguous range of its rows (the C kernels run without the GIL)."""
+    a contiguous range of its rows (the C kernels run without the GIL).
+
+    ``out``'s arrays are written only, never read back by a kernel: what bounds a kernel's
+    reads (the head lengths, the mask offsets) is computed into private arrays and copied into
+    ``out`` last, so a thread rewriting ``out`` meanwhile changes what the batch holds, never
+    what is read. Arrays of ``out`` that share memory are refused before anything is written."""
 
     def __init__(self, kernels: Any, out: Batch | None, threads: int) -> None:
         self.kernels, self.out, self.threads = kernels, out, threads
+        if out is not None:
+            reused = [(name, a) for name in _REUSED if (a := self._previous(name)) is not None and a.size]
+            for i, (name, a) in enumerate(reused):
+                for other, b in reused[i + 1:]:
+                    if np.may_share_memory(a, b):
+                        raise ValueError(f"out's {name} and {other} share memory")
 
     def each(self, rows: int, nbytes: int, call: Any) -> list[tuple[int, Any]]:
         """``call(a, b)`` over ``rows`` cut into one range per thread (one range for a small
@@ -315,16 +332,27 @@ class _Blocks:
             raise ValueError("a row changed its length while it was being copied")  # lengths are checked first
         return out
 
+    def _previous(self, name: str) -> np.ndarray | None:
+        """``out``'s array of that name, if collate may write it again."""
+        previous: Any = self.out
+        for part in name.split("."):  # "sampling_mask.values": the Ragged's arrays
+            previous = getattr(previous, part, None)
+        if type(previous) is np.ndarray and previous.flags.c_contiguous and previous.flags.writeable:
+            return previous
+        return None
+
     def empty(self, name: str | None, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        previous: Any = None
-        if self.out is not None and name:
-            previous = self.out
-            for part in name.split("."):  # "sampling_mask.values": the Ragged's arrays
-                previous = getattr(previous, part, None)
-        if (type(previous) is np.ndarray and previous.shape == shape and previous.dtype == dtype
-                and previous.flags.c_contiguous and previous.flags.writeable):
+        previous = self._previous(name) if self.out is not None and name else None
+        if previous is not None and previous.shape == shape and previous.dtype == dtype:
             return previous
         return np.empty(shape, dtype=dtype)
+
+    def copy(self, name: str, private: np.ndarray) -> np.ndarray:
+        """``private`` (which the kernels read), or ``out``'s array of that name holding a copy."""
+        block = self.empty(name, private.shape, private.dtype)
+        if block is not private:
+            np.copyto(block, private)
+        return block
 
     def padded(self, name: str, rows: list[np.ndarray], width: int, dtype: Any, fill: Any) -> np.ndarray:
         return self.fill(rows, self.empty(name, (len(rows), width), dtype), fill)
@@ -335,10 +363,10 @@ def _flags(values: list[Any]) -> np.ndarray:
 
 
 def _ragged_lengths(blocks: _Blocks, raggeds: list[Ragged | None], counts: list[int], tokens: int,
-                    name: str, kept: str | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+                    name: str) -> tuple[np.ndarray, np.ndarray, int]:
     """The token lengths of each choice's rows of ``name`` (an empty row where None):
-    ``(first, lengths (B, tokens), longest)``, the lengths in the block ``kept`` names;
-    ValueError naming the choice and token where the rows do not fit their values."""
+    ``(first, lengths (B, tokens), longest)``, the lengths a private array (they bound the
+    copies' reads); ValueError naming the choice and token where the rows do not fit their values."""
     empty = np.zeros(1, dtype=np.int64)
     offsets, sizes, owned = [], [], []
     for b, (r, n) in enumerate(zip(raggeds, counts)):
@@ -353,7 +381,7 @@ def _ragged_lengths(blocks: _Blocks, raggeds: list[Ragged | None], counts: list[
         offsets.append(offs)
         sizes.append(len(r.values))
         owned.append(n)
-    lengths = blocks.empty(kept, (len(raggeds), tokens), np.int64)
+    lengths = np.empty((len(raggeds), tokens), dtype=np.int64)
     done = blocks.each(len(raggeds), lengths.nbytes, lambda a, b: blocks.kernels.ragged_lengths(
         offsets[a:b], owned[a:b], sizes[a:b], lengths[a:b]))
     for a, (_, _, bad) in done:
@@ -372,8 +400,7 @@ def _heads(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens: int, to
     for b, (i, lp) in enumerate(zip(ids, lps)):
         if (i is None) != (lp is None):
             raise ValueError(f"choice {b} has {'head ids' if lp is None else 'head logprobs'} only")
-    first_ids, lengths, longest = _ragged_lengths(blocks, ids, counts, tokens, "completion_top_ids",
-                                                  "completion_top_lengths")
+    first_ids, lengths, longest = _ragged_lengths(blocks, ids, counts, tokens, "completion_top_ids")
     first_lps, lengths_lps, _ = _ragged_lengths(blocks, lps, counts, tokens, "completion_top_logprobs")
     if not np.array_equal(lengths, lengths_lps):
         b, t = (int(x[0]) for x in np.nonzero(lengths != lengths_lps))
@@ -405,7 +432,8 @@ def _heads(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens: int, to
         if any(bad >= 0 for _, bad in done):
             raise ValueError("a head is wider than the head width")  # the width holds the longest
     return {"completion_top_ids": top_ids, "completion_top_logprobs": top_lps,
-            "completion_top_lengths": lengths, "heads_present": present, "completion_top_truncated": truncated}
+            "completion_top_lengths": blocks.copy("completion_top_lengths", lengths), "heads_present": present,
+            "completion_top_truncated": blocks.copy("completion_top_truncated", truncated)}
 
 
 def _first_entries(lengths: np.ndarray, width: int) -> np.ndarray:
@@ -430,7 +458,7 @@ def _sampling_mask(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens:
         if m is not None:
             values = _vector(m.values, np.int32, "iu", "sampling_mask", b)
             parts.append(values[first[b] : first[b] + totals[b]])
-    offsets = blocks.empty("sampling_mask.offsets", (len(rows) * tokens + 1,), np.int64)
+    offsets = np.empty(len(rows) * tokens + 1, dtype=np.int64)
     offsets[0] = 0
     np.cumsum(lengths.reshape(-1), out=offsets[1:])
     values = blocks.empty("sampling_mask.values", (int(offsets[-1]),), np.int32)
@@ -448,7 +476,7 @@ def _sampling_mask(blocks: _Blocks, rows: list[_Row], counts: list[int], tokens:
             if flags.shape != (counts[b],):
                 raise ValueError(f"choice {b}'s sampling_mask_present has {len(flags)} entries for {counts[b]} tokens")
             present_rows.append(flags)
-    return {"sampling_mask": Ragged(offsets, values),
+    return {"sampling_mask": Ragged(blocks.copy("sampling_mask.offsets", offsets), values),
             "sampling_mask_present": blocks.padded("sampling_mask_present", present_rows, tokens, np.bool_, False)}
 
 
@@ -604,7 +632,8 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
         out: a Batch an earlier call returned, whose arrays are written again where one has
             the shape and dtype wanted (fixed widths give every step the same shapes): no new
             memory to fault in. Those arrays, and the tensors ``to_torch`` made of them, then
-            hold the new batch; the others are new.
+            hold the new batch; the others are new. ``out`` is written, never read: arrays of it
+            that share memory raise ``ValueError`` before anything is written.
         threads: how many threads fill each large array (default: the cores this process may
             use), each a contiguous range of the rows; the kernels run without the GIL.
 
@@ -616,7 +645,8 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
         ValueError: responses of different formats, or parsed with different ``top_k``; an
             unknown ``routing`` layout;
             routing of different ``(layers, topk)``; a width shorter than what it must hold;
-            a choice whose arrays do not fit together (a choice built by hand).
+            a choice whose arrays do not fit together (a choice built by hand); arrays of
+            ``out`` that share memory.
         TypeError: an item that is neither a response nor a choice.
 
     Example:

@@ -6,7 +6,6 @@ them too)."""
 
 from __future__ import annotations
 
-import ast
 import re
 from typing import Any
 
@@ -67,10 +66,7 @@ def npy_parts(raw: np.ndarray, c: Evidence, field: str, descrs: dict[str, Any],
         c.fail(f"{field} .npy header is longer than {NPY_MAX_HEADER} bytes", field)
     if len(raw) < begin + size:
         c.fail(f"{field} .npy header is truncated", field)
-    try:
-        header = ast.literal_eval(bytes(raw[begin : begin + size]).decode("latin-1"))
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        header = None
+    header = npy_header(bytes(raw[begin : begin + size]).decode("latin-1"))
     if (
         not isinstance(header, dict)
         or header.get("fortran_order") is not False
@@ -82,6 +78,76 @@ def npy_parts(raw: np.ndarray, c: Evidence, field: str, descrs: dict[str, Any],
         named_type = repr(descr) if isinstance(descr, str) and len(descr) <= 32 else "of another kind"
         c.fail(f"{field} .npy header is invalid: dtype {named_type} is not {kinds}", field)
     return list(header["shape"]), header["descr"], raw[begin + size :]
+
+
+# The .npy header's grammar, as numpy writes it (the repr of a dict of str keys): strings
+# without escapes, integers, True/False/None, and tuples of integers; one token a match.
+_NPY_TOKEN = re.compile(r"""\s*(?:'([^'\\]*)'|"([^"\\]*)"|(-?[0-9]+)|(True|False|None)|([{}():,]))""")
+_NPY_WORDS = {"True": True, "False": False, "None": None}
+
+
+def npy_header(text: str) -> dict[str, Any] | None:
+    """The dict a ``.npy`` header spells (``{'descr': '<u2', 'fortran_order': False,
+    'shape': (3, 2, 4), }``), None when it spells anything else. A strict reader of that
+    grammar only, in one pass: no Python parser (``ast.literal_eval`` is neither bounded by
+    the grammar nor safe on several threads of Python 3.11), no nesting past a tuple in the
+    dict; a repeated key's last value counts, as in a dict display."""
+    tokens: list[tuple[str, Any]] = []
+    at = 0
+    while at < len(text):
+        if text[at:].isspace():
+            break
+        match = _NPY_TOKEN.match(text, at)
+        if match is None:
+            return None
+        single, double, number, word, mark = match.groups()
+        if mark is not None:
+            tokens.append((mark, None))
+        elif number is not None:
+            try:
+                tokens.append(("value", int(number)))
+            except ValueError:  # longer than Python converts
+                return None
+        elif word is not None:
+            tokens.append(("value", _NPY_WORDS[word]))
+        else:
+            tokens.append(("str", single if single is not None else double))
+        at = match.end()
+    # { (str : value ,)* [str : value] }, a value a str, an int, a word or a tuple of ints.
+    if len(tokens) < 2 or tokens[0][0] != "{" or tokens[-1][0] != "}":
+        return None
+    header: dict[str, Any] = {}
+    i, last = 1, len(tokens) - 1
+    while i < last:
+        if i + 2 >= len(tokens) or tokens[i][0] != "str" or tokens[i + 1][0] != ":":
+            return None
+        key, i = tokens[i][1], i + 2
+        kind, value = tokens[i]
+        if kind in ("str", "value"):
+            i += 1
+        elif kind == "(":
+            items: list[int] = []
+            i += 1
+            while tokens[i][0] != ")":
+                if tokens[i][0] != "value" or type(tokens[i][1]) is not int:
+                    return None
+                items.append(tokens[i][1])
+                i += 1
+                if tokens[i][0] == ",":
+                    i += 1
+                elif tokens[i][0] != ")":
+                    return None
+            if len(items) == 1 and tokens[i - 1][0] != ",":
+                return None  # (3) is an int, not a tuple
+            value, i = tuple(items), i + 1
+        else:
+            return None
+        header[key] = value
+        if tokens[i][0] == ",":
+            i += 1
+        elif i != last:
+            return None
+    return header
 
 
 def _shaped(data: np.ndarray, shape: Any, dtype_name: str, c: Evidence, field: str = "routed_experts") -> np.ndarray:
@@ -268,7 +334,9 @@ def parse_teacher_scores(top: Evidence, prompt: np.ndarray | None, start: int | 
         top.fail(f"{_TEACHER} must be a base64 .npy string", _TEACHER)
     shape, _, data = npy_parts(raw, top, _TEACHER, _TEACHER_DESCRS, "float32")
     if (len(shape) != 2 or not all(is_int(d) and d >= 0 for d in shape) or shape[1] > MAX_ROUTED_WIDTH
-            or shape[0] * shape[1] * 4 != len(data)):
+            or shape[0] * shape[1] * 4 != len(data)
+            # what numpy can shape: zero columns make no bytes of any number of rows
+            or max(shape[0], 1) * max(shape[1], 1) * 4 > MAX_OFFSET):
         top.fail(f"{_TEACHER} must be a (rows, K) float32 matrix of its {len(data)} bytes, not shape {shape}",
                  _TEACHER)
     rows = shape[0]

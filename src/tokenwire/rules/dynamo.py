@@ -70,8 +70,10 @@ def dynamo_of(document: dict[str, Any], top: Evidence | None, count: int) -> Dyn
     return Dynamo(top, data, ids)
 
 
-def engine_prompt(dynamo: Dynamo, prompt: np.ndarray | None) -> np.ndarray | None:
-    """The response's prompt ids: the top level's, and the engine's, which must be the same."""
+def engine_prompt(dynamo: Dynamo, prompt: np.ndarray | None, c: Evidence | None = None) -> np.ndarray | None:
+    """The response's prompt ids: the top level's, and the engine's, which must be the same;
+    with ``c``, a choice's evidence, ``prompt`` is the choice's (vLLM's completions send it per
+    choice), which fails there when it is not the engine's."""
     data = dynamo.data
     if data is None or data.get(KEY.prompt_token_ids) is None:
         return prompt
@@ -81,8 +83,9 @@ def engine_prompt(dynamo: Dynamo, prompt: np.ndarray | None) -> np.ndarray | Non
         differ = np.flatnonzero(prompt[: len(engine)] != engine[: len(prompt)])
         where = (f"at token {int(differ[0])}" if len(differ) else
                  f"in length: {len(engine)} ids against {len(prompt)} ({len(prompt) - len(engine):+d})")
-        top.fail(f"the engine's prompt ids ({_ENGINE_PROMPT}) and the response's (prompt_token_ids) "
-                 f"differ {where}", "prompt_token_ids", int(differ[0]) if len(differ) else None)
+        (top if c is None else c).fail(
+            f"the engine's prompt ids ({_ENGINE_PROMPT}) and the {'response' if c is None else 'choice'}'s "
+            f"(prompt_token_ids) differ {where}", "prompt_token_ids", int(differ[0]) if len(differ) else None)
     return engine
 
 

@@ -352,10 +352,12 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence,
         if len(counts) != len(ids) or int(offsets[-1]) != len(values):
             c.fail("Sampling mask token count mismatch", field)
         rows = Ragged(offsets, values)
-    elif isinstance(mask, list):
+    elif isinstance(mask, list) and not bare:
         rows, count, bad_row = c.sampling_mask
         if count != len(ids):
             c.fail("Sampling mask token count mismatch", field)
+    elif bare:  # no list form: the ids and counts are base64 strings
+        c.fail("kept_tokens must be an object {ids, counts} of base64 int32 strings", field)
     else:
         c.fail("Sampling mask token count mismatch", field)
     return _check_supports(c, ids, rows, field, bad_row)
@@ -731,6 +733,8 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         logprobs, top_ids, top_logprobs, mask = parse_compact_logprobs(choice, ids, k, c, held)
         check_other_transports(c, choice, ids, KEY.compact_logprobs, logprobs, k)
         consumed.append(KEY.compact_logprobs)
+        if top_k_block(choice) is not None:  # validated as beside any other transport (heads: the rows')
+            parse_packed_top_k(top_k_block(choice), ids, c)
     else:
         entries = None
         if choice.get(KEY.completion_logprobs) is not None:

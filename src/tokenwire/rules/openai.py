@@ -382,6 +382,8 @@ def _parse_openai_choice(
     prompt = None
     if choice.get(KEY.prompt_token_ids) is not None:
         prompt = id_list(c, c.prompt_token_ids, "prompt_token_ids").ids
+        if dynamo is not None:  # the engine's prompt, where it sent one: the routing rows count it
+            prompt = engine_prompt(dynamo, prompt, c)
     sources: list[IdSource] = []
     if choice.get(KEY.token_ids) is not None:
         sources.append(id_list(c, c.token_ids, "token_ids"))
@@ -609,6 +611,9 @@ def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | 
     values = raw.view("<i4")
     prompt = meta.get("prompt_tokens") if check_usage else None
     rows = None
+    if prompt is not None and not (is_int(prompt) and prompt >= 0):  # sent, it counts the rows
+        c.fail(f"meta_info.prompt_tokens must be a non-negative int to count the rows of {field}, not "
+               f"{type(prompt).__name__}", "meta_info.prompt_tokens")
     if is_int(prompt) and prompt >= 0:
         rows = prompt + n - 1 - routing.start
         if rows < 0:
@@ -630,6 +635,8 @@ def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | 
                "pass routed_experts_shape=(layers, topk)", field)
     if (len(values) % rows if rows else len(values)):
         c.fail(f"{field} holds {len(values)} int32 values, which {rows} rows cannot share evenly: {counted}", field)
+    if rows and not len(values):  # rows of no id: nothing routed them
+        c.fail(f"{field} holds no int32 value for {rows} rows: {counted}", field)
     return values.reshape(rows, len(values) // rows if rows else 0)
 
 

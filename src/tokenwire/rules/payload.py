@@ -5,9 +5,11 @@ them)."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
+from bisect import bisect_left
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -55,6 +57,8 @@ SEGMENT_KEYS = ("field", "file", "offset", "pos", "rows", "dtype", "shape")
 # clips a segment (row_bytes); its dtype and shape must say so.
 OFFSET_ROW_DTYPES = ("uint32", "int32", "float32")
 OFFSET_ROW_SHAPES = ([], [1])
+# The longest ``file`` name read (PATH_MAX on Linux: no longer path can be opened whole).
+MAX_NAME = 4096
 
 
 def prompt_length(document: dict[str, Any], prompt: np.ndarray | None) -> int | None:
@@ -82,8 +86,8 @@ def _segment(item: Any, at: str, c: Evidence) -> PayloadSegment:
     if spec is None:
         c.fail(f"Unknown payload field (one of {', '.join(PAYLOAD_FIELDS)})", at + ".field")
     file = item.get("file")
-    if not isinstance(file, str) or not file or "\0" in file:
-        c.fail("payload file must be a non-empty path without NUL", at + ".file")
+    if not isinstance(file, str) or not file or len(file) > MAX_NAME or "\0" in file:
+        c.fail(f"payload file must be a non-empty path of at most {MAX_NAME} characters, without NUL", at + ".file")
     for key in ("offset", "pos", "rows"):
         number = item.get(key)
         if not is_int(number) or not 0 <= number <= MAX_OFFSET:
@@ -176,8 +180,10 @@ _SPANS = {
 }
 
 
-# A byte range of a payload file and its owner: (file key, start, end, choice, segment index).
-Span = tuple[str, int, int, int, int]
+# A byte range of a payload file and its owner: (file key, start, end, choice, segment index,
+# the file's name). The key is the file's identity (device, inode) once it is opened (a hard
+# link or a rename gives one file two names), its name as sent before.
+Span = tuple[Any, int, int, int, int, str]
 
 
 def check_payload_overlap(spans: list[Span]) -> None:
@@ -186,19 +192,54 @@ def check_payload_overlap(spans: list[Span]) -> None:
     compared with the furthest end before it."""
     spans = sorted((s for s in spans if s[2] > s[1]), key=lambda s: (s[0], s[1], s[3], s[4]))
     file, end, owner = None, 0, (0, 0)
-    for key, lo, hi, choice, index in spans:
+    for key, lo, hi, choice, index, name in spans:
         if key == file and lo < end:
             raise MalformedResponseError(
-                f"payload segment bytes [{lo}, {hi}) of {key} overlap choices[{owner[0]}].payload[{owner[1]}]",
+                f"payload segment bytes [{lo}, {hi}) of {name} overlap choices[{owner[0]}].payload[{owner[1]}]",
                 choice=choice, field=f"payload[{index}]")
         if key != file or hi > end:
             file, end, owner = key, hi, (choice, index)
 
 
+def _start(span: Span) -> tuple[Any, int]:
+    return span[0], span[1]
+
+
+class ByteRanges:
+    """The byte ranges a response's segments read so far, none sharing a byte with another of
+    the same file, added a choice at a time: each new range is checked against the ones
+    before it without sorting them again. They are kept as sorted runs whose sizes at least
+    double from the newest to the oldest (a new run is merged with the runs not larger than
+    it, as a binary counter carries), so n ranges take O(n log n) to add, and a range is
+    checked by one binary search a run: since the ranges kept are disjoint, only the one that
+    starts last before the new range ends can overlap it."""
+
+    def __init__(self) -> None:
+        self.runs: list[list[Span]] = []
+
+    def add(self, spans: list[Span]) -> None:
+        """Check ``spans`` against the ranges so far and each other (:func:`check_payload_overlap`),
+        then keep them."""
+        spans = sorted((s for s in spans if s[2] > s[1]), key=lambda s: (s[0], s[1], s[3], s[4]))
+        for key, lo, hi, choice, index, name in spans:
+            for run in self.runs:
+                before = bisect_left(run, (key, hi), key=_start) - 1
+                if before >= 0 and run[before][0] == key and run[before][2] > lo:
+                    owner = run[before]
+                    raise MalformedResponseError(
+                        f"payload segment bytes [{lo}, {hi}) of {name} overlap choices[{owner[3]}].payload[{owner[4]}]",
+                        choice=choice, field=f"payload[{index}]")
+        check_payload_overlap(spans)
+        while self.runs and len(self.runs[-1]) <= len(spans):
+            spans = sorted(self.runs.pop() + spans, key=_start)  # two sorted runs: one linear merge
+        if spans:
+            self.runs.append(spans)
+
+
 def segment_spans(choice: int, segments: tuple[PayloadSegment, ...] | None) -> list[Span]:
     """The bytes each segment spans from its offset, by its ``file`` as sent (a ragged
     segment's values are known only once its offsets are read)."""
-    return [(s.file, s.offset, s.offset + s.nbytes, choice, i) for i, s in enumerate(segments or ())]
+    return [(s.file, s.offset, s.offset + s.nbytes, choice, i, s.file) for i, s in enumerate(segments or ())]
 
 
 # Opened without following a last-component symlink (one swapped in after the check fails to
@@ -212,6 +253,7 @@ class _File(NamedTuple):
     path: str  # resolved, inside the root
     size: int  # at open
     reader: io.FileIO
+    identity: tuple[int, int]  # (st_dev, st_ino): the file, whatever its name
 
 
 class PayloadFiles:
@@ -219,13 +261,14 @@ class PayloadFiles:
     first segment that names it, by resolved path) and kept open until :meth:`close`; every byte range read
     into memory the result owns (a file changed later changes nothing read). A file must
     resolve (symlinks followed) to a regular file inside the root, and is opened one
-    component at a time from the root without following a symlink. ``spans`` gathers the
-    byte ranges read, by resolved path, for :func:`check_payload_overlap`."""
+    component at a time from the root without following a symlink. ``spans`` holds the
+    byte ranges read, by file identity (:class:`ByteRanges`)."""
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
         self.files: dict[str, _File] = {}
-        self.spans: list[Span] = []
+        self.names: dict[str, _File] = {}
+        self.spans = ByteRanges()
 
     def close(self) -> None:
         for file in self.files.values():
@@ -234,17 +277,24 @@ class PayloadFiles:
 
     def open(self, name: str, c: Evidence, at: str) -> _File:
         """The file ``name`` (a path, relative to the root or absolute) names, opened on first
-        use: by resolved path, so two names of one file share it."""
+        use: by resolved path, so two names of one file share it; each name resolved once."""
+        file = self.names.get(name)
+        if file is not None:
+            return file
         at += ".file"
         if not os.path.isdir(self.root):
             c.fail(f"payload_root {self.root} is not a directory", at)
         # A relative path is under the root; an absolute one must resolve inside it.
-        real = os.path.realpath(os.path.join(self.root, name))
+        try:
+            real = _resolve(self.root, name)
+        except OSError as exc:  # a directory swapped for a link meanwhile, a loop of links
+            c.fail(f"payload file {name} cannot be resolved: {exc.strerror}", at)
         if real == self.root or os.path.commonpath([self.root, real]) != self.root:
             c.fail(f"payload file {name} resolves outside payload_root", at)
         file = self.files.get(real)
         if file is None:
             file = self.files[real] = self._open(name, real, c, at)
+        self.names[name] = file
         return file
 
     def _open(self, name: str, real: str, c: Evidence, at: str) -> _File:
@@ -260,7 +310,7 @@ class PayloadFiles:
         if not stat.S_ISREG(info.st_mode):
             os.close(fd)
             c.fail(f"payload file {name} is not a regular file", at)
-        return _File(real, info.st_size, io.FileIO(fd, "rb", closefd=True))
+        return _File(real, info.st_size, io.FileIO(fd, "rb", closefd=True), (info.st_dev, info.st_ino))
 
     def read(self, file: _File, ranges: list[tuple[int, int]], c: Evidence, at: list[str]) -> list[np.ndarray]:
         """The bytes of each ``[start, end)`` of ``file`` (uint8, owned), one read per run of
@@ -296,6 +346,71 @@ class PayloadFiles:
             c.fail(f"payload segment bytes [{ranges[r][0]}, {ranges[r][1]}) are past the end of {file.path} "
                    f"({lo + done} bytes)", at[r])
         return buffer
+
+
+# How many symbolic links one name may pass through (Linux's limit for one path).
+_MAX_LINKS = 40
+
+
+def _resolve(root: str, name: str) -> str:
+    """``os.path.realpath(os.path.join(root, name))`` in time linear in the name: each
+    component is looked up once, from a descriptor of the directory before it (realpath
+    looks up every prefix of the path again, quadratic in its components). As realpath, a
+    component that does not exist, or is no directory, is kept as written and what follows
+    it is joined as text (``..`` dropping the component before it); OSError for a loop of
+    links, or a directory that changes to something else while it is walked."""
+    if os.open not in os.supports_dir_fd or os.readlink not in os.supports_dir_fd:
+        return os.path.realpath(os.path.join(root, name))
+    pending = name.split(os.sep)[::-1]
+    start = os.sep if os.path.isabs(name) else root
+    parts = [p for p in start.split(os.sep) if p]
+    directory = os.open(start, _DIR_FLAGS)
+    written = 0  # components at the end of parts kept as text (past the directory open)
+    links = 0
+    try:
+        while pending:
+            part = pending.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if written:
+                    written -= 1
+                elif parts:  # at the top, the top's parent is itself
+                    below = os.open("..", _DIR_FLAGS, dir_fd=directory)
+                    os.close(directory)
+                    directory = below
+                if parts:
+                    parts.pop()
+                continue
+            if written:
+                parts.append(part)
+                written += 1
+                continue
+            try:
+                info = os.stat(part, dir_fd=directory, follow_symlinks=False)
+            except OSError:
+                info = None
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+                target = os.readlink(part, dir_fd=directory)
+                if target.startswith(os.sep):
+                    below = os.open(os.sep, _DIR_FLAGS)
+                    os.close(directory)
+                    directory, parts = below, []
+                pending += target.split(os.sep)[::-1]
+                continue
+            parts.append(part)
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                below = os.open(part, _DIR_FLAGS, dir_fd=directory)
+                os.close(directory)
+                directory = below
+            else:
+                written = 1
+    finally:
+        os.close(directory)
+    return os.sep + os.sep.join(parts)
 
 
 def _open_beneath(root: str, relative: str) -> int:
@@ -340,8 +455,8 @@ def read_payload(segments: tuple[PayloadSegment, ...], ids: np.ndarray, files: P
             c.fail(f"payload segment bytes [{segment.offset}, {segment.offset + segment.nbytes}) are past the "
                    f"end of {segment.file} ({file.size} bytes)", at[i])
     choice = cast(int, c.index)
-    files.spans += [(f.path, s.offset, s.offset + s.nbytes, choice, i) for i, (s, f) in enumerate(zip(segments, opened))]
-    check_payload_overlap(files.spans)
+    files.spans.add([(f.identity, s.offset, s.offset + s.nbytes, choice, i, f.path)
+                     for i, (s, f) in enumerate(zip(segments, opened))])
     own = _read_grouped(files, opened, [(s.offset, s.offset + s.nbytes) for s in segments], c, at)
     # A ragged segment's offsets: where its values are.
     starts: dict[int, np.ndarray] = {}
@@ -367,8 +482,7 @@ def read_payload(segments: tuple[PayloadSegment, ...], ids: np.ndarray, files: P
         starts[i] = bounds
         values_at[i] = (int(bounds[0]), int(bounds[-1]))
     if starts:
-        files.spans += [(opened[i].path, *values_at[i], choice, i) for i in starts]
-        check_payload_overlap(files.spans)
+        files.spans.add([(opened[i].identity, *values_at[i], choice, i, opened[i].path) for i in starts])
     values = _read_grouped(files, opened, values_at, c, at) if starts else []
     out: dict[str, Any] = {}
     fields = {}
@@ -391,10 +505,10 @@ def _read_grouped(files: PayloadFiles, opened: list[_File], ranges: list[tuple[i
                   at: list[str]) -> list[np.ndarray]:
     """Each of ``ranges`` of the file of the same index, read file by file."""
     out: list[np.ndarray] = [np.empty(0, dtype=np.uint8)] * len(ranges)
-    by_path: dict[str, list[int]] = {}
+    by_file: dict[tuple[int, int], list[int]] = {}
     for i, file in enumerate(opened):
-        by_path.setdefault(file.path, []).append(i)
-    for indices in by_path.values():
+        by_file.setdefault(file.identity, []).append(i)
+    for indices in by_file.values():
         got = files.read(opened[indices[0]], [ranges[i] for i in indices], c, [at[i] for i in indices])
         for i, data in zip(indices, got):
             out[i] = data
