@@ -48,7 +48,7 @@ from .. import _json, _select, _table
 from .._errors import MalformedResponseError, invalid_json, location
 from .._table import KEY
 from .._types import Ragged
-from .._wire import MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from .._wire import MAX_MASK_ID, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, LazyEvidence, Read
 from ..kernels import python as _kernels
 from ..rules import generate as _rules
@@ -254,6 +254,30 @@ def _evidence(index: int | None = None, decoded: dict[int, np.ndarray] | None = 
             data = value.get("data") if isinstance(value, dict) else None
             if type(data) is memoryview and id(data) in decoded:
                 setattr(c, _table.ATTR_AT[_table.CHOICE, f"{name}.data"], decoded[id(data)])
+    return c
+
+
+def _with_mask_rows(c: Evidence) -> Evidence:
+    """``c`` with the list form of its choice's ``sampling_mask`` read in whole-list operations
+    when every row is a list of ints in ``[0, 2**31)`` (the reader's result, without a Python
+    step per id); anything else is left to the reader, which finds the first bad row."""
+    choice = c.choice
+    mask = choice.get(KEY.sampling_mask) if isinstance(choice, dict) else None
+    if type(mask) is not list or (mask and set(map(type, mask)) != {list}):
+        return c
+    counts = np.fromiter(map(len, mask), dtype=np.int64, count=len(mask))
+    flat = list(chain.from_iterable(mask))
+    if flat and set(map(type, flat)) != {int}:  # (a bool is not an int here)
+        return c
+    try:
+        values = np.array(flat, dtype=np.int64) if flat else np.zeros(0, np.int64)
+    except OverflowError:
+        return c
+    if values.size and (int(values.min()) < 0 or int(values.max()) > MAX_MASK_ID):
+        return c
+    offsets = np.zeros(len(mask) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    setattr(c, _table.ATTR_AT[_table.CHOICE, KEY.sampling_mask], (Ragged(offsets, values.astype(np.int32)), len(mask), None))
     return c
 
 
@@ -585,8 +609,21 @@ def _parse_completion_logprobs(
     logprobs = choice.get(KEY.logprobs)
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if isinstance(content, list) and len(content) == len(ids):
-        _rules.parse_sampling_mask(choice, ids, c)
+        rows = _rules.parse_sampling_mask(choice, ids, _with_mask_rows(c))
+        _checked.mask = (choice.get(KEY.sampling_mask), rows)
     return release.logprobs(values)
+
+
+# The sampling mask (the object) _parse_completion_logprobs validated last in this thread: a
+# check of the same generate() result (tokenwire.compat.verifiers) need not read it again.
+_checked = threading.local()
+
+
+def validated_mask(mask: Any, completion_ids: Any) -> Ragged | None:
+    """The rows of ``mask`` when it is the object the last :func:`_parse_completion_logprobs`
+    of this thread validated, for completion ids of the same length; else None."""
+    last, rows = getattr(_checked, "mask", (None, None))
+    return rows if last is not None and last is mask and len(mask) == len(completion_ids) else None
 
 
 def _string_ids_only(choice: dict[str, Any]) -> dict[str, Any]:
@@ -620,7 +657,7 @@ def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -
     c = _evidence()
     ids = _ids(c, completion_ids)
     c.choice = choice = _choice(c, choice)
-    rows = _rules.parse_sampling_mask(choice, ids, c)
+    rows = _rules.parse_sampling_mask(choice, ids, _with_mask_rows(c))
     return None if rows is None else _rows(rows)[0]
 
 

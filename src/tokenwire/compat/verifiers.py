@@ -41,6 +41,7 @@ import tokenwire
 from .._errors import MalformedResponseError
 from . import distribution_version
 from .._table import KEY
+from .._types import Ragged
 from .._wire import VLLM_LOGPROB_SENTINEL
 from ..rules import arrays as _arrays
 from ..rules import generate as _rules
@@ -104,9 +105,10 @@ def _logprobs(values: Any, n: int) -> None:
                      "completion_logprobs", index)
 
 
-def check_generate_result(result: Any) -> None:
+def check_generate_result(result: Any) -> Ragged | None:
     """Checks a renderers ``generate()`` result's evidence against itself (see the module's
-    docstring); raises :data:`MalformedGenerateResponseError` at the first misalignment."""
+    docstring); raises :data:`MalformedGenerateResponseError` at the first misalignment.
+    Returns the sampling mask's rows (None without a mask)."""
     if not isinstance(result, dict):
         raise TypeError(f"a generate() result is a dict, not {type(result).__name__}")
     completion = result.get("completion_ids") or []
@@ -127,24 +129,36 @@ def check_generate_result(result: Any) -> None:
                 raise _error("Invalid routed_experts base64", "routed_experts.data") from None
         choice[KEY.routed_experts] = routed
     if not choice:
-        return
+        return None
     c = _renderers._evidence(0, decoded, _renderers._choice(c, choice))
-    if mask:
-        _rules.parse_sampling_mask(c.choice, ids, c)
+    rows = _renderers.validated_mask(mask, ids) if mask else None
+    if mask and rows is None:
+        rows = _rules.parse_sampling_mask(c.choice, ids, _renderers._with_mask_rows(c))
     if routed is not None:
         routing = _rules.parse_routed_experts(routed, c)
         prompt = result.get("prompt_ids")
-        rows, counted = _arrays.routed_rows(len(ids), len(prompt) if isinstance(prompt, list) else None,
+        expected, counted = _arrays.routed_rows(len(ids), len(prompt) if isinstance(prompt, list) else None,
                                             start=routing.start or 0)
-        _arrays.check_rows(c, routing.array, KEY.routed_experts, rows, counted)
+        _arrays.check_rows(c, routing.array, KEY.routed_experts, expected, counted)
+    return rows
 
 
 def response_from_generate(result: dict, model: str, bridged_turn: Any = None,
                            mm_token_type_id_map: dict[int, int] | None = None) -> Any:
     """verifiers' ``response_from_generate``, after :func:`check_generate_result`: the same
     ``Response`` on a valid result (verifiers' own function makes it)."""
-    check_generate_result(result)
-    return original()(result, model, bridged_turn, mm_token_type_id_map)
+    rows = check_generate_result(result)
+    if rows is None or type(result.get("sampling_mask")) is not list:
+        return original()(result, model, bridged_turn, mm_token_type_id_map)
+    # verifiers' SamplingMask.from_sampling_mask makes its int32 ids and counts with a Python
+    # step per row; they are the rows tokenwire read, so the mask is made from those.
+    response = original()({**result, "sampling_mask": None}, model, bridged_turn, mm_token_type_id_map)
+    if response.tokens is not None:
+        from verifiers.v1.types import SamplingMask
+
+        counts = np.diff(rows.offsets).astype(np.int32)
+        response.tokens.sampling_mask = SamplingMask(ids=np.ascontiguousarray(rows.values, np.int32), counts=counts)
+    return response
 
 
 # --- patching ------------------------------------------------------------------------------------
