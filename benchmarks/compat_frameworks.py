@@ -13,6 +13,7 @@ What is timed, from the response's bytes to what the framework hands its caller:
   own decoding of the completion (``parse_response``) is left out. vLLM's native records
   (``"token_id:N"`` tokens), a sampling mask of 4 ids per token, and MoE routing of 48 layers
   x top-8 (uint8, one row per prompt and completion token but the last, 512 prompt tokens).
+  ``verifiers-records``: the same without the mask and the routing (vLLM's records alone).
 - TRL 1.16.0: ``VLLMClient.generate(prompts, logprobs=0)`` with the session's ``post``
   answering a ``requests.Response`` holding the body (no socket; ``response.json()``, TRL's
   indexing and ``parse_logprobs`` all run), one prompt, one completion: vLLM's
@@ -44,7 +45,7 @@ def _ids(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(3, 150_000) for _ in range(n)]
 
 
-def verifiers_body(n: int, seed: int) -> bytes:
+def verifiers_body(n: int, seed: int, extras: bool = True) -> bytes:
     rng = random.Random(seed)
     ids = _ids(rng, n)
     rows = PROMPT + n - 1
@@ -57,6 +58,8 @@ def verifiers_body(n: int, seed: int) -> bytes:
         "sampling_mask": [sorted({i, *(rng.randrange(3, 150_000) for _ in range(3))}) for i in ids],
         "routed_experts": {"data": base64.b64encode(routing).decode(), "shape": [rows, 48, 8], "start": 0},
     }
+    if not extras:
+        del choice["sampling_mask"], choice["routed_experts"]
     return json.dumps({"request_id": f"gen-{seed}", "choices": [choice]}, separators=(",", ":")).encode()
 
 
@@ -123,12 +126,16 @@ def trl_call() -> Any:
 
 
 def measure(framework: str, mode: str, n: int, runs: int) -> dict[str, Any]:
-    bodies = [(verifiers_body if framework == "verifiers" else trl_body)(n, seed) for seed in range(runs)]
-    call = (verifiers_call if framework == "verifiers" else trl_call)()
+    module = framework.split("-")[0]  # verifiers-records: the records alone, no mask or routing
+    if module == "verifiers":
+        bodies = [verifiers_body(n, seed, framework == "verifiers") for seed in range(runs)]
+    else:
+        bodies = [trl_body(n, seed) for seed in range(runs)]
+    call = (verifiers_call if module == "verifiers" else trl_call)()
     if mode == "patched":
         import importlib
 
-        importlib.import_module(f"tokenwire.compat.{framework}").patch()
+        importlib.import_module(f"tokenwire.compat.{module}").patch()
     times = []
     for raw in bodies:
         gc.collect()
@@ -145,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python-verifiers", help="interpreter with verifiers 0.4.0 and tokenwire")
     parser.add_argument("--python-trl", help="interpreter with TRL 1.16.0 and tokenwire")
     parser.add_argument("--runs", type=int, default=15, help="distinct responses per process")
+    parser.add_argument("--only", help="one of verifiers, verifiers-records, trl")
     parser.add_argument("--one", nargs=3, metavar=("FRAMEWORK", "MODE", "TOKENS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -155,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
           f"load {os.getloadavg()[0]:.1f}; {args.runs} distinct responses per process, medians")
     print("| framework | tokens | body | unpatched | patched | speedup |")
     print("|---|---|---|---|---|---|")
-    for framework, python in (("verifiers", args.python_verifiers), ("trl", args.python_trl)):
-        if not python:
+    for framework, python in (("verifiers", args.python_verifiers), ("verifiers-records", args.python_verifiers),
+                              ("trl", args.python_trl)):
+        if not python or (args.only and framework != args.only):
             continue
         for n in SIZES:
             got = {}
