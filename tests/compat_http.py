@@ -49,8 +49,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         server = self.server
         with server.lock:  # type: ignore[attr-defined]
             server.requests.append((self.path, request))  # type: ignore[attr-defined]
-            body = server.bodies.popleft() if server.bodies else b'{"error":"no body queued"}'  # type: ignore[attr-defined]
-        self._send(body, 200 if server.bodies is not None else 500)  # type: ignore[attr-defined]
+            queued = bool(server.bodies)  # type: ignore[attr-defined]
+            body = server.bodies.popleft() if queued else b'{"error":"no body queued"}'  # type: ignore[attr-defined]
+        self._send(body, 200 if queued else 500)
 
 
 class Server:
