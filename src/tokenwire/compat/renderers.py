@@ -301,9 +301,10 @@ def _with_native(c: Evidence, choice: dict[str, Any], ids: np.ndarray, want_top:
 _PREFIX = b"token_id:"
 
 
-def _token_ids(names: list[Any]) -> np.ndarray | None:
-    """The ids of ``"token_id:N"`` names (N ASCII digits, at most ``2**32 - 1``) in whole-
-    string operations; None when any name is not of that form."""
+def _token_ids(names: list[Any], canonical: bool = False) -> np.ndarray | None:
+    """The ids of ``"token_id:N"`` names (N ASCII digits, at most ``2**32 - 1``; with
+    ``canonical``, without a leading zero: exactly ``f"token_id:{id}"``) in whole-string
+    operations; None when any name is not of that form."""
     try:
         joined = "\n".join(names)
     except TypeError:  # not every name is a string
@@ -326,6 +327,8 @@ def _token_ids(names: list[Any]) -> np.ndarray | None:
     if b"\n\n" in digits or digits.startswith(b"\n") or digits.endswith(b"\n"):
         return None  # a name without digits
     if not digits.translate(None, b"\n").isdigit():
+        return None
+    if canonical and (digits.startswith(b"0") and digits[1:2].isdigit() or re.search(rb"\n0\d", digits)):
         return None
     # Digits beyond int64 read as its maximum, which is beyond any id too.
     values = np.fromstring(digits, dtype=np.int64, sep="\n")
@@ -361,7 +364,8 @@ def _native_well_formed(content: list[Any], ids: np.ndarray, want_top: bool) -> 
         heads: list[Any] = list(map(dict.get, content, repeat("top_logprobs"))) if want_top else []
     except TypeError:
         return None
-    if tokens != [f"token_id:{i}" for i in ids.tolist()]:
+    named = _token_ids(tokens, canonical=True)  # each exactly f"token_id:{id}"
+    if named is None or not np.array_equal(named, ids):
         return None
     sampled = _numbers(logprobs)
     if sampled is None or not bool((np.isfinite(sampled) & (sampled != VLLM_LOGPROB_SENTINEL)).all()):
