@@ -40,10 +40,9 @@ from pathlib import Path
 SUITE = "tests/test_client.py"
 CLIENT = "renderers/client.py"
 PLUGIN = "tokenwire.compat.renderers_plugin"
-# What the plugin prints when the patch was in place from collection to the end.
+# What the plugin prints when the patch was in place from collection to the end (followed by
+# the release the drop-in followed).
 PATCHED_MARK = "tokenwire: renderers.client stayed patched for the whole session"
-# ... followed by the release the drop-in followed.
-FOLLOWED = re.compile(re.escape(PATCHED_MARK) + r" \(renderers (\S+)\)")
 
 
 def versions() -> tuple[str, ...]:
@@ -223,17 +222,20 @@ def environment(root: Path) -> dict[str, str]:
     return env
 
 
-def compare(unpatched: Run, patched: Run, version: str | None = None) -> Comparison:
+def compare(unpatched: Run, patched: Run, version: str | None = None, *, mark: str = PATCHED_MARK,
+            framework: str = "renderers") -> Comparison:
+    """The problems of a patched run against the unpatched one (``mark``: what the plugin
+    prints when the patch stayed in place, followed by ``(<framework> <version>)``)."""
     result = Comparison(unpatched, patched, version or "?")
     problems = result.problems
     if not unpatched.outcomes:
         problems.append("the unpatched run collected no tests")
-    if PATCHED_MARK not in patched.output:
+    if mark not in patched.output:
         problems.append("the patched run does not report the patch in place for the whole session")
     if version is not None:
-        followed = FOLLOWED.search(patched.output)
+        followed = re.search(re.escape(mark) + rf" \({re.escape(framework)} (\S+)\)", patched.output)
         if followed is None or followed.group(1) != version:
-            problems.append(f"the drop-in did not follow renderers {version} "
+            problems.append(f"the drop-in did not follow {framework} {version} "
                             f"(it followed {followed.group(1) if followed else 'nothing it reported'})")
     for outcome in ("passed", "skipped"):
         if unpatched.count(outcome) != patched.count(outcome):

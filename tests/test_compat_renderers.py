@@ -168,7 +168,7 @@ def _release(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
     monkeypatch.setattr(compat, "_followed", (version, compat._RELEASES[version]))
 
 
-@pytest.mark.parametrize("version", compat.SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("version", compat.SUPPORTED_VERSIONS[1:])
 def test_return_types_follow_the_release(renderers_client, monkeypatch, version):
     """completion_logprobs: Python floats up to 0.1.13.dev16, a float32 array from dev17;
     heads are lists of Python ints and floats in every release."""
@@ -212,6 +212,61 @@ def test_return_types_follow_the_release(renderers_client, monkeypatch, version)
         assert empty == []
 
 
+def test_the_stable_release_reads_what_it_reads(renderers_client, monkeypatch):
+    """0.1.12 (the release verifiers 0.4.0 installs) defines parse_generate_response and
+    _parse_completion_logprobs alone: packed completion_logprobs are not read, a native
+    record is named by its "token_id:N" string alone, compact_logprobs' data stays a str,
+    and the logprobs are Python floats."""
+    _release(monkeypatch, "0.1.12")
+    assert compat._replaced() == ("parse_generate_response", "_parse_completion_logprobs")
+    native = {"logprobs": {"content": [{"token": "token_id:3", "logprob": -0.1},
+                                       {"token": "token_id:4", "logprob": -0.25}]}}
+    got = compat._parse_completion_logprobs(native, [3, 4])
+    assert got == [-0.1, -0.25] and all(type(x) is float for x in got)
+    packed = {"data": base64.b64encode(np.array([-0.1, -0.25], np.float32).tobytes()).decode(),
+              "shape": [2], "dtype": "float32"}
+    # Packed logprobs beside the records are not read; alone they are no logprobs.
+    assert compat._parse_completion_logprobs({**native, "completion_logprobs": packed}, [3, 4]) == got
+    error = compat.MalformedGenerateResponseError
+    with pytest.raises(error, match=r"^Engine response choice\.logprobs must be an object\.$"):
+        compat._parse_completion_logprobs({"completion_logprobs": packed}, [3, 4])
+    # An int token_id beside a "token" string is not read: the string decides.
+    by_int = {"logprobs": {"content": [{"token": "token_id:3", "logprob": -0.1},
+                                       {"token_id": 4, "token": "x", "logprob": -0.25}]}}
+    with pytest.raises(error, match=r"content\[1\]\.token must be 'token_id:4'"):
+        compat._parse_completion_logprobs(by_int, [3, 4])
+    by_int["logprobs"]["content"][1]["token"] = "token_id:4"
+    assert compat._parse_completion_logprobs(by_int, [3, 4]) == got
+    # A mask without its sampled id is refused (0.1.12 passes it through unread).
+    with pytest.raises(error, match="Invalid recorded sampling support"):
+        compat._parse_completion_logprobs({**native, "sampling_mask": [[3, 5], [5]]}, [3, 4])
+    document = json.loads(samples.sample("compact_8k_top20"))
+    raw = json.dumps(document).encode()
+    data = compat.parse_generate_response(raw)["choices"][0]["compact_logprobs"]["data"]
+    assert type(data) is str and data == document["choices"][0]["compact_logprobs"]["data"]
+    routed = compat.parse_generate_response(samples.sample("moe_16k"))["choices"][0]["routed_experts"]["data"]
+    assert type(routed) is memoryview
+
+
+def test_the_stable_release_is_patched_where_it_defines(renderers_client, monkeypatch):
+    """patch() on 0.1.12 replaces the two functions it defines, and never asks for the others
+    (which 0.1.12 lacks: an AttributeError before)."""
+    import renderers
+
+    monkeypatch.setattr(renderers, "__version__", "0.1.12")
+    monkeypatch.setattr(compat, "_followed", None)
+    for name in compat.REPLACED[1:]:
+        if name != "_parse_completion_logprobs":
+            monkeypatch.delattr(renderers_client, name)
+    theirs = {n: getattr(renderers_client, n) for n in ("parse_generate_response", "_parse_completion_logprobs")}
+    with compat.patched():
+        assert compat.is_patched()
+        for name in theirs:
+            assert getattr(renderers_client, name) is getattr(compat, name)
+        assert compat.originals() == theirs
+    assert {n: getattr(renderers_client, n) for n in theirs} == theirs
+
+
 def test_float32_logprobs_are_handed_over_without_a_copy():
     values = np.array([-0.5, -0.25], np.float32)
     assert compat._FLOAT32_ARRAYS.logprobs(values) is values
@@ -229,7 +284,7 @@ def test_the_installed_release_is_followed(renderers_client, monkeypatch):
     monkeypatch.setattr(compat, "_installed_version", lambda: None)
     monkeypatch.setattr(compat, "_followed", None)
     assert compat.renderers_version() == compat.SUPPORTED_VERSIONS[-1]
-    assert list(compat.SUPPORTED_VERSIONS) == [f"0.1.13.dev{n}" for n in range(13, 18)]
+    assert list(compat.SUPPORTED_VERSIONS) == ["0.1.12", *(f"0.1.13.dev{n}" for n in range(13, 18))]
 
 
 def test_an_unknown_release_is_refused(renderers_client, monkeypatch):

@@ -8,7 +8,8 @@ as ``float32`` from 0.1.13.dev17 on, handed over without a copy when tokenwire r
 and ``parse_generate_response`` returns the parsed document with the base64 ``data`` of
 ``routed_experts`` and ``compact_logprobs`` as ``memoryview`` objects. They make tokenwire's
 decisions, which are renderers' decisions except where tokenwire is deliberately stricter (see
-``docs/migrating-from-renderers.md``), with the per-token loops in tokenwire's compiled kernels
+``docs/migrating-from-renderers.md``; with 0.1.12, which reads no sampling mask, a present
+mask is validated all the same), with the per-token loops in tokenwire's compiled kernels
 when the core is built.
 
 Every rejection raises :data:`MalformedGenerateResponseError`, which is both a
@@ -18,7 +19,9 @@ Every rejection raises :data:`MalformedGenerateResponseError`, which is both a
 
 :func:`patch` puts these functions into ``renderers.client`` (and every ``renderers`` module
 that re-exports them), so ``renderers.client.generate`` runs on them; :func:`unpatch` puts
-renderers' own back; :func:`patched` does both around a block. A renderers release not in
+renderers' own back; :func:`patched` does both around a block. Each release is patched where it
+defines these functions (0.1.12, the stable release, defines ``parse_generate_response`` and
+``_parse_completion_logprobs`` alone). A renderers release not in
 :data:`SUPPORTED_VERSIONS` is refused: :func:`patch` and the functions raise ``RuntimeError``.
 """
 
@@ -46,7 +49,7 @@ from ..read import _select
 from ..base._errors import MalformedResponseError, invalid_json, location
 from ..base._table import KEY
 from ..base._types import Ragged
-from ..base._wire import MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
+from ..base._wire import MAX_MASK_ID, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, LazyEvidence, Read
 from ..kernels import python as _kernels
 from ..rules import generate as _rules
@@ -97,20 +100,36 @@ def _float32_array(values: np.ndarray) -> np.ndarray:
 
 
 class _Release(NamedTuple):
-    """What one renderers release's ``renderers/client.py`` returns where releases differ
-    (their rules and messages are the same in every supported release)."""
+    """What one renderers release's ``renderers/client.py`` defines, reads and returns where
+    releases differ (the messages of the decisions they share are the same in every one)."""
 
     # completion_logprobs (of _parse_packed_completion_logprobs, _parse_compact_logprobs,
     # _parse_completion_logprobs and so of generate()), from tokenwire's array.
     logprobs: Callable[[np.ndarray], Any]
+    # The functions of client.py that patch() replaces (the release defines exactly these).
+    replaced: tuple[str, ...] = REPLACED
+    # Whether _parse_completion_logprobs reads prime-rl's packed ``completion_logprobs``, and
+    # a native record's int ``token_id`` (before 0.1.13: neither; only ``"token_id:N"``).
+    packed_and_int_ids: bool = True
+    # The fields whose base64 ``data`` parse_generate_response hands back as a memoryview.
+    views: tuple[str, ...] = (KEY.compact_logprobs, KEY.routed_experts)
 
 
 _FLOAT_LISTS = _Release(logprobs=_float_list)  # a list of Python floats
 _FLOAT32_ARRAYS = _Release(logprobs=_float32_array)  # a float32 numpy array
+# 0.1.12, the stable release: client.py parses the document (splicing out routed_experts'
+# data alone) and native logprobs.content; no packed or compact logprobs, heads or masks.
+_STABLE = _Release(
+    logprobs=_float_list,
+    replaced=("parse_generate_response", "_parse_completion_logprobs"),
+    packed_and_int_ids=False,
+    views=(KEY.routed_experts,),
+)
 
 # Every renderers release this module follows, oldest first. Releases whose client.py
 # returns the same share an entry (0.1.13.dev14 to dev16 changed other modules only).
 _RELEASES: dict[str, _Release] = {
+    "0.1.12": _STABLE,
     "0.1.13.dev13": _FLOAT_LISTS,
     "0.1.13.dev14": _FLOAT_LISTS,
     "0.1.13.dev15": _FLOAT_LISTS,
@@ -241,6 +260,30 @@ def _evidence(index: int | None = None, decoded: dict[int, np.ndarray] | None = 
     return c
 
 
+def _with_mask_rows(c: Evidence) -> Evidence:
+    """``c`` with the list form of its choice's ``sampling_mask`` read in whole-list operations
+    when every row is a list of ints in ``[0, 2**31)`` (the reader's result, without a Python
+    step per id); anything else is left to the reader, which finds the first bad row."""
+    choice = c.choice
+    mask = choice.get(KEY.sampling_mask) if isinstance(choice, dict) else None
+    if type(mask) is not list or (mask and set(map(type, mask)) != {list}):
+        return c
+    counts = np.fromiter(map(len, mask), dtype=np.int64, count=len(mask))
+    flat = list(chain.from_iterable(mask))
+    if flat and set(map(type, flat)) != {int}:  # (a bool is not an int here)
+        return c
+    try:
+        values = np.array(flat, dtype=np.int64) if flat else np.zeros(0, np.int64)
+    except OverflowError:
+        return c
+    if values.size and (int(values.min()) < 0 or int(values.max()) > MAX_MASK_ID):
+        return c
+    offsets = np.zeros(len(mask) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    setattr(c, _table.ATTR_AT[_table.CHOICE, KEY.sampling_mask], (Ragged(offsets, values.astype(np.int32)), len(mask), None))
+    return c
+
+
 def _with_native(c: Evidence, choice: dict[str, Any], ids: np.ndarray, want_top: bool) -> None:
     """Reads ``logprobs.content`` into ``c`` when it holds one record per token: in whole-list
     operations when the records are well formed, else record by record."""
@@ -261,9 +304,10 @@ def _with_native(c: Evidence, choice: dict[str, Any], ids: np.ndarray, want_top:
 _PREFIX = b"token_id:"
 
 
-def _token_ids(names: list[Any]) -> np.ndarray | None:
-    """The ids of ``"token_id:N"`` names (N ASCII digits, at most ``2**32 - 1``) in whole-
-    string operations; None when any name is not of that form."""
+def _token_ids(names: list[Any], canonical: bool = False) -> np.ndarray | None:
+    """The ids of ``"token_id:N"`` names (N ASCII digits, at most ``2**32 - 1``; with
+    ``canonical``, without a leading zero: exactly ``f"token_id:{id}"``) in whole-string
+    operations; None when any name is not of that form."""
     try:
         joined = "\n".join(names)
     except TypeError:  # not every name is a string
@@ -286,6 +330,8 @@ def _token_ids(names: list[Any]) -> np.ndarray | None:
     if b"\n\n" in digits or digits.startswith(b"\n") or digits.endswith(b"\n"):
         return None  # a name without digits
     if not digits.translate(None, b"\n").isdigit():
+        return None
+    if canonical and (digits.startswith(b"0") and digits[1:2].isdigit() or re.search(rb"\n0\d", digits)):
         return None
     # Digits beyond int64 read as its maximum, which is beyond any id too.
     values = np.fromstring(digits, dtype=np.int64, sep="\n")
@@ -321,7 +367,8 @@ def _native_well_formed(content: list[Any], ids: np.ndarray, want_top: bool) -> 
         heads: list[Any] = list(map(dict.get, content, repeat("top_logprobs"))) if want_top else []
     except TypeError:
         return None
-    if tokens != [f"token_id:{i}" for i in ids.tolist()]:
+    named = _token_ids(tokens, canonical=True)  # each exactly f"token_id:{id}"
+    if named is None or not np.array_equal(named, ids):
         return None
     sampled = _numbers(logprobs)
     if sampled is None or not bool((np.isfinite(sampled) & (sampled != VLLM_LOGPROB_SENTINEL)).all()):
@@ -467,7 +514,7 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
     must be well formed. ``data`` is found wherever it is in the object and ``\\/`` escapes
     are read, where renderers' byte splice needs ``data`` first and keeps the backslash.
     """
-    _follow()
+    release = _follow()
     payload, decoded = _loads(raw)
     top = _evidence(None, top=True)
     if not isinstance(payload, dict):
@@ -491,8 +538,12 @@ def parse_generate_response(raw: bytes) -> dict[str, Any]:
             _rules.parse_routed_experts(routed, c)
         for name in _VIEWS:
             value = choice.get(name)
-            if isinstance(value, dict) and isinstance(value.get("data"), str):
-                value["data"] = memoryview(value["data"].encode())
+            data = value.get("data") if isinstance(value, dict) else None
+            if name not in release.views:  # a str in this release (decoded on the way or not)
+                if type(data) is memoryview:
+                    value["data"] = data.tobytes().decode("ascii")
+            elif isinstance(data, str):
+                value["data"] = memoryview(data.encode())
     return payload
 
 
@@ -549,7 +600,10 @@ def _parse_completion_logprobs(
     release = _follow()
     c = _evidence()
     ids = _ids(c, completion_ids)
-    c.choice = choice = _choice(c, choice)
+    choice = _choice(c, choice)
+    if not release.packed_and_int_ids:
+        choice = _string_ids_only(choice)
+    c.choice = choice
     packed = choice.get(KEY.completion_logprobs)
     if packed is not None:
         values = _rules.parse_packed_logprobs(packed, len(ids), c)
@@ -562,8 +616,42 @@ def _parse_completion_logprobs(
     logprobs = choice.get(KEY.logprobs)
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if isinstance(content, list) and len(content) == len(ids):
-        _rules.parse_sampling_mask(choice, ids, c)
+        rows = _rules.parse_sampling_mask(choice, ids, _with_mask_rows(c))
+        _checked.mask = (choice.get(KEY.sampling_mask), rows)
     return release.logprobs(values)
+
+
+# The sampling mask (the object) _parse_completion_logprobs validated last in this thread: a
+# check of the same generate() result (tokenwire.compat.verifiers) need not read it again.
+_checked = threading.local()
+
+
+def validated_mask(mask: Any, completion_ids: Any) -> Ragged | None:
+    """The rows of ``mask`` when it is the object the last :func:`_parse_completion_logprobs`
+    of this thread validated, for completion ids of the same length; else None."""
+    last, rows = getattr(_checked, "mask", (None, None))
+    return rows if last is not None and last is mask and len(mask) == len(completion_ids) else None
+
+
+def _string_ids_only(choice: dict[str, Any]) -> dict[str, Any]:
+    """``choice`` as a release before 0.1.13 reads it: no packed ``completion_logprobs``, and
+    a native record named by its ``"token_id:N"`` string alone (an int ``token_id`` beside
+    it is not read)."""
+    if KEY.completion_logprobs in choice:
+        choice = {k: v for k, v in choice.items() if k != KEY.completion_logprobs}
+    logprobs = choice.get(KEY.logprobs)
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        return choice
+    try:
+        named = any(map(dict.__contains__, content, repeat("token_id")))
+    except TypeError:  # not every record is a dict (the rules say so)
+        named = any(isinstance(e, dict) and "token_id" in e for e in content)
+    if not named:
+        return choice
+    content = [{k: v for k, v in e.items() if k != "token_id"} if isinstance(e, dict) and "token_id" in e else e
+               for e in content]
+    return {**choice, KEY.logprobs: {**logprobs, "content": content}}
 
 
 def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -> list[list[int]] | None:
@@ -576,7 +664,7 @@ def _parse_sampling_mask(choice: Mapping[str, Any], completion_ids: list[int]) -
     c = _evidence()
     ids = _ids(c, completion_ids)
     c.choice = choice = _choice(c, choice)
-    rows = _rules.parse_sampling_mask(choice, ids, c)
+    rows = _rules.parse_sampling_mask(choice, ids, _with_mask_rows(c))
     return None if rows is None else _rows(rows)[0]
 
 
@@ -800,9 +888,14 @@ def _shape(function: Any) -> list[tuple[str, Any, bool]]:
     ]
 
 
+def _replaced() -> tuple[str, ...]:
+    """The names :func:`patch` replaces in the release followed (every name of
+    :data:`REPLACED` it defines)."""
+    return _follow().replaced
+
+
 def _check_renderers(client: Any) -> None:
-    _follow(refresh=True)  # the release just imported; refused when unknown
-    for name in REPLACED:
+    for name in _follow(refresh=True).replaced:  # the release just imported; refused when unknown
         theirs = getattr(client, name, None)
         if theirs is None:
             raise RuntimeError(f"renderers.client has no {name}; not patching")
@@ -825,15 +918,16 @@ def patch() -> None:
     with _patch_lock:
         client = importlib.import_module(_CLIENT)
         _error_type()  # with renderers' class among its bases
-        theirs = {}
-        for name in REPLACED:
-            saved = _saved.get((_CLIENT, name))
-            theirs[name] = saved if saved is not None else getattr(client, name)
         if not _saved:
             _check_renderers(client)
+        names = _replaced()
+        theirs = {}
+        for name in names:
+            saved = _saved.get((_CLIENT, name))
+            theirs[name] = saved if saved is not None else getattr(client, name)
         for module in _renderers_modules():
             namespace = vars(module)
-            for name in REPLACED:
+            for name in names:
                 if name in namespace and namespace[name] is theirs[name]:
                     _saved[(module.__name__, name)] = theirs[name]
                     setattr(module, name, _OURS[name])
@@ -851,16 +945,22 @@ def unpatch() -> None:
 
 
 def is_patched() -> bool:
-    """Whether ``renderers.client`` currently holds every replacement."""
+    """Whether ``renderers.client`` currently holds every replacement of the release followed."""
     client = sys.modules.get(_CLIENT)
-    return client is not None and all(getattr(client, n, None) is _OURS[n] for n in REPLACED)
+    if client is None:
+        return False
+    try:
+        names = _replaced()
+    except RuntimeError:  # a release this module does not follow: never patched
+        return False
+    return all(getattr(client, n, None) is _OURS[n] for n in names)
 
 
 def originals() -> dict[str, Any]:
     """renderers' own functions (from before the patch when it is active)."""
     with _patch_lock:
         client = importlib.import_module(_CLIENT)
-        return {n: _saved.get((_CLIENT, n), getattr(client, n)) for n in REPLACED}
+        return {n: _saved.get((_CLIENT, n), getattr(client, n)) for n in _replaced()}
 
 
 @contextlib.contextmanager
