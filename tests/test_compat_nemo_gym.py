@@ -10,13 +10,13 @@ import math
 import struct
 
 import numpy as np
-import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenwire import MalformedResponseError
 from tokenwire.read import _select
+orjson = pytest.importorskip("orjson", reason="NeMo-Gym's reader is orjson's (a dependency of NeMo-Gym)")
 from tokenwire.compat import nemo_gym as compat
 
 SENTINEL = -9999.0
