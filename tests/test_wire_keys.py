@@ -31,7 +31,7 @@ KEYS = sorted({key for f in _table.FIELDS for key in f.path} - _WORDS)
 
 # Files that spell keys by design: the table, what is generated from it, and the rules (each
 # rule reads its field and reports where it failed by its path).
-SPELLED = ("_table.py", "_fields.pxi", "rules/")
+SPELLED = ("base/_table.py", "_fields.pxi", "rules/")
 
 # (file, key) -> why that file spells that key.
 ALLOWED: dict[tuple[str, str], str] = {
@@ -43,11 +43,27 @@ ALLOWED: dict[tuple[str, str], str] = {
        for key in ("completion_logprobs", "sampling_mask", "routed_experts", "prompt_token_ids",
                    "prompt_token_id_logprobs")},
     **{(name, key): "a Batch attribute (the padded array of a result attribute)"
-       for name in ("_batch.py", "_types.py")
+       for name in ("batch/_batch.py", "base/_types.py")
        for key in ("completion_logprobs", "sampling_mask", "routed_experts", "prompt_token_ids")},
-    ("_formats.py", "top_logprobs"): "a fragment of the rules' messages",
-    ("_types.py", "sampling_mask_logprobs"): "a payload segment's field name (prime-rl's own names for its fields)",
-    ("_writer.py", "token_ids"): "encode_top_k's argument, named in its messages",
+    ("auditing/_formats.py", "top_logprobs"): "a fragment of the rules' messages",
+    ("base/_types.py", "sampling_mask_logprobs"): "a payload segment's field name (prime-rl's own names for its fields)",
+    ("write/_writer.py", "token_ids"): "encode_top_k's argument and the OpenAI writers' choice member, named in their messages",
+    ("write/_writer.py", "prompt_token_ids"): "the OpenAI writers' argument, named in its messages",
+    ("write/_writer.py", "top_logprobs"): "the OpenAI writers' choice member, read from the caller's dict",
+    **{("batch/_rollout.py", key): "a Trajectory argument or the result attribute a refusal names"
+       for key in ("prompt_token_ids", "routed_experts", "token_ids")},
+    **{("read/_validate.py", key): "validate's keywords and the vLLM adapter's attributes, named in refusals and "
+       "mapped from the rules' field names to the caller's"
+       for key in ("compact_logprobs", "completion_logprobs", "kept_tokens", "prompt_token_ids", "routed_experts",
+                   "sampling_mask", "token_ids")},
+    **{("compat/eval_protocol.py", key): "eval-protocol's own result keys (its dict, not the wire)"
+       for key in ("completion_logprobs", "prompt_token_ids", "raw_output")},
+    **{("compat/nemo_gym.py", key): "NeMo-Gym's message members (its token bundle), not the wire table's rows"
+       for key in ("prompt_token_ids", "routed_experts", "token_ids")},
+    **{("compat/trl.py", key): "TRL's request and result keys, as TRL's client indexes them"
+       for key in ("prompt_token_ids", "token_ids", "top_logprobs")},
+    **{("compat/verifiers.py", key): "renderers' result keys as verifiers reads them, and the fields refusals name"
+       for key in ("completion_logprobs", "routed_experts", "sampling_mask")},
     ("compat/renderers.py", "top_logprobs"): "a member of a logprobs.content record",
     ("kernels/python.py", "top_logprobs"): "a member of a logprobs.content record",
     ("samples.py", "top_logprobs"): "a member of a logprobs.content record",

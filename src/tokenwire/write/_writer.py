@@ -392,13 +392,13 @@ def _openai_choice(index: int, given: Any, chat: bool) -> tuple[dict[str, Any], 
     out: dict[str, Any] = {"index": index}
     if chat:
         content = [{"token": t, "logprob": v, "bytes": None,
-                    "top_logprobs": [] if tops is None else [{"token": a, "logprob": b, "bytes": None} for a, b in tops[n]]}
+                    KEY.top_logprobs: [] if tops is None else [{"token": a, "logprob": b, "bytes": None} for a, b in tops[n]]}
                    for n, (t, v) in enumerate(zip(tokens, values))]
         out.update(message={"role": "assistant", "content": text}, logprobs={"content": content})
     else:
-        out.update(text=text, logprobs={"text_offset": list(range(len(ids))), "token_logprobs": values, "tokens": tokens,
-                                        "top_logprobs": None if tops is None else [dict(row) for row in tops]})
-    out.update(finish_reason=given.get("finish_reason", "stop"), stop_reason=None, token_ids=ids)
+        out.update(text=text, logprobs={KEY.text_offset: list(range(len(ids))), KEY.token_logprobs: values, "tokens": tokens,
+                                        KEY.top_logprobs: None if tops is None else [dict(row) for row in tops]})
+    out.update({"finish_reason": given.get("finish_reason", "stop"), "stop_reason": None, KEY.token_ids: ids})
     return out, len(ids)
 
 
@@ -413,7 +413,7 @@ def _dumps_openai(choices: Any, chat: bool, model: str, request_id: str, created
             "model": model, "choices": [c for c, _ in written],
             "usage": {"prompt_tokens": len(prompt or ()), "completion_tokens": completion,
                       "total_tokens": len(prompt or ()) + completion},
-            "prompt_token_ids": prompt}
+            KEY.prompt_token_ids: prompt}
     raw = _dumps(body)
     if not check:
         return raw
