@@ -258,3 +258,30 @@ def rollout_batch(
     out: Batch | None = ..., threads: int | None = ...,
 ) -> Batch: ...
 
+
+class StreamReader:
+    """Reads one streamed response (Server-Sent Events) as its bytes arrive.
+
+    ``format`` is ``"generate"`` (vLLM ``/inference/v1/generate`` with ``stream=true``),
+    ``"completions"`` or ``"chat"`` (vLLM ``/v1/completions``, ``/v1/chat/completions`` with
+    ``return_token_ids``); the options are the format's parser's. ``feed`` each piece (split
+    anywhere), then ``result()``: the chunks reassembled into the whole-body form and parsed
+    by that parser. Errors name the event, the choice and the field.
+    """
+
+    def __init__(self, format: str = ..., **options: Any) -> None: ...
+    def feed(self, data: bytes | bytearray | memoryview | str) -> None: ...
+    def document(self) -> dict[str, Any]: ...
+    def result(self) -> GenerateResponse: ...
+
+def parse_generate_stream(raw: bytes | bytearray | memoryview | str | Any, **options: Any) -> GenerateResponse:
+    """A whole vLLM ``/inference/v1/generate`` SSE body (``stream=true``); the options and result of
+    ``parse_generate_response``."""
+
+def parse_completions_stream(raw: bytes | bytearray | memoryview | str | Any, **options: Any) -> GenerateResponse:
+    """A whole vLLM ``/v1/completions`` SSE body with ``return_token_ids``; the options and result of
+    ``parse_completions_response``."""
+
+def parse_chat_completions_stream(raw: bytes | bytearray | memoryview | str | Any, **options: Any) -> GenerateResponse:
+    """A whole vLLM ``/v1/chat/completions`` SSE body with ``return_token_ids``; the options and
+    result of ``parse_chat_completions_response``."""
