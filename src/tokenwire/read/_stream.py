@@ -52,6 +52,7 @@ class _Form:
         self.parser = parser
         self.texts = texts  # paths of strings concatenated (chat's delta.content, completions' text)
         self.records = records  # paths (under the choice) of per-token lists: as many as the chunk's ids
+        self.content = records == (("logprobs", "content"),)
         self.last = last  # fields only the choice's last chunk may carry
         self.prompt = prompt  # "root" or "choice": where prompt_token_ids comes, on the first chunk
         self.whole = whole  # root fields of the non-streamed form
@@ -170,15 +171,13 @@ class StreamReader:
 
     def _split(self) -> None:
         pending = self._pending
-        start = 0
-        find = pending.find
-        end = find(b"\n\n", max(self._scanned - 1, 0))
-        while end != -1:
-            self._event_bytes(pending[start:end])
-            start = end + 2
-            end = find(b"\n\n", start)
-        if start:
-            del pending[:start]
+        if b"\n\n" not in pending[max(self._scanned - 1, 0):]:
+            self._scanned = len(pending)
+            return
+        *events, rest = pending.split(b"\n\n")
+        for block in events:
+            self._event_bytes(block)
+        pending[:] = rest
         self._scanned = len(pending)
 
     def _event_bytes(self, block: bytes | bytearray) -> None:
@@ -268,18 +267,21 @@ class StreamReader:
         elif not isinstance(ids, list):
             raise _refuse(event, f"must be an array, not {type(ids).__name__}", choice=index, field=KEY.token_ids)
         n = len(ids)
-        records = [_at(choice, path) for path in form.records]
-        present = [r is not None for r in records]
-        if any(present):
+        if form.content:  # one list of records, logprobs.content
+            logprobs = choice.get("logprobs")
+            records = [logprobs.get("content") if type(logprobs) is dict else None]
+        else:
+            records = [_at(choice, path) for path in form.records]
+        has = records[0] is not None or any(r is not None for r in records)
+        if has:
             for path, value in zip(form.records, records):
-                field = ".".join(path)
-                if not isinstance(value, list):
-                    raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index, field=field)
+                if type(value) is not list:
+                    raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index,
+                                  field=".".join(path))
                 if len(value) != n:
                     raise _refuse(event, f"{len(value)} record{'s' * (len(value) != 1)} for the chunk's {n} token "
-                                  f"id{'s' * (n != 1)}", choice=index, field=field)
+                                  f"id{'s' * (n != 1)}", choice=index, field=".".join(path))
         if n:
-            has = any(present)
             if state.has_records is None:
                 state.has_records = has
             elif state.has_records != has:
@@ -298,8 +300,9 @@ class StreamReader:
                 if not isinstance(text, str):
                     raise _refuse(event, "must be a string", choice=index, field=".".join(path))
                 state.texts[i] += text
-        for key, value in choice.items():
-            if key in _REPEATABLE or value is None:
+        for key in choice.keys() - _REPEATABLE:
+            value = choice[key]
+            if value is None:
                 continue
             seen = state.once.get(key)
             if seen is not None and seen[1] != value:
