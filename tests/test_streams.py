@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -160,6 +161,43 @@ class Case:
                 chunks.append(chunk([choice]))
         chunks.append(chunk([], usage=self.usage()))
         return chunks
+
+    # --- SGLang /generate ----------------------------------------------------------------------------
+
+    def _meta(self, c: int, a: int, b: int, total: int, last: bool) -> dict[str, Any]:
+        ids, lps, heads = self.choices[c]
+        meta: dict[str, Any] = {"id": "req-1", "finish_reason": {"type": "length", "length": total} if last else None,
+                                "prompt_tokens": len(self.prompt), "weight_version": "default",
+                                "num_retractions": 0,
+                                "output_token_logprobs": [[lps[t], ids[t], None] for t in range(a, b)],
+                                "output_top_logprobs": [[[lp, i, None] for i, lp in heads[t]] for t in range(a, b)],
+                                "reasoning_tokens": 0, "completion_tokens": total, "cached_tokens": 0}
+        return meta
+
+    def sglang_whole(self) -> bytes:
+        ids = self.choices[0][0]
+        return orjson.dumps({"text": "".join(f"<{i}>" for i in ids), "output_ids": ids,
+                             "meta_info": self._meta(0, 0, len(ids), len(ids), True)})
+
+    def sglang_chunks(self, per: int = 1, *, incremental: bool = False) -> list[Any]:
+        """The tokenizer manager's stream of one request: by default each chunk carries every
+        id, text and logprob so far; with --incremental-streaming-output the ids, the text and
+        the three logprob lists are the chunk's own (the rest of meta_info is the running one)."""
+        ids = self.choices[0][0]
+        chunks: list[Any] = []
+        for a in range(0, len(ids), per):
+            b = min(a + per, len(ids))
+            first = a if incremental else 0
+            meta = self._meta(0, first, b, b, b == len(ids))
+            chunks.append({"text": "".join(f"<{i}>" for i in ids[first:b]), "output_ids": ids[first:b],
+                           "meta_info": meta})
+        return chunks
+
+
+def sglang_sse(chunks: list[Any]) -> bytes:
+    """SGLang's HTTP server: b"data: " + orjson.dumps(out) + b"\n\n", then data: [DONE]."""
+    return b"".join(b"data: " + orjson.dumps(c, option=orjson.OPT_NON_STR_KEYS) + b"\n\n" for c in chunks) + \
+        b"data: [DONE]\n\n"
 
 
 def assert_same(got: Any, want: Any) -> None:
@@ -383,9 +421,12 @@ def test_reader_arguments():
 
 @st.composite
 def split_streams(draw):
-    form = draw(st.sampled_from(sorted(FORMS)))
+    form = draw(st.sampled_from(sorted(FORMS) + ["sglang"]))
     case = Case(choices=draw(st.integers(1, 3)), n=draw(st.integers(1, 20)), k=2, seed=draw(st.integers(0, 50)))
-    body = sse(FORMS[form][2](case, draw(st.integers(1, 6))))
+    if form == "sglang":
+        body = sglang_sse(case.sglang_chunks(draw(st.integers(1, 6)), incremental=draw(st.booleans())))
+    else:
+        body = sse(FORMS[form][2](case, draw(st.integers(1, 6))))
     if draw(st.booleans()):
         body = body.replace(b"\n", b"\r\n")
     cuts = draw(st.lists(st.integers(0, len(body)), max_size=40))
@@ -396,5 +437,60 @@ def split_streams(draw):
 @given(split_streams())
 def test_random_splits_give_the_whole_body_result(stream):
     form, body, cuts = stream
-    want = FORMS[form][0](body, top_k=2)
+    parse = tokenwire.parse_sglang_generate_stream if form == "sglang" else FORMS[form][0]
+    want = parse(body, top_k=2)
     assert_same(incremental(form, body, cuts, top_k=2), want)
+
+
+# --- SGLang /generate: cumulative by default, incremental with --incremental-streaming-output -------
+
+
+@pytest.mark.parametrize("deltas", [False, True], ids=["cumulative", "incremental"])
+@pytest.mark.parametrize("per", [1, 4, 50])
+def test_sglang_stream_is_the_whole_response(use, deltas, per):
+    case = Case(n=23, k=3, seed=per)
+    body = sglang_sse(case.sglang_chunks(per, incremental=deltas))
+    want = use.parse_sglang_generate_response(case.sglang_whole(), top_k=3)
+    assert_same(tokenwire.parse_sglang_generate_stream(body, top_k=3), want)
+    assert_same(incremental("sglang", body, list(range(0, len(body), 11)), top_k=3), want)
+
+
+def sglang_refused(chunks: list[Any]) -> MalformedResponseError:
+    body = sglang_sse(chunks)
+    with pytest.raises(MalformedResponseError) as whole:
+        tokenwire.parse_sglang_generate_stream(body)
+    with pytest.raises(MalformedResponseError) as pieced:
+        incremental("sglang", body, list(range(0, len(body), 5)))
+    assert str(whole.value) == str(pieced.value)
+    return whole.value
+
+
+def test_sglang_cumulative_chunks_must_extend(use):
+    case = Case(n=12, seed=3)
+    chunks = case.sglang_chunks(4)
+    chunks[2]["output_ids"][1] += 1  # the third chunk rewrites an id the second sent
+    err = sglang_refused(chunks)
+    assert err.field == "output_ids" and "event 2" in str(err) and "do not extend" in str(err)
+    chunks = case.sglang_chunks(4)
+    chunks[2]["meta_info"]["output_token_logprobs"][0][0] -= 0.5
+    err = sglang_refused(chunks)
+    assert err.field == "meta_info.output_token_logprobs" and "event 2" in str(err)
+
+
+def test_sglang_incremental_lists_against_the_delta(use):
+    case = Case(n=12, seed=3)
+    chunks = case.sglang_chunks(4, incremental=True)
+    chunks[1]["meta_info"]["output_top_logprobs"].pop()
+    err = sglang_refused(chunks)
+    assert err.field == "meta_info.output_top_logprobs" and "event 1" in str(err)
+    chunks = case.sglang_chunks(4, incremental=True)
+    chunks[2]["meta_info"]["completion_tokens"] += 1
+    err = sglang_refused(chunks)
+    assert err.field == "meta_info.completion_tokens" and "event 2" in str(err)
+
+
+def test_sglang_neither_form(use):
+    chunks = Case(n=12, seed=3).sglang_chunks(4, incremental=True)
+    chunks[1]["meta_info"]["completion_tokens"] = 5  # 4 new ids after 4: neither 4 nor 8
+    err = sglang_refused(chunks)
+    assert err.field == "meta_info.completion_tokens" and "event 1" in str(err)

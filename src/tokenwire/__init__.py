@@ -27,6 +27,7 @@ from .read._stream import (
     parse_chat_completions_stream,
     parse_completions_stream,
     parse_generate_stream,
+    parse_sglang_generate_stream,
 )
 from .read._validate import validate, validate_sglang_meta_info, validate_vllm_output
 from .write._writer import (
@@ -87,6 +88,7 @@ __all__ = [
     "parse_generate_stream",
     "parse_many",
     "parse_sglang_generate_response",
+    "parse_sglang_generate_stream",
     "rollout_batch",
     "select_heads",
     "sglang_generate_request_params",

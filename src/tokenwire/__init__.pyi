@@ -285,3 +285,8 @@ def parse_completions_stream(raw: bytes | bytearray | memoryview | str | Any, **
 def parse_chat_completions_stream(raw: bytes | bytearray | memoryview | str | Any, **options: Any) -> GenerateResponse:
     """A whole vLLM ``/v1/chat/completions`` SSE body with ``return_token_ids``; the options and
     result of ``parse_chat_completions_response``."""
+
+def parse_sglang_generate_stream(raw: bytes | bytearray | memoryview | str | Any, **options: Any) -> GenerateResponse:
+    """A whole SGLang ``/generate`` SSE body (``"stream": true``), cumulative chunks (the default) or
+    incremental ones (``--incremental-streaming-output``); the options and result of
+    ``parse_sglang_generate_response``."""

@@ -40,7 +40,7 @@ from ..base._table import KEY
 from . import _select
 
 __all__ = ["StreamReader", "STREAM_FORMATS", "parse_chat_completions_stream", "parse_completions_stream",
-           "parse_generate_stream"]
+           "parse_generate_stream", "parse_sglang_generate_stream"]
 
 
 class _Form:
@@ -70,14 +70,19 @@ FORMS: dict[str, _Form] = {
                          last=_LAST, prompt="choice", whole={"object": "text_completion"}),
     "chat": _Form("chat", "parse_chat_completions_response", texts=(("delta", "content"),),
                   records=(("logprobs", "content"),), last=_LAST, prompt="root", whole={"object": "chat.completion"}),
+    "sglang": _Form("sglang", "parse_sglang_generate_response", texts=(), records=(), last=(), prompt="root",
+                    whole={}),
 }
 
-STREAM_FORMATS = {"generate_stream": "generate", "completions_stream": "completions", "chat_stream": "chat"}
+STREAM_FORMATS = {"generate_stream": "generate", "completions_stream": "completions", "chat_stream": "chat",
+                  "sglang_stream": "sglang"}
 """The stream formats: their name and the whole-body format they reassemble into."""
 
 _REPEATABLE = frozenset(("index", "finish_reason", "stop_reason", "delta", "logprobs", "text", KEY.token_ids,
                          KEY.prompt_token_ids))
 _DONE = b"[DONE]"
+# SGLang's incremental streaming slices these meta_info lists only (INCREMENTAL_STREAMING_META_INFO_KEYS).
+_SLICED = ("output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs")
 
 
 def _refuse(event: int, reason: str, choice: int | None = None, field: str | None = None) -> MalformedResponseError:
@@ -86,7 +91,7 @@ def _refuse(event: int, reason: str, choice: int | None = None, field: str | Non
 
 class _Choice:
     __slots__ = ("index", "ids", "starts", "events", "texts", "records", "has_records", "once", "first_event",
-                 "last_event", "finish_reason", "stop_reason", "role", "prompt")
+                 "last_event", "finish_reason", "stop_reason", "role", "prompt", "mode", "lists", "meta")
 
     def __init__(self, index: int, form: _Form, event: int):
         self.index = index
@@ -103,6 +108,9 @@ class _Choice:
         self.stop_reason = None
         self.role = None
         self.prompt = None
+        self.mode: str | None = None  # SGLang: "cumulative" or "incremental", once a chunk tells
+        self.lists: dict[str, list[Any]] = {}  # SGLang: the sliced meta_info lists so far
+        self.meta: dict[str, Any] = {}  # SGLang: the last chunk's meta_info
 
 
 def _at(value: Any, path: tuple[str, ...]) -> Any:
@@ -120,7 +128,8 @@ class StreamReader:
     split anywhere), then ``result()`` for the response (a :class:`GenerateResponse`, as the
     format's parser returns it). ``format`` is ``"generate"`` (vLLM ``/inference/v1/generate``
     with ``stream=true``), ``"completions"`` or ``"chat"`` (vLLM's ``/v1/completions`` and
-    ``/v1/chat/completions`` with ``return_token_ids``); the options are the format's parser's.
+    ``/v1/chat/completions`` with ``return_token_ids``) or ``"sglang"`` (SGLang ``/generate``);
+    the options are the format's parser's.
     """
 
     def __init__(self, format: str = "generate", **options: Any):
@@ -219,6 +228,9 @@ class StreamReader:
         if "error" in chunk and "choices" not in chunk:
             raise _refuse(event, f"the server sent an error: {chunk['error']!r}", field="error")
         form = self._form
+        if form.name == "sglang":
+            self._sglang_chunk(event, chunk)
+            return
         for key, value in chunk.items():
             if key == "choices":
                 continue
@@ -324,9 +336,114 @@ class StreamReader:
         if choice.get("stop_reason") is not None:
             state.stop_reason = choice["stop_reason"]
 
+
+    def _sglang_chunk(self, event: int, chunk: dict[str, Any]) -> None:
+        """One SGLang ``/generate`` chunk: cumulative (each carries everything so far, and must
+        extend the previous one) or, with ``--incremental-streaming-output``, a delta whose
+        ``output_ids``, text and three logprob lists are sliced (every other ``meta_info``
+        value is the running one). The running ``meta_info.completion_tokens`` tells them apart."""
+        index = chunk.get("index", 0)
+        known = self._choices
+        if type(index) is not int:
+            raise _refuse(event, f"index must be an integer, not {index!r}", field="index")
+        if index == len(known):
+            known.append(_Choice(index, self._form, event))
+        elif not 0 <= index < len(known):
+            raise _refuse(event, f"item index {index} jumps: the stream has had {len(known)} item"
+                          f"{'s' * (len(known) != 1)} so far", choice=index, field="index")
+        state = known[index]
+        state.last_event = event
+        ids = chunk.get(KEY.output_ids)
+        meta = chunk.get(KEY.meta_info)
+        if not isinstance(ids, list):
+            raise _refuse(event, f"must be an array, not {type(ids).__name__}", choice=index, field=KEY.output_ids)
+        if not isinstance(meta, dict):
+            raise _refuse(event, f"must be an object, not {type(meta).__name__}", choice=index, field=KEY.meta_info)
+        total = meta.get("completion_tokens")
+        if type(total) is not int:
+            raise _refuse(event, f"must be an integer, not {total!r}", choice=index, field="meta_info.completion_tokens")
+        n, held = len(ids), len(state.ids)
+        mode = state.mode
+        if mode is None and held:
+            if n == total and ids[:held] == state.ids:
+                mode = "cumulative"
+            elif n == total - held:
+                mode = "incremental"
+            elif n == total:
+                raise _refuse(event, f"the chunk's {n} ids do not extend the previous chunk's {held}",
+                              choice=index, field=KEY.output_ids)
+            else:
+                raise _refuse(event, f"{n} ids agree with neither form: completion_tokens is {total} and "
+                              f"{held} came before", choice=index, field="meta_info.completion_tokens")
+            state.mode = mode
+        if mode == "incremental":
+            if n != total - held:
+                raise _refuse(event, f"{n} new ids, but completion_tokens goes from {held} to {total}",
+                              choice=index, field="meta_info.completion_tokens")
+            for key in _SLICED:
+                value = meta.get(key)
+                if value is None:
+                    continue
+                if type(value) is not list or len(value) != n:
+                    raise _refuse(event, f"{len(value) if type(value) is list else type(value).__name__} "
+                                  f"entries for the chunk's {n} new ids", choice=index, field=f"meta_info.{key}")
+                state.lists.setdefault(key, []).extend(value)
+            if n:
+                state.starts.append(held)
+                state.events.append(event)
+                state.ids += ids
+            text = chunk.get("text")
+            if isinstance(text, str):
+                state.texts = [(state.texts[0] if state.texts else "") + text]
+        else:  # cumulative, or the first chunk with ids (the two forms agree there)
+            if n != total:
+                raise _refuse(event, f"{n} ids, but completion_tokens is {total}", choice=index,
+                              field="meta_info.completion_tokens")
+            if n < held or ids[:held] != state.ids:
+                raise _refuse(event, f"the chunk's {n} ids do not extend the previous chunk's {held}",
+                              choice=index, field=KEY.output_ids)
+            for key in _SLICED:
+                value = meta.get(key)
+                old = state.lists.get(key)
+                if value is None:
+                    if old:
+                        raise _refuse(event, "missing, where the previous chunk had it", choice=index,
+                                      field=f"meta_info.{key}")
+                    continue
+                if type(value) is not list or old is not None and value[:len(old)] != old:
+                    raise _refuse(event, "does not extend the previous chunk's", choice=index,
+                                  field=f"meta_info.{key}")
+                state.lists[key] = value
+            if n > held:
+                state.starts.append(held)
+                state.events.append(event)
+                state.ids = ids
+            text = chunk.get("text")
+            if isinstance(text, str):
+                state.texts = [text]
+        state.meta = meta
+        for key, value in chunk.items():
+            if key not in ("index", "text", KEY.output_ids, KEY.meta_info):
+                state.once[key] = (event, value)
+
+    def _sglang_document(self) -> Any:
+        items = []
+        for state in self._choices:
+            meta = dict(state.meta)
+            meta.update(state.lists)
+            item: dict[str, Any] = {}
+            if state.texts:
+                item["text"] = state.texts[0]
+            item[KEY.output_ids] = state.ids
+            item[KEY.meta_info] = meta
+            for key, (_, value) in state.once.items():
+                item[key] = value
+            items.append(item)
+        return items[0] if len(items) == 1 else items
+
     # --- the result ------------------------------------------------------------------------------
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> Any:
         """The non-streamed response the stream stands for (after the whole body was fed)."""
         if self._failed is not None:
             raise self._failed
@@ -339,6 +456,8 @@ class StreamReader:
         if not self._done:
             raise _refuse(self._event, "the stream ends without data: [DONE] (truncated)")
         form = self._form
+        if form.name == "sglang":
+            return self._sglang_document()
         document: dict[str, Any] = dict(form.whole)
         for key, value in self._root.items():
             if key not in ("object", "choices", "usage"):
@@ -419,6 +538,13 @@ def parse_completions_stream(raw: Any, **options: Any) -> Any:
     """Parse and validate a vLLM ``/v1/completions`` stream with ``return_token_ids``: the whole
     SSE body. Takes ``parse_completions_response``'s options and returns what it returns."""
     return _parse("completions", raw, options)
+
+
+def parse_sglang_generate_stream(raw: Any, **options: Any) -> Any:
+    """Parse and validate an SGLang ``/generate`` stream (``"stream": true``), cumulative or
+    incremental (``--incremental-streaming-output``): the whole SSE body. Takes
+    ``parse_sglang_generate_response``'s options and returns what it returns."""
+    return _parse("sglang", raw, options)
 
 
 def parse_chat_completions_stream(raw: Any, **options: Any) -> Any:
