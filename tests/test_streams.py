@@ -494,3 +494,18 @@ def test_sglang_neither_form(use):
     chunks[1]["meta_info"]["completion_tokens"] = 5  # 4 new ids after 4: neither 4 nor 8
     err = sglang_refused(chunks)
     assert err.field == "meta_info.completion_tokens" and "event 1" in str(err)
+
+
+def test_parse_many_takes_streams(use):
+    cases = [Case(n=8 + i, k=2, seed=i) for i in range(3)]
+    bodies = [sse(c.generate_chunks(3)) for c in cases]
+    bodies.append(sse(cases[0].generate_chunks(3), done=False))
+    got = tokenwire.parse_many(bodies, format="generate_stream", errors="collect", threads=2, top_k=2)
+    for body, result in zip(bodies[:3], got):
+        assert_same(result, tokenwire.parse_generate_stream(body, top_k=2))
+    assert isinstance(got[3], MalformedResponseError) and got[3].body_index == 3
+    chunks = [sglang_sse(c.sglang_chunks(4, incremental=True)) for c in cases]
+    for body, result in zip(chunks, tokenwire.parse_many(chunks, format="sglang_stream", threads=1)):
+        assert_same(result, tokenwire.parse_sglang_generate_stream(body))
+    with pytest.raises(TypeError, match="unknown option"):
+        tokenwire.parse_many(bodies, format="chat_stream", teacher_logits=True)

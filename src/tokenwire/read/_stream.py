@@ -39,7 +39,7 @@ from ..base._errors import MalformedResponseError
 from ..base._table import KEY
 from . import _select
 
-__all__ = ["StreamReader", "STREAM_FORMATS", "parse_chat_completions_stream", "parse_completions_stream",
+__all__ = ["StreamReader", "STREAM_FORMATS", "parse_chat_completions_stream", "parse_completions_stream", "parse_stream",
            "parse_generate_stream", "parse_sglang_generate_stream"]
 
 
@@ -74,6 +74,7 @@ FORMS: dict[str, _Form] = {
                     whole={}),
 }
 
+# parse_many's format names for streams, and the whole-body format each reassembles into.
 STREAM_FORMATS = {"generate_stream": "generate", "completions_stream": "completions", "chat_stream": "chat",
                   "sglang_stream": "sglang"}
 """The stream formats: their name and the whole-body format they reassemble into."""
@@ -82,7 +83,7 @@ _REPEATABLE = frozenset(("index", "finish_reason", "stop_reason", "delta", "logp
                          KEY.prompt_token_ids))
 _DONE = b"[DONE]"
 # SGLang's incremental streaming slices these meta_info lists only (INCREMENTAL_STREAMING_META_INFO_KEYS).
-_SLICED = ("output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs")
+_SLICED = (KEY.output_token_logprobs, KEY.output_top_logprobs, "output_token_ids_logprobs")
 
 
 def _refuse(event: int, reason: str, choice: int | None = None, field: str | None = None) -> MalformedResponseError:
@@ -520,7 +521,8 @@ class StreamReader:
         return placed
 
 
-def _parse(format: str, raw: Any, options: dict[str, Any]) -> Any:
+def parse_stream(format: str, raw: Any, **options: Any) -> Any:
+    """A whole SSE body of ``format`` (a key of :data:`FORMS`), with its parser's options."""
     reader = StreamReader(format, **options)
     if isinstance(raw, str):
         raw = raw.encode()
@@ -531,24 +533,24 @@ def _parse(format: str, raw: Any, options: dict[str, Any]) -> Any:
 def parse_generate_stream(raw: Any, **options: Any) -> Any:
     """Parse and validate a vLLM ``/inference/v1/generate`` stream (``stream=true``): the whole
     SSE body. Takes ``parse_generate_response``'s options and returns what it returns."""
-    return _parse("generate", raw, options)
+    return parse_stream("generate", raw, **options)
 
 
 def parse_completions_stream(raw: Any, **options: Any) -> Any:
     """Parse and validate a vLLM ``/v1/completions`` stream with ``return_token_ids``: the whole
     SSE body. Takes ``parse_completions_response``'s options and returns what it returns."""
-    return _parse("completions", raw, options)
+    return parse_stream("completions", raw, **options)
 
 
 def parse_sglang_generate_stream(raw: Any, **options: Any) -> Any:
     """Parse and validate an SGLang ``/generate`` stream (``"stream": true``), cumulative or
     incremental (``--incremental-streaming-output``): the whole SSE body. Takes
     ``parse_sglang_generate_response``'s options and returns what it returns."""
-    return _parse("sglang", raw, options)
+    return parse_stream("sglang", raw, **options)
 
 
 def parse_chat_completions_stream(raw: Any, **options: Any) -> Any:
     """Parse and validate a vLLM ``/v1/chat/completions`` stream with ``return_token_ids``: the
     whole SSE body. Takes ``parse_chat_completions_response``'s options and returns what it
     returns."""
-    return _parse("chat", raw, options)
+    return parse_stream("chat", raw, **options)
