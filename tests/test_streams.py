@@ -509,3 +509,59 @@ def test_parse_many_takes_streams(use):
         assert_same(result, tokenwire.parse_sglang_generate_stream(body))
     with pytest.raises(TypeError, match="unknown option"):
         tokenwire.parse_many(bodies, format="chat_stream", teacher_logits=True)
+
+
+# --- linear time against adversarial streams (n against 4n, as tests/test_complexity.py) ------------
+
+
+def _fed(body: bytes, piece: int) -> None:
+    reader = StreamReader("generate")
+    try:
+        for i in range(0, len(body), piece):
+            reader.feed(body[i:i + piece])
+        reader.result()
+    except MalformedResponseError:
+        pass
+
+
+def _one_long_event(n: int) -> bytes:  # one event's bytes arriving a few at a time
+    return sse([{"choices": [{"index": 0, "token_ids": [1] * n, "logprobs": None}]}])
+
+
+def _keep_alives(n: int) -> bytes:
+    return b": keep-alive\n\n" * n + sse([{"choices": [{"index": 0, "token_ids": [1], "logprobs": None}]}])
+
+
+def _data_lines(n: int) -> bytes:  # one event spelled over many data: lines
+    return b"data: {\"choices\": [{\"index\": 0, \"token_ids\": [1" + b"\ndata: ,1" * n + b"]}]}\n\ndata: [DONE]\n\n"
+
+
+def _many_choices(n: int) -> bytes:
+    return sse([{"choices": [{"index": i, "token_ids": [1], "logprobs": None}]} for i in range(n)])
+
+
+STREAM_INPUTS = {"one_long_event": (_one_long_event, 20000, 16), "keep_alives": (_keep_alives, 20000, 7),
+                 "data_lines": (_data_lines, 20000, 5), "many_choices": (_many_choices, 3000, 64)}
+
+
+@pytest.mark.parametrize("name", STREAM_INPUTS)
+def test_stream_reading_is_linear(name):
+    import gc
+    import time
+    make, n, piece = STREAM_INPUTS[name]
+
+    def seconds(body: bytes) -> float:
+        best = float("inf")
+        gc.disable()
+        try:
+            for _ in range(3):
+                start = time.perf_counter()
+                _fed(body, piece)
+                best = min(best, time.perf_counter() - start)
+        finally:
+            gc.enable()
+        return best
+
+    small, large = make(n), make(4 * n)
+    ratio = seconds(large) / seconds(small)
+    assert ratio < 8, f"{name}: 4x the input took {ratio:.1f}x as long"
