@@ -81,6 +81,7 @@ STREAM_FORMATS = {"generate_stream": "generate", "completions_stream": "completi
 
 _REPEATABLE = frozenset(("index", "finish_reason", "stop_reason", "delta", "logprobs", "text", KEY.token_ids,
                          KEY.prompt_token_ids))
+_ROOT_OWN = frozenset(("choices", "usage", KEY.prompt_token_ids))
 _DONE = b"[DONE]"
 # SGLang's incremental streaming slices these meta_info lists only (INCREMENTAL_STREAMING_META_INFO_KEYS).
 _SLICED = (KEY.output_token_logprobs, KEY.output_top_logprobs, "output_token_ids_logprobs")
@@ -232,23 +233,19 @@ class StreamReader:
         if form.name == "sglang":
             self._sglang_chunk(event, chunk)
             return
-        for key, value in chunk.items():
-            if key == "choices":
-                continue
-            if key == "usage":
-                if value is not None:
-                    self._usage = value
-            elif key == KEY.prompt_token_ids:
-                if value is None:
-                    continue
-                if form.prompt != "root":
-                    self._root[key] = value  # not this form's place: left for the rules to judge
-                elif self._prompt is not None or self._choices:
-                    raise _refuse(event, "prompt_token_ids comes on the first chunk only", field=key)
-                else:
-                    self._prompt = (event, value)
-            elif key not in self._root:
-                self._root[key] = value
+        usage = chunk.get("usage")
+        if usage is not None:
+            self._usage = usage
+        prompt = chunk.get(KEY.prompt_token_ids)
+        if prompt is not None:
+            if form.prompt != "root":
+                self._root.setdefault(KEY.prompt_token_ids, prompt)  # not this form's place: the rules judge it
+            elif self._prompt is not None or self._choices:
+                raise _refuse(event, "prompt_token_ids comes on the first chunk only", field=KEY.prompt_token_ids)
+            else:
+                self._prompt = (event, prompt)
+        for key in chunk.keys() - self._root.keys() - _ROOT_OWN:  # other root fields: the first value
+            self._root[key] = chunk[key]
         choices = chunk.get("choices")
         if choices is None:
             return
@@ -307,7 +304,7 @@ class StreamReader:
             if has:
                 for acc, value in zip(state.records, records):
                     acc += value
-        for i, path in enumerate(form.texts):
+        for i, path in enumerate(form.texts):  # none for generate
             text = _at(choice, path)
             if text is not None:
                 if not isinstance(text, str):
