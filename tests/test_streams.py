@@ -565,3 +565,11 @@ def test_stream_reading_is_linear(name):
     small, large = make(n), make(4 * n)
     ratio = seconds(large) / seconds(small)
     assert ratio < 8, f"{name}: 4x the input took {ratio:.1f}x as long"
+
+
+@pytest.mark.parametrize("sent", [{"error": {"message": "boom", "type": "InternalServerError", "code": 500}},
+                                  {"object": "error", "message": "boom", "type": "BadRequestError", "code": 400}])
+def test_a_streamed_server_error(use, sent):
+    chunks = Case(n=6, seed=1).generate_chunks(2)
+    err = refused(sse(chunks[:2] + [sent]))
+    assert err.field == "error" and "event 2: the server sent an error" in str(err) and "boom" in str(err)

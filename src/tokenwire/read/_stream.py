@@ -195,9 +195,8 @@ class StreamReader:
         if block.startswith(b"data: ") and b"\n" not in block:  # the common case: one data line
             data = block[6:]
         else:
-            lines = [line for line in bytes(block).split(b"\n")]
             datas = []
-            for line in lines:
+            for line in bytes(block).split(b"\n"):
                 if not line or line.startswith(b":"):
                     continue  # a comment or keep-alive
                 name, _, value = line.partition(b":")
@@ -227,8 +226,10 @@ class StreamReader:
     # --- reassembly ------------------------------------------------------------------------------
 
     def _chunk(self, event: int, chunk: dict[str, Any]) -> None:
-        if "error" in chunk and "choices" not in chunk:
-            raise _refuse(event, f"the server sent an error: {chunk['error']!r}", field="error")
+        if "choices" not in chunk and ("error" in chunk or chunk.get("object") == "error"):
+            # vLLM's streamed error ({"error": {...}}, or {"object": "error", "message": ...} before), SGLang's
+            sent = chunk.get("error", chunk.get("message"))
+            raise _refuse(event, f"the server sent an error: {repr(sent)[:300]}", field="error")
         form = self._form
         if form.name == "sglang":
             self._sglang_chunk(event, chunk)
