@@ -17,6 +17,9 @@ reassembly itself needs, each chunk against its own delta:
 - the once-sent fields: ``prompt_token_ids`` only on a first chunk, the routing, the sampling
   mask and the weight versions only on the choice's last chunk, any other field the same on
   every chunk that repeats it.
+- SGLang ``/generate``: cumulative chunks (the default) each extending the previous one, or
+  incremental ones (``--incremental-streaming-output``) whose ids and three logprob lists are
+  the chunk's own, as the running ``meta_info.completion_tokens`` says.
 
 Every refusal is a :class:`MalformedResponseError` whose message names the event (its
 position among the stream's events, from 0), and whose ``choice`` and ``field`` say where;
