@@ -22,6 +22,13 @@ from .read._select import impl as _impl
 from .read._select import implementation
 from .read._select import kernels as _kernels
 from .base._types import Batch, BatchTensors, GenerateChoice, GenerateResponse, PayloadSegment, Ragged, RoutedExperts
+from .read._stream import (
+    StreamReader,
+    parse_chat_completions_stream,
+    parse_completions_stream,
+    parse_generate_stream,
+    parse_sglang_generate_stream,
+)
 from .read._validate import validate, validate_sglang_meta_info, validate_vllm_output
 from .write._writer import (
     Blob,
@@ -55,6 +62,7 @@ __all__ = [
     "PayloadSegment",
     "Ragged",
     "RoutedExperts",
+    "StreamReader",
     "Trajectory",
     "Verdict",
     "__version__",
@@ -80,10 +88,14 @@ __all__ = [
     "implementation",
     "json_default",
     "parse_chat_completions_response",
+    "parse_chat_completions_stream",
     "parse_completions_response",
+    "parse_completions_stream",
     "parse_generate_response",
+    "parse_generate_stream",
     "parse_many",
     "parse_sglang_generate_response",
+    "parse_sglang_generate_stream",
     "rollout_batch",
     "select_heads",
     "sglang_generate_request_params",

@@ -323,27 +323,69 @@ def collate(
     items: Iterable[GenerateResponse | GenerateChoice | MalformedResponseError] | GenerateResponse | GenerateChoice, *, width: int | None = ...,
     pad_id: int = ..., head_width: int | None = ..., prompt_width: int | None = ..., routing_width: int | None = ...,
     routing: str = ..., routing_fill: int = ..., out: Batch | None = ..., threads: int | None = ...,
-) -> Batch: ...
+) -> Batch:
+    """Every choice of ``items`` in one row of padded arrays (a :class:`Batch`);
+    ``batch.to_torch()`` gives the tensors (:class:`BatchTensors`)."""
 def validate(
     *, completion_ids: Any, completion_logprobs: Any = ..., completion_top_ids: Any = ...,
     completion_top_logprobs: Any = ..., top_k: int | None = ..., sampling_mask: Any = ..., routed_experts: Any = ...,
     routed_experts_start: int | None = ..., prompt_token_ids: Any = ..., num_experts: int | None = ...,
     weight_versions: Any = ..., finish_reason: Any = ..., index: int = ..., require_logprobs: bool = ...,
     require_sampling_mask: bool = ...,
-) -> GenerateChoice: ...
+) -> GenerateChoice:
+    """Evidence handed over in process (lists, numpy or torch), checked by the parsers' rules:
+    the same :class:`GenerateChoice`, or the same :class:`MalformedResponseError` naming the
+    keyword at fault and the token."""
 def validate_vllm_output(
     output: Any, *, top_k: int | None = ..., num_logprobs: int | None = ..., prompt_token_ids: Any = ...,
     num_experts: int | None = ..., routed_experts_start: int | None = ..., require_logprobs: bool = ...,
-) -> Any: ...
+) -> Any:
+    """vLLM's in-process ``RequestOutput`` or ``CompletionOutput`` (read by its attributes, vLLM
+    never imported) checked by :func:`validate`'s rules."""
 def validate_sglang_meta_info(
     meta_info: Any, *, output_ids: Any = ..., top_k: int | None = ..., require_logprobs: bool = ...,
     check_usage: bool = ..., num_experts: int | None = ..., routed_experts_shape: tuple[int, int] | None = ...,
     routed_experts_start_len: int = ..., index: int = ...,
-) -> GenerateChoice: ...
+) -> GenerateChoice:
+    """SGLang's in-process ``meta_info`` (with its ``output_ids``) checked by the SGLang parser's
+    rules."""
 def rollout_batch(
     trajectories: Iterable[Trajectory], *, width: int | None = ..., pad_id: int = ..., head_width: int | None = ...,
     prompt_width: int | None = ..., routing_width: int | None = ..., routing: str = ..., routing_fill: int = ...,
     out: Batch | None = ..., threads: int | None = ...,
 ) -> Batch:
-    """Every choice of ``items`` in one row of padded arrays (a :class:`Batch`);
-    ``batch.to_torch()`` gives the tensors (:class:`BatchTensors`)."""
+    """The step's trajectories as one :class:`Batch` (each trajectory a row, its loss mask beside
+    its ids), with :func:`collate`'s options."""
+
+
+class StreamReader:
+    """Reads one streamed response (Server-Sent Events) as its bytes arrive.
+
+    ``format`` is ``"generate"`` (vLLM ``/inference/v1/generate`` with ``stream=true``),
+    ``"completions"`` or ``"chat"`` (vLLM ``/v1/completions``, ``/v1/chat/completions`` with
+    ``return_token_ids``); the options are the format's parser's. ``feed`` each piece (split
+    anywhere), then ``result()``: the chunks reassembled into the whole-body form and parsed
+    by that parser. Errors name the event, the choice and the field.
+    """
+
+    def __init__(self, format: str = ..., **options: Any) -> None: ...
+    def feed(self, data: bytes | bytearray | memoryview | str) -> None: ...
+    def document(self) -> dict[str, Any]: ...
+    def result(self) -> GenerateResponse: ...
+
+def parse_generate_stream(raw: bytes | bytearray | memoryview | str | Any, **options: Any) -> GenerateResponse:
+    """A whole vLLM ``/inference/v1/generate`` SSE body (``stream=true``); the options and result of
+    ``parse_generate_response``."""
+
+def parse_completions_stream(raw: bytes | bytearray | memoryview | str | Any, **options: Any) -> GenerateResponse:
+    """A whole vLLM ``/v1/completions`` SSE body with ``return_token_ids``; the options and result of
+    ``parse_completions_response``."""
+
+def parse_chat_completions_stream(raw: bytes | bytearray | memoryview | str | Any, **options: Any) -> GenerateResponse:
+    """A whole vLLM ``/v1/chat/completions`` SSE body with ``return_token_ids``; the options and
+    result of ``parse_chat_completions_response``."""
+
+def parse_sglang_generate_stream(raw: bytes | bytearray | memoryview | str | Any, **options: Any) -> GenerateResponse:
+    """A whole SGLang ``/generate`` SSE body (``"stream": true``), cumulative chunks (the default) or
+    incremental ones (``--incremental-streaming-output``); the options and result of
+    ``parse_sglang_generate_response``."""

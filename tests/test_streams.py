@@ -1,0 +1,575 @@
+"""Streamed responses: SSE bodies laid out as vLLM's stream generators lay them out, read whole
+and piece by piece, against the whole-body parse of the response they stand for."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tokenwire
+from tokenwire import samples
+from tokenwire import MalformedResponseError
+from tokenwire.read import _select
+from tokenwire.read._stream import StreamReader
+
+def dumps(value: Any) -> str:
+    """Pydantic's model_dump_json: compact separators, fields in declaration order."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def sse(chunks: list[Any], *, done: bool = True) -> bytes:
+    events = [f"data: {dumps(c)}\n\n" for c in chunks]
+    if done:
+        events.append("data: [DONE]\n\n")
+    return "".join(events).encode()
+
+
+def evidence(n: int, k: int, seed: int) -> tuple[list[int], list[float], list[list[tuple[int, float]]]]:
+    """Realistic distributions (``samples.evidence``), ``k + 2`` candidates per token (a top-k head needs them)."""
+    ev = samples.evidence(n, k + 2, seed=seed)
+    heads = [list(zip(ev.cand_ids[t].tolist(), ev.cand_logprobs[t].tolist())) for t in range(n)]
+    return ev.ids.tolist(), ev.logprobs.tolist(), heads
+
+
+def record(token: int, logprob: float, head: list[tuple[int, float]]) -> dict[str, Any]:
+    # vLLM's _create_tokens_logprobs: token "token_id:N", logprob, bytes, top_logprobs
+    return {"token": f"token_id:{token}", "logprob": logprob, "bytes": None,
+            "top_logprobs": [{"token": f"token_id:{i}", "logprob": lp, "bytes": None} for i, lp in head]}
+
+
+class Case:
+    """One response's evidence: choices of ids, sampled logprobs and heads."""
+
+    def __init__(self, choices: int = 1, n: int = 40, k: int = 3, seed: int = 0, prompt: int = 7):
+        self.k = k
+        self.choices = [evidence(n + c, k, seed * 31 + c) for c in range(choices)]
+        self.prompt = np.random.default_rng(seed + 99).integers(0, samples.VOCAB, size=prompt).tolist()
+
+    def usage(self) -> dict[str, Any]:
+        completion = sum(len(c[0]) for c in self.choices)
+        return {"prompt_tokens": len(self.prompt), "total_tokens": len(self.prompt) + completion,
+                "completion_tokens": completion, "prompt_tokens_details": None}
+
+    def records(self, c: int, a: int, b: int) -> list[dict[str, Any]]:
+        ids, lps, heads = self.choices[c]
+        return [record(ids[t], lps[t], heads[t]) for t in range(a, b)]
+
+    # --- vLLM /inference/v1/generate --------------------------------------------------------------
+
+    def generate_whole(self, *, routed: str | None = None) -> bytes:
+        choices = []
+        for c, (ids, _, _) in enumerate(self.choices):
+            choice = {"index": c, "logprobs": {"content": self.records(c, 0, len(ids))}, "finish_reason": "stop",
+                      "token_ids": ids}
+            if routed is not None:
+                choice["routed_experts"] = routed
+            choices.append(choice)
+        return dumps({"request_id": "gen-1", "choices": choices, "prompt_token_ids": self.prompt,
+                      "usage": self.usage()}).encode()
+
+    def generate_chunks(self, per: int = 1, *, routed: str | None = None, usage: bool = True) -> list[Any]:
+        """serve_tokens_stream_generator: one chunk per choice and step, its delta ids and
+        records; the prompt on the first chunk, routing on each choice's last one; then the
+        usage-only chunk (exclude_none) and [DONE]."""
+        chunks: list[Any] = []
+        longest = max(len(c[0]) for c in self.choices)
+        for a in range(0, longest, per):
+            for c, (ids, _, _) in enumerate(self.choices):
+                if a >= len(ids):
+                    continue
+                b = min(a + per, len(ids))
+                last = b == len(ids)
+                choice = {"index": c, "logprobs": {"content": self.records(c, a, b)},
+                          "finish_reason": "stop" if last else None, "token_ids": ids[a:b],
+                          "routed_experts": routed if last else None}
+                chunk: dict[str, Any] = {"request_id": "gen-1", "choices": [choice]}
+                if not chunks:
+                    chunk["prompt_token_ids"] = self.prompt
+                chunk["usage"] = None
+                chunks.append(chunk)
+        if usage:
+            chunks.append({"request_id": "gen-1", "choices": [], "usage": self.usage()})
+        return chunks
+
+    # --- vLLM /v1/completions and /v1/chat/completions with return_token_ids ------------------------
+
+    def completions_whole(self) -> bytes:
+        choices = []
+        for c, (ids, lps, heads) in enumerate(self.choices):
+            choices.append({"index": c, "text": "".join(f"<{i}>" for i in ids), "logprobs": self._lists(c, 0, len(ids)),
+                            "finish_reason": "length", "stop_reason": None, "prompt_token_ids": self.prompt,
+                            "token_ids": ids})
+        return dumps({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m", "choices": choices,
+                      "usage": self.usage()}).encode()
+
+    def _lists(self, c: int, a: int, b: int) -> dict[str, Any]:
+        ids, lps, heads = self.choices[c]
+        offsets = [sum(len(f"<{i}>") for i in ids[:t]) for t in range(a, b)]
+        return {"text_offset": offsets, "token_logprobs": lps[a:b], "tokens": [f"token_id:{i}" for i in ids[a:b]],
+                "top_logprobs": [{f"token_id:{i}": lp for i, lp in heads[t]} for t in range(a, b)]}
+
+    def completions_chunks(self, per: int = 1) -> list[Any]:
+        """completion_stream_generator: the choice's prompt ids on its first chunk, delta text,
+        logprobs lists and token ids; the usage chunk (choices []) last."""
+        chunks: list[Any] = []
+        for c, (ids, _, _) in enumerate(self.choices):
+            for a in range(0, len(ids), per):
+                b = min(a + per, len(ids))
+                choice = {"index": c, "text": "".join(f"<{i}>" for i in ids[a:b]), "logprobs": self._lists(c, a, b),
+                          "finish_reason": "length" if b == len(ids) else None, "stop_reason": None,
+                          "prompt_token_ids": self.prompt if a == 0 else None, "token_ids": ids[a:b]}
+                chunks.append({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
+                               "choices": [choice], "usage": None})
+        chunks.append({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m", "choices": [],
+                       "usage": self.usage()})
+        return chunks
+
+    def chat_whole(self) -> bytes:
+        choices = []
+        for c, (ids, _, _) in enumerate(self.choices):
+            choices.append({"index": c, "message": {"role": "assistant", "content": "".join(f"<{i}>" for i in ids)},
+                            "logprobs": {"content": self.records(c, 0, len(ids))}, "finish_reason": "stop",
+                            "token_ids": ids})
+        return dumps({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+                      "choices": choices, "usage": self.usage(), "prompt_token_ids": self.prompt}).encode()
+
+    def chat_chunks(self, per: int = 1) -> list[Any]:
+        """chat_completion_stream_generator: a role chunk per choice (the first carrying the
+        prompt ids), then delta content with its records and token ids, the usage chunk last."""
+        chunks: list[Any] = []
+
+        def chunk(choices: list[Any], **extra: Any) -> dict[str, Any]:
+            return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                    "choices": choices, **extra}
+
+        for c in range(len(self.choices)):
+            role = {"index": c, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                    "finish_reason": None}
+            chunks.append(chunk([role], prompt_token_ids=self.prompt) if c == 0 else chunk([role]))
+        for c, (ids, _, _) in enumerate(self.choices):
+            for a in range(0, len(ids), per):
+                b = min(a + per, len(ids))
+                choice = {"index": c, "delta": {"content": "".join(f"<{i}>" for i in ids[a:b])},
+                          "logprobs": {"content": self.records(c, a, b)},
+                          "finish_reason": "stop" if b == len(ids) else None, "token_ids": ids[a:b]}
+                chunks.append(chunk([choice]))
+        chunks.append(chunk([], usage=self.usage()))
+        return chunks
+
+    # --- SGLang /generate ----------------------------------------------------------------------------
+
+    def _meta(self, c: int, a: int, b: int, total: int, last: bool) -> dict[str, Any]:
+        ids, lps, heads = self.choices[c]
+        meta: dict[str, Any] = {"id": "req-1", "finish_reason": {"type": "length", "length": total} if last else None,
+                                "prompt_tokens": len(self.prompt), "weight_version": "default",
+                                "num_retractions": 0,
+                                "output_token_logprobs": [[lps[t], ids[t], None] for t in range(a, b)],
+                                "output_top_logprobs": [[[lp, i, None] for i, lp in heads[t]] for t in range(a, b)],
+                                "reasoning_tokens": 0, "completion_tokens": total, "cached_tokens": 0}
+        return meta
+
+    def sglang_whole(self) -> bytes:
+        ids = self.choices[0][0]
+        return orjson.dumps({"text": "".join(f"<{i}>" for i in ids), "output_ids": ids,
+                             "meta_info": self._meta(0, 0, len(ids), len(ids), True)})
+
+    def sglang_chunks(self, per: int = 1, *, incremental: bool = False) -> list[Any]:
+        """The tokenizer manager's stream of one request: by default each chunk carries every
+        id, text and logprob so far; with --incremental-streaming-output the ids, the text and
+        the three logprob lists are the chunk's own (the rest of meta_info is the running one)."""
+        ids = self.choices[0][0]
+        chunks: list[Any] = []
+        for a in range(0, len(ids), per):
+            b = min(a + per, len(ids))
+            first = a if incremental else 0
+            meta = self._meta(0, first, b, b, b == len(ids))
+            chunks.append({"text": "".join(f"<{i}>" for i in ids[first:b]), "output_ids": ids[first:b],
+                           "meta_info": meta})
+        return chunks
+
+
+def sglang_sse(chunks: list[Any]) -> bytes:
+    """SGLang's HTTP server: b"data: " + orjson.dumps(out) + b"\n\n", then data: [DONE]."""
+    return b"".join(b"data: " + orjson.dumps(c, option=orjson.OPT_NON_STR_KEYS) + b"\n\n" for c in chunks) + \
+        b"data: [DONE]\n\n"
+
+
+def assert_same(got: Any, want: Any) -> None:
+    assert got.usage == want.usage and got.format == want.format
+    np.testing.assert_array_equal(got.prompt_token_ids, want.prompt_token_ids, strict=True)
+    assert len(got.choices) == len(want.choices)
+    for g, w in zip(got.choices, want.choices):
+        assert (g.index, g.finish_reason) == (w.index, w.finish_reason)
+        np.testing.assert_array_equal(g.completion_ids, w.completion_ids, strict=True)
+        np.testing.assert_array_equal(g.completion_logprobs, w.completion_logprobs, strict=True)
+        for name in ("completion_top_ids", "completion_top_logprobs"):
+            x, y = getattr(g, name), getattr(w, name)
+            assert (x is None) == (y is None) and (x is None or x.to_lists() == y.to_lists())
+        assert (g.routed_experts is None) == (w.routed_experts is None)
+        if w.routed_experts is not None:
+            np.testing.assert_array_equal(g.routed_experts.array, w.routed_experts.array, strict=True)
+
+
+@pytest.fixture
+def use(impl, monkeypatch):
+    """The stream readers over the implementation under test."""
+    monkeypatch.setattr(_select, "impl", impl)
+    return impl
+
+
+def pieces(body: bytes, cuts: list[int]) -> list[bytes]:
+    cuts = sorted(set(c for c in cuts if 0 < c < len(body)))
+    return [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)])]
+
+
+def incremental(format: str, body: bytes, cuts: list[int], **options: Any) -> Any:
+    reader = StreamReader(format, **options)
+    for piece in pieces(body, cuts):
+        reader.feed(piece)
+    return reader.result()
+
+
+FORMS = {
+    "generate": (tokenwire.parse_generate_stream, "parse_generate_response", Case.generate_chunks, Case.generate_whole),
+    "completions": (tokenwire.parse_completions_stream, "parse_completions_response", Case.completions_chunks,
+                    Case.completions_whole),
+    "chat": (tokenwire.parse_chat_completions_stream, "parse_chat_completions_response", Case.chat_chunks,
+             Case.chat_whole),
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("per", [1, 5, 64])
+@pytest.mark.parametrize("choices", [1, 3])
+def test_stream_is_the_whole_response(use, form, per, choices):
+    parse, whole_parser, chunks, whole = FORMS[form]
+    case = Case(choices=choices, n=37, k=3, seed=per)
+    body = sse(chunks(case, per))
+    want = getattr(use, whole_parser)(whole(case), top_k=3)
+    got = parse(body, top_k=3)
+    assert_same(got, want)
+    assert_same(incremental(form, body, list(range(0, len(body), 7)), top_k=3), want)
+    assert [len(c.completion_ids) for c in got.choices] == [37 + c for c in range(choices)]
+
+
+def test_generate_stream_routing_on_the_last_chunk(use):
+    case = Case(n=12, k=2, seed=4)
+    rows = np.arange((7 + 12 - 1) * 2 * 2, dtype=np.int32).reshape(-1, 2, 2) % 8
+    import base64
+    import io
+    buf = io.BytesIO()
+    np.save(buf, rows)
+    routed = base64.b64encode(buf.getvalue()).decode()
+    body = sse(case.generate_chunks(4, routed=routed))
+    want = use.parse_generate_response(case.generate_whole(routed=routed), top_k=2)
+    assert want.choices[0].routed_experts is not None
+    assert_same(tokenwire.parse_generate_stream(body, top_k=2), want)
+
+
+def test_framing_variants(use):
+    """Comments, keep-alives, CRLF line ends, multi-line data, event:/id: lines, no usage chunk."""
+    case = Case(n=9, k=1, seed=2)
+    want = use.parse_generate_response(case.generate_whole(), top_k=1)
+    chunks = case.generate_chunks(2, usage=False)
+    events = [": keep-alive\n\n"]
+    for c in chunks:
+        text = dumps(c)
+        half = text.index(",") + 1  # data lines join with a newline: JSON whitespace there
+        events.append(f"event: message\nid: 1\ndata: {text[:half]}\ndata: {text[half:]}\n\n")
+        events.append(":\n\n")
+    events.append("data: [DONE]\n\n")
+    body = "".join(events).encode()
+    got = tokenwire.parse_generate_stream(body, top_k=1)
+    np.testing.assert_array_equal(got.choices[0].completion_ids, want.choices[0].completion_ids)
+    crlf = body.replace(b"\n", b"\r\n")
+    np.testing.assert_array_equal(incremental("generate", crlf, list(range(1, len(crlf), 3)), top_k=1)
+                                  .choices[0].completion_ids, want.choices[0].completion_ids)
+    assert got.usage is None
+
+
+# --- broken streams: each refused at its field, naming the event ---------------------------------
+
+
+def refused(body: bytes, form: str = "generate", **options: Any) -> MalformedResponseError:
+    parse = FORMS[form][0]
+    with pytest.raises(MalformedResponseError) as whole:
+        parse(body, **options)
+    with pytest.raises(MalformedResponseError) as pieced:
+        incremental(form, body, list(range(0, len(body), 5)), **options)
+    assert str(whole.value) == str(pieced.value)
+    return whole.value
+
+
+def test_records_against_their_own_delta(use):
+    case = Case(n=10, k=2, seed=5)
+    chunks = case.generate_chunks(3)
+    chunks[2]["choices"][0]["logprobs"]["content"].pop()
+    err = refused(sse(chunks), top_k=2)
+    assert err.choice == 0 and err.field == "logprobs.content" and "event 2" in str(err)
+    assert "2 records for the chunk's 3 token ids" in str(err)
+
+
+def test_a_record_naming_another_token_is_placed_in_its_event(use):
+    case = Case(n=10, k=2, seed=5)
+    chunks = case.generate_chunks(3)
+    chunks[2]["choices"][0]["token_ids"][1] += 1  # token 7's id no longer its record's
+    err = refused(sse(chunks), top_k=2)
+    assert err.choice == 0 and err.token == 7 and "(event 2)" in str(err)
+
+
+def test_records_on_some_chunks_only(use):
+    case = Case(n=10, k=2, seed=5)
+    chunks = case.generate_chunks(3)
+    chunks[1]["choices"][0]["logprobs"] = None
+    err = refused(sse(chunks))
+    assert err.choice == 0 and err.field == "logprobs.content" and "event 1" in str(err)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_truncated_and_missing_done(use, form):
+    _, _, chunks, _ = FORMS[form]
+    body = sse(chunks(Case(n=6, seed=1), 2))
+    err = refused(body[: -len(b"data: [DONE]\n\n")], form)
+    assert "without data: [DONE]" in str(err)
+    err = refused(body[: len(body) // 2], form)
+    assert "truncated" in str(err)
+
+
+def test_not_json_and_not_an_object(use):
+    chunks = Case(n=6, seed=1).generate_chunks(2)
+    body = sse(chunks[:1])[: -len(b"data: [DONE]\n\n")] + b"data: {\"choices\": [\n\n" + sse(chunks[1:])
+    err = refused(body)
+    assert "event 1: the data is not JSON" in str(err)
+    err = refused(b"data: [1, 2]\n\n" + sse(chunks))
+    assert "event 0: the data must be a JSON object" in str(err)
+    err = refused(sse(chunks) + b"data: {}\n\n")
+    assert "after data: [DONE]" in str(err)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_choice_index_that_jumps(use, form):
+    _, _, chunks, _ = FORMS[form]
+    made = chunks(Case(choices=2, n=6, seed=3), 2)
+    for chunk in made:
+        for choice in chunk["choices"]:
+            if choice["index"] == 1:
+                choice["index"] = 2
+    err = refused(sse(made), form)
+    assert err.field == "index" and err.choice == 2 and "jumps" in str(err)
+
+
+def test_once_sent_fields_where_the_producer_puts_them(use):
+    case = Case(n=9, seed=6)
+    chunks = case.generate_chunks(3)
+    chunks[1]["prompt_token_ids"] = case.prompt  # the prompt again, on a later chunk
+    err = refused(sse(chunks))
+    assert err.field == "prompt_token_ids" and "event 1" in str(err)
+    chunks = case.generate_chunks(3)
+    chunks[0]["choices"][0]["routed_experts"] = "AAAA"  # routing before the choice's last chunk
+    err = refused(sse(chunks))
+    assert err.field == "routed_experts" and err.choice == 0 and "event 0" in str(err)
+    chunks = case.generate_chunks(3)
+    chunks[0]["choices"][0]["weight_versions"] = [1]
+    chunks[1]["choices"][0]["weight_versions"] = [2]
+    err = refused(sse(chunks))
+    assert err.field == "weight_versions" and "event 1" in str(err)
+
+
+def test_completions_prompt_on_a_later_chunk(use):
+    chunks = Case(n=6, seed=1).completions_chunks(2)
+    chunks[1]["choices"][0]["prompt_token_ids"] = [1, 2]
+    err = refused(sse(chunks), "completions")
+    assert err.field == "prompt_token_ids" and err.choice == 0 and "event 1" in str(err)
+
+
+def test_completions_lists_against_the_delta(use):
+    chunks = Case(n=6, seed=1).completions_chunks(2)
+    chunks[1]["choices"][0]["logprobs"]["token_logprobs"].append(-1.0)
+    err = refused(sse(chunks), "completions")
+    assert err.field == "logprobs.token_logprobs" and "event 1" in str(err)
+
+
+def test_the_parsers_rules_still_apply(use):
+    """What the whole-body rules refuse, the stream refuses the same way: usage disagreeing."""
+    case = Case(n=6, seed=1)
+    chunks = case.chat_chunks(2)
+    chunks[-1]["usage"]["completion_tokens"] += 1
+    err = refused(sse(chunks), "chat")
+    want = pytest.raises(MalformedResponseError, use.parse_chat_completions_response,
+                         case.chat_whole().replace(b'"completion_tokens":6', b'"completion_tokens":7'))
+    assert err.field == want.value.field
+
+
+def test_reader_arguments():
+    with pytest.raises(ValueError, match="format must be one of"):
+        StreamReader("sse")
+    with pytest.raises(TypeError, match="unknown option"):
+        StreamReader("chat", teacher_logits=True)
+    reader = StreamReader("generate")
+    with pytest.raises(TypeError, match="feed takes bytes"):
+        reader.feed(5)
+
+
+# --- random splits: the incremental reader gets the whole-body result -----------------------------
+
+
+@st.composite
+def split_streams(draw):
+    form = draw(st.sampled_from(sorted(FORMS) + ["sglang"]))
+    case = Case(choices=draw(st.integers(1, 3)), n=draw(st.integers(1, 20)), k=2, seed=draw(st.integers(0, 50)))
+    if form == "sglang":
+        body = sglang_sse(case.sglang_chunks(draw(st.integers(1, 6)), incremental=draw(st.booleans())))
+    else:
+        body = sse(FORMS[form][2](case, draw(st.integers(1, 6))))
+    if draw(st.booleans()):
+        body = body.replace(b"\n", b"\r\n")
+    cuts = draw(st.lists(st.integers(0, len(body)), max_size=40))
+    return form, body, cuts
+
+
+@settings(max_examples=60, deadline=None)
+@given(split_streams())
+def test_random_splits_give_the_whole_body_result(stream):
+    form, body, cuts = stream
+    parse = tokenwire.parse_sglang_generate_stream if form == "sglang" else FORMS[form][0]
+    want = parse(body, top_k=2)
+    assert_same(incremental(form, body, cuts, top_k=2), want)
+
+
+# --- SGLang /generate: cumulative by default, incremental with --incremental-streaming-output -------
+
+
+@pytest.mark.parametrize("deltas", [False, True], ids=["cumulative", "incremental"])
+@pytest.mark.parametrize("per", [1, 4, 50])
+def test_sglang_stream_is_the_whole_response(use, deltas, per):
+    case = Case(n=23, k=3, seed=per)
+    body = sglang_sse(case.sglang_chunks(per, incremental=deltas))
+    want = use.parse_sglang_generate_response(case.sglang_whole(), top_k=3)
+    assert_same(tokenwire.parse_sglang_generate_stream(body, top_k=3), want)
+    assert_same(incremental("sglang", body, list(range(0, len(body), 11)), top_k=3), want)
+
+
+def sglang_refused(chunks: list[Any]) -> MalformedResponseError:
+    body = sglang_sse(chunks)
+    with pytest.raises(MalformedResponseError) as whole:
+        tokenwire.parse_sglang_generate_stream(body)
+    with pytest.raises(MalformedResponseError) as pieced:
+        incremental("sglang", body, list(range(0, len(body), 5)))
+    assert str(whole.value) == str(pieced.value)
+    return whole.value
+
+
+def test_sglang_cumulative_chunks_must_extend(use):
+    case = Case(n=12, seed=3)
+    chunks = case.sglang_chunks(4)
+    chunks[2]["output_ids"][1] += 1  # the third chunk rewrites an id the second sent
+    err = sglang_refused(chunks)
+    assert err.field == "output_ids" and "event 2" in str(err) and "do not extend" in str(err)
+    chunks = case.sglang_chunks(4)
+    chunks[2]["meta_info"]["output_token_logprobs"][0][0] -= 0.5
+    err = sglang_refused(chunks)
+    assert err.field == "meta_info.output_token_logprobs" and "event 2" in str(err)
+
+
+def test_sglang_incremental_lists_against_the_delta(use):
+    case = Case(n=12, seed=3)
+    chunks = case.sglang_chunks(4, incremental=True)
+    chunks[1]["meta_info"]["output_top_logprobs"].pop()
+    err = sglang_refused(chunks)
+    assert err.field == "meta_info.output_top_logprobs" and "event 1" in str(err)
+    chunks = case.sglang_chunks(4, incremental=True)
+    chunks[2]["meta_info"]["completion_tokens"] += 1
+    err = sglang_refused(chunks)
+    assert err.field == "meta_info.completion_tokens" and "event 2" in str(err)
+
+
+def test_sglang_neither_form(use):
+    chunks = Case(n=12, seed=3).sglang_chunks(4, incremental=True)
+    chunks[1]["meta_info"]["completion_tokens"] = 5  # 4 new ids after 4: neither 4 nor 8
+    err = sglang_refused(chunks)
+    assert err.field == "meta_info.completion_tokens" and "event 1" in str(err)
+
+
+def test_parse_many_takes_streams(use):
+    cases = [Case(n=8 + i, k=2, seed=i) for i in range(3)]
+    bodies = [sse(c.generate_chunks(3)) for c in cases]
+    bodies.append(sse(cases[0].generate_chunks(3), done=False))
+    got = tokenwire.parse_many(bodies, format="generate_stream", errors="collect", threads=2, top_k=2)
+    for body, result in zip(bodies[:3], got):
+        assert_same(result, tokenwire.parse_generate_stream(body, top_k=2))
+    assert isinstance(got[3], MalformedResponseError) and got[3].body_index == 3
+    chunks = [sglang_sse(c.sglang_chunks(4, incremental=True)) for c in cases]
+    for body, result in zip(chunks, tokenwire.parse_many(chunks, format="sglang_stream", threads=1)):
+        assert_same(result, tokenwire.parse_sglang_generate_stream(body))
+    with pytest.raises(TypeError, match="unknown option"):
+        tokenwire.parse_many(bodies, format="chat_stream", teacher_logits=True)
+
+
+# --- linear time against adversarial streams (n against 4n, as tests/test_complexity.py) ------------
+
+
+def _fed(body: bytes, piece: int) -> None:
+    reader = StreamReader("generate")
+    try:
+        for i in range(0, len(body), piece):
+            reader.feed(body[i:i + piece])
+        reader.result()
+    except MalformedResponseError:
+        pass
+
+
+def _one_long_event(n: int) -> bytes:  # one event's bytes arriving a few at a time
+    return sse([{"choices": [{"index": 0, "token_ids": [1] * n, "logprobs": None}]}])
+
+
+def _keep_alives(n: int) -> bytes:
+    return b": keep-alive\n\n" * n + sse([{"choices": [{"index": 0, "token_ids": [1], "logprobs": None}]}])
+
+
+def _data_lines(n: int) -> bytes:  # one event spelled over many data: lines
+    return b"data: {\"choices\": [{\"index\": 0, \"token_ids\": [1" + b"\ndata: ,1" * n + b"]}]}\n\ndata: [DONE]\n\n"
+
+
+def _many_choices(n: int) -> bytes:
+    return sse([{"choices": [{"index": i, "token_ids": [1], "logprobs": None}]} for i in range(n)])
+
+
+STREAM_INPUTS = {"one_long_event": (_one_long_event, 20000, 16), "keep_alives": (_keep_alives, 20000, 7),
+                 "data_lines": (_data_lines, 20000, 5), "many_choices": (_many_choices, 3000, 64)}
+
+
+@pytest.mark.parametrize("name", STREAM_INPUTS)
+def test_stream_reading_is_linear(name):
+    import gc
+    import time
+    make, n, piece = STREAM_INPUTS[name]
+
+    def seconds(body: bytes) -> float:
+        best = float("inf")
+        gc.disable()
+        try:
+            for _ in range(3):
+                start = time.perf_counter()
+                _fed(body, piece)
+                best = min(best, time.perf_counter() - start)
+        finally:
+            gc.enable()
+        return best
+
+    small, large = make(n), make(4 * n)
+    ratio = seconds(large) / seconds(small)
+    assert ratio < 8, f"{name}: 4x the input took {ratio:.1f}x as long"
+
+
+@pytest.mark.parametrize("sent", [{"error": {"message": "boom", "type": "InternalServerError", "code": 500}},
+                                  {"object": "error", "message": "boom", "type": "BadRequestError", "code": 400}])
+def test_a_streamed_server_error(use, sent):
+    chunks = Case(n=6, seed=1).generate_chunks(2)
+    err = refused(sse(chunks[:2] + [sent]))
+    assert err.field == "error" and "event 2: the server sent an error" in str(err) and "boom" in str(err)
