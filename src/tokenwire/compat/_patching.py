@@ -13,6 +13,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+# What every drop-in that patches a framework has (its ``__all__`` ends with these): the
+# releases it follows, and the patch, undone, around a block, and asked about.
+API = ("SUPPORTED_VERSIONS", "is_patched", "patch", "patched", "unpatch")
+
 
 @contextlib.contextmanager
 def block(lock: threading.RLock, active: Callable[[], bool], patch: Callable[[], None],

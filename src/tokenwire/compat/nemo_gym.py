@@ -56,16 +56,12 @@ from .renderers import _numbers, _token_ids
 
 __all__ = [
     "NeMoGymResponseError",
-    "SUPPORTED_VERSIONS",
     "check_response",
     "check_routed_experts",
     "check_token_bundle",
     "get_response_json",
-    "is_patched",
     "nemo_gym_version",
-    "patch",
-    "patched",
-    "unpatch",
+    *_patching.API,
 ]
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.7.0",)

@@ -58,20 +58,16 @@ from . import _patching
 # MalformedGenerateResponseError is made on first use (see __getattr__).
 __all__ = [
     "REPLACED",
-    "SUPPORTED_VERSIONS",
     "_parse_compact_logprobs",
     "_parse_completion_logprobs",
     "_parse_completion_top_logprobs",
     "_parse_packed_completion_logprobs",
     "_parse_sampling_mask",
     "_select_sampler_head",
-    "is_patched",
     "originals",
     "parse_generate_response",
-    "patch",
-    "patched",
     "renderers_version",
-    "unpatch",
+    *_patching.API,
 ]
 
 _CLIENT = "renderers.client"

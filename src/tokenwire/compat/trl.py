@@ -51,15 +51,11 @@ from ..base._errors import MalformedResponseError
 from . import _patching, distribution_version
 
 __all__ = [
-    "SUPPORTED_VERSIONS",
     "MalformedResponseError",
     "TokenwireChoices",
-    "is_patched",
     "parse_logprobs",
-    "patch",
-    "patched",
     "trl_version",
-    "unpatch",
+    *_patching.API,
 ]
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("1.16.0",)

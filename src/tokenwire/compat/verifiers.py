@@ -47,15 +47,11 @@ from ..rules import generate as _rules
 from . import renderers as _renderers
 
 __all__ = [
-    "SUPPORTED_VERSIONS",
     "check_generate_result",
-    "is_patched",
     "original",
-    "patch",
-    "patched",
     "response_from_generate",
-    "unpatch",
     "verifiers_version",
+    *_patching.API,
 ]
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.4.0",)
