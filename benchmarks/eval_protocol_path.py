@@ -41,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from canned_http import fireworks_completion, vllm_completion  # noqa: E402 - the tests' body makers
+from canned_http import fireworks_completion, json_handler, vllm_completion  # noqa: E402 - the tests' helpers
 
 CONTENDERS = ("eval-protocol", "eval-protocol+tokenwire", "openai-sdk", "openai-sdk+tokenwire")
 
@@ -66,29 +66,17 @@ class _Bodies:
 
 def serve(n: int, count: int, port_file: str) -> None:
     """The server process: answers each POST with the body of the prompt's first id."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
 
     bodies = _Bodies(n, count)
     served = [0]
     limit = 4 * (count + 1) * len(CONTENDERS) + 16
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(path: str, sent: bytes) -> tuple[int, bytes]:
+        served[0] += 1
+        return (200, bodies(path, json.loads(sent))) if served[0] <= limit else (503, b"{}")
 
-        def do_POST(self) -> None:  # noqa: N802
-            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            served[0] += 1
-            body = bodies(self.path, request) if served[0] <= limit else b"{}"
-            self.send_response(200 if served[0] <= limit else 503)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), json_handler(answer))
     Path(port_file).write_text(str(server.server_address[1]))
     deadline = time.monotonic() + 3600
     server.timeout = 1.0

@@ -1,6 +1,7 @@
 """A local HTTP server for the framework drop-ins' tests and benchmarks: it answers every POST
 on 127.0.0.1 with the next canned ``(status, body)`` of its queue (or the default body), and
-records each request's path and JSON body. It stops answering after ``limit`` requests."""
+records each request's path and JSON body. It stops answering after ``limit`` requests.
+:func:`json_handler` is the request handler under it, for servers that answer otherwise."""
 
 from __future__ import annotations
 
@@ -8,7 +9,34 @@ import json
 import threading
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
+
+
+def json_handler(answer: Callable[[str, bytes], tuple[int, bytes]],
+                 protocol: str = "HTTP/1.1") -> type[BaseHTTPRequestHandler]:
+    """A handler class answering each POST with ``answer(path, request body)``: a status and a
+    JSON body. It logs nothing; a 5xx asks for a retry after 10 ms (the SDKs' retries honour
+    it: 10 ms, not 0.5-8 s)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = protocol
+
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            length = int(self.headers.get("Content-Length") or 0)
+            status, body = answer(self.path, self.rfile.read(length) if length else b"")
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            if status >= 500:
+                self.send_header("retry-after-ms", "10")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Handler
 
 
 class CannedServer:
@@ -20,27 +48,7 @@ class CannedServer:
         self.limit = limit
         self.requests: list[tuple[str, Any]] = []
         self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-                length = int(self.headers.get("Content-Length") or 0)
-                sent = self.rfile.read(length) if length else b""
-                status, body = server._next(self.path, sent)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                if status >= 500:  # the SDKs' retries honour it: a retry after 10 ms, not 0.5-8 s
-                    self.send_header("retry-after-ms", "10")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), json_handler(self._next))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import struct
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from unittest.mock import MagicMock
 
@@ -24,6 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import nemo_gym.server_utils
+from canned_http import json_handler  # copied next to this file by run_nemo_gym_suite.py
 from nemo_gym.server_utils import ServerClient
 from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig
 from tokenwire.compat import nemo_gym as compat
@@ -70,26 +71,19 @@ def response(defect: str | None = None) -> bytes:
     return raw
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Answer:
+    """The server's answer: the body of the test running, the prompt's ids to /tokenize."""
+
     body = b""
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        payload = orjson.dumps({"tokens": PROMPT}) if self.path.endswith("/tokenize") else type(self).body
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+    def __call__(self, path: str, sent: bytes) -> tuple[int, bytes]:
+        return 200, orjson.dumps({"tokens": PROMPT}) if path.endswith("/tokenize") else self.body
 
 
 @pytest.fixture(scope="module")
 def server():
-    handler = type("Handler", (_Handler,), {})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    answer = _Answer()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), json_handler(answer, "HTTP/1.0"))
 
     def serve() -> None:
         for _ in range(MAX_REQUESTS):
@@ -110,14 +104,14 @@ def server():
         model = VLLMModel(config=config, server_client=MagicMock(spec=ServerClient, global_config_dict={}))
         # One client (one event loop) for the module: NeMo-Gym's aiohttp session is global.
         with TestClient(model.setup_webserver()) as client:
-            yield handler, client
+            yield answer, client
     httpd.stopping = True
     httpd.server_close()
 
 
 def serve_one(server: Any, defect: str | None) -> Any:
-    handler, client = server
-    handler.body = response(defect)
+    answer, client = server
+    answer.body = response(defect)
     try:
         result = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
     except Exception as exc:  # the app's exception, raised through the test client

@@ -27,7 +27,6 @@ be run.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -36,13 +35,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run_renderers_suite import (  # noqa: E402
-    Comparison,
-    Run,
-    SuiteUnavailable,
-    compare,
-    parse_junit,
-)
+from run_renderers_suite import Comparison, compare  # noqa: E402
+from suite_junit import Run, SuiteUnavailable, environment, run_pytest  # noqa: E402
 
 FRAMEWORKS = {
     # name: (release, the drop-in's plugin, its patched-for-the-whole-session mark, own tests, ignored)
@@ -55,24 +49,13 @@ FRAMEWORKS = {
 
 
 def _environment(extra_path: list[str]) -> dict[str, str]:
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*extra_path, env.get("PYTHONPATH")]))
-    env.pop("PYTEST_ADDOPTS", None)
-    for name in FRAMEWORKS:
-        env.pop(f"TOKENWIRE_{name.upper()}_PATCH", None)
-    return env
+    return environment(extra_path, [f"TOKENWIRE_{name.upper()}_PATCH" for name in FRAMEWORKS])
 
 
 def _pytest(python: str, root: Path, junit: Path, targets: list[str], extra: list[str],
             env: dict[str, str], timeout: float) -> Run:
-    command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root), "-rA",
-               f"--junitxml={junit}", f"--basetemp={junit.with_suffix('.tmp')}", *extra, *targets]
-    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
-    output = done.stdout + done.stderr
-    if not junit.is_file():
-        raise SuiteUnavailable(f"pytest wrote no results (exit {done.returncode}):\n{output[-2000:]}")
-    outcomes, skips = parse_junit(junit)
-    return Run(outcomes, skips, output, done.returncode)
+    return run_pytest(python, root, junit, targets, env=env, timeout=timeout,
+                      options=[f"--basetemp={junit.with_suffix('.tmp')}", *extra])
 
 
 def sdist(name: str, release: str, given: str | None, work: Path, python: str) -> Path:

@@ -35,12 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 try:
-    from . import run_renderers_suite as _suite
+    from . import suite_junit as _junit
 except ImportError:  # run as a script: tests/ is on the path
-    import run_renderers_suite as _suite  # type: ignore[no-redef]
+    import suite_junit as _junit  # type: ignore[no-redef]
 
-Run = _suite.Run
-SuiteUnavailable = _suite.SuiteUnavailable
+Run = _junit.Run
+SuiteUnavailable = _junit.SuiteUnavailable
 PACKAGE = "eval-protocol"
 PLUGIN = "tokenwire.compat.eval_protocol_plugin"
 PATCHED_MARK = "tokenwire: eval-protocol's client stayed patched for the whole session"
@@ -56,32 +56,20 @@ def versions() -> tuple[str, ...]:
 
 
 @dataclass
-class Comparison:
-    unpatched: Run
-    patched: Run
-    version: str = "?"
+class Comparison(_junit.Comparison):
     callers: list[str] = field(default_factory=list)
     calls: int = 0
-    problems: list[str] = field(default_factory=list)
 
-    @property
-    def ok(self) -> bool:
-        return not self.problems
+    def title(self) -> str:
+        return f"eval-protocol {self.version} tests/ (its own suite)"
 
-    def report(self) -> str:
-        lines = [f"eval-protocol {self.version} tests/ (its own suite)",
-                 f"  unpatched: {self.unpatched.summary()}",
-                 f"  patched:   {self.patched.summary()}",
-                 f"  tests that ran the patched method ({self.calls} calls): {len(self.callers)}"]
+    def details(self) -> list[str]:
+        lines = [f"  tests that ran the patched method ({self.calls} calls): {len(self.callers)}"]
         lines += [f"    {c}" for c in self.callers]
         both = sorted(name for name, outcome in self.unpatched.outcomes.items()
                       if outcome in ("failed", "error") and self.patched.outcomes.get(name) == outcome)
         lines.append(f"  failing or erring both ways (this environment: network, optional dependencies): {len(both)}")
-        lines += [f"    {name} ({self.unpatched.outcomes[name]})" for name in both]
-        lines += [f"  PROBLEM: {p}" for p in self.problems]
-        lines.append("  OK: every test that passes unpatched passes patched, with the same skips"
-                     if self.ok else "  FAILED")
-        return "\n".join(lines)
+        return lines + [f"    {name} ({self.unpatched.outcomes[name]})" for name in both]
 
 
 def sdist_root(sdist: str | None, work: Path, version: str, python: str) -> Path:
@@ -110,11 +98,7 @@ def sdist_root(sdist: str | None, work: Path, version: str, python: str) -> Path
 
 
 def environment(root: Path | None) -> dict[str, str]:
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    if root is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    for name in ("PYTEST_ADDOPTS", "TOKENWIRE_EVAL_PROTOCOL_PATCH", "FIREWORKS_API_KEY"):
-        env.pop(name, None)
+    env = _junit.environment([str(root)] if root is not None else [], ["TOKENWIRE_EVAL_PROTOCOL_PATCH"])
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # litellm's import would fetch a price list
     # eval-protocol's client tests build AsyncFireworks() without a key (its CI has one) and
     # then replace its transport with their own object: a stand-in key, which no request carries
@@ -127,24 +111,15 @@ def run_pytest(root: Path, junit: Path, targets: list[str], *, patched: bool, py
                extra: list[str], timeout: float) -> Run:
     # A test module whose optional dependency is missing here fails to import in both runs alike;
     # the other modules still run.
-    command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root), "-rA",
-               "--continue-on-collection-errors", f"--junitxml={junit}", *targets, *extra]
-    if patched:
-        command[3:3] = ["-p", PLUGIN]
-    done = subprocess.run(command, cwd=root, env=environment(root), capture_output=True, text=True,
-                          timeout=timeout)
-    output = done.stdout + done.stderr
-    if not junit.is_file():
-        raise SuiteUnavailable(f"pytest wrote no results (exit {done.returncode}):\n{output[-2000:]}")
-    outcomes, skips = _suite.parse_junit(junit)
-    return Run(outcomes, skips, output, done.returncode)
+    return _junit.run_pytest(python, root, junit, [*targets, *extra], env=environment(root),
+                             plugin=PLUGIN if patched else None, options=["--continue-on-collection-errors"],
+                             timeout=timeout)
 
 
 def compare(unpatched: Run, patched: Run, version: str) -> Comparison:
-    # The renderers script's test-by-test comparison, with this plugin's marks.
-    base = _suite.compare(unpatched, patched)
-    problems = [p for p in base.problems if "the patched run does not report" not in p]
-    result = Comparison(unpatched, patched, version, problems=problems)
+    # The test-by-test comparison, with this plugin's marks.
+    result = Comparison(unpatched, patched, version, problems=_junit.differences(unpatched, patched))
+    problems = result.problems
     followed = FOLLOWED.search(patched.output)
     if PATCHED_MARK not in patched.output or followed is None:
         problems.append("the patched run does not report the patch in place for the whole session")
@@ -211,11 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"eval-protocol {version}: suite unavailable: {exc}", file=sys.stderr)
                 unavailable = True
                 continue
-            if args.verbose or not result.ok:
-                for label, run in (("unpatched", result.unpatched), ("patched", result.patched)):
-                    print(f"----- {label} run (exit {run.returncode}) -----\n{run.output[-4000:]}")
-            print(result.report())
-            failed |= not result.ok
+            failed |= not _junit.show(result, args.verbose, 4000)
     if not args.no_tokenwire_tests:
         ok, tail = run_own_tests(args.python, args.timeout)
         print(f"tokenwire's eval-protocol and OpenAI SDK tests: {'OK' if ok else 'FAILED'}\n  {tail}")

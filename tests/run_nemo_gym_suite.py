@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_renderers_suite import Run, SuiteUnavailable, parse_junit  # noqa: E402
+from suite_junit import Run, SuiteUnavailable, differences, environment, run_pytest  # noqa: E402
 
 VERSION = "0.7.0"
 PLUGIN = "tokenwire.compat.nemo_gym_plugin"
@@ -61,43 +61,18 @@ def sdist_root(sdist: str | None, work: Path, python: str) -> Path:
     return next(p for p in (work / "src").iterdir() if (p / "nemo_gym").is_dir())
 
 
-def environment(root: Path) -> dict[str, str]:
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("TOKENWIRE_NEMO_GYM_PATCH", None)
-    return env
-
-
 def run(root: Path, junit: Path, python: str, *, patched: bool, targets: list[str],
         extra: list[str] | None = None) -> Run:
-    command = [python, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rA",
-               "-o", "addopts=", "-W", "ignore", f"--junitxml={junit}", *targets, *(extra or [])]
-    if patched:
-        command[3:3] = ["-p", PLUGIN]
-    done = subprocess.run(command, cwd=root, env=environment(root), capture_output=True, text=True,
-                          timeout=3600)
-    output = done.stdout + done.stderr
-    if not junit.is_file():
-        raise SuiteUnavailable(f"pytest wrote no results (exit {done.returncode}):\n{output[-2000:]}")
-    outcomes, skips = parse_junit(junit)
-    return Run(outcomes, skips, output, done.returncode)
+    return run_pytest(python, root, junit, [*targets, *(extra or [])],
+                      env=environment([str(root)], ["TOKENWIRE_NEMO_GYM_PATCH"]),
+                      plugin=PLUGIN if patched else None, options=["-o", "addopts=", "-W", "ignore"],
+                      timeout=3600)
 
 
 def compare(before: Run, after: Run) -> list[str]:
-    problems = []
-    if not before.outcomes:
-        problems.append("the unpatched run collected no tests")
+    problems = differences(before, after)
     if SUMMARY not in after.output:
         problems.append("the patched run does not report the patch in place for the whole session")
-    for name in sorted(set(before.outcomes) | set(after.outcomes)):
-        a, b = before.outcomes.get(name), after.outcomes.get(name)
-        if a is None or b is None:
-            problems.append(f"{name}: only in the {'patched' if a is None else 'unpatched'} run")
-        elif a == "passed" and b != "passed":
-            problems.append(f"{name}: passes unpatched, {b} patched")
-        elif (a == "skipped") != (b == "skipped"):
-            problems.append(f"{name}: {a} unpatched, {b} patched")
     return problems
 
 
@@ -118,10 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             root = sdist_root(args.sdist, work, args.python)
             before = run(root, work / "unpatched.xml", args.python, patched=False, targets=list(SUITE))
             after = run(root, work / "patched.xml", args.python, patched=True, targets=list(SUITE))
-            # A copy outside tokenwire's tests/ (whose conftest needs tokenwire's test extras).
+            # A copy outside tokenwire's tests/ (whose conftest needs tokenwire's test extras),
+            # with the local server it imports.
             (work / "live").mkdir()
+            for source in (LIVE, LIVE.with_name("canned_http.py")):
+                (work / "live" / source.name).write_bytes(source.read_bytes())
             live_copy = work / "live" / LIVE.name
-            live_copy.write_bytes(LIVE.read_bytes())
             live = run(root, work / "live.xml", args.python, patched=False, targets=[str(live_copy)],
                        extra=["-s"])
         except (SuiteUnavailable, subprocess.SubprocessError, StopIteration) as exc:

@@ -33,9 +33,15 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    from . import suite_junit as _junit
+except ImportError:  # run as a script: tests/ is on the path
+    import suite_junit as _junit  # type: ignore[no-redef]
+
+Run, SuiteUnavailable, parse_junit = _junit.Run, _junit.SuiteUnavailable, _junit.parse_junit
 
 SUITE = "tests/test_client.py"
 CLIENT = "renderers/client.py"
@@ -52,50 +58,12 @@ def versions() -> tuple[str, ...]:
     return SUPPORTED_VERSIONS
 
 
-class SuiteUnavailable(RuntimeError):
-    """The sdist or renderers itself is not available here."""
-
-
 @dataclass
-class Run:
-    """One pytest run: each test's outcome (``passed``, ``failed``, ``error``, ``skipped``)
-    and, for skips, the reason."""
-
-    outcomes: dict[str, str]
-    skips: dict[str, str]
-    output: str
-    returncode: int
-
-    def count(self, outcome: str) -> int:
-        return sum(1 for o in self.outcomes.values() if o == outcome)
-
-    def summary(self) -> str:
-        parts = [f"{self.count(o)} {o}" for o in ("passed", "skipped", "failed", "error")]
-        return ", ".join(parts)
-
-
-@dataclass
-class Comparison:
-    unpatched: Run
-    patched: Run
-    version: str = "?"
+class Comparison(_junit.Comparison):
     client: str = ""  # sha256 of the release's renderers/client.py (first 12 digits)
-    problems: list[str] = field(default_factory=list)
 
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def report(self) -> str:
-        lines = [
-            f"renderers {self.version} {SUITE} (client.py sha256 {self.client or '?'})",
-            f"  unpatched: {self.unpatched.summary()}",
-            f"  patched:   {self.patched.summary()}",
-        ]
-        lines += [f"  PROBLEM: {p}" for p in self.problems]
-        lines.append("  OK: every test that passes unpatched passes patched, with the same skips"
-                     if self.ok else "  FAILED")
-        return "\n".join(lines)
+    def title(self) -> str:
+        return f"renderers {self.version} {SUITE} (client.py sha256 {self.client or '?'})"
 
 
 def download(dest: Path, version: str, python: str = sys.executable, timeout: float = 120) -> Path:
@@ -176,60 +144,23 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
-def parse_junit(path: Path) -> tuple[dict[str, str], dict[str, str]]:
-    outcomes: dict[str, str] = {}
-    skips: dict[str, str] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        children = {child.tag: child for child in case}
-        if "failure" in children:
-            outcome = "failed"
-        elif "error" in children:
-            outcome = "error"
-        elif "skipped" in children:
-            outcome = "skipped"
-            skips[name] = children["skipped"].get("message", "")
-        else:
-            outcome = "passed"
-        # A test reported twice (a teardown error after a pass) keeps its worst outcome.
-        if outcomes.get(name) not in ("failed", "error"):
-            outcomes[name] = outcome
-    return outcomes, skips
-
-
 def run_pytest(root: Path, junit: Path, *, patched: bool, python: str = sys.executable,
                extra: list[str] | None = None, timeout: float = 600) -> Run:
-    command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root),
-               "-rA", f"--junitxml={junit}", SUITE]
-    if patched:
-        command[3:3] = ["-p", PLUGIN]
-    command += extra or []
-    done = subprocess.run(command, cwd=root, env=environment(root), capture_output=True, text=True,
-                          timeout=timeout)
-    output = done.stdout + done.stderr
-    if not junit.is_file():
-        raise SuiteUnavailable(f"pytest wrote no results (exit {done.returncode}):\n{output[-2000:]}")
-    outcomes, skips = parse_junit(junit)
-    return Run(outcomes, skips, output, done.returncode)
+    return _junit.run_pytest(python, root, junit, [SUITE, *(extra or [])], env=environment(root),
+                             plugin=PLUGIN if patched else None, timeout=timeout)
 
 
 def environment(root: Path) -> dict[str, str]:
     """The sdist's renderers package first on the path, and both runs exactly as written here."""
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("TOKENWIRE_RENDERERS_PATCH", None)
-    return env
+    return _junit.environment([str(root)], ["TOKENWIRE_RENDERERS_PATCH"])
 
 
 def compare(unpatched: Run, patched: Run, version: str | None = None, *, mark: str = PATCHED_MARK,
             framework: str = "renderers") -> Comparison:
     """The problems of a patched run against the unpatched one (``mark``: what the plugin
     prints when the patch stayed in place, followed by ``(<framework> <version>)``)."""
-    result = Comparison(unpatched, patched, version or "?")
+    result = Comparison(unpatched, patched, version or "?", problems=_junit.differences(unpatched, patched))
     problems = result.problems
-    if not unpatched.outcomes:
-        problems.append("the unpatched run collected no tests")
     if mark not in patched.output:
         problems.append("the patched run does not report the patch in place for the whole session")
     if version is not None:
@@ -237,19 +168,6 @@ def compare(unpatched: Run, patched: Run, version: str | None = None, *, mark: s
         if followed is None or followed.group(1) != version:
             problems.append(f"the drop-in did not follow {framework} {version} "
                             f"(it followed {followed.group(1) if followed else 'nothing it reported'})")
-    for outcome in ("passed", "skipped"):
-        if unpatched.count(outcome) != patched.count(outcome):
-            problems.append(f"{unpatched.count(outcome)} {outcome} unpatched, {patched.count(outcome)} patched")
-    for name in sorted(set(unpatched.outcomes) | set(patched.outcomes)):
-        before, after = unpatched.outcomes.get(name), patched.outcomes.get(name)
-        if before is None or after is None:
-            problems.append(f"{name}: only in the {'patched' if before is None else 'unpatched'} run")
-        elif before == "passed" and after != "passed":
-            problems.append(f"{name}: passes unpatched, {after} patched")
-        elif (before == "skipped") != (after == "skipped"):
-            problems.append(f"{name}: {before} unpatched, {after} patched")
-        elif before == "skipped" and unpatched.skips[name] != patched.skips[name]:
-            problems.append(f"{name}: skipped for another reason ({unpatched.skips[name]!r} vs {patched.skips[name]!r})")
     return result
 
 
@@ -311,12 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"renderers {version or args.sdist}: suite unavailable: {exc}", file=sys.stderr)
                 unavailable = True
                 continue
-            if args.verbose or not result.ok:
-                for label, run in (("unpatched", result.unpatched), ("patched", result.patched)):
-                    print(f"----- {result.version} {label} run (exit {run.returncode}) -----")
-                    print(run.output[-3000:])
-            print(result.report())
-            failed |= not result.ok
+            failed |= not _junit.show(result, args.verbose)
     return 1 if failed else 2 if unavailable else 0
 
 

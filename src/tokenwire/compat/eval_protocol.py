@@ -49,20 +49,17 @@ from ..read import _select
 from ..base._errors import MalformedResponseError, location
 from ..extract.python import extract_openai_choice
 from ..rules.openai import parse_completions_document
+from . import _patching
 from .openai import body_of
 
 __all__ = [
     "CLIENT_CLASS",
     "CLIENT_MODULE",
-    "SUPPORTED_VERSIONS",
     "MalformedFireworksResponseError",
     "create_completion_from_prompt_ids",
     "eval_protocol_version",
-    "is_patched",
     "original",
-    "patch",
-    "patched",
-    "unpatch",
+    *_patching.API,
 ]
 
 CLIENT_MODULE = "eval_protocol.integrations.fireworks_v1_completions_client"

@@ -36,7 +36,7 @@ import re
 import secrets
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from itertools import chain, repeat
 from typing import Any, NamedTuple
 
@@ -53,24 +53,21 @@ from ..base._wire import MAX_MASK_ID, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, LazyEvidence, Read
 from ..kernels import python as _kernels
 from ..rules import generate as _rules
+from . import _patching
 
 # MalformedGenerateResponseError is made on first use (see __getattr__).
 __all__ = [
     "REPLACED",
-    "SUPPORTED_VERSIONS",
     "_parse_compact_logprobs",
     "_parse_completion_logprobs",
     "_parse_completion_top_logprobs",
     "_parse_packed_completion_logprobs",
     "_parse_sampling_mask",
     "_select_sampler_head",
-    "is_patched",
     "originals",
     "parse_generate_response",
-    "patch",
-    "patched",
     "renderers_version",
-    "unpatch",
+    *_patching.API,
 ]
 
 _CLIENT = "renderers.client"
@@ -963,15 +960,7 @@ def originals() -> dict[str, Any]:
         return {n: _saved.get((_CLIENT, n), getattr(client, n)) for n in _replaced()}
 
 
-@contextlib.contextmanager
-def patched() -> Iterator[Any]:
+def patched() -> contextlib.AbstractContextManager[Any]:
     """``with patched() as client:`` runs the block with :func:`patch` in effect (``client`` is
     ``renderers.client``); afterwards the state is what it was before."""
-    with _patch_lock:
-        already = bool(_saved)
-        patch()
-    try:
-        yield sys.modules[_CLIENT]
-    finally:
-        if not already:
-            unpatch()
+    return _patching.block(_patch_lock, lambda: bool(_saved), patch, unpatch, _CLIENT)

@@ -39,7 +39,6 @@ import contextlib
 import importlib
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -49,18 +48,14 @@ import tokenwire
 from ..base import _json
 from ..read import _select
 from ..base._errors import MalformedResponseError
-from . import distribution_version
+from . import _patching, distribution_version
 
 __all__ = [
-    "SUPPORTED_VERSIONS",
     "MalformedResponseError",
     "TokenwireChoices",
-    "is_patched",
     "parse_logprobs",
-    "patch",
-    "patched",
     "trl_version",
-    "unpatch",
+    *_patching.API,
 ]
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("1.16.0",)
@@ -201,12 +196,7 @@ def _their_parse_logprobs() -> Any:
 
 
 def _check() -> Any:
-    version = trl_version()
-    if version not in SUPPORTED_VERSIONS:
-        raise RuntimeError(
-            f"tokenwire.compat.trl does not support TRL {version}; it follows TRL "
-            f"{', '.join(SUPPORTED_VERSIONS)} (pip install 'trl=={SUPPORTED_VERSIONS[-1]}')."
-        )
+    _patching.require_release("trl", "TRL", "trl", trl_version(), SUPPORTED_VERSIONS)
     module = importlib.import_module(_MODULE)
     for name in ("parse_logprobs", "VLLMClient"):
         if not hasattr(module, name):
@@ -248,15 +238,7 @@ def is_patched() -> bool:
             and module.parse_logprobs is parse_logprobs)
 
 
-@contextlib.contextmanager
-def patched() -> Iterator[Any]:
+def patched() -> contextlib.AbstractContextManager[Any]:
     """``with patched() as vllm_client:`` runs the block with :func:`patch` in effect
     (``vllm_client`` is ``trl.generation.vllm_client``); afterwards the state is what it was."""
-    with _lock:
-        already = bool(_saved)
-        patch()
-    try:
-        yield sys.modules[_MODULE]
-    finally:
-        if not already:
-            unpatch()
+    return _patching.block(_lock, lambda: bool(_saved), patch, unpatch, _MODULE)

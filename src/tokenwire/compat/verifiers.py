@@ -31,7 +31,6 @@ import importlib
 import inspect
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -39,7 +38,7 @@ import numpy as np
 import tokenwire
 
 from ..base._errors import MalformedResponseError
-from . import distribution_version
+from . import _patching, distribution_version
 from ..base._table import KEY
 from ..base._types import Ragged
 from ..base._wire import VLLM_LOGPROB_SENTINEL
@@ -48,15 +47,11 @@ from ..rules import generate as _rules
 from . import renderers as _renderers
 
 __all__ = [
-    "SUPPORTED_VERSIONS",
     "check_generate_result",
-    "is_patched",
     "original",
-    "patch",
-    "patched",
     "response_from_generate",
-    "unpatch",
     "verifiers_version",
+    *_patching.API,
 ]
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.4.0",)
@@ -172,12 +167,7 @@ def original() -> Any:
 
 
 def _check(module: Any) -> None:
-    version = verifiers_version()
-    if version not in SUPPORTED_VERSIONS:
-        raise RuntimeError(
-            f"tokenwire.compat.verifiers does not support verifiers {version}; it follows verifiers "
-            f"{', '.join(SUPPORTED_VERSIONS)} (pip install 'verifiers=={SUPPORTED_VERSIONS[-1]}')."
-        )
+    _patching.require_release("verifiers", "verifiers", "verifiers", verifiers_version(), SUPPORTED_VERSIONS)
     theirs = getattr(module, _NAME, None)
     if theirs is None:
         raise RuntimeError(f"{_MODULE} has no {_NAME}; not patching")
@@ -224,15 +214,7 @@ def is_patched() -> bool:
             and _renderers.is_patched())
 
 
-@contextlib.contextmanager
-def patched() -> Iterator[Any]:
+def patched() -> contextlib.AbstractContextManager[Any]:
     """``with patched() as train:`` runs the block with :func:`patch` in effect (``train`` is
     ``verifiers.v1.clients.train``); afterwards the state is what it was before."""
-    with _lock:
-        already = _state["theirs"] is not None
-        patch()
-    try:
-        yield sys.modules[_MODULE]
-    finally:
-        if not already:
-            unpatch()
+    return _patching.block(_lock, lambda: _state["theirs"] is not None, patch, unpatch, _MODULE)

@@ -1,0 +1,143 @@
+"""What the framework-suite scripts share: a pytest run of a framework's tests read back from
+its JUnit XML, and the test-by-test comparison of an unpatched run with a patched one.
+
+Used by run_renderers_suite.py, run_eval_protocol_suite.py, run_nemo_gym_suite.py and
+run_compat_suite.py (each runs the framework's own tests without and with a drop-in's plugin).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class SuiteUnavailable(RuntimeError):
+    """The sdist or the framework itself is not available here."""
+
+
+@dataclass
+class Run:
+    """One pytest run: each test's outcome (``passed``, ``failed``, ``error``, ``skipped``)
+    and, for skips, the reason."""
+
+    outcomes: dict[str, str]
+    skips: dict[str, str]
+    output: str
+    returncode: int
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for o in self.outcomes.values() if o == outcome)
+
+    def summary(self) -> str:
+        parts = [f"{self.count(o)} {o}" for o in ("passed", "skipped", "failed", "error")]
+        return ", ".join(parts)
+
+
+@dataclass
+class Comparison:
+    """An unpatched run and a patched run of one release's tests, and what the patched one
+    got wrong (:func:`differences`, and the plugin's marks)."""
+
+    unpatched: Run
+    patched: Run
+    version: str = "?"
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def title(self) -> str:
+        return f"release {self.version}"
+
+    def details(self) -> list[str]:
+        return []
+
+    def report(self) -> str:
+        lines = [self.title(), f"  unpatched: {self.unpatched.summary()}", f"  patched:   {self.patched.summary()}",
+                 *self.details()]
+        lines += [f"  PROBLEM: {p}" for p in self.problems]
+        lines.append("  OK: every test that passes unpatched passes patched, with the same skips"
+                     if self.ok else "  FAILED")
+        return "\n".join(lines)
+
+
+def parse_junit(path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    outcomes: dict[str, str] = {}
+    skips: dict[str, str] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        children = {child.tag: child for child in case}
+        if "failure" in children:
+            outcome = "failed"
+        elif "error" in children:
+            outcome = "error"
+        elif "skipped" in children:
+            outcome = "skipped"
+            skips[name] = children["skipped"].get("message", "")
+        else:
+            outcome = "passed"
+        # A test reported twice (a teardown error after a pass) keeps its worst outcome.
+        if outcomes.get(name) not in ("failed", "error"):
+            outcomes[name] = outcome
+    return outcomes, skips
+
+
+def environment(path: Iterable[str] = (), drop: Iterable[str] = ()) -> dict[str, str]:
+    """This environment with ``path`` first on PYTHONPATH, without PYTEST_ADDOPTS nor ``drop``
+    (the plugins' switches), so that both runs are exactly as the script writes them."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*path, env.get("PYTHONPATH")]))
+    for name in ("PYTEST_ADDOPTS", *drop):
+        env.pop(name, None)
+    return env
+
+
+def run_pytest(python: str, root: Path, junit: Path, targets: list[str], *, env: dict[str, str],
+               plugin: str | None = None, options: Iterable[str] = (), timeout: float = 600) -> Run:
+    """``python -m pytest`` of ``targets`` from ``root`` (its rootdir), with ``-p plugin`` when
+    given, read back from the JUnit XML it writes to ``junit``."""
+    command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-p", plugin] if plugin else []),
+               "--rootdir", str(root), "-rA", f"--junitxml={junit}", *options, *targets]
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    output = done.stdout + done.stderr
+    if not junit.is_file():
+        raise SuiteUnavailable(f"pytest wrote no results (exit {done.returncode}):\n{output[-2000:]}")
+    outcomes, skips = parse_junit(junit)
+    return Run(outcomes, skips, output, done.returncode)
+
+
+def differences(unpatched: Run, patched: Run) -> list[str]:
+    """Where the patched run falls short of the unpatched one: a test that passed and no longer
+    does, a skip gained, lost or given another reason, a test in one run only, other counts."""
+    problems = []
+    if not unpatched.outcomes:
+        problems.append("the unpatched run collected no tests")
+    for outcome in ("passed", "skipped"):
+        if unpatched.count(outcome) != patched.count(outcome):
+            problems.append(f"{unpatched.count(outcome)} {outcome} unpatched, {patched.count(outcome)} patched")
+    for name in sorted(set(unpatched.outcomes) | set(patched.outcomes)):
+        before, after = unpatched.outcomes.get(name), patched.outcomes.get(name)
+        if before is None or after is None:
+            problems.append(f"{name}: only in the {'patched' if before is None else 'unpatched'} run")
+        elif before == "passed" and after != "passed":
+            problems.append(f"{name}: passes unpatched, {after} patched")
+        elif (before == "skipped") != (after == "skipped"):
+            problems.append(f"{name}: {before} unpatched, {after} patched")
+        elif before == "skipped" and unpatched.skips[name] != patched.skips[name]:
+            problems.append(f"{name}: skipped for another reason ({unpatched.skips[name]!r} vs {patched.skips[name]!r})")
+    return problems
+
+
+def show(result: Comparison, verbose: bool, tail: int = 3000) -> bool:
+    """Print a comparison's report (with both runs' last ``tail`` characters of output when
+    ``verbose`` or when it failed); whether it is ok."""
+    if verbose or not result.ok:
+        for label, run in (("unpatched", result.unpatched), ("patched", result.patched)):
+            print(f"----- {result.version} {label} run (exit {run.returncode}) -----\n{run.output[-tail:]}")
+    print(result.report())
+    return result.ok
