@@ -44,7 +44,6 @@ from typing import Any
 
 import numpy as np
 
-from ..base import _table
 from ..read import _select
 from ..base._errors import MalformedResponseError, location
 from ..extract.python import extract_openai_choice
