@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import numpy as np
-import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +20,16 @@ from tokenwire.read._stream import StreamReader
 def dumps(value: Any) -> str:
     """Pydantic's model_dump_json: compact separators, fields in declaration order."""
     return json.dumps(value, separators=(",", ":"))
+
+
+def _dumps(value: Any) -> bytes:
+    """JSON as SGLang's server writes it (``orjson.dumps`` with ``OPT_NON_STR_KEYS``): compact,
+    UTF-8, integer keys as strings; the standard library's where orjson is not installed."""
+    try:
+        import orjson
+    except ImportError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
 
 
 def sse(chunks: list[Any], *, done: bool = True) -> bytes:
@@ -176,7 +185,7 @@ class Case:
 
     def sglang_whole(self) -> bytes:
         ids = self.choices[0][0]
-        return orjson.dumps({"text": "".join(f"<{i}>" for i in ids), "output_ids": ids,
+        return _dumps({"text": "".join(f"<{i}>" for i in ids), "output_ids": ids,
                              "meta_info": self._meta(0, 0, len(ids), len(ids), True)})
 
     def sglang_chunks(self, per: int = 1, *, incremental: bool = False) -> list[Any]:
@@ -196,7 +205,7 @@ class Case:
 
 def sglang_sse(chunks: list[Any]) -> bytes:
     """SGLang's HTTP server: b"data: " + orjson.dumps(out) + b"\n\n", then data: [DONE]."""
-    return b"".join(b"data: " + orjson.dumps(c, option=orjson.OPT_NON_STR_KEYS) + b"\n\n" for c in chunks) + \
+    return b"".join(b"data: " + _dumps(c) + b"\n\n" for c in chunks) + \
         b"data: [DONE]\n\n"
 
 

@@ -36,8 +36,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
-import orjson
-
+from ..base import _json
 from ..base._errors import MalformedResponseError
 from ..base._table import KEY
 from . import _select
@@ -219,8 +218,8 @@ class StreamReader:
             self._done = True
             return
         try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
+            chunk = _json.loads(data)
+        except _json.JSONDecodeError as exc:
             raise _refuse(event, f"the data is not JSON ({exc})") from None
         if not isinstance(chunk, dict):
             raise _refuse(event, f"the data must be a JSON object, not {type(chunk).__name__}")
@@ -504,7 +503,7 @@ class StreamReader:
         document = self.document()
         parser = getattr(_select.impl, self._form.parser)
         try:
-            return parser(orjson.dumps(document), **self._options)
+            return parser(_json.dumps(document), **self._options)
         except MalformedResponseError as exc:
             raise self._placed(exc) from None
 
