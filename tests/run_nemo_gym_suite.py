@@ -27,11 +27,13 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_renderers_suite import Run, SuiteUnavailable, parse_junit  # noqa: E402
+from framework_suite import compare, run  # noqa: E402
+from run_renderers_suite import SuiteUnavailable  # noqa: E402
 
 VERSION = "0.7.0"
 PLUGIN = "tokenwire.compat.nemo_gym_plugin"
 SUMMARY = "tokenwire: NeMo-Gym stayed patched for the whole session"
+SWITCH = "TOKENWIRE_NEMO_GYM_PATCH"
 # NeMo-Gym's tests of the code the drop-in replaces or feeds: the vLLM model server (which
 # reads the token ids, logprobs and routing), the HTTP helpers and OpenAI client
 # (get_response_json), and the routing envelope's codec.
@@ -61,46 +63,6 @@ def sdist_root(sdist: str | None, work: Path, python: str) -> Path:
     return next(p for p in (work / "src").iterdir() if (p / "nemo_gym").is_dir())
 
 
-def environment(root: Path) -> dict[str, str]:
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("TOKENWIRE_NEMO_GYM_PATCH", None)
-    return env
-
-
-def run(root: Path, junit: Path, python: str, *, patched: bool, targets: list[str],
-        extra: list[str] | None = None) -> Run:
-    command = [python, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rA",
-               "-o", "addopts=", "-W", "ignore", f"--junitxml={junit}", *targets, *(extra or [])]
-    if patched:
-        command[3:3] = ["-p", PLUGIN]
-    done = subprocess.run(command, cwd=root, env=environment(root), capture_output=True, text=True,
-                          timeout=3600)
-    output = done.stdout + done.stderr
-    if not junit.is_file():
-        raise SuiteUnavailable(f"pytest wrote no results (exit {done.returncode}):\n{output[-2000:]}")
-    outcomes, skips = parse_junit(junit)
-    return Run(outcomes, skips, output, done.returncode)
-
-
-def compare(before: Run, after: Run) -> list[str]:
-    problems = []
-    if not before.outcomes:
-        problems.append("the unpatched run collected no tests")
-    if SUMMARY not in after.output:
-        problems.append("the patched run does not report the patch in place for the whole session")
-    for name in sorted(set(before.outcomes) | set(after.outcomes)):
-        a, b = before.outcomes.get(name), after.outcomes.get(name)
-        if a is None or b is None:
-            problems.append(f"{name}: only in the {'patched' if a is None else 'unpatched'} run")
-        elif a == "passed" and b != "passed":
-            problems.append(f"{name}: passes unpatched, {b} patched")
-        elif (a == "skipped") != (b == "skipped"):
-            problems.append(f"{name}: {a} unpatched, {b} patched")
-    return problems
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=os.environ.get("TOKENWIRE_NEMO_GYM_PYTHON"),
@@ -116,18 +78,18 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         try:
             root = sdist_root(args.sdist, work, args.python)
-            before = run(root, work / "unpatched.xml", args.python, patched=False, targets=list(SUITE))
-            after = run(root, work / "patched.xml", args.python, patched=True, targets=list(SUITE))
+            before = run(root, work / "unpatched.xml", args.python, plugin=None, switch=SWITCH, targets=list(SUITE))
+            after = run(root, work / "patched.xml", args.python, plugin=PLUGIN, switch=SWITCH, targets=list(SUITE))
             # A copy outside tokenwire's tests/ (whose conftest needs tokenwire's test extras).
             (work / "live").mkdir()
             live_copy = work / "live" / LIVE.name
             live_copy.write_bytes(LIVE.read_bytes())
-            live = run(root, work / "live.xml", args.python, patched=False, targets=[str(live_copy)],
+            live = run(root, work / "live.xml", args.python, plugin=None, switch=SWITCH, targets=[str(live_copy)],
                        extra=["-s"])
         except (SuiteUnavailable, subprocess.SubprocessError, StopIteration) as exc:
             print(f"NeMo-Gym suite unavailable: {exc}", file=sys.stderr)
             return 2
-        problems = compare(before, after)
+        problems = compare(before, after, SUMMARY)
         exercised = re.findall(r"^tokenwire: exercised (\S+)", after.output, re.M)
         print(f"NeMo-Gym {VERSION} suite ({', '.join(SUITE)})")
         print(f"  unpatched: {before.summary()}")
