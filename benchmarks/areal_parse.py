@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""AReaL's parse path per response, unpatched and patched with tokenwire.compat.areal.
+
+Run in a venv with areal 1.0.4 and tokenwire. One fresh process per (size, mode, workload):
+
+    python benchmarks/areal_parse.py --tokens 8192 --mode patched --workload vllm
+
+A server on 127.0.0.1 answers each POST with a distinct response of ``--tokens`` tokens:
+``vllm``, the completions body AReaL's vLLM backend asks for (``return_tokens_as_token_ids``,
+``logprobs=0``: ``"token_id:N"`` names and ``token_logprobs``); ``sglang``, SGLang's
+``/generate`` body (``output_token_logprobs`` triples, ``output_ids``). aiohttp fetches each
+(its body read before the clock starts); the timed span is what AReaL does with it per round of
+``RemoteInfEngine.agenerate``: ``response.json()`` (as ``arequest_with_retry`` calls it) and
+the backend's ``parse_generation_response``. ``--mode native`` times tokenwire's own reader of
+the same bytes (the ids and logprobs as lists). Prints the median, minimum and maximum per
+response in ms; ``--all`` runs every combination, each in its own process, and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+
+PROMPT_LEN = 512
+
+
+def body(seed: int, tokens: int, workload: str) -> bytes:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 150_000, tokens).tolist()
+    lps = (-rng.exponential(0.8, tokens)).tolist()
+    if workload == "vllm":
+        doc = {"id": f"cmpl-{seed}", "object": "text_completion", "created": 1, "model": "m",
+               "choices": [{"index": 0, "text": "x" * 64, "finish_reason": "length",
+                            "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": lps,
+                                         "top_logprobs": None, "text_offset": list(range(tokens))}}],
+               "usage": {"prompt_tokens": PROMPT_LEN, "completion_tokens": tokens,
+                         "total_tokens": PROMPT_LEN + tokens}}
+    else:
+        doc = {"text": "x" * 64, "output_ids": ids,
+               "meta_info": {"id": f"g{seed}", "prompt_tokens": PROMPT_LEN, "completion_tokens": tokens,
+                             "finish_reason": {"type": "length", "length": tokens},
+                             "output_token_logprobs": [[lp, i, None] for i, lp in zip(ids, lps)]}}
+    return json.dumps(doc).encode()
+
+
+def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
+    import aiohttp
+
+    from areal.engine.sglang_remote import SGLangBackend
+    from areal.engine.vllm_remote import VLLMBackend
+
+    if mode == "patched":
+        from tokenwire.compat import areal as compat
+
+        compat.patch()
+    import tokenwire
+
+    backend = VLLMBackend() if workload == "vllm" else SGLangBackend()
+    reader = tokenwire.parse_completions_response if workload == "vllm" else tokenwire.parse_sglang_generate_response
+    bodies = [body(seed, tokens, workload) for seed in range(rounds)]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            n = int(self.path.rsplit("/", 1)[-1])
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(bodies[n])))
+            self.end_headers()
+            self.wfile.write(bodies[n])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=lambda: [httpd.handle_request() for _ in range(rounds)], daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    async def go() -> list[float]:
+        times = []
+        async with aiohttp.ClientSession() as session:
+            for n in range(rounds):
+                async with session.post(f"{url}/{n}", json={}) as resp:
+                    await resp.read()  # the body arrives before the clock starts
+                    gc.collect()
+                    start = time.perf_counter()
+                    if mode == "native":
+                        parsed = reader(await resp.read())
+                        choice = parsed.choices[0]
+                        out = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
+                    else:
+                        out = backend.parse_generation_response(await resp.json())
+                    times.append(time.perf_counter() - start)
+                    del out
+        return times
+
+    times = asyncio.run(go())
+    httpd.server_close()
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--mode", choices=("unpatched", "patched", "native"), default="patched")
+    parser.add_argument("--workload", choices=("vllm", "sglang"), default="vllm")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--all", action="store_true", help="every size, mode and workload, fresh processes")
+    args = parser.parse_args()
+    if not args.all:
+        times = measure(args.tokens, args.mode, args.workload, args.rounds)[2:]  # the first two warm up
+        print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+                          "max_ms": max(times) * 1e3, "n": len(times)}))
+        return 0
+    print("| workload | tokens | AReaL: median (min) ms | patched: median (min) ms | speedup, median (min) "
+          "| tokenwire's reader: median (min) ms |")
+    print("|---|---|---|---|---|---|")
+    for workload in ("vllm", "sglang"):
+        for tokens in (2048, 8192, 16384, 32768):
+            row = {}
+            for mode in ("unpatched", "patched", "native"):
+                out = subprocess.run([sys.executable, __file__, "--tokens", str(tokens), "--mode", mode,
+                                      "--workload", workload, "--rounds", str(args.rounds)],
+                                     capture_output=True, text=True, check=True)
+                row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+            u, p, n = row["unpatched"], row["patched"], row["native"]
+            print(f"| {workload} | {tokens} | {u['median_ms']:.1f} ({u['min_ms']:.1f}) | "
+                  f"{p['median_ms']:.1f} ({p['min_ms']:.1f}) | {u['median_ms'] / p['median_ms']:.1f}x "
+                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
