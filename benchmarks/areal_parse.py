@@ -22,14 +22,15 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import statistics
-import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _framework_bench import serve, table  # noqa: E402
 
 PROMPT_LEN = 512
 
@@ -69,23 +70,7 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
     reader = tokenwire.parse_completions_response if workload == "vllm" else tokenwire.parse_sglang_generate_response
     bodies = [body(seed, tokens, workload) for seed in range(rounds)]
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            n = int(self.path.rsplit("/", 1)[-1])
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(bodies[n])))
-            self.end_headers()
-            self.wfile.write(bodies[n])
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=lambda: [httpd.handle_request() for _ in range(rounds)], daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd, url = serve(bodies)
 
     async def go() -> list[float]:
         times = []
@@ -123,21 +108,8 @@ def main() -> int:
         print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
                           "max_ms": max(times) * 1e3, "n": len(times)}))
         return 0
-    print("| workload | tokens | AReaL: median (min) ms | patched: median (min) ms | speedup, median (min) "
-          "| tokenwire's reader: median (min) ms |")
-    print("|---|---|---|---|---|---|")
-    for workload in ("vllm", "sglang"):
-        for tokens in (2048, 8192, 16384, 32768):
-            row = {}
-            for mode in ("unpatched", "patched", "native"):
-                out = subprocess.run([sys.executable, __file__, "--tokens", str(tokens), "--mode", mode,
-                                      "--workload", workload, "--rounds", str(args.rounds)],
-                                     capture_output=True, text=True, check=True)
-                row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
-            u, p, n = row["unpatched"], row["patched"], row["native"]
-            print(f"| {workload} | {tokens} | {u['median_ms']:.1f} ({u['min_ms']:.1f}) | "
-                  f"{p['median_ms']:.1f} ({p['min_ms']:.1f}) | {u['median_ms'] / p['median_ms']:.1f}x "
-                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) |", flush=True)
+    sizes = (2048, 8192, 16384, 32768)
+    table(__file__, "AReaL", {"vllm": sizes, "sglang": sizes}, args.rounds)
     return 0
 
 

@@ -1,0 +1,54 @@
+"""What the framework parse benchmarks (nemo_gym_parse.py, areal_parse.py) share: a server on
+127.0.0.1 answering ``POST /<n>`` with the n-th body (a bounded loop, one request per body),
+and the ``--all`` table of fresh processes per (workload, tokens, mode)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def serve(bodies: list[bytes]) -> tuple[ThreadingHTTPServer, str]:
+    """A server handing out ``bodies`` (one request each), and its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            n = int(self.path.rsplit("/", 1)[-1])
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(bodies[n])))
+            self.end_headers()
+            self.wfile.write(bodies[n])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=lambda: [httpd.handle_request() for _ in bodies], daemon=True)
+    thread.start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def table(script: str, framework: str, sizes: dict[str, Iterable[int]], rounds: int) -> None:
+    """Print the table: ``script --tokens T --mode M --workload W --rounds R`` in a new process
+    per cell, modes unpatched, patched and native (tokenwire's reader alone)."""
+    print(f"| workload | tokens | {framework}: median (min) ms | patched: median (min) ms | speedup, median (min) "
+          "| tokenwire's reader: median (min) ms |")
+    print("|---|---|---|---|---|---|")
+    for workload, tokens_list in sizes.items():
+        for tokens in tokens_list:
+            row = {}
+            for mode in ("unpatched", "patched", "native"):
+                out = subprocess.run([sys.executable, script, "--tokens", str(tokens), "--mode", mode,
+                                      "--workload", workload, "--rounds", str(rounds)],
+                                     capture_output=True, text=True, check=True)
+                row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+            u, p, n = row["unpatched"], row["patched"], row["native"]
+            print(f"| {workload} | {tokens} | {u['median_ms']:.1f} ({u['min_ms']:.1f}) | "
+                  f"{p['median_ms']:.1f} ({p['min_ms']:.1f}) | {u['median_ms'] / p['median_ms']:.1f}x "
+                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) |", flush=True)
