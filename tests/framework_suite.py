@@ -5,6 +5,7 @@ the comparison of the two runs."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -55,3 +56,29 @@ def compare(before: Run, after: Run, summary: str) -> list[str]:
         elif (a == "skipped") != (b == "skipped"):
             problems.append(f"{name}: {a} unpatched, {b} patched")
     return problems
+
+
+def report(title: str, live_title: str, before: Run, after: Run, live: Run, summary: str,
+           verbose: bool) -> int:
+    """Print both runs, the tests that reached the drop-in, the live test's ``DEFECT`` rows, and
+    return the exit status: 0 the runs agree and the live test passes, else 1."""
+    problems = compare(before, after, summary)
+    exercised = re.findall(r"^tokenwire: exercised (\S+)", after.output, re.M)
+    print(title)
+    print(f"  unpatched: {before.summary()}")
+    print(f"  patched:   {after.summary()}")
+    print(f"  tests that reached the replacements: {len(exercised)}")
+    if verbose:
+        for name in exercised:
+            print(f"    {name}")
+    for line in problems:
+        print(f"  PROBLEM: {line}")
+    print(f"{live_title}: {live.summary()}")
+    for line in re.findall(r"^DEFECT (.*)$", live.output, re.M):
+        print(f"  {line}")
+    failed = live.count("failed") or live.count("error")
+    if verbose or problems or failed:
+        print(live.output[-3000:] if failed else "")
+    ok = not problems and not failed and live.count("passed")
+    print("  OK" if ok else "  FAILED")
+    return 0 if ok else 1

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from framework_suite import compare, run  # noqa: E402
+from framework_suite import report, run  # noqa: E402
 from run_renderers_suite import SuiteUnavailable  # noqa: E402
 
 VERSION = "1.0.4"
@@ -72,26 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         except (SuiteUnavailable, subprocess.SubprocessError) as exc:
             print(f"AReaL suite unavailable: {exc}", file=sys.stderr)
             return 2
-        problems = compare(before, after, SUMMARY)
-        exercised = re.findall(r"^tokenwire: exercised (\S+)", after.output, re.M)
-        print(f"AReaL {VERSION} suite ({', '.join(SUITE)})")
-        print(f"  unpatched: {before.summary()}")
-        print(f"  patched:   {after.summary()}")
-        print(f"  tests that reached the replacements: {len(exercised)}")
-        if args.verbose:
-            for name in exercised:
-                print(f"    {name}")
-        for line in problems:
-            print(f"  PROBLEM: {line}")
-        print(f"live backends against 127.0.0.1 (tests/areal_live.py): {live.summary()}")
-        for line in re.findall(r"^DEFECT (.*)$", live.output, re.M):
-            print(f"  {line}")
-        failed = live.count("failed") or live.count("error")
-        if args.verbose or problems or failed:
-            print(live.output[-3000:] if failed else "")
-        ok = not problems and not failed and live.count("passed")
-        print("  OK" if ok else "  FAILED")
-        return 0 if ok else 1
+        return report(f"AReaL {VERSION} suite ({', '.join(SUITE)})",
+                      "live backends against 127.0.0.1 (tests/areal_live.py)",
+                      before, after, live, SUMMARY, args.verbose)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,6 @@ import importlib
 import importlib.metadata
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from itertools import repeat
 from typing import Any
 
@@ -60,6 +59,7 @@ import tokenwire
 
 from ..base._errors import MalformedResponseError
 from ..base._wire import VLLM_LOGPROB_SENTINEL
+from ._patching import patched_block
 from .renderers import _numbers, _token_ids
 
 __all__ = [
@@ -317,15 +317,7 @@ def is_patched() -> bool:
                                 for cls in _saved)
 
 
-@contextlib.contextmanager
-def patched() -> Iterator[None]:
+def patched() -> contextlib.AbstractContextManager[None]:
     """``with patched():`` runs the block with :func:`patch` in effect, then restores."""
-    with _patch_lock:
-        already = bool(_saved)
-        patch()
-    try:
-        yield
-    finally:
-        if not already:
-            unpatch()
+    return patched_block(_patch_lock, _saved, patch, unpatch)
 

@@ -39,7 +39,6 @@ import math
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from contextvars import ContextVar
 from itertools import repeat
 from typing import Any
@@ -52,6 +51,7 @@ import tokenwire
 from ..read import _select
 from ..base._errors import MalformedResponseError
 from ..base._wire import VLLM_LOGPROB_SENTINEL
+from ._patching import patched_block
 from .renderers import _numbers, _token_ids
 
 __all__ = [
@@ -393,14 +393,6 @@ def is_patched() -> bool:
                for n in (_SERVER_UTILS, "nemo_gym.openai_utils"))
 
 
-@contextlib.contextmanager
-def patched() -> Iterator[None]:
+def patched() -> contextlib.AbstractContextManager[None]:
     """``with patched():`` runs the block with :func:`patch` in effect, then restores."""
-    with _patch_lock:
-        already = bool(_saved)
-        patch()
-    try:
-        yield
-    finally:
-        if not already:
-            unpatch()
+    return patched_block(_patch_lock, _saved, patch, unpatch)
