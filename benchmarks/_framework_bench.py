@@ -4,11 +4,13 @@ and the ``--all`` table of fresh processes per (workload, tokens, mode)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import statistics
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -52,3 +54,24 @@ def table(script: str, framework: str, sizes: dict[str, Iterable[int]], rounds: 
             print(f"| {workload} | {tokens} | {u['median_ms']:.1f} ({u['min_ms']:.1f}) | "
                   f"{p['median_ms']:.1f} ({p['min_ms']:.1f}) | {u['median_ms'] / p['median_ms']:.1f}x "
                   f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) |", flush=True)
+
+
+def main(doc: str, script: str, framework: str, measure: Callable[[int, str, str, int], list[float]],
+         sizes: dict[str, Iterable[int]]) -> int:
+    """The benchmark's command line: one cell (``--tokens``, ``--mode``, ``--workload``; the
+    median, minimum and maximum in ms as JSON, the first two rounds left out as warm-up) or,
+    with ``--all``, the table of every cell in fresh processes."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--mode", choices=("unpatched", "patched", "native"), default="patched")
+    parser.add_argument("--workload", choices=tuple(sizes), default=next(iter(sizes)))
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--all", action="store_true", help="every size, mode and workload, fresh processes")
+    args = parser.parse_args()
+    if args.all:
+        table(script, framework, sizes, args.rounds)
+        return 0
+    times = measure(args.tokens, args.mode, args.workload, args.rounds)[2:]
+    print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+                      "max_ms": max(times) * 1e3, "n": len(times)}))
+    return 0

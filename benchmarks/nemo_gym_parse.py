@@ -21,13 +21,10 @@ each in its own process, and prints a table.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import gc
-import json
 import os
-import statistics
 import sys
 import time
 
@@ -35,7 +32,8 @@ import numpy as np
 import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _framework_bench import serve, table  # noqa: E402
+from _framework_bench import main as run_main  # noqa: E402
+from _framework_bench import serve  # noqa: E402
 
 PROMPT_LEN = 512
 LAYERS, TOPK = 48, 8
@@ -116,21 +114,8 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=8192)
-    parser.add_argument("--mode", choices=("unpatched", "patched", "native"), default="patched")
-    parser.add_argument("--workload", choices=("dense", "moe"), default="dense")
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--all", action="store_true", help="every size, mode and workload, fresh processes")
-    args = parser.parse_args()
-    if not args.all:
-        times = measure(args.tokens, args.mode, args.workload, args.rounds)[2:]  # the first two warm up
-        print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
-                          "max_ms": max(times) * 1e3, "n": len(times)}))
-        return 0
-    table(__file__, "NeMo-Gym", {"dense": (2048, 8192, 16384, 32768), "moe": (2048, 8192)},
-          args.rounds)
-    return 0
+    return run_main(__doc__, __file__, "NeMo-Gym", measure,
+                    {"dense": (2048, 8192, 16384, 32768), "moe": (2048, 8192)})
 
 
 if __name__ == "__main__":
