@@ -17,8 +17,6 @@ import asyncio
 import base64
 import json
 import struct
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
@@ -29,12 +27,12 @@ from areal.api.io_struct import ModelRequest
 from areal.engine.sglang_remote import SGLangBackend
 from areal.engine.vllm_remote import VLLMBackend
 from areal.infra.utils.http import arequest_with_retry
+from live_server import JSONHandler, bounded_server
 from tokenwire.compat import areal as compat
 
 PROMPT = [11, 12, 13]
 N = 64
 LAYERS, TOPK = 4, 2
-MAX_REQUESTS = 500  # the server's loop is bounded
 
 
 def planted_logprobs(defect: str | None) -> list[Any]:
@@ -81,41 +79,20 @@ def sglang_body(defect: str | None) -> bytes:
     return json.dumps({"text": "x", "output_ids": [1000 + 7 * t for t in range(N)], "meta_info": meta}).encode()
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     defect: str | None = None
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        kind = type(self).defect
+    def payload(self) -> bytes:
         if self.path == "/generate":
-            payload = sglang_body(kind)
-        else:
-            payload = vllm_body(kind, chat=self.path.endswith("/chat/completions"))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+            return sglang_body(type(self).defect)
+        return vllm_body(type(self).defect, chat=self.path.endswith("/chat/completions"))
 
 
 @pytest.fixture(scope="module")
 def server():
     handler = type("Handler", (_Handler,), {})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-
-    def serve() -> None:
-        for _ in range(MAX_REQUESTS):
-            if getattr(httpd, "stopping", False):
-                break
-            httpd.handle_request()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield handler, f"127.0.0.1:{httpd.server_address[1]}"
-    httpd.stopping = True
-    httpd.server_close()
+    with bounded_server(handler) as addr:
+        yield handler, addr
 
 
 BACKENDS = {"vLLM completions": (VLLMBackend, "/v1/completions"),

@@ -82,3 +82,12 @@ def report(title: str, live_title: str, before: Run, after: Run, live: Run, summ
     ok = not problems and not failed and live.count("passed")
     print("  OK" if ok else "  FAILED")
     return 0 if ok else 1
+
+
+def copy_live(live: Path, work: Path) -> Path:
+    """A copy of the live test ``live`` (and the server it imports) in ``work``/live, outside
+    tokenwire's tests/ (whose conftest needs tokenwire's test extras)."""
+    (work / "live").mkdir()
+    for source in (live, live.parent / "live_server.py"):
+        (work / "live" / source.name).write_bytes(source.read_bytes())
+    return work / "live" / live.name

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import base64
 import struct
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from unittest.mock import MagicMock
 
 import orjson
 import pytest
 from fastapi.testclient import TestClient
+from live_server import JSONHandler, bounded_server
 
 import nemo_gym.server_utils
 from nemo_gym.server_utils import ServerClient
@@ -30,7 +29,6 @@ from tokenwire.compat import nemo_gym as compat
 
 PROMPT = [11, 12, 13]
 N = 64
-MAX_REQUESTS = 500  # the server's loop is bounded
 
 
 def envelope(rows: int, layers: int = 4, topk: int = 2, first: int = 0) -> str:
@@ -70,49 +68,27 @@ def response(defect: str | None = None) -> bytes:
     return raw
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     body = b""
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        payload = orjson.dumps({"tokens": PROMPT}) if self.path.endswith("/tokenize") else type(self).body
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+    def payload(self) -> bytes:
+        return orjson.dumps({"tokens": PROMPT}) if self.path.endswith("/tokenize") else type(self).body
 
 
 @pytest.fixture(scope="module")
 def server():
     handler = type("Handler", (_Handler,), {})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-
-    def serve() -> None:
-        for _ in range(MAX_REQUESTS):
-            if getattr(httpd, "stopping", False):
-                break
-            httpd.handle_request()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}"
     # As NeMo-Gym's own tests of the model server do: no Hydra configuration from argv.
-    with pytest.MonkeyPatch.context() as mp:
+    with bounded_server(handler) as addr, pytest.MonkeyPatch.context() as mp:
         mp.setattr(nemo_gym.server_utils, "get_global_config_dict", lambda *a, **k: {})
         config = VLLMModelConfig(host="127.0.0.1", port=8080, entrypoint="", name="vllm_model",
-                                 base_url=f"{url}/v1", api_key="dummy_key", model="dummy_model",
+                                 base_url=f"http://{addr}/v1", api_key="dummy_key", model="dummy_model",
                                  return_token_id_information=True, uses_reasoning_parser=False,
                                  uses_interleaved_reasoning=False)
         model = VLLMModel(config=config, server_client=MagicMock(spec=ServerClient, global_config_dict={}))
         # One client (one event loop) for the module: NeMo-Gym's aiohttp session is global.
         with TestClient(model.setup_webserver()) as client:
             yield handler, client
-    httpd.stopping = True
-    httpd.server_close()
 
 
 def serve_one(server: Any, defect: str | None) -> Any:

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from framework_suite import report, run  # noqa: E402
+from framework_suite import copy_live, report, run  # noqa: E402
 from run_renderers_suite import SuiteUnavailable  # noqa: E402
 
 VERSION = "1.0.4"
@@ -62,10 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             common = dict(switch=SWITCH, targets=list(SUITE), preload=PRELOAD)
             before = run(root, work / "unpatched.xml", args.python, plugin=None, **common)
             after = run(root, work / "patched.xml", args.python, plugin=PLUGIN, **common)
-            # A copy outside tokenwire's tests/ (whose conftest needs tokenwire's test extras).
-            (work / "live").mkdir()
-            live_copy = work / "live" / LIVE.name
-            live_copy.write_bytes(LIVE.read_bytes())
+            live_copy = copy_live(LIVE, work)
             live = run(root, work / "live.xml", args.python, plugin=None, switch=SWITCH,
                        targets=[str(live_copy)], extra=["-s"], preload=PRELOAD)
         except (SuiteUnavailable, subprocess.SubprocessError) as exc:

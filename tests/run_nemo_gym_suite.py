@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from framework_suite import report, run  # noqa: E402
+from framework_suite import copy_live, report, run  # noqa: E402
 from run_renderers_suite import SuiteUnavailable  # noqa: E402
 
 VERSION = "0.7.0"
@@ -79,10 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             root = sdist_root(args.sdist, work, args.python)
             before = run(root, work / "unpatched.xml", args.python, plugin=None, switch=SWITCH, targets=list(SUITE))
             after = run(root, work / "patched.xml", args.python, plugin=PLUGIN, switch=SWITCH, targets=list(SUITE))
-            # A copy outside tokenwire's tests/ (whose conftest needs tokenwire's test extras).
-            (work / "live").mkdir()
-            live_copy = work / "live" / LIVE.name
-            live_copy.write_bytes(LIVE.read_bytes())
+            live_copy = copy_live(LIVE, work)
             live = run(root, work / "live.xml", args.python, plugin=None, switch=SWITCH, targets=[str(live_copy)],
                        extra=["-s"])
         except (SuiteUnavailable, subprocess.SubprocessError, StopIteration) as exc:
