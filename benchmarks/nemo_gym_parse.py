@@ -21,20 +21,19 @@ each in its own process, and prints a table.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import gc
-import json
-import statistics
-import subprocess
+import os
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import orjson
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _framework_bench import main as run_main  # noqa: E402
+from _framework_bench import serve  # noqa: E402
 
 PROMPT_LEN = 512
 LAYERS, TOPK = 48, 8
@@ -75,28 +74,12 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
     import tokenwire
     bodies = [body(seed, tokens, workload) for seed in range(rounds)]
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            n = int(self.path.rsplit("/", 1)[-1])
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(bodies[n])))
-            self.end_headers()
-            self.wfile.write(bodies[n])
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=lambda: [httpd.handle_request() for _ in range(rounds)], daemon=True)
-    thread.start()
+    httpd, url = serve(bodies)
     config = VLLMModelConfig(host="127.0.0.1", port=8080, entrypoint="", name="vllm_model",
                              base_url="http://127.0.0.1:1/v1", api_key="k", model="m",
                              return_token_id_information=True, uses_reasoning_parser=False,
                              uses_interleaved_reasoning=False)
     model = VLLMModel(config=config, server_client=MagicMock(spec=ServerClient, global_config_dict={}))
-    url = f"http://127.0.0.1:{httpd.server_address[1]}"
 
     async def go() -> list[float]:
         times = []
@@ -131,35 +114,8 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=8192)
-    parser.add_argument("--mode", choices=("unpatched", "patched", "native"), default="patched")
-    parser.add_argument("--workload", choices=("dense", "moe"), default="dense")
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--all", action="store_true", help="every size, mode and workload, fresh processes")
-    args = parser.parse_args()
-    if not args.all:
-        times = measure(args.tokens, args.mode, args.workload, args.rounds)[2:]  # the first two warm up
-        print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
-                          "max_ms": max(times) * 1e3, "n": len(times)}))
-        return 0
-    print("| workload | tokens | NeMo-Gym: median (min) ms | patched: median (min) ms | speedup, median (min) "
-          "| tokenwire's reader: median (min) ms |")
-    print("|---|---|---|---|---|---|")
-    sizes = {"dense": (2048, 8192, 16384, 32768), "moe": (2048, 8192)}
-    for workload, tokens_list in sizes.items():
-        for tokens in tokens_list:
-            row = {}
-            for mode in ("unpatched", "patched", "native"):
-                out = subprocess.run([sys.executable, __file__, "--tokens", str(tokens), "--mode", mode,
-                                      "--workload", workload, "--rounds", str(args.rounds)],
-                                     capture_output=True, text=True, check=True)
-                row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
-            u, p, n = row["unpatched"], row["patched"], row["native"]
-            print(f"| {workload} | {tokens} | {u['median_ms']:.1f} ({u['min_ms']:.1f}) | "
-                  f"{p['median_ms']:.1f} ({p['min_ms']:.1f}) | {u['median_ms'] / p['median_ms']:.1f}x "
-                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) |", flush=True)
-    return 0
+    return run_main(__doc__, __file__, "NeMo-Gym", measure,
+                    {"dense": (2048, 8192, 16384, 32768), "moe": (2048, 8192)})
 
 
 if __name__ == "__main__":

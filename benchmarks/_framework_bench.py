@@ -1,0 +1,77 @@
+"""What the framework parse benchmarks (nemo_gym_parse.py, areal_parse.py) share: a server on
+127.0.0.1 answering ``POST /<n>`` with the n-th body (a bounded loop, one request per body),
+and the ``--all`` table of fresh processes per (workload, tokens, mode)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def serve(bodies: list[bytes]) -> tuple[ThreadingHTTPServer, str]:
+    """A server handing out ``bodies`` (one request each), and its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            n = int(self.path.rsplit("/", 1)[-1])
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(bodies[n])))
+            self.end_headers()
+            self.wfile.write(bodies[n])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=lambda: [httpd.handle_request() for _ in bodies], daemon=True)
+    thread.start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def table(script: str, framework: str, sizes: dict[str, Iterable[int]], rounds: int) -> None:
+    """Print the table: ``script --tokens T --mode M --workload W --rounds R`` in a new process
+    per cell, modes unpatched, patched and native (tokenwire's reader alone)."""
+    print(f"| workload | tokens | {framework}: median (min) ms | patched: median (min) ms | speedup, median (min) "
+          "| tokenwire's reader: median (min) ms |")
+    print("|---|---|---|---|---|---|")
+    for workload, tokens_list in sizes.items():
+        for tokens in tokens_list:
+            row = {}
+            for mode in ("unpatched", "patched", "native"):
+                out = subprocess.run([sys.executable, script, "--tokens", str(tokens), "--mode", mode,
+                                      "--workload", workload, "--rounds", str(rounds)],
+                                     capture_output=True, text=True, check=True)
+                row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+            u, p, n = row["unpatched"], row["patched"], row["native"]
+            print(f"| {workload} | {tokens} | {u['median_ms']:.1f} ({u['min_ms']:.1f}) | "
+                  f"{p['median_ms']:.1f} ({p['min_ms']:.1f}) | {u['median_ms'] / p['median_ms']:.1f}x "
+                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) |", flush=True)
+
+
+def main(doc: str, script: str, framework: str, measure: Callable[[int, str, str, int], list[float]],
+         sizes: dict[str, Iterable[int]]) -> int:
+    """The benchmark's command line: one cell (``--tokens``, ``--mode``, ``--workload``; the
+    median, minimum and maximum in ms as JSON, the first two rounds left out as warm-up) or,
+    with ``--all``, the table of every cell in fresh processes."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--mode", choices=("unpatched", "patched", "native"), default="patched")
+    parser.add_argument("--workload", choices=tuple(sizes), default=next(iter(sizes)))
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--all", action="store_true", help="every size, mode and workload, fresh processes")
+    args = parser.parse_args()
+    if args.all:
+        table(script, framework, sizes, args.rounds)
+        return 0
+    times = measure(args.tokens, args.mode, args.workload, args.rounds)[2:]
+    print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+                      "max_ms": max(times) * 1e3, "n": len(times)}))
+    return 0

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""AReaL's parse path per response, unpatched and patched with tokenwire.compat.areal.
+
+Run in a venv with areal 1.0.4 and tokenwire. One fresh process per (size, mode, workload):
+
+    python benchmarks/areal_parse.py --tokens 8192 --mode patched --workload vllm
+
+A server on 127.0.0.1 answers each POST with a distinct response of ``--tokens`` tokens:
+``vllm``, the completions body AReaL's vLLM backend asks for (``return_tokens_as_token_ids``,
+``logprobs=0``: ``"token_id:N"`` names and ``token_logprobs``); ``sglang``, SGLang's
+``/generate`` body (``output_token_logprobs`` triples, ``output_ids``). aiohttp fetches each
+(its body read before the clock starts); the timed span is what AReaL does with it per round of
+``RemoteInfEngine.agenerate``: ``response.json()`` (as ``arequest_with_retry`` calls it) and
+the backend's ``parse_generation_response``. ``--mode native`` times tokenwire's own reader of
+the same bytes (the ids and logprobs as lists). Prints the median, minimum and maximum per
+response in ms; ``--all`` runs every combination, each in its own process, and prints a table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _framework_bench import main as run_main  # noqa: E402
+from _framework_bench import serve  # noqa: E402
+
+PROMPT_LEN = 512
+
+
+def body(seed: int, tokens: int, workload: str) -> bytes:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 150_000, tokens).tolist()
+    lps = (-rng.exponential(0.8, tokens)).tolist()
+    if workload == "vllm":
+        doc = {"id": f"cmpl-{seed}", "object": "text_completion", "created": 1, "model": "m",
+               "choices": [{"index": 0, "text": "x" * 64, "finish_reason": "length",
+                            "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": lps,
+                                         "top_logprobs": None, "text_offset": list(range(tokens))}}],
+               "usage": {"prompt_tokens": PROMPT_LEN, "completion_tokens": tokens,
+                         "total_tokens": PROMPT_LEN + tokens}}
+    else:
+        doc = {"text": "x" * 64, "output_ids": ids,
+               "meta_info": {"id": f"g{seed}", "prompt_tokens": PROMPT_LEN, "completion_tokens": tokens,
+                             "finish_reason": {"type": "length", "length": tokens},
+                             "output_token_logprobs": [[lp, i, None] for i, lp in zip(ids, lps)]}}
+    return json.dumps(doc).encode()
+
+
+def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
+    import aiohttp
+
+    from areal.engine.sglang_remote import SGLangBackend
+    from areal.engine.vllm_remote import VLLMBackend
+
+    if mode == "patched":
+        from tokenwire.compat import areal as compat
+
+        compat.patch()
+    import tokenwire
+
+    backend = VLLMBackend() if workload == "vllm" else SGLangBackend()
+    reader = tokenwire.parse_completions_response if workload == "vllm" else tokenwire.parse_sglang_generate_response
+    bodies = [body(seed, tokens, workload) for seed in range(rounds)]
+
+    httpd, url = serve(bodies)
+
+    async def go() -> list[float]:
+        times = []
+        async with aiohttp.ClientSession() as session:
+            for n in range(rounds):
+                async with session.post(f"{url}/{n}", json={}) as resp:
+                    await resp.read()  # the body arrives before the clock starts
+                    gc.collect()
+                    start = time.perf_counter()
+                    if mode == "native":
+                        parsed = reader(await resp.read())
+                        choice = parsed.choices[0]
+                        out = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
+                    else:
+                        out = backend.parse_generation_response(await resp.json())
+                    times.append(time.perf_counter() - start)
+                    del out
+        return times
+
+    times = asyncio.run(go())
+    httpd.server_close()
+    return times
+
+
+def main() -> int:
+    sizes = (2048, 8192, 16384, 32768)
+    return run_main(__doc__, __file__, "AReaL", measure, {"vllm": sizes, "sglang": sizes})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
