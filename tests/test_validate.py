@@ -153,7 +153,7 @@ def response_of(ev: dict[str, Any]) -> bytes:
             lambda: tokenwire.encode_routed_experts(routing, start=0),
             lambda: {"data": b64(routing), "shape": list(routing.shape), "dtype": "int32", "start": 0})
     choice["weight_versions"] = ev["spans"]
-    return tokenwire.dumps_generate_response({"prompt_token_ids": ev["prompt"], "choices": [choice]})
+    return tokenwire.dumps_generate_response({"prompt_token_ids": ev["prompt"], "choices": [choice]}, check=False)
 
 
 def outcome(call):
