@@ -24,6 +24,17 @@ FRAGMENTS = {
     "arrays-ray": "a Ray cluster and captures on a shared filesystem",
     "migrating-patch": "renderers' generate() against a live server",
     "migrating-parse": "renderers' HTTP client against a live server",
+    "rollouts-loop": "a rollout loop around an engine, a tokenizer and a tool of the reader's",
+    "engines-openrlhf-loop": "OpenRLHF's own loop over a vLLM RequestOutput, quoted to show what it does",
+    "engines-openrlhf-validate": "inside OpenRLHF's agent loop, on the engine's RequestOutput",
+    "engines-verl-validate": "inside verl's agent loop, on the in-process engine's output",
+    "areal-patch": "AReaL 1.0.4 installed (tests/run_areal_suite.py runs it)",
+    "eval-protocol-patch": "eval-protocol 0.3.33 and a Fireworks-compatible server, inside a coroutine",
+    "nemo-gym-patch": "NeMo-Gym 0.7.0 installed (Python 3.13; tests/run_nemo_gym_suite.py runs it)",
+    "trl-patch": "TRL 1.16.0 and a trl vllm-serve server",
+    "verifiers-patch": "verifiers 0.4.0 and a generate server",
+    "openai-sdk-async": "an OpenAI-compatible server, inside a coroutine",
+    "openai-sdk-sync": "an OpenAI-compatible server",
 }
 
 _BLOCK = re.compile(r"(?:<!-- fragment: ([\w-]+)[^>]*-->\n)?```python\n(.*?)```", re.S)
