@@ -58,6 +58,7 @@ import numpy as np
 import tokenwire
 
 from ..base._errors import MalformedResponseError
+from ..base._table import KEY
 from ..base._wire import VLLM_LOGPROB_SENTINEL
 from . import _patching
 from .renderers import _numbers, _token_ids
@@ -154,7 +155,7 @@ def check_vllm(response: dict[str, Any], output_tokens: list[int], output_logpro
     if len(output_logprobs) != n:
         raise _refuse(f"{n} token ids against {len(output_logprobs)} logprobs", field=field)
     _check_ids(output_tokens, field)
-    token_ids = choice.get("token_ids")
+    token_ids = choice.get(KEY.token_ids)
     if token_ids is not None:
         if not isinstance(token_ids, list) or len(token_ids) != n:
             raise _refuse(f"{n} sampled tokens against {len(token_ids) if isinstance(token_ids, list) else token_ids!r} "
@@ -178,7 +179,7 @@ def check_sglang(meta_info: dict[str, Any], output_tokens: list[Any], output_log
     _check_ids(output_tokens, field)
     n = len(output_tokens)
     _check_count(n, meta_info.get("completion_tokens"), "meta_info.completion_tokens", field)
-    raw = meta_info.get("routed_experts")
+    raw = meta_info.get(KEY.routed_experts)
     if raw is not None:
         _check_routing(raw, meta_info)
 
@@ -216,7 +217,7 @@ def _vllm_parse(self: Any, response: dict[str, Any]) -> Any:
     try:
         logprobs = response["choices"][0]["logprobs"]
         if "tokens" in logprobs:
-            fast = _token_ids(logprobs["tokens"]), logprobs["token_logprobs"]
+            fast = _token_ids(logprobs["tokens"]), logprobs[KEY.token_logprobs]
         elif "content" in logprobs:
             content = logprobs["content"]
             fast = (_token_ids(list(map(dict.get, content, repeat("token")))),
@@ -239,15 +240,15 @@ def _vllm_parse(self: Any, response: dict[str, Any]) -> Any:
 
 def _sglang_parse(self: Any, response: dict[str, Any]) -> Any:
     calls["parse_generation_response (SGLang)"] += 1
-    meta_info = response.get("meta_info") if isinstance(response, dict) else None
-    if isinstance(meta_info, dict) and meta_info.get("routed_experts") is not None:
-        _check_routing(meta_info["routed_experts"], meta_info)  # before AReaL's reshape
+    meta_info = response.get(KEY.meta_info) if isinstance(response, dict) else None
+    if isinstance(meta_info, dict) and meta_info.get(KEY.routed_experts) is not None:
+        _check_routing(meta_info[KEY.routed_experts], meta_info)  # before AReaL's reshape
     result = _original(type(self))(self, response)
-    meta_info = response["meta_info"]
-    triples = meta_info.get("output_token_logprobs") or []
+    meta_info = response[KEY.meta_info]
+    triples = meta_info.get(KEY.output_token_logprobs) or []
     if result.output_tokens or triples:
         check_sglang(meta_info, result.output_tokens, result.output_logprobs, result.routed_experts)
-        output_ids = response.get("output_ids")
+        output_ids = response.get(KEY.output_ids)
         if isinstance(output_ids, list) and output_ids != result.output_tokens:
             raise _refuse(f"output_ids holds {len(output_ids)} ids against {len(result.output_tokens)} "
                           "triples, or other ids", field="output_ids")
