@@ -543,6 +543,28 @@ def test_an_sglang_workers_routing_broken(impl, routed, kw, message):
     assert (err.choice, err.field) == (None, "nvext.engine_data.routed_experts")
 
 
+def npy_string(array: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_a_npy_string_is_vllms_form(impl):
+    """Dynamo's vLLM engine-generate adapter sends the routing as vLLM's OpenAI server does, a
+    base64 .npy file: read as that (its magic is never SGLang's int32 data: it would open on
+    expert id 1,297,436,307), its rows counted as the choice's are."""
+    array = routing(ROWS, "int32")[1]
+    doc = chat()
+    doc["nvext"]["engine_data"]["routed_experts"] = npy_string(array)
+    routed = parse(impl, doc, routed_experts_shape=(3, 2)).choices[0].routed_experts
+    assert routed.start is None and routed.array.dtype == np.int32 and np.array_equal(routed.array, array)
+    doc["nvext"]["engine_data"]["routed_experts"] = npy_string(array[:-1])
+    err = raises(impl, doc, r"nvext.engine_data.routed_experts has 7 rows, not 8: one per token of the prompt")
+    assert (err.choice, err.field) == (None, "nvext.engine_data.routed_experts")
+    doc["nvext"]["engine_data"]["routed_experts"] = npy_string(array.astype(np.float32))
+    raises(impl, doc, "nvext.engine_data.routed_experts .npy header is invalid")
+
+
 def test_an_sglang_workers_routing_without_a_row_count(impl):
     """No prompt ids and no usage.prompt_tokens: the rows cannot be counted; the shape reads them."""
     sent, array = sglang_routing()
@@ -612,9 +634,7 @@ def test_the_frontends_copy_beside_the_choices_routing(impl):
     sent, _ = routing(ROWS)
     doc = chat(token_ids=True)
     doc["nvext"] = {"routed_experts": sent, "completion_token_ids": list(IDS)}
-    buffer = io.BytesIO()
-    np.save(buffer, routing(ROWS)[1])
-    doc["choices"][0]["routed_experts"] = base64.b64encode(buffer.getvalue()).decode()
+    doc["choices"][0]["routed_experts"] = npy_string(routing(ROWS)[1])
     err = raises(impl, doc, "routed_experts is sent on the choice and in nvext: one form only")
     assert (err.choice, err.field) == (0, "routed_experts")
 
@@ -724,8 +744,10 @@ def changed_documents(draw):
     doc = build()
     data = doc["nvext"]["engine_data"]
     rows = draw(st.sampled_from([7, 8, 9]))
-    # vLLM's worker's object, or an SGLang worker's bare int32 string; the frontend's copy beside it.
-    data["routed_experts"] = draw(st.sampled_from([routing(rows)[0], sglang_routing(rows)[0]]))
+    # vLLM's worker's object, an SGLang worker's bare int32 string, the engine-generate adapter's
+    # .npy string; the frontend's copy beside it.
+    data["routed_experts"] = draw(st.sampled_from([routing(rows)[0], sglang_routing(rows)[0],
+                                                   npy_string(routing(rows)[1])]))
     if draw(st.booleans()):
         doc["nvext"]["routed_experts"] = copy.deepcopy(data["routed_experts"])
     if draw(st.booleans()):  # nvext.completion_token_ids, beside the engine data or instead of it

@@ -209,6 +209,9 @@ def dynamo_cases() -> dict[str, tuple[bytes, str]]:
         "chat_dynamo_sglang_routing_with_experts": (sglang(bare(sglang_rows * 10)),
                                                     "nvext.engine_data.routed_experts holds expert id 70"),
         "chat_dynamo_nvext_routing_alone": (chat(None, nvext={"routed_experts": routed(rows)}), "ok"),
+        "chat_dynamo_npy_routing": (engine(routed_experts=npy(rows)), "ok"),
+        "chat_dynamo_npy_routing_row_short": (engine(routed_experts=npy(rows[:-1])),
+                                              "nvext.engine_data.routed_experts has 3 rows, not 4"),
         "chat_dynamo_nvext_routing_differs": (sglang(bare(sglang_rows), copy=bare(sglang_rows[::-1])),
                                               "nvext.routed_experts differs from nvext.engine_data.routed_experts"),
     }

@@ -37,6 +37,7 @@ def named(table: dict[str, Any], name: Any) -> Any:
 # numpy's own reader refuses a longer header (np.load's max_header_size): a (rows, layers,
 # topk) header is about 100 bytes, and nothing longer is parsed.
 NPY_MAX_HEADER = 10000
+NPY_MAGIC = b"\x93NUMPY"
 # A routing array's layers and topk: what Arrow's fixed-size lists hold (tokenwire.arrow).
 MAX_ROUTED_WIDTH = 2**31 - 1
 
@@ -53,7 +54,7 @@ def npy_parts(raw: np.ndarray, c: Evidence, field: str, descrs: dict[str, Any],
     """A whole ``.npy`` file's shape (a list, not checked), its ``descr`` (a key of ``descrs``,
     the dtypes ``kinds`` names) and its data bytes; only those header fields are trusted, C
     order only."""
-    if bytes(raw[:6]) != b"\x93NUMPY" or len(raw) < 10:
+    if bytes(raw[:6]) != NPY_MAGIC or len(raw) < 10:
         c.fail(f"{field} .npy magic missing", field)
     major = int(raw[6])
     if major == 1:

@@ -22,7 +22,7 @@ from ..base._table import KEY, OPENAI, ROOT, fields
 from ..base._types import RoutedExperts
 from ..base._wire import DYNAMO_LOGPROB_CLAMP
 from ..extract.python import Evidence
-from .arrays import bare_rows, check_experts, check_rows, routed_object, routed_rows
+from .arrays import NPY_MAGIC, bare_rows, check_experts, check_rows, parse_npy, routed_object, routed_rows
 from .sources import IdSource, Logprobs, id_list
 
 ENGINE = "nvext.engine_data"
@@ -200,6 +200,14 @@ def _routing_of(top: Evidence, value: Any, string: np.ndarray | None, data: np.n
                 start: int) -> RoutedExperts:
     """One copy of the engine's routing at ``field`` (``string``, ``data``: the decoded bytes
     of the string form, of the object form's ``data``)."""
+    if isinstance(value, str) and string is not None and bytes(string[:6]) == NPY_MAGIC:
+        # vLLM's engine-generate adapter: a whole .npy file, as on choices[].routed_experts (a
+        # bare int32 array starting so would open on expert id 1,297,436,307: no routing does)
+        array = parse_npy(string, top, field)
+        rows, counted = routed_rows(n, prompt)
+        check_rows(top, array, field, rows, counted)
+        check_experts(array, num_experts, top, field)
+        return RoutedExperts(array, None)
     if isinstance(value, str):  # SGLang's worker passes SGLang's own routing on as it is
         array = bare_rows(top, value, string, field, n, prompt, start, shape, "the prompt's",
                           "the prompt's length is not known (no prompt ids, no usage.prompt_tokens, or check_usage "
