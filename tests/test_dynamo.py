@@ -852,3 +852,26 @@ def test_a_choice_prompt_that_is_not_the_engines(impl):
     doc["choices"][0]["prompt_token_ids"] = [PROMPT[0] + 1] + PROMPT[1:]
     err = raises(impl, doc, "differ at token 0")
     assert (err.choice, err.field, err.token) == (0, "prompt_token_ids", 0)
+
+
+@pytest.mark.parametrize("level", ["engine_data", "nvext"])
+@pytest.mark.parametrize("order", ["string-then-object", "object-then-string", "string-then-string"])
+def test_a_superseded_routing_string_is_not_read(impl, level, order):
+    """The routing given twice at one path in its two forms (the string, SGLang's; the object,
+    vLLM's): the last member counts, on every SIMD path as in the reference, whichever form
+    each is."""
+    string, _ = sglang_routing()
+    short, _ = sglang_routing(ROWS - 1)
+    obj = {key: v for key, v in routing(ROWS)[0].items() if key != "data"}  # no data: refused if read
+    first, last = {"string-then-object": (string, obj), "object-then-string": (routing(ROWS)[0], short),
+                   "string-then-string": (string, short)}[order]
+    doc = chat(token_ids=True)
+    doc["nvext"] = {"engine_data": {"completion_token_ids": list(IDS)}} if level == "nvext" else {}
+    holder = '{"routed_experts": %s, "routed_experts": %s}' % (json.dumps(first), json.dumps(last))
+    nvext = ('{"engine_data": %s}' % holder if level == "engine_data"
+             else '{"engine_data": {"completion_token_ids": %s}, %s' % (json.dumps(IDS), holder[1:]))
+    raw = ('%s, "nvext": %s}' % (json.dumps({k: v for k, v in doc.items() if k != "nvext"})[:-1], nvext)).encode()
+    json.loads(raw)
+    want = _outcome(PYTHON, raw)
+    assert want[0] == "error"  # the last member is the faulty one: read, it is refused
+    assert _outcome(impl, raw) == want
