@@ -318,28 +318,34 @@ def check_rows(c: Evidence, routing: np.ndarray, field: str, rows: tuple[int, ..
         c.fail(f"{field} has {routing.shape[0]} rows, not {expected}: {counted}", field)
 
 
-def bare_rows(c: Evidence, value: Any, raw: np.ndarray | None, field: str, n: int, prompt: int | None,
-              start: int, shape: tuple[int, int] | None, prompt_name: str, unknown: str) -> np.ndarray:
-    """SGLang's routing form at ``field``: base64 of a bare little-endian int32 array, no dtype,
-    no shape (``raw``: its decoded bytes, None when it is not canonical base64). SGLang routes
-    positions ``[start, prompt + n - 1)`` (``routed_experts_start_len``; the last sampled token
-    is never forwarded): that many rows when the ``prompt``'s token count is known
-    (``prompt_name`` says whose it is; ``unknown`` why it is not); each row ``layers * topk``
-    values with ``shape`` (an array ``(rows, layers, topk)``), else a whole number of values
-    (``(rows, width)``)."""
+def bare_values(c: Evidence, value: Any, raw: np.ndarray | None, field: str) -> np.ndarray:
+    """The int32 values of SGLang's bare base64 array ``value`` (``raw``: its decoded bytes)."""
     if not isinstance(value, str):
         c.fail(f"{field} must be a base64 string of int32 values", field)
     if raw is None:
         fail_base64(c, f"Invalid {field} base64", field, value)
     if len(raw) % 4:
         c.fail(f"{field} holds {len(raw)} bytes, not whole int32 values", field)
-    values = raw.view("<i4")
+    return raw.view("<i4")
+
+
+def bare_rows(c: Evidence, value: Any, raw: np.ndarray | None, field: str, n: int, prompt: int | None,
+              start: int, shape: tuple[int, int] | None, prompt_label: str, uncounted: str) -> np.ndarray:
+    """A routing (or indexer) array as SGLang sends it (``meta_info.routed_experts``; NVIDIA
+    Dynamo's SGLang worker passes it on as it is): base64 of a bare little-endian int32 array,
+    no dtype, no shape (``raw``: its decoded bytes, None when not canonical base64). SGLang
+    covers positions ``[start, prompt + completion - 1)`` (``routed_experts_start_len``; the
+    last sampled token is never forwarded): that many rows when the ``prompt``'s token count is
+    known (``prompt_label`` names where it was read; ``uncounted`` says why it is not); each row
+    ``layers * topk`` values with ``shape`` (an array ``(rows, layers, topk)``), else a whole
+    number of values (``(rows, width)``)."""
+    values = bare_values(c, value, raw, field)
     rows = None
     if prompt is not None:
         rows = prompt + n - 1 - start
         if rows < 0:
             c.fail(f"routed_experts_start_len={start} is past the {prompt + n - 1} positions SGLang routes "
-                   f"({prompt_name} {prompt} and {n} completion tokens but the last)", field)
+                   f"({prompt_label} {prompt} and {n} completion tokens but the last)", field)
     counted = ("" if rows is None else
                f"one per position from routed_experts_start_len={start} to the prompt ({prompt}) and "
                f"completion ({n}) tokens but the last")
@@ -352,7 +358,7 @@ def bare_rows(c: Evidence, value: Any, raw: np.ndarray | None, field: str, n: in
                    + (f" for {rows} rows: {counted}" if rows is not None else ""), field)
         return values.reshape(rows, *shape)
     if rows is None:
-        c.fail(f"{field} has no row count: {unknown}; pass routed_experts_shape=(layers, topk)", field)
+        c.fail(f"{field} has no row count: {uncounted}; pass routed_experts_shape=(layers, topk)", field)
     if (len(values) % rows if rows else len(values)):
         c.fail(f"{field} holds {len(values)} int32 values, which {rows} rows cannot share evenly: {counted}", field)
     if rows and not len(values):  # rows of no id: nothing routed them

@@ -44,7 +44,7 @@ from ..extract.python import (
     load_openai_document,
 )
 from ..kernels.python import HEAD_TOO_FEW, Candidates, is_int, native_head
-from .arrays import bare_rows, check_experts, check_rows, explained, fail_base64, parse_npy, routed_rows
+from .arrays import bare_rows, bare_values, check_experts, check_rows, explained, fail_base64, parse_npy, routed_rows
 from .dynamo import (
     ENGINE,
     ENGINE_IDS,
@@ -538,9 +538,9 @@ def _document_parser(endpoint: Any, name: str, doc: str) -> Any:
 
     def parse(document: Any, k: int | None, require_logprobs: bool = True, check_usage: bool = True,
               evidence: Any = None, num_experts: int | None = None,
-              bare: _SGLangRouting | None = None) -> GenerateResponse:
+              routing: _SGLangRouting | None = None) -> GenerateResponse:
         return _parse_openai_document(document, k, require_logprobs, check_usage, endpoint, evidence, num_experts,
-                                      bare)
+                                      routing)
 
     parse.__name__ = parse.__qualname__ = name
     parse.__doc__ = doc
@@ -567,7 +567,7 @@ def _response_parser(parse_document: Any, name: str, doc: str) -> Any:
         k = check_top_k(top_k)
         routing = sglang_routing(num_experts, routed_experts_shape, routed_experts_start_len)
         return parse_document(load_openai_document(raw, k), k, require_logprobs, check_usage,
-                              num_experts=routing.num_experts, bare=routing)
+                              num_experts=routing.num_experts, routing=routing)
 
     parse.__name__ = parse.__qualname__ = name
     parse.__doc__ = doc
@@ -606,13 +606,15 @@ class _SGLangRouting:
 
 def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | None, n: int,
                  routing: _SGLangRouting, check_usage: bool, shape: tuple[int, int] | None) -> np.ndarray:
-    """``meta_info.<key>`` as SGLang's TokenizerManager sends it (:func:`~tokenwire.rules.arrays.bare_rows`),
+    """``meta_info.<key>`` of a ``/generate`` item (:func:`~tokenwire.rules.arrays.bare_rows`),
     its rows counted with ``meta_info.prompt_tokens``."""
+    field = f"meta_info.{key}"
+    bare_values(c, meta[key], raw, field)  # the value's own faults first
     prompt = meta.get("prompt_tokens") if check_usage else None
     if prompt is not None and not (is_int(prompt) and prompt >= 0):  # sent, it counts the rows
-        c.fail(f"meta_info.prompt_tokens must be a non-negative int to count the rows of meta_info.{key}, not "
+        c.fail(f"meta_info.prompt_tokens must be a non-negative int to count the rows of {field}, not "
                f"{type(prompt).__name__}", "meta_info.prompt_tokens")
-    return bare_rows(c, meta[key], raw, f"meta_info.{key}", n, prompt, routing.start, shape, "meta_info.prompt_tokens",
+    return bare_rows(c, meta[key], raw, field, n, prompt, routing.start, shape, "meta_info.prompt_tokens",
                      "meta_info.prompt_tokens is not sent (or check_usage is off)")
 
 
