@@ -604,6 +604,8 @@ def test_the_frontends_copy_must_be_the_engines(impl, form):
     copy_is(fewer if form == "sglang" else dict(sent, data=fewer), f"{array.nbytes} bytes against {array[:-1].nbytes}")
     if form == "vllm":
         copy_is(dict(sent, start=1), "start 0 against 1")
+        copy_is(dict(sent, start=False), "start 0 against False")  # equal in Python, not in JSON
+        copy_is(dict(sent, shape=[float(d) for d in sent["shape"]]), r"shape \[8, 3, 2\] against \[8.0, 3.0, 2.0\]")
         copy_is(dict(sent, dtype="int16"), "dtype 'uint8' against 'int16'")
         copy_is({key: v for key, v in sent.items() if key != "data"}, "one has data, the other none")
         copy_is(sglang_routing()[0], "one is dict, the other str")

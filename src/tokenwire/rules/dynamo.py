@@ -13,6 +13,7 @@ parsers of :mod:`tokenwire.rules.openai` call these rules.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,7 +233,7 @@ def _same_routing(top: Evidence, engine: Any, copy: Any) -> None:
         why = _bytes_differ(top.engine_routed, top.nvext_routed)
     else:
         keys = sorted(set(engine) | set(copy), key=str)
-        differ = [key for key in keys if key != "data" and engine.get(key) != copy.get(key)]
+        differ = [key for key in keys if key != "data" and _spelled(engine.get(key)) != _spelled(copy.get(key))]
         if differ:
             why = f"{differ[0]} {engine.get(differ[0])!r} against {copy.get(differ[0])!r}"
         elif (engine.get("data") is None) != (copy.get("data") is None):
@@ -242,6 +243,11 @@ def _same_routing(top: Evidence, engine: Any, copy: Any) -> None:
     if why is not None:
         top.fail(f"{NVEXT_ROUTED} differs from {_ENGINE_ROUTED}, of which Dynamo's frontend sends a copy: {why}",
                  NVEXT_ROUTED)
+
+
+def _spelled(value: Any) -> str:
+    """A parsed JSON value as JSON: ``1`` and ``true``, ``8`` and ``8.0``, are not the same member."""
+    return json.dumps(value, sort_keys=True)
 
 
 def _bytes_differ(engine: np.ndarray | None, copy: np.ndarray | None) -> str | None:
