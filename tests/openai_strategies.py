@@ -192,7 +192,7 @@ def add_sglang_routing(doc: Any, evs: list[Evidence], long: bool = False, seed: 
 
 
 def add_engine_data(doc: dict[str, Any], evs: list[Evidence], routed: bool = False, seed: int = 0,
-                    nvext_ids: bool = False) -> dict[str, Any]:
+                    nvext_ids: bool = False, sglang: bool = False, copy: bool = False) -> dict[str, Any]:
     """NVIDIA Dynamo's engine channel (the request's ``nvext.extra_fields: ["engine_data"]``) on a
     chat or completions document, as its vLLM worker and frontend lay it out: ``nvext`` beside
     ``choices``, ``engine_data`` what the worker accumulated for a choice (the last one's, as
@@ -200,7 +200,9 @@ def add_engine_data(doc: dict[str, Any], evs: list[Evidence], routed: bool = Fal
     ``completion_logprobs``, ``prompt_token_ids`` and, with ``routed``, ``routed_experts`` as
     ``{data, shape, start, dtype}``, ``data`` the base64 of the raw uint8 array (ids below 8,
     2 layers of top-2, a row per prompt and completion token but the last); with ``nvext_ids``,
-    the same ids at ``nvext``'s top too (``extra_fields: ["completion_token_ids"]``). Returns it."""
+    the same ids at ``nvext``'s top too (``extra_fields: ["completion_token_ids"]``); with
+    ``sglang``, the routing as an SGLang worker passes it on (SGLang's bare base64 int32); with
+    ``copy``, the frontend's copy of it at ``nvext.routed_experts``. Returns it."""
     ev = evs[-1]
     choice = doc["choices"][-1]
     prompt = list(choice.get("prompt_token_ids") or doc.get("prompt_token_ids") or ev.prompt)
@@ -208,10 +210,13 @@ def add_engine_data(doc: dict[str, Any], evs: list[Evidence], routed: bool = Fal
                             "finished": True, "prompt_token_ids": prompt}
     if routed:
         rows = np.random.default_rng(seed).integers(0, 8, (max(len(prompt) + len(ev.ids) - 1, 0), 2, 2))
-        array = rows.astype(np.uint8)
-        data["routed_experts"] = {"data": base64.b64encode(array.tobytes()).decode(), "dtype": "uint8",
-                                  "shape": list(array.shape), "start": 0}
+        array = rows.astype("<i4" if sglang else np.uint8)
+        encoded = base64.b64encode(array.tobytes()).decode()
+        data["routed_experts"] = encoded if sglang else {"data": encoded, "dtype": "uint8",
+                                                         "shape": list(array.shape), "start": 0}
     doc["nvext"] = {"engine_data": data}
+    if routed and copy:
+        doc["nvext"]["routed_experts"] = data["routed_experts"]
     if nvext_ids:
         doc["nvext"]["completion_token_ids"] = list(ev.ids)
     return data

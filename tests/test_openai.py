@@ -918,7 +918,7 @@ def _mutate_engine_data(draw, doc, data) -> None:
     gone, Dynamo's -1e30 stand-in, an unfinished engine, routing that breaks its reader's rules,
     the object itself not one."""
     key = draw(st.sampled_from(["completion_token_ids", "completion_logprobs", "prompt_token_ids", "finished",
-                                "routed_experts", "engine_data", "nvext", "nvext_ids"]))
+                                "routed_experts", "engine_data", "nvext", "nvext_ids", "nvext_routed"]))
     odd = draw(st.sampled_from([None, "x", [], {}, -1, 2**32, 1.5, True, -9999.0, -1e30, 0.5, [1, 2], "AAAA"]))
     value = data.get(key)
     if key == "nvext_ids":  # nvext.completion_token_ids: one changed, one more (an EOS), or odd
@@ -930,6 +930,13 @@ def _mutate_engine_data(draw, doc, data) -> None:
                 ids.append(151645)
         elif isinstance(doc["nvext"], dict):
             doc["nvext"]["completion_token_ids"] = odd
+    elif key == "nvext_routed":  # the frontend's copy of the routing: another value, or odd
+        if isinstance(doc["nvext"], dict):
+            sent = doc["nvext"].get("routed_experts")
+            doc["nvext"]["routed_experts"] = (sent[:-4] if isinstance(sent, str) and draw(st.booleans()) else
+                                              dict(sent, start=1) if isinstance(sent, dict) else odd)
+    elif isinstance(value, str) and draw(st.booleans()):  # an SGLang worker's routing string, cut or grown
+        data[key] = draw(st.sampled_from([value[:-4], value + "AAAAAA==", value[:-1]]))
     elif key == "engine_data":
         if isinstance(doc["nvext"], dict):  # an earlier fault may have replaced nvext
             doc["nvext"]["engine_data"] = odd
@@ -1008,7 +1015,8 @@ def mutated_openai(draw):
     if not fmt.name.startswith("sglang") and draw(st.integers(0, 2)) == 0:
         # NVIDIA Dynamo's engine data (its own routing, the choices' being vLLM's), faults and all.
         engine_routed = not routed and draw(st.booleans())
-        data = add_engine_data(doc, evs, engine_routed, seed=draw(st.integers(0, 9)), nvext_ids=draw(st.booleans()))
+        data = add_engine_data(doc, evs, engine_routed, seed=draw(st.integers(0, 9)), nvext_ids=draw(st.booleans()),
+                               sglang=draw(st.booleans()), copy=draw(st.booleans()))
         routed = routed or engine_routed
         for _ in range(draw(st.integers(0, 2))):
             _mutate_engine_data(draw, doc, data)
@@ -1079,7 +1087,7 @@ def test_core_matches_reference_on_mutated_documents(implementation, case, k, dr
     name = {CHAT: "parse_chat_completions_response", SGL: "parse_sglang_generate_response"}.get(
         fmt.parse, "parse_completions_response")
     kw = {"top_k": k} if num_experts is None else {"top_k": k, "num_experts": num_experts}
-    if fmt.parse is SGL and draw_shape:
+    if draw_shape:  # SGLang's rows, and Dynamo's from an SGLang worker: (2, 2) as the strategies write them
         kw["routed_experts_shape"] = (2, 2)
     expected = openai_outcome(getattr(openai_rules, name), raw, **kw)
     for path in _core.simd_paths():  # scanner, record readers and heads on every path

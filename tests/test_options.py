@@ -79,7 +79,9 @@ def test_an_unknown_option_is_the_type_error_python_gives():
 def test_each_format_is_given_the_audited_options_it_takes():
     options = ParseOptions(top_k=2, num_experts=8, routed_experts_shape=(1, 2))
     assert options.for_format("generate") == {"top_k": 2, "num_experts": 8}
-    assert options.for_format("chat") == {"top_k": 2, "num_experts": 8}
+    # chat and completions take SGLang's row shape too: NVIDIA Dynamo passes an SGLang worker's routing on.
+    assert options.for_format("chat") == {"top_k": 2, "num_experts": 8, "routed_experts_shape": (1, 2)}
+    assert options.for_format("completions") == options.for_format("chat")
     assert options.for_format("sglang") == {"top_k": 2, "num_experts": 8, "routed_experts_shape": (1, 2)}
     assert options.report()["routed_experts_shape"] == [1, 2]
 

@@ -143,6 +143,24 @@ def dynamo_cases() -> dict[str, tuple[bytes, str]]:
     two["choices"].append({**two["choices"][0], "index": 1})
     two_choices = dump(two)
 
+    def text_records(values, engine_data):
+        """The post-processed choice's records of text (no ids), none on the choice's token_ids."""
+        doc = json.loads(chat(None, nvext={"engine_data": engine_data}))
+        choice = doc["choices"][0]
+        del choice["token_ids"]
+        choice["logprobs"]["content"] = [{"token": "x", "logprob": v} for v in values]
+        return dump(doc)
+
+    sglang_rows = np.arange(4 * 2 * 2, dtype="<i4").reshape(4, 2, 2) % 8
+
+    def bare(array):
+        return base64.b64encode(np.ascontiguousarray(array, "<i4").tobytes()).decode()
+
+    def sglang(routing, copy=None):
+        """An SGLang worker's engine data (its routing alone) and the frontend's copy of it."""
+        return chat(None, nvext={"routed_experts": routing if copy is None else copy,
+                                 "engine_data": {"routed_experts": routing}})
+
     return {
         "chat_dynamo_ok": (engine(), "ok"),
         "chat_dynamo_trailing_eos": (engine(completion_token_ids=[7, 8, 2], completion_logprobs=[-0.5, -1.5, -0.1]),
@@ -168,7 +186,7 @@ def dynamo_cases() -> dict[str, tuple[bytes, str]]:
         "chat_dynamo_routing_bytes_short": (engine(routed_experts={**routed(rows), "shape": [5, 2, 2]}),
                                             "nvext.engine_data.routed_experts shape [5, 2, 2] x 1 bytes does not match"),
         "chat_dynamo_routing_twice": (chat(npy(rows), nvext={"engine_data": {**data, "routed_experts": routed(rows)}}),
-                                      "routed_experts is sent on the choice and in nvext.engine_data"),
+                                      "routed_experts is sent on the choice and in nvext: one form only"),
         # nvext.completion_token_ids: the engine's ids on their own, or beside the engine data
         "chat_dynamo_nvext_ids_ok": (chat(None, nvext={"completion_token_ids": [7, 8]}), "ok"),
         "chat_dynamo_nvext_ids_eos": (chat(None, nvext={"completion_token_ids": [7, 8, 2]}),
@@ -177,6 +195,25 @@ def dynamo_cases() -> dict[str, tuple[bytes, str]]:
                                         "nvext.completion_token_ids must hold token ids"),
         "chat_dynamo_nvext_ids_disagree": (chat(None, nvext={"engine_data": data, "completion_token_ids": [7, 9]}),
                                            "the engine's completion ids and the ones at nvext's top differ at token 1"),
+        # the engine's logprobs are the evidence: the post-processed choice's neither counted nor compared
+        "chat_dynamo_choice_logprobs_differ": (text_records([-9.1, None], data), "ok"),
+        "chat_dynamo_choice_logprobs_short": (text_records([-0.5], data), "ok"),
+        "chat_dynamo_text_records_with_head": (text_records([-0.5, -1.5], data),
+                                               "Missing requested top logprobs: the sampled logprobs are the engine's"),
+        # an SGLang worker's routing (bare base64 int32), and the frontend's copy at nvext's top
+        "chat_dynamo_sglang_routing": (sglang(bare(sglang_rows)), "ok"),
+        "chat_dynamo_sglang_routing_odd_bytes": (sglang(base64.b64encode(b"\x01" * 6).decode()),
+                                                 "nvext.engine_data.routed_experts holds 6 bytes, not whole int32"),
+        "chat_dynamo_sglang_routing_uneven": (sglang(bare(sglang_rows.reshape(-1)[:-1])),
+                                              "nvext.engine_data.routed_experts holds 15 int32 values, which 4 rows"),
+        "chat_dynamo_sglang_routing_with_experts": (sglang(bare(sglang_rows * 10)),
+                                                    "nvext.engine_data.routed_experts holds expert id 70"),
+        "chat_dynamo_nvext_routing_alone": (chat(None, nvext={"routed_experts": routed(rows)}), "ok"),
+        "chat_dynamo_npy_routing": (engine(routed_experts=npy(rows)), "ok"),
+        "chat_dynamo_npy_routing_row_short": (engine(routed_experts=npy(rows[:-1])),
+                                              "nvext.engine_data.routed_experts has 3 rows, not 4"),
+        "chat_dynamo_nvext_routing_differs": (sglang(bare(sglang_rows), copy=bare(sglang_rows[::-1])),
+                                              "nvext.routed_experts differs from nvext.engine_data.routed_experts"),
     }
 
 

@@ -189,6 +189,15 @@ FIELDS: tuple[Field, ...] = (
           result="prompt_token_ids"),
     Field("DYN_ROUTED_DATA", ROOT, ("nvext", "engine_data", "routed_experts", "data"), BLOB, _O,
           "engine_routed_data", blank="string", blank_openai=True, base64=True, result="routed_experts"),
+    # Dynamo's SGLang worker puts SGLang's own routing there: a bare base64 int32 string.
+    Field("DYN_ROUTED", ROOT, ("nvext", "engine_data", "routed_experts"), BLOB, _O, "engine_routed",
+          blank="string", blank_openai=True, base64=True, result="routed_experts"),
+    # The frontend's copy of the engine's routing at nvext's top (`extra_fields: ["routed_experts"]`),
+    # whichever form the worker sent.
+    Field("DYN_NV_ROUTED", ROOT, ("nvext", "routed_experts"), BLOB, _O, "nvext_routed",
+          blank="string", blank_openai=True, base64=True, result="routed_experts"),
+    Field("DYN_NV_ROUTED_DATA", ROOT, ("nvext", "routed_experts", "data"), BLOB, _O, "nvext_routed_data",
+          blank="string", blank_openai=True, base64=True, result="routed_experts"),
     # Dynamo's other channel of the same ids (`nvext.extra_fields: ["completion_token_ids"]`): the
     # engine's output ids at nvext's top, concatenated from the chunks' deltas.
     Field("DYN_NV_TOKEN_IDS", ROOT, ("nvext", "completion_token_ids"), IDS, _O, "nvext_token_ids",

@@ -37,6 +37,7 @@ def named(table: dict[str, Any], name: Any) -> Any:
 # numpy's own reader refuses a longer header (np.load's max_header_size): a (rows, layers,
 # topk) header is about 100 bytes, and nothing longer is parsed.
 NPY_MAX_HEADER = 10000
+NPY_MAGIC = b"\x93NUMPY"
 # A routing array's layers and topk: what Arrow's fixed-size lists hold (tokenwire.arrow).
 MAX_ROUTED_WIDTH = 2**31 - 1
 
@@ -53,7 +54,7 @@ def npy_parts(raw: np.ndarray, c: Evidence, field: str, descrs: dict[str, Any],
     """A whole ``.npy`` file's shape (a list, not checked), its ``descr`` (a key of ``descrs``,
     the dtypes ``kinds`` names) and its data bytes; only those header fields are trusted, C
     order only."""
-    if bytes(raw[:6]) != b"\x93NUMPY" or len(raw) < 10:
+    if bytes(raw[:6]) != NPY_MAGIC or len(raw) < 10:
         c.fail(f"{field} .npy magic missing", field)
     major = int(raw[6])
     if major == 1:
@@ -236,13 +237,14 @@ def base64_fault(text: Any) -> str:
 
 
 def _sent_text(c: Evidence, path: tuple[str, ...]) -> Any:
-    """The text at ``path`` in the choice as sent (the compiled scan left the base64 fields
-    empty in its parsed copy): read again from the raw bytes, on the error path only."""
+    """The text at ``path`` in the choice (the top level: ``c.index`` None) as sent (the
+    compiled scan left the base64 fields empty in its parsed copy): read again from the raw
+    bytes, on the error path only."""
     try:
         document = _json.loads(bytes(c.source))
-        if isinstance(document, dict) and "choices" in document:
+        if c.index is not None and isinstance(document, dict) and "choices" in document:
             document = document["choices"][c.index]
-        elif isinstance(document, list):
+        elif c.index is not None and isinstance(document, list):
             document = document[c.index]
         for key in path:
             document = document[key]
@@ -314,6 +316,54 @@ def check_rows(c: Evidence, routing: np.ndarray, field: str, rows: tuple[int, ..
     if rows is not None and routing.shape[0] not in rows:
         expected = " or ".join(str(r) for r in rows)
         c.fail(f"{field} has {routing.shape[0]} rows, not {expected}: {counted}", field)
+
+
+def bare_values(c: Evidence, value: Any, raw: np.ndarray | None, field: str) -> np.ndarray:
+    """The int32 values of SGLang's bare base64 array ``value`` (``raw``: its decoded bytes)."""
+    if not isinstance(value, str):
+        c.fail(f"{field} must be a base64 string of int32 values", field)
+    if raw is None:
+        fail_base64(c, f"Invalid {field} base64", field, value)
+    if len(raw) % 4:
+        c.fail(f"{field} holds {len(raw)} bytes, not whole int32 values", field)
+    return raw.view("<i4")
+
+
+def bare_rows(c: Evidence, value: Any, raw: np.ndarray | None, field: str, n: int, prompt: int | None,
+              start: int, shape: tuple[int, int] | None, prompt_label: str, uncounted: str) -> np.ndarray:
+    """A routing (or indexer) array as SGLang sends it (``meta_info.routed_experts``; NVIDIA
+    Dynamo's SGLang worker passes it on as it is): base64 of a bare little-endian int32 array,
+    no dtype, no shape (``raw``: its decoded bytes, None when not canonical base64). SGLang
+    covers positions ``[start, prompt + completion - 1)`` (``routed_experts_start_len``; the
+    last sampled token is never forwarded): that many rows when the ``prompt``'s token count is
+    known (``prompt_label`` names where it was read; ``uncounted`` says why it is not); each row
+    ``layers * topk`` values with ``shape`` (an array ``(rows, layers, topk)``), else a whole
+    number of values (``(rows, width)``)."""
+    values = bare_values(c, value, raw, field)
+    rows = None
+    if prompt is not None:
+        rows = prompt + n - 1 - start
+        if rows < 0:
+            c.fail(f"routed_experts_start_len={start} is past the {prompt + n - 1} positions SGLang routes "
+                   f"({prompt_label} {prompt} and {n} completion tokens but the last)", field)
+    counted = ("" if rows is None else
+               f"one per position from routed_experts_start_len={start} to the prompt ({prompt}) and "
+               f"completion ({n}) tokens but the last")
+    if shape is not None:
+        width = shape[0] * shape[1]
+        if rows is None and len(values) % width == 0:
+            rows = len(values) // width
+        if rows is None or len(values) != rows * width:
+            c.fail(f"{field} holds {len(values)} int32 values, not rows of {shape[0]} layers x {shape[1]}"
+                   + (f" for {rows} rows: {counted}" if rows is not None else ""), field)
+        return values.reshape(rows, *shape)
+    if rows is None:
+        c.fail(f"{field} has no row count: {uncounted}; pass routed_experts_shape=(layers, topk)", field)
+    if (len(values) % rows if rows else len(values)):
+        c.fail(f"{field} holds {len(values)} int32 values, which {rows} rows cannot share evenly: {counted}", field)
+    if rows and not len(values):  # rows of no id: nothing routed them
+        c.fail(f"{field} holds no int32 value for {rows} rows: {counted}", field)
+    return values.reshape(rows, len(values) // rows if rows else 0)
 
 
 # --- teacher scores: prompt_token_id_logprobs -----------------------------------------------------

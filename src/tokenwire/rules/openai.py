@@ -44,7 +44,7 @@ from ..extract.python import (
     load_openai_document,
 )
 from ..kernels.python import HEAD_TOO_FEW, Candidates, is_int, native_head
-from .arrays import check_experts, check_rows, explained, fail_base64, parse_npy, routed_rows
+from .arrays import bare_rows, bare_values, check_experts, check_rows, explained, fail_base64, parse_npy, routed_rows
 from .dynamo import (
     ENGINE,
     ENGINE_IDS,
@@ -56,7 +56,7 @@ from .dynamo import (
     engine_prompt,
     engine_routing,
     engine_sources,
-    same_logprobs,
+    unpaired_head,
 )
 from .generate import NATIVE_TOP, response_of
 from .requests import (
@@ -332,6 +332,7 @@ class _Routing:
     num_experts: int | None  # the model's count of experts, when the caller gave it
     split: bool  # the response sends the prompt's routing apart (prompt_routed_experts)
     prompt: int | None  # the prompt's token count, when the response says it
+    bare: _SGLangRouting | None = None  # SGLang's routing rows, where a Dynamo SGLang worker sends them
 
 
 def _routing(c: Evidence, value: Any, raw: np.ndarray | None, field: str, num_experts: int | None,
@@ -387,10 +388,13 @@ def _parse_openai_choice(
     sources: list[IdSource] = []
     if choice.get(KEY.token_ids) is not None:
         sources.append(id_list(c, c.token_ids, "token_ids"))
+    named = len(sources)
     logprobs, from_choice = _openai_logprobs(c, choice, sources, endpoint)
+    paired = len(sources) > named  # the records of the choice's logprobs name their ids
     sources += _raw_output_ids(c, choice, logprobs)
     engine_ids, engine_logprobs = engine_sources(dynamo)
-    sampled = engine_logprobs if engine_logprobs is not None else logprobs  # the engine's, where sent
+    # The engine's, where sent: then the choice's logprobs are not evidence (rules/dynamo.py).
+    sampled = engine_logprobs if engine_logprobs is not None else logprobs
     ids_advice = endpoint.dynamo_advice if dynamo is not None else endpoint.ids_advice
     if sampled is None and (require_logprobs or k is not None):
         if not sources and engine_ids is None:  # both missing: every flag to set, in one message
@@ -405,6 +409,8 @@ def _parse_openai_choice(
         _missing_ids(c, sampled, ids_advice, dynamo is not None)
     if dynamo is not None:
         check_engine(c, dynamo, engine_ids, engine_logprobs, sources, logprobs)
+        if k is not None and sampled is engine_logprobs and not paired:
+            unpaired_head(c, logprobs)
     if engine_ids is not None:
         sources.insert(0, engine_ids)
     check_alignment(c, sources, sampled, prompt)
@@ -413,20 +419,19 @@ def _parse_openai_choice(
     if sampled is not None:
         # The engine's faults are named where the engine data is: beside the choices.
         values = check_values(dynamo.top if dynamo is not None and sampled is engine_logprobs else c, sampled)
-        if logprobs is not sampled and logprobs is not None:
-            same_logprobs(c, values, check_values(c, logprobs), logprobs.field)
         if k is not None:
             top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
-        if from_choice:
+        if from_choice and (logprobs is sampled or k is not None):
             consumed.append(KEY.logprobs)
     routed = None
     count = routing.prompt if prompt is None else len(prompt)
     if choice.get(KEY.routed_experts) is not None:
         routed = _choice_routing(c, choice, len(ids), count, routing)
-    engine_routed = engine_routing(dynamo, len(ids), count, routing.num_experts)
+    bare = routing.bare or _SGLangRouting()
+    engine_routed = engine_routing(dynamo, len(ids), count, routing.num_experts, bare.shape, bare.start)
     if engine_routed is not None:
         if routed is not None:
-            c.fail("routed_experts is sent on the choice and in nvext.engine_data: one form only", "routed_experts")
+            c.fail("routed_experts is sent on the choice and in nvext: one form only", "routed_experts")
         routed = engine_routed
     raw = {key: value for key, value in choice.items() if key not in consumed}
     for key, span in ((KEY.logprobs, c.logprobs), (KEY.raw_output, c.raw_output)):
@@ -487,6 +492,7 @@ def _parse_openai_document(
     endpoint: _Endpoint,
     evidence: Any,
     num_experts: int | None = None,
+    bare: _SGLangRouting | None = None,
 ) -> GenerateResponse:
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
@@ -502,7 +508,7 @@ def _parse_openai_document(
     dynamo = dynamo_of(document, top, len(choices))
     if dynamo is not None:
         prompt = engine_prompt(dynamo, prompt)
-    routing = _Routing(num_experts, split, _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)))
+    routing = _Routing(num_experts, split, _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)), bare)
     parsed = [
         _parse_openai_choice(read(i, choice), choice, k, require_logprobs, endpoint, routing, dynamo)
         for i, choice in enumerate(choices)
@@ -531,8 +537,10 @@ def _document_parser(endpoint: Any, name: str, doc: str) -> Any:
     """The public parser of one endpoint's parsed documents (``name``, documented by ``doc``)."""
 
     def parse(document: Any, k: int | None, require_logprobs: bool = True, check_usage: bool = True,
-              evidence: Any = None, num_experts: int | None = None) -> GenerateResponse:
-        return _parse_openai_document(document, k, require_logprobs, check_usage, endpoint, evidence, num_experts)
+              evidence: Any = None, num_experts: int | None = None,
+              routing: _SGLangRouting | None = None) -> GenerateResponse:
+        return _parse_openai_document(document, k, require_logprobs, check_usage, endpoint, evidence, num_experts,
+                                      routing)
 
     parse.__name__ = parse.__qualname__ = name
     parse.__doc__ = doc
@@ -554,10 +562,12 @@ def _response_parser(parse_document: Any, name: str, doc: str) -> Any:
     arguments checked first, then the body loaded and handed to ``parse_document``."""
 
     def parse(raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True,
-              num_experts: int | None = None) -> GenerateResponse:
+              num_experts: int | None = None, routed_experts_shape: tuple[int, int] | None = None,
+              routed_experts_start_len: int = 0) -> GenerateResponse:
         k = check_top_k(top_k)
-        experts = check_num_experts(num_experts)
-        return parse_document(load_openai_document(raw, k), k, require_logprobs, check_usage, num_experts=experts)
+        routing = sglang_routing(num_experts, routed_experts_shape, routed_experts_start_len)
+        return parse_document(load_openai_document(raw, k), k, require_logprobs, check_usage,
+                              num_experts=routing.num_experts, routing=routing)
 
     parse.__name__ = parse.__qualname__ = name
     parse.__doc__ = doc
@@ -596,48 +606,16 @@ class _SGLangRouting:
 
 def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | None, n: int,
                  routing: _SGLangRouting, check_usage: bool, shape: tuple[int, int] | None) -> np.ndarray:
-    """``meta_info.<key>`` as SGLang's TokenizerManager sends it: base64 of a bare little-endian
-    int32 array, no dtype, no shape. SGLang covers positions ``[start, prompt + completion - 1)``
-    (``routed_experts_start_len``; the last sampled token is never forwarded): that many rows,
-    counted with ``meta_info.prompt_tokens``; each row ``layers * topk`` values with ``shape``
-    (an array ``(rows, layers, topk)``), else a whole number of values (``(rows, width)``)."""
+    """``meta_info.<key>`` of a ``/generate`` item (:func:`~tokenwire.rules.arrays.bare_rows`),
+    its rows counted with ``meta_info.prompt_tokens``."""
     field = f"meta_info.{key}"
-    if not isinstance(meta[key], str):
-        c.fail(f"{field} must be a base64 string of int32 values", field)
-    if raw is None:
-        fail_base64(c, f"Invalid {field} base64", field, meta[key])
-    if len(raw) % 4:
-        c.fail(f"{field} holds {len(raw)} bytes, not whole int32 values", field)
-    values = raw.view("<i4")
+    bare_values(c, meta[key], raw, field)  # the value's own faults first
     prompt = meta.get("prompt_tokens") if check_usage else None
-    rows = None
     if prompt is not None and not (is_int(prompt) and prompt >= 0):  # sent, it counts the rows
         c.fail(f"meta_info.prompt_tokens must be a non-negative int to count the rows of {field}, not "
                f"{type(prompt).__name__}", "meta_info.prompt_tokens")
-    if is_int(prompt) and prompt >= 0:
-        rows = prompt + n - 1 - routing.start
-        if rows < 0:
-            c.fail(f"routed_experts_start_len={routing.start} is past the {prompt + n - 1} positions SGLang routes "
-                   f"(meta_info.prompt_tokens {prompt} and {n} completion tokens but the last)", field)
-    counted = ("" if rows is None else
-               f"one per position from routed_experts_start_len={routing.start} to the prompt ({prompt}) and "
-               f"completion ({n}) tokens but the last")
-    if shape is not None:
-        width = shape[0] * shape[1]
-        if rows is None and len(values) % width == 0:
-            rows = len(values) // width
-        if rows is None or len(values) != rows * width:
-            c.fail(f"{field} holds {len(values)} int32 values, not rows of {shape[0]} layers x {shape[1]}"
-                   + (f" for {rows} rows: {counted}" if rows is not None else ""), field)
-        return values.reshape(rows, *shape)
-    if rows is None:
-        c.fail(f"{field} has no row count: meta_info.prompt_tokens is not sent (or check_usage is off); "
-               "pass routed_experts_shape=(layers, topk)", field)
-    if (len(values) % rows if rows else len(values)):
-        c.fail(f"{field} holds {len(values)} int32 values, which {rows} rows cannot share evenly: {counted}", field)
-    if rows and not len(values):  # rows of no id: nothing routed them
-        c.fail(f"{field} holds no int32 value for {rows} rows: {counted}", field)
-    return values.reshape(rows, len(values) // rows if rows else 0)
+    return bare_rows(c, meta[key], raw, field, n, prompt, routing.start, shape, "meta_info.prompt_tokens",
+                     "meta_info.prompt_tokens is not sent (or check_usage is off)")
 
 
 def _parse_sglang_item(
