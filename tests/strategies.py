@@ -32,6 +32,7 @@ STRICTER_THAN_RENDERERS = {
     "routed.start",
     "routed.base64",
     "routed.npy_header",
+    "routed.rows",
     "prompt.negative",
     "choices.empty",
     "choices.not_list",
@@ -127,9 +128,10 @@ def evidence(draw, n: int, m: int, with_support: bool) -> samples.TokenEvidence:
 
 
 @st.composite
-def choices(draw, index: int, k: int | None, newer: bool = True) -> dict[str, Any]:
-    """A choice; ``newer`` False leaves out the forms renderers does not read (kept_tokens,
-    logprobs.sampled, logprobs.top_k)."""
+def choices(draw, index: int, k: int | None, newer: bool = True, prompt_len: int = 0) -> dict[str, Any]:
+    """A choice after a prompt of ``prompt_len`` tokens (its routing a row per prompt and
+    completion token but the last); ``newer`` False leaves out the forms renderers does not
+    read (kept_tokens, logprobs.sampled, logprobs.top_k)."""
     n = draw(st.integers(0, 5))
     transport = draw(st.sampled_from(["native", "packed", "compact", *(["sampled", "native_sampled", "top_k"] if newer else [])]))
     m = draw(st.integers(0, (k or 2) + 3))
@@ -139,7 +141,7 @@ def choices(draw, index: int, k: int | None, newer: bool = True) -> dict[str, An
         ev.support = [[] if draw(st.integers(0, 2)) == 0 else row for row in ev.support]
     routed = None
     if draw(st.integers(0, 3)) == 0:
-        routed = samples.routing(max(n, 1), layers=2, topk=2, experts=draw(st.sampled_from([8, 300])))
+        routed = samples.routing(max(prompt_len + n - 1, 0), layers=2, topk=2, experts=draw(st.sampled_from([8, 300])))
     choice = samples.build_choice(
         ev,
         transport=transport,
@@ -277,7 +279,7 @@ def _mutations(choice: dict[str, Any]) -> list[str]:
     if "kept_tokens" in choice:
         names += ["kept.count", "kept.dup", "kept.sampled_missing", "kept.negative"]
     if "routed_experts" in choice:
-        names += ["routed.shape", "routed.dtype", "routed.start", "routed.base64", "routed.npy_header"]
+        names += ["routed.shape", "routed.dtype", "routed.start", "routed.base64", "routed.npy_header", "routed.rows"]
     if "payload" in choice:
         names += ["payload.rows", "payload.dtype", "payload.form", "payload.file", "payload.offset"]
     if isinstance(choice.get("weight_versions"), list):
@@ -345,6 +347,9 @@ def _apply(choice: dict[str, Any], name: str, draw) -> None:
             elif name == "routed.base64":
                 choice["routed_experts"] = routed[:-1] + "*"
                 return
+            elif name == "routed.rows":  # a row more than the prompt and completion route
+                array = np.load(io.BytesIO(bytes(raw)))
+                raw = bytearray(samples.npy_bytes(np.concatenate([array, np.zeros((1, *array.shape[1:]), array.dtype)])))
             else:
                 raw = raw[:-1]
             choice["routed_experts"] = samples.b64(bytes(raw))
@@ -356,6 +361,12 @@ def _apply(choice: dict[str, Any], name: str, draw) -> None:
             routed["start"] = draw(st.sampled_from([-1, 1.5, "0", True]))
         elif name == "routed.base64":
             routed["data"] = "@" + routed["data"][1:]
+        elif name == "routed.rows":  # a row more, or one fewer when there is one
+            data = base64.b64decode(routed["data"])
+            size = math.prod(routed["shape"][1:]) * np.dtype(routed["dtype"]).itemsize
+            fewer = routed["shape"][0] > 0 and draw(st.booleans())
+            routed["data"] = samples.b64(data[:-size] if fewer else data + bytes(size))
+            routed["shape"][0] += -1 if fewer else 1
     elif name.startswith("payload."):
         _apply_payload(choice["payload"], name[8:], draw)
 
@@ -626,8 +637,8 @@ def cases(draw, *, mutate: bool | None = None, newer: bool = True) -> Case:
     (``newer``: as :func:`choices`)."""
     k = draw(st.sampled_from([None, None, 1, 2, 3, 5, 8, 20, 32]))
     count = draw(st.integers(1, 3))
-    chosen = [draw(choices(i, k, newer)) for i in range(count)]
     prompt_len = draw(st.integers(0, 6))
+    chosen = [draw(choices(i, k, newer, prompt_len)) for i in range(count)]
     for i, choice in enumerate(chosen):
         inline = ("routed_experts", "sampling_mask", "kept_tokens")
         if newer and not any(key in choice for key in inline) and draw(st.integers(0, 3)) == 0:

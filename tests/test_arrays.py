@@ -23,7 +23,7 @@ def _multi(impl):
 
 def _moe(impl):
     ev = samples.evidence(24, 5, seed=8)
-    routed = samples.routing(24 + 7, layers=3, topk=2, experts=300)  # uint16
+    routed = samples.routing(8 + 24 - 1 - 7, layers=3, topk=2, experts=300)  # uint16, from position 7
     choice = samples.build_choice(ev, transport="compact", routed=routed, routed_start=7)
     return impl.parse_generate_response(samples.dumps(samples.response([choice], prompt_tokens=8)), top_k=3)
 

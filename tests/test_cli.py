@@ -457,13 +457,13 @@ def test_progress_lines():
 
 
 def test_inspect_valid_response(tmp_path, capsys):
-    routed = samples.routing(N + 3, layers=2, topk=2, experts=8)
+    routed = samples.routing(4 + N - 1 - 3, layers=2, topk=2, experts=8)  # prompt 4 + completion - 1, from 3
     path = write(tmp_path / "i.jsonl.gz", [line_of(_packed(routed=routed, routed_start=3))], gz=True)
     assert cli.main(["inspect", path]) == 0
     out = capsys.readouterr().out
     assert f"{path}:1: " in out and "format generate" in out and "\nvalid\n" in out
     assert "completion_logprobs float32 (12,)" in out
-    assert "routed_experts uint8 (15, 2, 2), start 3" in out
+    assert "routed_experts uint8 (12, 2, 2), start 3" in out
     assert "1 choice, 12 completion tokens" in out
 
 

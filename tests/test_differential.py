@@ -152,7 +152,7 @@ def test_truncation_at_every_byte_is_rejected_alike(impl):
     ev = samples.evidence(3, 4, seed=7, support=True)
     choices = [
         samples.build_choice(ev, transport="compact", mask="csr"),
-        samples.build_choice(ev, transport="compact", index=1, mask="list", routed=samples.routing(3, layers=2, topk=2)),
+        samples.build_choice(ev, transport="compact", index=1, mask="list", routed=samples.routing(3 + 3 - 1, layers=2, topk=2)),
     ]
     raw = samples.dumps(samples.response(choices, prompt_tokens=3))
     assert impl.parse_generate_response(raw, top_k=2).choices[1].routed_experts is not None

@@ -53,7 +53,7 @@ def base() -> dict[str, Any]:
             {"index": 1, "token_ids": [1, 3], "logprobs": {"content": native}, "finish_reason": "length",
              "sampling_mask": {"ids": {"data": b64([1, 2, 3, 4, 5, 3, 1, 2, 4, 5], "<i4"), "shape": [10], "dtype": "int32"},
                                "counts": {"data": b64([5, 5], "<i4"), "shape": [2], "dtype": "int32"}},
-             "routed_experts": {"data": b64(np.arange(12), "u1"), "shape": [3, 2, 2], "start": 1, "dtype": "uint8"}},
+             "routed_experts": {"data": b64(np.arange(12), "u1"), "shape": [3, 2, 2], "start": 0, "dtype": "uint8"}},
         ],
         "usage": {"prompt_tokens": 2, "completion_tokens": 4},
         "prompt_token_ids": [10, 11],
@@ -82,7 +82,7 @@ def test_base_document_parses(impl):
     # A recorded support makes the head exactly the support (and it must normalize).
     assert c1.sampling_mask.to_lists() == [[1, 2, 3, 4, 5], [3, 1, 2, 4, 5]]
     assert c1.sampling_mask.values.dtype == np.int32
-    assert c1.routed_experts.array.shape == (3, 2, 2) and c1.routed_experts.start == 1
+    assert c1.routed_experts.array.shape == (3, 2, 2) and c1.routed_experts.start == 0
     assert c1.routed_experts.array.ravel().tolist() == list(range(12))
 
 
@@ -221,7 +221,7 @@ def test_packed_logprobs(impl):
 
 
 def test_routed_experts_npy_and_kept_tokens(impl):
-    routing = samples.routing(5, layers=3, topk=2, experts=300)
+    routing = samples.routing(3, layers=3, topk=2, experts=300)  # prompt 2 + completion 2 - 1
     doc = base()
     doc["choices"][1]["routed_experts"] = base64.b64encode(samples.npy_bytes(routing)).decode()
     doc["choices"][1]["kept_tokens"] = {"ids": b64([1, 3], "<i4"), "counts": b64([1, 1], "<i4")}

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tokenwire
 from tokenwire import MalformedResponseError, PayloadSegment
@@ -279,10 +283,20 @@ def test_an_empty_completion(impl, tmp_path):
 
 def test_ragged_rows_may_be_declared_one_offset_wide(impl, tmp_path):
     segments, _ = _server_file(tmp_path)
-    for segment, dtype in zip(segments[2:], ("int32", "float32")):
-        segment[5:] = [dtype, [1]]
-    choice = impl.parse_generate_response(_body(segments), payload_root=tmp_path).choices[0]
-    assert choice.sampling_mask.to_lists() == MASK
+    for mask in (["uint32", [1]], ["int32", []], ["float32", [1]]):  # 4-byte rows: the offsets' only reading
+        segments[2][5:], segments[3][5:] = mask, ["float32", [1]]
+        choice = impl.parse_generate_response(_body(segments), payload_root=tmp_path).choices[0]
+        assert choice.sampling_mask.to_lists() == MASK and choice.sampling_mask_logprobs.to_lists() == MASK_LOGPROBS
+
+
+def test_int32_mask_rows_one_wide_are_ambiguous(impl, tmp_path):
+    """int32 rows of shape [1] are 4 bytes a row as CSR offsets are, and also what the padded
+    writer declares when no row keeps more than one id: refused, naming both readings."""
+    segments, _ = _server_file(tmp_path)
+    segments[2][5:] = ["int32", [1]]
+    err = _fails(impl, _body(segments))
+    assert (err.choice, err.field, err.token) == (0, "payload[2].shape", None)
+    assert "ambiguous" in err.reason and "padded with -1" in err.reason and "uint32 []" in err.reason
 
 
 @pytest.mark.parametrize(("index", "change", "where"), [
@@ -493,3 +507,141 @@ def test_names_resolve_as_realpath_resolves_them(tmp_path):
     with pytest.raises(MalformedResponseError) as err:
         files.open("loop1/x", rules.extract_choice(0, {"token_ids": IDS}, None), "payload[0]")
     assert err.value.field == "payload[0].file" and "cannot be resolved" in err.value.reason
+
+
+# --- prime-rl's other mask layout: int32 rows of kept ids padded with -1 to the widest row -------
+
+
+def padded_rows(rows: list[list[int]], width: int | None = None) -> np.ndarray:
+    """Mask rows as prime-rl's server writes them by handle: an int32 ``[len(rows), widest]``
+    array, each row's kept ids then -1 (a row without a support: -1 throughout)."""
+    widest = max((len(r) for r in rows), default=0) if width is None else width
+    out = np.full((len(rows), widest), -1, dtype="<i4")
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def _padded_file(directory: Any, rows: list[list[int]], logprobs: list[list[float]] | None = None,
+                 width: int | None = None) -> list[list[Any]]:
+    """The mask rows padded with -1 (and, when given, their logprobs as CSR after them) in one
+    file, and their segments."""
+    array = padded_rows(rows, width)
+    segments = [["sampling_mask", NAME, 0, len(PROMPT), len(rows), "int32", [array.shape[1]]]]
+    blob = array.tobytes()
+    if logprobs is not None:
+        segments.append(["sampling_mask_logprobs", NAME, len(blob), len(PROMPT), len(rows), "uint32", []])
+        blob += ragged_bytes(logprobs, "<f4", len(blob))
+    (directory / NAME).write_bytes(blob)
+    return segments
+
+
+def test_padded_mask_rows_as_the_server_writes_them(impl, tmp_path):
+    segments = _padded_file(tmp_path, MASK, MASK_LOGPROBS)
+    choice = impl.parse_generate_response(_body(segments)).choices[0]  # no file read
+    padded = choice.payload[0]
+    assert padded.padded and not padded.ragged and (padded.row_bytes, padded.nbytes) == (12, 36)
+    assert not choice.payload[1].padded and choice.sampling_mask is None
+    choice = impl.parse_generate_response(_body(segments), payload_root=tmp_path).choices[0]
+    assert choice.sampling_mask.to_lists() == MASK and choice.sampling_mask.values.dtype == np.int32
+    assert choice.sampling_mask_present.tolist() == [True, False, True]  # a row of -1 only: no replay
+    assert choice.sampling_mask_logprobs.to_lists() == MASK_LOGPROBS
+    # The same rows as CSR read alike.
+    (tmp_path / "csr").mkdir(exist_ok=True)
+    csr, _ = _server_file(tmp_path / "csr", name="csr.bin", file="csr.bin")
+    same = impl.parse_generate_response(_body(csr[2:]), payload_root=tmp_path / "csr").choices[0]
+    assert same.sampling_mask.to_lists() == choice.sampling_mask.to_lists()
+
+
+def test_padded_rows_wider_than_the_widest_or_of_no_width(impl, tmp_path):
+    segments = _padded_file(tmp_path, MASK, width=5)
+    assert impl.parse_generate_response(_body(segments), payload_root=tmp_path).choices[0].sampling_mask.to_lists() == MASK
+    segments = _padded_file(tmp_path, [[], [], []], width=0)  # no support anywhere: zero-byte rows
+    choice = impl.parse_generate_response(_body(segments), payload_root=tmp_path).choices[0]
+    assert choice.payload[0].nbytes == 0 and choice.sampling_mask.to_lists() == [[], [], []]
+    assert not choice.sampling_mask_present.any()
+
+
+def test_padded_segments_of_two_widths_tile_the_mask(impl, tmp_path):
+    """A mask split over segments: each its own width, or one padded and one CSR."""
+    first, second = padded_rows(MASK[:1]), padded_rows(MASK[1:])
+    (tmp_path / NAME).write_bytes(first.tobytes() + second.tobytes())
+    segments = [["sampling_mask", NAME, 0, len(PROMPT), 1, "int32", [2]],
+                ["sampling_mask", NAME, 8, len(PROMPT) + 1, 2, "int32", [3]]]
+    assert impl.parse_generate_response(_body(segments), payload_root=tmp_path).choices[0].sampling_mask.to_lists() == MASK
+    blob = first.tobytes() + ragged_bytes(MASK[1:], "<i4", 8)
+    (tmp_path / NAME).write_bytes(blob)
+    segments[1][5:] = ["uint32", []]
+    assert impl.parse_generate_response(_body(segments), payload_root=tmp_path).choices[0].sampling_mask.to_lists() == MASK
+
+
+@pytest.mark.parametrize(("row", "values", "reason"), [
+    (2, [9, -2, -1], "holds -2, a value below the -1 padding"),
+    (0, [7, -1, 3], "holds 3, an id after its -1 padding"),
+    (1, [-1, 5, -1], "holds 5, an id after its -1 padding"),
+    (2, [9, 2, -7], "holds -7, a value below the -1 padding"),
+])
+def test_padded_rows_that_are_not_ids_then_padding(impl, tmp_path, row, values, reason):
+    """A padded row is its kept ids, then -1 to its end: a value below -1 or an id after the
+    padding fails at the segment and the row's completion token."""
+    segments = _padded_file(tmp_path, MASK)
+    array = padded_rows(MASK)
+    array[row] = values
+    (tmp_path / NAME).write_bytes(array.tobytes())
+    err = _fails(impl, _body(segments), payload_root=tmp_path)
+    assert (err.choice, err.field, err.token) == (0, "payload[0]", row) and reason in err.reason
+
+
+@pytest.mark.parametrize(("row", "broken"), [(2, [9, 2, 9]), (2, [2, 8, 1]), (0, [3, 3])])
+def test_padded_rows_are_checked_as_inline_masks(impl, tmp_path, row, broken):
+    """A repeated id, a row without the sampled id: the support rule of every mask form."""
+    mask = [list(r) for r in MASK]
+    mask[row] = broken
+    segments = _padded_file(tmp_path, mask)
+    err = _fails(impl, _body(segments), payload_root=tmp_path)
+    assert (err.choice, err.field, err.token) == (0, "payload[0]", row)
+    assert "Invalid recorded sampling support" in err.reason
+
+
+@pytest.mark.parametrize(("shape", "reason"), [
+    ([True], "[width]"), ([-2], "[width]"), ([2**31], "[width]"), ([1], "ambiguous"),
+])
+def test_padded_widths_that_are_not_widths(impl, tmp_path, shape, reason):
+    segments = _padded_file(tmp_path, MASK)
+    segments[0][6] = shape
+    err = _fails(impl, _body(segments))
+    assert (err.field, reason in err.reason) == ("payload[0].shape", True)
+
+
+def test_padded_rows_past_the_end_of_the_file(impl, tmp_path):
+    segments = _padded_file(tmp_path, MASK)
+    (tmp_path / NAME).write_bytes((tmp_path / NAME).read_bytes()[:-4])
+    err = _fails(impl, _body(segments), payload_root=tmp_path)
+    assert err.field == "payload[0]" and "past the end" in err.reason
+
+
+@st.composite
+def _masks(draw) -> tuple[list[list[int]], int]:
+    """Completion ids' supports (each holding its token's id, or empty) and a padded width."""
+    rows = []
+    for t in IDS:
+        others = draw(st.lists(st.integers(0, 50).filter(lambda v: v != t), max_size=4, unique=True))
+        rows.append([] if draw(st.integers(0, 3)) == 0 else draw(st.permutations([t, *others])))
+    widest = max(len(r) for r in rows)
+    return rows, draw(st.sampled_from([w for w in (widest, widest + 1, widest + 3) if w != 1] or [0]))
+
+
+@given(_masks())
+def test_padded_and_csr_layouts_read_alike(impl, case):
+    """Any supports, written padded (at any width past the widest but 1) and as CSR, read back
+    as the same rows on both layouts."""
+    rows, width = case
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        padded = _padded_file(root, rows, width=width)
+        got = impl.parse_generate_response(_body(padded), payload_root=root).choices[0].sampling_mask
+        assert got.to_lists() == rows
+        (root / "csr.bin").write_bytes(ragged_bytes(rows, "<i4", 0))
+        csr = [["sampling_mask", "csr.bin", 0, len(PROMPT), len(rows), "uint32", []]]
+        again = impl.parse_generate_response(_body(csr), payload_root=root).choices[0].sampling_mask
+        assert np.array_equal(again.offsets, got.offsets) and np.array_equal(again.values, got.values)

@@ -23,6 +23,7 @@ def parse_generate_response(
     raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ...,
     require_sampling_mask: bool = ..., prompt_logprob_start: int | None = ..., teacher_logits: bool = ...,
     payload_root: str | os.PathLike[str] | None = ..., num_experts: int | None = ...,
+    prompt_tokens: int | None = ...,
 ) -> GenerateResponse:
     """Parse and validate a vLLM ``/inference/v1/generate`` response body.
 
@@ -54,6 +55,10 @@ def parse_generate_response(
         num_experts: the model's count of routed experts: every expert id of
             ``routed_experts`` must be below it (an id at or above it fails at its row,
             naming the layer and the value). Without it an id must only be non-negative.
+        prompt_tokens: the prompt's token count, for a response that carries neither
+            ``prompt_token_ids`` nor ``usage.prompt_tokens``: it places the by-handle rows and
+            counts the rows of ``routed_experts`` (``prompt_tokens + n - 1 - start``). A
+            response whose own count differs from it fails at the field that says it.
 
     Returns:
         GenerateResponse: one GenerateChoice per entry of ``choices``, with

@@ -5,12 +5,13 @@
 
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_sampling_mask=False,
                             prompt_logprob_start=None, teacher_logits=False, payload_root=None,
-                            num_experts=None):
+                            num_experts=None, prompt_tokens=None):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
     start = check_start(prompt_logprob_start)
     root = check_payload_root(payload_root)
     experts = check_num_experts(num_experts)
+    prompt_count = check_prompt_tokens(prompt_tokens)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         scan = _Scan()
@@ -23,7 +24,8 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_s
         top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE, by_position)
         return _generate.parse_document(document, k, require_logprobs,
                                         _lookup(top, read, _table.GENERATE, k, by_position),
-                                        require_sampling_mask, start, bool(teacher_logits), root, experts)
+                                        require_sampling_mask, start, bool(teacher_logits), root, experts,
+                                        prompt_count)
     finally:
         PyDataMem_SetHandler(previous)
 

@@ -255,6 +255,7 @@ def cases() -> dict[str, tuple[bytes, str]]:
     out.update(mask_logprobs_cases())
     out.update(payload_and_teacher_cases())
     out.update(dynamo_cases())
+    out.update(generate_rows_cases())
     # Weight-version spans (vLLM's choices[].weight_versions) over the two tokens of good_choice.
     def spans(*triples):
         return dump(doc(good_choice(weight_versions=[{"version": v, "start": a, "end": b} for v, a, b in triples])))
@@ -320,6 +321,49 @@ def routing_cases() -> dict[str, tuple[bytes, str]]:
                                             "prompt_routed_experts has 2 rows, not 3"),
         "chat_routing_split_ragged": (chat([[[1, 2]], [[3]]], prompt_routed_experts=rows[:3].tolist()),
                                       "routed_experts must be a base64 .npy string or [rows, layers, topk] lists"),
+    }
+
+
+def generate_rows_cases() -> dict[str, tuple[bytes, str]]:
+    """The generate endpoint's routing rows counted from the prompt's length (prime-rl's
+    object form, vLLM's .npy), and prime-rl's -1-padded mask segments: a prompt of 19 tokens,
+    a completion of 33 (as prime-rl's handler sends it: usage, no prompt ids)."""
+    prompt, n = 19, 33
+    ids = [(7 * t) % 50 for t in range(n)]
+    rows = ((np.arange((prompt + n - 1) * 2 * 2) % 8).astype(np.uint8)).reshape(prompt + n - 1, 2, 2)
+
+    def routed(array, start=0):
+        return {"data": base64.b64encode(array.tobytes()).decode(), "shape": list(array.shape), "start": start,
+                "dtype": str(array.dtype)}
+
+    def generate(routing, **top):
+        choice = {"index": 0, "logprobs": None, "finish_reason": "stop", "token_ids": ids,
+                  "completion_logprobs": {"data": packed([-0.5] * n), "shape": [n], "dtype": "float32"},
+                  "routed_experts": routing}
+        usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        return dump({"request_id": "generate-tokens-r", "choices": [choice], "usage": usage, **top})
+
+    file = "/shared/payload/0b1c.bin"
+
+    def mask(dtype, shape):
+        segment = ["sampling_mask", file, 0, 3, 2, dtype, shape]
+        return dump(doc(good_choice(routed_experts=None, sampling_mask=None, payload=[segment]), prompt_token_ids=[1, 2, 3]))
+
+    return {
+        "routing_rows_ok": (generate(routed(rows)), "ok"),
+        "routing_rows_from_start_ok": (generate(routed(rows[5:], start=5)), "ok"),
+        "routing_rows_npy_ok": (generate(npy(rows)), "ok"),
+        "routing_rows_few": (generate(routed(rows[:3])),
+                             "routed_experts has 3 rows, not 51: one per token of the prompt (19) and of the completion (33)"),
+        "routing_rows_extra": (generate(routed(np.concatenate([rows, rows[:1]]))), "routed_experts has 52 rows, not 51"),
+        "routing_rows_start_unshifted": (generate(routed(rows, start=1)), "routed_experts has 51 rows, not 50"),
+        "routing_rows_npy_short": (generate(npy(rows[1:])), "routed_experts has 50 rows, not 51"),
+        "routing_rows_prompt_ids_disagree": (generate(routed(rows), prompt_token_ids=list(range(prompt + 1))),
+                                             "routed_experts has 51 rows, not 52"),
+        "payload_mask_padded_ok": (mask("int32", [4]), "ok"),
+        "payload_mask_padded_no_width_ok": (mask("int32", [0]), "ok"),
+        "payload_mask_int32_one_wide": (mask("int32", [1]), "sampling_mask payload rows of int32 shape [1] are ambiguous"),
+        "payload_mask_padded_width_negative": (mask("int32", [-3]), "sampling_mask payload rows of int32 ids padded"),
     }
 
 

@@ -94,6 +94,13 @@ def check_start(start: Any) -> int | None:
     return int_arg(start, "prompt_logprob_start", 0)
 
 
+def check_prompt_tokens(count: Any) -> int | None:
+    """``prompt_tokens``: None or a non-negative int (the prompt's token count)."""
+    if count is None:
+        return None
+    return int_arg(count, "prompt_tokens", 0)
+
+
 def check_top_k(top_k: Any) -> int | None:
     """``top_k`` as a positive int or None (a numpy integer becomes an int)."""
     if isinstance(top_k, np.integer):  # numpy integers are ints (np.bool_ is not one)

@@ -83,6 +83,9 @@ OPTIONS: tuple[Option, ...] = (
            inspect_help="the rows of SGLang's routing (as for check)"),
     Option("routed_experts_start_len", 0, "int", "the prompt tokens SGLang's routing rows start after",
            _OPENAI),
+    Option("prompt_tokens", None, "int | None", "the prompt's token count, which places the routing and "
+           "by-handle rows when the response carries neither prompt_token_ids nor usage.prompt_tokens",
+           ("generate",)),
 )
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}

@@ -192,7 +192,7 @@ class RoutedExperts:
 
 
 # prime-rl's ragged payload fields: a segment's rows are uint32 file offsets (CSR), the values
-# lie where they point.
+# lie where they point; or, for the mask, its writer's int32 rows of ids padded with -1.
 RAGGED_PAYLOAD_FIELDS = ("sampling_mask", "sampling_mask_logprobs")
 # The size of one such offset, and the offset after the last row that closes a ragged segment.
 PAYLOAD_OFFSET_SIZE = 4
@@ -208,7 +208,9 @@ class PayloadSegment:
     a C-contiguous ``dtype`` array shaped ``(rows, *shape)``: ``shape`` is one row's. A ragged
     field (``sampling_mask``, ``sampling_mask_logprobs``) stores ``rows + 1`` uint32 absolute
     file offsets there (``dtype`` and ``shape`` make a 4-byte row): row ``i``'s values lie
-    between offsets ``i`` and ``i + 1``, elsewhere in the file.
+    between offsets ``i`` and ``i + 1``, elsewhere in the file; or, a mask declared ``int32``
+    of shape ``(width,)`` (``width`` 0 or at least 2: ``padded``), fixed-width rows of kept
+    ids, each padded with -1 to ``width``.
 
     Example:
         >>> routing = tokenwire.PayloadSegment("routed_experts", "r1.bin", 0, 0, 6, "uint8", (2, 3))
@@ -228,9 +230,17 @@ class PayloadSegment:
     shape: tuple[int, ...]
 
     @property
+    def padded(self) -> bool:
+        """Whether the rows are a mask's int32 kept ids padded with -1 to ``shape[0]`` (a width
+        of 0 or at least 2; one id a row would read as file offsets too)."""
+        return (self.field == RAGGED_PAYLOAD_FIELDS[0] and self.dtype == "int32" and len(self.shape) == 1
+                and self.shape[0] != 1)
+
+    @property
     def ragged(self) -> bool:
-        """Whether the rows are file offsets of ragged values (the sampling mask fields)."""
-        return self.field in RAGGED_PAYLOAD_FIELDS
+        """Whether the rows are file offsets of ragged values (the sampling mask fields, but
+        a ``padded`` mask)."""
+        return self.field in RAGGED_PAYLOAD_FIELDS and not self.padded
 
     @property
     def row_bytes(self) -> int:

@@ -262,25 +262,33 @@ def fail_base64(c: Evidence, reason: str, field: str, text: Any) -> None:
     c.fail(explained(c, reason, fault) if fault else reason, field)
 
 
-def parse_routed_experts(value: Any, c: Evidence, num_experts: int | None = None) -> RoutedExperts:
+def parse_routed_experts(value: Any, c: Evidence, num_experts: int | None = None, n: int | None = None,
+                        prompt: int | None = None) -> RoutedExperts:
+    """A generate choice's ``routed_experts``: prime-rl's object or vLLM's base64 ``.npy``; with
+    the completion's length ``n`` and the ``prompt``'s length known, its rows counted as vLLM
+    lays them out (:func:`routed_rows`: every prompt and completion token but the last, from
+    the object's ``start`` on; the ``.npy`` form says no start: from the first token)."""
     field = "routed_experts"
     if isinstance(value, str):
         raw = c.routed_experts
         if raw is None:
             fail_base64(c, "Invalid routed_experts base64", field, value)
         routing = parse_npy(raw, c)
+        if n is not None:
+            check_rows(c, routing, field, *routed_rows(n, prompt))
         check_experts(routing, num_experts, c, field)
         return RoutedExperts(routing, None)
     if not isinstance(value, dict):
         c.fail("routed_experts must be an object or a base64 .npy string", field)
-    return routed_object(value, c.routed_experts_data, c, field, num_experts)
+    return routed_object(value, c.routed_experts_data, c, field, num_experts, n, prompt)
 
 
 def routed_object(value: dict[str, Any], raw: np.ndarray | None, c: Evidence, field: str,
-                  num_experts: int | None = None) -> RoutedExperts:
+                  num_experts: int | None = None, n: int | None = None, prompt: int | None = None) -> RoutedExperts:
     """The object form of a routing array at ``field`` (prime-rl's, and NVIDIA Dynamo's in its
     engine data): ``{data, shape: [rows, layers, topk], start, dtype}``, ``data`` the base64 of
-    the C-order array, whose decoded bytes are ``raw`` (None: not canonical base64)."""
+    the C-order array, whose decoded bytes are ``raw`` (None: not canonical base64); with ``n``
+    given, its rows counted from ``start`` (:func:`routed_rows`, when the prompt is known)."""
     dtype_name = value.get("dtype", "uint8")
     if named(ROUTED_DTYPES, dtype_name) is None:
         c.fail(f"Unsupported {field} dtype (uint8, uint16, int16 or int32)", field + ".dtype")
@@ -290,6 +298,8 @@ def routed_object(value: dict[str, Any], raw: np.ndarray | None, c: Evidence, fi
     if raw is None:
         fail_base64(c, f"Invalid {field} base64", field + ".data", value.get("data"))
     routing = _shaped(raw, value.get("shape"), dtype_name, c, field)
+    if n is not None:
+        check_rows(c, routing, field, *routed_rows(n, prompt, start=start or 0))
     check_experts(routing, num_experts, c, field)
     return RoutedExperts(routing, start)
 

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..base._args import check_num_experts, check_payload_root, check_start, check_top_k
+from ..base._args import check_num_experts, check_payload_root, check_prompt_tokens, check_start, check_top_k
 from ..base._errors import MalformedResponseError
 from ..base._table import CHOICE, GENERATE, KEY, top_keys
 from ..base._types import GenerateChoice, GenerateResponse, Ragged
@@ -41,8 +41,8 @@ from .arrays import (
 from .payload import (
     PayloadFiles,
     check_payload_overlap,
+    given_prompt_length,
     parse_payload,
-    prompt_length,
     read_payload,
     segment_spans,
 )
@@ -769,7 +769,7 @@ def _parse_choice(c: Evidence, choice: Any, k: int | None, require_logprobs: boo
         completion_top_ids=top_ids,
         completion_top_logprobs=top_logprobs,
         sampling_mask=mask,
-        routed_experts=(parse_routed_experts(routed, c, num_experts) if routed is not None
+        routed_experts=(parse_routed_experts(routed, c, num_experts, len(ids), prompt_len) if routed is not None
                         else handle.get("routed_experts")),
         finish_reason=choice.get("finish_reason"),
         raw=_raw(c, choice, consumed),
@@ -798,7 +798,7 @@ def _raw(c: Evidence, choice: dict[str, Any], consumed: list[str]) -> dict[str, 
 def parse_document(document: Any, k: int | None, require_logprobs: bool, evidence: Any = None,
                    require_sampling_mask: bool = False, prompt_logprob_start: int | None = None,
                    teacher_logits: bool = False, payload_root: str | None = None,
-                   num_experts: int | None = None) -> GenerateResponse:
+                   num_experts: int | None = None, prompt_tokens: int | None = None) -> GenerateResponse:
     """Validate a parsed response. ``evidence(index, value)`` gives the :class:`Evidence` of
     each choice (index None: the top level, value the document); by default
     :func:`extract_choice` reads it from the parsed document, one choice at a time, as the
@@ -819,7 +819,7 @@ def parse_document(document: Any, k: int | None, require_logprobs: bool, evidenc
     choices = document.get(KEY.choices)
     if not isinstance(choices, list) or not choices:
         raise MalformedResponseError("choices must be a non-empty list", field="choices")
-    prompt_len = prompt_length(document, prompt)
+    prompt_len = given_prompt_length(document, prompt, prompt_tokens)
     if payload_root is None:
         parsed = [_parse_choice(read(i, choice), choice, k, require_logprobs, require_sampling_mask, prompt_len,
                                 num_experts=num_experts) for i, choice in enumerate(choices)]
@@ -857,13 +857,14 @@ def response_of(document: dict[str, Any], choices: list[GenerateChoice], prompt:
 def parse_generate_response(
     raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, require_sampling_mask: bool = False,
     prompt_logprob_start: int | None = None, teacher_logits: bool = False, payload_root: Any = None,
-    num_experts: int | None = None,
+    num_experts: int | None = None, prompt_tokens: int | None = None,
 ) -> GenerateResponse:
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
     k = check_top_k(top_k)
     start = check_start(prompt_logprob_start)
     root = check_payload_root(payload_root)
     experts = check_num_experts(num_experts)
+    prompt_count = check_prompt_tokens(prompt_tokens)
     return parse_document(load_document(raw), k, require_logprobs, require_sampling_mask=require_sampling_mask,
                           prompt_logprob_start=start, teacher_logits=bool(teacher_logits), payload_root=root,
-                          num_experts=experts)
+                          num_experts=experts, prompt_tokens=prompt_count)

@@ -57,6 +57,11 @@ SEGMENT_KEYS = ("field", "file", "offset", "pos", "rows", "dtype", "shape")
 # clips a segment (row_bytes); its dtype and shape must say so.
 OFFSET_ROW_DTYPES = ("uint32", "int32", "float32")
 OFFSET_ROW_SHAPES = ([], [1])
+# prime-rl's other layout of a mask segment (its server's writer, and its earlier reader): int32
+# rows of one shape [width], each row's kept ids then -1 to the width (an all -1 row: no support).
+PADDED_MASK_DTYPE = "int32"
+MASK_PADDING = -1
+_PADDED_TOO = {"sampling_mask": ", or int32 ids padded with -1 to a shape [width]"}
 # The longest ``file`` name read (PATH_MAX on Linux: no longer path can be opened whole).
 MAX_NAME = 4096
 
@@ -69,6 +74,20 @@ def prompt_length(document: dict[str, Any], prompt: np.ndarray | None) -> int | 
     usage = document.get("usage")
     count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     return count if is_int(count) and 0 <= count <= MAX_OFFSET else None
+
+
+def given_prompt_length(document: dict[str, Any], prompt: np.ndarray | None, given: int | None) -> int | None:
+    """The prompt's token count (:func:`prompt_length`), else ``given`` (the caller's
+    ``prompt_tokens``); a response that says another count than the caller's is an error at
+    the field that says it."""
+    said = prompt_length(document, prompt)
+    if given is None or said is None:
+        return given if said is None else said
+    if said != given:
+        field = "prompt_token_ids" if prompt is not None else "usage.prompt_tokens"
+        raise MalformedResponseError(f"the response's prompt has {said} tokens ({field}), not the "
+                                     f"prompt_tokens={given} the caller gave", field=field)
+    return said
 
 
 def _segment(item: Any, at: str, c: Evidence) -> PayloadSegment:
@@ -93,12 +112,20 @@ def _segment(item: Any, at: str, c: Evidence) -> PayloadSegment:
         if not is_int(number) or not 0 <= number <= MAX_OFFSET:
             c.fail(f"payload {key} must be a non-negative int", f"{at}.{key}")
     dtype, shape = item.get("dtype"), item.get("shape")
-    if spec.ragged:
+    if field == "sampling_mask" and dtype == PADDED_MASK_DTYPE and isinstance(shape, list) and len(shape) == 1:
+        if not is_int(shape[0]) or not 0 <= shape[0] <= MAX_ROUTED_WIDTH:
+            c.fail("sampling_mask payload rows of int32 ids padded with -1 must be [width]: an int in "
+                   "[2, 2**31), or 0", at + ".shape")
+        if shape[0] == 1:
+            c.fail("sampling_mask payload rows of int32 shape [1] are ambiguous: one uint32 file offset a row "
+                   "(CSR) or one kept id a row padded with -1; CSR offsets are sent as uint32 []", at + ".shape")
+    elif spec.ragged:
         if not isinstance(dtype, str) or dtype not in OFFSET_ROW_DTYPES:
             c.fail(f"{field} payload rows are uint32 file offsets: dtype {' or '.join(OFFSET_ROW_DTYPES)} "
-                   "(a 4-byte row)", at + ".dtype")
+                   f"(a 4-byte row){_PADDED_TOO.get(field, '')}", at + ".dtype")
         if shape not in OFFSET_ROW_SHAPES or any(not is_int(d) for d in shape):
-            c.fail(f"{field} payload rows are uint32 file offsets: shape [] or [1] (a 4-byte row)", at + ".shape")
+            c.fail(f"{field} payload rows are uint32 file offsets: shape [] or [1] (a 4-byte row)"
+                   f"{_PADDED_TOO.get(field, '')}", at + ".shape")
     else:
         if named(spec.dtypes, dtype) is None:
             c.fail(f"Unsupported {field} payload dtype ({' or '.join(spec.dtypes)})", at + ".dtype")
@@ -135,7 +162,7 @@ def parse_payload(choice: dict[str, Any], n: int, prompt_len: int | None,
             if segment.pos != last.pos + last.rows:
                 c.fail(f"{segment.field} payload segments must tile its positions: payload[{i}] must start at "
                        f"{last.pos + last.rows}, where payload[{before[-1]}] ends, not {segment.pos}", f"payload[{i}].pos")
-            if segment.shape != last.shape and not segment.ragged:
+            if segment.shape != last.shape and not PAYLOAD_FIELDS[segment.field].ragged:
                 c.fail(f"{segment.field} payload segments must share one row shape ({list(last.shape)} in "
                        f"payload[{before[-1]}])", f"payload[{i}].shape")
         before.append(i)
@@ -494,9 +521,12 @@ def read_payload(segments: tuple[PayloadSegment, ...], ids: np.ndarray, files: P
     if "routed_expert_weights" in fields:
         out["routed_expert_weights"] = _fixed_rows(segments, fields["routed_expert_weights"], own, c, at)
     if "sampling_mask" in fields:
-        out["sampling_mask"] = _mask_rows(segments, fields["sampling_mask"], starts, values, ids, c, at)
+        rows = [_padded_rows(segments[i], own[i], c, at[i], prompt_len) if segments[i].padded
+                else _csr_rows(starts[i], values[i], "<i4") for i in fields["sampling_mask"]]
+        out["sampling_mask"] = _mask_rows(segments, fields["sampling_mask"], rows, ids, c, at)
     if "sampling_mask_logprobs" in fields:
-        out["sampling_mask_logprobs"] = _mask_logprob_rows(segments, fields["sampling_mask_logprobs"], starts, values,
+        rows = [_csr_rows(starts[i], values[i], "<f4") for i in fields["sampling_mask_logprobs"]]
+        out["sampling_mask_logprobs"] = _mask_logprob_rows(segments, fields["sampling_mask_logprobs"], rows,
                                                            out["sampling_mask"], c, at)
     return out
 
@@ -537,15 +567,39 @@ def _fixed_rows(segments: tuple[PayloadSegment, ...], indices: list[int], own: l
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _ragged_rows(segments: tuple[PayloadSegment, ...], indices: list[int], starts: dict[int, np.ndarray],
-                 values: list[np.ndarray], dtype: str) -> tuple[Ragged, list[int]]:
-    """A ragged field's rows from its segments' offsets and values, and the first row of
-    each segment (then the row count)."""
-    counts = [np.diff(starts[i]) // 4 for i in indices]
-    offsets = np.zeros(sum(len(k) for k in counts) + 1, dtype=np.int64)
-    np.cumsum(np.concatenate(counts), out=offsets[1:])
-    parts = [_aligned(values[i], np.dtype(dtype)) for i in indices]
-    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
+# One segment's ragged rows: the values of each row, and all the values in row order.
+Rows = tuple[np.ndarray, np.ndarray]
+
+
+def _csr_rows(starts: np.ndarray, values: np.ndarray, dtype: str) -> Rows:
+    """A CSR segment's rows: its checked offsets and the values they point at."""
+    return np.diff(starts) // 4, _aligned(values, np.dtype(dtype))
+
+
+def _padded_rows(segment: PayloadSegment, data: np.ndarray, c: Evidence, at: str, prompt_len: int) -> Rows:
+    """A -1-padded mask segment's rows: each row's kept ids, then -1 to its end (a row of -1
+    only: no support recorded); a value below -1, or an id after the padding began, fails at
+    the segment and the row's completion token."""
+    rows = _aligned(data, np.dtype("<i4")).reshape(segment.rows, segment.shape[0])
+    pad = rows == MASK_PADDING
+    bad = rows < MASK_PADDING
+    bad[:, 1:] |= pad[:, :-1] & ~pad[:, 1:]  # an id right after a -1
+    broken = np.flatnonzero(bad.any(axis=1))
+    if len(broken):
+        row = int(broken[0])
+        value = int(rows[row, int(np.flatnonzero(bad[row])[0])])
+        reason = "a value below the -1 padding" if value < MASK_PADDING else "an id after its -1 padding"
+        c.fail(f"sampling_mask payload row {row} holds {value}, {reason}: a padded row is its kept ids, then -1 "
+               "to its end", at, segment.pos + row - prompt_len)
+    return segment.shape[0] - pad.sum(axis=1), rows[~pad]
+
+
+def _ragged_rows(segments: tuple[PayloadSegment, ...], indices: list[int], rows: list[Rows]) -> tuple[Ragged, list[int]]:
+    """A ragged field's rows from its segments' rows, and the first row of each segment
+    (then the row count)."""
+    offsets = np.zeros(sum(len(k) for k, _ in rows) + 1, dtype=np.int64)
+    np.cumsum(np.concatenate([k for k, _ in rows]), out=offsets[1:])
+    flat = rows[0][1] if len(rows) == 1 else np.concatenate([v for _, v in rows])
     firsts = np.cumsum([0] + [segments[i].rows for i in indices]).tolist()
     return Ragged(offsets, flat), firsts
 
@@ -555,12 +609,12 @@ def _where(indices: list[int], firsts: list[int], row: int, at: list[str]) -> st
     return at[indices[int(np.searchsorted(firsts, row, side="right")) - 1]]
 
 
-def _mask_rows(segments: tuple[PayloadSegment, ...], indices: list[int], starts: dict[int, np.ndarray],
-               values: list[np.ndarray], ids: np.ndarray, c: Evidence, at: list[str]) -> Ragged:
+def _mask_rows(segments: tuple[PayloadSegment, ...], indices: list[int], parts: list[Rows], ids: np.ndarray,
+               c: Evidence, at: list[str]) -> Ragged:
     """The mask's int32 rows, under the inline masks' rules: ids never negative, and each
     non-empty row a support of its token (``first_bad_support``); an empty row is an absent
     support, as a zero count inline."""
-    rows, firsts = _ragged_rows(segments, indices, starts, values, "<i4")
+    rows, firsts = _ragged_rows(segments, indices, parts)
     negative = c.kernels.first_bad("negative", rows.values)
     limit = len(ids) if negative < 0 else int(np.searchsorted(rows.offsets, negative, side="right")) - 1
     bad = c.kernels.first_bad_support(ids, rows, limit, absent_ok=True)
@@ -571,10 +625,10 @@ def _mask_rows(segments: tuple[PayloadSegment, ...], indices: list[int], starts:
     return rows
 
 
-def _mask_logprob_rows(segments: tuple[PayloadSegment, ...], indices: list[int], starts: dict[int, np.ndarray],
-                       values: list[np.ndarray], mask: Ragged, c: Evidence, at: list[str]) -> Ragged:
+def _mask_logprob_rows(segments: tuple[PayloadSegment, ...], indices: list[int], parts: list[Rows], mask: Ragged,
+                       c: Evidence, at: list[str]) -> Ragged:
     """The mask logprobs' float32 rows: as wide as the mask's, each finite and at most 1e-6."""
-    rows, firsts = _ragged_rows(segments, indices, starts, values, "<f4")
+    rows, firsts = _ragged_rows(segments, indices, parts)
     differ = np.flatnonzero(np.diff(rows.offsets) != np.diff(mask.offsets))
     if len(differ):
         row = int(differ[0])
