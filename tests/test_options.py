@@ -79,7 +79,8 @@ def test_an_unknown_option_is_the_type_error_python_gives():
 def test_each_format_is_given_the_audited_options_it_takes():
     options = ParseOptions(top_k=2, num_experts=8, routed_experts_shape=(1, 2))
     assert options.for_format("generate") == {"top_k": 2, "num_experts": 8}
-    assert options.for_format("chat") == {"top_k": 2, "num_experts": 8}
+    # SGLang's chat and completions carry its bare routing too (sglext.routed_experts)
+    assert options.for_format("chat") == {"top_k": 2, "num_experts": 8, "routed_experts_shape": (1, 2)}
     assert options.for_format("sglang") == {"top_k": 2, "num_experts": 8, "routed_experts_shape": (1, 2)}
     assert options.report()["routed_experts_shape"] == [1, 2]
 

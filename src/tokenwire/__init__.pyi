@@ -108,7 +108,7 @@ def simd_paths() -> list[str]:
 def simd_path() -> str | None:
     """The code path every C kernel takes (``TOKENWIRE_SIMD`` forces one), or None without the
     compiled core."""
-def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ..., num_experts: int | None = ...) -> GenerateResponse:
+def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ..., num_experts: int | None = ..., routed_experts_shape: tuple[int, int] | None = ..., routed_experts_start_len: int = ...) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/completions`` response body (vLLM,
     Fireworks, Together) into exact completion ids and their aligned logprobs: the ids the
     server sent (``token_ids``, ``"token_id:N"`` tokens), never a re-tokenization of the text.
@@ -145,7 +145,7 @@ def parse_completions_response(raw: bytes | bytearray | memoryview | str | Any, 
         >>> tokenwire.parse_completions_response(body).choices[0].completion_ids.tolist()
         [5, 6]
     """
-def parse_chat_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ..., num_experts: int | None = ...) -> GenerateResponse:
+def parse_chat_completions_response(raw: bytes | bytearray | memoryview | str | Any, *, top_k: int | None = ..., require_logprobs: bool = ..., check_usage: bool = ..., num_experts: int | None = ..., routed_experts_shape: tuple[int, int] | None = ..., routed_experts_start_len: int = ...) -> GenerateResponse:
     """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response body
     (vLLM, Fireworks, Together): the ids from ``token_ids`` or each ``logprobs.content``
     record's ``token_id``, with their aligned logprobs.

@@ -43,28 +43,30 @@ def parse_sglang_generate_response(raw, *, top_k=None, require_logprobs=True, ch
 
 
 cdef object _parse_openai(object raw, object top_k, bint require_logprobs, bint check_usage,
-                          object num_experts, object parse_document):
+                          object num_experts, object routed_experts_shape, object routed_experts_start_len,
+                          object parse_document):
     k = check_top_k(top_k)
-    experts = check_num_experts(num_experts)
+    routing = _openai_rules.sglang_routing(num_experts, routed_experts_shape, routed_experts_start_len)
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
         document, top, read = _scan_openai(_Scan(), raw, k, False)
         return parse_document(document, k, require_logprobs, check_usage, _lookup(top, read, _table.OPENAI, k),
-                              experts)
+                              routing.num_experts, routing)
     finally:
         PyDataMem_SetHandler(previous)
 
 
-def parse_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True, num_experts=None):
+def parse_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True, num_experts=None,
+                               routed_experts_shape=None, routed_experts_start_len=0):
     """Parse and validate an OpenAI-compatible ``/v1/completions`` response (see the
     package docs)."""
-    return _parse_openai(raw, top_k, require_logprobs, check_usage, num_experts,
-                         _openai_rules.parse_completions_document)
+    return _parse_openai(raw, top_k, require_logprobs, check_usage, num_experts, routed_experts_shape,
+                         routed_experts_start_len, _openai_rules.parse_completions_document)
 
 
 def parse_chat_completions_response(raw, *, top_k=None, require_logprobs=True, check_usage=True,
-                                    num_experts=None):
+                                    num_experts=None, routed_experts_shape=None, routed_experts_start_len=0):
     """Parse and validate an OpenAI-compatible ``/v1/chat/completions`` response (see the
     package docs)."""
-    return _parse_openai(raw, top_k, require_logprobs, check_usage, num_experts,
-                         _openai_rules.parse_chat_completions_document)
+    return _parse_openai(raw, top_k, require_logprobs, check_usage, num_experts, routed_experts_shape,
+                         routed_experts_start_len, _openai_rules.parse_chat_completions_document)

@@ -34,7 +34,7 @@ FIELDS = [
 NFIELDS = len(FIELDS)  # TW_NFIELDS
 FIELD_ID = {name: i for i, (name, _, _) in enumerate(FIELDS)}
 # (name, path) of tw_doc.root[0], root[1], ... (prompt_token_ids and choices first)
-ROOT_FIELDS = [('PROMPT', ('prompt_token_ids',)), ('CHOICES', ('choices',)), ('PROMPT_ROUTED', ('prompt_routed_experts',)), ('DYN_TOKEN_IDS', ('nvext', 'engine_data', 'completion_token_ids')), ('DYN_LOGPROBS', ('nvext', 'engine_data', 'completion_logprobs')), ('DYN_PROMPT_IDS', ('nvext', 'engine_data', 'prompt_token_ids')), ('DYN_ROUTED_DATA', ('nvext', 'engine_data', 'routed_experts', 'data')), ('DYN_NV_TOKEN_IDS', ('nvext', 'completion_token_ids')), ('TEACHER', ('prompt_token_id_logprobs',))]
+ROOT_FIELDS = [('PROMPT', ('prompt_token_ids',)), ('CHOICES', ('choices',)), ('PROMPT_ROUTED', ('prompt_routed_experts',)), ('DYN_TOKEN_IDS', ('nvext', 'engine_data', 'completion_token_ids')), ('DYN_LOGPROBS', ('nvext', 'engine_data', 'completion_logprobs')), ('DYN_PROMPT_IDS', ('nvext', 'engine_data', 'prompt_token_ids')), ('DYN_ROUTED_DATA', ('nvext', 'engine_data', 'routed_experts', 'data')), ('DYN_NV_TOKEN_IDS', ('nvext', 'completion_token_ids')), ('SGLEXT_ROUTED', ('sglext', 'routed_experts')), ('TEACHER', ('prompt_token_id_logprobs',))]
 NROOT = len(ROOT_FIELDS)  # TW_NROOT
 # the paths of a choice the generate scan blanks when they are strings / arrays
 BLANK_STRING = [('logprobs', 'top_k', 'token_ids'), ('logprobs', 'top_k', 'logprobs'), ('completion_logprobs', 'data'), ('compact_logprobs', 'data'), ('sampling_mask', 'ids', 'data'), ('sampling_mask', 'counts', 'data'), ('kept_tokens', 'ids'), ('kept_tokens', 'counts'), ('routed_experts',), ('routed_experts', 'data')]

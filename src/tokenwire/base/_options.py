@@ -77,12 +77,13 @@ OPTIONS: tuple[Option, ...] = (
            help="the model's count of MoE experts: an expert id of routed_experts at or above it is a defect",
            inspect_help="the model's count of MoE experts (as for check)"),
     Option("routed_experts_shape", None, "tuple[int, int] | None", "(layers, topk) of SGLang's bare routing rows",
-           ("sglang",), audited=True, check=check_routed_shape, metavar="LAYERS,TOPK", reader="shape",
-           help="the rows of SGLang's routing (meta_info.routed_experts, a bare int32 string): each row "
+           _OPENAI, audited=True, check=check_routed_shape, metavar="LAYERS,TOPK", reader="shape",
+           help="the rows of SGLang's routing (meta_info.routed_experts, sglext.routed_experts: a bare int32 "
+           "string): each row "
            "LAYERS x TOPK ids (the other formats' routing carries its shape)",
            inspect_help="the rows of SGLang's routing (as for check)"),
     Option("routed_experts_start_len", 0, "int", "the prompt tokens SGLang's routing rows start after",
-           ("sglang",)),
+           _OPENAI),
 )
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}

@@ -240,7 +240,9 @@ def _sent_text(c: Evidence, path: tuple[str, ...]) -> Any:
     empty in its parsed copy): read again from the raw bytes, on the error path only."""
     try:
         document = _json.loads(bytes(c.source))
-        if isinstance(document, dict) and "choices" in document:
+        if c.index is None:  # the top level's evidence: the path is from the root
+            pass
+        elif isinstance(document, dict) and "choices" in document:
             document = document["choices"][c.index]
         elif isinstance(document, list):
             document = document[c.index]

@@ -33,6 +33,7 @@ from ..base._args import check_num_experts, check_routed_shape, check_top_k, int
 from ..base._errors import MalformedResponseError
 from ..base._table import ITEM, KEY, SGLANG, fields
 from ..base._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
+from ..base._wire import LLAMA_LOGPROB_LOG0, VLLM_LOGPROB_SENTINEL
 from ..extract.python import (
     Evidence,
     Read,
@@ -58,7 +59,7 @@ from .dynamo import (
     engine_sources,
     same_logprobs,
 )
-from .generate import NATIVE_TOP, response_of
+from .generate import NATIVE_TOP, parse_packed_top_k, response_of, top_k_block
 from .requests import (
     _CHAT,
     _COMPLETIONS,
@@ -102,6 +103,8 @@ __all__ = [
 ]
 
 # --- OpenAI-compatible logprobs: the shapes servers send -----------------------------------------
+
+_PACKED_TOP_K = "logprobs.top_k"
 
 
 def _chosen_heads(
@@ -158,6 +161,13 @@ def _against_sampled(
     return Candidates.from_rows(rows), np.array(own, dtype=np.float64), top_err
 
 
+def _probabilities(entry: Any, key: str) -> bool:
+    """Whether a record carries a probability where its logprob should be (llama.cpp's
+    ``post_sampling_probs``: ``prob`` and ``top_probs`` instead of ``logprob`` and
+    ``top_logprobs``, ``tools/server/server-task.cpp``)."""
+    return isinstance(entry, dict) and key not in entry and "prob" in entry
+
+
 def _content_logprobs(
     c: Evidence, content: list[Any], read: Read, field: str, sources: list[IdSource], endpoint: _Endpoint
 ) -> Logprobs:
@@ -169,10 +179,15 @@ def _content_logprobs(
         c.fail("logprob entry must be an object", field, records.bad)
     if records.mixed is not None:
         c.fail("sampling_logprob is missing while other entries carry it", field, records.mixed)
+    values, bad = numbers_of(records.values)
+    if bad is not None and _probabilities(full_at(c, content, read.span)[bad], records.value_key):
+        c.fail(f"{field} records carry probabilities (prob, top_probs), not logprobs: llama.cpp's "
+               "post_sampling_probs form, whose values are the sampler's probabilities after its filters; "
+               "a probability read as a log probability is wrong evidence: request without post_sampling_probs",
+               field, bad)
     source = ids_from_records(c, records.ids, field, UNNAMED_RECORD)
     if source is not None:
         sources.insert(0, source)
-    values, bad = numbers_of(records.values)
 
     def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         # The candidates' rules, candidate by candidate, are those of vLLM's native records
@@ -185,6 +200,10 @@ def _content_logprobs(
             # An entry without a numeric `logprob` of its own: its head is checked against
             # the sampled value instead.
             candidates, own, top_err = _against_sampled(full_at(c, content, read.span), sampled)
+        log0 = candidates.logprobs == LLAMA_LOGPROB_LOG0  # llama.cpp's log(0): a candidate of no probability
+        if log0.any():  # filtered out, as the sentinel is
+            candidates = Candidates(candidates.offsets, candidates.ids,
+                                    np.where(log0, VLLM_LOGPROB_SENTINEL, candidates.logprobs))
         no_id = (
             "top_logprobs candidates name decoded text, not token ids: unusable for a head; "
             f"{endpoint.heads_advice}"
@@ -332,6 +351,9 @@ class _Routing:
     num_experts: int | None  # the model's count of experts, when the caller gave it
     split: bool  # the response sends the prompt's routing apart (prompt_routed_experts)
     prompt: int | None  # the prompt's token count, when the response says it
+    sglext: Any = None  # SGLang's sglext object, when sent (its routing is the first choice's)
+    top: Evidence | None = None  # the top level's evidence (which read sglext's routing)
+    bare: Any = None  # the caller's _SGLangRouting: the shape and start of SGLang's bare rows
 
 
 def _routing(c: Evidence, value: Any, raw: np.ndarray | None, field: str, num_experts: int | None,
@@ -415,10 +437,17 @@ def _parse_openai_choice(
         values = check_values(dynamo.top if dynamo is not None and sampled is engine_logprobs else c, sampled)
         if logprobs is not sampled and logprobs is not None:
             same_logprobs(c, values, check_values(c, logprobs), logprobs.field)
-        if k is not None:
-            top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
         if from_choice:
             consumed.append(KEY.logprobs)
+    # vLLM's packed top-k (completions' return_top_k_logprobs): the generate endpoint's block and
+    # rules, checked whenever sent; with a head, the candidates are its rows.
+    block = top_k_block(choice)
+    packed = parse_packed_top_k(block, ids, c) if block is not None else None
+    if k is not None:
+        if packed is not None:
+            top_ids, top_logprobs = _chosen_heads(c, _PACKED_TOP_K, ids, packed, values, k, None, "")
+        else:
+            top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
     routed = None
     count = routing.prompt if prompt is None else len(prompt)
     if choice.get(KEY.routed_experts) is not None:
@@ -428,6 +457,13 @@ def _parse_openai_choice(
         if routed is not None:
             c.fail("routed_experts is sent on the choice and in nvext.engine_data: one form only", "routed_experts")
         routed = engine_routed
+    if routing.sglext is not None and c.index == 0:
+        sglang_routed = sglext_routing(routing.top, routing.sglext, len(ids), count, routing.bare)
+        if sglang_routed is not None:
+            if routed is not None:
+                c.fail(f"routed_experts is sent on the choice and in {_SGLEXT_ROUTED}: one form only",
+                       "routed_experts")
+            routed = sglang_routed
     raw = {key: value for key, value in choice.items() if key not in consumed}
     for key, span in ((KEY.logprobs, c.logprobs), (KEY.raw_output, c.raw_output)):
         if key in raw:  # as sent: the compiled extractor left their arrays empty
@@ -487,13 +523,16 @@ def _parse_openai_document(
     endpoint: _Endpoint,
     evidence: Any,
     num_experts: int | None = None,
+    bare: Any = None,
 ) -> GenerateResponse:
     if not isinstance(document, dict):
         raise MalformedResponseError("response must be a JSON object")
     read = evidence or (lambda index, value: extract_openai_choice(index, value, k))
     prompt = document.get(KEY.prompt_token_ids)
     split = document.get(KEY.prompt_routed_experts) is not None
-    top = read(None, document) if prompt is not None or split or document.get(KEY.nvext) is not None else None
+    sglext = document.get(KEY.sglext)
+    at_top = prompt is not None or split or sglext is not None or document.get(KEY.nvext) is not None
+    top = read(None, document) if at_top else None
     if prompt is not None:
         prompt = id_list(top, top.prompt_token_ids, "prompt_token_ids").ids
     choices = document.get(KEY.choices)
@@ -502,7 +541,8 @@ def _parse_openai_document(
     dynamo = dynamo_of(document, top, len(choices))
     if dynamo is not None:
         prompt = engine_prompt(dynamo, prompt)
-    routing = _Routing(num_experts, split, _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)))
+    routing = _Routing(num_experts, split, _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)),
+                       sglext, top, bare if bare is not None else _SGLangRouting(num_experts))
     parsed = [
         _parse_openai_choice(read(i, choice), choice, k, require_logprobs, endpoint, routing, dynamo)
         for i, choice in enumerate(choices)
@@ -524,6 +564,8 @@ def _parse_openai_document(
     response = response_of(document, parsed, prompt, "id", ("prompt_routed_experts",),
                            prompt_routed_experts=prompt_routing, format=endpoint.format, top_k=k)
     engine_payload(document, dynamo, response.payload)
+    if isinstance(sglext, dict) and sglext.get(KEY.routed_experts) is not None:  # read: the first choice's
+        response.payload[KEY.sglext] = {key: v for key, v in sglext.items() if key != KEY.routed_experts}
     return response
 
 
@@ -531,8 +573,9 @@ def _document_parser(endpoint: Any, name: str, doc: str) -> Any:
     """The public parser of one endpoint's parsed documents (``name``, documented by ``doc``)."""
 
     def parse(document: Any, k: int | None, require_logprobs: bool = True, check_usage: bool = True,
-              evidence: Any = None, num_experts: int | None = None) -> GenerateResponse:
-        return _parse_openai_document(document, k, require_logprobs, check_usage, endpoint, evidence, num_experts)
+              evidence: Any = None, num_experts: int | None = None, routing: Any = None) -> GenerateResponse:
+        return _parse_openai_document(document, k, require_logprobs, check_usage, endpoint, evidence, num_experts,
+                                      routing)
 
     parse.__name__ = parse.__qualname__ = name
     parse.__doc__ = doc
@@ -554,10 +597,12 @@ def _response_parser(parse_document: Any, name: str, doc: str) -> Any:
     arguments checked first, then the body loaded and handed to ``parse_document``."""
 
     def parse(raw: Any, *, top_k: int | None = None, require_logprobs: bool = True, check_usage: bool = True,
-              num_experts: int | None = None) -> GenerateResponse:
+              num_experts: int | None = None, routed_experts_shape: tuple[int, int] | None = None,
+              routed_experts_start_len: int = 0) -> GenerateResponse:
         k = check_top_k(top_k)
-        experts = check_num_experts(num_experts)
-        return parse_document(load_openai_document(raw, k), k, require_logprobs, check_usage, num_experts=experts)
+        routing = sglang_routing(num_experts, routed_experts_shape, routed_experts_start_len)
+        return parse_document(load_openai_document(raw, k), k, require_logprobs, check_usage,
+                              num_experts=routing.num_experts, routing=routing)
 
     parse.__name__ = parse.__qualname__ = name
     parse.__doc__ = doc
@@ -594,33 +639,35 @@ class _SGLangRouting:
     start: int = 0  # the request's routed_experts_start_len: the first routed position
 
 
-def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | None, n: int,
-                 routing: _SGLangRouting, check_usage: bool, shape: tuple[int, int] | None) -> np.ndarray:
-    """``meta_info.<key>`` as SGLang's TokenizerManager sends it: base64 of a bare little-endian
-    int32 array, no dtype, no shape. SGLang covers positions ``[start, prompt + completion - 1)``
-    (``routed_experts_start_len``; the last sampled token is never forwarded): that many rows,
-    counted with ``meta_info.prompt_tokens``; each row ``layers * topk`` values with ``shape``
-    (an array ``(rows, layers, topk)``), else a whole number of values (``(rows, width)``)."""
-    field = f"meta_info.{key}"
-    if not isinstance(meta[key], str):
+def _bare_values(c: Evidence, value: Any, raw: np.ndarray | None, field: str) -> np.ndarray:
+    """The int32 values of SGLang's bare base64 array ``value`` (``raw``: its decoded bytes)."""
+    if not isinstance(value, str):
         c.fail(f"{field} must be a base64 string of int32 values", field)
     if raw is None:
-        fail_base64(c, f"Invalid {field} base64", field, meta[key])
+        fail_base64(c, f"Invalid {field} base64", field, value)
     if len(raw) % 4:
         c.fail(f"{field} holds {len(raw)} bytes, not whole int32 values", field)
-    values = raw.view("<i4")
-    prompt = meta.get("prompt_tokens") if check_usage else None
+    return raw.view("<i4")
+
+
+def _bare_rows(c: Evidence, value: Any, raw: np.ndarray | None, field: str, n: int, prompt: int | None,
+               start: int, shape: tuple[int, int] | None, prompt_label: str, uncounted: str) -> np.ndarray:
+    """A routing (or indexer) array as SGLang sends it: base64 of a bare little-endian int32
+    array, no dtype, no shape (``raw``: its decoded bytes, None when not canonical base64).
+    SGLang covers positions ``[start, prompt + completion - 1)`` (``routed_experts_start_len``;
+    the last sampled token is never forwarded): that many rows when the ``prompt``'s token count
+    is known (``prompt_label`` names where it was read; ``uncounted`` says why it is not); each
+    row ``layers * topk`` values with ``shape`` (an array ``(rows, layers, topk)``), else a whole
+    number of values (``(rows, width)``)."""
+    values = _bare_values(c, value, raw, field)
     rows = None
-    if prompt is not None and not (is_int(prompt) and prompt >= 0):  # sent, it counts the rows
-        c.fail(f"meta_info.prompt_tokens must be a non-negative int to count the rows of {field}, not "
-               f"{type(prompt).__name__}", "meta_info.prompt_tokens")
-    if is_int(prompt) and prompt >= 0:
-        rows = prompt + n - 1 - routing.start
+    if prompt is not None:
+        rows = prompt + n - 1 - start
         if rows < 0:
-            c.fail(f"routed_experts_start_len={routing.start} is past the {prompt + n - 1} positions SGLang routes "
-                   f"(meta_info.prompt_tokens {prompt} and {n} completion tokens but the last)", field)
+            c.fail(f"routed_experts_start_len={start} is past the {prompt + n - 1} positions SGLang routes "
+                   f"({prompt_label} {prompt} and {n} completion tokens but the last)", field)
     counted = ("" if rows is None else
-               f"one per position from routed_experts_start_len={routing.start} to the prompt ({prompt}) and "
+               f"one per position from routed_experts_start_len={start} to the prompt ({prompt}) and "
                f"completion ({n}) tokens but the last")
     if shape is not None:
         width = shape[0] * shape[1]
@@ -631,13 +678,50 @@ def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | 
                    + (f" for {rows} rows: {counted}" if rows is not None else ""), field)
         return values.reshape(rows, *shape)
     if rows is None:
-        c.fail(f"{field} has no row count: meta_info.prompt_tokens is not sent (or check_usage is off); "
-               "pass routed_experts_shape=(layers, topk)", field)
+        c.fail(f"{field} has no row count: {uncounted}; pass routed_experts_shape=(layers, topk)", field)
     if (len(values) % rows if rows else len(values)):
         c.fail(f"{field} holds {len(values)} int32 values, which {rows} rows cannot share evenly: {counted}", field)
     if rows and not len(values):  # rows of no id: nothing routed them
         c.fail(f"{field} holds no int32 value for {rows} rows: {counted}", field)
     return values.reshape(rows, len(values) // rows if rows else 0)
+
+
+def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | None, n: int,
+                 routing: _SGLangRouting, check_usage: bool, shape: tuple[int, int] | None) -> np.ndarray:
+    """``meta_info.<key>`` of a ``/generate`` item (:func:`_bare_rows`), its rows counted with
+    ``meta_info.prompt_tokens``."""
+    field = f"meta_info.{key}"
+    _bare_values(c, meta[key], raw, field)  # the value's own faults first
+    prompt = meta.get("prompt_tokens") if check_usage else None
+    if prompt is not None and not (is_int(prompt) and prompt >= 0):  # sent, it counts the rows
+        c.fail(f"meta_info.prompt_tokens must be a non-negative int to count the rows of {field}, not "
+               f"{type(prompt).__name__}", "meta_info.prompt_tokens")
+    return _bare_rows(c, meta[key], raw, field, n, prompt, routing.start, shape, "meta_info.prompt_tokens",
+                      "meta_info.prompt_tokens is not sent (or check_usage is off)")
+
+
+_SGLEXT_ROUTED = "sglext.routed_experts"
+
+
+def sglext_routing(top: Evidence, sglext: Any, n: int, prompt: int | None, caller: _SGLangRouting) -> RoutedExperts | None:
+    """SGLang's ``sglext.routed_experts`` on its OpenAI-compatible endpoints (``SglExt`` in
+    ``entrypoints/openai/protocol.py``): one per response, beside ``choices``, SGLang's bare
+    int32 routing of its first generation (``process_routed_experts_from_ret(ret[0])``), so the
+    routing of the first choice, of ``n`` tokens: read as ``meta_info.routed_experts`` is on
+    ``/generate`` (:func:`_bare_rows`), its rows counted from the ``prompt``'s length (the
+    prompt ids, else ``usage.prompt_tokens``), ``routed_experts_shape`` and
+    ``routed_experts_start_len`` the caller's."""
+    if not isinstance(sglext, dict):
+        top.fail("sglext must be an object", KEY.sglext)
+    value = sglext.get(KEY.routed_experts)
+    if value is None:
+        return None
+    array = _bare_rows(top, value, top.sglext_routed_experts, _SGLEXT_ROUTED, n, prompt, caller.start, caller.shape,
+                       "the prompt's token count",
+                       "the prompt's length is not in the response (no prompt_token_ids, and no usage.prompt_tokens "
+                       "or check_usage off)")
+    check_experts(array, caller.num_experts, top, _SGLEXT_ROUTED)
+    return RoutedExperts(array, caller.start)
 
 
 def _parse_sglang_item(
