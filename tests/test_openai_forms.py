@@ -473,3 +473,18 @@ def test_id_names_a_generate_record_too(impl):
     error = fails(impl, "parse_generate_response", json.dumps({"choices": [{"token_ids": [7, 8], "logprobs": {
         "content": records}}]}).encode())
     assert (error.field, error.token) == ("logprobs.content", 1)
+
+
+def test_audit_classes():
+    """``tokenwire check`` sorts the new refusals: a malformed packed block is a packed-field
+    defect, llama.cpp's probabilities and log(0) are logprob defects."""
+    import tokenwire
+
+    bad_block = completions_body(_block(k=4))
+    assert tokenwire.audit(bad_block, "completions").defect == "malformed_packed"
+    assert tokenwire.audit(completions_body("x"), "completions").defect == "malformed_packed"
+    assert tokenwire.audit(llama_chat(post_sampling=True), "chat").defect == "bad_logprob"
+    log_zero = llama_chat(sampled=[llama_log(0.5), -FLT_MAX, llama_log(0.25), 0.0])
+    assert tokenwire.audit(log_zero, "chat").defect == "bad_logprob"
+    assert tokenwire.audit(llama_chat(), "auto").valid
+    assert tokenwire.audit(sglang_chat(), "chat", routed_experts_shape=(LAYERS, TOPK)).valid
