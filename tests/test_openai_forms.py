@@ -406,9 +406,10 @@ def changed_documents(draw):
                         else ["num_positions", "k", "token_ids", "logprobs"])
         return "completions", doc
     if form == "sglext":
-        doc = json.loads(sglang_chat(choices=draw(st.sampled_from([1, 2]))))
+        meta = draw(st.booleans())  # the routing in sglext, or in the choice's meta_info (return_meta_info)
+        doc = json.loads(sglang_meta_chat() if meta else sglang_chat(choices=draw(st.sampled_from([1, 2]))))
         for _ in range(draw(st.integers(0, 3))):
-            target = draw(st.sampled_from([doc, doc["usage"], doc.get("sglext")]))
+            target = draw(st.sampled_from([doc, doc["usage"], doc.get("sglext"), doc["choices"][0].get("meta_info")]))
             if isinstance(target, dict):
                 _change(draw, target, ["sglext", "usage"] if target is doc else ["routed_experts", "prompt_tokens"])
         return "chat", doc
@@ -488,3 +489,34 @@ def test_audit_classes():
     assert tokenwire.audit(log_zero, "chat").defect == "bad_logprob"
     assert tokenwire.audit(llama_chat(), "auto").valid
     assert tokenwire.audit(sglang_chat(), "chat", routed_experts_shape=(LAYERS, TOPK)).valid
+
+
+def sglang_meta_chat(routing: Any = "default", prompt_tokens: Any = SGL_PROMPT) -> bytes:
+    """SGLang's chat with ``return_meta_info`` and ``return_routed_experts``: the choice carries the
+    /generate item's ``meta_info`` (``ret_item["meta_info"]``), its routing there and none in
+    ``sglext``."""
+    doc = json.loads(sglang_chat(None))
+    rows = SGL_PROMPT + len(SGL_IDS) - 1
+    if routing == "default":
+        routing = b64((np.arange(rows * LAYERS * TOPK) % 8).reshape(rows, LAYERS, TOPK), "<i4")
+    doc["choices"][0]["meta_info"] = {"id": "c1", "finish_reason": {"type": "stop", "matched": 2},
+                                      "prompt_tokens": prompt_tokens, "weight_version": "default",
+                                      "completion_tokens": len(SGL_IDS), "cached_tokens": 0,
+                                      "routed_experts": routing, "e2e_latency": 0.1}
+    return _json.dumps(doc)
+
+
+def test_meta_info_routing_on_a_chat_choice(impl):
+    choice = impl.parse_chat_completions_response(sglang_meta_chat(), routed_experts_shape=(LAYERS, TOPK)).choices[0]
+    assert choice.routed_experts.array.shape == (8, LAYERS, TOPK) and choice.routed_experts.start == 0
+    assert "routed_experts" not in choice.raw["meta_info"] and choice.raw["meta_info"]["prompt_tokens"] == SGL_PROMPT
+    error = fails(impl, "parse_chat_completions_response", sglang_meta_chat(b64(np.zeros(7 * 6), "<i4")))
+    assert (error.choice, error.field) == (0, "meta_info.routed_experts") and "8 rows cannot share evenly" in error.reason
+    error = fails(impl, "parse_chat_completions_response", sglang_meta_chat(prompt_tokens="5"))
+    assert (error.choice, error.field) == (0, "meta_info.prompt_tokens")
+    error = fails(impl, "parse_chat_completions_response", sglang_meta_chat("AAA"))
+    assert (error.choice, error.field) == (0, "meta_info.routed_experts") and "base64" in error.reason
+    doc = json.loads(sglang_meta_chat())
+    doc["sglext"] = {"routed_experts": doc["choices"][0]["meta_info"]["routed_experts"]}
+    error = fails(impl, "parse_chat_completions_response", json.dumps(doc).encode())
+    assert (error.choice, error.field) == (0, "meta_info.routed_experts") and "one form only" in error.reason

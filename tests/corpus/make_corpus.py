@@ -314,6 +314,14 @@ def openai_form_cases() -> dict[str, tuple[bytes, str]]:
                      "usage": {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2}, "metadata": {"weight_version": "default"},
                      "sglext": {"routed_experts": routing}})
 
+    def sglang_meta(routing):
+        """SGLang's chat with return_meta_info: the routing in the choice's meta_info, none in sglext."""
+        body = json.loads(sglang(None))
+        del body["sglext"]
+        body["choices"][0]["meta_info"] = {"id": "c", "finish_reason": {"type": "stop", "matched": 2}, "prompt_tokens": 3,
+                                           "completion_tokens": 2, "routed_experts": routing}
+        return dump(body)
+
     def llama(key="logprob", sampled=-0.6931471824645996):
         top = "top_probs" if key == "prob" else "top_logprobs"
         records = [{"bytes": [104], "id": 9707, key: sampled, "token": "h",
@@ -333,6 +341,9 @@ def openai_form_cases() -> dict[str, tuple[bytes, str]]:
         "chat_sglext_routing": (sglang(routing), "ok"),
         "chat_sglext_routing_6_bytes": (sglang("AQIDBAUG"), "sglext.routed_experts holds 6 bytes, not whole int32 values"),
         "chat_sglext_routing_row_short": (sglang(packed(np.arange(3 * 6) % 8, "<i4")), "sglext.routed_experts holds 18 int32 values, which 4 rows"),
+        "chat_sglang_meta_info_routing": (sglang_meta(routing), "ok"),
+        "chat_sglang_meta_info_routing_row_extra": (sglang_meta(packed(np.arange(5 * 6) % 8, "<i4")),
+                                                    "meta_info.routed_experts holds 30 int32 values, which 4 rows"),
         "chat_llama_records": (llama(), "ok"),
         "chat_llama_post_sampling_probs": (llama("prob", 0.5), "logprobs.content records carry probabilities"),
         "chat_llama_log_zero": (llama(sampled=-3.4028234663852886e38), "logprob is -3.40282e+38, the lowest float"),

@@ -36,6 +36,7 @@ from ..base._types import GenerateChoice, GenerateResponse, Ragged, RoutedExpert
 from ..base._wire import LLAMA_LOGPROB_LOG0, VLLM_LOGPROB_SENTINEL
 from ..extract.python import (
     Evidence,
+    LazyEvidence,
     Read,
     extract_openai_choice,
     extract_sglang_item,
@@ -354,6 +355,7 @@ class _Routing:
     sglext: Any = None  # SGLang's sglext object, when sent (its routing is the first choice's)
     top: Evidence | None = None  # the top level's evidence (which read sglext's routing)
     bare: Any = None  # the caller's _SGLangRouting: the shape and start of SGLang's bare rows
+    check_usage: bool = True  # meta_info.prompt_tokens counts SGLang's routing rows
 
 
 def _routing(c: Evidence, value: Any, raw: np.ndarray | None, field: str, num_experts: int | None,
@@ -464,6 +466,12 @@ def _parse_openai_choice(
                 c.fail(f"routed_experts is sent on the choice and in {_SGLEXT_ROUTED}: one form only",
                        "routed_experts")
             routed = sglang_routed
+    meta_routed = _meta_info_routing(c, choice, len(ids), routing)
+    if meta_routed is not None:
+        if routed is not None:
+            c.fail("routed_experts is sent twice (meta_info.routed_experts and another form): one form only",
+                   "meta_info.routed_experts")
+        routed = meta_routed
     raw = {key: value for key, value in choice.items() if key not in consumed}
     for key, span in ((KEY.logprobs, c.logprobs), (KEY.raw_output, c.raw_output)):
         if key in raw:  # as sent: the compiled extractor left their arrays empty
@@ -471,6 +479,8 @@ def _parse_openai_choice(
     if prompt is not None:
         raw[KEY.prompt_token_ids] = prompt
     sampling = _chat_meta_info(c, choice, ids, raw)
+    if meta_routed is not None:  # read: it leaves the choice's meta_info, as on /generate
+        raw[KEY.meta_info] = {key: v for key, v in raw[KEY.meta_info].items() if key != KEY.routed_experts}
     return GenerateChoice(
         index=c.index,  # type: ignore[arg-type]
         completion_ids=ids,
@@ -482,6 +492,21 @@ def _parse_openai_choice(
         raw=raw,
         **sampling,
     )
+
+
+def _meta_info_routing(c: Evidence, choice: dict[str, Any], n: int, routing: _Routing) -> RoutedExperts | None:
+    """SGLang's chat choice with ``return_meta_info``: the /generate item's ``meta_info``, whose
+    ``routed_experts`` (with ``return_routed_experts``; SGLang then sends no ``sglext`` copy) is
+    the choice's routing, read by the /generate item's rule, its rows counted with its
+    ``meta_info.prompt_tokens``."""
+    meta = choice.get(KEY.meta_info)
+    if not isinstance(meta, dict) or meta.get(KEY.routed_experts) is None:
+        return None
+    item = LazyEvidence(c.index, {KEY.meta_info: meta}, SGLANG, kernels=c.kernels, error=c.error)
+    bare = routing.bare
+    array = _sglang_rows(item, meta, KEY.routed_experts, item.routed_experts, n, bare, routing.check_usage, bare.shape)
+    check_experts(array, bare.num_experts, item, "meta_info.routed_experts")
+    return RoutedExperts(array, bare.start)
 
 
 def _check_usage(usage: Any, choices: list[GenerateChoice]) -> None:
@@ -542,7 +567,7 @@ def _parse_openai_document(
     if dynamo is not None:
         prompt = engine_prompt(dynamo, prompt)
     routing = _Routing(num_experts, split, _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)),
-                       sglext, top, bare if bare is not None else _SGLangRouting(num_experts))
+                       sglext, top, bare if bare is not None else _SGLangRouting(num_experts), check_usage)
     parsed = [
         _parse_openai_choice(read(i, choice), choice, k, require_logprobs, endpoint, routing, dynamo)
         for i, choice in enumerate(choices)
