@@ -520,3 +520,22 @@ def test_meta_info_routing_on_a_chat_choice(impl):
     doc["sglext"] = {"routed_experts": doc["choices"][0]["meta_info"]["routed_experts"]}
     error = fails(impl, "parse_chat_completions_response", json.dumps(doc).encode())
     assert (error.choice, error.field) == (0, "meta_info.routed_experts") and "one form only" in error.reason
+
+
+def test_sglext_routing_on_completions(impl):
+    """SGLang's CompletionResponse carries the same sglext; its choices send their prompt ids with
+    return_token_ids, which count the rows (usage too, for one prompt)."""
+    rows = SGL_PROMPT + len(SGL_IDS) - 1
+    doc = {"id": "c1", "object": "text_completion", "created": 1, "model": "m",
+           "choices": [{"index": 0, "text": "abcd",
+                        "logprobs": {"text_offset": [0, 1, 2, 3], "token_logprobs": [-0.5, -0.25, -0.125, -1.0],
+                                     "tokens": ["a", "b", "c", "d"], "top_logprobs": []},
+                        "finish_reason": "length", "matched_stop": None, "token_ids": list(SGL_IDS),
+                        "prompt_token_ids": list(range(SGL_PROMPT))}],
+           "usage": {"prompt_tokens": SGL_PROMPT, "total_tokens": 9, "completion_tokens": 4},
+           "sglext": {"routed_experts": b64(np.arange(rows * 6) % 8, "<i4")}}
+    routed = impl.parse_completions_response(_json.dumps(doc)).choices[0].routed_experts
+    assert routed.array.shape == (rows, 6)
+    doc["choices"][0]["prompt_token_ids"] = list(range(SGL_PROMPT + 1))  # one more prompt token: 9 rows due
+    error = fails(impl, "parse_completions_response", _json.dumps(doc))
+    assert error.field == "sglext.routed_experts" and "which 9 rows cannot share evenly" in error.reason
