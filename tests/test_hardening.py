@@ -30,7 +30,8 @@ def outcome(impl, raw, top_k=None, parser="parse_generate_response", **kw):
 def test_adversarial_corpus(impl, name):
     """Each case with its parser and options, as tests/corpus/make_corpus.py names them."""
     raw = (CORPUS / f"{name}.json").read_bytes()
-    parser = "parse_chat_completions_response" if name.startswith("chat_") else "parse_generate_response"
+    parser = {"chat": "parse_chat_completions_response", "completions": "parse_completions_response"}.get(
+        name.split("_")[0], "parse_generate_response")
     got = outcome(impl, raw, top_k=3 if name.endswith("_with_head") else None, parser=parser,
                   **({"num_experts": 64} if name.endswith("_with_experts") else {}))
     assert got.startswith(EXPECTED[name]), got

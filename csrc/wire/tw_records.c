@@ -82,8 +82,10 @@ static inline void twr_obj_init(twr_obj *o)
 {
     o->tid = -1;
     o->tok = -1;
+    o->iid = -1;
     o->lp = o->slp = 0.0;
     o->has_tid = 0;
+    o->has_iid = 0;
     o->lp_ok = 0;
     o->lp_kind = o->slp_kind = TW_REC_V_MISSING;
 }
@@ -660,6 +662,10 @@ static inline TW_ALWAYS_INLINE const uint8_t *twr_object_on(twr_ctx *x, const ui
             o->has_tid = 1;
             p = checked ? twf_token_id(p, e, &o->tid, simd) : twr_token_id(p, e, &o->tid, simd);
             break;
+        case TWR_K_ID: /* read as "token_id" is; it names the id only without one */
+            o->has_iid = 1;
+            p = checked ? twf_token_id(p, e, &o->iid, simd) : twr_token_id(p, e, &o->iid, simd);
+            break;
         case TWR_K_TOP:
             if (top && *p == '[') {
                 p = twr_top_array_on(x, p, top, checked);
@@ -729,8 +735,9 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
         /* An entry certain to fail (no id, a logprob that is not a number) ends
            the reading: stored entries then take at least 26 bytes of text each
            ({"token_id":0,"logprob":0}), so a document of empty objects cannot
-           make the scan hold 40 bytes for each 3 of its own. */
-        if (!p || twr_obj_id(&o) < 0 || !o.lp_ok)
+           make the scan hold 40 bytes for each 3 of its own; an entry named by a
+           shorter "id" alone is left to the reading after the scan too. */
+        if (!p || twr_obj_id(&o) < 0 || !o.lp_ok || (o.has_iid && !o.has_tid))
             break;
         en = &d->entries[n++];
         en->id = twr_obj_id(&o);

@@ -45,7 +45,8 @@
  *
  * Id of an object: if it has a "token_id" key, the value of the last one,
  * which must be an integer literal in [0, 2^32) ("-0" is 0; 1.0, 1e2, true,
- * strings are not ids); otherwise the last "token" key, which must be a
+ * strings are not ids); otherwise the last "id" key (llama.cpp's records),
+ * read by the same rule; otherwise the last "token" key, which must be a
  * string "token_id:" followed by one or more ASCII digits (leading zeros
  * allowed) with value <= 2^32 - 1.  Strings and keys are compared after
  * decoding escapes ("token_id:\u0031" is token_id:1, "tok\u0065n" is token).

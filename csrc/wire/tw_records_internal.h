@@ -35,11 +35,13 @@
 /* Keys and ids                                                              */
 /* ------------------------------------------------------------------------ */
 
-enum { TWR_K_OTHER, TWR_K_TOKEN, TWR_K_TOKEN_ID, TWR_K_LOGPROB, TWR_K_TOP, TWR_K_SLP };
+enum { TWR_K_OTHER, TWR_K_TOKEN, TWR_K_TOKEN_ID, TWR_K_LOGPROB, TWR_K_TOP, TWR_K_SLP, TWR_K_ID };
 
 static inline int twr_classify(const uint8_t *s, size_t n)
 {
     switch (n) {
+    case 2: /* llama.cpp's records name their token by "id" */
+        return memcmp(s, "id", 2) == 0 ? TWR_K_ID : TWR_K_OTHER;
     case 5:
         return memcmp(s, "token", 5) == 0 ? TWR_K_TOKEN : TWR_K_OTHER;
     case 7:
@@ -227,9 +229,9 @@ static inline const uint8_t *twr_token_id(const uint8_t *p, const uint8_t *e, in
 
 /* Fields of one entry or candidate object (last occurrence of each key). */
 typedef struct {
-    int64_t tid, tok; /* id from "token_id" / "token", -1 if not an id */
-    double lp, slp;   /* "logprob", "sampling_logprob" */
-    uint8_t has_tid, lp_ok;
+    int64_t tid, tok, iid; /* id from "token_id" / "token" / "id", -1 if not an id */
+    double lp, slp;        /* "logprob", "sampling_logprob" */
+    uint8_t has_tid, has_iid, lp_ok;
     uint8_t lp_kind, slp_kind; /* TW_REC_V_* of those values */
 } twr_obj;
 
@@ -298,11 +300,11 @@ static inline int twr_room(twr_ctx *x, size_t k)
     return 1;
 }
 
-/* The id an entry or candidate names: its last "token_id" when it has one, else the id
-   its "token" names; -1 for none. */
+/* The id an entry or candidate names: its last "token_id" when it has one, else its last
+   "id" (llama.cpp's records), else the id its "token" names; -1 for none. */
 static inline int64_t twr_obj_id(const twr_obj *o)
 {
-    return o->has_tid ? o->tid : o->tok;
+    return o->has_tid ? o->tid : o->has_iid ? o->iid : o->tok;
 }
 
 /* Duplicate ids within one row of candidates ids[k0..k). */

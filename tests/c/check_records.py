@@ -589,14 +589,21 @@ class Gen:
         form = rng.random()
         pairs = []
         if good:
-            if form < 0.65:
+            if form < 0.6:
                 pairs.append(("token", self.token_text(tid)))
-            elif form < 0.85:
+            elif form < 0.78:
                 pairs.append(("token_id", tid if rng.random() < 0.9 else Num("-0") if tid == 0 else tid))
+            elif form < 0.88:
+                # llama.cpp's records: "id" beside decoded text
+                pairs.append(("id", tid))
+                if rng.random() < 0.5:
+                    pairs.append(("token", rng.choice(["h", " the", self.bad_token(tid)])))
             else:
-                # both, token_id decides; the token may even be wrong
+                # both, token_id decides; the token (and an "id") may even be wrong
                 pairs.append(("token", self.token_text(tid) if rng.random() < 0.5 else self.bad_token(tid)))
                 pairs.append(("token_id", tid))
+                if rng.random() < 0.3:
+                    pairs.append(("id", self.bad_token_id(tid)))
                 if rng.random() < 0.5:
                     pairs.reverse()
             if rng.random() < 0.05:
@@ -614,7 +621,13 @@ class Gen:
                 pairs.append(("token_id", self.bad_token_id(tid)))
                 if rng.random() < 0.5:
                     pairs.reverse()
-            elif k < 0.85:
+            elif k < 0.8:
+                # "id" present but bad: no fallback to a good token
+                pairs.append(("token", f"token_id:{tid}"))
+                pairs.append(("id", self.bad_token_id(tid)))
+                if rng.random() < 0.5:
+                    pairs.reverse()
+            elif k < 0.88:
                 # good then bad: last wins
                 key = rng.choice(["token", "token_id"])
                 pairs.append((key, f"token_id:{tid}" if key == "token" else tid))

@@ -3,7 +3,7 @@
 Each case is a response file ``NAME.json`` (bytes, not necessarily valid JSON) and its
 expected outcome in ``expected.json``: ``"ok"``, or the start of the error's reason. A case
 is a generate response unless its name starts with ``chat_`` (a ``/v1/chat/completions``
-response); one whose name ends with ``_with_head`` is parsed with ``top_k=3``, one ending
+response) or ``completions_`` (a ``/v1/completions`` response); one whose name ends with ``_with_head`` is parsed with ``top_k=3``, one ending
 with ``_with_experts`` with ``num_experts=64``.
 """
 
@@ -256,6 +256,7 @@ def cases() -> dict[str, tuple[bytes, str]]:
     out.update(payload_and_teacher_cases())
     out.update(dynamo_cases())
     out.update(generate_rows_cases())
+    out.update(openai_form_cases())
     # Weight-version spans (vLLM's choices[].weight_versions) over the two tokens of good_choice.
     def spans(*triples):
         return dump(doc(good_choice(weight_versions=[{"version": v, "start": a, "end": b} for v, a, b in triples])))
@@ -364,6 +365,66 @@ def generate_rows_cases() -> dict[str, tuple[bytes, str]]:
         "payload_mask_padded_no_width_ok": (mask("int32", [0]), "ok"),
         "payload_mask_int32_one_wide": (mask("int32", [1]), "sampling_mask payload rows of int32 shape [1] are ambiguous"),
         "payload_mask_padded_width_negative": (mask("int32", [-3]), "sampling_mask payload rows of int32 ids padded"),
+def openai_form_cases() -> dict[str, tuple[bytes, str]]:
+    """vLLM's packed top-k on /v1/completions, SGLang's sglext.routed_experts, llama.cpp's records."""
+    ids = np.array([[5, 9, 1, 2, 3], [4, 6, 8, 10, 11]], "<i4")
+    lps = np.log(np.array([[0.5, 0.25, 0.125, 0.0625, 1.0], [0.4, 0.3, 0.2, 0.05, 0.05]]))
+    lps[0, 4] = -np.inf  # a candidate the sampler filtered out, sent unclamped
+
+    def completions(block_ids=ids, values=lps, positions=2):
+        block = {"num_positions": positions, "k": 5, "token_ids": packed(block_ids, "<i4"), "logprobs": packed(values)}
+        logprobs = {"text_offset": [0, 10], "token_logprobs": [float(np.float32(np.log(0.5))), float(np.float32(np.log(0.3)))],
+                    "tokens": ["token_id:5", "token_id:6"], "top_logprobs": [], "top_k": block}
+        choice = {"index": 0, "text": "ab", "logprobs": logprobs, "finish_reason": "length", "stop_reason": None,
+                  "token_ids": [5, 6], "prompt_logprobs": None, "prompt_token_ids": [1, 2]}
+        return dump({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m", "choices": [choice],
+                     "usage": {"prompt_tokens": 2, "total_tokens": 4, "completion_tokens": 2}})
+
+    nan = lps.copy()
+    nan[1, 0] = np.nan
+
+    def sglang(routing):
+        choice = {"index": 0, "message": {"role": "assistant", "content": "x"},
+                  "logprobs": {"content": [{"token": "a", "bytes": [97], "logprob": -0.5, "top_logprobs": []},
+                                           {"token": "b", "bytes": [98], "logprob": -1.5, "top_logprobs": []}]},
+                  "finish_reason": "stop", "matched_stop": 2, "token_ids": [7, 8]}
+        return dump({"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice],
+                     "usage": {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2}, "metadata": {"weight_version": "default"},
+                     "sglext": {"routed_experts": routing}})
+
+    def sglang_meta(routing):
+        """SGLang's chat with return_meta_info: the routing in the choice's meta_info, none in sglext."""
+        body = json.loads(sglang(None))
+        del body["sglext"]
+        body["choices"][0]["meta_info"] = {"id": "c", "finish_reason": {"type": "stop", "matched": 2}, "prompt_tokens": 3,
+                                           "completion_tokens": 2, "routed_experts": routing}
+        return dump(body)
+
+    def llama(key="logprob", sampled=-0.6931471824645996):
+        top = "top_probs" if key == "prob" else "top_logprobs"
+        records = [{"bytes": [104], "id": 9707, key: sampled, "token": "h",
+                    top: [{"bytes": [104], "id": 9707, key: sampled, "token": "h"},
+                          {"bytes": [105], "id": 13, key: -1.3862943649291992, "token": "i"}]}]
+        return json.dumps({"choices": [{"finish_reason": "stop", "index": 0, "logprobs": {"content": records},
+                                        "message": {"content": "h", "role": "assistant"}}],
+                           "created": 1, "id": "chatcmpl-1", "model": "m", "object": "chat.completion",
+                           "usage": {"completion_tokens": 1, "prompt_tokens": 3, "total_tokens": 4}},
+                          sort_keys=True, separators=(",", ":")).encode()
+
+    routing = packed(np.arange(4 * 6) % 8, "<i4")  # 3 + 2 - 1 rows of 6
+    return {
+        "completions_top_k_ok_with_head": (completions(), "ok"),
+        "completions_top_k_rows_short": (completions(positions=3), "Packed top-k num_positions must be the completion token count"),
+        "completions_top_k_nan": (completions(values=nan), "Top logprob must be a number at most 1e-6 or -inf"),
+        "chat_sglext_routing": (sglang(routing), "ok"),
+        "chat_sglext_routing_6_bytes": (sglang("AQIDBAUG"), "sglext.routed_experts holds 6 bytes, not whole int32 values"),
+        "chat_sglext_routing_row_short": (sglang(packed(np.arange(3 * 6) % 8, "<i4")), "sglext.routed_experts holds 18 int32 values, which 4 rows"),
+        "chat_sglang_meta_info_routing": (sglang_meta(routing), "ok"),
+        "chat_sglang_meta_info_routing_row_extra": (sglang_meta(packed(np.arange(5 * 6) % 8, "<i4")),
+                                                    "meta_info.routed_experts holds 30 int32 values, which 4 rows"),
+        "chat_llama_records": (llama(), "ok"),
+        "chat_llama_post_sampling_probs": (llama("prob", 0.5), "logprobs.content records carry probabilities"),
+        "chat_llama_log_zero": (llama(sampled=-3.4028234663852886e38), "logprob is -3.40282e+38, the lowest float"),
     }
 
 

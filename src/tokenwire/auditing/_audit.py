@@ -78,8 +78,9 @@ def audit(
     ``"generate"``, ``"completions"``, ``"chat"``, ``"sglang"``; ``field`` a dotted path to
     the response inside the record (``"sample.response"``); ``top_k`` also validates top-K
     heads; ``num_experts`` bounds the expert ids of MoE routing and ``routed_experts_shape``
-    ``(layers, topk)`` shapes SGLang's routing rows (the parsers' arguments; the other formats'
-    routing carries its own shape, so they leave it out). The options are the audited ones of
+    ``(layers, topk)`` shapes SGLang's routing rows (``meta_info.routed_experts``, and
+    ``sglext.routed_experts`` on its chat and completions; the parsers' arguments; the generate
+    format's routing carries its own shape, so it leaves it out). The options are the audited ones of
     ``tokenwire.base._options.OPTIONS``.
     """
     check_names("audit", options)

@@ -227,6 +227,9 @@ _SOURCES_COUNT = re.compile(r"disagree in length: [\w.]+ has (\d+) ids, ([\w.]+)
 # Reason fragments -> class, checked in order; the reasons are tokenwire.rules.openai's messages.
 _OPENAI_BY_REASON: list[tuple[str, str]] = [
     ("invalid JSON", "malformed_json"),
+    # vLLM's packed top-k block (completions' return_top_k_logprobs), before the logprob fragments
+    ("Packed top-k", "malformed_packed"),
+    ("logprobs.top_k must be", "malformed_packed"),
     ("token id sources disagree", "id_mismatch"),
     ("no exact completion token ids", "missing_ids"),
     ("must hold token ids", "missing_ids"),

@@ -78,8 +78,9 @@ OPTIONS: tuple[Option, ...] = (
            inspect_help="the model's count of MoE experts (as for check)"),
     Option("routed_experts_shape", None, "tuple[int, int] | None", "(layers, topk) of SGLang's bare routing rows",
            _OPENAI, audited=True, check=check_routed_shape, metavar="LAYERS,TOPK", reader="shape",
-           help="the rows of SGLang's routing (meta_info.routed_experts, and Dynamo's from an SGLang worker: "
-           "a bare int32 string): each row LAYERS x TOPK ids (the other routing forms carry their shape)",
+           help="the rows of SGLang's routing (meta_info.routed_experts, sglext.routed_experts, and Dynamo's "
+           "from an SGLang worker: a bare int32 string): each row LAYERS x TOPK ids (the other routing forms "
+           "carry their shape)",
            inspect_help="the rows of SGLang's routing (as for check)"),
     Option("routed_experts_start_len", 0, "int", "the prompt tokens SGLang's routing rows start after",
            _OPENAI),

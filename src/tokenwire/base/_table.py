@@ -93,10 +93,12 @@ FIELDS: tuple[Field, ...] = (
           "logprobs_content", read="records", result="logprobs"),
     Field("LP_SAMPLED", CHOICE, ("logprobs", "sampled"), NUMBERS, _G, "logprobs_sampled",
           blank="array", result="logprobs"),
-    Field("TK_IDS", CHOICE, ("logprobs", "top_k", "token_ids"), BLOB, _G, "top_k_ids",
-          blank="string", base64=True, result="top_logprobs"),
-    Field("TK_LOGPROBS", CHOICE, ("logprobs", "top_k", "logprobs"), BLOB, _G, "top_k_logprobs",
-          blank="string", base64=True, result="top_logprobs"),
+    # vLLM's packed top-k (``return_top_k_logprobs``): on the generate endpoint, and beside
+    # /v1/completions' token_logprobs (the same block, read by the same rule).
+    Field("TK_IDS", CHOICE, ("logprobs", "top_k", "token_ids"), BLOB, (GENERATE, OPENAI), "top_k_ids",
+          blank="string", blank_openai=True, base64=True, result="top_logprobs"),
+    Field("TK_LOGPROBS", CHOICE, ("logprobs", "top_k", "logprobs"), BLOB, (GENERATE, OPENAI), "top_k_logprobs",
+          blank="string", blank_openai=True, base64=True, result="top_logprobs"),
     Field("CL_DATA", CHOICE, ("completion_logprobs", "data"), BLOB, _G, "completion_data",
           blank="string", base64=True, result="logprobs"),
     Field("CP_DATA", CHOICE, ("compact_logprobs", "data"), BLOB, _G, "compact_data",
@@ -202,6 +204,10 @@ FIELDS: tuple[Field, ...] = (
     # engine's output ids at nvext's top, concatenated from the chunks' deltas.
     Field("DYN_NV_TOKEN_IDS", ROOT, ("nvext", "completion_token_ids"), IDS, _O, "nvext_token_ids",
           high=TOKEN_ID, blank="array", blank_openai=True, read="ints", result="token_ids"),
+    # SGLang's OpenAI-compatible extension object (``SglExt``): one per response, beside
+    # "choices"; its routing is the first choice's, a bare base64 int32 array as on /generate.
+    Field("SGLEXT_ROUTED", ROOT, ("sglext", "routed_experts"), BLOB, _O, "sglext_routed_experts",
+          blank="string", blank_openai=True, base64=True, result="routed_experts"),
     # vLLM's teacher scores: a base64 .npy matrix.
     Field("TEACHER", ROOT, ("prompt_token_id_logprobs",), BLOB, _G, "prompt_token_id_logprobs",
           blank="string", base64=True, result="prompt_token_id_logprobs"),

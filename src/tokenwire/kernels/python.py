@@ -418,10 +418,12 @@ def token_string_id(token: Any) -> int | None:
 
 
 def logprob_token_id(entry: dict[str, Any]) -> int | None:
-    """The id a logprob record names: ``token_id`` if present, else a ``"token_id:N"`` token."""
-    if "token_id" in entry:
-        token_id = entry["token_id"]
-        return token_id if is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID else None
+    """The id a logprob record names: ``token_id`` if present, else ``id`` (llama.cpp's records
+    and candidates, ``tools/server/server-task.cpp``), else a ``"token_id:N"`` token."""
+    for key in ("token_id", "id"):
+        if key in entry:
+            token_id = entry[key]
+            return token_id if is_int(token_id) and 0 <= token_id <= MAX_TOKEN_ID else None
     return token_string_id(entry.get("token"))
 
 

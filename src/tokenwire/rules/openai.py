@@ -33,8 +33,10 @@ from ..base._args import check_num_experts, check_routed_shape, check_top_k, int
 from ..base._errors import MalformedResponseError
 from ..base._table import ITEM, KEY, SGLANG, fields
 from ..base._types import GenerateChoice, GenerateResponse, Ragged, RoutedExperts
+from ..base._wire import LLAMA_LOGPROB_LOG0, VLLM_LOGPROB_SENTINEL
 from ..extract.python import (
     Evidence,
+    LazyEvidence,
     Read,
     extract_openai_choice,
     extract_sglang_item,
@@ -58,7 +60,7 @@ from .dynamo import (
     engine_sources,
     unpaired_head,
 )
-from .generate import NATIVE_TOP, response_of
+from .generate import NATIVE_TOP, parse_packed_top_k, response_of, top_k_block
 from .requests import (
     _CHAT,
     _COMPLETIONS,
@@ -102,6 +104,8 @@ __all__ = [
 ]
 
 # --- OpenAI-compatible logprobs: the shapes servers send -----------------------------------------
+
+_PACKED_TOP_K = "logprobs.top_k"
 
 
 def _chosen_heads(
@@ -158,6 +162,13 @@ def _against_sampled(
     return Candidates.from_rows(rows), np.array(own, dtype=np.float64), top_err
 
 
+def _probabilities(entry: Any, key: str) -> bool:
+    """Whether a record carries a probability where its logprob should be (llama.cpp's
+    ``post_sampling_probs``: ``prob`` and ``top_probs`` instead of ``logprob`` and
+    ``top_logprobs``, ``tools/server/server-task.cpp``)."""
+    return isinstance(entry, dict) and key not in entry and "prob" in entry
+
+
 def _content_logprobs(
     c: Evidence, content: list[Any], read: Read, field: str, sources: list[IdSource], endpoint: _Endpoint
 ) -> Logprobs:
@@ -169,10 +180,15 @@ def _content_logprobs(
         c.fail("logprob entry must be an object", field, records.bad)
     if records.mixed is not None:
         c.fail("sampling_logprob is missing while other entries carry it", field, records.mixed)
+    values, bad = numbers_of(records.values)
+    if bad is not None and _probabilities(full_at(c, content, read.span)[bad], records.value_key):
+        c.fail(f"{field} records carry probabilities (prob, top_probs), not logprobs: llama.cpp's "
+               "post_sampling_probs form, whose values are the sampler's probabilities after its filters; "
+               "a probability read as a log probability is wrong evidence: request without post_sampling_probs",
+               field, bad)
     source = ids_from_records(c, records.ids, field, UNNAMED_RECORD)
     if source is not None:
         sources.insert(0, source)
-    values, bad = numbers_of(records.values)
 
     def heads(c: Evidence, k: int, ids: np.ndarray, sampled: np.ndarray) -> tuple[Ragged, Ragged]:
         # The candidates' rules, candidate by candidate, are those of vLLM's native records
@@ -185,6 +201,10 @@ def _content_logprobs(
             # An entry without a numeric `logprob` of its own: its head is checked against
             # the sampled value instead.
             candidates, own, top_err = _against_sampled(full_at(c, content, read.span), sampled)
+        log0 = candidates.logprobs == LLAMA_LOGPROB_LOG0  # llama.cpp's log(0): a candidate of no probability
+        if log0.any():  # filtered out, as the sentinel is
+            candidates = Candidates(candidates.offsets, candidates.ids,
+                                    np.where(log0, VLLM_LOGPROB_SENTINEL, candidates.logprobs))
         no_id = (
             "top_logprobs candidates name decoded text, not token ids: unusable for a head; "
             f"{endpoint.heads_advice}"
@@ -332,7 +352,10 @@ class _Routing:
     num_experts: int | None  # the model's count of experts, when the caller gave it
     split: bool  # the response sends the prompt's routing apart (prompt_routed_experts)
     prompt: int | None  # the prompt's token count, when the response says it
-    bare: _SGLangRouting | None = None  # SGLang's routing rows, where a Dynamo SGLang worker sends them
+    bare: _SGLangRouting | None = None  # the caller's shape and start of SGLang's bare rows (SGLang, Dynamo's SGLang worker)
+    sglext: Any = None  # SGLang's sglext object, when sent (its routing is the first choice's)
+    top: Evidence | None = None  # the top level's evidence (which read sglext's routing)
+    check_usage: bool = True  # meta_info.prompt_tokens counts SGLang's routing rows
 
 
 def _routing(c: Evidence, value: Any, raw: np.ndarray | None, field: str, num_experts: int | None,
@@ -419,10 +442,17 @@ def _parse_openai_choice(
     if sampled is not None:
         # The engine's faults are named where the engine data is: beside the choices.
         values = check_values(dynamo.top if dynamo is not None and sampled is engine_logprobs else c, sampled)
-        if k is not None:
-            top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
         if from_choice and (logprobs is sampled or k is not None):
             consumed.append(KEY.logprobs)
+    # vLLM's packed top-k (completions' return_top_k_logprobs): the generate endpoint's block and
+    # rules, checked whenever sent; with a head, the candidates are its rows.
+    block = top_k_block(choice)
+    packed = parse_packed_top_k(block, ids, c) if block is not None else None
+    if k is not None:
+        if packed is not None:
+            top_ids, top_logprobs = _chosen_heads(c, _PACKED_TOP_K, ids, packed, values, k, None, "")
+        else:
+            top_ids, top_logprobs = logprobs.heads(c, k, ids, values)
     routed = None
     count = routing.prompt if prompt is None else len(prompt)
     if choice.get(KEY.routed_experts) is not None:
@@ -433,6 +463,19 @@ def _parse_openai_choice(
         if routed is not None:
             c.fail("routed_experts is sent on the choice and in nvext: one form only", "routed_experts")
         routed = engine_routed
+    if routing.sglext is not None and c.index == 0:
+        sglang_routed = sglext_routing(routing.top, routing.sglext, len(ids), count, routing.bare)
+        if sglang_routed is not None:
+            if routed is not None:
+                c.fail(f"routed_experts is sent on the choice and in {_SGLEXT_ROUTED}: one form only",
+                       "routed_experts")
+            routed = sglang_routed
+    meta_routed = _meta_info_routing(c, choice, len(ids), routing)
+    if meta_routed is not None:
+        if routed is not None:
+            c.fail("routed_experts is sent twice (meta_info.routed_experts and another form): one form only",
+                   "meta_info.routed_experts")
+        routed = meta_routed
     raw = {key: value for key, value in choice.items() if key not in consumed}
     for key, span in ((KEY.logprobs, c.logprobs), (KEY.raw_output, c.raw_output)):
         if key in raw:  # as sent: the compiled extractor left their arrays empty
@@ -440,6 +483,8 @@ def _parse_openai_choice(
     if prompt is not None:
         raw[KEY.prompt_token_ids] = prompt
     sampling = _chat_meta_info(c, choice, ids, raw)
+    if meta_routed is not None:  # read: it leaves the choice's meta_info, as on /generate
+        raw[KEY.meta_info] = {key: v for key, v in raw[KEY.meta_info].items() if key != KEY.routed_experts}
     return GenerateChoice(
         index=c.index,  # type: ignore[arg-type]
         completion_ids=ids,
@@ -451,6 +496,21 @@ def _parse_openai_choice(
         raw=raw,
         **sampling,
     )
+
+
+def _meta_info_routing(c: Evidence, choice: dict[str, Any], n: int, routing: _Routing) -> RoutedExperts | None:
+    """SGLang's chat choice with ``return_meta_info``: the /generate item's ``meta_info``, whose
+    ``routed_experts`` (with ``return_routed_experts``; SGLang then sends no ``sglext`` copy) is
+    the choice's routing, read by the /generate item's rule, its rows counted with its
+    ``meta_info.prompt_tokens``."""
+    meta = choice.get(KEY.meta_info)
+    if not isinstance(meta, dict) or meta.get(KEY.routed_experts) is None:
+        return None
+    item = LazyEvidence(c.index, {KEY.meta_info: meta}, SGLANG, kernels=c.kernels, error=c.error)
+    bare = routing.bare
+    array = _sglang_rows(item, meta, KEY.routed_experts, item.routed_experts, n, bare, routing.check_usage, bare.shape)
+    check_experts(array, bare.num_experts, item, "meta_info.routed_experts")
+    return RoutedExperts(array, bare.start)
 
 
 def _check_usage(usage: Any, choices: list[GenerateChoice]) -> None:
@@ -499,7 +559,9 @@ def _parse_openai_document(
     read = evidence or (lambda index, value: extract_openai_choice(index, value, k))
     prompt = document.get(KEY.prompt_token_ids)
     split = document.get(KEY.prompt_routed_experts) is not None
-    top = read(None, document) if prompt is not None or split or document.get(KEY.nvext) is not None else None
+    sglext = document.get(KEY.sglext)
+    at_top = prompt is not None or split or sglext is not None or document.get(KEY.nvext) is not None
+    top = read(None, document) if at_top else None
     if prompt is not None:
         prompt = id_list(top, top.prompt_token_ids, "prompt_token_ids").ids
     choices = document.get(KEY.choices)
@@ -508,7 +570,8 @@ def _parse_openai_document(
     dynamo = dynamo_of(document, top, len(choices))
     if dynamo is not None:
         prompt = engine_prompt(dynamo, prompt)
-    routing = _Routing(num_experts, split, _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)), bare)
+    routing = _Routing(num_experts, split, _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)),
+                       bare if bare is not None else _SGLangRouting(num_experts), sglext, top, check_usage)
     parsed = [
         _parse_openai_choice(read(i, choice), choice, k, require_logprobs, endpoint, routing, dynamo)
         for i, choice in enumerate(choices)
@@ -530,6 +593,8 @@ def _parse_openai_document(
     response = response_of(document, parsed, prompt, "id", ("prompt_routed_experts",),
                            prompt_routed_experts=prompt_routing, format=endpoint.format, top_k=k)
     engine_payload(document, dynamo, response.payload)
+    if isinstance(sglext, dict) and sglext.get(KEY.routed_experts) is not None:  # read: the first choice's
+        response.payload[KEY.sglext] = {key: v for key, v in sglext.items() if key != KEY.routed_experts}
     return response
 
 
@@ -616,6 +681,30 @@ def _sglang_rows(c: Evidence, meta: dict[str, Any], key: str, raw: np.ndarray | 
                f"{type(prompt).__name__}", "meta_info.prompt_tokens")
     return bare_rows(c, meta[key], raw, field, n, prompt, routing.start, shape, "meta_info.prompt_tokens",
                      "meta_info.prompt_tokens is not sent (or check_usage is off)")
+
+
+_SGLEXT_ROUTED = "sglext.routed_experts"
+
+
+def sglext_routing(top: Evidence, sglext: Any, n: int, prompt: int | None, caller: _SGLangRouting) -> RoutedExperts | None:
+    """SGLang's ``sglext.routed_experts`` on its OpenAI-compatible endpoints (``SglExt`` in
+    ``entrypoints/openai/protocol.py``): one per response, beside ``choices``, SGLang's bare
+    int32 routing of its first generation (``process_routed_experts_from_ret(ret[0])``), so the
+    routing of the first choice, of ``n`` tokens: read as ``meta_info.routed_experts`` is on
+    ``/generate`` (:func:`~tokenwire.rules.arrays.bare_rows`), its rows counted from the
+    ``prompt``'s length (the prompt ids, else ``usage.prompt_tokens``), ``routed_experts_shape``
+    and ``routed_experts_start_len`` the caller's."""
+    if not isinstance(sglext, dict):
+        top.fail("sglext must be an object", KEY.sglext)
+    value = sglext.get(KEY.routed_experts)
+    if value is None:
+        return None
+    array = bare_rows(top, value, top.sglext_routed_experts, _SGLEXT_ROUTED, n, prompt, caller.start, caller.shape,
+                      "the prompt's token count",
+                      "the prompt's length is not in the response (no prompt_token_ids, and no usage.prompt_tokens "
+                      "or check_usage off)")
+    check_experts(array, caller.num_experts, top, _SGLEXT_ROUTED)
+    return RoutedExperts(array, caller.start)
 
 
 def _parse_sglang_item(

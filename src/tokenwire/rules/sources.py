@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base._wire import VLLM_LOGPROB_SENTINEL
+from ..base._wire import LLAMA_LOGPROB_LOG0, VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, Numbers, numbers
 from .generate import checked_int_list
 
@@ -117,9 +117,10 @@ def check_alignment(
 
 def check_values(c: Evidence, logprobs: Logprobs) -> np.ndarray:
     """Every sampled-token logprob is sampling evidence: a finite number, not vLLM's -9999
-    sentinel (a missing or clamped value), not positive. The first bad token wins."""
+    sentinel (a missing or clamped value), not llama.cpp's log(0) (-FLT_MAX), not positive. The
+    first bad token wins."""
     values = logprobs.values
-    unusable = ~np.isfinite(values) | (values == VLLM_LOGPROB_SENTINEL) | (values > 1e-6)
+    unusable = ~np.isfinite(values) | (values == VLLM_LOGPROB_SENTINEL) | (values == LLAMA_LOGPROB_LOG0) | (values > 1e-6)
     if logprobs.clamp is not None:
         unusable |= values == logprobs.clamp
     bad = np.flatnonzero(unusable)
@@ -142,6 +143,9 @@ def check_values(c: Evidence, logprobs: Logprobs) -> np.ndarray:
                 logprobs.field,
                 at,
             )
+        if value == LLAMA_LOGPROB_LOG0:
+            c.fail(f"{key} is {value:g}, the lowest float, which llama.cpp's server writes for log(0): the token "
+                   "carries no sampling evidence", logprobs.field, at)
         if value == logprobs.clamp:
             c.fail(f"{key} is {value:g}, Dynamo's stand-in for a non-finite logprob: the token carries no "
                    "sampling evidence", logprobs.field, at)
