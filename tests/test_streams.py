@@ -549,7 +549,7 @@ def _many_choices(n: int) -> bytes:
     return sse([{"choices": [{"index": i, "token_ids": [1], "logprobs": None}]} for i in range(n)])
 
 
-STREAM_INPUTS = {"one_long_event": (_one_long_event, 20000, 16), "keep_alives": (_keep_alives, 20000, 7),
+STREAM_INPUTS = {"one_long_event": (_one_long_event, 100000, 16), "keep_alives": (_keep_alives, 20000, 7),
                  "data_lines": (_data_lines, 20000, 5), "many_choices": (_many_choices, 3000, 64)}
 
 
@@ -582,3 +582,143 @@ def test_a_streamed_server_error(use, sent):
     chunks = Case(n=6, seed=1).generate_chunks(2)
     err = refused(sse(chunks[:2] + [sent]))
     assert err.field == "error" and "event 2: the server sent an error" in str(err) and "boom" in str(err)
+
+
+# --- the compiled scan (csrc/wire/tw_sse.c) against this module's reading ----------------------------
+
+
+def _outcome(format: str, body: bytes, cuts: list[int], scan: bool, **options: Any) -> Any:
+    """The reader's result, or its refusal, with the compiled scan or without it."""
+    reader = StreamReader(format, **options)
+    if not scan:
+        reader._scan = None
+    try:
+        for piece in pieces(body, cuts):
+            reader.feed(piece)
+        return reader.result()
+    except MalformedResponseError as exc:
+        return exc
+
+
+def assert_same_outcome(got: Any, want: Any) -> None:
+    if isinstance(want, MalformedResponseError):
+        assert isinstance(got, MalformedResponseError), got
+        assert (str(got), got.choice, got.field, got.token) == (str(want), want.choice, want.field, want.token)
+    else:
+        assert not isinstance(got, Exception), got
+        assert_same(got, want)
+        for g, w in zip(got.choices, want.choices):
+            assert _same_values(g.raw, w.raw)
+        assert _same_values(got.payload, want.payload)
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_values(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same_values, a, b))
+    return type(a) is type(b) and a == b
+
+
+def _scanned(format: str, body: bytes) -> bool:
+    """Whether the compiled scan read the whole body itself (no hand-over)."""
+    reader = StreamReader(format)
+    reader.feed(body)
+    return reader._scan is not None and reader._scan.document() is not None
+
+
+def test_the_compiled_scan_reads_the_producers_streams(simd, monkeypatch):
+    from tokenwire import _core
+    monkeypatch.setattr(_select, "impl", _core)
+    case = Case(choices=2, n=30, k=2, seed=4)
+    for form, (_, _, chunks, _) in FORMS.items():
+        for per in (1, 7):
+            body = sse(chunks(case, per))
+            assert _scanned(form, body), (form, per)
+            assert_same_outcome(_outcome(form, body, [], True, top_k=2), _outcome(form, body, [], False, top_k=2))
+    assert _scanned("generate", b": keep-alive\n\n" + sse(case.generate_chunks(5)) + b"\n")
+
+
+# Texts that change a stream where the compiled scan must decide as this module does: hand over
+# (a form it leaves to it) or agree.
+_EDITS = [
+    (b'"token_ids":[', b'"token_ids":[],"token_ids":['),  # a repeated key
+    (b'"index":0', b'"index":0.0'), (b'"index":0', b'"index":-0'), (b'"index":1', b'"index":3'),
+    (b'"finish_reason":null', b'"finish_reason":null,"extra":{"a":[1,2]}'),
+    (b'"request_id":"gen-1"', b'"request_id":"gen-1","object":"error"'),
+    (b'"usage":null', b'"usage":null,"error":{"message":"x"}'),
+    (b'"logprobs":{"content":[', b'"logprobs":{"content":null,"x":['),
+    (b'"content":[{', b'"content":[{"token":"token_id:1","logprob":-1.0},{'),
+    (b'"logprob":-', b'"logprob":1e999,"x":-'), (b'"logprob":-', b'"logprob":"\\ud800",'),
+    (b'"routed_experts":null', b'"routed_experts":"AAAA"'),
+    (b'"finish_reason":null', b'"finish_reason":null,"kept_tokens":[1]'),
+    (b'"role":"assistant"', b'"role":""'), (b'"role":"assistant"', b'"role":"\\u0061ssistant"'),
+    (b'"content":"<', b'"content":"\\ud83d\\ude00<'), (b'"content":"<', b'"content":7,"x":"<'),
+    (b'"text":"<', b'"text":"\\n<'), (b'"text":"<', b'"text":null,"x":"<'),
+    (b'"tokens":[', b'"tokens":null,"x":['),
+    (b'"prompt_token_ids":null', b'"prompt_token_ids":[1,2]'),
+    (b'"created":1', b'"created":1.0'), (b'"model":"m"', b'"model":"m","model_x":"\\u00e9"'),
+    (b'\n\n', b'\n:comment\nevent: x\nid: 3\n\n'), (b'\n\n', b'\ndata: {}\n\n'), (b'\n\n', b'\r\n\r\n'),
+    (b'data: [DONE]', b'data:[DONE] '), (b'data: [DONE]\n\n', b'data: [DONE]'),
+    (b'data: [DONE]\n\n', b''), (b'data: [DONE]\n\n', b'data: [DONE]\n\ndata: {}\n\n'),
+    (b'{"', b'[{"'), (b'{"', b'{ "'), (b'}\n', b'} \n'), (b'}\n', b'}x\n'),
+]
+
+
+@st.composite
+def edited_streams(draw):
+    form = draw(st.sampled_from(sorted(FORMS)))
+    case = Case(choices=draw(st.integers(1, 3)), n=draw(st.integers(1, 12)), k=2, seed=draw(st.integers(0, 50)))
+    body = sse(FORMS[form][2](case, draw(st.integers(1, 5))))
+    for _ in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            old, new = draw(st.sampled_from(_EDITS))
+            at = [i for i in range(len(body)) if body.startswith(old, i)]
+            if at:
+                i = draw(st.sampled_from(at))
+                body = body[:i] + new + body[i + len(old):]
+        else:  # any byte: one replaced, dropped or repeated
+            i = draw(st.integers(0, len(body) - 1))
+            how = draw(st.sampled_from(["replace", "drop", "repeat"]))
+            byte = draw(st.sampled_from(b'"{}[],:\\\n -0e.x\x00\xff'))
+            body = (body[:i] + bytes([byte]) + body[i + 1:] if how == "replace" else
+                    body[:i] + body[i + 1:] if how == "drop" else body[:i] + body[i:i + 8] + body[i:])
+    cuts = draw(st.lists(st.integers(0, len(body)), max_size=6))
+    return form, body, cuts
+
+
+@settings(max_examples=300, deadline=None)
+@given(edited_streams())
+def test_the_compiled_scan_decides_as_the_specification(stream):
+    """Producers' streams changed anywhere: the compiled reader (scan, hand-over where it
+    declines) gives this module's result or its refusal, message and place, on every path."""
+    from tokenwire import _core
+    form, body, cuts = stream
+    saved = _select.impl
+    _select.impl = _core
+    try:
+        for path in _core.simd_paths():
+            with _core.simd_path_forced(path):
+                want = _outcome(form, body, cuts, False, top_k=2)
+                assert_same_outcome(_outcome(form, body, cuts, True, top_k=2), want)
+                assert_same_outcome(_outcome(form, body, [], True, top_k=2), want)
+    finally:
+        _select.impl = saved
+
+
+def test_the_scan_hands_over_mid_stream(monkeypatch):
+    from tokenwire import _core
+    monkeypatch.setattr(_select, "impl", _core)
+    case = Case(choices=2, n=20, k=2, seed=9)
+    events = sse(case.chat_chunks(3)).split(b"\n\n")
+    events[4] = events[4].replace(b'"delta":{', b'"delta":\n  data: {', 1)  # one event over two data lines
+    events[4] = events[4].replace(b"\n  data: ", b"\ndata: ")
+    body = b"\n\n".join(events)
+    reader = StreamReader("chat", top_k=2)
+    reader.feed(body[: len(body) // 2])
+    assert reader._scan is None  # handed over at event 4
+    reader.feed(body[len(body) // 2:])
+    assert_same(reader.result(), tokenwire.parse_chat_completions_response(case.chat_whole(), top_k=2))
+    assert_same_outcome(_outcome("chat", body, [], True, top_k=2), _outcome("chat", body, [], False, top_k=2))
