@@ -44,6 +44,7 @@ module's.
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_right
 from typing import Any
 
@@ -51,8 +52,9 @@ from ..base import _json
 from ..base._errors import MalformedResponseError
 from ..base._table import KEY
 from . import _select
+from ._registry import FORMATS
 
-__all__ = ["StreamReader", "STREAM_FORMATS", "parse_chat_completions_stream", "parse_completions_stream", "parse_stream",
+__all__ = ["StreamReader", "STREAM_FORMATS", "parser_of", "parse_chat_completions_stream", "parse_completions_stream", "parse_stream",
            "parse_generate_stream", "parse_sglang_generate_stream"]
 
 
@@ -91,9 +93,8 @@ FORMS: dict[str, _Form] = {
 _SCANNED = ("generate", "completions", "chat")
 
 # parse_many's format names for streams, and the whole-body format each reassembles into.
-STREAM_FORMATS = {"generate_stream": "generate", "completions_stream": "completions", "chat_stream": "chat",
-                  "sglang_stream": "sglang"}
-"""The stream formats: their name and the whole-body format they reassemble into."""
+STREAM_FORMATS = {name: entry.reads for name, entry in FORMATS.items() if entry.reads is not None}
+"""The stream formats of the registry: their name and the whole-body format they reassemble into."""
 
 _REPEATABLE = frozenset(("index", "finish_reason", "stop_reason", "delta", "logprobs", "text", KEY.token_ids,
                          KEY.prompt_token_ids))
@@ -153,7 +154,6 @@ class StreamReader:
     def __init__(self, format: str = "generate", **options: Any):
         if not isinstance(format, str) or format not in FORMS:
             raise ValueError(f"format must be one of {', '.join(map(repr, FORMS))}, not {format!r}")
-        from ._registry import FORMATS
         unknown = sorted(set(options) - set(FORMATS[format].options))
         if unknown:
             raise TypeError(f"unknown option{'s' * (len(unknown) > 1)} for the {format} parser: {', '.join(unknown)}")
@@ -588,6 +588,15 @@ class StreamReader:
                                         field=exc.field, token=exc.token)
         placed.__cause__ = exc
         return placed
+
+
+def parser_of(name: str) -> Any:
+    """The parser of the registry's format ``name`` in the implementation in use: a whole
+    body's, or this module's reader of a stream format."""
+    entry = FORMATS[name]
+    if entry.reads is not None:
+        return functools.partial(parse_stream, entry.reads)
+    return getattr(_select.impl, entry.parser)
 
 
 def parse_stream(format: str, raw: Any, **options: Any) -> Any:
