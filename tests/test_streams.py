@@ -793,3 +793,31 @@ def test_streams_into_a_batch(use):
                  "completion_top_logprobs", "completion_top_lengths", "prompt_token_ids", "prompt_lengths",
                  "response", "choice"):
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name), strict=True)
+
+
+def test_one_reader_fed_from_two_threads_never_crashes(monkeypatch):
+    """A reader is one stream's: fed from two threads at once, a call may be refused
+    (RuntimeError) while the other runs, but the process never sees a half-written state."""
+    import threading
+    from tokenwire import _core
+    monkeypatch.setattr(_select, "impl", _core)
+    body = sse(Case(n=400, k=2, seed=2).generate_chunks(1))
+    reader = StreamReader("generate", top_k=2)
+    refused = []
+
+    def feed(part: bytes) -> None:
+        for i in range(0, len(part), 512):
+            try:
+                reader.feed(part[i:i + 512])
+            except (RuntimeError, MalformedResponseError) as exc:
+                refused.append(exc)
+
+    threads = [threading.Thread(target=feed, args=(body,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        reader.result()
+    except (MalformedResponseError, RuntimeError):
+        pass

@@ -23,6 +23,12 @@ cdef class StreamScan:
     read/_stream.py."""
 
     cdef tw_sse *s
+    cdef bint busy  # a feed or document runs without the GIL: no second call meanwhile
+
+    cdef _enter(self):
+        if self.busy:
+            raise RuntimeError("a StreamReader is being fed by another thread")
+        self.busy = True
 
     def __cinit__(self, str form):
         if form not in _SSE_FORMS:
@@ -38,8 +44,12 @@ cdef class StreamScan:
         cdef const char *p = data
         cdef size_t n = PyBytes_GET_SIZE(data)
         cdef int rc, path = _path
-        with nogil:
-            rc = tw_sse_feed(self.s, p, n, path)
+        self._enter()
+        try:
+            with nogil:
+                rc = tw_sse_feed(self.s, p, n, path)
+        finally:
+            self.busy = False
         if rc == TW_SSE_NOMEM:
             raise MemoryError()
         return rc == TW_SSE_OK
@@ -49,14 +59,18 @@ cdef class StreamScan:
         cdef char *q
         if self.s.pending.n and _sse_bytes(self.s.pending.p, self.s.pending.n).strip() == b"data: [DONE]":
             self.feed(b"\n\n")  # [DONE] without its blank line: the body's end, as read/_stream.py takes it
-        with nogil:
-            n = tw_sse_document(self.s, NULL)
-        if n == 0:
-            return None
-        out = PyBytes_FromStringAndSize(NULL, n)
-        q = PyBytes_AS_STRING(out)
-        with nogil:
-            m = tw_sse_document(self.s, q)
+        self._enter()
+        try:
+            with nogil:
+                n = tw_sse_document(self.s, NULL)
+            if n == 0:
+                return None
+            out = PyBytes_FromStringAndSize(NULL, n)
+            q = PyBytes_AS_STRING(out)
+            with nogil:
+                m = tw_sse_document(self.s, q)
+        finally:
+            self.busy = False
         assert m == n
         return out
 
@@ -65,6 +79,8 @@ cdef class StreamScan:
         cdef tw_sse *s = self.s
         cdef tw_sse_choice *c
         cdef size_t i, r
+        if self.busy:
+            raise RuntimeError("a StreamReader is being fed by another thread")
         choices = []
         for i in range(s.nchoices):
             c = &s.choices[i]
