@@ -533,14 +533,16 @@ static tw_sse_field *find(tw_sse_field *f, size_t n, const char *store, span k)
     return NULL;
 }
 
-/* Append (k, v) to a field list of at most SSE_MAX_FIELDS. */
+/* Append (k, v) to a field list of at most SSE_MAX_FIELDS, grown by doubling from 4 (its
+   capacity: 0, then 4, then the next power of two at or above its length). */
 static int add_field(tw_sse_field **f, size_t *n, tw_sse_buf *store, span k, span v, int64_t event)
 {
     tw_sse_field *x;
-    if (!*f) {
-        *f = (tw_sse_field *)tw_mem_alloc(SSE_MAX_FIELDS * sizeof **f);
-        if (!*f)
+    if (*n == 0 || (*n >= 4 && (*n & (*n - 1)) == 0)) {
+        tw_sse_field *g = (tw_sse_field *)tw_mem_realloc(*f, (*n ? *n * 2 : 4) * sizeof **f);
+        if (!g)
             return -1;
+        *f = g;
     }
     x = &(*f)[*n];
     x->key = store->n;
