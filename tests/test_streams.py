@@ -689,7 +689,7 @@ def edited_streams(draw):
     return form, body, cuts
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(edited_streams())
 def test_the_compiled_scan_decides_as_the_specification(stream):
     """Producers' streams changed anywhere: the compiled reader (scan, hand-over where it
