@@ -821,3 +821,21 @@ def test_one_reader_fed_from_two_threads_never_crashes(monkeypatch):
         reader.result()
     except (MalformedResponseError, RuntimeError):
         pass
+
+
+@pytest.mark.parametrize("edit", range(len(_EDITS)))
+def test_each_edit_decides_as_the_specification(simd, monkeypatch, edit):
+    """Every edit of the list at its first and its last place in each form's stream, whole and
+    in pieces: the compiled reader's outcome is the Python reader's."""
+    from tokenwire import _core
+    monkeypatch.setattr(_select, "impl", _core)
+    old, new = _EDITS[edit]
+    case = Case(choices=2, n=6, k=2, seed=edit)
+    for form, (_, _, chunks, _) in FORMS.items():
+        body = sse(chunks(case, 2))
+        at = [i for i in range(len(body)) if body.startswith(old, i)]
+        for i in sorted(set(at[:1] + at[-1:])):
+            edited = body[:i] + new + body[i + len(old):]
+            for cuts in ([], list(range(0, len(edited), 97))):
+                want = _outcome(form, edited, cuts, False, top_k=2)
+                assert_same_outcome(_outcome(form, edited, cuts, True, top_k=2), want)
