@@ -3,6 +3,11 @@ loop a user writes (split the events, orjson.loads each, concatenate the lists).
 
     python benchmarks/streams.py [--tokens 16384] [--processes 3] [--streams 5]
 
+Contenders: the user loop; ``parse_generate_stream`` and ``StreamReader`` fed 4 KiB pieces
+(with the compiled core: the events read by its scan, csrc/wire/tw_sse.c); the same reader
+with the scan turned off, its events read by read/_stream.py (how every stream was read
+before the scan).
+
 Each (contender, events-per-token) pair runs in fresh processes; each process builds
 ``--streams`` distinct streams (the layout of vLLM's serve_tokens_stream_generator: one chunk
 per step with its delta token ids and logprobs.content records, the prompt ids on the first
@@ -14,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 
-CONTENDERS = ("user loop", "parse_generate_stream", "StreamReader, 4 KiB pieces")
+CONTENDERS = ("user loop", "parse_generate_stream", "StreamReader, 4 KiB pieces",
+              "parse_generate_stream, Python reassembly")
 
 
 def build(tokens: int, per: int, seed: int, k: int) -> bytes:
@@ -71,11 +78,17 @@ def one_process(contender: str, tokens: int, per: int, streams: int, k: int) -> 
         run = user_loop
     elif contender == "parse_generate_stream":
         run = tokenwire.parse_generate_stream
-    else:
+    elif contender == "StreamReader, 4 KiB pieces":
         def run(body: bytes):
             reader = tokenwire.StreamReader("generate")
             for i in range(0, len(body), 4096):
                 reader.feed(body[i:i + 4096])
+            return reader.result()
+    else:  # the reader without the compiled scan: the events read by read/_stream.py (as before the scan)
+        def run(body: bytes):
+            reader = tokenwire.StreamReader("generate")
+            reader._scan = None
+            reader.feed(body)
             return reader.result()
     run(bodies[0])  # warm-up
     times = []
@@ -98,6 +111,7 @@ def main() -> None:
     if a.child:
         print(one_process(a.child[0], a.tokens, int(a.child[1]), a.streams, a.k))
         return
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"| events | contender | ms | processes | / user loop |\n|---|---|---|---|---|")
     for per in a.per:
         base = None
@@ -111,6 +125,7 @@ def main() -> None:
             label = "1 per token" if per == 1 else f"1 per {per} tokens"
             print(f"| {label} | {contender} | {median:.2f} | {', '.join(f'{r:.2f}' for r in runs)} | "
                   f"{median / base:.2f} |", flush=True)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

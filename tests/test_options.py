@@ -31,8 +31,12 @@ def _stub() -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     return {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
+WHOLE = [name for name, entry in FORMATS.items() if entry.reads is None]
+STREAMS = [name for name, entry in FORMATS.items() if entry.reads is not None]
+
+
 @pytest.mark.parametrize("impl", PEERS)
-@pytest.mark.parametrize("format", list(FORMATS))
+@pytest.mark.parametrize("format", WHOLE)
 def test_each_parser_takes_its_options_in_order_with_their_defaults(impl, format):
     parser = getattr(impl, FORMATS[format].parser)
     keywords = [p for p in inspect.signature(parser).parameters.values() if p.kind is p.KEYWORD_ONLY]
@@ -41,7 +45,17 @@ def test_each_parser_takes_its_options_in_order_with_their_defaults(impl, format
         assert p.default == BY_NAME[p.name].default, p.name
 
 
-@pytest.mark.parametrize("format", list(FORMATS))
+@pytest.mark.parametrize("format", STREAMS)
+def test_a_stream_format_takes_its_whole_body_formats_options(format):
+    """A stream format (``parse_many``, the audit, ``--format``) is read by ``parse_*_stream``,
+    which the facade exports, with the options of the whole-body format it reassembles into."""
+    entry = FORMATS[format]
+    assert entry.reads in WHOLE and entry.options == options_of(entry.reads)
+    assert callable(getattr(tokenwire, entry.parser)) and entry.parser in _stub()
+    assert entry.detect({"choices": []}) is False
+
+
+@pytest.mark.parametrize("format", WHOLE)
 def test_the_stub_spells_each_parser_option_as_described(format):
     node = _stub()[FORMATS[format].parser]
     spelled = [(a.arg, ast.unparse(a.annotation)) for a in node.args.kwonlyargs]
@@ -98,7 +112,7 @@ def test_the_formats_are_the_registry_everywhere():
     assert list(_formats.FORMATS) == list(FORMATS)
     for name, entry in FORMATS.items():
         assert _formats.FORMATS[name].detect is entry.detect
-        assert callable(getattr(_pycore, entry.parser))
+        assert callable(getattr(_pycore if entry.reads is None else tokenwire, entry.parser))
     parser = commands._parser()
     check = parser._subparsers._group_actions[0].choices["check"]
     assert check._option_string_actions["--format"].choices == ["auto", *FORMATS]

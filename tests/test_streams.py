@@ -549,7 +549,7 @@ def _many_choices(n: int) -> bytes:
     return sse([{"choices": [{"index": i, "token_ids": [1], "logprobs": None}]} for i in range(n)])
 
 
-STREAM_INPUTS = {"one_long_event": (_one_long_event, 20000, 16), "keep_alives": (_keep_alives, 20000, 7),
+STREAM_INPUTS = {"one_long_event": (_one_long_event, 100000, 16), "keep_alives": (_keep_alives, 20000, 7),
                  "data_lines": (_data_lines, 20000, 5), "many_choices": (_many_choices, 3000, 64)}
 
 
@@ -582,3 +582,260 @@ def test_a_streamed_server_error(use, sent):
     chunks = Case(n=6, seed=1).generate_chunks(2)
     err = refused(sse(chunks[:2] + [sent]))
     assert err.field == "error" and "event 2: the server sent an error" in str(err) and "boom" in str(err)
+
+
+# --- the compiled scan (csrc/wire/tw_sse.c) against this module's reading ----------------------------
+
+
+def _outcome(format: str, body: bytes, cuts: list[int], scan: bool, **options: Any) -> Any:
+    """The reader's result, or its refusal, with the compiled scan or without it."""
+    reader = StreamReader(format, **options)
+    if not scan:
+        reader._scan = None
+    try:
+        for piece in pieces(body, cuts):
+            reader.feed(piece)
+        return reader.result()
+    except MalformedResponseError as exc:
+        return exc
+
+
+def assert_same_outcome(got: Any, want: Any) -> None:
+    if isinstance(want, MalformedResponseError):
+        assert isinstance(got, MalformedResponseError), got
+        assert (str(got), got.choice, got.field, got.token) == (str(want), want.choice, want.field, want.token)
+    else:
+        assert not isinstance(got, Exception), got
+        assert_same(got, want)
+        for g, w in zip(got.choices, want.choices):
+            assert _same_values(g.raw, w.raw)
+        assert _same_values(got.payload, want.payload)
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_values(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same_values, a, b))
+    return type(a) is type(b) and a == b
+
+
+def _scanned(format: str, body: bytes) -> bool:
+    """Whether the compiled scan read the whole body itself (no hand-over)."""
+    reader = StreamReader(format)
+    reader.feed(body)
+    return reader._scan is not None and reader._scan.document() is not None
+
+
+def test_the_compiled_scan_reads_the_producers_streams(simd, monkeypatch):
+    from tokenwire import _core
+    monkeypatch.setattr(_select, "impl", _core)
+    case = Case(choices=2, n=30, k=2, seed=4)
+    for form, (_, _, chunks, _) in FORMS.items():
+        for per in (1, 7):
+            body = sse(chunks(case, per))
+            assert _scanned(form, body), (form, per)
+            assert_same_outcome(_outcome(form, body, [], True, top_k=2), _outcome(form, body, [], False, top_k=2))
+    assert _scanned("generate", b": keep-alive\n\n" + sse(case.generate_chunks(5)) + b"\n")
+
+
+# Texts that change a stream where the compiled scan must decide as this module does: hand over
+# (a form it leaves to it) or agree.
+_EDITS = [
+    (b'"token_ids":[', b'"token_ids":[],"token_ids":['),  # a repeated key
+    (b'"index":0', b'"index":0.0'), (b'"index":0', b'"index":-0'), (b'"index":1', b'"index":3'),
+    (b'"finish_reason":null', b'"finish_reason":null,"extra":{"a":[1,2]}'),
+    (b'"request_id":"gen-1"', b'"request_id":"gen-1","object":"error"'),
+    (b'"usage":null', b'"usage":null,"error":{"message":"x"}'),
+    (b'"logprobs":{"content":[', b'"logprobs":{"content":null,"x":['),
+    (b'"content":[{', b'"content":[{"token":"token_id:1","logprob":-1.0},{'),
+    (b'"logprob":-', b'"logprob":1e999,"x":-'), (b'"logprob":-', b'"logprob":"\\ud800",'),
+    (b'"routed_experts":null', b'"routed_experts":"AAAA"'),
+    (b'"finish_reason":null', b'"finish_reason":null,"kept_tokens":[1]'),
+    (b'"role":"assistant"', b'"role":""'), (b'"role":"assistant"', b'"role":"\\u0061ssistant"'),
+    (b'"content":"<', b'"content":"\\ud83d\\ude00<'), (b'"content":"<', b'"content":7,"x":"<'),
+    (b'"text":"<', b'"text":"\\n<'), (b'"text":"<', b'"text":null,"x":"<'),
+    (b'"tokens":[', b'"tokens":null,"x":['),
+    (b'"prompt_token_ids":null', b'"prompt_token_ids":[1,2]'),
+    (b'"created":1', b'"created":1.0'), (b'"model":"m"', b'"model":"m","model_x":"\\u00e9"'),
+    (b'\n\n', b'\n:comment\nevent: x\nid: 3\n\n'), (b'\n\n', b'\ndata: {}\n\n'), (b'\n\n', b'\r\n\r\n'),
+    (b'data: [DONE]', b'data:[DONE] '), (b'data: [DONE]\n\n', b'data: [DONE]'),
+    (b'data: [DONE]\n\n', b''), (b'data: [DONE]\n\n', b'data: [DONE]\n\ndata: {}\n\n'),
+    (b'{"', b'[{"'), (b'{"', b'{ "'), (b'}\n', b'} \n'), (b'}\n', b'}x\n'),
+]
+
+
+@st.composite
+def edited_streams(draw):
+    form = draw(st.sampled_from(sorted(FORMS)))
+    case = Case(choices=draw(st.integers(1, 3)), n=draw(st.integers(1, 12)), k=2, seed=draw(st.integers(0, 50)))
+    body = sse(FORMS[form][2](case, draw(st.integers(1, 5))))
+    for _ in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            old, new = draw(st.sampled_from(_EDITS))
+            at = [i for i in range(len(body)) if body.startswith(old, i)]
+            if at:
+                i = draw(st.sampled_from(at))
+                body = body[:i] + new + body[i + len(old):]
+        else:  # any byte: one replaced, dropped or repeated
+            i = draw(st.integers(0, len(body) - 1))
+            how = draw(st.sampled_from(["replace", "drop", "repeat"]))
+            byte = draw(st.sampled_from(b'"{}[],:\\\n -0e.x\x00\xff'))
+            body = (body[:i] + bytes([byte]) + body[i + 1:] if how == "replace" else
+                    body[:i] + body[i + 1:] if how == "drop" else body[:i] + body[i:i + 8] + body[i:])
+    cuts = draw(st.lists(st.integers(0, len(body)), max_size=6))
+    return form, body, cuts
+
+
+@settings(max_examples=150, deadline=None)
+@given(edited_streams())
+def test_the_compiled_scan_decides_as_the_specification(stream):
+    """Producers' streams changed anywhere: the compiled reader (scan, hand-over where it
+    declines) gives this module's result or its refusal, message and place, on every path."""
+    from tokenwire import _core
+    form, body, cuts = stream
+    saved = _select.impl
+    _select.impl = _core
+    try:
+        for path in _core.simd_paths():
+            with _core.simd_path_forced(path):
+                want = _outcome(form, body, cuts, False, top_k=2)
+                assert_same_outcome(_outcome(form, body, cuts, True, top_k=2), want)
+                assert_same_outcome(_outcome(form, body, [], True, top_k=2), want)
+    finally:
+        _select.impl = saved
+
+
+def test_the_scan_hands_over_mid_stream(monkeypatch):
+    from tokenwire import _core
+    monkeypatch.setattr(_select, "impl", _core)
+    case = Case(choices=2, n=20, k=2, seed=9)
+    events = sse(case.chat_chunks(3)).split(b"\n\n")
+    events[4] = events[4].replace(b'"delta":{', b'"delta":\n  data: {', 1)  # one event over two data lines
+    events[4] = events[4].replace(b"\n  data: ", b"\ndata: ")
+    body = b"\n\n".join(events)
+    reader = StreamReader("chat", top_k=2)
+    reader.feed(body[: len(body) // 2])
+    assert reader._scan is None  # handed over at event 4
+    reader.feed(body[len(body) // 2:])
+    assert_same(reader.result(), tokenwire.parse_chat_completions_response(case.chat_whole(), top_k=2))
+    assert_same_outcome(_outcome("chat", body, [], True, top_k=2), _outcome("chat", body, [], False, top_k=2))
+
+
+# --- streams as formats of the registry: the audit, the command line, the batch path ---------------
+
+
+STREAM_BODIES = {
+    "generate_stream": lambda case: sse(case.generate_chunks(3)),
+    "completions_stream": lambda case: sse(case.completions_chunks(3)),
+    "chat_stream": lambda case: sse(case.chat_chunks(3)),
+    "sglang_stream": lambda case: sglang_sse(case.sglang_chunks(4, incremental=True)),
+}
+
+
+@pytest.mark.parametrize("format", STREAM_BODIES)
+def test_the_audit_takes_streams(use, format):
+    case = Case(choices=1 if format == "sglang_stream" else 2, n=12, k=2, seed=5)
+    verdict = tokenwire.audit(STREAM_BODIES[format](case), format, top_k=2)
+    assert verdict.valid and verdict.format == format
+    assert verdict.choices == len(case.choices) and verdict.tokens == sum(len(c[0]) for c in case.choices)
+
+
+def test_the_audit_sorts_a_streams_defects(use):
+    case = Case(n=10, k=2, seed=6)
+    chunks = case.generate_chunks(2)
+    chunks[2]["choices"][0]["logprobs"]["content"].append(case.records(0, 0, 1)[0])  # 3 records, 2 ids
+    verdict = tokenwire.audit(sse(chunks), "generate_stream")
+    assert (verdict.valid, verdict.defect, verdict.field, verdict.length_difference) == \
+        (False, "length_mismatch", "logprobs.content", 1)
+    assert verdict.message == "event 2: 3 records for the chunk's 2 token ids"
+    body = sse(case.generate_chunks(2)).replace(b'"index":0', b'"index":0,', 1)
+    verdict = tokenwire.audit(body, "generate_stream")
+    assert verdict.defect == "malformed_json" and verdict.message.startswith("event 0: the data is not JSON")
+    verdict = tokenwire.audit(sse(case.generate_chunks(2), done=False), "generate_stream")
+    assert verdict.defect == "malformed_json" and "truncated" in verdict.message
+    chunks = case.generate_chunks(2)
+    chunks[3]["choices"][0]["logprobs"]["content"][1]["token"] = "token_id:7"  # a record naming another token
+    verdict = tokenwire.audit(sse(chunks), "generate_stream")
+    assert (verdict.defect, verdict.token) == ("id_mismatch", 7) and verdict.message.endswith("(event 3)")
+    with pytest.raises(ValueError, match="generate_stream"):
+        tokenwire.audit(b"", "generate_streams")
+
+
+def test_check_takes_stream_files(tmp_path, capsys):
+    from tokenwire import cli
+    case = Case(choices=2, n=9, k=2, seed=7)
+    good, bad = tmp_path / "good.sse", tmp_path / "bad.sse"
+    good.write_bytes(sse(case.chat_chunks(2)))
+    chunks = case.chat_chunks(2)
+    del chunks[3]["choices"][0]["token_ids"][0]
+    bad.write_bytes(sse(chunks))
+    assert cli.main(["check", "--format", "chat_stream", "--top-k", "2", str(good)]) == 0
+    assert cli.main(["check", "--format", "chat_stream", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "length mismatch" in out and "event 3" in out
+    # SSE bodies kept as JSON strings in a JSON-lines capture: --field reaches them
+    lines = tmp_path / "bodies.jsonl"
+    lines.write_text("".join(json.dumps({"body": sse(c).decode()}) + "\n"
+                             for c in (case.chat_chunks(1), case.chat_chunks(4))))
+    assert cli.main(["check", "--format", "chat_stream", "--field", "body", str(lines)]) == 0
+
+
+def test_streams_into_a_batch(use):
+    cases = [Case(choices=c, n=7 + 3 * c, k=2, seed=c) for c in (1, 2, 3)]
+    streamed = tokenwire.parse_many([sse(c.generate_chunks(4)) for c in cases], format="generate_stream",
+                                    threads=2, top_k=2)
+    whole = [tokenwire.parse_generate_response(c.generate_whole(), top_k=2) for c in cases]
+    got, want = tokenwire.collate(streamed), tokenwire.collate(whole)
+    for name in ("completion_ids", "lengths", "mask", "completion_logprobs", "completion_top_ids",
+                 "completion_top_logprobs", "completion_top_lengths", "prompt_token_ids", "prompt_lengths",
+                 "response", "choice"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), strict=True)
+
+
+def test_one_reader_fed_from_two_threads_never_crashes(monkeypatch):
+    """A reader is one stream's: fed from two threads at once, a call may be refused
+    (RuntimeError) while the other runs, but the process never sees a half-written state."""
+    import threading
+    from tokenwire import _core
+    monkeypatch.setattr(_select, "impl", _core)
+    body = sse(Case(n=400, k=2, seed=2).generate_chunks(1))
+    reader = StreamReader("generate", top_k=2)
+    refused = []
+
+    def feed(part: bytes) -> None:
+        for i in range(0, len(part), 512):
+            try:
+                reader.feed(part[i:i + 512])
+            except (RuntimeError, MalformedResponseError) as exc:
+                refused.append(exc)
+
+    threads = [threading.Thread(target=feed, args=(body,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        reader.result()
+    except (MalformedResponseError, RuntimeError):
+        pass
+
+
+@pytest.mark.parametrize("edit", range(len(_EDITS)))
+def test_each_edit_decides_as_the_specification(simd, monkeypatch, edit):
+    """Every edit of the list at its first and its last place in each form's stream, whole and
+    in pieces: the compiled reader's outcome is the Python reader's."""
+    from tokenwire import _core
+    monkeypatch.setattr(_select, "impl", _core)
+    old, new = _EDITS[edit]
+    case = Case(choices=2, n=6, k=2, seed=edit)
+    for form, (_, _, chunks, _) in FORMS.items():
+        body = sse(chunks(case, 2))
+        at = [i for i in range(len(body)) if body.startswith(old, i)]
+        for i in sorted(set(at[:1] + at[-1:])):
+            edited = body[:i] + new + body[i + len(old):]
+            for cuts in ([], list(range(0, len(edited), 97))):
+                want = _outcome(form, edited, cuts, False, top_k=2)
+                assert_same_outcome(_outcome(form, edited, cuts, True, top_k=2), want)

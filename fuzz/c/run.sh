@@ -8,7 +8,7 @@ regressions=$(cd "$(dirname "$0")" && pwd)/regressions
 out=$1 seconds=$2
 shift 2
 for t in "$@"; do
-    case $t in fuzz_base64 | fuzz_heads) seeds=$out/seeds/raw ;; *) seeds=$out/seeds/doc ;; esac
+    case $t in fuzz_base64 | fuzz_heads) seeds=$out/seeds/raw ;; fuzz_sse) seeds=$out/seeds/sse ;; *) seeds=$out/seeds/doc ;; esac
     mkdir -p "$out/corpus/$t" "$seeds"
     # The longest input; seconds one input may take before it counts as a hang; memory.
     if ! "$out/$t" -max_len=65536 -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \

@@ -297,7 +297,8 @@ class Blob(str):
     def text(self) -> bytes: ...
     @property
     def array(self) -> np.ndarray: ...
-_Format = Literal["generate", "completions", "chat", "sglang"]
+_Format = Literal["generate", "completions", "chat", "sglang", "generate_stream", "completions_stream", "chat_stream",
+                  "sglang_stream"]
 
 def select_heads(
     candidate_ids: Any, candidate_logprobs: Any, candidate_offsets: Any, sampled_ids: Any,
@@ -306,7 +307,7 @@ def select_heads(
     """The action-independent top-``k`` heads of arrays an in-process engine holds, by the
     parsers' rules: ``(head_ids, head_logprobs)`` as :class:`Ragged`."""
 def audit(
-    raw: bytes | bytearray | memoryview | str, format: Literal["auto", "generate", "completions", "chat", "sglang"] = ...,
+    raw: bytes | bytearray | memoryview | str, format: Literal["auto"] | _Format = ...,
     *, field: str | tuple[str, ...] | None = ..., top_k: int | None = ..., num_experts: int | None = ...,
     routed_experts_shape: tuple[int, int] | None = ...,
 ) -> Verdict:

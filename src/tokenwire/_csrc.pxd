@@ -188,3 +188,47 @@ cdef extern from "base/tw_pad.h" nogil:
                           size_t *bad_row, size_t *bad_token)
     ptrdiff_t tw_pad_ragged(size_t rows, size_t tokens, const void *const *values, const int64_t *first,
                             const int64_t *lengths, size_t itemsize, size_t width, const void *fill, void *dst)
+
+
+cdef extern from "wire/tw_sse.h" nogil:
+    enum:
+        TW_SSE_GENERATE
+        TW_SSE_COMPLETIONS
+        TW_SSE_CHAT
+        TW_SSE_OK
+        TW_SSE_DECLINE
+        TW_SSE_NOMEM
+        TW_SSE_RECORDS
+    ctypedef struct tw_sse_buf:
+        char *p
+        size_t n, cap
+    ctypedef struct tw_sse_field:
+        size_t key, key_len, val, val_len
+        int64_t event
+    ctypedef struct tw_sse_choice:
+        int64_t index, first_event, last_event
+        tw_sse_buf ids
+        size_t nids
+        tw_sse_buf rec[4]
+        int has_records
+        tw_sse_buf text, finish, stop, role, prompt, store
+        tw_sse_field *once
+        size_t nonce
+        int64_t *starts
+        int64_t *events
+        size_t nstarts
+    ctypedef struct tw_sse:
+        int form, done
+        int64_t event
+        tw_sse_buf pending
+        tw_sse_buf root_store
+        tw_sse_field *root
+        size_t nroot
+        tw_sse_buf prompt, usage
+        int64_t prompt_event
+        tw_sse_choice *choices
+        size_t nchoices
+    tw_sse *tw_sse_new(int form)
+    void tw_sse_free(tw_sse *s)
+    int tw_sse_feed(tw_sse *s, const char *buf, size_t len, int path)
+    size_t tw_sse_document(const tw_sse *s, char *out)

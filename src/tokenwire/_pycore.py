@@ -93,6 +93,8 @@ CORE_ONLY = {
     "set_memory_cache": "bounds tw_mem's block cache of the C buffers; the reference's arrays "
     "come from numpy's own allocator, which keeps no such cache",
     "memory_stats": "the state of that cache; as set_memory_cache",
+    "StreamScan": "the stream readers' event scan in C (csrc/wire/tw_sse.c); the reference reads "
+    "the events in read/_stream.py, its specification",
 }
 
 REFERENCE_ONLY: dict[str, str] = {}

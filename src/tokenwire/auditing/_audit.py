@@ -75,7 +75,9 @@ def audit(
     """Validate one captured record and say what it is, never raising for a bad record.
 
     ``format`` is ``"auto"`` (decided per record, as ``tokenwire check`` does) or one of
-    ``"generate"``, ``"completions"``, ``"chat"``, ``"sglang"``; ``field`` a dotted path to
+    ``"generate"``, ``"completions"``, ``"chat"``, ``"sglang"``, or a streamed (SSE) body's:
+    ``"generate_stream"``, ``"completions_stream"``, ``"chat_stream"``, ``"sglang_stream"``
+    (never chosen by ``"auto"``); ``field`` a dotted path to
     the response inside the record (``"sample.response"``); ``top_k`` also validates top-K
     heads; ``num_experts`` bounds the expert ids of MoE routing and ``routed_experts_shape``
     ``(layers, topk)`` shapes SGLang's routing rows (``meta_info.routed_experts``, and

@@ -35,7 +35,7 @@ from ._capture import (
 )
 from ..base._errors import invalid_json
 from ..base._options import ParseOptions
-from ._formats import CLASSES, Defect, check_record
+from ._formats import CLASSES, FORMATS, Defect, check_record
 from ._records import record_row
 
 __all__ = ["Options", "Progress", "Tally", "check_chunk", "json_report", "run"]
@@ -288,6 +288,8 @@ def run(paths: list[str], options: Options, *, jobs: int = 1, input_kind: str = 
     input cannot be opened (or is ``rows_file``, where ``sink`` writes); a file that fails
     midway is reported in ``Tally.errors`` and the run goes on with the next one."""
     sources = expand_paths(paths, rows_file)
+    if input_kind == "auto" and options.field is None and getattr(FORMATS.get(options.format), "reads", None):
+        input_kind = "json"  # a streamed (SSE) body is no JSON: each file is one record
     jobs = min(jobs, _cpus(), _chunks(sources))
     tally = Tally(options, sources)
     tally.sink = sink

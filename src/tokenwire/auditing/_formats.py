@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from ..base import _json
-from ..read import _select
 from ._capture import json_bytes
 from ..base._errors import MalformedResponseError, invalid_json, location
 from ..base._options import ParseOptions
@@ -28,6 +27,7 @@ from ..base._table import KEY
 from ..base._types import GenerateResponse
 from ..read import _registry as registry
 from ..read._registry import _OPENAI_OBJECTS
+from ..read._stream import StreamReader, parser_of
 from ..rules.generate import named
 
 __all__ = ["CLASSES", "FORMATS", "Defect", "FieldMissing", "Format", "ParseOptions", "check_record", "detect",
@@ -74,6 +74,7 @@ class Format:
     detect: Callable[[Any], bool]
     validate: Callable[[bytes, ParseOptions], object]  # raises MalformedResponseError
     classify: Callable[[MalformedResponseError, Any], Defect]
+    reads: str | None = None  # a stream format: the whole-body format it is reassembled into
 
 
 # --- the generate format -------------------------------------------------------------------------
@@ -263,17 +264,58 @@ def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
     return Defect("other", where, reason)
 
 
+# --- streamed formats ------------------------------------------------------------------------------
+
+# A stream's own refusals name their event first ("event 3: ..."); a chunk's records against
+# its own delta ("event 3: 2 records for the chunk's 1 token id") are a length mismatch.
+_EVENT = re.compile(r"^event \d+: (?:(\d+) records? for the chunk's (\d+) token ids?)?")
+_STREAM_CLASSES = {"the data is not JSON": "malformed_json", "the data must be a JSON object": "malformed_json",
+                   "the stream ends": "malformed_json", "an event after data: [DONE]": "malformed_json",
+                   "token ids come with": "bad_logprob"}  # (and "come without")
+
+
+def _classify_stream(whole: Callable[[MalformedResponseError, Any], Defect]) -> Callable[[MalformedResponseError, Any], Defect]:
+    """A stream's refusal: the reassembly's own (its message starts with the event) by the
+    stream's classes, any other (the parser's, over the reassembled response, which ``document``
+    then is) by the whole-body format's."""
+    def classify(exc: MalformedResponseError, document: Any) -> Defect:
+        match = _EVENT.match(exc.reason)
+        if match is None:
+            return whole(exc, document)
+        where = location(exc.choice, exc.field, exc.token)
+        if match[1] is not None:
+            return Defect("length_mismatch", where, exc.reason, exc.field, int(match[1]) - int(match[2]))
+        rest = exc.reason[match.end():]
+        cls = next((c for fragment, c in _STREAM_CLASSES.items() if fragment in rest), "other")
+        return Defect(cls, where, exc.reason)
+
+    return classify
+
+
+def reassembled(fmt: Format, raw: bytes) -> Any:
+    """The response a stream stands for (its events reassembled), or None where they are not."""
+    reader = StreamReader(fmt.reads)
+    try:
+        reader.feed(raw)
+        return reader.document()
+    except MalformedResponseError:
+        return None
+
+
 def _audited(entry: registry.Format, classify: Callable[[MalformedResponseError, Any], Defect]) -> Format:
     def validate(raw: bytes, options: ParseOptions) -> object:
-        return getattr(_select.impl, entry.parser)(raw, **options.for_format(entry.name))
+        return parser_of(entry.name)(raw, **options.for_format(entry.reads or entry.name))
 
-    return Format(entry.name, entry.description, entry.detect, validate, classify)
+    if entry.reads is not None:
+        classify = _classify_stream(classify)
+    return Format(entry.name, entry.description, entry.detect, validate, classify, entry.reads)
 
 
 # The registry's formats, each with its defect classes: the generate format's, or the
-# OpenAI-compatible family's (every other format).
+# OpenAI-compatible family's (every other format); a stream's, its whole-body format's and
+# the reassembly's.
 _CLASSIFY = {"generate": _classify_generate}
-FORMATS: dict[str, Format] = {name: _audited(entry, _CLASSIFY.get(name, _classify_openai))
+FORMATS: dict[str, Format] = {name: _audited(entry, _CLASSIFY.get(entry.reads or name, _classify_openai))
                               for name, entry in registry.FORMATS.items()}
 GENERATE = FORMATS["generate"]
 
@@ -394,14 +436,16 @@ def check_record(
                 tried, (error, _) = other, _run(other, raw, options, facts)
         if error is None:
             return tried.name, None
-        if document is None:
+        if tried.reads is not None:  # a stream: what its rules read is the response it stands for
+            document = reassembled(tried, raw)
+        elif document is None:
             document, invalid = _loads(raw)
             if invalid is not None:
                 return None, _prefixed(Defect("malformed_json", "", invalid), prefix)
         if fmt == "auto" and not tried.detect(document):
             other = detect(document)
             if other is None:
-                names = ", ".join(f"{f.name} ({f.description})" for f in FORMATS.values())
+                names = ", ".join(f"{f.name} ({f.description})" for f in FORMATS.values() if f.reads is None)
                 reason = f"looks like {_describe(document)}; supported formats: {names}"
                 inner = wrapping_path(document)
                 wrapped = None if inner is None else f"{prefix}.{inner}" if prefix else inner

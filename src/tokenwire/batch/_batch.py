@@ -21,7 +21,7 @@ import numpy as np
 
 from ..read import _facade, _select
 from ..read._registry import FORMATS
-from ..read._stream import STREAM_FORMATS, parse_stream
+from ..read._stream import parser_of
 from ..base._args import check_input, check_start, check_top_k, int_arg
 from ..base._errors import MalformedResponseError
 from ..base._types import Batch, GenerateChoice, GenerateResponse, Ragged
@@ -47,18 +47,17 @@ def _prepared(raws: Iterable[Any], format: Any, threads: Any, errors: Any,
               options: dict[str, Any]) -> tuple[list[Any], Any, int, bool]:
     """Every argument checked before any parse: the bodies (a private list), the parser with
     its options bound, the thread count, and whether errors are collected."""
-    if not isinstance(format, str) or format not in FORMATS and format not in STREAM_FORMATS:
-        raise ValueError(f"format must be one of {', '.join(map(repr, [*FORMATS, *STREAM_FORMATS]))}, "
-                         f"not {format!r}")
+    if not isinstance(format, str) or format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(map(repr, FORMATS))}, not {format!r}")
     if not isinstance(errors, str) or errors not in ERRORS:
         raise ValueError(f"errors must be 'raise' or 'collect', not {errors!r}")
     count = available_cores() if threads is None else int_arg(threads, "threads", 1)
-    if format in STREAM_FORMATS:  # an SSE body, reassembled and read by its whole-body format's parser
-        parser = functools.partial(parse_stream, STREAM_FORMATS[format])
-        accepted = FORMATS[STREAM_FORMATS[format]].options
+    entry = FORMATS[format]
+    if entry.reads is not None:  # an SSE body, reassembled and read by its whole-body format's parser
+        parser = parser_of(format)
     else:
-        parser = getattr(_facade, FORMATS[format].parser)  # refuses a body of another known format
-        accepted = FORMATS[format].options
+        parser = getattr(_facade, entry.parser)  # refuses a body of another known format
+    accepted = entry.options
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise TypeError(f"unknown option{'s' * (len(unknown) > 1)} for the {format} parser: {', '.join(unknown)} "
@@ -141,8 +140,9 @@ def parse_many(raws: Iterable[Any], *, format: str = "generate", threads: int | 
         format: ``"generate"`` (``parse_generate_response``), ``"completions"``, ``"chat"``
             or ``"sglang"``; for streamed (SSE) bodies ``"generate_stream"``,
             ``"completions_stream"``, ``"chat_stream"`` or ``"sglang_stream"`` (read as
-            ``parse_*_stream`` reads them; their reassembly holds the GIL, so threads help
-            these less).
+            ``parse_*_stream`` reads them: with the compiled core the vLLM forms' events
+            are scanned with the GIL released; SGLang's chunks, and every stream on the
+            reference, are reassembled in Python, which holds it).
         threads: how many threads parse (the calling one among them; default: the cores
             this process may use). Each takes the next body in order; the compiled core
             releases the GIL in its passes over the bytes and arrays, so they run side by

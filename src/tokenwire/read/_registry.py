@@ -21,20 +21,22 @@ from ..base._options import options_of
 from ..base._table import KEY
 from ..rules.generate import named
 
-__all__ = ["FORMATS", "Format", "known_format"]
+__all__ = ["FORMATS", "Format", "WHOLE", "known_format"]
 
 
 @dataclass(frozen=True)
 class Format:
     name: str
     description: str
-    parser: str  # the parser's name in the implementation in use (tokenwire.read._select)
+    parser: str  # the parser's name in the implementation in use (tokenwire.read._select); a stream's: tokenwire's
+    # (read._stream.parser_of gives either)
     detect: Callable[[Any], bool]
+    reads: str | None = None  # a stream (SSE) format: the whole-body format its events are reassembled into
 
     @property
     def options(self) -> list[str]:
-        """The keyword options its parser takes, in the parser's order."""
-        return options_of(self.name)
+        """The keyword options its parser takes, in the parser's order (a stream's: its whole-body format's)."""
+        return options_of(self.reads or self.name)
 
 
 # --- detectors -----------------------------------------------------------------------------------
@@ -71,6 +73,11 @@ def _is_sglang_item(item: Any) -> bool:
     return isinstance(item, dict) and KEY.meta_info in item and (KEY.output_ids in item or "text" in item)
 
 
+def _detect_stream(document: Any) -> bool:
+    """A parsed record is never a stream: an SSE body is not JSON (``--format`` names streams)."""
+    return False
+
+
 def _detect_sglang(document: Any) -> bool:
     """One SGLang ``/generate`` item, or a batch of them."""
     if isinstance(document, list):
@@ -85,7 +92,19 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("completions", "OpenAI-compatible /v1/completions", "parse_completions_response", _detect_completions),
     Format("chat", "OpenAI-compatible /v1/chat/completions", "parse_chat_completions_response", _detect_chat),
     Format("sglang", "SGLang /generate", "parse_sglang_generate_response", _detect_sglang),
+    # Streamed (SSE) bodies: never detected, named by --format; each read by tokenwire.parse_*_stream.
+    Format("generate_stream", "vLLM /inference/v1/generate, streamed (SSE)", "parse_generate_stream",
+           _detect_stream, reads="generate"),
+    Format("completions_stream", "OpenAI-compatible /v1/completions, streamed (SSE)", "parse_completions_stream",
+           _detect_stream, reads="completions"),
+    Format("chat_stream", "OpenAI-compatible /v1/chat/completions, streamed (SSE)", "parse_chat_completions_stream",
+           _detect_stream, reads="chat"),
+    Format("sglang_stream", "SGLang /generate, streamed (SSE)", "parse_sglang_generate_stream", _detect_stream,
+           reads="sglang"),
 )}
+
+WHOLE = {name: entry for name, entry in FORMATS.items() if entry.reads is None}
+"""The formats of whole (non-streamed) bodies, the ones detection recognizes."""
 
 
 # What only a generate body carries: a choice field no OpenAI-compatible server sends.

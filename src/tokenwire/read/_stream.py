@@ -29,10 +29,22 @@ an error the parser raises for a token is given the event that token came in.
 anywhere; it keeps only the unfinished event and the evidence gathered so far (per choice,
 the concatenated lists and where each event's tokens begin), so its memory grows with the
 evidence, not with the number of chunks. ``parse_*_stream`` read a whole body the same way.
+
+With the compiled core, the vLLM forms (generate, completions, chat) are read by its
+``StreamScan`` (``csrc/wire/tw_sse.c``): the events are split and walked in C, the GIL
+released, each choice's ids and records concatenated as JSON text into growing buffers, and
+the document written out for the parser without a Python object per event. It follows this
+module's account and never refuses: at the first event it is not sure of (anything this module
+would refuse, and the valid forms it leaves to it: CR line ends, several data lines, escaped
+keys, deep nesting, a once-sent field written otherwise than before) it stops, and this module
+takes over from what it read (``_adopt``) and reads the rest. A parser's error on its
+document is said again by this module's path, so every refusal, and its message, is this
+module's.
 """
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_right
 from typing import Any
 
@@ -40,8 +52,9 @@ from ..base import _json
 from ..base._errors import MalformedResponseError
 from ..base._table import KEY
 from . import _select
+from ._registry import FORMATS
 
-__all__ = ["StreamReader", "STREAM_FORMATS", "parse_chat_completions_stream", "parse_completions_stream", "parse_stream",
+__all__ = ["StreamReader", "STREAM_FORMATS", "parser_of", "parse_chat_completions_stream", "parse_completions_stream", "parse_stream",
            "parse_generate_stream", "parse_sglang_generate_stream"]
 
 
@@ -76,10 +89,12 @@ FORMS: dict[str, _Form] = {
                     whole={}),
 }
 
+# The forms the compiled core's StreamScan reads (SGLang's chunks are left to this module).
+_SCANNED = ("generate", "completions", "chat")
+
 # parse_many's format names for streams, and the whole-body format each reassembles into.
-STREAM_FORMATS = {"generate_stream": "generate", "completions_stream": "completions", "chat_stream": "chat",
-                  "sglang_stream": "sglang"}
-"""The stream formats: their name and the whole-body format they reassemble into."""
+STREAM_FORMATS = {name: entry.reads for name, entry in FORMATS.items() if entry.reads is not None}
+"""The stream formats of the registry: their name and the whole-body format they reassemble into."""
 
 _REPEATABLE = frozenset(("index", "finish_reason", "stop_reason", "delta", "logprobs", "text", KEY.token_ids,
                          KEY.prompt_token_ids))
@@ -139,7 +154,6 @@ class StreamReader:
     def __init__(self, format: str = "generate", **options: Any):
         if not isinstance(format, str) or format not in FORMS:
             raise ValueError(f"format must be one of {', '.join(map(repr, FORMS))}, not {format!r}")
-        from ._registry import FORMATS
         unknown = sorted(set(options) - set(FORMATS[format].options))
         if unknown:
             raise TypeError(f"unknown option{'s' * (len(unknown) > 1)} for the {format} parser: {', '.join(unknown)}")
@@ -155,6 +169,8 @@ class StreamReader:
         self._usage: Any = None
         self._done = False
         self._failed: MalformedResponseError | None = None
+        scan = getattr(_select.impl, "StreamScan", None)
+        self._scan = scan(format) if scan is not None and format in _SCANNED else None
 
     # --- framing -------------------------------------------------------------------------------
 
@@ -164,10 +180,19 @@ class StreamReader:
             raise self._failed
         if isinstance(data, str):
             data = data.encode()
-        try:
-            data = bytes(memoryview(data))
-        except TypeError:
-            raise TypeError(f"feed takes bytes or str, not {type(data).__name__}") from None
+        elif type(data) is not bytes:
+            try:
+                data = bytes(memoryview(data))  # a private copy: no other thread rewrites it
+            except TypeError:
+                raise TypeError(f"feed takes bytes or str, not {type(data).__name__}") from None
+        if self._scan is not None:
+            if self._scan.feed(data):
+                return
+            # declined: a piece with a CR was not taken at all; otherwise what is left of it is pending
+            taken = b"\r" not in data
+            self._adopt()
+            if taken:
+                data = b""
         if self._cr and data.startswith(b"\n"):  # the LF of a CRLF split between two pieces
             data = data[1:]
         if b"\r" in data:  # CRLF or CR line ends: the event boundary is still a blank line
@@ -444,8 +469,45 @@ class StreamReader:
 
     # --- the result ------------------------------------------------------------------------------
 
+    def _adopt(self) -> None:
+        """Take over from the compiled scan: its reading, as this module keeps it, and its
+        pending bytes, from which this module goes on."""
+        scan, self._scan = self._scan, None
+        state = scan.export()
+        loads = _json.loads
+        form = self._form
+        self._event = state["event"]
+        self._done = state["done"]
+        self._pending = bytearray(state["pending"])
+        self._scanned = 0
+        for key, _, value in state["root"]:
+            self._root[key] = loads(value)
+        if state["prompt"] is not None:
+            self._prompt = (state["prompt"][0], loads(state["prompt"][1]))
+        if state["usage"]:
+            self._usage = loads(state["usage"])
+        for c in state["choices"]:
+            choice = _Choice(c["index"], form, c["first_event"])
+            choice.last_event = c["last_event"]
+            choice.ids = loads(b"[" + c["ids"] + b"]")
+            choice.starts = c["starts"]
+            choice.events = c["events"]
+            choice.has_records = c["has_records"]
+            if choice.has_records:
+                choice.records = [loads(b"[" + r + b"]") for r in c["records"][:len(form.records)]]
+            if form.texts:
+                choice.texts = [loads(b'"' + c["text"] + b'"')]
+            for key, event, value in c["once"]:
+                choice.once[key] = (event, loads(value))
+            for attr in ("finish", "stop", "role", "prompt"):
+                if c[attr]:
+                    setattr(choice, {"finish": "finish_reason", "stop": "stop_reason"}.get(attr, attr), loads(c[attr]))
+            self._choices.append(choice)
+
     def document(self) -> Any:
         """The non-streamed response the stream stands for (after the whole body was fed)."""
+        if self._scan is not None:
+            self._adopt()
         if self._failed is not None:
             raise self._failed
         if self._pending.strip():
@@ -500,8 +562,15 @@ class StreamReader:
 
     def result(self) -> Any:
         """The parsed response: the format's parser over the reassembled document."""
-        document = self.document()
         parser = getattr(_select.impl, self._form.parser)
+        if self._scan is not None:
+            whole = self._scan.document()
+            if whole is not None:
+                try:
+                    return parser(whole, **self._options)
+                except MalformedResponseError:
+                    pass  # refused: said again below, by this module's path, with the event
+        document = self.document()
         try:
             return parser(_json.dumps(document), **self._options)
         except MalformedResponseError as exc:
@@ -519,6 +588,15 @@ class StreamReader:
                                         field=exc.field, token=exc.token)
         placed.__cause__ = exc
         return placed
+
+
+def parser_of(name: str) -> Any:
+    """The parser of the registry's format ``name`` in the implementation in use: a whole
+    body's, or this module's reader of a stream format."""
+    entry = FORMATS[name]
+    if entry.reads is not None:
+        return functools.partial(parse_stream, entry.reads)
+    return getattr(_select.impl, entry.parser)
 
 
 def parse_stream(format: str, raw: Any, **options: Any) -> Any:
