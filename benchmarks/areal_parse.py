@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import serve  # noqa: E402
+from _framework_bench import faults, serve  # noqa: E402
 
 PROMPT_LEN = 512
 
@@ -53,7 +53,7 @@ def body(seed: int, tokens: int, workload: str) -> bytes:
     return json.dumps(doc).encode()
 
 
-def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
+def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[float, int]]:
     import aiohttp
 
     from areal.engine.sglang_remote import SGLangBackend
@@ -71,13 +71,14 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
 
     httpd, url = serve(bodies)
 
-    async def go() -> list[float]:
+    async def go() -> list[tuple[float, int]]:
         times = []
         async with aiohttp.ClientSession() as session:
             for n in range(rounds):
                 async with session.post(f"{url}/{n}", json={}) as resp:
                     await resp.read()  # the body arrives before the clock starts
                     gc.collect()
+                    before = faults()
                     start = time.perf_counter()
                     if mode == "native":
                         parsed = reader(await resp.read())
@@ -85,7 +86,7 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
                         out = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
                     else:
                         out = backend.parse_generation_response(await resp.json())
-                    times.append(time.perf_counter() - start)
+                    times.append((time.perf_counter() - start, faults() - before))
                     del out
         return times
 
