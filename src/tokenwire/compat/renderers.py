@@ -560,11 +560,15 @@ def _generate_document(raw: Any) -> dict[str, Any] | None:
     if (mask is not None and type(mask) is not list) or (routed is not None and type(routed) is not dict):
         return None
     c = read[0]
-    c.error = top.error = _error_type()
+    c.error = _error_type()
+    if top is not None:
+        top.error = c.error
     try:
         ids = _rules.checked_int_list(c, c.token_ids, KEY.token_ids, _IDS_REASON)
         prompt = None
         if document.get(KEY.prompt_token_ids) is not None:
+            if top is None:
+                return None
             prompt = _rules.checked_int_list(top, top.prompt_token_ids, KEY.prompt_token_ids,
                                              "prompt_token_ids must hold token ids in [0, 2**32)")
         values, _ = _rules.parse_native_logprobs(choice, ids, c)
@@ -616,7 +620,10 @@ def decoded_routing(view: Any) -> np.ndarray | None:
     """The bytes the core decoded for ``view`` when it is the ``routed_experts.data`` view of
     the last document :func:`_generate_document` made in this thread; else None."""
     last, array = getattr(_checked, "routed", (None, None))
-    return array if last is not None and last is view else None
+    if last is None or last is not view:
+        return None
+    _checked.routed = (None, None)  # read once: the body and its decoding are not kept longer
+    return array
 
 
 # --- the replacements ----------------------------------------------------------------------------
