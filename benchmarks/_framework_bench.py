@@ -59,13 +59,13 @@ def table(script: str, framework: str, sizes: dict[str, Iterable[int]], rounds: 
                                      capture_output=True, text=True, check=True)
                 row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
             u, p, n = row["unpatched"], row["patched"], row["native"]
+            faults = " / ".join(f"{r['minflt_first']} ({r['minflt']:.0f})" for r in (u, p, n))
             print(f"| {workload} | {tokens} | {u['median_ms']:.1f} ({u['min_ms']:.1f}) | "
                   f"{p['median_ms']:.1f} ({p['min_ms']:.1f}) | {u['median_ms'] / p['median_ms']:.1f}x "
-                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) | "
-                  " / ".join(f"{r['minflt_first']} ({r['minflt']:.0f})" for r in (u, p, n)) + " |", flush=True)
+                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) | {faults} |", flush=True)
 
 
-def main(doc: str, script: str, framework: str, measure: Callable[[int, str, str, int], list[float]],
+def main(doc: str, script: str, framework: str, measure: Callable[[int, str, str, int], list[tuple[float, int]]],
          sizes: dict[str, Iterable[int]]) -> int:
     """The benchmark's command line: one cell (``--tokens``, ``--mode``, ``--workload``; the
     median, minimum and maximum in ms and the median minor page faults as JSON, the first two
