@@ -278,13 +278,18 @@ def defect_table(patched: bool) -> dict[str, str]:
 
 
 def test_patch_and_unpatch_restore():
+    import renderers.client
+
     theirs = train.response_from_generate
+    generate = renderers.client.generate
     with compat.patched() as module:
         assert module is train and compat.is_patched()
+        assert renderers.client.generate.__wrapped__ is generate  # run with the core's read of its body
         with compat.patched():
             assert compat.is_patched()
         assert compat.is_patched()
     assert train.response_from_generate is theirs and not compat.is_patched()
+    assert renderers.client.generate is generate
     compat.patch()
     compat.patch()
     try:

@@ -181,7 +181,6 @@ def _in_generate(theirs: Any) -> Any:
     return generate
 
 
-
 def original() -> Any:
     """verifiers' own ``response_from_generate`` (from before the patch when it is active)."""
     with _lock:
