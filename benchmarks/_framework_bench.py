@@ -1,17 +1,24 @@
 """What the framework parse benchmarks (nemo_gym_parse.py, areal_parse.py) share: a server on
 127.0.0.1 answering ``POST /<n>`` with the n-th body (a bounded loop, one request per body),
-and the ``--all`` table of fresh processes per (workload, tokens, mode)."""
+the minor page faults of a timed span (:func:`faults`), and the ``--all`` table of fresh
+processes per (workload, tokens, mode)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def faults() -> int:
+    """The process's minor page faults so far (``getrusage``'s ``ru_minflt``)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def serve(bodies: list[bytes]) -> tuple[ThreadingHTTPServer, str]:
@@ -40,8 +47,9 @@ def table(script: str, framework: str, sizes: dict[str, Iterable[int]], rounds: 
     """Print the table: ``script --tokens T --mode M --workload W --rounds R`` in a new process
     per cell, modes unpatched, patched and native (tokenwire's reader alone)."""
     print(f"| workload | tokens | {framework}: median (min) ms | patched: median (min) ms | speedup, median (min) "
-          "| tokenwire's reader: median (min) ms |")
-    print("|---|---|---|---|---|---|")
+          "| tokenwire's reader: median (min) ms | minor faults per parse, first (median): unpatched / patched / "
+          "reader |")
+    print("|---|---|---|---|---|---|---|")
     for workload, tokens_list in sizes.items():
         for tokens in tokens_list:
             row = {}
@@ -51,15 +59,18 @@ def table(script: str, framework: str, sizes: dict[str, Iterable[int]], rounds: 
                                      capture_output=True, text=True, check=True)
                 row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
             u, p, n = row["unpatched"], row["patched"], row["native"]
+            faults = " / ".join(f"{r['minflt_first']} ({r['minflt']:.0f})" for r in (u, p, n))
             print(f"| {workload} | {tokens} | {u['median_ms']:.1f} ({u['min_ms']:.1f}) | "
                   f"{p['median_ms']:.1f} ({p['min_ms']:.1f}) | {u['median_ms'] / p['median_ms']:.1f}x "
-                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) |", flush=True)
+                  f"({u['min_ms'] / p['min_ms']:.1f}x) | {n['median_ms']:.1f} ({n['min_ms']:.1f}) | {faults} |", flush=True)
 
 
-def main(doc: str, script: str, framework: str, measure: Callable[[int, str, str, int], list[float]],
+def main(doc: str, script: str, framework: str, measure: Callable[[int, str, str, int], list[tuple[float, int]]],
          sizes: dict[str, Iterable[int]]) -> int:
     """The benchmark's command line: one cell (``--tokens``, ``--mode``, ``--workload``; the
-    median, minimum and maximum in ms as JSON, the first two rounds left out as warm-up) or,
+    median, minimum and maximum in ms and the median minor page faults as JSON, the first two
+    rounds left out as warm-up, and the faults of the first round, the process's first parse;
+    ``measure`` gives (seconds, faults) per round) or,
     with ``--all``, the table of every cell in fresh processes."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=8192)
@@ -71,7 +82,10 @@ def main(doc: str, script: str, framework: str, measure: Callable[[int, str, str
     if args.all:
         table(script, framework, sizes, args.rounds)
         return 0
-    times = measure(args.tokens, args.mode, args.workload, args.rounds)[2:]
+    every = measure(args.tokens, args.mode, args.workload, args.rounds)  # (seconds, minor faults)
+    samples = every[2:]
+    times = [t for t, _ in samples]
     print(json.dumps({"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
-                      "max_ms": max(times) * 1e3, "n": len(times)}))
+                      "max_ms": max(times) * 1e3, "n": len(times),
+                      "minflt": statistics.median(f for _, f in samples), "minflt_first": every[0][1]}))
     return 0

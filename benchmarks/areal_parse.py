@@ -10,8 +10,9 @@ A server on 127.0.0.1 answers each POST with a distinct response of ``--tokens``
 ``logprobs=0``: ``"token_id:N"`` names and ``token_logprobs``); ``sglang``, SGLang's
 ``/generate`` body (``output_token_logprobs`` triples, ``output_ids``). aiohttp fetches each
 (its body read before the clock starts); the timed span is what AReaL does with it per round of
-``RemoteInfEngine.agenerate``: ``response.json()`` (as ``arequest_with_retry`` calls it) and
-the backend's ``parse_generation_response``. ``--mode native`` times tokenwire's own reader of
+``RemoteInfEngine.agenerate``: ``arequest_with_retry`` as the engine looks it up (on a session
+handing back that response, already read: its ``response.json()``) and the backend's
+``parse_generation_response``. ``--mode native`` times tokenwire's own reader of
 the same bytes (the ids and logprobs as lists). Prints the median, minimum and maximum per
 response in ms; ``--all`` runs every combination, each in its own process, and prints a table.
 """
@@ -24,12 +25,13 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import serve  # noqa: E402
+from _framework_bench import faults, serve  # noqa: E402
 
 PROMPT_LEN = 512
 
@@ -53,11 +55,32 @@ def body(seed: int, tokens: int, workload: str) -> bytes:
     return json.dumps(doc).encode()
 
 
-def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
+class _Preread:
+    """An aiohttp session whose ``post`` gives back a response already read (so the timed
+    span holds no transfer): what AReaL's ``arequest_with_retry`` enters and reads."""
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+
+    def post(self, *args: Any, **kwargs: Any) -> Any:
+        response = self.response
+
+        class Request:
+            async def __aenter__(self) -> Any:
+                return response
+
+            async def __aexit__(self, *exc: Any) -> None:
+                return None
+
+        return Request()
+
+
+def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[float, int]]:
     import aiohttp
 
     from areal.engine.sglang_remote import SGLangBackend
     from areal.engine.vllm_remote import VLLMBackend
+    from areal.infra import remote_inf_engine
 
     if mode == "patched":
         from tokenwire.compat import areal as compat
@@ -66,26 +89,31 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
     import tokenwire
 
     backend = VLLMBackend() if workload == "vllm" else SGLangBackend()
+    endpoint = "/v1/completions" if workload == "vllm" else "/generate"
     reader = tokenwire.parse_completions_response if workload == "vllm" else tokenwire.parse_sglang_generate_response
     bodies = [body(seed, tokens, workload) for seed in range(rounds)]
 
     httpd, url = serve(bodies)
 
-    async def go() -> list[float]:
+    async def go() -> list[tuple[float, int]]:
         times = []
         async with aiohttp.ClientSession() as session:
             for n in range(rounds):
                 async with session.post(f"{url}/{n}", json={}) as resp:
                     await resp.read()  # the body arrives before the clock starts
                     gc.collect()
+                    before = faults()
                     start = time.perf_counter()
                     if mode == "native":
                         parsed = reader(await resp.read())
                         choice = parsed.choices[0]
                         out = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
-                    else:
-                        out = backend.parse_generation_response(await resp.json())
-                    times.append(time.perf_counter() - start)
+                    else:  # one round of agenerate: its request call (as it looks it up), then the parse
+                        result = await remote_inf_engine.arequest_with_retry(
+                            session=_Preread(resp), addr=url.removeprefix("http://"), endpoint=endpoint,
+                            payload={}, method="POST", max_retries=1, timeout=30)
+                        out = backend.parse_generation_response(result)
+                    times.append((time.perf_counter() - start, faults() - before))
                     del out
         return times
 

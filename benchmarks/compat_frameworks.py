@@ -7,10 +7,10 @@ responses, each (framework, mode, size) in a fresh process.
 
 What is timed, from the response's bytes to what the framework hands its caller:
 
-- verifiers 0.4.0 (renderers 0.1.12): what ``renderers.client.generate`` does with the body
-  (``parse_generate_response``, ``_parse_completion_logprobs`` of the first choice, the
-  result's lists), then ``verifiers.v1.clients.train.response_from_generate``; the renderer's
-  own decoding of the completion (``parse_response``) is left out. vLLM's native records
+- verifiers 0.4.0 (renderers 0.1.12): ``renderers.client.generate`` (looked up per call, as
+  verifiers' train client does) with prompt ids given and a client whose ``post`` answers the
+  body (no socket), then ``verifiers.v1.clients.train.response_from_generate``; the renderer's
+  own decoding of the completion (``parse_response``) is a stub. vLLM's native records
   (``"token_id:N"`` tokens), a sampling mask of 4 ids per token, and MoE routing of 48 layers
   x top-8 (uint8, one row per prompt and completion token but the last, 512 prompt tokens).
   ``verifiers-records``: the same without the mask and the routing (vLLM's records alone).
@@ -19,7 +19,9 @@ What is timed, from the response's bytes to what the framework hands its caller:
   indexing and ``parse_logprobs`` all run), one prompt, one completion: vLLM's
   ``/v1/completions`` body with ``return_token_ids`` and ``return_tokens_as_token_ids``.
 
-Each process builds its responses first (distinct seeds), then times one call per response.
+Each process builds its responses first (distinct seeds), then times one call per response, and
+counts the minor page faults of each call (``getrusage``'s ``ru_minflt``); the table gives the
+median time, and the faults of the process's first call with the median of the others.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import json
 import os
 import platform
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -79,24 +82,35 @@ def trl_body(n: int, seed: int) -> bytes:
 
 
 def verifiers_call() -> Any:
+    import asyncio
+
     import renderers.client as client
+    from renderers.base import ParsedResponse
     from verifiers.v1.clients import train
 
     prompt = list(range(PROMPT))
 
+    class Renderer:  # what generate() asks of a renderer once the prompt ids are given
+        def get_stop_token_ids(self) -> list[int]:
+            return [2]
+
+        def parse_response(self, completion_ids: list[int], **_: Any) -> Any:
+            return ParsedResponse(content="", reasoning_content=None, tool_calls=[])
+
+    class Client:  # the AsyncOpenAI client's post, answering the body (no socket)
+        base_url = "http://127.0.0.1:1/v1"
+        body = b""
+
+        async def post(self, endpoint: str, **_: Any) -> Any:
+            return type("Raw", (), {"content": self.body})()
+
+    fake, renderer = Client(), Renderer()
+    loop = asyncio.new_event_loop()
+
     def call(raw: bytes) -> Any:
-        data = client.parse_generate_response(raw)
-        choice = (data.get("choices") or [{}])[0]
-        completion_ids = choice.get("token_ids") or []
-        logprobs = client._parse_completion_logprobs(choice, completion_ids)
-        result = {
-            "request_id": data.get("request_id") or "", "usage": data.get("usage"), "prompt_ids": list(prompt),
-            "renderer_prompt_ids": None, "mm_placeholders": None, "completion_ids": list(completion_ids),
-            "completion_logprobs": logprobs, "content": "", "reasoning_content": None, "tool_calls": [],
-            "finish_reason": choice.get("finish_reason"), "reasoning_complete": True,
-            "routed_experts": choice.get("routed_experts"), "sampling_mask": choice.get("sampling_mask"),
-            "multi_modal_data": None, "prompt_attribution": None,
-        }
+        fake.body = raw
+        result = loop.run_until_complete(client.generate(  # looked up per call, as verifiers does
+            client=fake, renderer=renderer, messages=[], model="m", prompt_ids=prompt, max_prompt_len=1 << 30))
         return train.response_from_generate(result, "m")
 
     return call
@@ -136,15 +150,18 @@ def measure(framework: str, mode: str, n: int, runs: int) -> dict[str, Any]:
         import importlib
 
         importlib.import_module(f"tokenwire.compat.{module}").patch()
-    times = []
+    times, faults = [], []
     for raw in bodies:
         gc.collect()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start = time.perf_counter()
         result = call(raw)
         times.append(time.perf_counter() - start)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
         del result
     return {"framework": framework, "mode": mode, "tokens": n, "bytes": len(bodies[0]),
-            "median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3, "runs": runs}
+            "median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3, "runs": runs,
+            "minflt": statistics.median(faults[1:]), "minflt_first": faults[0]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python-trl", help="interpreter with TRL 1.16.0 and tokenwire")
     parser.add_argument("--runs", type=int, default=15, help="distinct responses per process")
     parser.add_argument("--only", help="one of verifiers, verifiers-records, trl")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="token counts, comma-separated")
     parser.add_argument("--one", nargs=3, metavar=("FRAMEWORK", "MODE", "TOKENS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -161,13 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"# {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.1f}; {args.runs} distinct responses per process, medians")
-    print("| framework | tokens | body | unpatched | patched | speedup |")
-    print("|---|---|---|---|---|---|")
+    print("| framework | tokens | body | unpatched | patched | speedup | minor faults, first (median): unpatched "
+          "| patched |")
+    print("|---|---|---|---|---|---|---|---|")
     for framework, python in (("verifiers", args.python_verifiers), ("verifiers-records", args.python_verifiers),
                               ("trl", args.python_trl)):
         if not python or (args.only and framework != args.only):
             continue
-        for n in SIZES:
+        for n in map(int, args.sizes.split(",")):
             got = {}
             for mode in ("unpatched", "patched"):
                 done = subprocess.run([python, __file__, "--one", framework, mode, str(n), "--runs", str(args.runs)],
@@ -175,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                 got[mode] = json.loads(done.stdout.strip().splitlines()[-1])
             u, p = got["unpatched"]["median_ms"], got["patched"]["median_ms"]
             print(f"| {framework} | {n} | {got['patched']['bytes'] / 1e6:.2f} MB | {u:.1f} ms | {p:.1f} ms | "
-                  f"{u / p:.1f}x |", flush=True)
+                  f"{u / p:.1f}x | {got['unpatched']['minflt_first']} ({got['unpatched']['minflt']:.0f}) | "
+                  f"{got['patched']['minflt_first']} ({got['patched']['minflt']:.0f}) |", flush=True)
     print(f"# load after: {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -33,7 +33,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import serve  # noqa: E402
+from _framework_bench import faults, serve  # noqa: E402
 
 PROMPT_LEN = 512
 LAYERS, TOPK = 48, 8
@@ -58,7 +58,7 @@ def body(seed: int, tokens: int, workload: str) -> bytes:
     })
 
 
-def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
+def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[float, int]]:
     from unittest.mock import MagicMock
 
     import aiohttp
@@ -81,19 +81,20 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
                              uses_interleaved_reasoning=False)
     model = VLLMModel(config=config, server_client=MagicMock(spec=ServerClient, global_config_dict={}))
 
-    async def go() -> list[float]:
+    async def go() -> list[tuple[float, int]]:
         times = []
         async with aiohttp.ClientSession() as session:
             for n in range(rounds):
                 async with session.post(f"{url}/{n}", json={}) as resp:
                     await resp.read()  # the body arrives before the clock starts
                     gc.collect()
+                    before = faults()
                     start = time.perf_counter()
                     if mode == "native":  # tokenwire's reader, the lists NeMo-Gym's bundle holds
                         parsed = tokenwire.parse_chat_completions_response(await resp.read())
                         choice = parsed.choices[0]
                         ids, lps = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
-                        times.append(time.perf_counter() - start)
+                        times.append((time.perf_counter() - start, faults() - before))
                         del parsed, choice, ids, lps
                         continue
                     doc = await openai_utils.get_response_json(resp)
@@ -104,7 +105,7 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[float]:
                     if "routed_experts" in choice["message"]:
                         bundle["routed_experts"] = choice["message"]["routed_experts"]
                     VLLMModel._validate_token_bundle(bundle, "vLLM token transport")
-                    times.append(time.perf_counter() - start)
+                    times.append((time.perf_counter() - start, faults() - before))
                     del doc, choice, ids, lps, bundle
         return times
 

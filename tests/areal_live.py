@@ -64,7 +64,7 @@ def vllm_body(defect: str | None, chat: bool) -> bytes:
     return json.dumps(body).encode()
 
 
-def sglang_body(defect: str | None) -> bytes:
+def sglang_body(defect: str | None, routing: bool = True) -> bytes:
     logprobs = planted_logprobs(defect)
     triples = [[lp, 1000 + 7 * t, None] for t, lp in enumerate(logprobs)]
     if defect == "N ids vs N+1 logprobs":
@@ -76,15 +76,18 @@ def sglang_body(defect: str | None) -> bytes:
     meta = {"prompt_tokens": len(PROMPT), "completion_tokens": N, "finish_reason": {"type": "stop"},
             "output_token_logprobs": triples,
             "routed_experts": base64.b64encode(struct.pack(f"<{len(flat)}i", *flat)).decode()}
+    if not routing:
+        del meta["routed_experts"]
     return json.dumps({"text": "x", "output_ids": [1000 + 7 * t for t in range(N)], "meta_info": meta}).encode()
 
 
 class _Handler(JSONHandler):
     defect: str | None = None
+    routing = True
 
     def payload(self) -> bytes:
         if self.path == "/generate":
-            return sglang_body(type(self).defect)
+            return sglang_body(type(self).defect, type(self).routing)
         return vllm_body(type(self).defect, chat=self.path.endswith("/chat/completions"))
 
 
@@ -97,20 +100,36 @@ def server():
 
 BACKENDS = {"vLLM completions": (VLLMBackend, "/v1/completions"),
             "vLLM chat": (VLLMBackend, "/v1/chat/completions"),
-            "SGLang": (SGLangBackend, "/generate")}
+            "SGLang": (SGLangBackend, "/generate"),
+            "SGLang without routing": (SGLangBackend, "/generate")}
 
 
-def serve_one(server: Any, backend: str, defect: str | None) -> Any:
+def serve_one(server: Any, backend: str, defect: str | None, session: bool = False) -> Any:
+    """One round of AReaL's generation: ``arequest_with_retry`` (with ``session``, as
+    ``RemoteInfEngine.agenerate`` calls it: looked up in ``areal.infra.remote_inf_engine``, on
+    an aiohttp session of the caller's), then the backend's ``parse_generation_response``."""
     handler, addr = server
     handler.defect = defect
+    handler.routing = backend != "SGLang without routing"
     cls, endpoint = BACKENDS[backend]
     request = ModelRequest(input_ids=list(PROMPT), gconfig=GenerationHyperparameters(max_new_tokens=N))
     http_req = cls().build_generation_request(request, with_lora=False, version=0)
 
     async def go() -> Any:
-        result = await arequest_with_retry(addr=addr, endpoint=endpoint, payload=http_req.payload,
-                                           method="POST", max_retries=1, timeout=30)
-        return cls().parse_generation_response(result)
+        if not session:
+            result = await arequest_with_retry(addr=addr, endpoint=endpoint, payload=http_req.payload,
+                                               method="POST", max_retries=1, timeout=30)
+            return cls().parse_generation_response(result)
+        import aiohttp
+
+        from areal.infra import remote_inf_engine
+
+        async with aiohttp.ClientSession() as own:
+            result = await remote_inf_engine.arequest_with_retry(
+                session=own, addr=addr, endpoint=endpoint, payload=http_req.payload, method="POST",
+                max_retries=1, timeout=30)
+            assert isinstance(result, dict)  # agenerate's own check
+            return cls().parse_generation_response(result)
 
     try:
         return asyncio.run(go())
@@ -125,15 +144,20 @@ def outcome(result: Any) -> str:
     return f"accepted ({len(result.output_tokens)} ids, {len(result.output_logprobs)} logprobs{shape})"
 
 
+@pytest.mark.parametrize("session", [False, True], ids=["own session", "engine's session"])
 @pytest.mark.parametrize("backend", list(BACKENDS))
-def test_valid_response_is_the_same_both_ways(server, backend):
+def test_valid_response_is_the_same_both_ways(server, backend, session):
     compat.unpatch()
-    theirs = serve_one(server, backend, None)
+    theirs = serve_one(server, backend, None, session)
     with compat.patched():
         assert compat.is_patched()
+        read = compat.calls["parse_generation_response from the reader's arrays"]
         before = sum(compat.calls.values())
-        ours = serve_one(server, backend, None)
-        assert sum(compat.calls.values()) == before + 1
+        ours = serve_one(server, backend, None, session)
+        # on the engine's session the body is read from its bytes (SGLang's with routing aside)
+        bytes_path = session and backend != "SGLang"
+        assert compat.calls["parse_generation_response from the reader's arrays"] == read + bytes_path
+        assert sum(compat.calls.values()) == before + 1 + bytes_path
     assert not isinstance(theirs, BaseException), theirs
     assert not isinstance(ours, BaseException), ours
     assert ours.output_tokens == theirs.output_tokens == [1000 + 7 * t for t in range(N)]
@@ -148,14 +172,15 @@ DEFECTS = ["N ids vs N+1 logprobs", "missing logprob (null)", "-9999 logprob", "
 CASES = [(b, d) for b in BACKENDS for d in DEFECTS] + [("SGLang", "routing one row short")]
 
 
+@pytest.mark.parametrize("session", [False, True], ids=["own session", "engine's session"])
 @pytest.mark.parametrize("backend, defect", CASES)
-def test_planted_defect_is_refused_patched(server, backend, defect, monkeypatch):
+def test_planted_defect_is_refused_patched(server, backend, defect, monkeypatch, session):
     compat.unpatch()
-    before = serve_one(server, backend, defect)
+    before = serve_one(server, backend, defect, session)
     # the routing's width (layers * topk) is the model's; given, a row short never passes
     monkeypatch.setattr(compat, "routing_width", LAYERS * TOPK)
     with compat.patched():
-        after = serve_one(server, backend, defect)
+        after = serve_one(server, backend, defect, session)
     print(f"\nDEFECT {backend} | {defect} | {outcome(before)} | {outcome(after)}")
     assert isinstance(after, compat.AReaLResponseError), f"{backend}, {defect}: {outcome(after)}"
     assert isinstance(after, ValueError)

@@ -4,7 +4,9 @@ real backend code against a local server run in tests/run_areal_suite.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import math
 import struct
 from dataclasses import dataclass
@@ -261,3 +263,111 @@ def test_plugin_loads_beside_the_nemo_gym_one():
     nemo_plugin = importlib.import_module("tokenwire.compat.nemo_gym_plugin")
     assert areal_plugin.OPTION == "--tokenwire-no-areal-patch"
     assert nemo_plugin.OPTION == "--tokenwire-no-nemo-gym-patch"
+
+
+ENDPOINTS = {"vllm chat": "/v1/chat/completions", "vllm": "/v1/completions", "sglang": "/generate"}
+
+
+def _bytes_path(backends: Any, kind: str, body: dict[str, Any], raw: bytes | None = None) -> tuple[Any, Any, bool]:
+    """The patched parse of ``body``'s bytes as agenerate's session reads them (json() from the
+    bytes), AReaL's stand-in's parse of ``json.loads``, and whether the bytes were read by the reader."""
+    raw = json.dumps(body).encode() if raw is None else raw
+    ours, theirs = backends["sglang" if kind == "sglang" else "vllm"]
+    document = compat._read_document(raw, ENDPOINTS[kind])
+    try:
+        patched = ours.parse_generation_response(document if document is not None else json.loads(raw))
+    except compat.AReaLResponseError as exc:
+        patched = exc
+    return patched, theirs.parse_generation_response(json.loads(raw)), document is not None
+
+
+@pytest.mark.parametrize("kind", list(ENDPOINTS))
+@pytest.mark.parametrize("n", [1, 6, 300])
+def test_bytes_path_reads_as_areal_reads(backends, kind, n):
+    body = sglang(n) if kind == "sglang" else vllm(n, chat=kind == "vllm chat")
+    patched, unpatched, read = _bytes_path(backends, kind, body)
+    assert read, "a plain valid body is read from its bytes"
+    same(patched, unpatched)
+    assert compat._read_body.get() is None  # taken by the parse
+
+
+@pytest.mark.parametrize("case", ["text names", "top names", "routing", "abort", "two choices", "a defect",
+                                  "NaN"])
+def test_bytes_path_left_to_json_loads(backends, case):
+    """Bodies AReaL reads otherwise than the reader (or that the drop-in refuses) are
+    json.loads's dict and the drop-in's checks: the same outcome as before."""
+    kind, raw = "vllm chat", None
+    if case == "text names":
+        body = vllm(6, chat=False, names="token:")
+        kind = "vllm"
+    elif case == "top names":
+        body = vllm(6)
+        body["choices"][0]["logprobs"]["content"][0]["top_logprobs"] = [{"token": "token_id:1000", "logprob": -0.125}]
+    elif case == "routing":
+        body, kind = sglang(6, 4, rows=9), "sglang"
+    elif case == "abort":
+        body = vllm(0, finish="abort")
+    elif case == "two choices":
+        body = vllm(6)
+        body["choices"].append(dict(body["choices"][0], index=1))
+        body["usage"] = None
+    elif case == "a defect":
+        body = vllm(6, extra=1)
+    else:
+        body = vllm(6)
+        raw = json.dumps(body).encode().replace(b"-0.25", b"NaN", 1)
+    patched, _, read = _bytes_path(backends, kind, body, raw)
+    assert not read
+    expected = backends["sglang" if kind == "sglang" else "vllm"][0]
+    try:
+        again = expected.parse_generation_response(json.loads(raw or json.dumps(body).encode()))
+    except compat.AReaLResponseError as exc:
+        again = exc
+    if isinstance(again, Exception):
+        assert type(patched) is type(again) and str(patched) == str(again)
+    else:
+        same(patched, again)
+
+
+def test_body_session_reads_generation_responses_only():
+    class Response:
+        def __init__(self, raw: bytes) -> None:
+            self.raw, self.content_type = raw, "application/json"
+
+        async def read(self) -> bytes:
+            return self.raw
+
+        async def json(self, **_: Any) -> Any:
+            return json.loads(self.raw)
+
+    class Request:
+        def __init__(self, raw: bytes) -> None:
+            self.response = Response(raw)
+
+        async def __aenter__(self) -> Response:
+            return self.response
+
+        async def __aexit__(self, *exc: Any) -> None:
+            return None
+
+    class Session:
+        raw = json.dumps(vllm(6)).encode()
+
+        def post(self, url: str, **_: Any) -> Request:
+            return Request(self.raw)
+
+    async def fetch(endpoint: str, session: Any) -> Any:  # arequest_with_retry's reading, in short
+        async with session.post("http://127.0.0.1:1" + endpoint, json={}) as response:
+            assert response.content_type == "application/json"
+            return await response.json()
+
+    async def theirs(addr: str, endpoint: str, payload: Any = None, session: Any = None, method: str = "POST") -> Any:
+        return await fetch(endpoint, session)
+
+    wrapped = compat._reading_bytes(theirs)
+    assert wrapped.__wrapped__ is theirs
+    got = asyncio.run(wrapped(addr="a", endpoint="/v1/chat/completions", payload={}, session=Session()))
+    assert compat._read_body.get() is None  # (the context of that run)
+    assert set(got) == {"choices"} and got["choices"][0]["finish_reason"] == "stop"
+    plain = asyncio.run(wrapped("a", "/health", None, Session()))
+    assert plain == json.loads(Session.raw)  # another endpoint: json.loads's dict

@@ -184,6 +184,70 @@ def test_valid_responses_give_the_same_response(server, n, seed, mask, routing):
     assert patched == unpatched
 
 
+def _edit(name: str, d: dict[str, Any]) -> None:
+    choice = d["choices"][0]
+    if name == "prompt ids":
+        d["prompt_token_ids"] = list(PROMPT)
+    elif name == "unsorted mask rows":
+        choice["sampling_mask"] = [list(reversed(row)) for row in choice["sampling_mask"]]
+    elif name == "a repeated mask id":
+        choice["sampling_mask"][5] = choice["sampling_mask"][5] + choice["sampling_mask"][5][:1]
+    elif name == "int token_id agreeing":
+        for entry, i in zip(choice["logprobs"]["content"], choice["token_ids"]):
+            entry["token_id"] = i
+    elif name == "int token_id disagreeing":
+        choice["logprobs"]["content"][3]["token_id"] = choice["token_ids"][3] + 1
+    elif name == "logprobs.sampled":
+        choice["logprobs"]["sampled"] = [e["logprob"] for e in choice["logprobs"]["content"]]
+    elif name == "kept_tokens":
+        choice["kept_tokens"] = {"ids": "AAAA", "counts": "AAAA"}
+    elif name == "routing start":
+        d["choices"][0] = body(40, 9, start=2)["choices"][0]
+    elif name == "two choices":
+        d["choices"].append(dict(choice, index=1))
+    elif name == "a leading zero":
+        choice["logprobs"]["content"][2]["token"] = "token_id:0" + str(choice["token_ids"][2])
+    elif name == "an integer logprob":
+        choice["logprobs"]["content"][2]["logprob"] = -3
+
+
+EDGES = ["prompt ids", "unsorted mask rows", "a repeated mask id", "int token_id agreeing", "int token_id disagreeing",
+         "logprobs.sampled", "kept_tokens", "routing start", "two choices", "a leading zero", "an integer logprob"]
+
+
+@pytest.mark.parametrize("edge", EDGES)
+def test_the_core_read_of_generate_agrees_with_renderers_read(server, edge, monkeypatch):
+    """Patched, generate()'s document is read by the compiled core from the bytes (no dict per
+    record) when the body is one plain choice; whatever the body, the outcome is the one of
+    renderers' own read (the patched drop-in's, for the planted defects)."""
+    from tokenwire.compat import renderers as compat_renderers
+
+    document = body(40, 8)
+    _edit(edge, document)
+    raw = encode(document)
+    server.serve(raw, raw, raw)
+    unpatched = outcome(server.url)
+    lean = []
+    made = compat_renderers._generate_document
+    monkeypatch.setattr(compat_renderers, "_generate_document", lambda raw: lean.append(made(raw)) or lean[-1])
+    with compat.patched():
+        patched = outcome(server.url)
+    with compat.patched(), monkeypatch.context() as m:
+        m.setattr(compat_renderers, "_generate_document", lambda raw: None)  # renderers' read, patched
+        full = outcome(server.url)
+    assert patched[0] == full[0], (patched, full)
+    if patched[0] == "ok":
+        assert patched == full
+        if unpatched[0] == "ok":
+            assert patched == unpatched
+    else:
+        assert type(patched[1]) is type(full[1]) and str(patched[1]) == str(full[1])
+    if edge in ("prompt ids", "unsorted mask rows", "int token_id agreeing", "routing start"):
+        assert lean and lean[-1] is not None  # read by the core
+    if edge in ("kept_tokens", "two choices", "logprobs.sampled"):
+        assert lean and lean[-1] is None  # left to renderers' read
+
+
 @pytest.mark.parametrize("defect", list(DEFECTS))
 def test_each_defect_is_refused_patched(server, defect):
     document = body(64, 7)
@@ -214,13 +278,18 @@ def defect_table(patched: bool) -> dict[str, str]:
 
 
 def test_patch_and_unpatch_restore():
+    import renderers.client
+
     theirs = train.response_from_generate
+    generate = renderers.client.generate
     with compat.patched() as module:
         assert module is train and compat.is_patched()
+        assert renderers.client.generate.__wrapped__ is generate  # run with the core's read of its body
         with compat.patched():
             assert compat.is_patched()
         assert compat.is_patched()
     assert train.response_from_generate is theirs and not compat.is_patched()
+    assert renderers.client.generate is generate
     compat.patch()
     compat.patch()
     try:

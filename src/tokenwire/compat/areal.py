@@ -38,18 +38,32 @@ it cannot parse (``"Unexpected vLLM response format."``, a routing that does not
 so its callers' ``except ValueError`` still works. Where AReaL's own parse raises (a missing
 key, a name without ``:``), the drop-in runs AReaL's and raises what it raises.
 
-The hook receives the parsed body, not the bytes: ``arequest_with_retry`` serves every
-endpoint of AReaL's servers and returns ``json.loads``'s dict (which takes ``NaN``), so the
-drop-in checks the body's lists in whole-list operations and leaves the HTTP layer alone.
+On the generation path the body is read from its bytes: :func:`patch` also wraps
+``arequest_with_retry`` where ``RemoteInfEngine.agenerate`` looks it up
+(``areal.infra.remote_inf_engine``), and for a generation request (``/v1/completions``,
+``/v1/chat/completions``, ``/generate``) on AReaL's aiohttp session, that response's
+``json()`` hands the bytes to tokenwire's reader (``parse_completions_response``,
+``parse_chat_completions_response``, ``parse_sglang_generate_response``) instead of
+``json.loads``: no dict or list per token is made before ``parse_generation_response``, which
+then makes AReaL's lists from tokenwire's arrays. This is taken only for one choice whose
+every record is a ``"token_id:N"`` name (SGLang: one response, no routing, not aborted) that the
+reader accepts; any other body (and every body of other endpoints or callers) is
+``json.loads``'s dict and the checks above, so a refusal is the drop-in's as before. A logprob
+written as an integer literal comes back as a float on the bytes path (AReaL's ``list[float]``),
+where ``json.loads`` keeps the int.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.metadata
+import inspect
+import sys
 import threading
 from collections import Counter
+from contextvars import ContextVar
 from itertools import repeat
 from typing import Any
 
@@ -58,6 +72,7 @@ import numpy as np
 import tokenwire
 
 from ..base._errors import MalformedResponseError
+from ..read import _select
 from ..base._table import KEY
 from ..base._wire import VLLM_LOGPROB_SENTINEL
 from . import _patching
@@ -208,11 +223,135 @@ def _check_routing(raw: Any, meta_info: dict[str, Any]) -> None:
         raise _refuse("routed_experts holds a negative expert id", field=field, token=row)
 
 
+# --- the generation response's bytes --------------------------------------------------------------
+
+_ENGINE = "areal.infra.remote_inf_engine"
+# AReaL's generation endpoints, and the reader of each one's body.
+_READERS = {"/v1/completions": "parse_completions_response",
+            "/v1/chat/completions": "parse_chat_completions_response",
+            "/generate": "parse_sglang_generate_response"}
+_TOKEN_ID_NAME = b'"token_id:'
+# The body the running task's json() read last, as (the document handed back, the ids, the
+# logprobs, the stop reason), for parse_generation_response of the same task (agenerate calls
+# it on that document next, with nothing awaited between).
+_read_body: ContextVar[tuple[dict[str, Any], np.ndarray, np.ndarray, Any] | None] = ContextVar(
+    "tokenwire_areal_read_body", default=None)
+
+
+def _read_document(raw: Any, endpoint: str) -> dict[str, Any] | None:
+    """The document handed back for a generation body that tokenwire's reader accepts and
+    AReaL's parse reads the way the reader does (see the module's docstring); None for any
+    other (``json.loads`` then reads it)."""
+    if type(raw) is not bytes:
+        return None
+    try:
+        parsed = getattr(_select.kernels, _READERS[endpoint])(raw)
+    except MalformedResponseError:
+        return None
+    if len(parsed.choices) != 1:
+        return None
+    choice = parsed.choices[0]
+    ids, values = choice.completion_ids, choice.completion_logprobs
+    if values is None or values.dtype != np.float64:
+        return None
+    if endpoint == "/generate":
+        finish = choice.raw.get(KEY.meta_info, {}).get("finish_reason") if isinstance(choice.raw, dict) else None
+        if (choice.routed_experts is not None or not isinstance(finish, dict)
+                or finish.get("type") in (None, "abort") or len(ids) == 0):
+            return None
+        document = {KEY.meta_info: {"finish_reason": finish}}
+        stop = finish["type"]
+    else:
+        # AReaL takes the ids from the names: every record named "token_id:N" (the reader
+        # checked each name against the ids), and no such name anywhere else.
+        if len(ids) == 0 or raw.count(_TOKEN_ID_NAME) != len(ids):
+            return None
+        stop = choice.finish_reason
+        document = {KEY.choices: [{"finish_reason": stop}]}
+    _read_body.set((document, ids, values, stop))
+    return document
+
+
+def _from_body(response: Any) -> tuple[list[int], list[float], Any] | None:
+    """AReaL's lists and stop reason for ``response`` when it is the document the running
+    task's json() made from the bytes; else None."""
+    read = _read_body.get()
+    if read is None or read[0] is not response:
+        return None
+    _read_body.set(None)
+    _, ids, values, stop = read
+    calls["parse_generation_response from the reader's arrays"] += 1
+    return ids.tolist(), values.tolist(), stop
+
+
+class _BodyResponse:
+    """AReaL's aiohttp response, whose ``json()`` gives :func:`_read_document`'s document when
+    there is one (else aiohttp's own, from the body already read)."""
+
+    def __init__(self, response: Any, endpoint: str) -> None:
+        self._response, self._endpoint = response, endpoint
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._response, name)
+
+    async def json(self, **kwargs: Any) -> Any:
+        document = _read_document(await self._response.read(), self._endpoint) if not kwargs else None
+        return document if document is not None else await self._response.json(**kwargs)
+
+
+class _BodyRequest:
+    """The request context of AReaL's session, entered as a :class:`_BodyResponse`."""
+
+    def __init__(self, request: Any, endpoint: str) -> None:
+        self._request, self._endpoint = request, endpoint
+
+    async def __aenter__(self) -> _BodyResponse:
+        return _BodyResponse(await self._request.__aenter__(), self._endpoint)
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._request.__aexit__(*exc)
+
+
+class _BodySession:
+    """AReaL's aiohttp session, its ``post`` giving a :class:`_BodyRequest`."""
+
+    def __init__(self, session: Any, endpoint: str) -> None:
+        self._session, self._endpoint = session, endpoint
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def post(self, *args: Any, **kwargs: Any) -> _BodyRequest:
+        return _BodyRequest(self._session.post(*args, **kwargs), self._endpoint)
+
+
+def _reading_bytes(theirs: Any) -> Any:
+    """AReaL's ``arequest_with_retry``, its generation requests on a given session read from
+    the bytes (see :class:`_BodySession`); everything else exactly as AReaL's."""
+    signature = inspect.signature(theirs)
+
+    @functools.wraps(theirs)
+    async def arequest_with_retry(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        endpoint, session = bound.arguments.get("endpoint"), bound.arguments.get("session")
+        if (endpoint in _READERS and session is not None
+                and str(bound.arguments.get("method", "POST")).upper() == "POST"):
+            bound.arguments["session"] = _BodySession(session, endpoint)
+        return await theirs(*bound.args, **bound.kwargs)
+
+    arequest_with_retry.tokenwire_reads_bytes = True  # type: ignore[attr-defined]
+    return arequest_with_retry
+
+
 # --- the replacements ----------------------------------------------------------------------------
 
 
 def _vllm_parse(self: Any, response: dict[str, Any]) -> Any:
     calls["parse_generation_response (vLLM)"] += 1
+    read = _from_body(response)
+    if read is not None:
+        result_type = _original(type(self)).__globals__["HttpGenerationResult"]
+        return result_type(output_tokens=read[0], output_logprobs=read[1], stop_reason=read[2])
     fast = None
     try:
         logprobs = response["choices"][0]["logprobs"]
@@ -240,6 +379,10 @@ def _vllm_parse(self: Any, response: dict[str, Any]) -> Any:
 
 def _sglang_parse(self: Any, response: dict[str, Any]) -> Any:
     calls["parse_generation_response (SGLang)"] += 1
+    read = _from_body(response)
+    if read is not None:
+        result_type = _original(type(self)).__globals__["HttpGenerationResult"]
+        return result_type(output_tokens=read[0], output_logprobs=read[1], stop_reason=read[2], routed_experts=None)
     meta_info = response.get(KEY.meta_info) if isinstance(response, dict) else None
     if isinstance(meta_info, dict) and meta_info.get(KEY.routed_experts) is not None:
         _check_routing(meta_info[KEY.routed_experts], meta_info)  # before AReaL's reshape
@@ -263,6 +406,8 @@ _REPLACEMENTS = {"vllm": _vllm_parse, "sglang": _sglang_parse}
 _patch_lock = threading.RLock()
 # backend class -> AReaL's own parse_generation_response, for everything patch() replaced.
 _saved: dict[type, Any] = {}
+# module -> AReaL's own arequest_with_retry, where patch() wrapped it.
+_wrapped: dict[str, Any] = {}
 
 
 def _original(cls: type) -> Any:
@@ -302,6 +447,14 @@ def patch() -> None:
             if cls not in _saved:
                 _saved[cls] = vars(cls)["parse_generation_response"]
             cls.parse_generation_response = _REPLACEMENTS[kind]
+        try:
+            engine = importlib.import_module(_ENGINE)
+        except ImportError:
+            engine = None
+        theirs = getattr(engine, "arequest_with_retry", None)
+        if theirs is not None and not getattr(theirs, "tokenwire_reads_bytes", False):
+            _wrapped[_ENGINE] = theirs
+            engine.arequest_with_retry = _reading_bytes(theirs)
 
 
 def unpatch() -> None:
@@ -310,6 +463,11 @@ def unpatch() -> None:
         for cls, original in list(_saved.items()):
             cls.parse_generation_response = original
         _saved.clear()
+        for module_name, theirs in list(_wrapped.items()):
+            module = sys.modules.get(module_name)
+            if module is not None and getattr(module.arequest_with_retry, "__wrapped__", None) is theirs:
+                module.arequest_with_retry = theirs
+        _wrapped.clear()
 
 
 def is_patched() -> bool:

@@ -27,6 +27,7 @@ around a block. A verifiers release other than :data:`SUPPORTED_VERSIONS` is ref
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import sys
@@ -59,8 +60,10 @@ _MODULE = "verifiers.v1.clients.train"
 _NAME = "response_from_generate"
 
 _lock = threading.RLock()
-# verifiers' own response_from_generate while patched; whether patch() patched renderers too.
-_state: dict[str, Any] = {"theirs": None, "renderers": False}
+_GENERATE = "renderers.client"
+# verifiers' own response_from_generate while patched; whether patch() patched renderers too;
+# renderers' generate() where patch() put _in_generate's wrapper around it.
+_state: dict[str, Any] = {"theirs": None, "renderers": False, "generate": None}
 
 
 def verifiers_version() -> str | None:
@@ -118,8 +121,9 @@ def check_generate_result(result: Any) -> Ragged | None:
     decoded: dict[int, np.ndarray] = {}
     if routed is not None:
         if isinstance(routed, dict) and type(routed.get("data")) is memoryview:
+            array = _renderers.decoded_routing(routed["data"])  # decoded with the document
             try:
-                decoded[id(routed["data"])] = tokenwire.b64decode(routed["data"])
+                decoded[id(routed["data"])] = tokenwire.b64decode(routed["data"]) if array is None else array
             except MalformedResponseError:
                 raise _error("Invalid routed_experts base64", "routed_experts.data") from None
         choice[KEY.routed_experts] = routed
@@ -159,6 +163,24 @@ def response_from_generate(result: dict, model: str, bridged_turn: Any = None,
 # --- patching ------------------------------------------------------------------------------------
 
 
+def _in_generate(theirs: Any) -> Any:
+    """renderers' ``generate()`` run with :data:`tokenwire.compat.renderers.in_generate` set:
+    the document its ``parse_generate_response`` call makes is then read by the compiled core
+    from the bytes (renderers 0.1.12; no dict per logprob record), and ``generate()`` returns
+    what it returns unpatched."""
+
+    @functools.wraps(theirs)
+    async def generate(*args: Any, **kwargs: Any) -> Any:
+        token = _renderers.in_generate.set(True)
+        try:
+            return await theirs(*args, **kwargs)
+        finally:
+            _renderers.in_generate.reset(token)
+
+    generate.tokenwire_in_generate = True  # type: ignore[attr-defined]
+    return generate
+
+
 def original() -> Any:
     """verifiers' own ``response_from_generate`` (from before the patch when it is active)."""
     with _lock:
@@ -190,6 +212,12 @@ def patch() -> None:
         _state["renderers"] = patched_renderers
         _state["theirs"] = getattr(module, _NAME)
         setattr(module, _NAME, response_from_generate)
+        client = sys.modules.get(_GENERATE)
+        theirs = getattr(client, "generate", None)
+        if (_renderers.renderers_version() == "0.1.12" and inspect.iscoroutinefunction(theirs)
+                and not getattr(theirs, "tokenwire_in_generate", False)):
+            _state["generate"] = theirs
+            client.generate = _in_generate(theirs)
 
 
 def unpatch() -> None:
@@ -204,7 +232,11 @@ def unpatch() -> None:
             setattr(module, _NAME, theirs)
         if _state["renderers"]:
             _renderers.unpatch()
-        _state.update(theirs=None, renderers=False)
+        client = sys.modules.get(_GENERATE)
+        wrapped = getattr(client, "generate", None)
+        if _state["generate"] is not None and getattr(wrapped, "__wrapped__", None) is _state["generate"]:
+            client.generate = _state["generate"]
+        _state.update(theirs=None, renderers=False, generate=None)
 
 
 def is_patched() -> bool:
