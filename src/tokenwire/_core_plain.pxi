@@ -30,8 +30,8 @@ _GenerateResponse = _generate.GenerateResponse
 
 cdef extern from *:
     """
-    /* An instance of the plain class cls (its __new__ and __init__ object's and the
-       dataclass's own) whose attributes are the dict d, taken over: what cls(**d) makes,
+    /* An instance of cls (a dataclass whose __new__ is object's and whose __init__ only
+       sets its fields) with the dict d, taken over, as its attributes: what cls(**d) makes,
        without running the dataclass's __init__ one attribute at a time. */
     static PyObject *tw_instance_of(PyObject *cls, PyObject *d, PyObject *no_args) {
         PyObject *obj = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
@@ -67,7 +67,7 @@ def _instance_template(cls, names):
 
 
 # The plain path builds its results from these (a copy each, the fields it fills set): about
-# 3,000 instructions less per object than the dataclass's __init__ with its 19 parameters.
+# 600 instructions less per object than the dataclass's __init__ with its 19 parameters.
 cdef dict _PLAIN_CHOICE = _instance_template(_GenerateChoice, (
     "index", "completion_ids", "completion_logprobs", "finish_reason", "raw"))
 cdef dict _PLAIN_RESPONSE = _instance_template(_GenerateResponse, (
