@@ -39,9 +39,8 @@ ALLOWED: dict[tuple[str, str], str] = {
        for key in ("prompt_token_ids", "completion_logprobs", "sampling_mask", "routed_experts")},
     **{("cli/inspect.py", key): "the result attribute a field is decoded to"
        for key in ("completion_logprobs", "sampling_mask", "routed_experts")},
-    **{("_core_plain.pxi", key): "a result dataclass field, in the positional argument order"
-       for key in ("completion_logprobs", "sampling_mask", "routed_experts", "prompt_token_ids",
-                   "prompt_token_id_logprobs")},
+    **{("_core_plain.pxi", key): "a result dataclass field the plain path sets"
+       for key in ("completion_logprobs", "prompt_token_ids")},
     **{(name, key): "a Batch attribute (the padded array of a result attribute)"
        for name in ("batch/_batch.py", "base/_types.py")
        for key in ("completion_logprobs", "sampling_mask", "routed_experts", "prompt_token_ids")},

@@ -5,7 +5,7 @@
 # names of the files before it in scope); the C headers it calls are declared in _csrc.pxd.
 
 import json
-from dataclasses import fields as _dataclass_fields
+from dataclasses import MISSING as _dataclass_MISSING, fields as _dataclass_fields
 import os
 import sys
 import warnings

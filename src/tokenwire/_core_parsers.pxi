@@ -3,23 +3,38 @@
 # --- the parsers: scan, extract, then the plain path or the rules --------------------------------
 
 
+# A body below this many bytes makes no array the block cache would keep (its ids, 8 bytes
+# each, take at least 2 bytes of JSON: under tw_mem's 64 KiB), so its plain path runs with
+# numpy's own allocator, without the two context-variable writes of setting the handler.
+DEF _SMALL_BODY = 16384
+
+
 def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_sampling_mask=False,
                             prompt_logprob_start=None, teacher_logits=False, payload_root=None,
                             num_experts=None, prompt_tokens=None):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
-    k = check_top_k(top_k)
-    start = check_start(prompt_logprob_start)
-    root = check_payload_root(payload_root)
-    experts = check_num_experts(num_experts)
-    prompt_count = check_prompt_tokens(prompt_tokens)
+    # Each check is a Python call: the defaults (None) skip it, being valid as they are.
+    k = None if top_k is None else check_top_k(top_k)
+    start = None if prompt_logprob_start is None else check_start(prompt_logprob_start)
+    root = None if payload_root is None else check_payload_root(payload_root)
+    experts = None if num_experts is None else check_num_experts(num_experts)
+    prompt_count = None if prompt_tokens is None else check_prompt_tokens(prompt_tokens)
+    scan = _Scan()
+    document = scan.document(raw)  # the scan and the JSON of its remainder make no numpy array
+    # The plain path takes no mask, and no prompt length of the caller's (the rules compare it
+    # with the one the response states).
+    plain = k is None and not require_sampling_mask and prompt_count is None
+    if plain and scan.size < _SMALL_BODY:
+        response = _plain_generate(scan, document)
+        if response is not None:
+            return response
+        plain = False  # handed over: the rules decide
     previous = PyDataMem_SetHandler(_NP_HANDLER)
     try:
-        scan = _Scan()
-        document = scan.document(raw)
-        if k is None and not require_sampling_mask:  # the plain path takes no mask
-            plain = _plain_generate(scan, document)
-            if plain is not None:
-                return plain
+        if plain:
+            response = _plain_generate(scan, document)
+            if response is not None:
+                return response
         by_position = _extract.records_by_position(document)
         top, read = _evidence_records(scan, _choices_of(document), k, _GENERATE, by_position)
         return _generate.parse_document(document, k, require_logprobs,

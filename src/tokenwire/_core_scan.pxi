@@ -129,6 +129,7 @@ cdef class _Scan:
     cdef int path
     cdef object keep
     cdef readonly object source  # the bytes buf points into, as a Python buffer (for spans)
+    cdef size_t size  # how many bytes buf holds
 
     def __cinit__(self):
         tw_doc_init(&self.doc)
@@ -176,6 +177,7 @@ cdef class _Scan:
                         memcpy(dst, src, n)
                 self.source = _adopt(<uint8_t *>dst, n)  # owns the snapshot from now on
                 self.buf = dst
+        self.size = n
         self.path = _path
         self.doc.path = _path
         self.doc.decode = 1

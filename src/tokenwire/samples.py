@@ -410,6 +410,15 @@ def _plain_sglang_replay(seed: int) -> bytes:
     return sglang_replay(16384, 512 + 256 * (seed % 7), seed=seed)
 
 
+def _small_native(seed: int) -> bytes:
+    """About 64 tokens of native records with 7 candidates each (vLLM's ``logprobs=5`` plus
+    room for the sampled id and a tie), for a top-5 head; every fourth response has two choices."""
+    choices = [build_choice(_varied(4 * seed + i, 64, 7), transport="native", index=i,
+                            finish_reason=("stop", "length")[(seed + i) % 2])
+               for i in range(1 + (seed % 4 == 3))]
+    return dumps(response(choices, prompt_tokens=48 + 16 * (seed % 5), seed=seed))
+
+
 def _plain_multi_choice(seed: int) -> bytes:
     choices = [
         build_choice(_varied(8 * seed + i, 512, 0), transport="compact", index=i,
@@ -451,6 +460,8 @@ WORKLOADS: dict[str, Workload] = {
         Workload("moe_16k", "16k-token MoE routing (48 layers x top-8 uint8), packed logprobs", None, _plain_moe),
         Workload("choices_8x512", "8 choices x 512 tokens, compact rows, no head", None, _plain_multi_choice),
         Workload("packed_128", "128 tokens, packed float32 logprobs", None, partial(_one_choice, tokens=128, m=0, transport="packed", prompt=64)),
+        Workload("native_top5_64", "64 tokens, native JSON records with 7 candidates (filtered tails, ties), top-5 head; "
+                 "now and then two choices", 5, _small_native),
         Workload("sglang_replay_16k", "SGLang /generate: 16k tokens, triples, a 20-id sampling mask and its logprobs, "
                  "routing 48 layers x top-8 (int32, base64)", None, _plain_sglang_replay,
                  "parse_sglang_generate_response", (("routed_experts_shape", (48, 8)), ("num_experts", 128))),

@@ -73,10 +73,11 @@ def wrong_format(fmt: str, other: str, description: str, why: Any = None) -> Mal
 
 def _facade(fmt: str) -> Callable[..., Any]:
     name = PARSER_OF[fmt]
+    objects = fmt != "sglang"  # an SGLang item has no OpenAI ``object``
 
     @functools.wraps(getattr(_select.impl, name))
     def parser(raw: Any, **options: Any) -> Any:
-        if not isinstance(raw, _BODY_TYPES):
+        if type(raw) is not bytes and not isinstance(raw, _BODY_TYPES):
             raw = body_of(raw)
         try:
             response = getattr(_select.impl, name)(raw, **options)  # the implementation in use (tests swap it)
@@ -85,12 +86,13 @@ def _facade(fmt: str) -> Callable[..., Any]:
             if found is None or found[0] == fmt:
                 raise
             raise wrong_format(fmt, found[0], found[1], exc) from exc
-        payload = getattr(response, "payload", None)
-        if fmt != "sglang" and isinstance(payload, dict):
-            obj = payload.get("object")
-            other = _OBJECT_FORMAT.get(obj) if isinstance(obj, str) else None
-            if other is not None and other != fmt:
-                raise wrong_format(fmt, other, f"an {FORMATS[other].description} response (object {obj!r})")
+        if objects:
+            payload = getattr(response, "payload", None)
+            obj = payload.get("object") if isinstance(payload, dict) else None
+            if isinstance(obj, str):
+                other = _OBJECT_FORMAT.get(obj)
+                if other is not None and other != fmt:
+                    raise wrong_format(fmt, other, f"an {FORMATS[other].description} response (object {obj!r})")
         return response
 
     return parser
