@@ -27,7 +27,7 @@ from areal.api.io_struct import ModelRequest
 from areal.engine.sglang_remote import SGLangBackend
 from areal.engine.vllm_remote import VLLMBackend
 from areal.infra.utils.http import arequest_with_retry
-from live_server import JSONHandler, bounded_server
+from canned_http import bounded_server  # copied next to this file by run_areal_suite.py
 from tokenwire.compat import areal as compat
 
 PROMPT = [11, 12, 13]
@@ -81,21 +81,23 @@ def sglang_body(defect: str | None, routing: bool = True) -> bytes:
     return json.dumps({"text": "x", "output_ids": [1000 + 7 * t for t in range(N)], "meta_info": meta}).encode()
 
 
-class _Handler(JSONHandler):
+class _Answer:
+    """The server's answer: the body of the test running's backend, with its planted defect."""
+
     defect: str | None = None
     routing = True
 
-    def payload(self) -> bytes:
-        if self.path == "/generate":
-            return sglang_body(type(self).defect, type(self).routing)
-        return vllm_body(type(self).defect, chat=self.path.endswith("/chat/completions"))
+    def __call__(self, path: str, sent: bytes) -> tuple[int, bytes]:
+        if path == "/generate":
+            return 200, sglang_body(self.defect, self.routing)
+        return 200, vllm_body(self.defect, chat=path.endswith("/chat/completions"))
 
 
 @pytest.fixture(scope="module")
 def server():
-    handler = type("Handler", (_Handler,), {})
-    with bounded_server(handler) as addr:
-        yield handler, addr
+    answer = _Answer()
+    with bounded_server(answer) as addr:
+        yield answer, addr
 
 
 BACKENDS = {"vLLM completions": (VLLMBackend, "/v1/completions"),
@@ -108,9 +110,9 @@ def serve_one(server: Any, backend: str, defect: str | None, session: bool = Fal
     """One round of AReaL's generation: ``arequest_with_retry`` (with ``session``, as
     ``RemoteInfEngine.agenerate`` calls it: looked up in ``areal.infra.remote_inf_engine``, on
     an aiohttp session of the caller's), then the backend's ``parse_generation_response``."""
-    handler, addr = server
-    handler.defect = defect
-    handler.routing = backend != "SGLang without routing"
+    answer, addr = server
+    answer.defect = defect
+    answer.routing = backend != "SGLang without routing"
     cls, endpoint = BACKENDS[backend]
     request = ModelRequest(input_ids=list(PROMPT), gconfig=GenerationHyperparameters(max_new_tokens=N))
     http_req = cls().build_generation_request(request, with_lora=False, version=0)

@@ -1,16 +1,21 @@
 """A local HTTP server for the framework drop-ins' tests and benchmarks: it answers every POST
 on 127.0.0.1 with the next canned ``(status, body)`` of its queue (or the default body), and
 records each request's path and JSON body. It stops answering after ``limit`` requests.
-:func:`json_handler` is the request handler under it, for servers that answer otherwise."""
+:func:`json_handler` is the request handler under it, for servers that answer otherwise;
+:func:`bounded_server` serves one for a block (the framework live tests, which the suite scripts
+run with a copy of this file beside them)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections import deque
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from collections.abc import Callable
 from typing import Any
+
+MAX_REQUESTS = 500  # bounded_server's loop is bounded
 
 
 def json_handler(answer: Callable[[str, bytes], tuple[int, bytes]],
@@ -37,6 +42,27 @@ def json_handler(answer: Callable[[str, bytes], tuple[int, bytes]],
             pass
 
     return Handler
+
+
+@contextlib.contextmanager
+def bounded_server(answer: Callable[[str, bytes], tuple[int, bytes]],
+                   protocol: str = "HTTP/1.0") -> Iterator[str]:
+    """Serve ``answer`` (see :func:`json_handler`) on 127.0.0.1 for the block, at most
+    :data:`MAX_REQUESTS` requests; yields ``127.0.0.1:port``."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), json_handler(answer, protocol))
+
+    def serve() -> None:
+        for _ in range(MAX_REQUESTS):
+            if getattr(httpd, "stopping", False):
+                break
+            httpd.handle_request()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.stopping = True  # type: ignore[attr-defined]
+        httpd.server_close()
 
 
 class CannedServer:

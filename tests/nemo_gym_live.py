@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import base64
 import struct
-import threading
-from http.server import ThreadingHTTPServer
 from typing import Any
 from unittest.mock import MagicMock
 
@@ -24,14 +22,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 import nemo_gym.server_utils
-from canned_http import json_handler  # copied next to this file by run_nemo_gym_suite.py
+from canned_http import bounded_server  # copied next to this file by run_nemo_gym_suite.py
 from nemo_gym.server_utils import ServerClient
 from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig
 from tokenwire.compat import nemo_gym as compat
 
 PROMPT = [11, 12, 13]
 N = 64
-MAX_REQUESTS = 500  # the server's loop is bounded
 
 
 def envelope(rows: int, layers: int = 4, topk: int = 2, first: int = 0) -> str:
@@ -83,30 +80,18 @@ class _Answer:
 @pytest.fixture(scope="module")
 def server():
     answer = _Answer()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), json_handler(answer, "HTTP/1.0"))
-
-    def serve() -> None:
-        for _ in range(MAX_REQUESTS):
-            if getattr(httpd, "stopping", False):
-                break
-            httpd.handle_request()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    # As NeMo-Gym's own tests of the model server do: no Hydra configuration from argv.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(nemo_gym.server_utils, "get_global_config_dict", lambda *a, **k: {})
-        config = VLLMModelConfig(host="127.0.0.1", port=8080, entrypoint="", name="vllm_model",
-                                 base_url=f"{url}/v1", api_key="dummy_key", model="dummy_model",
-                                 return_token_id_information=True, uses_reasoning_parser=False,
-                                 uses_interleaved_reasoning=False)
-        model = VLLMModel(config=config, server_client=MagicMock(spec=ServerClient, global_config_dict={}))
-        # One client (one event loop) for the module: NeMo-Gym's aiohttp session is global.
-        with TestClient(model.setup_webserver()) as client:
-            yield answer, client
-    httpd.stopping = True
-    httpd.server_close()
+    with bounded_server(answer) as addr:
+        # As NeMo-Gym's own tests of the model server do: no Hydra configuration from argv.
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(nemo_gym.server_utils, "get_global_config_dict", lambda *a, **k: {})
+            config = VLLMModelConfig(host="127.0.0.1", port=8080, entrypoint="", name="vllm_model",
+                                     base_url=f"http://{addr}/v1", api_key="dummy_key", model="dummy_model",
+                                     return_token_id_information=True, uses_reasoning_parser=False,
+                                     uses_interleaved_reasoning=False)
+            model = VLLMModel(config=config, server_client=MagicMock(spec=ServerClient, global_config_dict={}))
+            # One client (one event loop) for the module: NeMo-Gym's aiohttp session is global.
+            with TestClient(model.setup_webserver()) as client:
+                yield answer, client
 
 
 def serve_one(server: Any, defect: str | None) -> Any:

@@ -27,8 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from framework_suite import copy_live, report, run  # noqa: E402
-from run_renderers_suite import SuiteUnavailable  # noqa: E402
+from suite_junit import SuiteUnavailable, copy_live, report_live, run_framework  # noqa: E402
 
 VERSION = "1.0.4"
 PLUGIN = "tokenwire.compat.areal_plugin"
@@ -59,18 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tokenwire-areal-") as tmp:
         work = Path(tmp)
         try:
-            common = dict(switch=SWITCH, targets=list(SUITE), preload=PRELOAD)
-            before = run(root, work / "unpatched.xml", args.python, plugin=None, **common)
-            after = run(root, work / "patched.xml", args.python, plugin=PLUGIN, **common)
+            common = dict(switch=SWITCH, preload=PRELOAD)
+            before = run_framework(args.python, root, work / "unpatched.xml", list(SUITE), **common)
+            after = run_framework(args.python, root, work / "patched.xml", list(SUITE), plugin=PLUGIN, **common)
             live_copy = copy_live(LIVE, work)
-            live = run(root, work / "live.xml", args.python, plugin=None, switch=SWITCH,
-                       targets=[str(live_copy)], extra=["-s"], preload=PRELOAD)
+            live = run_framework(args.python, root, work / "live.xml", [str(live_copy), "-s"], **common)
         except (SuiteUnavailable, subprocess.SubprocessError) as exc:
             print(f"AReaL suite unavailable: {exc}", file=sys.stderr)
             return 2
-        return report(f"AReaL {VERSION} suite ({', '.join(SUITE)})",
-                      "live backends against 127.0.0.1 (tests/areal_live.py)",
-                      before, after, live, SUMMARY, args.verbose)
+        return report_live(f"AReaL {VERSION} suite ({', '.join(SUITE)})",
+                           "live backends against 127.0.0.1 (tests/areal_live.py)",
+                           before, after, live, SUMMARY, args.verbose)
 
 
 if __name__ == "__main__":

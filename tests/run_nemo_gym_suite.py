@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from suite_junit import Run, SuiteUnavailable, differences, environment, run_pytest  # noqa: E402
+from suite_junit import SuiteUnavailable, copy_live, report_live, run_framework  # noqa: E402
 
 VERSION = "0.7.0"
 PLUGIN = "tokenwire.compat.nemo_gym_plugin"
 SUMMARY = "tokenwire: NeMo-Gym stayed patched for the whole session"
+SWITCH = "TOKENWIRE_NEMO_GYM_PATCH"
 # NeMo-Gym's tests of the code the drop-in replaces or feeds: the vLLM model server (which
 # reads the token ids, logprobs and routing), the HTTP helpers and OpenAI client
 # (get_response_json), and the routing envelope's codec.
@@ -61,21 +61,6 @@ def sdist_root(sdist: str | None, work: Path, python: str) -> Path:
     return next(p for p in (work / "src").iterdir() if (p / "nemo_gym").is_dir())
 
 
-def run(root: Path, junit: Path, python: str, *, patched: bool, targets: list[str],
-        extra: list[str] | None = None) -> Run:
-    return run_pytest(python, root, junit, [*targets, *(extra or [])],
-                      env=environment([str(root)], ["TOKENWIRE_NEMO_GYM_PATCH"]),
-                      plugin=PLUGIN if patched else None, options=["-o", "addopts=", "-W", "ignore"],
-                      timeout=3600)
-
-
-def compare(before: Run, after: Run) -> list[str]:
-    problems = differences(before, after)
-    if SUMMARY not in after.output:
-        problems.append("the patched run does not report the patch in place for the whole session")
-    return problems
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=os.environ.get("TOKENWIRE_NEMO_GYM_PYTHON"),
@@ -91,38 +76,18 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         try:
             root = sdist_root(args.sdist, work, args.python)
-            before = run(root, work / "unpatched.xml", args.python, patched=False, targets=list(SUITE))
-            after = run(root, work / "patched.xml", args.python, patched=True, targets=list(SUITE))
-            # A copy outside tokenwire's tests/ (whose conftest needs tokenwire's test extras),
-            # with the local server it imports.
-            (work / "live").mkdir()
-            for source in (LIVE, LIVE.with_name("canned_http.py")):
-                (work / "live" / source.name).write_bytes(source.read_bytes())
-            live_copy = work / "live" / LIVE.name
-            live = run(root, work / "live.xml", args.python, patched=False, targets=[str(live_copy)],
-                       extra=["-s"])
+            before = run_framework(args.python, root, work / "unpatched.xml", list(SUITE), switch=SWITCH)
+            after = run_framework(args.python, root, work / "patched.xml", list(SUITE), switch=SWITCH,
+                                  plugin=PLUGIN)
+            live_copy = copy_live(LIVE, work)
+            live = run_framework(args.python, root, work / "live.xml", [str(live_copy), "-s"],
+                                 switch=SWITCH)
         except (SuiteUnavailable, subprocess.SubprocessError, StopIteration) as exc:
             print(f"NeMo-Gym suite unavailable: {exc}", file=sys.stderr)
             return 2
-        problems = compare(before, after)
-        exercised = re.findall(r"^tokenwire: exercised (\S+)", after.output, re.M)
-        print(f"NeMo-Gym {VERSION} suite ({', '.join(SUITE)})")
-        print(f"  unpatched: {before.summary()}")
-        print(f"  patched:   {after.summary()}")
-        print(f"  tests that reached the replacements: {len(exercised)}")
-        if args.verbose:
-            for name in exercised:
-                print(f"    {name}")
-        for line in problems:
-            print(f"  PROBLEM: {line}")
-        print(f"live client against 127.0.0.1 (tests/nemo_gym_live.py): {live.summary()}")
-        for line in re.findall(r"^DEFECT (.*)$", live.output, re.M):
-            print(f"  {line}")
-        if args.verbose or problems or live.count("failed") or live.count("error"):
-            print(live.output[-3000:] if live.count("failed") or live.count("error") else "")
-        ok = not problems and not live.count("failed") and not live.count("error") and live.count("passed")
-        print("  OK" if ok else "  FAILED")
-        return 0 if ok else 1
+        return report_live(f"NeMo-Gym {VERSION} suite ({', '.join(SUITE)})",
+                           "live client against 127.0.0.1 (tests/nemo_gym_live.py)",
+                           before, after, live, SUMMARY, args.verbose)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 """What the framework-suite scripts share: a pytest run of a framework's tests read back from
 its JUnit XML, and the test-by-test comparison of an unpatched run with a patched one.
 
-Used by run_renderers_suite.py, run_eval_protocol_suite.py, run_nemo_gym_suite.py and
-run_compat_suite.py (each runs the framework's own tests without and with a drop-in's plugin).
+Used by run_renderers_suite.py, run_eval_protocol_suite.py, run_nemo_gym_suite.py,
+run_areal_suite.py and run_compat_suite.py (each runs the framework's own tests without and with
+a drop-in's plugin); the NeMo-Gym and AReaL scripts also run a live test against a local server
+(:func:`copy_live`, :func:`report_live`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
@@ -98,10 +101,13 @@ def environment(path: Iterable[str] = (), drop: Iterable[str] = ()) -> dict[str,
 
 
 def run_pytest(python: str, root: Path, junit: Path, targets: list[str], *, env: dict[str, str],
-               plugin: str | None = None, options: Iterable[str] = (), timeout: float = 600) -> Run:
+               plugin: str | None = None, options: Iterable[str] = (), timeout: float = 600,
+               preload: Iterable[str] = ()) -> Run:
     """``python -m pytest`` of ``targets`` from ``root`` (its rootdir), with ``-p plugin`` when
-    given, read back from the JUnit XML it writes to ``junit``."""
-    command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-p", plugin] if plugin else []),
+    given (after ``-p`` of each module of ``preload``), read back from the JUnit XML it writes
+    to ``junit``."""
+    plugins = [*preload, *([plugin] if plugin else [])]
+    command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(a for name in plugins for a in ("-p", name)),
                "--rootdir", str(root), "-rA", f"--junitxml={junit}", *options, *targets]
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     output = done.stdout + done.stderr
@@ -109,6 +115,14 @@ def run_pytest(python: str, root: Path, junit: Path, targets: list[str], *, env:
         raise SuiteUnavailable(f"pytest wrote no results (exit {done.returncode}):\n{output[-2000:]}")
     outcomes, skips = parse_junit(junit)
     return Run(outcomes, skips, output, done.returncode)
+
+
+def run_framework(python: str, root: Path, junit: Path, targets: list[str], *, switch: str,
+                  plugin: str | None = None, preload: Iterable[str] = ()) -> Run:
+    """One run of the NeMo-Gym or AReaL suite script: pytest from ``root`` (first on the path),
+    without the plugin's ``switch`` in the environment, the suite's addopts or its warnings."""
+    return run_pytest(python, root, junit, targets, env=environment([str(root)], [switch]), plugin=plugin,
+                      options=["-o", "addopts=", "-W", "ignore"], timeout=3600, preload=preload)
 
 
 def differences(unpatched: Run, patched: Run) -> list[str]:
@@ -141,3 +155,47 @@ def show(result: Comparison, verbose: bool, tail: int = 3000) -> bool:
             print(f"----- {result.version} {label} run (exit {run.returncode}) -----\n{run.output[-tail:]}")
     print(result.report())
     return result.ok
+
+
+def compare(unpatched: Run, patched: Run, summary: str) -> list[str]:
+    """:func:`differences`, and the plugin's ``summary`` line missing from the patched run."""
+    problems = differences(unpatched, patched)
+    if summary not in patched.output:
+        problems.append("the patched run does not report the patch in place for the whole session")
+    return problems
+
+
+def copy_live(live: Path, work: Path) -> Path:
+    """A copy of the live test ``live`` (and canned_http.py, whose server it imports) in
+    ``work``/live, outside tokenwire's tests/ (whose conftest needs tokenwire's test extras)."""
+    (work / "live").mkdir()
+    for source in (live, Path(__file__).with_name("canned_http.py")):
+        (work / "live" / source.name).write_bytes(source.read_bytes())
+    return work / "live" / live.name
+
+
+def report_live(title: str, live_title: str, before: Run, after: Run, live: Run, summary: str,
+                verbose: bool) -> int:
+    """Print both runs, the tests that reached the drop-in (the plugin's ``tokenwire:
+    exercised`` lines), the live test's ``DEFECT`` rows, and return the exit status: 0 the runs
+    agree (:func:`compare`) and the live test passes, else 1."""
+    problems = compare(before, after, summary)
+    exercised = re.findall(r"^tokenwire: exercised (\S+)", after.output, re.M)
+    print(title)
+    print(f"  unpatched: {before.summary()}")
+    print(f"  patched:   {after.summary()}")
+    print(f"  tests that reached the replacements: {len(exercised)}")
+    if verbose:
+        for name in exercised:
+            print(f"    {name}")
+    for line in problems:
+        print(f"  PROBLEM: {line}")
+    print(f"{live_title}: {live.summary()}")
+    for line in re.findall(r"^DEFECT (.*)$", live.output, re.M):
+        print(f"  {line}")
+    failed = live.count("failed") or live.count("error")
+    if verbose or problems or failed:
+        print(live.output[-3000:] if failed else "")
+    ok = not problems and not failed and live.count("passed")
+    print("  OK" if ok else "  FAILED")
+    return 0 if ok else 1
