@@ -17,6 +17,18 @@ from typing import Any
 import pytest
 
 
+def count_calls(compat: Any) -> int:
+    """A drop-in's calls so far: the sum of its ``calls`` counter (for :func:`hooks`)."""
+    return sum(compat.calls.values())
+
+
+def exercised(compat: Any, reached: list[tuple[str, int]]) -> list[str]:
+    """The summary's lines on the tests that reached the replacements (for :func:`hooks`),
+    the ``tokenwire: exercised`` lines the suite scripts count."""
+    return [f"tokenwire: {len(reached)} tests reached the replacements",
+            *(f"tokenwire: exercised {nodeid}" for nodeid, _ in reached)]
+
+
 def hooks(framework: str, target: str, env: str, version: str, *, option: str = "--tokenwire-no-patch",
           label: str | None = None, header: str | None = None, calls: Callable[[Any], int] | None = None,
           report: Callable[[Any, list[tuple[str, int]]], list[str]] | None = None,

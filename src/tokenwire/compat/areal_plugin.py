@@ -10,7 +10,8 @@ whether the patch stayed in place for the whole session and which tests reached 
 
 from __future__ import annotations
 
-from ._pytest_plugin import install
+from ._plugin import count_calls, exercised, hooks
 
-install(globals(), drop_in="tokenwire.compat.areal", framework="AReaL", version="areal_version",
-        env="TOKENWIRE_AREAL_PATCH", option="--tokenwire-no-areal-patch")
+globals().update(hooks("areal", "AReaL", "TOKENWIRE_AREAL_PATCH", "areal_version",
+                       option="--tokenwire-no-areal-patch", label="AReaL",
+                       calls=count_calls, report=exercised))

@@ -11,16 +11,8 @@ the patch stayed in place for the whole session, and which tests reached the rep
 
 from __future__ import annotations
 
-from typing import Any
-
-from ._plugin import hooks
-
-
-def _report(compat: Any, reached: list[tuple[str, int]]) -> list[str]:
-    return [f"tokenwire: {len(reached)} tests reached the replacements",
-            *(f"tokenwire: exercised {nodeid}" for nodeid, _ in reached)]
-
+from ._plugin import count_calls, exercised, hooks
 
 globals().update(hooks("nemo_gym", "NeMo-Gym", "TOKENWIRE_NEMO_GYM_PATCH", "nemo_gym_version",
                        option="--tokenwire-no-nemo-gym-patch", label="NeMo-Gym",
-                       calls=lambda compat: sum(compat.calls.values()), report=_report))
+                       calls=count_calls, report=exercised))
