@@ -77,14 +77,16 @@ static double acc_round(const exact_acc *a) {
     return ldexp((double)mant, (int)low - 1074); /* +inf past DBL_MAX */
 }
 
-double tw_fsum_nonneg(const double *x, size_t n) {
+/* The exact sum of x[i] (of exp(x[i]) with take_exp): NaN if any term is NaN or (without
+   take_exp) negative, else +inf if any term is +inf; errno as it was. */
+static inline double fsum_terms(const double *x, size_t n, int take_exp) {
     int saved = errno;
     exact_acc a;
     memset(&a, 0, sizeof a);
     int nan = 0, inf = 0;
     for (size_t i = 0; i < n; i++) {
-        double v = x[i];
-        if (v != v || v < 0)
+        double v = take_exp ? exp(x[i]) : x[i];
+        if (v != v || (!take_exp && v < 0))
             nan = 1;
         else if (v == INFINITY)
             inf = 1;
@@ -96,21 +98,6 @@ double tw_fsum_nonneg(const double *x, size_t n) {
     return s;
 }
 
-double tw_fsum_exp(const double *p, size_t n) {
-    int saved = errno;
-    exact_acc a;
-    memset(&a, 0, sizeof a);
-    int nan = 0, inf = 0;
-    for (size_t i = 0; i < n; i++) {
-        double v = exp(p[i]);
-        if (v != v)
-            nan = 1;
-        else if (v == INFINITY)
-            inf = 1;
-        else
-            acc_add(&a, v);
-    }
-    double s = nan ? NAN : inf ? INFINITY : acc_round(&a);
-    errno = saved;
-    return s;
-}
+double tw_fsum_nonneg(const double *x, size_t n) { return fsum_terms(x, n, 0); }
+
+double tw_fsum_exp(const double *p, size_t n) { return fsum_terms(p, n, 1); }
