@@ -74,51 +74,52 @@ static inline double fast_exp(double x) {
 #endif
 
 #ifdef TW_X86_SIMD
+/* The steps both x86 widths take, written once over the intrinsics' prefix V (_mm512 or
+   _mm256) and width W (512 or 256): the range reduction of x (t holds k in its low bits, r is
+   x - k ln 2), the degree-6 polynomial of exp(r) in single precision, and 2^k from t. */
+#define TW_EXP_REDUCE(V, x, t, r)                                                             \
+    do {                                                                                      \
+        t = V##_fmadd_pd(x, V##_set1_pd(INVLN2), V##_set1_pd(SHIFT));                         \
+        r = V##_sub_pd(t, V##_set1_pd(SHIFT));                                                \
+        r = V##_fnmadd_pd(r, V##_set1_pd(LN2LO), V##_fnmadd_pd(r, V##_set1_pd(LN2HI), x));    \
+    } while (0)
+#define TW_EXP_POLY(V, p, r)                                                                  \
+    do {                                                                                      \
+        p = V##_fmadd_ps(V##_set1_ps(F6), r, V##_set1_ps(F5));                                \
+        p = V##_fmadd_ps(p, r, V##_set1_ps(F4));                                              \
+        p = V##_fmadd_ps(p, r, V##_set1_ps(F3));                                              \
+        p = V##_fmadd_ps(p, r, V##_set1_ps(F2));                                              \
+        p = V##_fmadd_ps(p, r, V##_set1_ps(1.0f));                                            \
+        p = V##_fmadd_ps(p, r, V##_set1_ps(1.0f));                                            \
+    } while (0)
+#define TW_EXP_SCALE(V, W, t, bias) \
+    V##_castsi##W##_pd(V##_slli_epi64(V##_add_epi64(V##_castpd_si##W(t), bias), 52))
+
 TW_TARGET_AVX512 static inline void fast_exp16_avx512(__m512d x0, __m512d x1,
                                                                               __m512d *e0,
                                                                               __m512d *e1) {
-    const __m512d shift = _mm512_set1_pd(SHIFT), invln2 = _mm512_set1_pd(INVLN2);
-    const __m512d ln2hi = _mm512_set1_pd(LN2HI), ln2lo = _mm512_set1_pd(LN2LO);
-    __m512d t0 = _mm512_fmadd_pd(x0, invln2, shift), t1 = _mm512_fmadd_pd(x1, invln2, shift);
-    __m512d k0 = _mm512_sub_pd(t0, shift), k1 = _mm512_sub_pd(t1, shift);
-    __m512d r0 = _mm512_fnmadd_pd(k0, ln2lo, _mm512_fnmadd_pd(k0, ln2hi, x0));
-    __m512d r1 = _mm512_fnmadd_pd(k1, ln2lo, _mm512_fnmadd_pd(k1, ln2hi, x1));
+    __m512d t0, t1, r0, r1;
+    __m512 p;
+    TW_EXP_REDUCE(_mm512, x0, t0, r0);
+    TW_EXP_REDUCE(_mm512, x1, t1, r1);
     __m512 r = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(r0)), _mm512_cvtpd_ps(r1), 1);
-    __m512 p = _mm512_set1_ps(F6);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(F5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(F4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(F3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(F2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    TW_EXP_POLY(_mm512, p, r);
     const __m512i bias = _mm512_set1_epi64(1023);
-    __m512d s0 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(_mm512_castpd_si512(t0), bias), 52));
-    __m512d s1 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(_mm512_castpd_si512(t1), bias), 52));
-    *e0 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(p)), s0);
-    *e1 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1)), s1);
+    *e0 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(p)), TW_EXP_SCALE(_mm512, 512, t0, bias));
+    *e1 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1)), TW_EXP_SCALE(_mm512, 512, t1, bias));
 }
 
 TW_TARGET_AVX2 static inline void fast_exp8_avx2(__m256d x0, __m256d x1,
                                                                          __m256d *e0, __m256d *e1) {
-    const __m256d shift = _mm256_set1_pd(SHIFT), invln2 = _mm256_set1_pd(INVLN2);
-    const __m256d ln2hi = _mm256_set1_pd(LN2HI), ln2lo = _mm256_set1_pd(LN2LO);
-    __m256d t0 = _mm256_fmadd_pd(x0, invln2, shift), t1 = _mm256_fmadd_pd(x1, invln2, shift);
-    __m256d k0 = _mm256_sub_pd(t0, shift), k1 = _mm256_sub_pd(t1, shift);
-    __m256d r0 = _mm256_fnmadd_pd(k0, ln2lo, _mm256_fnmadd_pd(k0, ln2hi, x0));
-    __m256d r1 = _mm256_fnmadd_pd(k1, ln2lo, _mm256_fnmadd_pd(k1, ln2hi, x1));
+    __m256d t0, t1, r0, r1;
+    __m256 p;
+    TW_EXP_REDUCE(_mm256, x0, t0, r0);
+    TW_EXP_REDUCE(_mm256, x1, t1, r1);
     __m256 r = _mm256_set_m128(_mm256_cvtpd_ps(r1), _mm256_cvtpd_ps(r0));
-    __m256 p = _mm256_set1_ps(F6);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(F5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(F4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(F3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(F2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    TW_EXP_POLY(_mm256, p, r);
     const __m256i bias = _mm256_set1_epi64x(1023);
-    __m256d s0 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(_mm256_castpd_si256(t0), bias), 52));
-    __m256d s1 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(_mm256_castpd_si256(t1), bias), 52));
-    *e0 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), s0);
-    *e1 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)), s1);
+    *e0 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(p)), TW_EXP_SCALE(_mm256, 256, t0, bias));
+    *e1 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)), TW_EXP_SCALE(_mm256, 256, t1, bias));
 }
 
 #endif
