@@ -210,14 +210,27 @@ static inline size_t sweep_range(const int64_t *ids, const double *lps, size_t i
     return end;
 }
 
+/* Where word w's candidates end; the vector sweeps' start in it (the first `lead` of word 0
+   in scalar code: there is nothing before the first). */
+static inline size_t word_end(size_t n, size_t w) { return n - w * 64 < 64 ? n : w * 64 + 64; }
+
+static inline size_t word_start(const int64_t *ids, const double *lps, size_t w, size_t end,
+                                size_t lead, uint64_t *u, uint64_t *z) {
+    return w ? w * 64 : sweep_range(ids, lps, 0, end < lead ? end : lead, u, z);
+}
+
+/* The rest of word w in scalar code, and its flags stored. */
+static inline void word_finish(const int64_t *ids, const double *lps, size_t w, size_t i,
+                               size_t end, uint64_t u, uint64_t z, uint64_t *up, uint64_t *sent) {
+    sweep_range(ids, lps, i, end, &u, &z);
+    up[w] = u;
+    sent[w] = z;
+}
+
 static void sweep_scalar(const int64_t *ids, const double *lps, size_t n, uint64_t *up,
                          uint64_t *sent) {
-    for (size_t w = 0; w * 64 < n; w++) {
-        uint64_t u = 0, z = 0;
-        sweep_range(ids, lps, w * 64, n - w * 64 < 64 ? n : w * 64 + 64, &u, &z);
-        up[w] = u;
-        sent[w] = z;
-    }
+    for (size_t w = 0; w * 64 < n; w++)
+        word_finish(ids, lps, w, w * 64, word_end(n, w), 0, 0, up, sent);
 }
 
 #ifdef TW_X86_SIMD
@@ -227,10 +240,8 @@ TW_TARGET_AVX2 static void sweep_avx2(const int64_t *ids, const double *lps,
     const __m256d sentinel = _mm256_set1_pd(HEAD_SENTINEL);
     for (size_t w = 0; w * 64 < n; w++) {
         uint64_t u = 0, z = 0;
-        size_t i = w * 64, end = n - w * 64 < 64 ? n : w * 64 + 64;
-        if (i == 0) /* the first four: there is nothing before the first */
-            i = sweep_range(ids, lps, 0, end < 4 ? end : 4, &u, &z);
-        for (; i + 4 <= end; i += 4) {
+        size_t i, end = word_end(n, w);
+        for (i = word_start(ids, lps, w, end, 4, &u, &z); i + 4 <= end; i += 4) {
             __m256i id = _mm256_loadu_si256((const __m256i *)(ids + i));
             __m256i pid = _mm256_loadu_si256((const __m256i *)(ids + i - 1));
             __m256d v = _mm256_loadu_pd(lps + i), pv = _mm256_loadu_pd(lps + i - 1);
@@ -240,9 +251,7 @@ TW_TARGET_AVX2 static void sweep_avx2(const int64_t *ids, const double *lps,
             u |= (uint64_t)_mm256_movemask_pd(b) << (i & 63);
             z |= (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(v, sentinel, _CMP_EQ_OQ)) << (i & 63);
         }
-        sweep_range(ids, lps, i, end, &u, &z);
-        up[w] = u;
-        sent[w] = z;
+        word_finish(ids, lps, w, i, end, u, z, up, sent);
     }
 }
 #endif
@@ -263,10 +272,8 @@ static void sweep_neon(const int64_t *ids, const double *lps, size_t n, uint64_t
     const float64x2_t sentinel = vdupq_n_f64(HEAD_SENTINEL);
     for (size_t w = 0; w * 64 < n; w++) {
         uint64_t u = 0, z = 0;
-        size_t i = w * 64, end = n - w * 64 < 64 ? n : w * 64 + 64;
-        if (i == 0) /* the first eight: there is nothing before the first */
-            i = sweep_range(ids, lps, 0, end < 8 ? end : 8, &u, &z);
-        for (; i + 8 <= end; i += 8) {
+        size_t i, end = word_end(n, w);
+        for (i = word_start(ids, lps, w, end, 8, &u, &z); i + 8 <= end; i += 8) {
             float64x2x4_t v = vld1q_f64_x4(lps + i), pv = vld1q_f64_x4(lps + i - 1);
             int64x2x4_t id = vld1q_s64_x4(ids + i), pid = vld1q_s64_x4(ids + i - 1);
             uint64x2_t b[4], s[4];
@@ -278,9 +285,7 @@ static void sweep_neon(const int64_t *ids, const double *lps, size_t n, uint64_t
             u |= bits8_neon(b[0], b[1], b[2], b[3]) << (i & 63);
             z |= bits8_neon(s[0], s[1], s[2], s[3]) << (i & 63);
         }
-        sweep_range(ids, lps, i, end, &u, &z);
-        up[w] = u;
-        sent[w] = z;
+        word_finish(ids, lps, w, i, end, u, z, up, sent);
     }
 }
 #endif
