@@ -19,7 +19,7 @@ from tokenwire.kernels import python as python_kernels
 from tokenwire.rules import generate as python_rules
 from tokenwire.rules import sources as sources_rules
 
-from . import strategies, test_openai
+from . import openai_strategies, strategies, test_openai, test_openai_mutated
 from .conftest import _NO_CORE, _core
 
 EXAMPLES = 300
@@ -148,34 +148,34 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@pytest.mark.parametrize("fmt", test_openai.FORMATS, ids=[f.name for f in test_openai.FORMATS])
+@pytest.mark.parametrize("fmt", openai_strategies.FORMATS, ids=[f.name for f in openai_strategies.FORMATS])
 @pytest.mark.parametrize("top_k", [None, 1])
 def test_openai_formats(simd, fmt, top_k):
     doc, _ = test_openai.base(fmt)
     assert_openai_peers(test_openai.dumps(doc), top_k, fmt.name.startswith("sglang"))
 
 
-@pytest.mark.parametrize("form", test_openai.ROUTING_FORMS)
+@pytest.mark.parametrize("form", openai_strategies.ROUTING_FORMS)
 def test_openai_routing(simd, form):
     """vLLM's routing replay, the top-level prompt_routed_experts of vLLM 0.21 included."""
-    for fmt in (test_openai.BY_NAME["vllm_completions"], test_openai.BY_NAME["vllm_chat"]):
-        evs = [test_openai.evidence([5, 6, 7], [-0.5, -0.25, -1.0]), test_openai.evidence([9], [-2.0])]
+    for fmt in (openai_strategies.BY_NAME["vllm_completions"], openai_strategies.BY_NAME["vllm_chat"]):
+        evs = [openai_strategies.evidence([5, 6, 7], [-0.5, -0.25, -1.0]), openai_strategies.evidence([9], [-2.0])]
         doc = fmt.build(evs)
-        test_openai.add_routing(doc, evs, form)
+        openai_strategies.add_routing(doc, evs, form)
         assert_openai_peers(test_openai.dumps(doc), None, False)
 
 
 @pytest.mark.parametrize("long", [False, True])
 def test_sglang_routing(simd, long):
     for as_list in (False, True):
-        evs = [test_openai.evidence([5, 6, 7], [-0.5, -0.25, -1.0]), test_openai.evidence([9], [-2.0])]
-        doc = test_openai.sglang(evs, as_list)
-        test_openai.add_sglang_routing(doc, evs, long)
+        evs = [openai_strategies.evidence([5, 6, 7], [-0.5, -0.25, -1.0]), openai_strategies.evidence([9], [-2.0])]
+        doc = openai_strategies.sglang(evs, as_list)
+        openai_strategies.add_sglang_routing(doc, evs, long)
         assert_openai_peers(test_openai.dumps(doc), None, True)
 
 
 @settings(max_examples=EXAMPLES)
-@given(test_openai.mutated_openai(), st.sampled_from([None, 1]))
+@given(test_openai_mutated.mutated_openai(), st.sampled_from([None, 1]))
 def test_mutated_openai_documents(case, top_k):
     fmt, raw, _ = case
     for path in _core.simd_paths():

@@ -24,7 +24,7 @@ from . import strategies
 from .conftest import PYTHON, _core
 from .openai_strategies import FORMATS, PARSERS, evidence, with_head
 from .test_differential import outcome
-from .test_openai import openai_outcome
+from .test_openai_mutated import openai_outcome
 
 pytestmark = pytest.mark.skipif(_core is None, reason="the compiled core is not built")
 
