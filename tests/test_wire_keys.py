@@ -66,6 +66,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     **{("compat/verifiers.py", key): "renderers' result keys as verifiers reads them, and the fields refusals name"
        for key in ("completion_logprobs", "routed_experts", "sampling_mask")},
     ("compat/renderers.py", "top_logprobs"): "a member of a logprobs.content record",
+    ("compat/_renderers_json.py", "top_logprobs"): "a member of a logprobs.content record",
     ("kernels/python.py", "top_logprobs"): "a member of a logprobs.content record",
     ("samples.py", "top_logprobs"): "a member of a logprobs.content record",
 }
