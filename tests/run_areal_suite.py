@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from suite_junit import SuiteUnavailable, copy_live, report_live, run_framework  # noqa: E402
+from suite_junit import run_live_suite  # noqa: E402
 
 VERSION = "1.0.4"
 PLUGIN = "tokenwire.compat.areal_plugin"
@@ -54,22 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         print("AReaL suite unavailable: need --python (a venv with areal 1.0.4 and tokenwire) and "
               "--source (AReaL at v1.0.4)", file=sys.stderr)
         return 2
-    root = Path(args.source)
-    with tempfile.TemporaryDirectory(prefix="tokenwire-areal-") as tmp:
-        work = Path(tmp)
-        try:
-            common = dict(switch=SWITCH, preload=PRELOAD)
-            before = run_framework(args.python, root, work / "unpatched.xml", list(SUITE), **common)
-            after = run_framework(args.python, root, work / "patched.xml", list(SUITE), plugin=PLUGIN, **common)
-            live_copy = copy_live(LIVE, work)
-            live = run_framework(args.python, root, work / "live.xml", [str(live_copy), "-s"], **common)
-        except (SuiteUnavailable, subprocess.SubprocessError) as exc:
-            print(f"AReaL suite unavailable: {exc}", file=sys.stderr)
-            return 2
-        return report_live(f"AReaL {VERSION} suite ({', '.join(SUITE)})",
-                           "live backends against 127.0.0.1 (tests/areal_live.py)",
-                           before, after, live, SUMMARY, args.verbose)
-
+    return run_live_suite("AReaL", VERSION, args.python, lambda work: Path(args.source), SUITE, LIVE,
+                          "live backends against 127.0.0.1 (tests/areal_live.py)", plugin=PLUGIN, switch=SWITCH,
+                          summary=SUMMARY, verbose=args.verbose, preload=PRELOAD)
 
 if __name__ == "__main__":
     sys.exit(main())

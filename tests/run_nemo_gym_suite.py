@@ -22,11 +22,10 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from suite_junit import SuiteUnavailable, copy_live, report_live, run_framework  # noqa: E402
+from suite_junit import run_live_suite  # noqa: E402
 
 VERSION = "0.7.0"
 PLUGIN = "tokenwire.compat.nemo_gym_plugin"
@@ -72,23 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         print("NeMo-Gym suite unavailable: no --python (a venv with nemo-gym 0.7.0 and tokenwire)",
               file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="tokenwire-nemo-gym-") as tmp:
-        work = Path(tmp)
-        try:
-            root = sdist_root(args.sdist, work, args.python)
-            before = run_framework(args.python, root, work / "unpatched.xml", list(SUITE), switch=SWITCH)
-            after = run_framework(args.python, root, work / "patched.xml", list(SUITE), switch=SWITCH,
-                                  plugin=PLUGIN)
-            live_copy = copy_live(LIVE, work)
-            live = run_framework(args.python, root, work / "live.xml", [str(live_copy), "-s"],
-                                 switch=SWITCH)
-        except (SuiteUnavailable, subprocess.SubprocessError, StopIteration) as exc:
-            print(f"NeMo-Gym suite unavailable: {exc}", file=sys.stderr)
-            return 2
-        return report_live(f"NeMo-Gym {VERSION} suite ({', '.join(SUITE)})",
-                           "live client against 127.0.0.1 (tests/nemo_gym_live.py)",
-                           before, after, live, SUMMARY, args.verbose)
-
+    return run_live_suite("NeMo-Gym", VERSION, args.python, lambda work: sdist_root(args.sdist, work, args.python),
+                          SUITE, LIVE, "live client against 127.0.0.1 (tests/nemo_gym_live.py)", plugin=PLUGIN,
+                          switch=SWITCH, summary=SUMMARY, verbose=args.verbose)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
+import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -199,3 +201,24 @@ def report_live(title: str, live_title: str, before: Run, after: Run, live: Run,
     ok = not problems and not failed and live.count("passed")
     print("  OK" if ok else "  FAILED")
     return 0 if ok else 1
+
+
+def run_live_suite(framework: str, version: str, python: str, root: Callable[[Path], Path], suite: Sequence[str],
+                   live: Path, live_title: str, *, plugin: str, switch: str, summary: str, verbose: bool,
+                   preload: Iterable[str] = ()) -> int:
+    """The NeMo-Gym and AReaL scripts' run in a temporary folder ``work``: ``suite`` from
+    ``root(work)`` unpatched and with ``plugin``, then the live test (:func:`copy_live`); the
+    exit status of :func:`report_live`, or 2 when the suite cannot run."""
+    with tempfile.TemporaryDirectory(prefix="tokenwire-suite-") as tmp:
+        work = Path(tmp)
+        common = dict(switch=switch, preload=tuple(preload))
+        try:
+            top = root(work)
+            before = run_framework(python, top, work / "unpatched.xml", list(suite), **common)
+            after = run_framework(python, top, work / "patched.xml", list(suite), plugin=plugin, **common)
+            live_run = run_framework(python, top, work / "live.xml", [str(copy_live(live, work)), "-s"], **common)
+        except (SuiteUnavailable, subprocess.SubprocessError, StopIteration) as exc:
+            print(f"{framework} suite unavailable: {exc}", file=sys.stderr)
+            return 2
+        return report_live(f"{framework} {version} suite ({', '.join(suite)})", live_title, before, after,
+                           live_run, summary, verbose)
