@@ -10,6 +10,7 @@ import struct
 from decimal import Decimal
 
 import numpy as np
+from json_text import required_escape
 
 
 def random_double(rng: random.Random) -> float:
@@ -114,12 +115,9 @@ class Writer:
         out = ['"']
         for ch in s:
             o = ord(ch)
-            if ch == '"':
-                out.append('\\"')
-            elif ch == "\\":
-                out.append("\\\\")
-            elif o < 0x20:
-                out.append({8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r"}.get(o, f"\\u{o:04x}"))
+            escape = required_escape(ch)
+            if escape is not None:
+                out.append(escape)
             elif self.escape_rate and self.rng.random() < self.escape_rate:
                 if ch == "/" and self.rng.random() < 0.5:
                     out.append("\\/")

@@ -9,6 +9,7 @@ import random
 import sys
 
 import clib
+from json_text import required_escape
 
 ROOT = clib.ROOT
 
@@ -182,17 +183,9 @@ class Gen:
         mode = r.random()
         for ch in s:
             o = ord(ch)
-            if ch == '"':
-                out.append('\\"')
-            elif ch == "\\":
-                out.append("\\\\")
-            elif o < 0x20:
-                out.append(
-                    r.choice(
-                        {8: ["\\b"], 12: ["\\f"], 10: ["\\n"], 13: ["\\r"], 9: ["\\t"]}.get(o, [])
-                        + [f"\\u{o:04x}", f"\\u{o:04X}"]
-                    )
-                )
+            escape = required_escape(ch, r)
+            if escape is not None:
+                out.append(escape)
             elif mode < 0.15 or (mode < 0.5 and r.random() < 0.1):
                 if o > 0xFFFF:
                     o -= 0x10000
