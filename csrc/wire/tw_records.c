@@ -285,10 +285,7 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
         return TW_REC_BAD_ARG;
     p = (const uint8_t *)buf + content->start + 1;
     e = (const uint8_t *)buf + content->end;
-    memset(&x, 0, sizeof x);
-    x.e = e;
-    x.simd = simd;
-    x.c = cands;
+    twr_ctx_init(&x, e, simd, cands);
     if (t_on)
         coff[0] = 0;
 
@@ -714,10 +711,7 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
     c.lps = d->cand_lps;
     c.cap = d->cands_cap;
     c.grow = 1;
-    memset(&x, 0, sizeof x);
-    x.e = end;
-    x.c = &c;
-    x.simd = simd;
+    twr_ctx_init(&x, end, simd, &c);
     for (;;) {
         twr_obj o;
         twr_top top;

@@ -264,6 +264,15 @@ typedef struct {
     int simd; /* 0 on TW_PATH_SCALAR, 1 on the SIMD paths */
 } twr_ctx;
 
+/* A reading context: the text ends at e, candidates go to c; the rest starts at zero. */
+static inline void twr_ctx_init(twr_ctx *x, const uint8_t *e, int simd, tw_rec_cands *c)
+{
+    memset(x, 0, sizeof *x);
+    x->e = e;
+    x->simd = simd;
+    x->c = c;
+}
+
 /* Room for candidate k in x->c (grown when it may be): 1, or 0 with x->nomem set. */
 static inline int twr_room(twr_ctx *x, size_t k)
 {

@@ -58,9 +58,7 @@ ptrdiff_t tw_rec_entries(const char *buf, const tw_value *content, int64_t *ids,
     size_t i = 0;
     if (!p)
         return 0;
-    memset(&x, 0, sizeof x);
-    x.e = e;
-    x.simd = simd;
+    twr_ctx_init(&x, e, simd, NULL);
     while (p < e && *p != ']') {
         twr_obj o;
         if (*p != '{')
@@ -212,10 +210,7 @@ static int twr_head_rows(const char *buf, const tw_value *arr, size_t n, int64_t
         return TW_REC_BAD_ARG;
     p = (const uint8_t *)buf + arr->start + 1;
     e = (const uint8_t *)buf + arr->end;
-    memset(&x, 0, sizeof x);
-    x.e = e;
-    x.simd = simd;
-    x.c = cands;
+    twr_ctx_init(&x, e, simd, cands);
     coff[0] = 0;
     for (i = 0; i < n; i++) {
         int code = TW_REC_OK;
