@@ -36,13 +36,10 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 import numpy as np
-
-import tokenwire
 
 from ..base import _table
 from ..read import _select
@@ -53,7 +50,7 @@ from ..base._wire import MAX_MASK_ID, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
 from ..extract.python import Evidence, LazyEvidence, Read
 from ..kernels import python as _kernels
 from ..rules import generate as _rules
-from . import _patching, _renderers_json
+from . import _patching, _renderers_generate, _renderers_json
 
 # MalformedGenerateResponseError is made on first use (see __getattr__).
 __all__ = [
@@ -495,133 +492,17 @@ def _rows(*rows: Ragged) -> list[list[list[Any]]]:
     return [_select.kernels.rows_to_lists(r.offsets, r.values)[0] for r in rows]
 
 
-# --- generate()'s own read of the body (renderers 0.1.12) ---------------------------------------
+# --- generate()'s own read of the body (renderers 0.1.12: compat/_renderers_generate.py) ---------
 
-# Set while renderers 0.1.12's generate() runs under tokenwire.compat.verifiers' patch: the
-# document parse_generate_response hands it is then read by the compiled core from the bytes,
-# without a dict per logprob record (see _generate_document).
-in_generate: ContextVar[bool] = ContextVar("tokenwire_renderers_in_generate", default=False)
-
-
-class ReadRecords:
-    """What stands for ``logprobs.content`` in the document :func:`parse_generate_response`
-    hands renderers 0.1.12's ``generate()``: the records, read and validated by the compiled
-    core from the bytes, as the ids and logprobs they hold. ``generate()`` passes the choice to
-    ``_parse_completion_logprobs`` and reads nothing else of it; that function returns the
-    logprobs as renderers' does (a list of floats)."""
-
-    __slots__ = ("ids", "logprobs")
-
-    def __init__(self, ids: list[int], logprobs: np.ndarray) -> None:
-        self.ids = ids  # the choice's token_ids, the list the document holds
-        self.logprobs = logprobs
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __repr__(self) -> str:
-        return f"<logprobs.content: {len(self.ids)} records read by tokenwire>"
-
-
-# The choice fields renderers 0.1.12's generate() reads as sent (the compiled scan leaves
-# them as they are), and the evidence fields it reads, which the scan blanks and the rules read.
-_GENERATE_READS = frozenset({"index", "finish_reason", KEY.token_ids, KEY.logprobs, KEY.sampling_mask,
-                             KEY.routed_experts})
-_BLANKED = _table.top_keys(_table.CHOICE, _table.GENERATE)
-_ROUTED_PREFIX = b'"routed_experts":{"data":"'
+in_generate = _renderers_generate.in_generate
+ReadRecords = _renderers_generate.ReadRecords
+decoded_routing = _renderers_generate.decoded_routing
 
 
 def _generate_document(raw: Any) -> dict[str, Any] | None:
-    """The document renderers 0.1.12's ``generate()`` reads, made from what the compiled core
-    read of ``raw``: the same values as :func:`parse_generate_response`'s document where
-    ``generate()`` reads them (ids and mask rows as lists, ``routed_experts.data`` as a view of
-    ``raw``), ``logprobs.content`` a :class:`ReadRecords`. None whenever the body is anything
-    but one choice of those fields, well formed (renderers' path then reads it and gives its
-    verdict), so the two paths differ only in how the records are held."""
-    if type(raw) is not bytes or _select.implementation != "c" or not in_generate.get():
-        return None
-    try:
-        document, top, read = _select.impl.extract_generate(raw)
-    except MalformedResponseError:
-        return None
-    choices = document.get(KEY.choices) if type(document) is dict else None
-    if type(choices) is not list or len(choices) != 1 or len(read) != 1 or type(choices[0]) is not dict:
-        return None
-    if KEY.prompt_token_id_logprobs in document:
-        return None
-    choice = choices[0]
-    if any(key in _BLANKED and key not in _GENERATE_READS for key in choice):
-        return None
-    logprobs, mask, routed = choice.get(KEY.logprobs), choice.get(KEY.sampling_mask), choice.get(KEY.routed_experts)
-    if type(logprobs) is not dict or set(logprobs) != {"content"} or choice.get(KEY.token_ids) is None:
-        return None
-    if (mask is not None and type(mask) is not list) or (routed is not None and type(routed) is not dict):
-        return None
-    c = read[0]
-    c.error = _error_type()
-    if top is not None:
-        top.error = c.error
-    try:
-        ids = _rules.checked_int_list(c, c.token_ids, KEY.token_ids, _IDS_REASON)
-        prompt = None
-        if document.get(KEY.prompt_token_ids) is not None:
-            if top is None:
-                return None
-            prompt = _rules.checked_int_list(top, top.prompt_token_ids, KEY.prompt_token_ids,
-                                             "prompt_token_ids must hold token ids in [0, 2**32)")
-        values, _ = _rules.parse_native_logprobs(choice, ids, c)
-        rows = _rules.parse_sampling_mask(choice, ids, c) if mask is not None else None
-        view = None
-        if routed is not None:
-            _rules.parse_routed_experts(routed, c)
-            view = _routed_view(raw, c.routed_experts_data, routed)
-            if view is None:
-                return None
-    except MalformedResponseError:
-        return None
-    if prompt is not None:
-        document[KEY.prompt_token_ids] = prompt.tolist()
-    ids_list = ids.tolist()
-    choice[KEY.token_ids] = ids_list
-    choice[KEY.logprobs] = {"content": ReadRecords(ids_list, values)}
-    if rows is not None:
-        mask = choice[KEY.sampling_mask] = _rows(rows)[0]
-        _checked.mask = (mask, rows)
-    if view is not None:
-        routed["data"] = view
-        _checked.routed = (view, c.routed_experts_data)
-    return document
-
-
-def _routed_view(raw: bytes, decoded: Any, routed: dict[str, Any]) -> memoryview | None:
-    """``routed_experts.data`` as renderers 0.1.12 hands it back (a view of ``raw`` from its
-    first ``"routed_experts":{"data":"``), when that view is exactly the canonical base64 of
-    what the core decoded; else None."""
-    if set(routed) - {"data", "shape", "start"} or not isinstance(decoded, np.ndarray):
-        return None
-    start = raw.find(_ROUTED_PREFIX)
-    if start < 0:
-        return None
-    start += len(_ROUTED_PREFIX)
-    end = start + 4 * ((decoded.nbytes + 2) // 3)
-    if raw[end:end + 1] != b'"':
-        return None
-    view = memoryview(raw)[start:end]
-    try:
-        again = tokenwire.b64decode(view)
-    except MalformedResponseError:
-        return None
-    return view if np.array_equal(again.view(np.uint8), decoded.view(np.uint8).reshape(-1)) else None
-
-
-def decoded_routing(view: Any) -> np.ndarray | None:
-    """The bytes the core decoded for ``view`` when it is the ``routed_experts.data`` view of
-    the last document :func:`_generate_document` made in this thread; else None."""
-    last, array = getattr(_checked, "routed", (None, None))
-    if last is None or last is not view:
-        return None
-    _checked.routed = (None, None)  # read once: the body and its decoding are not kept longer
-    return array
+    """:func:`tokenwire.compat._renderers_generate.generate_document` with this module's error
+    type and mask rows."""
+    return _renderers_generate.generate_document(raw, _error_type, _rows)
 
 
 # --- the replacements ----------------------------------------------------------------------------
@@ -756,7 +637,7 @@ def _parse_completion_logprobs(
 
 # The sampling mask (the object) _parse_completion_logprobs validated last in this thread: a
 # check of the same generate() result (tokenwire.compat.verifiers) need not read it again.
-_checked = threading.local()
+_checked = _renderers_generate.checked
 
 
 def validated_mask(mask: Any, completion_ids: Any) -> Ragged | None:
