@@ -54,7 +54,7 @@ def body(seed: int, tokens: int, workload: str) -> bytes:
         "choices": [{"index": 0, "finish_reason": "length", "message": message, "token_ids": ids,
                      "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": lp, "bytes": None,
                                                "top_logprobs": []} for i, lp in zip(ids, lps)]}}],
-        "usage": {"prompt_tokens": PROMPT_LEN, "completion_tokens": tokens},
+        "usage": {"prompt_tokens": PROMPT_LEN, "completion_tokens": tokens, "total_tokens": PROMPT_LEN + tokens},
     })
 
 
