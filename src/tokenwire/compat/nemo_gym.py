@@ -19,6 +19,10 @@ With :func:`patch`:
   a missing, non-finite or sentinel logprob; and the message bundle below;
 - ``_extract_choice_logprobs`` returns what NeMo-Gym's returns (lists of ints and floats),
   read in whole-list operations instead of a Python loop per token, and refuses a sentinel;
+- on the model server's token path (``chat_completions`` of a ``return_token_id_information``
+  server that drops the choice's records after extracting them), ``get_response_json`` hands
+  it the document tokenwire's reader made from the bytes, ``logprobs.content`` held as the
+  reader's ids and logprobs rather than a dict per record (:func:`token_path_document`);
 - ``_validate_token_bundle`` runs NeMo-Gym's checks, then refuses a logprob that is not a
   finite number or is the sentinel, and a routing (``nrlre1:<dtype>:<SxLxK>:<base64>``
   envelope, NeMo-RL's codec, or nested lists) whose rows are not one per prompt and
