@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """NeMo-Gym's parse path per response, unpatched and patched with tokenwire.compat.nemo_gym.
 
-Run in a venv with nemo-gym 0.7.0 and tokenwire, the NeMo-Gym sdist's root on PYTHONPATH
-(for ``responses_api_models``). One fresh process per (size, mode, workload):
+Run in a venv with nemo-gym 0.7.0 and tokenwire. One fresh process per (size, mode, workload):
 
     python benchmarks/nemo_gym_parse.py --tokens 8192 --mode patched --workload moe
 
@@ -10,13 +9,17 @@ A server on 127.0.0.1 answers each POST with a distinct vLLM chat completion of 
 tokens (``token_ids``, ``logprobs.content`` with ``"token_id:N"`` names, top-level
 ``prompt_token_ids``; for ``moe`` NeMo-RL's ``nrlre1`` routing of 48 layers x top-8 int16 on the
 message). aiohttp fetches each (its body read before the clock starts); the timed span is
-what NeMo-Gym does with it on its token path: ``get_response_json`` (as ``nemo_gym.openai_utils``
-looks it up), ``VLLMModel._extract_choice_logprobs`` and ``VLLMModel._validate_token_bundle``.
+NeMo-Gym's vLLM model server handling it: ``VLLMModel.chat_completions`` (a
+``return_token_id_information`` server) called as its FastAPI route calls it, its client's
+request answered with that response, so the span runs from the body's bytes to the
+``NeMoGymChatCompletion`` it returns: ``get_response_json``, ``_extract_choice_logprobs``,
+``_validate_token_bundle`` and the pydantic ``model_validate`` of the message and the
+completion (with the request's own small steps before them, the same both ways).
 ``--mode native`` times tokenwire's own reader of the same bytes
-(``tokenwire.parse_chat_completions_response``, the ids and logprobs as lists), what a model
-server taking tokenwire's arrays would spend (routing not decoded: that is the drop-in's
-check). Prints the median, minimum and maximum per response in ms. ``--all`` runs every combination,
-each in its own process, and prints a table.
+(``tokenwire.parse_chat_completions_response``, the ids and logprobs as lists). Prints the
+median, minimum and maximum per response in ms (wall clock; ``NEMO_GYM_BENCH_CLOCK=cpu``: the
+thread's CPU time). ``--all`` runs every combination, each in its own process, and prints a
+table.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def body(seed: int, tokens: int, workload: str) -> bytes:
         "choices": [{"index": 0, "finish_reason": "length", "message": message, "token_ids": ids,
                      "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": lp, "bytes": None,
                                                "top_logprobs": []} for i, lp in zip(ids, lps)]}}],
-        "usage": {"prompt_tokens": PROMPT_LEN, "completion_tokens": tokens},
+        "usage": {"prompt_tokens": PROMPT_LEN, "completion_tokens": tokens, "total_tokens": PROMPT_LEN + tokens},
     })
 
 
@@ -62,9 +65,10 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
     from unittest.mock import MagicMock
 
     import aiohttp
+    from starlette.requests import Request
 
     import nemo_gym.openai_utils as openai_utils
-    from nemo_gym.server_utils import ServerClient
+    import nemo_gym.server_utils as server_utils
     from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig
 
     if mode == "patched":
@@ -73,13 +77,22 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
         compat.patch()
     import tokenwire
     bodies = [body(seed, tokens, workload) for seed in range(rounds)]
+    clock = time.thread_time if os.environ.get("NEMO_GYM_BENCH_CLOCK") == "cpu" else time.perf_counter
 
     httpd, url = serve(bodies)
+    server_utils.get_global_config_dict = lambda *a, **k: {}  # no Hydra configuration from argv
     config = VLLMModelConfig(host="127.0.0.1", port=8080, entrypoint="", name="vllm_model",
                              base_url="http://127.0.0.1:1/v1", api_key="k", model="m",
                              return_token_id_information=True, uses_reasoning_parser=False,
                              uses_interleaved_reasoning=False)
-    model = VLLMModel(config=config, server_client=MagicMock(spec=ServerClient, global_config_dict={}))
+    model = VLLMModel(config=config, server_client=MagicMock(spec=server_utils.ServerClient, global_config_dict={}))
+    fetched: list[object] = []
+
+    async def answer(self: object, **request: object) -> object:  # the client's request: the body fetched
+        return fetched.pop()
+
+    openai_utils.NeMoGymAsyncOpenAI._request = answer
+    params = openai_utils.NeMoGymChatCompletionCreateParamsNonStreaming(messages=[{"role": "user", "content": "hi"}])
 
     async def go() -> list[tuple[float, int]]:
         times = []
@@ -87,26 +100,20 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
             for n in range(rounds):
                 async with session.post(f"{url}/{n}", json={}) as resp:
                     await resp.read()  # the body arrives before the clock starts
+                    request = Request({"type": "http", "method": "POST", "path": "/v1/chat/completions",
+                                       "headers": [], "query_string": b"", "session": {"session_id": "s"}})
                     gc.collect()
                     before = faults()
-                    start = time.perf_counter()
+                    start = clock()
                     if mode == "native":  # tokenwire's reader, the lists NeMo-Gym's bundle holds
                         parsed = tokenwire.parse_chat_completions_response(await resp.read())
                         choice = parsed.choices[0]
-                        ids, lps = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
-                        times.append((time.perf_counter() - start, faults() - before))
-                        del parsed, choice, ids, lps
-                        continue
-                    doc = await openai_utils.get_response_json(resp)
-                    choice = doc["choices"][0]
-                    ids, lps = model._extract_choice_logprobs(choice)
-                    bundle = {"prompt_token_ids": doc["prompt_token_ids"], "generation_token_ids": ids,
-                              "generation_log_probs": lps}
-                    if "routed_experts" in choice["message"]:
-                        bundle["routed_experts"] = choice["message"]["routed_experts"]
-                    VLLMModel._validate_token_bundle(bundle, "vLLM token transport")
-                    times.append((time.perf_counter() - start, faults() - before))
-                    del doc, choice, ids, lps, bundle
+                        result = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
+                    else:
+                        fetched.append(resp)
+                        result = await model.chat_completions(request, params)
+                    times.append((clock() - start, faults() - before))
+                    del result
         return times
 
     times = asyncio.run(go())

@@ -37,7 +37,7 @@ def envelope(rows: int, layers: int = 4, topk: int = 2, first: int = 0) -> str:
     return f"nrlre1:int16:{rows}x{layers}x{topk}:{base64.b64encode(raw).decode()}"
 
 
-def response(defect: str | None = None) -> bytes:
+def response(defect: str | None = None, shape: str = "inline ids") -> bytes:
     ids = [1000 + 7 * t for t in range(N)]
     records = [{"token": f"token_id:{i}", "logprob": -0.01 * (t + 1), "bytes": None, "top_logprobs": []}
                for t, i in enumerate(ids)]
@@ -61,6 +61,10 @@ def response(defect: str | None = None) -> bytes:
         }],
         "usage": {"prompt_tokens": len(PROMPT), "completion_tokens": N, "total_tokens": len(PROMPT) + N},
     }
+    if shape == "ids from the records, prompt from /tokenize":
+        del body["prompt_token_ids"], body["choices"][0]["token_ids"]
+    elif shape == "no routing":
+        del body["choices"][0]["message"]["routed_experts"]
     raw = orjson.dumps(body)
     if defect == "NaN logprob":
         raw = raw.replace(b'"logprob":-0.32', b'"logprob":NaN', 1)
@@ -94,9 +98,9 @@ def server():
                 yield answer, client
 
 
-def serve_one(server: Any, defect: str | None) -> Any:
+def serve_one(server: Any, defect: str | None, shape: str = "inline ids") -> Any:
     answer, client = server
-    answer.body = response(defect)
+    answer.body = response(defect, shape)
     try:
         result = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
     except Exception as exc:  # the app's exception, raised through the test client
@@ -110,15 +114,18 @@ def outcome(result: Any) -> str:
     return "accepted"
 
 
-def test_valid_response_is_the_same_both_ways(server):
+@pytest.mark.parametrize("shape", ["inline ids", "ids from the records, prompt from /tokenize", "no routing"])
+def test_valid_response_is_the_same_both_ways(server, shape):
     compat.unpatch()
-    theirs = serve_one(server, None)
+    theirs = serve_one(server, None, shape)
     with compat.patched():
         assert compat.is_patched()
-        before = compat.calls["_extract_choice_logprobs from the reader's arrays"]
-        ours = serve_one(server, None)
-        # the model server took the ids and logprobs from the arrays get_response_json read
-        assert compat.calls["_extract_choice_logprobs from the reader's arrays"] == before + 1
+        before = compat.calls.copy()
+        ours = serve_one(server, None, shape)
+        # the model server's token path took the body read from the bytes: no dict per record
+        for name in ("chat_completions on the token path", "get_response_json read from the bytes",
+                     "_extract_choice_logprobs from the bytes"):
+            assert compat.calls[name] == before[name] + 1, name
     assert not isinstance(theirs, BaseException), theirs
     assert ours == theirs
     message = ours["choices"][0]["message"]

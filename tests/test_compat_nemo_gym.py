@@ -242,3 +242,195 @@ def test_plugin_stops_a_session_it_cannot_patch(tmp_path):
     assert refused.returncode == 4 and "--tokenwire-no-nemo-gym-patch" in refused.stderr
     allowed = subprocess.run([*base, "--tokenwire-no-nemo-gym-patch"], capture_output=True, text=True, cwd=tmp_path)
     assert allowed.returncode == 0 and "1 passed" in allowed.stdout
+
+
+# --- the vLLM model server's token path, read from the bytes ---------------------------------------
+
+
+def armed_read(raw: bytes, reads: int = 1) -> list:
+    """get_response_json as the patched VLLMModel.chat_completions has it run on its token path
+    (the mark set for the call), ``reads`` times in the same task."""
+
+    async def go() -> list:
+        compat._token_path.set([True])
+        return [await compat.get_response_json(Response(raw)) for _ in range(reads)]
+
+    return asyncio.run(go())
+
+
+def from_bytes() -> int:
+    return compat.calls["get_response_json read from the bytes"]
+
+
+logprob_values = st.one_of(st.floats(-60, 0).filter(lambda v: v != SENTINEL), st.integers(-60, 0),
+                           st.sampled_from([-0.0, -1e-300, -5e-324, -1.2345678901234567e-5]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(0, 2**32 - 1), logprob_values), min_size=1, max_size=40),
+       with_ids=st.booleans(), prompt=st.one_of(st.none(), st.lists(st.integers(0, 2**32 - 1), max_size=8)),
+       usage=st.booleans(), content=st.text(max_size=12), padding=st.booleans())
+def test_token_path_document_is_orjsons_but_for_the_records(reader, pairs, with_ids, prompt, usage, content,
+                                                            padding):
+    """On the token path the document is orjson's, value for value, but for the records,
+    which are the ids and logprobs NeMo-Gym's loop reads from them: over both implementations."""
+    ids = [i for i, _ in pairs]
+    records = [{"token": f"token_id:{i}", "logprob": lp, "bytes": None, "top_logprobs": []} for i, lp in pairs]
+    body = {"id": "chatcmpl-7", "object": "chat.completion", "created": 3, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "stop_reason": None,
+                         "message": {"role": "assistant", "content": content, "tool_calls": [],
+                                     "routed_experts": envelope(routes(len(ids) + len(prompt or [])))},
+                         **({"token_ids": ids} if with_ids else {}), "logprobs": {"content": records}}]}
+    if prompt is not None:
+        body["prompt_token_ids"] = prompt
+    if usage:
+        body["usage"] = {"prompt_tokens": len(prompt or []), "completion_tokens": len(ids),
+                         "total_tokens": len(ids) + len(prompt or [])}
+    raw = orjson.dumps(body, option=orjson.OPT_INDENT_2 if padding else None)
+    before = from_bytes()
+    (doc,) = armed_read(raw)
+    assert from_bytes() == before + 1
+    want = orjson.loads(raw)
+    read_records = doc["choices"][0]["logprobs"]["content"]
+    assert type(read_records) is compat.ReadRecords and len(read_records) == len(ids)
+    theirs = _their_extract(want["choices"][0]["logprobs"]["content"])
+    ours = compat._extract_choice_logprobs(None, doc["choices"][0])
+    assert ours == theirs
+    assert [type(x) for x in ours[0]] == [int] * len(ids) and [type(x) for x in ours[1]] == [float] * len(ids)
+    assert [math.copysign(1, x) for x in ours[1]] == [math.copysign(1, x) for x in theirs[1]]  # -0.0
+    doc["choices"][0]["logprobs"]["content"] = want["choices"][0]["logprobs"]["content"]
+    assert doc == want
+    if with_ids:
+        assert all(type(i) is int for i in doc["choices"][0]["token_ids"])
+
+
+def token_path_body(n: int = 4, **edits: object) -> dict:
+    body = chat(n)
+    body["usage"] = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3}
+    body["choices"][0].update(edits)
+    return body
+
+
+@pytest.mark.parametrize("case", [
+    "token_id key", "token_id key beside the name", "id key", "sampling_logprob", "escaped name", "bundle",
+    "two choices", "logprobs.refusal", "choice routed_experts", "string body"])
+def test_token_path_leaves_to_orjson_what_nemo_gym_reads_otherwise(reader, case):
+    """Where NeMo-Gym would read anything the reader does not give as it does (an id from a
+    key rather than the token, another logprob, a bundle that keeps the records, more than one
+    choice, fields the scan blanks), get_response_json reads the body as before."""
+    body = token_path_body()
+    choice = body["choices"][0]
+    records = choice["logprobs"]["content"]
+    if case == "token_id key":
+        records[1] = {"token": "x", "token_id": 101, "logprob": -0.5}
+    elif case == "token_id key beside the name":
+        records[1]["token_id"] = 101
+    elif case == "id key":
+        records[1] = {"token": "x", "id": 101, "logprob": -0.5}
+    elif case == "sampling_logprob":
+        for record in records:
+            record["sampling_logprob"] = -2.0
+    elif case == "bundle":
+        choice["message"].update(prompt_token_ids=[1, 2, 3], generation_token_ids=choice["token_ids"],
+                                 generation_log_probs=[r["logprob"] for r in records])
+    elif case == "two choices":
+        body["choices"].append(dict(choice, index=1))
+        del body["usage"]
+    elif case == "logprobs.refusal":
+        choice["logprobs"]["refusal"] = None
+    elif case == "choice routed_experts":
+        choice["routed_experts"] = None
+    raw = orjson.dumps(body)
+    if case == "escaped name":
+        raw = raw.replace(b'"token_id:101"', b'"token_id:\\u0031\\u00301"')
+    if case == "string body":
+        raw = raw.decode()
+    before = from_bytes()
+    (doc,) = armed_read(raw)
+    want = orjson.loads(raw)
+    if case == "escaped name" and from_bytes() == before + 1:  # the reference reads it decoded, as NeMo-Gym
+        assert compat._extract_choice_logprobs(None, doc["choices"][0]) == _their_extract(
+            want["choices"][0]["logprobs"]["content"])
+        doc["choices"][0]["logprobs"] = want["choices"][0]["logprobs"]
+    else:
+        assert from_bytes() == before
+    assert doc == want
+
+
+@pytest.mark.parametrize("defect", ["n_plus_one", "missing", "sentinel", "nan", "usage", "ids_disagree"])
+def test_token_path_refuses_as_before(reader, defect):
+    """A defect on the token path raises what get_response_json raised before: the reader's
+    refusal as NeMoGymResponseError, orjson's JSONDecodeError for a NaN."""
+    body = token_path_body()
+    records = body["choices"][0]["logprobs"]["content"]
+    if defect == "n_plus_one":
+        records.append({"token": "token_id:7", "logprob": -1.0})
+    elif defect == "missing":
+        records[2]["logprob"] = None
+    elif defect == "sentinel":
+        records[1]["logprob"] = SENTINEL
+    elif defect == "usage":
+        body["usage"]["completion_tokens"] = 5
+    elif defect == "ids_disagree":
+        records[3]["token"] = "token_id:9"
+    raw = orjson.dumps(body)
+    if defect == "nan":
+        raw = raw.replace(b'"logprob":-0.5', b'"logprob":NaN', 1)
+    with pytest.raises((compat.NeMoGymResponseError, orjson.JSONDecodeError)) as before:
+        read(raw)
+    with pytest.raises(type(before.value)) as after:
+        armed_read(raw)
+    assert str(after.value) == str(before.value)
+
+
+def test_token_path_is_the_first_read_of_the_call_only(reader):
+    raw = orjson.dumps(token_path_body())
+    first, second = armed_read(raw, reads=2)
+    assert type(first["choices"][0]["logprobs"]["content"]) is compat.ReadRecords
+    assert second == orjson.loads(raw)
+    assert read(raw) == orjson.loads(raw)  # and none without the mark
+
+
+def test_bundle_check_skips_only_the_list_made_from_the_reader(reader):
+    (doc,) = armed_read(orjson.dumps(token_path_body()))
+
+    async def go() -> None:
+        ids, values = compat._extract_choice_logprobs(None, doc["choices"][0])
+        assert compat._checked_logprobs.get() is values
+        compat.check_token_bundle([1, 2, 3], ids, values, envelope(routes(7)))
+        assert compat._checked_logprobs.get() is None
+        with pytest.raises(compat.NeMoGymResponseError, match="rows"):  # the routing is checked still
+            compat._checked_logprobs.set(values)
+            compat.check_token_bundle([1, 2, 3], ids, values, envelope(routes(6)))
+        with pytest.raises(compat.NeMoGymResponseError, match="sentinel"):  # an equal list is scanned
+            compat._checked_logprobs.set(values)
+            compat.check_token_bundle([1, 2, 3], ids, [*values[:-1], SENTINEL])
+
+    asyncio.run(go())
+
+
+def test_token_path_only_where_the_server_drops_the_records(monkeypatch):
+    from types import SimpleNamespace
+
+    class Model:
+        _extract_choice_logprobs = compat._extract_choice_logprobs
+
+        def __init__(self, **config: object) -> None:
+            self.config = SimpleNamespace(**{"return_token_id_information": True, "use_completions_api": False,
+                                             **config})
+            self._external_capture_handler = None
+
+    class Overriding(Model):
+        def _extract_choice_logprobs(self, choice_dict):
+            return [], []
+
+    monkeypatch.delenv("NEMO_GYM_VLLM_TRANSPORT_LOG", raising=False)
+    assert compat._drops_records(Model())
+    assert not compat._drops_records(Model(return_token_id_information=False))
+    assert not compat._drops_records(Model(use_completions_api=True))
+    assert not compat._drops_records(Overriding())
+    handled = Model()
+    handled._external_capture_handler = object()
+    assert not compat._drops_records(handled)
+    monkeypatch.setenv("NEMO_GYM_VLLM_TRANSPORT_LOG", "/tmp/log")
+    assert not compat._drops_records(Model())

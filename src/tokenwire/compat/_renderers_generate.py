@@ -40,7 +40,9 @@ class ReadRecords:
     hands renderers 0.1.12's ``generate()``: the records, read and validated by the compiled
     core from the bytes, as the ids and logprobs they hold. ``generate()`` passes the choice to
     ``_parse_completion_logprobs`` and reads nothing else of it; that function returns the
-    logprobs as renderers' does (a list of floats)."""
+    logprobs as renderers' does (a list of floats). :mod:`tokenwire.compat.nemo_gym` hands
+    NeMo-Gym's vLLM model server the same on its token path, for its
+    ``_extract_choice_logprobs``."""
 
     __slots__ = ("ids", "logprobs")
 

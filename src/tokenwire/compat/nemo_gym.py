@@ -19,6 +19,10 @@ With :func:`patch`:
   a missing, non-finite or sentinel logprob; and the message bundle below;
 - ``_extract_choice_logprobs`` returns what NeMo-Gym's returns (lists of ints and floats),
   read in whole-list operations instead of a Python loop per token, and refuses a sentinel;
+- on the model server's token path (``chat_completions`` of a ``return_token_id_information``
+  server that drops the choice's records after extracting them), ``get_response_json`` hands
+  it the document tokenwire's reader made from the bytes, ``logprobs.content`` held as the
+  reader's ids and logprobs rather than a dict per record (:func:`token_path_document`);
 - ``_validate_token_bundle`` runs NeMo-Gym's checks, then refuses a logprob that is not a
   finite number or is the sentinel, and a routing (``nrlre1:<dtype>:<SxLxK>:<base64>``
   envelope, NeMo-RL's codec, or nested lists) whose rows are not one per prompt and
@@ -36,6 +40,7 @@ import contextlib
 import importlib
 import importlib.metadata
 import math
+import os
 import sys
 import threading
 from collections import Counter
@@ -49,9 +54,13 @@ import orjson
 import tokenwire
 
 from ..read import _select
+from ..base import _table
 from ..base._errors import MalformedResponseError
+from ..base._table import KEY
 from ..base._wire import VLLM_LOGPROB_SENTINEL
+from ..rules.openai import parse_chat_completions_document
 from . import _patching
+from ._renderers_generate import ReadRecords
 from .renderers import _numbers, _token_ids
 
 __all__ = [
@@ -179,7 +188,11 @@ def check_token_bundle(prompt_token_ids: Any, generation_token_ids: Any, generat
     number per generation token, or whose routing does not cover every prompt and
     generation token (see :func:`check_routed_experts`)."""
     count = len(generation_token_ids) if isinstance(generation_token_ids, list) else None
-    values = _logprob_values(generation_log_probs, f"{where}.generation_log_probs", choice)
+    if generation_log_probs is not None and generation_log_probs is _checked_logprobs.get():
+        _checked_logprobs.set(None)  # made from the reader's checked array: not scanned again
+        values = generation_log_probs
+    else:
+        values = _logprob_values(generation_log_probs, f"{where}.generation_log_probs", choice)
     if count is not None and len(values) != count:
         raise _refuse(f"{len(values)} logprobs for {count} generation token ids",
                       choice=choice, field=f"{where}.generation_log_probs")
@@ -234,6 +247,10 @@ def check_response(raw: Any, body: Any) -> None:
 _last_read: ContextVar[tuple[tuple[list[Any], np.ndarray, np.ndarray], ...]] = ContextVar(
     "tokenwire_nemo_gym_last_read", default=())
 _TOKEN_ID_RECORD = b'"token":"token_id:'
+# The logprobs list _extract_choice_logprobs made last in this task from a ReadRecords (every
+# value finite and not the sentinel: the reader checked them), for the bundle check after it.
+_checked_logprobs: ContextVar[list[float] | None] = ContextVar("tokenwire_nemo_gym_checked_logprobs",
+                                                               default=None)
 
 
 def _remember(raw: Any, choices: list[Any], parsed: Any) -> None:
@@ -259,12 +276,118 @@ def _remember(raw: Any, choices: list[Any], parsed: Any) -> None:
 
 async def get_response_json(response: Any) -> Any:
     """NeMo-Gym's ``get_response_json``: the body as ``orjson.loads`` reads it, validated by
-    :func:`check_response`."""
+    :func:`check_response`; or, for the upstream chat completion of the vLLM model server's
+    token path, the document :func:`token_path_document` makes from the bytes."""
     calls["get_response_json"] += 1
     raw = await response.read()
+    armed = _token_path.get()
+    if armed is not None and armed[0]:
+        armed[0] = False  # the first fetch of the call only: its upstream chat completion
+        document = token_path_document(raw)
+        if document is not None:
+            calls["get_response_json read from the bytes"] += 1
+            return document
     body = orjson.loads(raw)
     check_response(raw, body)
     return body
+
+
+# --- the vLLM model server's token path, read from the bytes -------------------------------------
+
+# Set (a one-item list, True until the first get_response_json of the call takes it) while the
+# patched VLLMModel.chat_completions runs on a server whose token path drops the choice's
+# logprob records unread by anything but _extract_choice_logprobs: return_token_id_information,
+# the chat endpoint (not use_completions_api), no external capture handler (it reads the whole
+# document) and no transport log (it copies the whole document).
+_token_path: ContextVar[list[bool] | None] = ContextVar("tokenwire_nemo_gym_token_path", default=None)
+# NeMo-Gym's message-level token bundle (openai_utils.REQUIRED_TOKEN_METADATA_FIELDS): a message
+# carrying one keeps the choice's logprobs in the response it returns.
+_BUNDLE_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+# The keys whose values the compiled scan blanks in the document it hands back (the rules read
+# them from the bytes); the token path puts back the two NeMo-Gym reads, refuses the rest.
+_BLANKED_CHOICE = _table.top_keys(_table.CHOICE, _table.OPENAI) - {KEY.token_ids, KEY.logprobs}
+_BLANKED_ROOT = _table.top_keys(_table.ROOT, _table.OPENAI) - {KEY.choices, KEY.prompt_token_ids}
+
+
+def _drops_records(model: Any) -> bool:
+    config = getattr(model, "config", None)
+    return (getattr(config, "return_token_id_information", False) is True
+            and not getattr(config, "use_completions_api", False)
+            and getattr(model, "_external_capture_handler", None) is None
+            and not os.environ.get("NEMO_GYM_VLLM_TRANSPORT_LOG", "").strip()
+            and getattr(type(model), "_extract_choice_logprobs", None) is _extract_choice_logprobs)
+
+
+def token_path_document(raw: Any) -> dict[str, Any] | None:
+    """The upstream chat completion as NeMo-Gym's vLLM model server reads it on its token path,
+    made from what tokenwire's reader read of ``raw`` (its checks all passed): every value as
+    ``orjson.loads`` gives it but the choice's ``logprobs.content``, which is a
+    :class:`ReadRecords` (the ids and logprobs, no dict per record) that the patched
+    ``_extract_choice_logprobs`` turns into NeMo-Gym's two lists before the server drops it.
+    None (the caller then reads the body as before) unless the body is one chat choice whose
+    message carries no token bundle, with ``logprobs`` holding only ``content``, records that
+    each name their id by ``"token": "token_id:N"`` and carry ``"logprob"``, and nothing else
+    the reader takes from the bytes but ``token_ids`` and ``prompt_token_ids``."""
+    if type(raw) is not bytes:
+        return None
+    kernels = _select.kernels  # the implementation in use (a test may point it at the other)
+    try:
+        document, top, read = kernels.extract_openai(raw)
+    except MalformedResponseError:
+        return None
+    if type(document) is not dict or len(read) != 1 or not _BLANKED_ROOT.isdisjoint(document):
+        return None
+    choices = document.get(KEY.choices)
+    choice = choices[0] if type(choices) is list and len(choices) == 1 else None
+    if type(choice) is not dict or not _BLANKED_CHOICE.isdisjoint(choice):
+        return None
+    message, logprobs = choice.get("message"), choice.get(KEY.logprobs)
+    if type(message) is not dict or any(key in message for key in _BUNDLE_FIELDS):
+        return None
+    if type(logprobs) is not dict or list(logprobs) != ["content"] or type(logprobs["content"]) is not list:
+        return None
+    token_ids, prompt = choice.get(KEY.token_ids), document.get(KEY.prompt_token_ids)
+    if (token_ids is not None and type(token_ids) is not list) or (prompt is not None and type(prompt) is not list):
+        return None
+    try:
+        parsed = parse_chat_completions_document(
+            document, None, True, True, lambda index, value: top if index is None else read[index])
+    except MalformedResponseError:
+        return None  # the caller's check_response refuses it, as without this path
+    if not _named_by_token(read[0].logprobs_content, logprobs["content"], raw):
+        return None
+    first = parsed.choices[0]
+    ids = first.completion_ids.tolist()
+    if token_ids is not None:
+        choice[KEY.token_ids] = ids
+    if prompt is not None:
+        document[KEY.prompt_token_ids] = parsed.prompt_token_ids.tolist()
+    choice[KEY.logprobs] = {"content": ReadRecords(ids, first.completion_logprobs)}
+    return document
+
+
+def _named_by_token(read: Any, content: list[Any], raw: bytes) -> bool:
+    """Whether every record the reader read named its id by its ``token`` and carried it as
+    ``logprob``, the fields NeMo-Gym reads (tokenwire's reader takes a ``token_id`` or ``id``
+    key first, and ``sampling_logprob`` when every record has one)."""
+    records = getattr(read, "records", None)
+    if records is None or records.value_key != "logprob":
+        return False
+    ids = records.ids
+    if isinstance(ids, np.ndarray):  # the compiled reader: -1 for a record naming no id
+        if read.span is None or (ids.size and int(ids.min()) < 0):
+            return False
+        # Without escapes, every id a record names has a literal "d" in it ("token_id", "id",
+        # "token_id:N"), followed by ":" only in a "token_id:N" string: when each "d" of the
+        # records is, no record has a "token_id" or "id" key, and each named its id by its token.
+        start, end = read.span
+        if raw.find(b"\\", start, end) >= 0:
+            return False
+        text = np.frombuffer(raw, np.uint8, end - start, start)  # the array's text: "[" to "]"
+        d = np.flatnonzero(text[:-1] == ord("d"))
+        return bool((text[d + 1] == ord(":")).all())
+    return all(i is not None for i in ids) and all(
+        type(e) is dict and "token_id" not in e and "id" not in e for e in content)
 
 
 # --- the vLLM model server's methods -------------------------------------------------------------
@@ -277,6 +400,11 @@ def _extract_choice_logprobs(self: Any, choice_dict: dict[str, Any]) -> tuple[li
     calls["_extract_choice_logprobs"] += 1
     logprobs_block = choice_dict.get("logprobs") if isinstance(choice_dict, dict) else None
     content = logprobs_block.get("content") if isinstance(logprobs_block, dict) else None
+    if type(content) is ReadRecords:  # token_path_document's: read and checked from the bytes
+        calls["_extract_choice_logprobs from the bytes"] += 1
+        values = content.logprobs.tolist()
+        _checked_logprobs.set(values)
+        return list(content.ids), values
     for records, ids, values in _last_read.get():
         if records is content and len(ids) == len(content):
             calls["_extract_choice_logprobs from the reader's arrays"] += 1
@@ -313,12 +441,27 @@ def _validate_token_bundle(cls: Any, bundle: dict[str, Any], source: str) -> dic
     return normalized
 
 
+async def _chat_completions(self: Any, request: Any, body: Any) -> Any:
+    """NeMo-Gym's ``VLLMModel.chat_completions``, its first ``get_response_json`` (the upstream
+    chat completion) handing back :func:`token_path_document`'s document where the server's
+    token path drops the choice's records unread by anything else (see ``_token_path``)."""
+    armed = _drops_records(self)
+    if armed:
+        calls["chat_completions on the token path"] += 1
+    mark = _token_path.set([True] if armed else None)
+    try:
+        return await _saved_attr(_VLLM_APP, "VLLMModel.chat_completions")(self, request, body)
+    finally:
+        _token_path.reset(mark)
+
+
 # --- patching ------------------------------------------------------------------------------------
 
 _patch_lock = threading.RLock()
 # (module name, attribute path) -> NeMo-Gym's own object, for everything patch() replaced.
 _saved: dict[tuple[str, str], Any] = {}
 _OURS_METHODS = {
+    "VLLMModel.chat_completions": _chat_completions,
     "VLLMModel._extract_choice_logprobs": _extract_choice_logprobs,
     "VLLMModel._validate_token_bundle": classmethod(_validate_token_bundle),
 }
