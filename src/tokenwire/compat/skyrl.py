@@ -217,6 +217,8 @@ class _Reading:
     values: np.ndarray | None = None
 
 
+# What vLLM's records name their tokens with: "token": "token_id:N", or a "token_id" member.
+_NAMED, _NUMBERED = b'"token_id:', b'"token_id":'
 _reading: ContextVar[_Reading | None] = ContextVar("tokenwire_skyrl_reading", default=None)
 # Set by _generate_single, whose caller never sees raw_response.
 _raw_dropped: ContextVar[bool] = ContextVar("tokenwire_skyrl_raw_dropped", default=False)
@@ -225,8 +227,10 @@ _raw_dropped: ContextVar[bool] = ContextVar("tokenwire_skyrl_raw_dropped", defau
 def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
     """The document SkyRL's ``generate`` reads the same ids and stop reason from, and the
     logprobs, for a body tokenwire's reader accepts as SkyRL reads it; else None."""
+    if type(raw) is not bytes or not (_NAMED in raw or _NUMBERED in raw):
+        return None  # no record names its token (SkyRL's own records): the reader would refuse it
     try:
-        choices = _select.kernels.parse_generate_response(raw).choices if type(raw) is bytes else ()
+        choices = _select.kernels.parse_generate_response(raw).choices
     except MalformedResponseError:
         choices = ()
     if len(choices) != 1:
