@@ -141,3 +141,44 @@ def test_other_bodies_are_left_to_skyrl(defect, records):
     raw = vllm_body(4, defect=defect, records=records) if records != "empty" else vllm_body(0)
     assert compat._read_document(raw) is None
     assert compat._read_document(raw.decode()) is None  # only bytes, as aiohttp reads them
+
+
+def skyrl_body(logprobs: list[Any], *, routes: bool = False) -> bytes:
+    """A body as SkyRL's own server writes it (orjson's compact form, token-less records)."""
+    choice: dict[str, Any] = {"token_ids": list(range(7, 7 + len(logprobs))), "finish_reason": "stop",
+                              "logprobs": {"content": [{"logprob": v} for v in logprobs]}}
+    if routes:
+        choice["routed_experts"] = {"data": "AAECAwQFBgc=", "shape": [2, 2, 2], "dtype": "uint8"}
+        choice["rollout_sample_support"] = None
+    return json.dumps({"choices": [choice]}, separators=(",", ":")).encode()
+
+
+@given(st.lists(st.floats(-50, 0, allow_nan=False).filter(lambda v: v != -9999.0), min_size=1, max_size=200),
+       st.booleans())
+def test_skyrl_records_read_as_skyrl_reads_them(logprobs, routes):
+    raw = skyrl_body(logprobs, routes=routes)
+    document, read = compat._read_document(raw)
+    theirs = json.loads(raw)["choices"][0]
+    assert read.tolist() == [r["logprob"] for r in theirs["logprobs"]["content"]]
+    assert document["choices"][0]["token_ids"] == theirs["token_ids"]
+    if routes:
+        envelope = document["choices"][0]["routed_experts"]
+        assert bytes(envelope["data"]) == theirs["routed_experts"]["data"].encode()
+        assert envelope["shape"] == [2, 2, 2] and envelope["dtype"] == "uint8"
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (b'{"logprob":-0.02}', b'{"logprob":-0.02,"x":1}'),  # another member
+    (b'{"logprob":-0.02}', b'{"logprob":-0.02,2}'),  # a bare value inside a record
+    (b'{"logprob":-0.02}', b'{"logprob":null}'),  # missing
+    (b'{"logprob":-0.02}', b'{"logprob":-9999.0}'),  # SkyRL's clamp: left to SkyRL's read, then marked
+    (b'{"logprob":-0.02}', b'{"logprob":[-0.02]}'),  # not a number
+    (b'{"logprob":-0.02}', b'{"logprob":"-0.02"}'),
+    (b'},{"logprob":-0.02}', b'}{"logprob":-0.02}'),  # records not comma-separated
+    (b'{"logprob":-0.02}', b'{"logprob":-0.02},{"logprob":-0.5}'),  # N+1
+    (b'"content":[', b'"content":[ '),  # another spelling: SkyRL's read
+])
+def test_other_skyrl_bodies_are_left_to_skyrl(old, new):
+    raw = skyrl_body(values(3))
+    assert old in raw
+    assert compat._read_document(raw.replace(old, new, 1)) is None

@@ -67,6 +67,7 @@ from typing import Any
 import numpy as np
 
 from ..base._errors import MalformedResponseError
+from ..base import _json
 from ..base._table import KEY
 from ..base._wire import VLLM_LOGPROB_SENTINEL
 from ..read import _select
@@ -224,11 +225,58 @@ _reading: ContextVar[_Reading | None] = ContextVar("tokenwire_skyrl_reading", de
 _raw_dropped: ContextVar[bool] = ContextVar("tokenwire_skyrl_raw_dropped", default=False)
 
 
+# SkyRL's own records as its server's orjson writes them, and what they become for the reader.
+_CONTENT, _SAMPLED = f'"{KEY.logprobs}":{{"{KEY.content}":['.encode(), f'"{KEY.logprobs}":{{"{KEY.sampled}":['.encode()
+_RECORD, _BETWEEN = b'{"logprob":', b'},{"logprob":'
+_ENVELOPE = f'"{KEY.routed_experts}":{{"{KEY.data}":"'.encode()
+_SUPPORT_NULL = b'"rollout_sample_support":null'
+
+
+def _tokenless(raw: bytes) -> tuple[bytes, dict[str, Any] | None] | None:
+    """SkyRL's body with its token-less records written as the ``sampled`` list they spell, and
+    its routing envelope (``data`` a view of ``raw``, as SkyRL's splice leaves it) replaced by
+    ``null``; None unless the records are exactly ``{"logprob":<value>}`` joined by commas (the
+    reader then reads each value as JSON) and the body has no sample support."""
+    start = raw.find(_CONTENT) + len(_CONTENT)
+    end = raw.find(b"]", start)
+    if (start < len(_CONTENT) or raw.count(_CONTENT) != 1 or end < 0 or raw[end:end + 2] != b"]}"
+            or (b"rollout_sample_support" in raw and _SUPPORT_NULL not in raw)):
+        return None
+    span = raw[start:end]
+    if not (span.startswith(_RECORD) and span.endswith(b"}")):
+        return None
+    values = span[len(_RECORD):-1].replace(_BETWEEN, b",")
+    if values.count(b",") != span.count(_BETWEEN) or len(values.translate(None, b'{}[]":')) != len(values):
+        return None
+    body = b"".join((raw[:start - len(_CONTENT)], _SAMPLED, values, raw[end:]))
+    at = body.find(_ENVELOPE)
+    if at < 0:
+        return body, None
+    data = at + len(_ENVELOPE)
+    quote = body.find(b'"', data)
+    close = body.find(b"}", quote)
+    try:
+        envelope = _json.loads(b'{"data":"' + body[quote:close + 1]) if 0 < quote < close else None
+    except ValueError:
+        envelope = None
+    if not isinstance(envelope, dict) or body.count(_ENVELOPE) != 1:
+        return None
+    envelope[KEY.data] = memoryview(body)[data:quote]
+    return body[:at] + f'"{KEY.routed_experts}":null'.encode() + body[close + 1:], envelope
+
+
 def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
-    """The document SkyRL's ``generate`` reads the same ids and stop reason from, and the
-    logprobs, for a body tokenwire's reader accepts as SkyRL reads it; else None."""
-    if type(raw) is not bytes or not (_NAMED in raw or _NUMBERED in raw):
-        return None  # no record names its token (SkyRL's own records): the reader would refuse it
+    """The document SkyRL's ``generate`` reads the same ids, stop reason and routing envelope
+    from, and the logprobs, for a body tokenwire's reader accepts as SkyRL reads it (vLLM's
+    records, or SkyRL's own as :func:`_tokenless` writes them); else None."""
+    if type(raw) is not bytes:
+        return None
+    envelope = None
+    if not (_NAMED in raw or _NUMBERED in raw):
+        rewritten = _tokenless(raw)
+        if rewritten is None:
+            return None
+        raw, envelope = rewritten
     try:
         choices = _select.kernels.parse_generate_response(raw).choices
     except MalformedResponseError:
@@ -241,6 +289,8 @@ def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
         return None
     document = {KEY.choices: [{KEY.token_ids: ids.tolist(), "finish_reason": choice.finish_reason,
                                KEY.logprobs: None}]}
+    if envelope is not None:
+        document[KEY.choices][0][KEY.routed_experts] = envelope
     return document, values
 
 
@@ -256,14 +306,26 @@ class _Loads:
         return getattr(self._orjson, name)
 
     def loads(self, raw: Any) -> Any:
-        reading = _reading.get()
-        if reading is not None and reading.from_bytes:
-            read = _read_document(raw)
-            if read is not None:
-                reading.document, reading.values = read
-                return reading.document
-            reading.document = reading.values = None
-        return self._orjson.loads(raw)
+        return _from_bytes(raw, self._orjson.loads)
+
+
+def _from_bytes(raw: Any, theirs: Any) -> Any:
+    """The document of :func:`_read_document` when the running ``generate`` may read the body
+    from its bytes and the reader accepts it, else ``theirs(raw)``."""
+    reading = _reading.get()
+    if reading is not None and reading.from_bytes:
+        read = _read_document(raw)
+        if read is not None:
+            reading.document, reading.values = read
+            return reading.document
+        reading.document = reading.values = None
+    return theirs(raw)
+
+
+def _load_packed_body(raw: bytes, **kwargs: Any) -> Any:
+    """SkyRL's ``load_packed_body`` as the patched client module calls it: a body read from its
+    bytes (:func:`_from_bytes`) when it may be, else SkyRL's splice."""
+    return _from_bytes(raw, lambda body: _saved["load_packed_body"](body, **kwargs))
 
 
 # --- the replacements ----------------------------------------------------------------------------
@@ -274,8 +336,7 @@ _saved: dict[str, Any] = {}
 
 async def _generate(self: Any, **kwargs: Any) -> Any:
     calls["RemoteGenerateClient.generate"] += 1
-    reading = _Reading(from_bytes=_raw_dropped.get() and not kwargs.get("return_routed_experts")
-                       and not kwargs.get("return_sample_support"))
+    reading = _Reading(from_bytes=_raw_dropped.get() and not kwargs.get("return_sample_support"))
     token = _reading.set(reading)
     try:
         result = await _saved["generate"](self, **kwargs)
@@ -313,9 +374,11 @@ def patch() -> None:
         _saved["generate"] = module.RemoteGenerateClient.generate
         _saved["_generate_single"] = module.RemoteInferenceClient._generate_single
         _saved["orjson"] = module.orjson
+        _saved["load_packed_body"] = module.load_packed_body
         module.RemoteGenerateClient.generate = functools.wraps(_saved["generate"])(_generate)
         module.RemoteInferenceClient._generate_single = functools.wraps(_saved["_generate_single"])(_generate_single)
         module.orjson = _Loads(_saved["orjson"])
+        module.load_packed_body = _load_packed_body
 
 
 def unpatch() -> None:
@@ -327,6 +390,9 @@ def unpatch() -> None:
         module.RemoteGenerateClient.generate = _saved.pop("generate")
         module.RemoteInferenceClient._generate_single = _saved.pop("_generate_single")
         module.orjson = _saved.pop("orjson")
+        if module.load_packed_body is _load_packed_body:
+            module.load_packed_body = _saved["load_packed_body"]
+        _saved.pop("load_packed_body")
 
 
 def is_patched() -> bool:
