@@ -40,13 +40,17 @@ after a stop string, with a placeholder ``0.0`` logprob that its loss mask then 
 generator's, after the client, and is not touched.
 
 On the path the trainer takes (``RemoteInferenceClient._generate_single``, which keeps only
-the ids, logprobs, stop reason and side channels) an ``/inference/v1/generate`` body that
-tokenwire's reader accepts (vLLM's records, ``"token_id:N"`` names matching ``token_ids``,
-finite logprobs, one choice) is read from its bytes: ``orjson.loads`` as ``_post`` looks it
-up hands the bytes to the compiled reader, and the lists are made from its arrays, no dict per
-record. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the
-choice's ``token_ids`` and ``finish_reason`` only. Every other body (a clamped logprob, SkyRL's
-token-less records, the packed side channels, other endpoints, a direct call of
+the ids, logprobs, stop reason and side channels) the body is read from its bytes when
+tokenwire's reader accepts it: ``orjson.loads`` and ``load_packed_body`` as ``_post`` looks them
+up hand the bytes to the compiled reader, and SkyRL's document is made from its arrays, no dict
+per record. That covers vLLM's records (``"token_id:N"`` names matching ``token_ids``) and SkyRL's
+own token-less records in exactly the form its server's orjson writes them
+(``{"logprob":<value>}`` joined by commas, read by the reader as the ``sampled`` list they
+spell), with its routing envelope (the ``data`` a view of the body, as SkyRL's splice leaves it,
+decoded by SkyRL's ``decode_packed_routed_experts``); one choice, finite logprobs, none the
+clamp. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the choice's
+``token_ids``, ``finish_reason`` and routing envelope only. Every other body (a clamped
+logprob, another spelling of the records, a sample support, other endpoints, a direct call of
 ``RemoteGenerateClient.generate``, whose ``raw_response`` is the whole document) is read by
 SkyRL's own code and checked after it.
 """
@@ -232,37 +236,65 @@ _ENVELOPE = f'"{KEY.routed_experts}":{{"{KEY.data}":"'.encode()
 _SUPPORT_NULL = b'"rollout_sample_support":null'
 
 
+# The bytes of a record's spelling: deleting them from the records leaves the values and commas.
+_SPELLING = b'{}":logprb'
+# What a JSON number is written with: deleting them from the records leaves their skeleton.
+_NUMBER = b"0123456789+-.eE"
+_SKELETON = b'{"logprob":},'
+
+
+def _records_only(span: bytes) -> bool:
+    """Whether ``span`` is exactly ``{"logprob":V},{"logprob":V},...`` with each ``V`` written
+    with the bytes of JSON numbers only (none of them in :data:`_SPELLING`): the span without
+    those bytes is the records' skeleton, compared whole."""
+    skeleton = span.translate(None, _NUMBER)
+    return bool(skeleton) and skeleton == (_SKELETON * ((len(skeleton) + 1) // len(_SKELETON)))[:-1]
+
+
 def _tokenless(raw: bytes) -> tuple[bytes, dict[str, Any] | None] | None:
     """SkyRL's body with its token-less records written as the ``sampled`` list they spell, and
-    its routing envelope (``data`` a view of ``raw``, as SkyRL's splice leaves it) replaced by
-    ``null``; None unless the records are exactly ``{"logprob":<value>}`` joined by commas (the
-    reader then reads each value as JSON) and the body has no sample support."""
+    its routing envelope replaced by ``null`` (handed back apart, its ``data`` a view of ``raw``,
+    as SkyRL's splice leaves it); None unless the records are exactly ``{"logprob":<value>}``
+    joined by commas (the reader then reads each value as JSON) and the body has no sample
+    support. The envelope's base64 is neither copied nor searched: it holds no quote, so no key
+    searched for lies in it."""
+    mv = memoryview(raw)
+    at = raw.find(_ENVELOPE)
+    data = at + len(_ENVELOPE)
+    quote = raw.find(b'"', data) if at >= 0 else len(raw)
+    close = raw.find(b"}", quote) if at >= 0 else len(raw)
+    cut = (data, quote) if at >= 0 else (len(raw), len(raw))
+
+    def count(key: bytes) -> int:
+        return raw.count(key, 0, cut[0]) + raw.count(key, cut[1])
+
     start = raw.find(_CONTENT) + len(_CONTENT)
     end = raw.find(b"]", start)
-    if (start < len(_CONTENT) or raw.count(_CONTENT) != 1 or end < 0 or raw[end:end + 2] != b"]}"
-            or (b"rollout_sample_support" in raw and _SUPPORT_NULL not in raw)):
+    if (start < len(_CONTENT) or end < 0 or raw[end:end + 2] != b"]}" or quote < 0 or close < 0
+            or count(_CONTENT) != 1 or count(_ENVELOPE) != (at >= 0)
+            or count(b'"rollout_sample_support":') != count(_SUPPORT_NULL)
+            or (at >= 0 and not (end < at or start > close))):
         return None
     span = raw[start:end]
-    if not (span.startswith(_RECORD) and span.endswith(b"}")):
+    if not _records_only(span):
         return None
-    values = span[len(_RECORD):-1].replace(_BETWEEN, b",")
-    if values.count(b",") != span.count(_BETWEEN) or len(values.translate(None, b'{}[]":')) != len(values):
-        return None
-    body = b"".join((raw[:start - len(_CONTENT)], _SAMPLED, values, raw[end:]))
-    at = body.find(_ENVELOPE)
+    values = span.translate(None, _SPELLING)
+    records = (_SAMPLED, values)
     if at < 0:
-        return body, None
-    data = at + len(_ENVELOPE)
-    quote = body.find(b'"', data)
-    close = body.find(b"}", quote)
+        return b"".join((mv[:start - len(_CONTENT)], *records, mv[end:])), None
     try:
-        envelope = _json.loads(b'{"data":"' + body[quote:close + 1]) if 0 < quote < close else None
+        envelope = _json.loads(b'{"data":"' + raw[quote:close + 1])
     except ValueError:
         envelope = None
-    if not isinstance(envelope, dict) or body.count(_ENVELOPE) != 1:
+    if not isinstance(envelope, dict):
         return None
-    envelope[KEY.data] = memoryview(body)[data:quote]
-    return body[:at] + f'"{KEY.routed_experts}":null'.encode() + body[close + 1:], envelope
+    envelope[KEY.data] = mv[data:quote]
+    null = f'"{KEY.routed_experts}":null'.encode()
+    if end < at:
+        pieces = (mv[:start - len(_CONTENT)], *records, mv[end:at], null, mv[close + 1:])
+    else:
+        pieces = (mv[:at], null, mv[close + 1:start - len(_CONTENT)], *records, mv[end:])
+    return b"".join(pieces), envelope
 
 
 def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
@@ -272,7 +304,7 @@ def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
     if type(raw) is not bytes:
         return None
     envelope = None
-    if not (_NAMED in raw or _NUMBERED in raw):
+    if raw.find(_ENVELOPE) >= 0 or not (_NAMED in raw or _NUMBERED in raw):
         rewritten = _tokenless(raw)
         if rewritten is None:
             return None
