@@ -137,7 +137,7 @@ def test_the_bytes_read_as_skyrl_reads_them(n):
 
 @pytest.mark.parametrize(("defect", "records"), [("sentinel", "named"), ("null", "named"), ("n_plus_1", "named"),
                                                  (None, "tokenless"), (None, "empty")])
-def test_other_bodies_are_left_to_skyrl(defect, records):
+def test_other_bodies_are_left_to_skyrl(defect, records, kernels):
     raw = vllm_body(4, defect=defect, records=records) if records != "empty" else vllm_body(0)
     assert compat._read_document(raw) is None
     assert compat._read_document(raw.decode()) is None  # only bytes, as aiohttp reads them
@@ -178,7 +178,17 @@ def test_skyrl_records_read_as_skyrl_reads_them(logprobs, routes):
     (b'{"logprob":-0.02}', b'{"logprob":-0.02},{"logprob":-0.5}'),  # N+1
     (b'"content":[', b'"content":[ '),  # another spelling: SkyRL's read
 ])
-def test_other_skyrl_bodies_are_left_to_skyrl(old, new):
+def test_other_skyrl_bodies_are_left_to_skyrl(old, new, kernels):
     raw = skyrl_body(values(3))
     assert old in raw
     assert compat._read_document(raw.replace(old, new, 1)) is None
+
+
+@pytest.mark.parametrize("make", [lambda: vllm_body(50), lambda: skyrl_body(values(50)),
+                                  lambda: skyrl_body(values(50), routes=True)], ids=["vllm", "skyrl", "skyrl-routed"])
+def test_each_implementation_reads_the_bytes_alike(make, kernels):
+    raw = make()
+    document, read = compat._read_document(raw)
+    theirs = json.loads(raw)["choices"][0]
+    assert read.tolist() == [r["logprob"] for r in theirs["logprobs"]["content"]]
+    assert document["choices"][0]["token_ids"] == theirs["token_ids"]
