@@ -394,7 +394,8 @@ async def _generate_single(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 def patch() -> None:
     """Replace ``RemoteGenerateClient.generate``, wrap ``RemoteInferenceClient._generate_single``
-    and give the client module tokenwire's ``orjson.loads`` (see the module's docstring).
+    and give the client module tokenwire's ``orjson.loads`` and ``load_packed_body`` (see the
+    module's docstring).
     Idempotent; :func:`unpatch` undoes it. ``RuntimeError`` (patching nothing) for a SkyRL
     release not in :data:`SUPPORTED_VERSIONS`."""
     with _patch_lock:
