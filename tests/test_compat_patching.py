@@ -52,7 +52,7 @@ def test_release_check_names_the_releases_followed():
             _patching.require_release("trl", "TRL", "trl", version, ("1.16.0",))
 
 
-@pytest.mark.parametrize("name", ["renderers", "eval_protocol", "nemo_gym", "trl", "verifiers"])
+@pytest.mark.parametrize("name", ["renderers", "eval_protocol", "nemo_gym", "trl", "verifiers", "skyrl"])
 def test_each_patching_drop_in_exports_the_patch_api(name):
     if name == "nemo_gym":
         pytest.importorskip("orjson", reason="NeMo-Gym's reader is orjson's (a dependency of NeMo-Gym)")

@@ -32,6 +32,8 @@ FRAGMENTS = {
     "eval-protocol-patch": "eval-protocol 0.3.33 and a Fireworks-compatible server, inside a coroutine",
     "nemo-gym-patch": "NeMo-Gym 0.7.0 installed (Python 3.13; tests/run_nemo_gym_suite.py runs it)",
     "trl-patch": "TRL 1.16.0 and a trl vllm-serve server",
+    "skyrl-patch": "SkyRL 0.4.0 installed (tests/run_skyrl_suite.py runs it)",
+    "skyrl-clamped": "a rollout's InferenceEngineOutput from SkyRL's patched client",
     "verifiers-patch": "verifiers 0.4.0 and a generate server",
     "openai-sdk-async": "an OpenAI-compatible server, inside a coroutine",
     "openai-sdk-sync": "an OpenAI-compatible server",

@@ -1,0 +1,440 @@
+"""SkyRL's generation client on tokenwire's checks: a drop-in that refuses what it passed.
+
+SkyRL 0.4.0 generates through ``RemoteInferenceClient._generate_single``, which calls
+``RemoteGenerateClient.generate``
+(``skyrl.backends.skyrl_train.inference_servers.remote_inference_client``): one aiohttp POST
+(``_post``: the body read whole, ``orjson.loads``, or for the packed side channels
+``generate_wire.load_packed_body``), then ``token_ids`` taken as they are, one
+``record["logprob"]`` per record of ``logprobs.content``, and the routing
+(``routed_experts``, a ``{data, shape, dtype}`` envelope) decoded by
+``generate_wire.decode_packed_routed_experts`` (``pybase64`` and ``np.frombuffer``).
+
+Nothing compares the logprobs with the ids or the routing's rows with the tokens: N ids
+against N+1 logprobs, a ``null`` logprob (``None`` in the list) and routing one row short
+reach the generator. SkyRL's own server (``/skyrl/v1/generate``) writes each record as
+``{"logprob": x}`` (no token field) and writes ``-9999.0`` (``CLAMPED_LOGPROB``) on purpose
+for a logprob vLLM left out or made non-finite, and the client hands it on as a logprob.
+
+With :func:`patch`, ``RemoteGenerateClient.generate`` returns what SkyRL's returns (its own
+``RemoteGenerateResult``, from its own code) and refuses, raising
+:class:`SkyRLResponseError` (a ``tokenwire.MalformedResponseError`` naming choice, field and
+token, and so a ``ValueError``, the type SkyRL raises for a packed envelope it cannot decode):
+
+- logprobs and ids of different counts (``logprobs.content`` against ``token_ids``), or a
+  ``content`` list that is empty for a non-empty completion;
+- a logprob that is not a finite number (``null``, a string, ``NaN`` or an infinity);
+- an id that is not an int in ``[0, 2**32)``;
+- routing whose rows are not one per token from ``routed_experts_prompt_start`` (0 when not
+  given) to the last but one (``prompt - start + completion - 1``, the count SkyRL's
+  ``RoutedExpertTrace`` expects), and a sample support whose rows are not one per token.
+
+SkyRL's clamp stays SkyRL's contract, made visible: a response holding ``-9999.0`` logprobs
+gives its ``response_logprobs`` as a :class:`ClampedLogprobs`, the same list of the same
+values (a ``list`` subclass) with ``clamped``, a bool array marking each clamped token, and
+``clamped_tokens``, their positions; the drop-in logs a warning naming them and counts them in
+``calls["clamped tokens"]``. A response without one gives a plain ``list`` as SkyRL does. Set
+:data:`refuse_clamped` to refuse them instead. What SkyRL itself refuses keeps its error: a body
+that is not JSON (a ``NaN`` literal) is still ``orjson.JSONDecodeError`` and retried by
+``_post``; a malformed envelope is still SkyRL's ``ValueError``. The EOS the generator appends
+after a stop string, with a placeholder ``0.0`` logprob that its loss mask then hides, is the
+generator's, after the client, and is not touched.
+
+On the path the trainer takes (``RemoteInferenceClient._generate_single``, which keeps only
+the ids, logprobs, stop reason and side channels) the body is read from its bytes when
+tokenwire's reader accepts it: ``orjson.loads`` and ``load_packed_body`` as ``_post`` looks them
+up hand the bytes to the compiled reader, and SkyRL's document is made from its arrays, no dict
+per record. That covers vLLM's records (``"token_id:N"`` names matching ``token_ids``) and SkyRL's
+own token-less records in exactly the form its server's orjson writes them
+(``{"logprob":<value>}`` joined by commas, read by the reader as the ``sampled`` list they
+spell), with its routing envelope (the ``data`` a view of the body, as SkyRL's splice leaves it,
+decoded by SkyRL's ``decode_packed_routed_experts``); one choice, finite logprobs, none the
+clamp. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the choice's
+``token_ids``, ``finish_reason`` and routing envelope only. Every other body (a clamped
+logprob, another spelling of the records, a sample support, other endpoints, a direct call of
+``RemoteGenerateClient.generate``, whose ``raw_response`` is the whole document) is read by
+SkyRL's own code and checked after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import importlib.metadata
+import logging
+import threading
+from collections import Counter
+from contextvars import ContextVar
+from typing import Any
+
+import numpy as np
+
+from ..base._errors import MalformedResponseError
+from ..base import _json
+from ..base._table import KEY
+from ..base._wire import VLLM_LOGPROB_SENTINEL
+from ..read import _select
+from . import _patching
+from .renderers import _numbers
+
+__all__ = [
+    "ClampedLogprobs",
+    "SUPPORTED_VERSIONS",
+    "SkyRLResponseError",
+    "check_response",
+    "is_patched",
+    "patch",
+    "patched",
+    "refuse_clamped",
+    "skyrl_version",
+    "unpatch",
+]
+
+SUPPORTED_VERSIONS: tuple[str, ...] = ("0.4.0",)
+CLIENT_MODULE = "skyrl.backends.skyrl_train.inference_servers.remote_inference_client"
+# SkyRL's CLAMPED_LOGPROB, vLLM's floor: the same number.
+CLAMPED_LOGPROB = VLLM_LOGPROB_SENTINEL
+# True: a -9999.0 logprob is refused like any other defect instead of flagged.
+refuse_clamped: bool = False
+# How often each replacement ran (the pytest plugin reports which tests reached them).
+calls: Counter[str] = Counter()
+_ID_LIMIT = 2**32
+_log = logging.getLogger(__name__)
+
+
+class SkyRLResponseError(MalformedResponseError):
+    """A response SkyRL would have passed to the generator: a ``tokenwire.MalformedResponseError``,
+    so a ``ValueError``, the type SkyRL raises for a side channel it cannot decode."""
+
+
+class ClampedLogprobs(list):
+    """``response_logprobs`` of a response holding SkyRL's clamped ``-9999.0``: the values as
+    sent, with ``clamped`` (a bool array, True at each clamped token) and ``clamped_tokens``
+    (their positions)."""
+
+    clamped: np.ndarray
+    clamped_tokens: list[int]
+
+
+def _refuse(reason: str, **where: Any) -> SkyRLResponseError:
+    """The refusal of the response's one choice, at ``field`` (and ``token``) when given."""
+    return SkyRLResponseError(reason, choice=0, **where)
+
+
+def skyrl_version() -> str | None:
+    """The installed SkyRL release (None when it is not installed)."""
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        return importlib.metadata.version("skyrl")
+    return None
+
+
+# --- the checks ----------------------------------------------------------------------------------
+
+
+def _check_ids(ids: Any) -> int:
+    """How many ids ``ids`` holds; refused unless a list of ints in ``[0, 2**32)``."""
+    if not isinstance(ids, list):
+        raise _refuse("must be a list of token ids", field="token_ids")
+    wrong = [type(i) is not int or not 0 <= i < _ID_LIMIT for i in ids] if ids else []
+    if any(wrong):
+        t = wrong.index(True)
+        raise _refuse(f"token id {ids[t]!r} is not an int in [0, 2**32)", field="token_ids", token=t)
+    return len(ids)
+
+
+def _check_logprobs(values: list[Any], n: int) -> np.ndarray | None:
+    """Refuse unless ``values`` are ``n`` finite numbers; the mask of SkyRL's clamped ones
+    (None when there is none)."""
+    field = "logprobs.content"
+    if len(values) != n:
+        raise _refuse(f"{n} token ids against {len(values)} logprobs", field=field)
+    array = _numbers(values)
+    if array is None:
+        numbers = [type(value) in (int, float) for value in values]
+        if all(numbers):
+            raise _refuse("a logprob is beyond float range", field=field)
+        t = numbers.index(False)
+        what = "missing (null)" if values[t] is None else f"{values[t]!r}, not a number"
+        raise _refuse(f"the sampled token's logprob is {what}", field=field, token=t)
+    finite = np.isfinite(array)
+    if not finite.all():
+        t = int(np.argmin(finite))
+        raise _refuse(f"the sampled token's logprob is {values[t]!r}, not finite", field=field, token=t)
+    clamped = array == CLAMPED_LOGPROB
+    if not clamped.any():
+        return None
+    if refuse_clamped:
+        raise _refuse("the sampled token's logprob is SkyRL's clamp -9999.0 (missing or non-finite at the "
+                      "server)", field=field, token=int(np.argmax(clamped)))
+    return clamped
+
+
+def check_response(document: Any, result: Any, *, prompt_tokens: int | None = None,
+                   routing_start: int | None = None) -> Any:
+    """Check SkyRL's ``RemoteGenerateResult`` ``result`` against the body ``document`` it was
+    read from (None: the drop-in read the body itself and checked its logprobs) and the
+    request (the prompt's length, ``routed_experts_prompt_start``); give ``result``, its
+    ``response_logprobs`` a :class:`ClampedLogprobs` when some are SkyRL's clamp."""
+    n = len(result.response_ids) if document is None else _check_ids(result.response_ids)
+    if document is not None:
+        values = result.response_logprobs
+        if values is None:
+            choice = document[KEY.choices][0]
+            block = choice.get(KEY.logprobs) if isinstance(choice, dict) else None
+            content = block.get(KEY.content) if isinstance(block, dict) else None
+            if isinstance(content, list) and n:  # SkyRL reads an empty content as no logprobs
+                raise _refuse(f"{n} token ids against 0 logprobs", field="logprobs.content")
+        else:
+            clamped = _check_logprobs(values, n)
+            if clamped is not None:
+                flagged = ClampedLogprobs(values)
+                flagged.clamped = clamped
+                flagged.clamped_tokens = np.flatnonzero(clamped).tolist()
+                calls["clamped tokens"] += len(flagged.clamped_tokens)
+                _log.warning("tokenwire.compat.skyrl: %d of %d sampled logprobs are SkyRL's clamp -9999.0 "
+                             "(tokens %s); marked in response_logprobs.clamped", len(flagged.clamped_tokens), n,
+                             flagged.clamped_tokens[:8])
+                result = dataclasses.replace(result, response_logprobs=flagged)
+    if result.routed_experts is not None and prompt_tokens is not None:
+        rows = prompt_tokens - (routing_start or 0) + n - 1
+        got = result.routed_experts.shape[0]
+        if got != rows:
+            raise _refuse(f"routed_experts holds {got} rows, not {rows} (one per token from "
+                          f"routed_experts_prompt_start {routing_start or 0} to the last generated token but one)",
+                          field=KEY.routed_experts)
+    if result.sample_support is not None and result.sample_support.shape[0] != n:
+        raise _refuse(f"rollout_sample_support holds {result.sample_support.shape[0]} rows for {n} generated "
+                      "tokens", field="rollout_sample_support")
+    return result
+
+
+# --- the body's bytes ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Reading:
+    """One ``generate`` call's state: whether its body may be read from the bytes, and what
+    the reader gave (the document handed to SkyRL and the logprobs)."""
+
+    from_bytes: bool
+    document: Any = None
+    values: np.ndarray | None = None
+
+
+# What vLLM's records name their tokens with: "token": "token_id:N", or a "token_id" member.
+_NAMED, _NUMBERED = b'"token_id:', b'"token_id":'
+_reading: ContextVar[_Reading | None] = ContextVar("tokenwire_skyrl_reading", default=None)
+# Set by _generate_single, whose caller never sees raw_response.
+_raw_dropped: ContextVar[bool] = ContextVar("tokenwire_skyrl_raw_dropped", default=False)
+
+
+# SkyRL's own records as its server's orjson writes them, and what they become for the reader.
+_CONTENT, _SAMPLED = f'"{KEY.logprobs}":{{"{KEY.content}":['.encode(), f'"{KEY.logprobs}":{{"{KEY.sampled}":['.encode()
+_RECORD, _BETWEEN = b'{"logprob":', b'},{"logprob":'
+_ENVELOPE = f'"{KEY.routed_experts}":{{"{KEY.data}":"'.encode()
+_SUPPORT_NULL = b'"rollout_sample_support":null'
+
+
+# The bytes of a record's spelling: deleting them from the records leaves the values and commas.
+_SPELLING = b'{}":logprb'
+# What a JSON number is written with: deleting them from the records leaves their skeleton.
+_NUMBER = b"0123456789+-.eE"
+_SKELETON = b'{"logprob":},'
+
+
+def _records_only(span: bytes) -> bool:
+    """Whether ``span`` is exactly ``{"logprob":V},{"logprob":V},...`` with each ``V`` written
+    with the bytes of JSON numbers only (none of them in :data:`_SPELLING`): the span without
+    those bytes is the records' skeleton, compared whole."""
+    skeleton = span.translate(None, _NUMBER)
+    return bool(skeleton) and skeleton == (_SKELETON * ((len(skeleton) + 1) // len(_SKELETON)))[:-1]
+
+
+def _tokenless(raw: bytes) -> tuple[bytes, dict[str, Any] | None] | None:
+    """SkyRL's body with its token-less records written as the ``sampled`` list they spell, and
+    its routing envelope replaced by ``null`` (handed back apart, its ``data`` a view of ``raw``,
+    as SkyRL's splice leaves it); None unless the records are exactly ``{"logprob":<value>}``
+    joined by commas (the reader then reads each value as JSON) and the body has no sample
+    support. The envelope's base64 is neither copied nor searched: it holds no quote, so no key
+    searched for lies in it."""
+    mv = memoryview(raw)
+    at = raw.find(_ENVELOPE)
+    data = at + len(_ENVELOPE)
+    quote = raw.find(b'"', data) if at >= 0 else len(raw)
+    close = raw.find(b"}", quote) if at >= 0 else len(raw)
+    cut = (data, quote) if at >= 0 else (len(raw), len(raw))
+
+    def count(key: bytes) -> int:
+        return raw.count(key, 0, cut[0]) + raw.count(key, cut[1])
+
+    start = raw.find(_CONTENT) + len(_CONTENT)
+    end = raw.find(b"]", start)
+    if (start < len(_CONTENT) or end < 0 or raw[end:end + 2] != b"]}" or quote < 0 or close < 0
+            or count(_CONTENT) != 1 or count(_ENVELOPE) != (at >= 0)
+            or count(b'"rollout_sample_support":') != count(_SUPPORT_NULL)
+            or (at >= 0 and not (end < at or start > close))):
+        return None
+    span = raw[start:end]
+    if not _records_only(span):
+        return None
+    values = span.translate(None, _SPELLING)
+    records = (_SAMPLED, values)
+    if at < 0:
+        return b"".join((mv[:start - len(_CONTENT)], *records, mv[end:])), None
+    try:
+        envelope = _json.loads(b'{"data":"' + raw[quote:close + 1])
+    except ValueError:
+        envelope = None
+    if not isinstance(envelope, dict):
+        return None
+    envelope[KEY.data] = mv[data:quote]
+    null = f'"{KEY.routed_experts}":null'.encode()
+    if end < at:
+        pieces = (mv[:start - len(_CONTENT)], *records, mv[end:at], null, mv[close + 1:])
+    else:
+        pieces = (mv[:at], null, mv[close + 1:start - len(_CONTENT)], *records, mv[end:])
+    return b"".join(pieces), envelope
+
+
+def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
+    """The document SkyRL's ``generate`` reads the same ids, stop reason and routing envelope
+    from, and the logprobs, for a body tokenwire's reader accepts as SkyRL reads it (vLLM's
+    records, or SkyRL's own as :func:`_tokenless` writes them); else None."""
+    if type(raw) is not bytes:
+        return None
+    envelope = None
+    if raw.find(_ENVELOPE) >= 0 or not (_NAMED in raw or _NUMBERED in raw):
+        rewritten = _tokenless(raw)
+        if rewritten is None:
+            return None
+        raw, envelope = rewritten
+    try:
+        choices = _select.kernels.parse_generate_response(raw).choices
+    except MalformedResponseError:
+        choices = ()
+    if len(choices) != 1:
+        return None
+    choice = choices[0]
+    ids, values = choice.completion_ids, choice.completion_logprobs
+    if values is None or values.dtype != np.float64 or len(ids) == 0 or choice.finish_reason is None:
+        return None
+    document = {KEY.choices: [{KEY.token_ids: ids.tolist(), "finish_reason": choice.finish_reason,
+                               KEY.logprobs: None}]}
+    if envelope is not None:
+        document[KEY.choices][0][KEY.routed_experts] = envelope
+    return document, values
+
+
+class _Loads:
+    """``orjson`` as ``remote_inference_client`` sees it once patched: its ``loads`` reads a
+    generate body from the bytes when the running ``generate`` may (:func:`_read_document`),
+    else it is orjson's; everything else is orjson's."""
+
+    def __init__(self, module: Any) -> None:
+        self._orjson = module
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._orjson, name)
+
+    def loads(self, raw: Any) -> Any:
+        return _from_bytes(raw, self._orjson.loads)
+
+
+def _from_bytes(raw: Any, theirs: Any) -> Any:
+    """The document of :func:`_read_document` when the running ``generate`` may read the body
+    from its bytes and the reader accepts it, else ``theirs(raw)``."""
+    reading = _reading.get()
+    if reading is not None and reading.from_bytes:
+        read = _read_document(raw)
+        if read is not None:
+            reading.document, reading.values = read
+            return reading.document
+        reading.document = reading.values = None
+    return theirs(raw)
+
+
+def _load_packed_body(raw: bytes, **kwargs: Any) -> Any:
+    """SkyRL's ``load_packed_body`` as the patched client module calls it: a body read from its
+    bytes (:func:`_from_bytes`) when it may be, else SkyRL's splice."""
+    return _from_bytes(raw, lambda body: _saved["load_packed_body"](body, **kwargs))
+
+
+# --- the replacements ----------------------------------------------------------------------------
+
+_patch_lock = threading.RLock()
+_saved: dict[str, Any] = {}
+
+
+async def _generate(self: Any, **kwargs: Any) -> Any:
+    calls["RemoteGenerateClient.generate"] += 1
+    reading = _Reading(from_bytes=_raw_dropped.get() and not kwargs.get("return_sample_support"))
+    token = _reading.set(reading)
+    try:
+        result = await _saved["generate"](self, **kwargs)
+    finally:
+        _reading.reset(token)
+    prompt = kwargs.get("prompt_token_ids")
+    common = dict(prompt_tokens=len(prompt) if isinstance(prompt, list) else None,
+                  routing_start=kwargs.get("routed_experts_prompt_start"))
+    if reading.values is not None and result.raw_response is reading.document:
+        calls["generate from the reader's arrays"] += 1
+        result = dataclasses.replace(result, response_logprobs=reading.values.tolist())
+        return check_response(None, result, **common)
+    return check_response(result.raw_response, result, **common)
+
+
+async def _generate_single(self: Any, *args: Any, **kwargs: Any) -> Any:
+    token = _raw_dropped.set(True)
+    try:
+        return await _saved["_generate_single"](self, *args, **kwargs)
+    finally:
+        _raw_dropped.reset(token)
+
+
+def patch() -> None:
+    """Replace ``RemoteGenerateClient.generate``, wrap ``RemoteInferenceClient._generate_single``
+    and give the client module tokenwire's ``orjson.loads`` and ``load_packed_body`` (see the
+    module's docstring).
+    Idempotent; :func:`unpatch` undoes it. ``RuntimeError`` (patching nothing) for a SkyRL
+    release not in :data:`SUPPORTED_VERSIONS`."""
+    with _patch_lock:
+        _patching.require_release("skyrl", "SkyRL", "skyrl", skyrl_version(), SUPPORTED_VERSIONS)
+        module = importlib.import_module(CLIENT_MODULE)
+        if _saved:
+            return
+        _saved["module"] = module
+        _saved["generate"] = module.RemoteGenerateClient.generate
+        _saved["_generate_single"] = module.RemoteInferenceClient._generate_single
+        _saved["orjson"] = module.orjson
+        _saved["load_packed_body"] = module.load_packed_body
+        module.RemoteGenerateClient.generate = functools.wraps(_saved["generate"])(_generate)
+        module.RemoteInferenceClient._generate_single = functools.wraps(_saved["_generate_single"])(_generate_single)
+        module.orjson = _Loads(_saved["orjson"])
+        module.load_packed_body = _load_packed_body
+
+
+def unpatch() -> None:
+    """Put SkyRL's own back wherever :func:`patch` replaced them."""
+    with _patch_lock:
+        if not _saved:
+            return
+        module = _saved.pop("module")
+        module.RemoteGenerateClient.generate = _saved.pop("generate")
+        module.RemoteInferenceClient._generate_single = _saved.pop("_generate_single")
+        module.orjson = _saved.pop("orjson")
+        if module.load_packed_body is _load_packed_body:
+            module.load_packed_body = _saved["load_packed_body"]
+        _saved.pop("load_packed_body")
+
+
+def is_patched() -> bool:
+    """Whether the client module still holds every replacement :func:`patch` made."""
+    module = _saved.get("module")
+    return (module is not None and getattr(module.RemoteGenerateClient.generate, "__wrapped__", None) is _saved["generate"]
+            and isinstance(module.orjson, _Loads))
+
+
+def patched() -> contextlib.AbstractContextManager[None]:
+    """``with patched():`` runs the block with :func:`patch` in effect, then restores."""
+    return _patching.block(_patch_lock, lambda: bool(_saved), patch, unpatch)

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""SkyRL's own tests of its generation client, without and with tokenwire's drop-in patched in,
+and SkyRL's real client against a local server (tests/test_compat_skyrl.py).
+
+SkyRL 0.4.0 runs in a venv of its own (``--python``, default ``$TOKENWIRE_SKYRL_PYTHON``)
+holding ``skyrl==0.4.0`` (with ``ray``, ``omegaconf``, ``loguru``, ``skyrl-gym`` and
+``vllm-router``, which its client's tests import, over a CPU torch; see
+docs/migrating-from-skyrl.md) and tokenwire (installed, or on ``PYTHONPATH``). The sdist ships
+no tests and the public repository has no tag for 0.4.0: its tests come from a checkout of the
+repository (``--source``) at the commit nearest the release's client
+(``0379ec63e``, 2026-08-22: its ``remote_inference_client.py`` and ``generate_wire.py`` are the
+closest to the released ones of the repository's history). The two files below are copied into
+a temporary folder without the folder's ``conftest.py`` (a session-wide ``ray.init()`` neither
+file uses) and run from there twice, once as they are and once with
+``-p tokenwire.compat.skyrl_plugin``, both under ``-p skyrl_py311`` (written here: SkyRL asks for
+Python 3.12, and before 3.12 pydantic needs ``typing_extensions.TypedDict`` where SkyRL's
+models say ``typing.TypedDict``).
+
+The runs must agree, but for the tests listed in :data:`REFUSED`: SkyRL's mock server answers
+``/inference/v1/generate`` with three token ids and one logprob, the misalignment the drop-in
+exists to refuse; each of those must fail patched with exactly that refusal.
+
+    python tests/run_skyrl_suite.py --python /path/to/venv/bin/python --source /path/to/SkyRL
+
+Exit status: 0 the runs agree and the live test passes, 1 they do not, 2 the suite cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from suite_junit import SuiteUnavailable, copy_live, report_live, run_framework  # noqa: E402
+
+VERSION = "0.4.0"
+COMMIT = "0379ec63e"
+PLUGIN = "tokenwire.compat.skyrl_plugin"
+SUMMARY = "tokenwire: SkyRL stayed patched for the whole session"
+SWITCH = "TOKENWIRE_SKYRL_PATCH"
+SHIM = "skyrl_py311"
+# SkyRL's tests of the code the drop-in replaces: RemoteInferenceClient and RemoteGenerateClient
+# against a mock server on 127.0.0.1, and the packed-envelope codec its client decodes with.
+# The GPU suites (tests/backends/skyrl_train/gpu/...) start vLLM and do not run on CPU.
+SUITE = ("tests/backends/skyrl_train/inference_servers/test_remote_inference_client.py",
+         "tests/backends/skyrl_train/inference_servers/test_generate_wire.py")
+LIVE = Path(__file__).resolve().parent / "test_compat_skyrl.py"
+# The refusal each test in REFUSED meets patched (SkyRL's mock body: 3 ids, 1 logprob).
+REFUSAL = "SkyRLResponseError: choices[0].logprobs.content: 3 token ids against 1 logprobs"
+REFUSED = tuple(f"TestDataPlane.{name}" for name in (
+    "test_generate", "test_generate_with_session_id", "test_generate_decodes_packed_routed_experts")) + (
+    "TestPackedSideChannelBodies.test_non_routed_expert_generate_never_scans_the_body",
+    "TestPackedSideChannelBodies.test_routed_expert_generate_goes_through_the_splice",
+    "TestMultiModalGeneration.test_generate_with_mm_features",
+    "TestExplicitModelRequired.test_generate_threads_model_into_payload",
+    "TestExplicitModelRequired.test_generate_defaults_to_base_when_no_lora")
+
+
+def suite_root(source: Path, work: Path) -> Path:
+    """The suite's files copied from ``source`` into ``work``/skyrl, its packages marked, and
+    the Python 3.11 shim beside them."""
+    root = work / "skyrl"
+    for name in SUITE:
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, target)
+        for package in target.relative_to(root).parents:
+            if str(package) != ".":
+                (root / package / "__init__.py").touch()
+    (root / f"{SHIM}.py").write_text(
+        "import sys\nimport typing\n\nif sys.version_info < (3, 12):\n"
+        "    import typing_extensions\n\n    typing.TypedDict = typing_extensions.TypedDict\n")
+    return root
+
+
+def refused_by_design(patched_output: str) -> list[str]:
+    """The tests of :data:`REFUSED` that failed patched with :data:`REFUSAL`."""
+    return [name for name in REFUSED
+            if re.search(rf"^FAILED \S*::{re.escape(name.replace('.', '::'))} - .*{re.escape(REFUSAL)}",
+                         patched_output, re.M)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python", default=os.environ.get("TOKENWIRE_SKYRL_PYTHON"),
+                        help="the interpreter of a venv holding skyrl==0.4.0 and tokenwire")
+    parser.add_argument("--source", default=os.environ.get("TOKENWIRE_SKYRL_SOURCE"),
+                        help=f"SkyRL's repository at {COMMIT} (its tests/)")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    source = Path(args.source) if args.source else None
+    if not args.python or source is None or not all((source / name).is_file() for name in SUITE):
+        print(f"SkyRL suite unavailable: need --python (a venv with skyrl {VERSION} and tokenwire) and "
+              f"--source (SkyRL at {COMMIT})", file=sys.stderr)
+        return 2
+    os.environ["COLUMNS"] = "1000"  # the short summary's lines whole, with the refusal's message
+    with tempfile.TemporaryDirectory(prefix="tokenwire-suite-") as tmp:
+        work = Path(tmp)
+        common = dict(switch=SWITCH, preload=(SHIM,))
+        try:
+            root = suite_root(source, work)
+            before = run_framework(args.python, root, work / "unpatched.xml", list(SUITE), **common)
+            after = run_framework(args.python, root, work / "patched.xml", list(SUITE), plugin=PLUGIN, **common)
+            live = run_framework(args.python, root, work / "live.xml", [str(copy_live(LIVE, work)), "-s"], **common)
+        except (SuiteUnavailable, subprocess.SubprocessError, OSError) as exc:
+            print(f"SkyRL suite unavailable: {exc}", file=sys.stderr)
+            return 2
+        refused = refused_by_design(after.output)
+        print(f"patched as run: {after.summary()}; below, the tests refused by design count as passed")
+        print(f"refused by design (SkyRL's mock body, 3 ids against 1 logprob): {len(refused)} of {len(REFUSED)}")
+        for name in refused:
+            print(f"    {name}")
+        if len(refused) != len(REFUSED):
+            print("  PROBLEM: not every listed test met the refusal")
+        status = report_live(f"SkyRL {VERSION} suite at {COMMIT} ({', '.join(SUITE)})",
+                             "SkyRL's client against 127.0.0.1 (tests/test_compat_skyrl.py)", before,
+                             _without(after, refused), live, SUMMARY, args.verbose)
+        return status if len(refused) == len(REFUSED) else 1
+
+
+def _without(run: object, refused: list[str]) -> object:
+    """``run`` with the tests refused by design counted as they ran unpatched (passed)."""
+    outcomes = dict(run.outcomes)  # type: ignore[attr-defined]
+    for key in outcomes:
+        if any(key.endswith(name.replace(".", "::")) for name in refused):
+            outcomes[key] = "passed"
+    return type(run)(outcomes, run.skips, run.output, run.returncode)  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""SkyRL's real generation client against a local HTTP server, unpatched and patched with
+tokenwire.compat.skyrl (skipped where SkyRL 0.4.0 is not installed; tests/run_skyrl_suite.py
+runs it in SkyRL's venv).
+
+The server on 127.0.0.1 answers ``/inference/v1/generate`` with vLLM's records (``"token_id:N"``
+names beside ``token_ids``) or SkyRL's own token-less ``{"logprob": x}`` records, and
+``/skyrl/v1/generate`` with SkyRL's packed routing envelope. Each request goes through
+``RemoteInferenceClient._generate_single`` (the trainer's path) and
+``RemoteGenerateClient.generate`` (a direct caller, which keeps ``raw_response``). Each planted
+defect's outcome both ways is printed as a table row (``DEFECT name | unpatched | patched``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import typing
+from typing import Any
+
+import pytest
+
+pytest.importorskip("skyrl")
+if sys.version_info < (3, 12):  # SkyRL 0.4.0 asks for 3.12: pydantic needs this TypedDict before 3.12
+    import typing_extensions
+
+    typing.TypedDict = typing_extensions.TypedDict  # type: ignore[misc]
+
+ric = pytest.importorskip("skyrl.backends.skyrl_train.inference_servers.remote_inference_client")
+import numpy as np  # noqa: E402
+import orjson  # noqa: E402
+
+from skyrl.backends.skyrl_train.inference_servers.generate_wire import pack_routed_experts  # noqa: E402
+from tokenwire import MalformedResponseError  # noqa: E402
+from tokenwire.compat import skyrl as compat  # noqa: E402
+
+try:
+    from canned_http import bounded_server  # copied beside this file by run_skyrl_suite.py
+except ImportError:
+    from tests.canned_http import bounded_server
+
+if compat.skyrl_version() not in compat.SUPPORTED_VERSIONS:
+    pytest.skip(f"SkyRL {compat.skyrl_version()} is not the release the drop-in follows", allow_module_level=True)
+
+PROMPT = [11, 12, 13, 14]
+N = 64
+LAYERS, TOPK = 3, 2
+
+
+def _ids(seed: int) -> list[int]:
+    return [(1000 + 7 * t + seed) % 150_000 for t in range(N)]
+
+
+def _logprobs(seed: int) -> list[Any]:
+    return [-0.001 * ((t * 37 + seed) % 997 + 1) for t in range(N)]
+
+
+def body(kind: str = "vllm", defect: str | None = None, seed: int = 0) -> bytes:
+    """A generate body of ``N`` tokens: ``vllm`` (vLLM's records), ``tokenless`` (SkyRL's
+    ``{"logprob": x}``) or ``packed`` (token-less records and the routing envelope)."""
+    ids, values = _ids(seed), _logprobs(seed)
+    if defect == "n_plus_1":
+        values.append(-0.5)
+    elif defect == "missing":
+        values[5] = None
+    elif defect == "sentinel":
+        values[7] = -9999.0
+    elif defect == "nan":
+        values[9] = float("nan")
+    if kind == "vllm":
+        records = [{"token": f"token_id:{ids[min(t, N - 1)]}", "logprob": v, "bytes": [65], "top_logprobs": []}
+                   for t, v in enumerate(values)]
+    else:
+        records = [{"logprob": v} for v in values]
+    choice: dict[str, Any] = {"index": 0, "token_ids": ids, "finish_reason": "length", "logprobs": {"content": records}}
+    if kind == "packed":
+        rows = len(PROMPT) + N - 1 - (defect == "routing_short")
+        routes = (np.arange(rows * LAYERS * TOPK) % 60).reshape(rows, LAYERS, TOPK)
+        choice = {"token_ids": ids, "finish_reason": "length", "logprobs": {"content": records},
+                  "routed_experts": pack_routed_experts(routes), "rollout_sample_support": None}
+        return orjson.dumps({"choices": [choice]})
+    document = {"request_id": f"r{seed}", "choices": [choice], "prompt_logprobs": None, "kv_transfer_params": None}
+    if defect == "nan":
+        return json.dumps(document).encode()  # json writes NaN as NaN, as a server's encoder may
+    return orjson.dumps(document)  # compact, as vLLM's and SkyRL's servers write
+
+
+class Server:
+    """The bodies to answer, one per request, in order."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.paths: list[str] = []
+
+    def answer(self, path: str, sent: bytes) -> tuple[int, bytes]:
+        self.paths.append(path)
+        return 200, self.bodies.pop(0) if self.bodies else b'{"error": "no body"}'
+
+
+async def _call(url: str, raw: bytes, server: Server, *, routed: bool, direct: bool) -> Any:
+    server.bodies = [raw] * 2  # a retry reads the same body
+    client = ric.RemoteInferenceClient(proxy_url=url, server_urls=[url], data_parallel_size=1,
+                                       enable_return_routed_experts=routed)
+    try:
+        if direct:
+            return await client._get_generate_client().generate(
+                prompt_token_ids=PROMPT, sampling_params={"logprobs": 0}, session_id=None, model="m",
+                return_routed_experts=routed)
+        return await client._generate_single(prompt_token_ids=PROMPT, sampling_params={"logprobs": 0},
+                                             session_id=None, model="m")
+    finally:
+        await client._get_generate_client().aclose()
+
+
+def run(raw: bytes, *, routed: bool = False, direct: bool = False) -> Any:
+    """SkyRL's call on ``raw`` served locally: its result, or the exception it raised."""
+    server = Server()
+    with bounded_server(server.answer) as host:
+        try:
+            return asyncio.run(_call(f"http://{host}", raw, server, routed=routed, direct=direct))
+        except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
+            return exc
+
+
+@pytest.fixture(autouse=True)
+def _unpatched(monkeypatch):
+    monkeypatch.setattr(ric, "_DATA_PLANE_RETRIES", 1)  # a body that is not JSON: one retry sleep, not 30
+    compat.unpatch()
+    yield
+    compat.unpatch()
+
+
+def _same(a: Any, b: Any) -> None:
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys()
+        for key in a:
+            _same(a[key], b[key])
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    elif hasattr(a, "__dataclass_fields__"):
+        assert type(a) is type(b)
+        for name in a.__dataclass_fields__:
+            _same(getattr(a, name), getattr(b, name))
+    else:
+        assert type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize(("kind", "direct"), [("vllm", False), ("vllm", True), ("tokenless", False),
+                                              ("tokenless", True), ("packed", False), ("packed", True)])
+def test_valid_responses_read_alike(kind, direct):
+    routed = kind == "packed"
+    for seed in range(3):
+        raw = body(kind, seed=seed)
+        before = run(raw, routed=routed, direct=direct)
+        assert not isinstance(before, BaseException), before
+        compat.calls.clear()
+        with compat.patched():
+            after = run(raw, routed=routed, direct=direct)
+        assert not isinstance(after, BaseException), after
+        _same(before, after)
+        assert type(after["response_logprobs"] if not direct else after.response_logprobs) is list
+        # the trainer's path is read from the bytes (vLLM's records, SkyRL's own, its routing envelope)
+        assert compat.calls["generate from the reader's arrays"] == (not direct)
+
+
+# defect -> (the body's kind, what the drop-in does: "refused" or "flagged")
+DEFECTS = {
+    "n_plus_1": ("vllm", "refused"),
+    "n_plus_1 (token-less records)": ("tokenless", "refused"),
+    "missing": ("vllm", "refused"),
+    "missing (token-less records)": ("tokenless", "refused"),
+    "sentinel": ("vllm", "flagged"),
+    "sentinel (token-less records)": ("tokenless", "flagged"),
+    "nan": ("vllm", "refused"),
+    "routing_short": ("packed", "refused"),
+}
+
+
+def _outcome(result: Any) -> str:
+    if isinstance(result, BaseException):
+        return f"raises {type(result).__name__}"
+    values = result["response_logprobs"]
+    return f"returns {len(result['response_ids'])} ids, {len(values)} logprobs" + (
+        f", clamped at {values.clamped_tokens}" if isinstance(values, compat.ClampedLogprobs) else "")
+
+
+@pytest.mark.parametrize("name", list(DEFECTS))
+def test_planted_defects(name):
+    kind, expected = DEFECTS[name]
+    defect = name.split(" ")[0]
+    raw = body(kind, defect)
+    routed = kind == "packed"
+    before = run(raw, routed=routed)
+    with compat.patched():
+        after = run(raw, routed=routed)
+        direct = run(raw, routed=routed, direct=True)
+    print(f"\nDEFECT {name} | {_outcome(before)} | {_outcome(after)}")
+    if defect == "nan":  # not JSON: SkyRL's own refusal (orjson's error, after _post's retry) both ways
+        assert isinstance(before, orjson.JSONDecodeError) and isinstance(after, orjson.JSONDecodeError)
+        assert isinstance(direct, orjson.JSONDecodeError)
+        return
+    assert not isinstance(before, BaseException), before  # SkyRL passes every other one
+    if expected == "refused":
+        assert isinstance(after, compat.SkyRLResponseError), after
+        assert isinstance(after, MalformedResponseError) and isinstance(after, ValueError)
+        assert isinstance(direct, compat.SkyRLResponseError), direct
+        return
+    values = after["response_logprobs"]
+    assert isinstance(values, compat.ClampedLogprobs) and values == before["response_logprobs"]
+    assert values.clamped_tokens == [7] and values.clamped.tolist() == [t == 7 for t in range(N)]
+    assert {k: v for k, v in after.items() if k != "response_logprobs"}.keys() == before.keys() - {"response_logprobs"}
+    compat.refuse_clamped = True
+    try:
+        with compat.patched():
+            refused = run(raw)
+    finally:
+        compat.refuse_clamped = False
+    assert isinstance(refused, compat.SkyRLResponseError), refused
+
+
+def test_patch_is_undone():
+    generate = ric.RemoteGenerateClient.generate
+    with compat.patched():
+        assert compat.is_patched() and ric.RemoteGenerateClient.generate is not generate
+    assert not compat.is_patched() and ric.RemoteGenerateClient.generate is generate
+    assert ric.orjson is orjson

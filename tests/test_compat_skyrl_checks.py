@@ -1,0 +1,194 @@
+"""tokenwire.compat.skyrl without SkyRL installed: its checks over a stand-in of SkyRL's
+``RemoteGenerateResult`` and its read of generate bodies from the bytes (SkyRL's real client
+against a local server: tests/test_compat_skyrl.py, run by tests/run_skyrl_suite.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tokenwire import MalformedResponseError
+from tokenwire.compat import skyrl as compat
+
+
+@dataclass(frozen=True)
+class RemoteGenerateResult:  # the shape of SkyRL 0.4.0's
+    raw_response: dict[str, Any]
+    response_ids: list[int]
+    response_logprobs: list[float] | None
+    stop_reason: str
+    routed_experts: np.ndarray | None
+    sample_support: np.ndarray | None
+
+
+def result(ids: list[Any], values: list[Any] | None, *, routes: np.ndarray | None = None,
+           support: np.ndarray | None = None) -> tuple[dict[str, Any], RemoteGenerateResult]:
+    """A body with those ids and logprobs, and the result SkyRL's generate reads from it."""
+    content = None if values is None else [{"logprob": v} for v in values]
+    document = {"choices": [{"token_ids": ids, "finish_reason": "stop",
+                             "logprobs": None if content is None else {"content": content}}]}
+    read = values if values else None
+    return document, RemoteGenerateResult(document, ids, read, "stop", routes, support)
+
+
+def values(n: int) -> list[float]:
+    return [-0.01 * (t + 1) for t in range(n)]
+
+
+@given(st.integers(1, 200))
+def test_aligned_results_pass_unchanged(n):
+    document, r = result(list(range(n)), values(n))
+    assert compat.check_response(document, r, prompt_tokens=5) is r
+
+
+@pytest.mark.parametrize(("ids", "logprobs", "where"), [
+    ([1, 2, 3], values(4), "3 token ids against 4 logprobs"),
+    ([1, 2, 3], values(2), "3 token ids against 2 logprobs"),
+    ([1, 2, 3], [-0.1, None, -0.2], "missing (null)"),
+    ([1, 2, 3], [-0.1, "x", -0.2], "'x', not a number"),
+    ([1, 2, 3], [-0.1, True, -0.2], "True, not a number"),
+    ([1, 2, 3], [-0.1, float("nan"), -0.2], "nan, not finite"),
+    ([1, 2, 3], [-0.1, float("-inf"), -0.2], "-inf, not finite"),
+    ([1, 2, 3], [-0.1, 10**400, -0.2], "beyond float range"),
+    ([1, -2, 3], values(3), "not an int in [0, 2**32)"),
+    ([1, 2**32, 3], values(3), "not an int in [0, 2**32)"),
+    ([1, 2.0, 3], values(3), "not an int in [0, 2**32)"),
+    ([1, True, 3], values(3), "not an int in [0, 2**32)"),
+])
+def test_each_misalignment_is_refused(ids, logprobs, where):
+    document, r = result(ids, logprobs)
+    with pytest.raises(compat.SkyRLResponseError, match=__import__("re").escape(where)) as caught:
+        compat.check_response(document, r)
+    assert isinstance(caught.value, MalformedResponseError) and isinstance(caught.value, ValueError)
+
+
+def test_empty_content_for_a_completion_is_refused():
+    document, r = result([1, 2], [])
+    with pytest.raises(compat.SkyRLResponseError, match="2 token ids against 0 logprobs"):
+        compat.check_response(document, r)
+    document, r = result([1, 2], None)  # logprobs not asked for: SkyRL's None, passed
+    assert compat.check_response(document, r) is r
+
+
+@pytest.mark.parametrize("start", [None, 0, 2])
+def test_routing_rows_are_counted(start):
+    n, prompt = 6, 5
+    rows = prompt - (start or 0) + n - 1
+    for got in (rows - 1, rows, rows + 1):
+        document, r = result(list(range(n)), values(n), routes=np.zeros((got, 3, 2), np.uint8))
+        if got == rows:
+            assert compat.check_response(document, r, prompt_tokens=prompt, routing_start=start) is r
+        else:
+            with pytest.raises(compat.SkyRLResponseError, match=f"routed_experts holds {got} rows, not {rows}"):
+                compat.check_response(document, r, prompt_tokens=prompt, routing_start=start)
+
+
+def test_sample_support_rows_are_counted():
+    document, r = result([1, 2, 3], values(3), support=np.zeros((2, 4), np.int32))
+    with pytest.raises(compat.SkyRLResponseError, match="2 rows for 3 generated tokens"):
+        compat.check_response(document, r)
+
+
+def test_the_clamp_is_kept_and_marked(monkeypatch):
+    logprobs = values(5)
+    logprobs[1] = logprobs[3] = -9999.0
+    document, r = result(list(range(5)), logprobs)
+    out = compat.check_response(document, r)
+    flagged = out.response_logprobs
+    assert type(flagged) is compat.ClampedLogprobs and flagged == logprobs
+    assert flagged.clamped.tolist() == [False, True, False, True, False] and flagged.clamped_tokens == [1, 3]
+    monkeypatch.setattr(compat, "refuse_clamped", True)
+    with pytest.raises(compat.SkyRLResponseError, match=r"content\[1\].*clamp -9999"):
+        compat.check_response(document, r)
+
+
+def vllm_body(n: int, *, defect: str | None = None, records: str = "named") -> bytes:
+    ids = [100 + t for t in range(n)]
+    logprobs: list[Any] = values(n)
+    if defect == "sentinel":
+        logprobs[0] = -9999.0
+    if defect == "null":
+        logprobs[0] = None
+    if records == "named":
+        content = [{"token": f"token_id:{i}", "logprob": v, "bytes": None, "top_logprobs": []} for i, v in zip(ids, logprobs)]
+    else:
+        content = [{"logprob": v} for v in logprobs]
+    if defect == "n_plus_1":
+        content.append(dict(content[-1]))
+    return json.dumps({"choices": [{"index": 0, "token_ids": ids, "finish_reason": "length",
+                                    "logprobs": {"content": content}}]}).encode()
+
+
+@given(st.integers(1, 300))
+def test_the_bytes_read_as_skyrl_reads_them(n):
+    raw = vllm_body(n)
+    document, read = compat._read_document(raw)
+    theirs = json.loads(raw)["choices"][0]
+    assert document["choices"][0]["token_ids"] == theirs["token_ids"]
+    assert document["choices"][0]["finish_reason"] == theirs["finish_reason"]
+    assert read.tolist() == [r["logprob"] for r in theirs["logprobs"]["content"]]
+
+
+@pytest.mark.parametrize(("defect", "records"), [("sentinel", "named"), ("null", "named"), ("n_plus_1", "named"),
+                                                 (None, "tokenless"), (None, "empty")])
+def test_other_bodies_are_left_to_skyrl(defect, records, kernels):
+    raw = vllm_body(4, defect=defect, records=records) if records != "empty" else vllm_body(0)
+    assert compat._read_document(raw) is None
+    assert compat._read_document(raw.decode()) is None  # only bytes, as aiohttp reads them
+
+
+def skyrl_body(logprobs: list[Any], *, routes: bool = False) -> bytes:
+    """A body as SkyRL's own server writes it (orjson's compact form, token-less records)."""
+    choice: dict[str, Any] = {"token_ids": list(range(7, 7 + len(logprobs))), "finish_reason": "stop",
+                              "logprobs": {"content": [{"logprob": v} for v in logprobs]}}
+    if routes:
+        choice["routed_experts"] = {"data": "AAECAwQFBgc=", "shape": [2, 2, 2], "dtype": "uint8"}
+        choice["rollout_sample_support"] = None
+    return json.dumps({"choices": [choice]}, separators=(",", ":")).encode()
+
+
+@given(st.lists(st.floats(-50, 0, allow_nan=False).filter(lambda v: v != -9999.0), min_size=1, max_size=200),
+       st.booleans())
+def test_skyrl_records_read_as_skyrl_reads_them(logprobs, routes):
+    raw = skyrl_body(logprobs, routes=routes)
+    document, read = compat._read_document(raw)
+    theirs = json.loads(raw)["choices"][0]
+    assert read.tolist() == [r["logprob"] for r in theirs["logprobs"]["content"]]
+    assert document["choices"][0]["token_ids"] == theirs["token_ids"]
+    if routes:
+        envelope = document["choices"][0]["routed_experts"]
+        assert bytes(envelope["data"]) == theirs["routed_experts"]["data"].encode()
+        assert envelope["shape"] == [2, 2, 2] and envelope["dtype"] == "uint8"
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (b'{"logprob":-0.02}', b'{"logprob":-0.02,"x":1}'),  # another member
+    (b'{"logprob":-0.02}', b'{"logprob":-0.02,2}'),  # a bare value inside a record
+    (b'{"logprob":-0.02}', b'{"logprob":null}'),  # missing
+    (b'{"logprob":-0.02}', b'{"logprob":-9999.0}'),  # SkyRL's clamp: left to SkyRL's read, then marked
+    (b'{"logprob":-0.02}', b'{"logprob":[-0.02]}'),  # not a number
+    (b'{"logprob":-0.02}', b'{"logprob":"-0.02"}'),
+    (b'},{"logprob":-0.02}', b'}{"logprob":-0.02}'),  # records not comma-separated
+    (b'{"logprob":-0.02}', b'{"logprob":-0.02},{"logprob":-0.5}'),  # N+1
+    (b'"content":[', b'"content":[ '),  # another spelling: SkyRL's read
+])
+def test_other_skyrl_bodies_are_left_to_skyrl(old, new, kernels):
+    raw = skyrl_body(values(3))
+    assert old in raw
+    assert compat._read_document(raw.replace(old, new, 1)) is None
+
+
+@pytest.mark.parametrize("make", [lambda: vllm_body(50), lambda: skyrl_body(values(50)),
+                                  lambda: skyrl_body(values(50), routes=True)], ids=["vllm", "skyrl", "skyrl-routed"])
+def test_each_implementation_reads_the_bytes_alike(make, kernels):
+    raw = make()
+    document, read = compat._read_document(raw)
+    theirs = json.loads(raw)["choices"][0]
+    assert read.tolist() == [r["logprob"] for r in theirs["logprobs"]["content"]]
+    assert document["choices"][0]["token_ids"] == theirs["token_ids"]
