@@ -240,6 +240,8 @@ static int commit(tw_sse *s, const plan *pl, int64_t event)
         }
         st = &s->choices[c->index];
         st->last_event = event;
+        if (c->ids.p)
+            st->sent_ids = 1;
         if (c->nids) {
             if (st->has_records < 0)
                 st->has_records = c->has;

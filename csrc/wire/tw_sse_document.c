@@ -136,9 +136,11 @@ size_t tw_sse_document(const tw_sse *s, char *out)
             ws_lit(&x, ",\"stop_reason\":");
             w(&x, c->stop.p, c->stop.n);
         }
-        ws_lit(&x, ",\"token_ids\":[");
-        w(&x, c->ids.p, c->ids.n);
-        w(&x, "]", 1);
+        if (c->sent_ids) { /* none sent: none written (the parser then asks for ids) */
+            ws_lit(&x, ",\"token_ids\":[");
+            w(&x, c->ids.p, c->ids.n);
+            w(&x, "]", 1);
+        }
         if (c->prompt.n) {
             ws_lit(&x, ",\"prompt_token_ids\":");
             w(&x, c->prompt.p, c->prompt.n);

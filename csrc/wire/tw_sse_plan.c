@@ -333,6 +333,10 @@ const uint8_t *tw_sse_chunk(const uint8_t *p, const uint8_t *e, int simd, int fo
             p = take(p, e, simd, 1, &v);
             if (p && !is_null(v))
                 pl->prompt = v;
+        } else if (eq(k, "nvext")) {
+            p = take(p, e, simd, 1, &v);
+            if (p && !is_null(v))
+                return NULL; /* NVIDIA Dynamo's, merged across chunks by the specification */
         } else {
             p = take(p, e, simd, 1, &v);
             if (!p)

@@ -211,6 +211,7 @@ cdef extern from "wire/tw_sse.h" nogil:
         size_t nids
         tw_sse_buf rec[4]
         int has_records
+        int sent_ids
         tw_sse_buf text, finish, stop, role, prompt, store
         tw_sse_field *once
         size_t nonce

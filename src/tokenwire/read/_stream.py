@@ -17,6 +17,11 @@ reassembly itself needs, each chunk against its own delta:
 - the once-sent fields: ``prompt_token_ids`` only on a first chunk, the routing, the sampling
   mask and the weight versions only on the choice's last chunk, any other field the same on
   every chunk that repeats it.
+- NVIDIA Dynamo's ``nvext`` (chat and completions): ``completion_token_ids`` deltas
+  concatenated in event order, ``engine_data`` and the frontend's ``routed_experts`` copy once,
+  on the choice's last chunk, any other member the last chunk's (Dynamo's own aggregator,
+  ``merge_response_nvext``); a choice that sends no ``token_ids`` (Dynamo's) has its records
+  concatenated as sent, for the whole-body rules to count against the engine's ids.
 - SGLang ``/generate``: cumulative chunks (the default) each extending the previous one, or
   incremental ones (``--incremental-streaming-output``) whose ids and three logprob lists are
   the chunk's own, as the running ``meta_info.completion_tokens`` says.
@@ -98,7 +103,10 @@ STREAM_FORMATS = {name: entry.reads for name, entry in FORMATS.items() if entry.
 
 _REPEATABLE = frozenset(("index", "finish_reason", "stop_reason", "delta", "logprobs", "text", KEY.token_ids,
                          KEY.prompt_token_ids))
-_ROOT_OWN = frozenset(("choices", "usage", KEY.prompt_token_ids))
+_ROOT_OWN = frozenset(("choices", "usage", KEY.prompt_token_ids, KEY.nvext))
+# Dynamo's nvext members sent once, on the choice's last chunk (the engine data, and the frontend's
+# copy of its routing, built from the same chunk's engine output).
+_NVEXT_ONCE = (KEY.engine_data, KEY.routed_experts)
 _DONE = b"[DONE]"
 # SGLang's incremental streaming slices these meta_info lists only (INCREMENTAL_STREAMING_META_INFO_KEYS).
 _SLICED = (KEY.output_token_logprobs, KEY.output_top_logprobs, "output_token_ids_logprobs")
@@ -110,7 +118,8 @@ def _refuse(event: int, reason: str, choice: int | None = None, field: str | Non
 
 class _Choice:
     __slots__ = ("index", "ids", "starts", "events", "texts", "records", "has_records", "once", "first_event",
-                 "last_event", "finish_reason", "stop_reason", "role", "prompt", "mode", "lists", "meta")
+                 "last_event", "finish_reason", "stop_reason", "role", "prompt", "mode", "lists", "meta", "sends_ids",
+                 "sent_ids")
 
     def __init__(self, index: int, form: _Form, event: int):
         self.index = index
@@ -120,6 +129,8 @@ class _Choice:
         self.texts = ["" for _ in form.texts]
         self.records: list[list[Any]] = [[] for _ in form.records]
         self.has_records: bool | None = None  # None: no chunk with tokens yet
+        self.sends_ids: bool | None = None  # None: no chunk with ids or records yet; False: records without ids
+        self.sent_ids = False  # a chunk carried token_ids (an array, maybe empty)
         self.once: dict[str, tuple[int, Any]] = {}  # field -> (event, value)
         self.first_event = event
         self.last_event = event
@@ -167,6 +178,8 @@ class StreamReader:
         self._root: dict[str, Any] = {}
         self._prompt: tuple[int, Any] | None = None
         self._usage: Any = None
+        self._nvext: dict[str, Any] | None = None  # Dynamo's nvext, merged as its aggregator does
+        self._nvext_once: dict[str, int] = {}  # its once-sent members -> the event that carried them
         self._done = False
         self._failed: MalformedResponseError | None = None
         scan = getattr(_select.impl, "StreamScan", None)
@@ -274,6 +287,9 @@ class StreamReader:
                 self._prompt = (event, prompt)
         for key in chunk.keys() - self._root.keys() - _ROOT_OWN:  # other root fields: the first value
             self._root[key] = chunk[key]
+        nvext = chunk.get(KEY.nvext)
+        if nvext is not None:
+            self._nvext_chunk(event, nvext)
         choices = chunk.get("choices")
         if choices is None:
             return
@@ -281,6 +297,33 @@ class StreamReader:
             raise _refuse(event, f"must be an array, not {type(choices).__name__}", field="choices")
         for position, choice in enumerate(choices):
             self._choice(event, position, choice)
+
+    def _nvext_chunk(self, event: int, nvext: Any) -> None:
+        """NVIDIA Dynamo's ``nvext`` of one chunk, merged as Dynamo's non-streaming aggregator
+        merges it (``merge_response_nvext``): the engine's ``completion_token_ids`` deltas
+        concatenated, ``engine_data`` and ``routed_experts`` once (the frontend builds them from
+        the engine's last output of the choice), any other member the last chunk's."""
+        if not isinstance(nvext, dict):
+            raise _refuse(event, f"must be an object, not {type(nvext).__name__}", field=KEY.nvext)
+        merged = self._nvext
+        if merged is None:
+            merged = self._nvext = {}
+        for key, value in nvext.items():
+            if value is None:
+                continue
+            if key == KEY.completion_token_ids:
+                if not isinstance(value, list):
+                    raise _refuse(event, f"must be an array, not {type(value).__name__}",
+                                  field=f"{KEY.nvext}.{KEY.completion_token_ids}")
+                merged.setdefault(key, []).extend(value)
+                continue
+            if key in _NVEXT_ONCE:
+                seen = self._nvext_once.get(key)
+                if seen is not None:
+                    raise _refuse(event, f"comes once, on the choice's last chunk (event {seen} had it)",
+                                  field=f"{KEY.nvext}.{key}")
+                self._nvext_once[key] = event
+            merged[key] = value
 
     def _choice(self, event: int, position: int, choice: Any) -> None:
         form = self._form
@@ -304,6 +347,8 @@ class StreamReader:
             ids = ()
         elif not isinstance(ids, list):
             raise _refuse(event, f"must be an array, not {type(ids).__name__}", choice=index, field=KEY.token_ids)
+        else:
+            state.sent_ids = True
         n = len(ids)
         if form.content:  # one list of records, logprobs.content
             logprobs = choice.get("logprobs")
@@ -311,7 +356,30 @@ class StreamReader:
         else:
             records = [_at(choice, path) for path in form.records]
         has = records[0] is not None or any(r is not None for r in records)
-        if has:
+        idless = has and choice.get(KEY.token_ids) is None and type(records[0]) is list and len(records[0]) > 0
+        if n or idless:  # the first chunk adding ids or records decides whether the choice sends ids
+            if state.sends_ids is None:
+                state.sends_ids = not idless
+            elif state.sends_ids == idless:
+                raise _refuse(event, f"this chunk's records come {'without' if idless else 'with'} token_ids, the "
+                              f"choice's earlier ones {'with' if idless else 'without'}", choice=index,
+                              field=KEY.token_ids)
+        if idless:  # the ids are the engine's (Dynamo's nvext): the records as sent, counted whole
+            for path, value in zip(form.records, records):
+                if type(value) is not list:
+                    raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index,
+                                  field=".".join(path))
+                if len(value) != len(records[0]):
+                    raise _refuse(event, f"{len(value)} records beside {len(records[0])} in "
+                                  f"{'.'.join(form.records[0])}", choice=index, field=".".join(path))
+            if records[0]:
+                state.starts.append(len(state.records[0]))
+                state.events.append(event)
+            state.has_records = True
+            for acc, value in zip(state.records, records):
+                acc += value
+            has = False  # nothing more of this chunk's records below
+        elif has:
             for path, value in zip(form.records, records):
                 if type(value) is not list:
                     raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index,
@@ -493,6 +561,8 @@ class StreamReader:
             choice.starts = c["starts"]
             choice.events = c["events"]
             choice.has_records = c["has_records"]
+            choice.sends_ids = True if c["starts"] else None  # the scan takes only chunks adding ids
+            choice.sent_ids = c["sent_ids"]
             if choice.has_records:
                 choice.records = [loads(b"[" + r + b"]") for r in c["records"][:len(form.records)]]
             if form.texts:
@@ -549,7 +619,8 @@ class StreamReader:
             choice["finish_reason"] = state.finish_reason
             if state.stop_reason is not None:
                 choice["stop_reason"] = state.stop_reason
-            choice[KEY.token_ids] = state.ids
+            if state.sent_ids:  # none sent, none written: the parser asks for ids, as of a body without them
+                choice[KEY.token_ids] = state.ids
             if state.prompt is not None:
                 choice[KEY.prompt_token_ids] = state.prompt
             for key, (_, value) in state.once.items():
@@ -558,6 +629,13 @@ class StreamReader:
         document["choices"] = choices
         if self._usage is not None:
             document["usage"] = self._usage
+        if self._nvext is not None:
+            for key, event in self._nvext_once.items():
+                for state in self._choices:
+                    if state.last_event > event:
+                        raise _refuse(event, f"comes on the choice's last chunk only (event {state.last_event})",
+                                      choice=state.index, field=f"{KEY.nvext}.{key}")
+            document[KEY.nvext] = self._nvext
         return document
 
     def result(self) -> Any:
