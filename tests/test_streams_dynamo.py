@@ -31,7 +31,8 @@ from tokenwire.read import _select
 from tokenwire.read._stream import StreamReader
 
 from .test_dynamo import PROMPT, choice_value, engine_value, routing
-from .test_streams import _outcome, assert_same_outcome, dumps, incremental, pieces, sse
+from .test_streams import _outcome, assert_same_outcome, dumps, incremental, sse, use  # noqa: F401 (a fixture)
+from .test_streams import refused as _refused
 
 
 def _case(n: int, seed: int) -> tuple[list[int], list[float]]:
@@ -113,6 +114,10 @@ class Dynamo:
                       "usage": self.usage() if usage else None, "nvext": nvext}).encode()
 
 
+def refused(body: bytes, **options: Any) -> MalformedResponseError:
+    return _refused(body, "chat", **options)
+
+
 def assert_same(got: Any, want: Any) -> None:
     assert got.usage == want.usage
     np.testing.assert_array_equal(got.prompt_token_ids, want.prompt_token_ids, strict=True)
@@ -127,19 +132,6 @@ def assert_same(got: Any, want: Any) -> None:
     assert got.payload["nvext"] == want.payload["nvext"]
 
 
-@pytest.fixture
-def use(impl, monkeypatch):
-    monkeypatch.setattr(_select, "impl", impl)
-    return impl
-
-
-def refused(body: bytes, **options: Any) -> MalformedResponseError:
-    with pytest.raises(MalformedResponseError) as whole:
-        tokenwire.parse_chat_completions_stream(body, **options)
-    with pytest.raises(MalformedResponseError) as pieced:
-        incremental("chat", body, list(range(0, len(body), 7)), **options)
-    assert str(whole.value) == str(pieced.value)
-    return whole.value
 
 
 CASES = {

@@ -186,10 +186,16 @@ static const uint8_t *logprobs(const uint8_t *p, const uint8_t *e, int simd, int
         } else if (eq(k, "content")) {
             slot = 0;
         }
-        if (slot >= 0)
+        if (slot >= 0) {
             p = list(p, e, simd, depth + 1, &c->rec[slot], &c->nrec[slot], &c->rec_null[slot]);
-        else
+        } else if (form == TW_SSE_COMPLETIONS && eq(k, "top_k")) {
+            span v;
+            p = take(p, e, simd, depth + 1, &v);
+            if (p && !is_null(v))
+                return NULL; /* a packed top-k block: concatenated by the specification */
+        } else {
             p = value(p, e, simd, depth + 1);
+        }
     });
     return p;
 }

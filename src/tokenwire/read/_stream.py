@@ -119,7 +119,7 @@ def _refuse(event: int, reason: str, choice: int | None = None, field: str | Non
 class _Choice:
     __slots__ = ("index", "ids", "starts", "events", "texts", "records", "has_records", "once", "first_event",
                  "last_event", "finish_reason", "stop_reason", "role", "prompt", "mode", "lists", "meta", "sends_ids",
-                 "sent_ids")
+                 "sent_ids", "packed")
 
     def __init__(self, index: int, form: _Form, event: int):
         self.index = index
@@ -131,6 +131,7 @@ class _Choice:
         self.has_records: bool | None = None  # None: no chunk with tokens yet
         self.sends_ids: bool | None = None  # None: no chunk with ids or records yet; False: records without ids
         self.sent_ids = False  # a chunk carried token_ids (an array, maybe empty)
+        self.packed: _Packed | None = None  # completions: the per-chunk packed top-k blocks so far
         self.once: dict[str, tuple[int, Any]] = {}  # field -> (event, value)
         self.first_event = event
         self.last_event = event
@@ -141,6 +142,66 @@ class _Choice:
         self.mode: str | None = None  # SGLang: "cumulative" or "incremental", once a chunk tells
         self.lists: dict[str, list[Any]] = {}  # SGLang: the sliced meta_info lists so far
         self.meta: dict[str, Any] = {}  # SGLang: the last chunk's meta_info
+
+
+class _Packed:
+    """A completions choice's packed top-k blocks (``logprobs.top_k``), one per chunk with
+    tokens, concatenated: their positions, ``k``, and the decoded int32 ids and float32 values."""
+
+    __slots__ = ("k", "event", "positions", "ids", "values")
+
+    def __init__(self, k: int, event: int):
+        self.k = k
+        self.event = event  # the first event that carried a block
+        self.positions = 0
+        self.ids = bytearray()
+        self.values = bytearray()
+
+    def block(self) -> dict[str, Any]:
+        encode = _select.kernels.b64encode
+        return {"num_positions": self.positions, "k": self.k, KEY.token_ids: encode(bytes(self.ids)).decode(),
+                "logprobs": encode(bytes(self.values)).decode()}
+
+
+_TOP_K = "logprobs.top_k"
+
+
+def _packed_block(event: int, index: int, block: Any, n: int, state: Any) -> None:
+    """One chunk's packed top-k block (vLLM's ``return_top_k_logprobs`` on ``/v1/completions``:
+    ``{num_positions, k, token_ids, logprobs}``, ``n x k`` int32 ids and float32 values in
+    base64) for the chunk's ``n`` tokens, appended to the choice's; its values are the
+    whole-body rules' to judge."""
+    if not isinstance(block, dict):
+        raise _refuse(event, f"must be an object, not {type(block).__name__}", choice=index, field=_TOP_K)
+    positions, k = block.get("num_positions"), block.get("k")
+    if type(positions) is not int or positions != n:
+        raise _refuse(event, f"{positions!r} positions for the chunk's {n} token id{'s' * (n != 1)}", choice=index,
+                      field=f"{_TOP_K}.num_positions")
+    if type(k) is not int or k < 0:
+        raise _refuse(event, f"must be a non-negative int, not {k!r}", choice=index, field=f"{_TOP_K}.k")
+    packed = state.packed
+    if packed is None:
+        packed = state.packed = _Packed(k, event)
+    elif packed.k != k:
+        raise _refuse(event, f"k is {k}, event {packed.event}'s {packed.k}: the choice's blocks must agree",
+                      choice=index, field=f"{_TOP_K}.k")
+    decoded = []
+    for key, itemsize in ((KEY.token_ids, 4), ("logprobs", 4)):
+        value = block.get(key)
+        try:
+            if not isinstance(value, str):
+                raise MalformedResponseError("not a string")
+            raw = _select.kernels.b64decode(value)
+        except MalformedResponseError:
+            raise _refuse(event, f"must be base64 of {n * k} {'int32' if key == KEY.token_ids else 'float32'} values",
+                          choice=index, field=f"{_TOP_K}.{key}") from None
+        if len(raw) != n * k * itemsize:
+            raise _refuse(event, f"holds {len(raw)} bytes, not the {n * k * itemsize} of {n} x {k} values",
+                          choice=index, field=f"{_TOP_K}.{key}")
+        decoded.append(raw)
+    packed.positions += n
+    packed.ids += decoded[0].tobytes()
+    packed.values += decoded[1].tobytes()
 
 
 def _at(value: Any, path: tuple[str, ...]) -> Any:
@@ -356,6 +417,8 @@ class StreamReader:
         else:
             records = [_at(choice, path) for path in form.records]
         has = records[0] is not None or any(r is not None for r in records)
+        block = _at(choice, ("logprobs", "top_k")) if form.name == "completions" else None
+        has = has or block is not None
         idless = has and choice.get(KEY.token_ids) is None and type(records[0]) is list and len(records[0]) > 0
         if n or idless:  # the first chunk adding ids or records decides whether the choice sends ids
             if state.sends_ids is None:
@@ -364,11 +427,18 @@ class StreamReader:
                 raise _refuse(event, f"this chunk's records come {'without' if idless else 'with'} token_ids, the "
                               f"choice's earlier ones {'with' if idless else 'without'}", choice=index,
                               field=KEY.token_ids)
-        if idless:  # the ids are the engine's (Dynamo's nvext): the records as sent, counted whole
+        if idless:  # the ids are the engine's (Dynamo's nvext) or the tokens': the records as sent, counted whole
+            if block is not None or state.packed is not None:
+                if block is None:
+                    raise _refuse(event, f"missing, where event {state.packed.event}'s chunk had one", choice=index,
+                                  field=_TOP_K)
+                _packed_block(event, index, block, len(records[0]), state)
             for path, value in zip(form.records, records):
                 if type(value) is not list:
                     raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index,
                                   field=".".join(path))
+                if block is not None and path[-1] == KEY.top_logprobs and not value:
+                    continue  # the packed form's: top_logprobs [] beside the block
                 if len(value) != len(records[0]):
                     raise _refuse(event, f"{len(value)} records beside {len(records[0])} in "
                                   f"{'.'.join(form.records[0])}", choice=index, field=".".join(path))
@@ -380,10 +450,17 @@ class StreamReader:
                 acc += value
             has = False  # nothing more of this chunk's records below
         elif has:
+            if block is not None or (state.packed is not None and n):
+                if block is None:
+                    raise _refuse(event, f"missing, where event {state.packed.event}'s chunk had one", choice=index,
+                                  field=_TOP_K)
+                _packed_block(event, index, block, n, state)
             for path, value in zip(form.records, records):
                 if type(value) is not list:
                     raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index,
                                   field=".".join(path))
+                if block is not None and path[-1] == KEY.top_logprobs and not value:
+                    continue  # the packed form's: top_logprobs [] beside the block
                 if len(value) != n:
                     raise _refuse(event, f"{len(value)} record{'s' * (len(value) != 1)} for the chunk's {n} token "
                                   f"id{'s' * (n != 1)}", choice=index, field=".".join(path))
@@ -612,6 +689,8 @@ class StreamReader:
             if state.has_records:
                 if form.name == "completions":
                     choice["logprobs"] = {path[-1]: acc for path, acc in zip(form.records, state.records)}
+                    if state.packed is not None:
+                        choice["logprobs"]["top_k"] = state.packed.block()
                 else:
                     choice["logprobs"] = {"content": state.records[0]}
             else:
