@@ -154,3 +154,39 @@ def test_rows_are_accepted_exactly_when_counted_right(impl, prompt, n, start, de
     else:
         err = _fails(impl, body, **options)
         assert (err.field, err.reason.split(":")[0]) == ("routed_experts", f"routed_experts has {rows} rows, not {due}")
+
+
+# --- the count on the compiled path: tw_routed_rows (csrc/rules/tw_validate.c) -------------------------
+
+_EDGES = [0, 1, 2, 5, 51, (1 << 31) - 1, 1 << 31, (1 << 61) - 1, 1 << 61, (1 << 61) + 1, 1 << 62, (1 << 63) - 1,
+          1 << 63, 1 << 70]
+
+
+def test_the_count_is_the_cores_on_the_compiled_path(simd, monkeypatch):
+    """Every generate choice's routing rows are counted by the compiled kernel (the rules ask
+    the choice's kernels), on every form that counts them and whichever field tells the prompt."""
+    from tokenwire import _core
+    calls = []
+    count = _core.routed_row_count
+    monkeypatch.setattr(_core, "routed_row_count", lambda *a: calls.append(a) or count(*a))
+    full = routing(19 + 33 - 1)
+    for sent, options in ((serialized(full[5:], 5), {}), (npy(full), {}), (serialized(full), {"prompt_tokens": 19})):
+        body = response(19, 33, sent, usage=not options)
+        _core.parse_generate_response(body, **options)
+    assert calls == [(33, 19, 5), (33, 19, 0), (33, 19, 0)]
+    with pytest.raises(MalformedResponseError, match="has 52 rows, not 51"):
+        _core.parse_generate_response(response(19, 33, serialized(routing(52))))
+
+
+@pytest.mark.parametrize("n", _EDGES)
+@pytest.mark.parametrize("prompt", _EDGES)
+def test_the_kernels_count_alike(simd, n, prompt):
+    from tokenwire import _core, _pycore
+    for start in (0, 1, 7, prompt, prompt + n, (1 << 61) + 3):
+        assert _core.routed_row_count(n, prompt, start) == _pycore.routed_row_count(n, prompt, start)
+
+
+@given(n=st.integers(0, 1 << 64), prompt=st.integers(0, 1 << 64), start=st.integers(0, 1 << 64))
+def test_the_kernels_count_alike_anywhere(n, prompt, start):
+    from tokenwire import _core, _pycore
+    assert _core.routed_row_count(n, prompt, start) == _pycore.routed_row_count(n, prompt, start)

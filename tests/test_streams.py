@@ -341,6 +341,27 @@ def test_records_on_some_chunks_only(use):
 
 
 @pytest.mark.parametrize("form", FORMS)
+def test_a_stream_without_token_ids_is_refused_as_its_body(use, form):
+    # No chunk carries token_ids, none carries records: the document has no ids either, and the
+    # parser asks for them as of the whole body (it was read as a completion of no tokens).
+    parse, whole_parser, chunks, whole = FORMS[form]
+    case = Case(n=6, k=2, seed=3)
+    sent = chunks(case, 2)
+    for chunk in sent:
+        for choice in chunk["choices"]:
+            choice.pop("token_ids", None)
+            choice["logprobs"] = None
+    body = json.loads(whole(case))
+    for choice in body["choices"]:
+        del choice["token_ids"]
+        choice["logprobs"] = None
+    with pytest.raises(MalformedResponseError) as want:
+        getattr(use, whole_parser)(json.dumps(body).encode(), require_logprobs=False)
+    err = refused(sse(sent), form, require_logprobs=False)
+    assert (err.choice, err.field, err.reason) == (want.value.choice, want.value.field, want.value.reason)
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_truncated_and_missing_done(use, form):
     _, _, chunks, _ = FORMS[form]
     body = sse(chunks(Case(n=6, seed=1), 2))

@@ -660,6 +660,15 @@ ptrdiff_t tw_first_at_or_above(const void *v, size_t n, size_t width, uint32_t l
     }
 }
 
+int64_t tw_routed_rows(int64_t n, int64_t prompt, int64_t start) {
+    int64_t rows;
+    if (n < 0 || prompt < 0 || start < 0 || n > TW_ROUTED_ROWS_MAX || prompt > TW_ROUTED_ROWS_MAX ||
+        start > TW_ROUTED_ROWS_MAX)
+        return -1;
+    rows = prompt + n - 1 - start; /* no overflow: each term at most 2^61 */
+    return rows > 0 ? rows : 0;
+}
+
 ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n) {
     if (n && v[0] != 0) return 0;
     for (size_t i = 1; i < n; i++)

@@ -59,6 +59,13 @@ ptrdiff_t tw_i32_negative(const int32_t *v, size_t n);
    negative: with limit at most that, one pass finds the first value outside [0, limit). */
 ptrdiff_t tw_first_at_or_above(const void *v, size_t n, size_t width, uint32_t limit);
 
+/* The routing rows of a choice of n tokens after a prompt of `prompt` tokens, from position
+   `start` on, as vLLM and prime-rl lay them out (one per prompt and completion token but the
+   last, which is never forwarded): max(prompt + n - 1 - start, 0). -1 when an argument is
+   negative or above TW_ROUTED_ROWS_MAX (the caller counts those otherwise). */
+#define TW_ROUTED_ROWS_MAX ((int64_t)1 << 61)
+int64_t tw_routed_rows(int64_t n, int64_t prompt, int64_t start);
+
 /* CSR offsets: 0 when the first is not 0, else the first index whose offset does not rise
    above the one before it, or -1. */
 ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n);

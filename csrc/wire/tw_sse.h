@@ -44,6 +44,7 @@ typedef struct {
     size_t nids;
     tw_sse_buf rec[TW_SSE_RECORDS];
     int has_records; /* -1: no chunk with tokens yet */
+    int sent_ids;    /* a chunk carried token_ids (an array, maybe empty) */
     tw_sse_buf text; /* the string contents, as sent (escapes kept) */
     tw_sse_buf finish, stop, role, prompt; /* JSON text; n == 0: none */
     tw_sse_buf store;

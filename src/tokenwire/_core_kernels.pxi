@@ -102,6 +102,16 @@ def first_not_rising(offsets):
     return bad
 
 
+def routed_row_count(n, prompt, start=0):
+    """The reference's ``routed_row_count`` in C (tw_routed_rows); counts past its range (no
+    response's) by the reference."""
+    cdef int64_t rows = -1
+    if (type(n) is int and type(prompt) is int and type(start) is int and 0 <= n <= TW_ROUTED_ROWS_MAX
+            and 0 <= prompt <= TW_ROUTED_ROWS_MAX and 0 <= start <= TW_ROUTED_ROWS_MAX):
+        rows = tw_routed_rows(n, prompt, start)
+    return rows if rows >= 0 else _kernels.routed_row_count(n, prompt, start)
+
+
 def first_bad_support(ids, rows, limit, absent_ok=False):
     cdef ptrdiff_t bad = -1
     cdef int nomem = 0

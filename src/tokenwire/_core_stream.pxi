@@ -89,6 +89,7 @@ cdef class StreamScan:
                 "ids": _sse_bytes(c.ids.p, c.ids.n),
                 "records": [_sse_bytes(c.rec[r].p, c.rec[r].n) for r in range(TW_SSE_RECORDS)],
                 "has_records": None if c.has_records < 0 else bool(c.has_records),
+                "sent_ids": bool(c.sent_ids),
                 "text": _sse_bytes(c.text.p, c.text.n),
                 "finish": _sse_bytes(c.finish.p, c.finish.n), "stop": _sse_bytes(c.stop.p, c.stop.n),
                 "role": _sse_bytes(c.role.p, c.role.n), "prompt": _sse_bytes(c.prompt.p, c.prompt.n),

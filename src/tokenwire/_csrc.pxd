@@ -174,6 +174,8 @@ cdef extern from "rules/tw_validate.h" nogil:
     ptrdiff_t tw_i32_negative(const int32_t *v, size_t n)
     ptrdiff_t tw_first_at_or_above(const void *v, size_t n, size_t width, uint32_t limit)
     ptrdiff_t tw_offsets_not_rising(const int64_t *v, size_t n)
+    int64_t tw_routed_rows(int64_t n, int64_t prompt, int64_t start)
+    int64_t TW_ROUTED_ROWS_MAX
 
 
 cdef extern from "base/tw_pad.h" nogil:
@@ -211,6 +213,7 @@ cdef extern from "wire/tw_sse.h" nogil:
         size_t nids
         tw_sse_buf rec[4]
         int has_records
+        int sent_ids
         tw_sse_buf text, finish, stop, role, prompt, store
         tw_sse_field *once
         size_t nonce

@@ -168,6 +168,13 @@ def first_out_of_range(values: np.ndarray, limit: int | None = None) -> int:
     return int(where[0]) if len(where) else -1
 
 
+def routed_row_count(n: int, prompt: int, start: int = 0) -> int:
+    """The routing rows of a choice of ``n`` tokens after a prompt of ``prompt`` tokens, from
+    position ``start`` on, as vLLM and prime-rl lay them out: one per prompt and completion
+    token but the last (the last sampled token is never forwarded), none below zero."""
+    return max(prompt + n - 1 - start, 0)
+
+
 def first_bad_support(ids: np.ndarray, rows: Ragged, limit: int, absent_ok: bool = False) -> int:
     """First of the first ``limit`` supports that is empty, repeats an id, or misses the
     sampled id; -1 when there is none. With ``absent_ok`` an empty row is an absent support

@@ -17,6 +17,11 @@ reassembly itself needs, each chunk against its own delta:
 - the once-sent fields: ``prompt_token_ids`` only on a first chunk, the routing, the sampling
   mask and the weight versions only on the choice's last chunk, any other field the same on
   every chunk that repeats it.
+- NVIDIA Dynamo's ``nvext`` (chat and completions): ``completion_token_ids`` deltas
+  concatenated in event order, ``engine_data`` and the frontend's ``routed_experts`` copy once,
+  on the choice's last chunk, any other member the last chunk's (Dynamo's own aggregator,
+  ``merge_response_nvext``); a choice that sends no ``token_ids`` (Dynamo's) has its records
+  concatenated as sent, for the whole-body rules to count against the engine's ids.
 - SGLang ``/generate``: cumulative chunks (the default) each extending the previous one, or
   incremental ones (``--incremental-streaming-output``) whose ids and three logprob lists are
   the chunk's own, as the running ``meta_info.completion_tokens`` says.
@@ -98,7 +103,10 @@ STREAM_FORMATS = {name: entry.reads for name, entry in FORMATS.items() if entry.
 
 _REPEATABLE = frozenset(("index", "finish_reason", "stop_reason", "delta", "logprobs", "text", KEY.token_ids,
                          KEY.prompt_token_ids))
-_ROOT_OWN = frozenset(("choices", "usage", KEY.prompt_token_ids))
+_ROOT_OWN = frozenset(("choices", "usage", KEY.prompt_token_ids, KEY.nvext))
+# Dynamo's nvext members sent once, on the choice's last chunk (the engine data, and the frontend's
+# copy of its routing, built from the same chunk's engine output).
+_NVEXT_ONCE = (KEY.engine_data, KEY.routed_experts)
 _DONE = b"[DONE]"
 # SGLang's incremental streaming slices these meta_info lists only (INCREMENTAL_STREAMING_META_INFO_KEYS).
 _SLICED = (KEY.output_token_logprobs, KEY.output_top_logprobs, "output_token_ids_logprobs")
@@ -110,7 +118,8 @@ def _refuse(event: int, reason: str, choice: int | None = None, field: str | Non
 
 class _Choice:
     __slots__ = ("index", "ids", "starts", "events", "texts", "records", "has_records", "once", "first_event",
-                 "last_event", "finish_reason", "stop_reason", "role", "prompt", "mode", "lists", "meta")
+                 "last_event", "finish_reason", "stop_reason", "role", "prompt", "mode", "lists", "meta", "sends_ids",
+                 "sent_ids", "packed")
 
     def __init__(self, index: int, form: _Form, event: int):
         self.index = index
@@ -120,6 +129,9 @@ class _Choice:
         self.texts = ["" for _ in form.texts]
         self.records: list[list[Any]] = [[] for _ in form.records]
         self.has_records: bool | None = None  # None: no chunk with tokens yet
+        self.sends_ids: bool | None = None  # None: no chunk with ids or records yet; False: records without ids
+        self.sent_ids = False  # a chunk carried token_ids (an array, maybe empty)
+        self.packed: _Packed | None = None  # completions: the per-chunk packed top-k blocks so far
         self.once: dict[str, tuple[int, Any]] = {}  # field -> (event, value)
         self.first_event = event
         self.last_event = event
@@ -130,6 +142,66 @@ class _Choice:
         self.mode: str | None = None  # SGLang: "cumulative" or "incremental", once a chunk tells
         self.lists: dict[str, list[Any]] = {}  # SGLang: the sliced meta_info lists so far
         self.meta: dict[str, Any] = {}  # SGLang: the last chunk's meta_info
+
+
+class _Packed:
+    """A completions choice's packed top-k blocks (``logprobs.top_k``), one per chunk with
+    tokens, concatenated: their positions, ``k``, and the decoded int32 ids and float32 values."""
+
+    __slots__ = ("k", "event", "positions", "ids", "values")
+
+    def __init__(self, k: int, event: int):
+        self.k = k
+        self.event = event  # the first event that carried a block
+        self.positions = 0
+        self.ids = bytearray()
+        self.values = bytearray()
+
+    def block(self) -> dict[str, Any]:
+        encode = _select.kernels.b64encode
+        return {"num_positions": self.positions, "k": self.k, KEY.token_ids: encode(bytes(self.ids)).decode(),
+                "logprobs": encode(bytes(self.values)).decode()}
+
+
+_TOP_K = "logprobs.top_k"
+
+
+def _packed_block(event: int, index: int, block: Any, n: int, state: Any) -> None:
+    """One chunk's packed top-k block (vLLM's ``return_top_k_logprobs`` on ``/v1/completions``:
+    ``{num_positions, k, token_ids, logprobs}``, ``n x k`` int32 ids and float32 values in
+    base64) for the chunk's ``n`` tokens, appended to the choice's; its values are the
+    whole-body rules' to judge."""
+    if not isinstance(block, dict):
+        raise _refuse(event, f"must be an object, not {type(block).__name__}", choice=index, field=_TOP_K)
+    positions, k = block.get("num_positions"), block.get("k")
+    if type(positions) is not int or positions != n:
+        raise _refuse(event, f"{positions!r} positions for the chunk's {n} token id{'s' * (n != 1)}", choice=index,
+                      field=f"{_TOP_K}.num_positions")
+    if type(k) is not int or k < 0:
+        raise _refuse(event, f"must be a non-negative int, not {k!r}", choice=index, field=f"{_TOP_K}.k")
+    packed = state.packed
+    if packed is None:
+        packed = state.packed = _Packed(k, event)
+    elif packed.k != k:
+        raise _refuse(event, f"k is {k}, event {packed.event}'s {packed.k}: the choice's blocks must agree",
+                      choice=index, field=f"{_TOP_K}.k")
+    decoded = []
+    for key, itemsize in ((KEY.token_ids, 4), ("logprobs", 4)):
+        value = block.get(key)
+        try:
+            if not isinstance(value, str):
+                raise MalformedResponseError("not a string")
+            raw = _select.kernels.b64decode(value)
+        except MalformedResponseError:
+            raise _refuse(event, f"must be base64 of {n * k} {'int32' if key == KEY.token_ids else 'float32'} values",
+                          choice=index, field=f"{_TOP_K}.{key}") from None
+        if len(raw) != n * k * itemsize:
+            raise _refuse(event, f"holds {len(raw)} bytes, not the {n * k * itemsize} of {n} x {k} values",
+                          choice=index, field=f"{_TOP_K}.{key}")
+        decoded.append(raw)
+    packed.positions += n
+    packed.ids += decoded[0].tobytes()
+    packed.values += decoded[1].tobytes()
 
 
 def _at(value: Any, path: tuple[str, ...]) -> Any:
@@ -167,6 +239,8 @@ class StreamReader:
         self._root: dict[str, Any] = {}
         self._prompt: tuple[int, Any] | None = None
         self._usage: Any = None
+        self._nvext: dict[str, Any] | None = None  # Dynamo's nvext, merged as its aggregator does
+        self._nvext_once: dict[str, int] = {}  # its once-sent members -> the event that carried them
         self._done = False
         self._failed: MalformedResponseError | None = None
         scan = getattr(_select.impl, "StreamScan", None)
@@ -274,6 +348,9 @@ class StreamReader:
                 self._prompt = (event, prompt)
         for key in chunk.keys() - self._root.keys() - _ROOT_OWN:  # other root fields: the first value
             self._root[key] = chunk[key]
+        nvext = chunk.get(KEY.nvext)
+        if nvext is not None:
+            self._nvext_chunk(event, nvext)
         choices = chunk.get("choices")
         if choices is None:
             return
@@ -281,6 +358,33 @@ class StreamReader:
             raise _refuse(event, f"must be an array, not {type(choices).__name__}", field="choices")
         for position, choice in enumerate(choices):
             self._choice(event, position, choice)
+
+    def _nvext_chunk(self, event: int, nvext: Any) -> None:
+        """NVIDIA Dynamo's ``nvext`` of one chunk, merged as Dynamo's non-streaming aggregator
+        merges it (``merge_response_nvext``): the engine's ``completion_token_ids`` deltas
+        concatenated, ``engine_data`` and ``routed_experts`` once (the frontend builds them from
+        the engine's last output of the choice), any other member the last chunk's."""
+        if not isinstance(nvext, dict):
+            raise _refuse(event, f"must be an object, not {type(nvext).__name__}", field=KEY.nvext)
+        merged = self._nvext
+        if merged is None:
+            merged = self._nvext = {}
+        for key, value in nvext.items():
+            if value is None:
+                continue
+            if key == KEY.completion_token_ids:
+                if not isinstance(value, list):
+                    raise _refuse(event, f"must be an array, not {type(value).__name__}",
+                                  field=f"{KEY.nvext}.{KEY.completion_token_ids}")
+                merged.setdefault(key, []).extend(value)
+                continue
+            if key in _NVEXT_ONCE:
+                seen = self._nvext_once.get(key)
+                if seen is not None:
+                    raise _refuse(event, f"comes once, on the choice's last chunk (event {seen} had it)",
+                                  field=f"{KEY.nvext}.{key}")
+                self._nvext_once[key] = event
+            merged[key] = value
 
     def _choice(self, event: int, position: int, choice: Any) -> None:
         form = self._form
@@ -304,6 +408,8 @@ class StreamReader:
             ids = ()
         elif not isinstance(ids, list):
             raise _refuse(event, f"must be an array, not {type(ids).__name__}", choice=index, field=KEY.token_ids)
+        else:
+            state.sent_ids = True
         n = len(ids)
         if form.content:  # one list of records, logprobs.content
             logprobs = choice.get("logprobs")
@@ -311,11 +417,50 @@ class StreamReader:
         else:
             records = [_at(choice, path) for path in form.records]
         has = records[0] is not None or any(r is not None for r in records)
-        if has:
+        block = _at(choice, ("logprobs", "top_k")) if form.name == "completions" else None
+        has = has or block is not None
+        idless = has and choice.get(KEY.token_ids) is None and type(records[0]) is list and len(records[0]) > 0
+        if n or idless:  # the first chunk adding ids or records decides whether the choice sends ids
+            if state.sends_ids is None:
+                state.sends_ids = not idless
+            elif state.sends_ids == idless:
+                raise _refuse(event, f"this chunk's records come {'without' if idless else 'with'} token_ids, the "
+                              f"choice's earlier ones {'with' if idless else 'without'}", choice=index,
+                              field=KEY.token_ids)
+        if idless:  # the ids are the engine's (Dynamo's nvext) or the tokens': the records as sent, counted whole
+            if block is not None or state.packed is not None:
+                if block is None:
+                    raise _refuse(event, f"missing, where event {state.packed.event}'s chunk had one", choice=index,
+                                  field=_TOP_K)
+                _packed_block(event, index, block, len(records[0]), state)
             for path, value in zip(form.records, records):
                 if type(value) is not list:
                     raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index,
                                   field=".".join(path))
+                if block is not None and path[-1] == KEY.top_logprobs and not value:
+                    continue  # the packed form's: top_logprobs [] beside the block
+                if len(value) != len(records[0]):
+                    raise _refuse(event, f"{len(value)} records beside {len(records[0])} in "
+                                  f"{'.'.join(form.records[0])}", choice=index, field=".".join(path))
+            if records[0]:
+                state.starts.append(len(state.records[0]))
+                state.events.append(event)
+            state.has_records = True
+            for acc, value in zip(state.records, records):
+                acc += value
+            has = False  # nothing more of this chunk's records below
+        elif has:
+            if block is not None or (state.packed is not None and n):
+                if block is None:
+                    raise _refuse(event, f"missing, where event {state.packed.event}'s chunk had one", choice=index,
+                                  field=_TOP_K)
+                _packed_block(event, index, block, n, state)
+            for path, value in zip(form.records, records):
+                if type(value) is not list:
+                    raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index,
+                                  field=".".join(path))
+                if block is not None and path[-1] == KEY.top_logprobs and not value:
+                    continue  # the packed form's: top_logprobs [] beside the block
                 if len(value) != n:
                     raise _refuse(event, f"{len(value)} record{'s' * (len(value) != 1)} for the chunk's {n} token "
                                   f"id{'s' * (n != 1)}", choice=index, field=".".join(path))
@@ -493,6 +638,8 @@ class StreamReader:
             choice.starts = c["starts"]
             choice.events = c["events"]
             choice.has_records = c["has_records"]
+            choice.sends_ids = True if c["starts"] else None  # the scan takes only chunks adding ids
+            choice.sent_ids = c["sent_ids"]
             if choice.has_records:
                 choice.records = [loads(b"[" + r + b"]") for r in c["records"][:len(form.records)]]
             if form.texts:
@@ -542,6 +689,8 @@ class StreamReader:
             if state.has_records:
                 if form.name == "completions":
                     choice["logprobs"] = {path[-1]: acc for path, acc in zip(form.records, state.records)}
+                    if state.packed is not None:
+                        choice["logprobs"]["top_k"] = state.packed.block()
                 else:
                     choice["logprobs"] = {"content": state.records[0]}
             else:
@@ -549,7 +698,8 @@ class StreamReader:
             choice["finish_reason"] = state.finish_reason
             if state.stop_reason is not None:
                 choice["stop_reason"] = state.stop_reason
-            choice[KEY.token_ids] = state.ids
+            if state.sent_ids:  # none sent, none written: the parser asks for ids, as of a body without them
+                choice[KEY.token_ids] = state.ids
             if state.prompt is not None:
                 choice[KEY.prompt_token_ids] = state.prompt
             for key, (_, value) in state.once.items():
@@ -558,6 +708,13 @@ class StreamReader:
         document["choices"] = choices
         if self._usage is not None:
             document["usage"] = self._usage
+        if self._nvext is not None:
+            for key, event in self._nvext_once.items():
+                for state in self._choices:
+                    if state.last_event > event:
+                        raise _refuse(event, f"comes on the choice's last chunk only (event {state.last_event})",
+                                      choice=state.index, field=f"{KEY.nvext}.{key}")
+            document[KEY.nvext] = self._nvext
         return document
 
     def result(self) -> Any:

@@ -16,6 +16,7 @@ from ..base._args import MAX_EXPERTS
 from ..base._types import RoutedExperts
 from ..base._wire import MAX_OFFSET
 from ..extract.python import Evidence
+from ..kernels import python as python_kernels
 from ..kernels.python import is_int
 
 # int16: a captured int16 routing array passes through prime-rl's encoder as it is.
@@ -275,7 +276,7 @@ def parse_routed_experts(value: Any, c: Evidence, num_experts: int | None = None
             fail_base64(c, "Invalid routed_experts base64", field, value)
         routing = parse_npy(raw, c)
         if n is not None:
-            check_rows(c, routing, field, *routed_rows(n, prompt))
+            check_rows(c, routing, field, *routed_rows(n, prompt, kernels=c.kernels))
         check_experts(routing, num_experts, c, field)
         return RoutedExperts(routing, None)
     if not isinstance(value, dict):
@@ -299,18 +300,19 @@ def routed_object(value: dict[str, Any], raw: np.ndarray | None, c: Evidence, fi
         fail_base64(c, f"Invalid {field} base64", field + ".data", value.get("data"))
     routing = _shaped(raw, value.get("shape"), dtype_name, c, field)
     if n is not None:
-        check_rows(c, routing, field, *routed_rows(n, prompt, start=start or 0))
+        check_rows(c, routing, field, *routed_rows(n, prompt, start=start or 0, kernels=c.kernels))
     check_experts(routing, num_experts, c, field)
     return RoutedExperts(routing, start)
 
 
-def routed_rows(n: int, prompt: int | None, split: bool = False,
-                start: int = 0) -> tuple[tuple[int, ...] | None, str]:
+def routed_rows(n: int, prompt: int | None, split: bool = False, start: int = 0,
+                kernels: Any = None) -> tuple[tuple[int, ...] | None, str]:
     """The row counts a routing array of a choice of ``n`` tokens may have on the
     OpenAI-compatible endpoints, and what they count (None: the prompt's length is not known).
     vLLM routes every token it forwards, the last sampled one never: one row per prompt and
     completion token but the last, from position ``start`` on (``split``: vLLM 0.21's rows of
-    the completion alone, its last token's included when speculative decoding captured it)."""
+    the completion alone, its last token's included when speculative decoding captured it).
+    ``kernels`` (a choice's, ``c.kernels``): the count is theirs, in C on the compiled path."""
     if split:
         return (n - 1, n) if n else (0,), (f"the completion's {n} tokens but the last (or all of them), the "
                                            "prompt's routing being prompt_routed_experts")
@@ -318,7 +320,7 @@ def routed_rows(n: int, prompt: int | None, split: bool = False,
         return None, ""
     since = f", from position {start} on" if start else ""
     counted = f"one per token of the prompt ({prompt}) and of the completion ({n}) but the last{since}"
-    return (max(prompt + n - 1 - start, 0),), counted
+    return ((kernels or python_kernels).routed_row_count(n, prompt, start),), counted
 
 
 def check_rows(c: Evidence, routing: np.ndarray, field: str, rows: tuple[int, ...] | None, counted: str) -> None:
