@@ -278,3 +278,86 @@ def test_compact_rows_straight_to_heads(impl, arrays):
     got = _heads_outcome(impl, arrays)
     if not np.isnan(arrays[2]).any():
         assert got == _heads_outcome(PYTHON, arrays)
+
+
+_OFF_VALUES = [float("nan"), float("inf"), float("-inf"), 2e-6, 1.5, 1e30]
+
+
+@settings(max_examples=300)
+@given(compact_head_arrays(), st.data())
+def test_values_checked_in_the_rows_pass(impl, arrays, data):
+    """checked_compact_heads (the values rule in the rows' pass) equals first_bad("compact")
+    then compact_heads, with values breaking the rule (NaN, infinities, above 1e-6) at any
+    entry, so at every lane position of the rows the registers hold and of the others."""
+    values = arrays[2].copy()
+    for _ in range(data.draw(st.integers(0, 2)) if len(values) else 0):
+        values[data.draw(st.integers(0, len(values) - 1))] = data.draw(st.sampled_from(_OFF_VALUES))
+    arrays = arrays[:2] + (values,) + arrays[3:]
+    first = PYTHON.first_bad("compact", values)
+    got = impl.checked_compact_heads(*arrays)
+    assert got[0] == first
+    if first >= 0:
+        assert got[1:] == (None,) * 5
+    else:
+        assert got[0] == -1
+        assert _heads_outcome(_Rest(got[1:]), arrays) == _heads_outcome(impl, arrays)
+
+
+class _Rest:
+    """A kernels stand-in whose compact_heads answers what was already computed."""
+
+    def __init__(self, rest):
+        self.rest = rest
+
+    def compact_heads(self, *_arrays):
+        return self.rest
+
+
+def _row_document(lengths, bad_at, bad_value, mask, k_ok):
+    """One choice of compact rows of the given lengths (sampled id first, repeated among the
+    candidates, values ranked), a value breaking the values rule at entry ``bad_at`` (or
+    none), and a packed mask that fails (``mask``: "ok", "missing", "repeated") at the last
+    row."""
+    ids, values, offsets, sampled, sup, counts = [], [], [0], [], [], []
+    for t, length in enumerate(lengths):
+        row = [100 * t + j for j in range(length - 1)]
+        first = row[0] if row else 100 * t
+        vals = [-0.05 * (j + 1) for j in range(len(row))]
+        ids += [first] + row
+        values += [vals[0] if vals else -0.5] + vals
+        offsets.append(offsets[-1] + len(row) + 1)
+        sampled.append(first)
+        kept = row[:3] if row else [first]
+        if t == len(lengths) - 1 and mask == "missing":
+            kept = [x for x in kept if x != first] or [first + 1]
+        if t == len(lengths) - 1 and mask == "repeated":
+            kept = kept + kept[:1]
+        sup += kept
+        counts.append(len(kept))
+    if bad_at is not None:
+        values[bad_at] = bad_value
+    data = np.asarray(ids, "<u4").tobytes() + np.asarray(values, "<f4").tobytes()
+    b64 = lambda a: base64.b64encode(np.asarray(a, "<i4").tobytes()).decode()  # noqa: E731
+    choice = {
+        "token_ids": sampled,
+        "compact_logprobs": {"data": base64.b64encode(data).decode(), "format": "u32-f32-le-v1",
+                             "offsets": offsets, "num_top_logprobs": max(lengths) if k_ok else 1},
+        "sampling_mask": {"ids": {"data": b64(sup), "shape": [len(sup)], "dtype": "int32"},
+                          "counts": {"data": b64(counts), "shape": [len(counts)], "dtype": "int32"}},
+    }
+    return samples.dumps({"choices": [choice]})
+
+
+@settings(max_examples=200)
+@given(st.lists(st.sampled_from([1, 2, 7, 8, 9, 16, 17, 23, 24, 25, 32, 33, 40]), min_size=1, max_size=5),
+       st.data())
+def test_value_errors_win_over_mask_and_head_errors(impl, lengths, data):
+    """A document with a value breaking the values rule at any entry (each lane position of
+    rows on both sides of the registers' 8-, 16- and 32-lane boundaries), with or without a
+    mask or head that also fails: the same error, word for word, as the reference."""
+    total = sum(lengths)
+    bad_at = data.draw(st.one_of(st.none(), st.integers(0, total - 1)))
+    raw = _row_document(lengths, bad_at, data.draw(st.sampled_from(_OFF_VALUES)),
+                        data.draw(st.sampled_from(["ok", "missing", "repeated"])), data.draw(st.booleans()))
+    k = data.draw(st.sampled_from([1, 3, 20]))
+    assert outcome(impl, raw, top_k=k) == outcome(PYTHON, raw, top_k=k)

@@ -72,6 +72,13 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
     if (len == 0 || len > 32 || !tw_row_keep_avx512(ids, vals, len, take, &L, &keep) ||
         !tw_row_rule_avx512(&L, vals, sid, out_sampled, row_kind))
         return FAST_NO;
+    /* the values rule (tw_compact_values_bad) on the values loaded: a row that breaks it is
+       not plain (compact_block then checks its block's values) */
+    const __m512 top = _mm512_set1_ps(1e-6f), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 va = _mm512_castsi512_ps(L.va), vb = _mm512_castsi512_ps(L.vb);
+    if (_mm512_mask_cmp_ps_mask(L.ma, va, top, _CMP_NLE_UQ) | _mm512_mask_cmp_ps_mask(L.ma, va, ninf, _CMP_EQ_OQ) |
+        _mm512_mask_cmp_ps_mask(L.mb, vb, top, _CMP_NLE_UQ) | _mm512_mask_cmp_ps_mask(L.mb, vb, ninf, _CMP_EQ_OQ))
+        return FAST_NO;
     if (*row_kind != TW_ROW_OK) return FAST_ROW;
 
     /* the m candidates as lanes 0-31 of (c0, c1) and (v0, v1) */
@@ -238,6 +245,25 @@ TW_TARGET_AVX2 static inline __m256i lanes_after(const __m256i *x, size_t k) {
                               _mm256_permutevar8x32_epi32(x[k < 3 ? k + 1 : 3], down), 0x80);
 }
 
+/* cnt lanes of ids (widened to int64) and of value bits into oid/olp, nothing past them
+   written (the output may end there): whole vectors stored as they are, the last one masked. */
+TW_TARGET_AVX2 static inline void store_head8(int64_t *oid, float *olp, __m256i ids, __m256i vals,
+                                              unsigned cnt) {
+    __m256i lo = _mm256_cvtepu32_epi64(_mm256_castsi256_si128(ids));
+    __m256i hi = _mm256_cvtepu32_epi64(_mm256_extracti128_si256(ids, 1));
+    if (cnt >= 8) {
+        _mm256_storeu_si256((__m256i *)(void *)olp, vals);
+        _mm256_storeu_si256((__m256i *)(void *)oid, lo);
+        _mm256_storeu_si256((__m256i *)(void *)(oid + 4), hi);
+        return;
+    }
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cnt), lane);
+    _mm256_maskstore_epi32((int *)(void *)olp, m, vals);
+    _mm256_maskstore_epi64((long long *)(void *)oid, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(m)), lo);
+    _mm256_maskstore_epi64((long long *)(void *)(oid + 4), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1)), hi);
+}
+
 /* The lanes of the four vectors of x equal to / above y, a bit each. */
 TW_TARGET_AVX2 static inline uint32_t lanes_eq_ps(const __m256i *x, float y) {
     uint32_t bits = 0;
@@ -269,6 +295,14 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
     uint32_t keep;
     if (len == 0 || len > 32 || !tw_row_keep_avx2(ids, vals, len, take, sid, out_sampled, row_kind, a, bits, &keep))
         return FAST_NO;
+    /* the values rule on the values loaded (zero past the row), as compact_head_avx512 */
+    const __m256 top = _mm256_set1_ps(1e-6f), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 off = _mm256_setzero_ps();
+    TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
+        __m256 x = _mm256_castsi256_ps(bits[u]);
+        off = _mm256_or_ps(off, _mm256_or_ps(_mm256_cmp_ps(x, top, _CMP_NLE_UQ), _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ)));
+    }
+    if (_mm256_movemask_ps(off)) return FAST_NO;
     if (*row_kind != TW_ROW_OK) return FAST_ROW;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     unsigned m = (unsigned)_mm_popcnt_u32(keep);
@@ -396,10 +430,8 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
         if (r == 0 || too_few(m, k)) return FAST_NO;
         uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
         if (lanes_above_ps(rv, 1.0f) & head) return FAST_NO; /* decided exactly */
-        for (unsigned i = 0; i < r; i++) {
-            oid[i] = id[i];
-            olp[i] = at[i];
-        }
+        TW_UNROLL4 for (unsigned u = 0; u < 4; u++) /* the ranked lanes in place: r of them */
+            if (8 * u < r) store_head8(oid + 8 * u, olp + 8 * u, rc[u], rv[u], r - 8 * u);
     }
     *count = r;
     return FAST_OK;
@@ -419,6 +451,9 @@ typedef struct {
     int64_t *out_off, *out_ids;
     float *out_lps;
     int path;
+    /* tw_compact_heads_checked: the values rule a block at a time, and its first failure */
+    int check_values;
+    ptrdiff_t value_bad;
     /* scratch for the tokens the two kernels decide */
     int64_t *cand_ids;
     double *cand_lps, *lps;
@@ -448,6 +483,15 @@ static ptrdiff_t compact_block(compact_call *c, size_t from, size_t to, int64_t 
     int64_t coff[TOKEN_BLOCK + 1], off[TOKEN_BLOCK + 1];
     double slps[TOKEN_BLOCK];
     size_t n = to - from;
+    if (c->check_values) {
+        /* the block's values, while they are about to be read anyway: every earlier row's
+           were checked (here, or in registers), so a failure is the first one */
+        ptrdiff_t v = tw_compact_values_bad(c->row_vals + c->roff[from], (size_t)(c->roff[to] - c->roff[from]));
+        if (v >= 0) {
+            c->value_bad = c->roff[from] + v;
+            return (ptrdiff_t)from;
+        }
+    }
     if (!block_scratch(c, (size_t)(c->roff[to] - c->roff[from]))) {
         *row_kind = TW_ROW_NOMEM;
         return (ptrdiff_t)from;
@@ -544,13 +588,14 @@ static ptrdiff_t heads_in_registers(compact_call *c, size_t n, int *row_kind, in
 }
 #endif
 
-ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
-                           const float *row_vals, const int64_t *sampled, int64_t num_top,
-                           int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
-                           int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
-                           int *head_code, int path) {
-    compact_call c = {roff,    row_ids, row_vals, sampled, num_top, k,    soff, sup,
-                      out_sampled, out_off, out_ids, out_lps,  tw_path_resolve(path), NULL, NULL, NULL, 0};
+static ptrdiff_t compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                               const float *row_vals, const int64_t *sampled, int64_t num_top,
+                               int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
+                               int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
+                               int *head_code, int path, ptrdiff_t *value_bad) {
+    compact_call c = {roff,        row_ids, row_vals, sampled, num_top, k,    soff,
+                      sup,         out_sampled, out_off, out_ids, out_lps, tw_path_resolve(path),
+                      value_bad != NULL, -1, NULL, NULL, NULL, 0};
     ptrdiff_t failed = -1;
     int64_t o = 0;
     *row_kind = TW_ROW_OK;
@@ -568,5 +613,32 @@ ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_id
     tw_mem_free(c.cand_ids);
     tw_mem_free(c.cand_lps);
     tw_mem_free(c.lps);
+    if (value_bad) {
+        /* A row or head that failed stopped the pass: the values after it were not all
+           checked, and the values rule comes before every other. */
+        if (failed >= 0 && c.value_bad < 0 && n) {
+            ptrdiff_t v = tw_compact_values_bad(row_vals + roff[0], (size_t)(roff[n] - roff[0]));
+            c.value_bad = v >= 0 ? roff[0] + v : -1;
+        }
+        *value_bad = c.value_bad;
+    }
     return failed;
+}
+
+ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                           const float *row_vals, const int64_t *sampled, int64_t num_top,
+                           int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
+                           int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
+                           int *head_code, int path) {
+    return compact_heads(n, roff, row_ids, row_vals, sampled, num_top, k, soff, sup, out_sampled, out_off,
+                         out_ids, out_lps, row_kind, head_code, path, NULL);
+}
+
+ptrdiff_t tw_compact_heads_checked(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                                   const float *row_vals, const int64_t *sampled, int64_t num_top,
+                                   int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
+                                   int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
+                                   int *head_code, int path, ptrdiff_t *value_bad) {
+    return compact_heads(n, roff, row_ids, row_vals, sampled, num_top, k, soff, sup, out_sampled, out_off,
+                         out_ids, out_lps, row_kind, head_code, path, value_bad);
 }

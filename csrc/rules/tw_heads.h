@@ -122,6 +122,21 @@ ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_id
                            int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
                            int *head_code, int path);
 
+/*
+ * tw_compact_heads with the values rule of compact rows (tw_compact_values_bad, tw_validate.h:
+ * every value finite and at most 1e-6) in the same pass: the rows the registers take are
+ * checked there, the others a block at a time just before the kernels read them, so the
+ * values are not read in a pass of their own. *value_bad: -1 when every value of
+ * row_vals[roff[0] .. roff[n]) keeps the rule, else the index (into row_vals) of the first
+ * that does not; that rule comes before every other, so the return value and the other
+ * outputs are then to be ignored. Otherwise as tw_compact_heads.
+ */
+ptrdiff_t tw_compact_heads_checked(size_t n, const int64_t *roff, const uint32_t *row_ids,
+                                   const float *row_vals, const int64_t *sampled, int64_t num_top,
+                                   int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
+                                   int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
+                                   int *head_code, int path, ptrdiff_t *value_bad);
+
 /* math.fsum(math.exp(v) for v in p): exp() from the C library, summed exactly and rounded
    once to nearest-even. NaN if any exp is NaN, else +inf if any is +inf or the sum
    overflows (where Python raises OverflowError). */

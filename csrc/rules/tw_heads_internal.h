@@ -5,7 +5,7 @@
  *   tw_heads.c               tw_select_heads: one token's head (its ranked order, what is kept,
  *                            its support), a block of tokens at a time, then their sum rules
  *   tw_compact_candidates.c  tw_compact_candidates, tw_compact_rows_candidates
- *   tw_compact_heads.c       tw_compact_heads: compact rows straight to heads
+ *   tw_compact_heads.c       tw_compact_heads (and _checked): compact rows straight to heads
  *   tw_sum.c                 exact sums (tw_fsum_nonneg, tw_fsum_exp)
  *   tw_exp.c                 the fast exps of the sums' estimates, one per target
  *   tw_rank.c                ranking by (value desc, id asc): tw_rank_top, tw_sort_head

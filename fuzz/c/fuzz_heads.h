@@ -10,8 +10,9 @@
    Besides the sanitizers, it checks what tw_heads.h promises: tw_compact_heads decides as
    tw_compact_rows_candidates and then tw_select_heads on the candidates (the same token, the
    same reasons, the same heads with their values narrowed to float); tw_compact_rows_candidates
-   decides as tw_compact_rows and gives tw_compact_candidates' candidates; every output goes to
-   the log. */
+   decides as tw_compact_rows and gives tw_compact_candidates' candidates;
+   tw_compact_heads_checked finds tw_compact_values_bad's first value, and without one decides
+   as tw_compact_heads; every output goes to the log. */
 #ifndef FUZZ_HEADS_H
 #define FUZZ_HEADS_H
 
@@ -224,6 +225,24 @@ static void fz_heads(const uint8_t *data, size_t size, int path, fz_log *l)
             FZ_CHECK(!memcmp(&hlps[i], &(float){(float)out_lps[i]}, sizeof(float)) || (isnan(hlps[i]) && isnan(out_lps[i])),
                      "head value %zu: %a, tw_select_heads %a", i, (double)hlps[i], out_lps[i]);
         FZ_CHECK(!memcmp(h_sampled, rc_sampled, hdone * sizeof(float)), "tw_compact_heads' sampled values differ");
+    }
+
+    /* The values rule in the rows' pass: its first failure is tw_compact_values_bad's; without
+       one, the verdict is tw_compact_heads'. */
+    {
+        int vkind = -1, vcode = -1;
+        ptrdiff_t vbad = -2, vwant = -1;
+        ptrdiff_t tv = tw_compact_heads_checked(n, r.roff, r.row_ids, r.row_vals, r.sampled, r.num_top, r.k, soff, sup,
+                                                h_sampled, hoff, hids, hlps, &vkind, &vcode, path, &vbad);
+        if (n && (vwant = tw_compact_values_bad(r.row_vals + r.roff[0], (size_t)(r.roff[n] - r.roff[0]))) >= 0)
+            vwant += r.roff[0];
+        fz_u64(l, (uint64_t)vbad);
+        FZ_CHECK(vbad == vwant, "tw_compact_heads_checked: value %td, tw_compact_values_bad %td", vbad, vwant);
+        if (vbad < 0 && vkind != TW_ROW_NOMEM && vcode != TW_HEAD_NOMEM && row_kind != TW_ROW_NOMEM &&
+            head_code != TW_HEAD_NOMEM)
+            FZ_CHECK(tv == tc && vkind == row_kind && vcode == head_code,
+                     "tw_compact_heads_checked: token %td (row %d, head %d); tw_compact_heads %td (%d, %d)", tv, vkind,
+                     vcode, tc, row_kind, head_code);
     }
 
     /* Supports on their own. */

@@ -217,9 +217,18 @@ cdef _KeptSets _kept_sets(supports):
 
 def compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports):
     """``compact_rows_candidates`` then ``heads`` in one call (kernels/python.py)."""
+    return _compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports, False)[1:]
+
+
+def checked_compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports):
+    """``first_bad("compact", row_values)`` and ``compact_heads`` in one pass (kernels/python.py)."""
+    return _compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports, True)
+
+
+cdef tuple _compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports, bint check_values):
     cdef size_t n = len(ids)
     cdef int row_kind = 0, head_code = 0
-    cdef ptrdiff_t bad = -1
+    cdef ptrdiff_t bad = -1, value_bad = -1
     cdef const int64_t[::1] roff = offsets
     cdef const uint32_t[::1] rids = row_ids if len(row_ids) else np.zeros(1, np.uint32)
     cdef const float[::1] rvals = row_values if len(row_values) else np.zeros(1, np.float32)
@@ -235,17 +244,24 @@ def compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports):
     if n:
         sampled_ids = _i64(ids)
         with nogil:
-            bad = tw_compact_heads(n, &roff[0], &rids[0], &rvals[0], sampled_ids, top, kk, kept.soff, kept.sup,
-                                   &out[0], &off_view[0], &oid_view[0], &olp_view[0], &row_kind,
-                                   &head_code, simd)
+            if check_values:
+                bad = tw_compact_heads_checked(n, &roff[0], &rids[0], &rvals[0], sampled_ids, top, kk, kept.soff,
+                                               kept.sup, &out[0], &off_view[0], &oid_view[0], &olp_view[0],
+                                               &row_kind, &head_code, simd, &value_bad)
+            else:
+                bad = tw_compact_heads(n, &roff[0], &rids[0], &rvals[0], sampled_ids, top, kk, kept.soff, kept.sup,
+                                       &out[0], &off_view[0], &oid_view[0], &olp_view[0], &row_kind,
+                                       &head_code, simd)
+    if value_bad >= 0:
+        return value_bad, None, None, None, None, None
     if bad >= 0:
         if row_kind != TW_ROW_OK:
-            return None, None, None, _row_failure(bad, row_kind), None
+            return -1, None, None, None, _row_failure(bad, row_kind), None
         if head_code == TW_HEAD_NOMEM:
             raise MemoryError()
-        return None, None, None, None, (bad, _HEAD_REASONS[head_code])
+        return -1, None, None, None, None, (bad, _HEAD_REASONS[head_code])
     end = int(out_off[n])
-    return sampled, Ragged(out_off, out_ids[:end]), Ragged(out_off.copy(), out_lps[:end]), None, None
+    return -1, sampled, Ragged(out_off, out_ids[:end]), Ragged(out_off.copy(), out_lps[:end]), None, None
 
 
 def compact_candidates(row_ids, row_values, offsets, num_top):

@@ -331,7 +331,7 @@ static void test_compact_heads(long count) {
         double *wlps = xmalloc(cap * sizeof(double));
         float *ws = xmalloc(n * sizeof(float) + 4), *gs = xmalloc(n * sizeof(float) + 4);
         int64_t *goff = xmalloc((n + 1) * sizeof(int64_t)), *gids = xmalloc(cap * sizeof(int64_t));
-        float *glps = xmalloc(cap * sizeof(float));
+        float *glps = xmalloc(cap * sizeof(float)), *bvals = xmalloc(cap * sizeof(float));
         const int64_t *so = with_sup ? soff : NULL;
         for (int p = 0; p < g_npaths; p++) {
             int kind = -1, code = TW_HEAD_OK, gkind = -1, gcode = -1;
@@ -363,6 +363,22 @@ static void test_compact_heads(long count) {
             }
             CHECK(ok, "compact heads, path %d, case %ld: failed %td (row %d, head %d), two kernels %td (%d, %d)",
                   g_paths[p], c, got, gkind, gcode, want, kind, code);
+            /* tw_compact_heads_checked: the values rule in the same pass, on values that may
+               break it anywhere (a NaN, an infinity, a value above 1e-6, at any lane): its
+               first failure as tw_compact_values_bad finds it, else what tw_compact_heads gave */
+            memcpy(bvals, vals, total * sizeof(float));
+            for (int b = rndn(3) ? 0 : 1 + (int)rndn(2); b > 0 && total; b--) {
+                static const float off[] = {NAN, INFINITY, -INFINITY, 2e-6f, 1e-5f, 1.5f, 1e30f};
+                bvals[rndn(total)] = off[rndn(sizeof off / sizeof off[0])];
+            }
+            ptrdiff_t vwant = total ? tw_compact_values_bad(bvals, total) : -1, vgot = -2;
+            int ckind = -1, ccode = -1;
+            ptrdiff_t cgot = tw_compact_heads_checked(n, roff, ids, bvals, sampled, num_top, k, so, sup, gs, goff,
+                                                      gids, glps, &ckind, &ccode, g_paths[p], &vgot);
+            int same = memcmp(bvals, vals, total * sizeof(float)) == 0;
+            CHECK(vgot == vwant && (vwant >= 0 || !same || (cgot == got && ckind == gkind && (got < 0 || gkind != TW_ROW_OK || ccode == gcode))),
+                  "checked compact heads, path %d, case %ld: value %td (want %td), failed %td (%d, %d), unchecked %td (%d, %d)",
+                  g_paths[p], c, vgot, vwant, cgot, ckind, ccode, got, gkind, gcode);
         }
         /* Allocation failure: a token the kernels take needs scratch space. */
         if (c % 40 == 0 && n) {
@@ -391,6 +407,7 @@ static void test_compact_heads(long count) {
         free(goff);
         free(gids);
         free(glps);
+        free(bvals);
     }
 }
 

@@ -256,6 +256,18 @@ def compact_heads(
     return sampled, top_ids, Ragged(top_logprobs.offsets, top_logprobs.values.astype(np.float32)), None, None
 
 
+def checked_compact_heads(ids: np.ndarray, row_ids: np.ndarray, row_values: np.ndarray, offsets: np.ndarray,
+                          num_top: int, k: int, supports: Ragged | None) -> tuple[
+        int, np.ndarray | None, Ragged | None, Ragged | None, tuple[int, str] | None, tuple[int, str] | None]:
+    """``first_bad("compact", row_values)`` then, when no value breaks that rule (first: -1),
+    :func:`compact_heads` (the rest); the compiled core checks the values in the same pass
+    as the rows. With a bad value, its index and Nones."""
+    bad = first_bad("compact", row_values)
+    if bad >= 0:
+        return bad, None, None, None, None, None
+    return (-1, *compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports))
+
+
 def heads(
     ids: np.ndarray,
     candidates: Candidates,

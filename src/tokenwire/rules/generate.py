@@ -519,28 +519,28 @@ def parse_compact_logprobs(
         c.fail("Invalid compact logprob buffer length", field + ".data")
     row_ids = raw[: count * 4].view("<u4")
     row_values = raw[count * 4 :].view("<f4")
-    bad = c.kernels.first_bad("compact", row_values)
-    if bad >= 0:
-        row = int(np.searchsorted(offsets, bad, side="right")) - 1
-        value = float(row_values[bad])
-        what = "NaN" if value != value else "infinite" if abs(value) == float("inf") else "positive"
-        c.fail(explained(c, "Invalid compact logprob values", (
-            f"value {bad - int(offsets[row])} of row {row} (entry {bad}) is {value!r}: {what}, "
-            "not a log probability (finite, at most 1e-6; -9999 for a filtered-out candidate)")),
-            field, row)
+    # Every value is checked first: finite and at most 1e-6 (first_bad "compact").
     if k is None:
+        _compact_values(c, field, offsets, row_values, c.kernels.first_bad("compact", row_values))
         # Without a head the rows' own errors come first (renderers never looks at the mask
         # then); with one, the support decides the head, so it is checked before the rows.
         sampled, bad = c.kernels.compact_rows(ids, row_ids, row_values, offsets)
         if bad is not None:
             c.fail(bad[1], field, bad[0])
         return sampled, None, None, parse_sampling_mask(choice, ids, c, handle)
-    supports = parse_sampling_mask(choice, ids, c, handle)
+    # With a head the values are checked in the rows' pass (checked_compact_heads), after the
+    # support: a support that fails defers to a bad value, whose rule comes first.
+    try:
+        supports = parse_sampling_mask(choice, ids, c, handle)
+    except Exception:
+        _compact_values(c, field, offsets, row_values, c.kernels.first_bad("compact", row_values))
+        raise
     # Rows are checked in order, a row's own rules before its head: a head error in an
     # earlier row comes first, then the row error.
-    sampled, top_ids, top_logprobs, bad, head_bad = c.kernels.compact_heads(
+    value_bad, sampled, top_ids, top_logprobs, bad, head_bad = c.kernels.checked_compact_heads(
         ids, row_ids, row_values, offsets, num_top, k, supports
     )
+    _compact_values(c, field, offsets, row_values, value_bad)
     if head_bad is not None:
         t = head_bad[0]
         _fail_head(c, choice, field, head_bad, supports, k, row_ids[offsets[t]:offsets[t + 1]])
@@ -548,6 +548,20 @@ def parse_compact_logprobs(
         c.fail(bad[1], field, bad[0])
     assert sampled is not None  # with the heads, when nothing failed
     return sampled, top_ids, top_logprobs, supports
+
+
+def _compact_values(c: Evidence, field: str, offsets: np.ndarray, row_values: np.ndarray, bad: int) -> None:
+    """Fail at entry ``bad`` of the compact rows' values (a NaN, an infinity or a value above
+    1e-6) unless it is -1."""
+    if bad < 0:
+        return
+    row = int(np.searchsorted(offsets, bad, side="right")) - 1
+    value = float(row_values[bad])
+    what = "NaN" if value != value else "infinite" if abs(value) == float("inf") else "positive"
+    c.fail(explained(c, "Invalid compact logprob values", (
+        f"value {bad - int(offsets[row])} of row {row} (entry {bad}) is {value!r}: {what}, "
+        "not a log probability (finite, at most 1e-6; -9999 for a filtered-out candidate)")),
+        field, row)
 
 
 def parse_native_heads(
