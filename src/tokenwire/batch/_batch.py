@@ -26,7 +26,7 @@ from ..base._args import check_input, check_start, check_top_k, int_arg
 from ..base._errors import MalformedResponseError
 from ..base._types import Batch, GenerateChoice, GenerateResponse, Ragged
 
-__all__ = ["aparse_many", "collate", "parse_many"]
+__all__ = ["aparse_many", "collate", "parse_batch", "parse_many"]
 
 ERRORS = ("raise", "collect")
 
@@ -709,4 +709,188 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
         format=format,
         top_k=top_k,
         pad_id=pad_id,
+        errors=[items[i] for i in skipped],
+    )
+
+
+# --- parse_batch: bodies straight into a Batch -------------------------------------------------
+
+# The generate parser's options and the values with which its plain path still takes a body
+# (parse_generate_response: no head, no mask asked for, no prompt length of the caller's; the
+# options checked by the parser itself left at their defaults). Any other value: the bodies are
+# parsed and collated.
+_DIRECT_OPTIONS = {"top_k": (None,), "require_logprobs": (True, False), "require_sampling_mask": (False,),
+                   "prompt_logprob_start": (None,), "teacher_logits": (False,), "payload_root": (None,),
+                   "num_experts": (None,), "prompt_tokens": (None,)}
+
+
+def _direct_options(options: dict[str, Any]) -> bool:
+    return all(any(value is allowed for allowed in _DIRECT_OPTIONS.get(name, ())) for name, value in options.items())
+
+
+def parse_batch(raws: Iterable[Any], *, format: str = "generate", threads: int | None = None,
+                errors: str = "raise", width: int | None = None, pad_id: int = 0, head_width: int | None = None,
+                prompt_width: int | None = None, routing_width: int | None = None, routing: str = "rows",
+                routing_fill: int = ROUTING_FILL, out: Batch | None = None, **parser_options: Any) -> Batch:
+    """Many response bodies straight into one :class:`Batch`: what
+    ``collate(parse_many(raws, ...), ...)`` returns (the same arrays, verdicts and messages),
+    without a result object per response where none is needed.
+
+    A generate body whose choices hold only token ids and packed logprobs or compact rows
+    (with no ``top_k``, mask or caller's prompt length asked for: the parsers' plain path) is
+    scanned once and its ids, logprobs and prompt ids are written from the scan into their rows
+    of the batch's arrays, checked by the same rules and C kernels as
+    ``parse_generate_response``; any other body (another format, heads, masks, routing, a body
+    the plain path doubts, a malformed one) is parsed by its format's parser, and a batch
+    holding such a response is collated from the parsed responses.
+
+    Args:
+        raws, format, threads, errors, parser_options: as :func:`parse_many` (``threads``
+            parse the bodies; the calling thread writes the rows).
+        width, pad_id, head_width, prompt_width, routing_width, routing, routing_fill, out:
+            as :func:`collate`.
+
+    Returns:
+        Batch: as :func:`collate` of :func:`parse_many`'s list; with ``errors="collect"``,
+        ``skipped`` holds the positions of the malformed bodies and ``errors`` their
+        :class:`MalformedResponseError` (each with its ``body_index``).
+
+    Raises:
+        ValueError, TypeError: as :func:`parse_many` and :func:`collate`, before any body is
+            parsed (a width too narrow: once the bodies are read).
+        MalformedResponseError: with ``errors="raise"``, the first malformed body in input
+            order (every body is read first).
+
+    Example:
+        >>> body = b'{"choices":[{"token_ids":[5,6],"completion_logprobs":{"data":"AAAAvwAAgL8=","dtype":"float32"}}]}'
+        >>> batch = tokenwire.parse_batch([body, b'{}'], errors="collect", width=3)
+        >>> batch.completion_ids.tolist(), batch.completion_logprobs.tolist(), batch.skipped.tolist()
+        ([[5, 6, 0]], [[-0.5, -1.0, 0.0]], [1])
+    """
+    bodies, parse, count, collect = _prepared(raws, format, threads, errors, parser_options)
+    settings = dict(width=width, pad_id=pad_id, head_width=head_width, prompt_width=prompt_width,
+                    routing_width=routing_width, routing=routing, routing_fill=routing_fill, out=out, threads=threads)
+    # collate's checks of its own arguments, before any body is read
+    pad_id = int_arg(pad_id, "pad_id", -(2**63))
+    if out is not None and not isinstance(out, Batch):
+        raise TypeError(f"out must be a Batch, not {type(out).__name__}")
+    int_arg(routing_fill, "routing_fill", -(2**31), 2**31 - 1)
+    if routing not in _ROUTING_LAYOUTS:
+        raise ValueError(f"routing must be one of {', '.join(map(repr, _ROUTING_LAYOUTS))}, not {routing!r}")
+    if threads is not None:
+        int_arg(threads, "threads", 1)
+    for name, value in (("width", width), ("head_width", head_width), ("prompt_width", prompt_width),
+                        ("routing_width", routing_width)):
+        if value is not None:
+            int_arg(value, name, 0)
+    direct = getattr(_select.impl, "_direct_generate", None)
+    if direct is None or format != "generate" or not _direct_options(parser_options):
+        return collate(_run(bodies, parse, count, collect), **settings)
+
+    def read(body: Any) -> Any:
+        return direct(body) or parse(body)
+
+    items = _run(bodies, read, count, True)  # malformed bodies in place, raised below in input order
+    return _direct_batch(bodies, items, parse, collect, settings, pad_id, out)
+
+
+def _settled(i: int, body: Any, parse: Any) -> Any:
+    """Body ``i`` parsed by the rules: its response, or its error (marked)."""
+    try:
+        return parse(body)
+    except MalformedResponseError as exc:
+        return _mark(exc, i)
+
+
+def _collated(items: list[Any], bodies: list[Any], parse: Any, collect: bool, settings: dict[str, Any]) -> Batch:
+    """The batch of ``items`` made by collate, each scanned body made a response first."""
+    items = [item if isinstance(item, (GenerateResponse, MalformedResponseError))
+             else item.response() or _settled(i, bodies[i], parse) for i, item in enumerate(items)]
+    _raise_first(items, collect)
+    return collate(items, **settings)
+
+
+def _raise_first(items: list[Any], collect: bool) -> None:
+    if not collect:
+        for item in items:
+            if isinstance(item, MalformedResponseError):
+                raise item
+
+
+def _direct_batch(bodies: list[Any], items: list[Any], parse: Any, collect: bool, settings: dict[str, Any],
+                  pad_id: int, out: Batch | None) -> Batch:
+    """The batch of ``items`` (each a scanned body, a response or an error): its rows written
+    from the scans when every body that parsed was scanned, else collated."""
+    if any(isinstance(item, GenerateResponse) for item in items):
+        return _collated(items, bodies, parse, collect, settings)
+    scanned = [(i, item) for i, item in enumerate(items) if not isinstance(item, MalformedResponseError)]
+    counts = [c for _, d in scanned for c in d.counts]
+    if not counts:
+        _raise_first(items, collect)
+        return collate(items, **settings)
+    width, prompt_width = settings["width"], settings["prompt_width"]
+    tokens = max(max(counts), 0 if width is None else int(width))
+    prompts_longest = max(d.prompt for _, d in scanned)
+    blocks = _Blocks(_select.kernels, out, 1)
+    b = len(counts)
+    ids = blocks.empty("completion_ids", (b, tokens), np.int64)
+    logprobs = blocks.empty("completion_logprobs", (b, tokens), np.float32)
+    prompt_cols = max(prompts_longest, 0 if prompt_width is None else int(prompt_width))
+    prompts = None if prompts_longest < 0 else blocks.empty("prompt_token_ids", (b, prompt_cols), np.int64)
+    scratch = np.empty(2 * (tokens + 1), dtype=np.int64)
+    rows = 0
+    placed = []  # (item, its first row, its choices) of each body written
+    write = _select.impl._direct_rows
+    for i, d in scanned:
+        if write(d, rows, ids, logprobs, prompts, pad_id, scratch):
+            placed.append((i, d))
+            rows += len(d.counts)
+            continue
+        items[i] = _settled(i, bodies[i], parse)  # the plain path doubts it: the rules decide
+        if isinstance(items[i], GenerateResponse):  # valid after all: collate the responses
+            return _collated(items, bodies, parse, collect, settings)
+    _raise_first(items, collect)
+    if not placed:  # every body malformed
+        return collate(items, **settings)
+    return _direct_fields(items, placed, rows, ids, logprobs, prompts, blocks, settings, pad_id)
+
+
+def _direct_fields(items: list[Any], placed: list[tuple[int, Any]], rows: int, ids: np.ndarray,
+                   logprobs: np.ndarray, prompts: np.ndarray | None, blocks: _Blocks, settings: dict[str, Any],
+                   pad_id: int) -> Batch:
+    """The Batch of the bodies written, as collate makes it of their responses."""
+    counts = [c for _, d in placed for c in d.counts]
+    longest = max(counts, default=0)
+    tokens = _width("width", settings["width"], longest, "tokens", lambda: f"choice {counts.index(longest)}")
+    if rows != ids.shape[0] or tokens != ids.shape[1]:  # a body's rows handed over: the written ones
+        ids = blocks.copy("completion_ids", np.ascontiguousarray(ids[:rows, :tokens]))
+        logprobs = blocks.copy("completion_logprobs", np.ascontiguousarray(logprobs[:rows, :tokens]))
+    lengths = np.array(counts, dtype=np.int64)
+    fields: dict[str, Any] = {
+        "completion_ids": ids, "lengths": lengths,
+        "mask": np.less(np.arange(tokens), lengths[:, None], out=blocks.empty("mask", (rows, tokens), np.bool_)),
+        "completion_logprobs": logprobs, "logprobs_present": np.ones(rows, dtype=np.bool_),
+    }
+    prompt_counts = [d.prompt for _, d in placed for _ in d.counts]
+    if prompts is not None and max(prompt_counts, default=-1) >= 0:
+        plengths = np.array([max(p, 0) for p in prompt_counts], dtype=np.int64)
+        plongest = int(plengths.max())
+        pwidth = _width("prompt_width", settings["prompt_width"], plongest, "prompt ids",
+                        lambda: f"choice {int(np.argmax(plengths))}'s prompt")
+        if rows != prompts.shape[0] or pwidth != prompts.shape[1]:
+            prompts = blocks.copy("prompt_token_ids", np.ascontiguousarray(prompts[:rows, :pwidth]))
+        present = np.array([p >= 0 for p in prompt_counts], dtype=np.bool_)
+        prompts[~present] = pad_id  # a response without prompt ids: its rows hold the fill
+        fields.update(prompt_token_ids=prompts, prompt_lengths=plengths, prompt_present=present)
+    skipped = [i for i, item in enumerate(items) if isinstance(item, MalformedResponseError)]
+    return Batch(
+        **fields,
+        skipped=np.array(skipped, dtype=np.int64),
+        response=np.array([i for i, d in placed for _ in d.counts], dtype=np.int64),
+        choice=np.array([c for _, d in placed for c in range(len(d.counts))], dtype=np.int64),
+        finish_reason=[f for _, d in placed for f in d.finish_reasons],
+        format="generate",
+        top_k=None,
+        pad_id=pad_id,
+        errors=[items[i] for i in skipped],
     )
