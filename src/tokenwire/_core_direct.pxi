@@ -39,6 +39,10 @@ cdef class _Direct:
 def _direct_generate(raw):
     """``raw`` scanned, as a _Direct when each of its choices has a plain form, else None (a
     body the scan refuses too: the rules' parser says why)."""
+    return _direct_scan(raw)
+
+
+cdef object _direct_scan(object raw):
     cdef size_t i, count
     cdef int form
     cdef _Scan scan = _Scan()
@@ -147,39 +151,56 @@ cdef int _direct_choice(_Scan scan, size_t index, dict choice, int form, int64_t
     return 1
 
 
-def _direct_rows(_Direct d, Py_ssize_t row, ids, logprobs, prompts, pad_id, scratch):
-    """The choices of ``d`` into rows ``row``, ``row + 1``, ... of ``ids`` (int64 ``(B, T)``,
-    ``pad_id`` past each completion) and ``logprobs`` (float32 ``(B, T)``, 0.0 past it), and its
-    prompt ids into the same rows of ``prompts`` (int64 ``(B, P)``, ``pad_id`` after them; None
-    when no body of the batch has prompt ids); ``scratch`` an int64 array of at least ``2 * (T +
-    1)`` entries (private: what the rules read is never read back from the caller's rows). 1,
-    or 0 when the plain path does not take the body (the rows are then not to be used). The
-    blocks' shapes are checked before anything is written."""
-    cdef size_t i, count = len(d.forms), width, n, pwidth = 0, plen
+def _direct_write(list scanned, ids, logprobs, prompts, pad_id):
+    """The choices of each _Direct of ``scanned`` into the next rows of ``ids`` (int64 ``(B,
+    T)``, ``pad_id`` past each completion) and ``logprobs`` (float32 ``(B, T)``, 0.0 past it),
+    and its prompt ids into the same rows of ``prompts`` (int64 ``(B, P)``, ``pad_id`` after
+    them; None when no body has prompt ids). A body the plain path does not take leaves its
+    rows to the next body. Returns the positions in ``scanned`` of those bodies. The blocks'
+    shapes are checked before anything is written."""
+    cdef _Direct d
+    cdef Py_ssize_t row = 0, rows = 0
+    cdef size_t width, pwidth = 0
     cdef int64_t pad = pad_id
+    _block(ids, 2, "ids")
+    _block(logprobs, 2, "logprobs")
+    width = ids.shape[1]
+    if ids.dtype != np.int64 or logprobs.dtype != np.float32 or logprobs.shape[1] != width:
+        raise ValueError("ids and logprobs do not fit the batch")
+    if prompts is not None:
+        _block(prompts, 2, "prompts")
+        pwidth = prompts.shape[1]
+        if prompts.dtype != np.int64 or prompts.shape[0] != ids.shape[0]:
+            raise ValueError("prompts does not fit the batch")
+    for d in scanned:
+        rows += len(d.counts)
+        for n in d.counts:
+            if <size_t>n > width:
+                raise ValueError(f"a choice has {n} tokens, more than the width {width}")
+        if d.prompt >= 0 and (prompts is None or <size_t>d.prompt > pwidth):
+            raise ValueError("prompts does not fit the batch")
+    if rows > ids.shape[0] or logprobs.shape[0] != ids.shape[0]:
+        raise ValueError("ids and logprobs do not fit the batch")
+    scratch = np.empty(max(2 * (width + 1), pwidth), dtype=np.int64)  # private: what the rules read
+    refused = []
+    for i, d in enumerate(scanned):
+        if _direct_rows(d, row, ids, logprobs, prompts, width, pwidth, pad, <int64_t *>cnp.PyArray_DATA(scratch)):
+            row += len(d.counts)
+        else:
+            refused.append(i)
+    return refused
+
+
+cdef int _direct_rows(_Direct d, Py_ssize_t row, object ids, object logprobs, object prompts, size_t width,
+                      size_t pwidth, int64_t pad, int64_t *tmp) except -1:
+    """The choices of ``d`` into rows ``row``, ``row + 1``, ... (checked to fit by the
+    caller); 1, or 0 when the plain path does not take the body (the rows are then not to be
+    used)."""
+    cdef size_t i, count = len(d.forms), n, plen
     cdef int64_t *ids_row
     cdef float *lp_row
     cdef int64_t *p_row
-    cdef int64_t *tmp
-    cdef int64_t *offs
-    _block(ids, 2, "ids")
-    _block(logprobs, 2, "logprobs")
-    _block(scratch, 1, "scratch")
-    width = ids.shape[1]
-    if (ids.dtype != np.int64 or logprobs.dtype != np.float32 or scratch.dtype != np.int64
-            or logprobs.shape[1] != width or <size_t>scratch.shape[0] < 2 * (width + 1)
-            or row < 0 or row + <Py_ssize_t>count > ids.shape[0] or logprobs.shape[0] != ids.shape[0]):
-        raise ValueError("ids, logprobs and scratch do not fit the batch")
-    for i in range(count):
-        if <size_t>d.counts[i] > width:
-            raise ValueError(f"choice {i} has {d.counts[i]} tokens, more than the width {width}")
-    if d.prompt >= 0:
-        _block(prompts, 2, "prompts")
-        pwidth = prompts.shape[1]
-        if prompts.dtype != np.int64 or <size_t>d.prompt > pwidth or prompts.shape[0] != ids.shape[0]:
-            raise ValueError("prompts does not fit the batch")
-    tmp = <int64_t *>cnp.PyArray_DATA(scratch)
-    offs = tmp + width + 1
+    cdef int64_t *offs = tmp + width + 1
     choices = <list>(<dict>d.document)[_KEY_CHOICES]
     for i in range(count):
         n = d.counts[i]
@@ -194,12 +215,23 @@ def _direct_rows(_Direct d, Py_ssize_t row, ids, logprobs, prompts, pad_id, scra
     if d.prompt >= 0:
         plen = d.prompt
         p_row = <int64_t *>cnp.PyArray_DATA(prompts) + row * pwidth
-        if _direct_ints(d.scan, &d.scan.doc.prompt_token_ids, _MAX_TOKEN_ID, p_row) < 0:
+        if _direct_ints(d.scan, &d.scan.doc.prompt_token_ids, _MAX_TOKEN_ID, tmp) < 0:
             return 0
-        _fill_i64(p_row + plen, pwidth - plen, pad)
-        for i in range(1, count):  # every choice of a response has its prompt
-            memcpy(p_row + i * pwidth, p_row, pwidth * 8)
+        for i in range(count):  # every choice of a response has its prompt
+            memcpy(p_row + i * pwidth, tmp, plen * 8)
+            _fill_i64(p_row + i * pwidth + plen, pwidth - plen, pad)
     return 1
+
+
+def _direct_read(list bodies, fallback):
+    """Each body scanned (a _Direct), or where the plain path does not take it
+    ``fallback(i, body)`` (the rules' response, or the error)."""
+    cdef Py_ssize_t i
+    out = [None] * len(bodies)
+    for i in range(len(bodies)):
+        d = _direct_scan(bodies[i])
+        out[i] = d if d is not None else fallback(i, bodies[i])
+    return out
 
 
 cdef inline void _fill_i64(int64_t *out, size_t n, int64_t value) noexcept nogil:

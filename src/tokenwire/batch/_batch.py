@@ -787,10 +787,11 @@ def parse_batch(raws: Iterable[Any], *, format: str = "generate", threads: int |
     if direct is None or format != "generate" or not _direct_options(parser_options):
         return collate(_run(bodies, parse, count, collect), **settings)
 
-    def read(body: Any) -> Any:
-        return direct(body) or parse(body)
-
-    items = _run(bodies, read, count, True)  # malformed bodies in place, raised below in input order
+    if count == 1 or len(bodies) < 2:
+        items = _select.impl._direct_read(bodies, lambda i, body: _settled(i, body, parse))
+    else:
+        items = _run(bodies, lambda body: direct(body) or parse(body), count, True)
+    # malformed bodies are in place, raised below in input order
     return _direct_batch(bodies, items, parse, collect, settings, pad_id, out)
 
 
@@ -837,18 +838,16 @@ def _direct_batch(bodies: list[Any], items: list[Any], parse: Any, collect: bool
     logprobs = blocks.empty("completion_logprobs", (b, tokens), np.float32)
     prompt_cols = max(prompts_longest, 0 if prompt_width is None else int(prompt_width))
     prompts = None if prompts_longest < 0 else blocks.empty("prompt_token_ids", (b, prompt_cols), np.int64)
-    scratch = np.empty(2 * (tokens + 1), dtype=np.int64)
-    rows = 0
-    placed = []  # (item, its first row, its choices) of each body written
-    write = _select.impl._direct_rows
-    for i, d in scanned:
-        if write(d, rows, ids, logprobs, prompts, pad_id, scratch):
+    refused = set(_select.impl._direct_write([d for _, d in scanned], ids, logprobs, prompts, pad_id))
+    placed = []  # (item, its choices) of each body written
+    for k, (i, d) in enumerate(scanned):
+        if k not in refused:
             placed.append((i, d))
-            rows += len(d.counts)
             continue
         items[i] = _settled(i, bodies[i], parse)  # the plain path doubts it: the rules decide
         if isinstance(items[i], GenerateResponse):  # valid after all: collate the responses
             return _collated(items, bodies, parse, collect, settings)
+    rows = sum(len(d.counts) for _, d in placed)
     _raise_first(items, collect)
     if not placed:  # every body malformed
         return collate(items, **settings)
