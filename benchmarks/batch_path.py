@@ -221,7 +221,7 @@ def child(name: str, path: str, rounds: int) -> dict[str, Any]:
         spent = time.perf_counter() - start
         if r:
             times.append(spent)
-        shapes = {k: list(v.shape) for k, v in tensors.items()}
+        shapes = {k: list(v.shape) for k, v in tensors.items() if v is not None}
         del tensors
     return {"contender": name, "median_s": statistics.median(times), "times": times, "shapes": shapes}
 

@@ -171,20 +171,14 @@ def test_mixed_batches_and_options_are_collated(batch_impl):
     assert_same_batch(got, want)
 
 
-def test_a_handed_over_body_that_is_valid_collates_all():
-    """A body the plain path doubts at its rows but the rules take: the batch is collated."""
-    if _core is None:
-        pytest.skip("no compiled core")
+def test_a_body_for_the_rules_among_plain_ones(batch_impl):
+    """A valid body the plain path hands to the rules (native records) among plain ones: the
+    plain ones become responses and the batch is collated."""
+    native = b'{"choices":[{"token_ids":[5,6],"logprobs":{"sampled":[-0.5,-1.0]}}],"prompt_token_ids":[1,2,3]}'
     raws = samples.WORKLOADS["packed_128"].responses(2)
-    original = _core._direct_write
-
-    def refusing(scanned: list[Any], *args: Any) -> list[int]:
-        return sorted({0, *(i + 1 for i in original(scanned[1:], *args))})  # the first body refused
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_core, "_direct_write", refusing)
-        batch = tokenwire.parse_batch(raws, threads=1)
-    assert_same_batch(batch, tokenwire.collate(tokenwire.parse_many(raws, threads=1)))
+    for batch in ([native, *raws], [*raws, native, b"{}"]):
+        got, want = _both(batch, errors="collect", threads=1)
+        assert_same_batch(got, want)
 
 
 def test_widths_and_out(batch_impl):

@@ -804,9 +804,9 @@ def _settled(i: int, body: Any, parse: Any) -> Any:
 
 
 def _collated(items: list[Any], bodies: list[Any], parse: Any, collect: bool, settings: dict[str, Any]) -> Batch:
-    """The batch of ``items`` made by collate, each scanned body made a response first."""
-    items = [item if isinstance(item, (GenerateResponse, MalformedResponseError))
-             else item.response() or _settled(i, bodies[i], parse) for i, item in enumerate(items)]
+    """The batch of ``items`` made by collate, each body read by the plain path made a response."""
+    items = [item if isinstance(item, (GenerateResponse, MalformedResponseError)) else item.response()
+             for item in items]
     _raise_first(items, collect)
     return collate(items, **settings)
 
@@ -820,73 +820,46 @@ def _raise_first(items: list[Any], collect: bool) -> None:
 
 def _direct_batch(bodies: list[Any], items: list[Any], parse: Any, collect: bool, settings: dict[str, Any],
                   pad_id: int, out: Batch | None) -> Batch:
-    """The batch of ``items`` (each a scanned body, a response or an error): its rows written
-    from the scans when every body that parsed was scanned, else collated."""
+    """The batch of ``items`` (each a body read by the plain path, a response or an error):
+    padded from the plain path's arrays when no body needed the rules' response, else
+    collated."""
     if any(isinstance(item, GenerateResponse) for item in items):
         return _collated(items, bodies, parse, collect, settings)
-    scanned = [(i, item) for i, item in enumerate(items) if not isinstance(item, MalformedResponseError)]
-    counts = [c for _, d in scanned for c in d.counts]
-    if not counts:
-        _raise_first(items, collect)
-        return collate(items, **settings)
-    width, prompt_width = settings["width"], settings["prompt_width"]
-    tokens = max(max(counts), 0 if width is None else int(width))
-    prompts_longest = max(d.prompt for _, d in scanned)
-    blocks = _Blocks(_select.kernels, out, 1)
-    b = len(counts)
-    ids = blocks.empty("completion_ids", (b, tokens), np.int64)
-    logprobs = blocks.empty("completion_logprobs", (b, tokens), np.float32)
-    prompt_cols = max(prompts_longest, 0 if prompt_width is None else int(prompt_width))
-    prompts = None if prompts_longest < 0 else blocks.empty("prompt_token_ids", (b, prompt_cols), np.int64)
-    refused = set(_select.impl._direct_write([d for _, d in scanned], ids, logprobs, prompts, pad_id))
-    placed = []  # (item, its choices) of each body written
-    for k, (i, d) in enumerate(scanned):
-        if k not in refused:
-            placed.append((i, d))
-            continue
-        items[i] = _settled(i, bodies[i], parse)  # the plain path doubts it: the rules decide
-        if isinstance(items[i], GenerateResponse):  # valid after all: collate the responses
-            return _collated(items, bodies, parse, collect, settings)
-    rows = sum(len(d.counts) for _, d in placed)
     _raise_first(items, collect)
-    if not placed:  # every body malformed
+    placed = [(i, d) for i, d in enumerate(items) if not isinstance(d, MalformedResponseError)]
+    if not placed:  # no body, or every body malformed
         return collate(items, **settings)
-    return _direct_fields(items, placed, rows, ids, logprobs, prompts, blocks, settings, pad_id)
-
-
-def _direct_fields(items: list[Any], placed: list[tuple[int, Any]], rows: int, ids: np.ndarray,
-                   logprobs: np.ndarray, prompts: np.ndarray | None, blocks: _Blocks, settings: dict[str, Any],
-                   pad_id: int) -> Batch:
-    """The Batch of the bodies written, as collate makes it of their responses."""
-    counts = [c for _, d in placed for c in d.counts]
-    longest = max(counts, default=0)
+    threads = settings["threads"]
+    blocks = _Blocks(_select.kernels, out, available_cores() if threads is None else threads)
+    ids = [a for _, d in placed for a in d.ids]
+    counts = [len(a) for a in ids]
+    longest = max(counts)
     tokens = _width("width", settings["width"], longest, "tokens", lambda: f"choice {counts.index(longest)}")
-    if rows != ids.shape[0] or tokens != ids.shape[1]:  # a body's rows handed over: the written ones
-        ids = blocks.copy("completion_ids", np.ascontiguousarray(ids[:rows, :tokens]))
-        logprobs = blocks.copy("completion_logprobs", np.ascontiguousarray(logprobs[:rows, :tokens]))
     lengths = np.array(counts, dtype=np.int64)
+    rows = len(ids)
     fields: dict[str, Any] = {
-        "completion_ids": ids, "lengths": lengths,
+        "completion_ids": blocks.padded("completion_ids", ids, tokens, np.int64, pad_id),
+        "lengths": lengths,
         "mask": np.less(np.arange(tokens), lengths[:, None], out=blocks.empty("mask", (rows, tokens), np.bool_)),
-        "completion_logprobs": logprobs, "logprobs_present": np.ones(rows, dtype=np.bool_),
+        "completion_logprobs": blocks.padded("completion_logprobs", [a for _, d in placed for a in d.logprobs],
+                                             tokens, np.float32, 0.0),
+        "logprobs_present": np.ones(rows, dtype=np.bool_),
     }
-    prompt_counts = [d.prompt for _, d in placed for _ in d.counts]
-    if prompts is not None and max(prompt_counts, default=-1) >= 0:
-        plengths = np.array([max(p, 0) for p in prompt_counts], dtype=np.int64)
+    prompts = [d.prompt for _, d in placed for _ in d.ids]
+    if any(p is not None for p in prompts):
+        vectors = [_NO_INT if p is None else p for p in prompts]
+        plengths = np.array([len(v) for v in vectors], dtype=np.int64)
         plongest = int(plengths.max())
         pwidth = _width("prompt_width", settings["prompt_width"], plongest, "prompt ids",
                         lambda: f"choice {int(np.argmax(plengths))}'s prompt")
-        if rows != prompts.shape[0] or pwidth != prompts.shape[1]:
-            prompts = blocks.copy("prompt_token_ids", np.ascontiguousarray(prompts[:rows, :pwidth]))
-        present = np.array([p >= 0 for p in prompt_counts], dtype=np.bool_)
-        prompts[~present] = pad_id  # a response without prompt ids: its rows hold the fill
-        fields.update(prompt_token_ids=prompts, prompt_lengths=plengths, prompt_present=present)
+        fields.update(prompt_token_ids=blocks.padded("prompt_token_ids", vectors, pwidth, np.int64, pad_id),
+                      prompt_lengths=plengths, prompt_present=_flags(prompts))
     skipped = [i for i, item in enumerate(items) if isinstance(item, MalformedResponseError)]
     return Batch(
         **fields,
         skipped=np.array(skipped, dtype=np.int64),
-        response=np.array([i for i, d in placed for _ in d.counts], dtype=np.int64),
-        choice=np.array([c for _, d in placed for c in range(len(d.counts))], dtype=np.int64),
+        response=np.array([i for i, d in placed for _ in d.ids], dtype=np.int64),
+        choice=np.array([c for _, d in placed for c in range(len(d.ids))], dtype=np.int64),
         finish_reason=[f for _, d in placed for f in d.finish_reasons],
         format="generate",
         top_k=None,
