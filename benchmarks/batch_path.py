@@ -3,7 +3,9 @@ repeat, distinct responses (``tokenwire.samples.WORKLOADS``), the contenders tak
 
     python benchmarks/batch_path.py                      # 256 compact top-20 8k responses
     python benchmarks/batch_path.py -n 64 --repeats 2    # fewer responses, fewer turns
+    python benchmarks/batch_path.py --small              # 512 packed 128-token responses: ids, logprobs, mask
     python benchmarks/batch_path.py --bandwidth          # collate's GB/s beside numpy.copyto and memcpy
+    python benchmarks/batch_path.py --floor              # memcpy's bandwidth and each workload's floor
 
 Contenders (each makes the padded tensors of the whole batch, then ``torch.from_numpy``):
 
@@ -15,7 +17,20 @@ Contenders (each makes the padded tensors of the whole batch, then ``torch.from_
 - ``orjson``: ``orjson.loads`` + ``pybase64.b64decode`` + numpy: the compact rows' sampled
   logprobs and the ids padded as the loop pads them. It cannot select heads (that needs the
   rules), so it makes the non-head tensors only, and is compared with
-- ``batch-nohead``: ``parse_many`` without ``top_k`` and ``collate``: the same non-head tensors.
+- ``batch-nohead``: ``parse_many`` without ``top_k`` and ``collate``: the same non-head tensors;
+- ``direct``, ``direct-nohead``, ``direct-2t``: ``tokenwire.parse_batch`` (bodies straight into the
+  batch: with ``top_k`` it parses and collates; without, the plain bodies' rows are written from
+  the scan), one thread (two for ``-2t``, without ``top_k``).
+
+``--small``: 512 distinct ``packed_128`` responses (128 tokens of packed float32 logprobs, 64
+prompt ids) to padded ``[B, T]`` ids, logprobs and mask (and lengths): ``batch-nohead``,
+``direct``, ``direct-2t``, and ``orjson`` (``orjson.loads``, ``pybase64.b64decode``, ``np.array``
+of the ids, each row assigned into preallocated blocks: its fastest form, no ``np.pad``).
+
+``--floor``: this machine's ``memcpy`` bandwidth (a 256 MiB copy between mapped buffers, median
+of 9) and, for each workload, the bytes a contender must touch at the least (every body's
+bytes read once, every output array written once) over that bandwidth, counting a copied byte
+as one read and one write: ``floor = (read + written) / (2 * memcpy bytes per second)``.
 
 Every round times the whole batch; the first round of a process warms it and is not counted;
 a process's figure is the median of its rounds, a contender's the median of its processes.
@@ -39,8 +54,11 @@ from typing import Any
 import numpy as np
 
 WORKLOAD = "compact_top20_8k"
+SMALL = "packed_128"
 TOP_K = 20
-CONTENDERS = ("batch", "batch-2t", "batch-out", "loop", "batch-nohead", "orjson")
+CONTENDERS = ("batch", "batch-2t", "batch-out", "loop", "batch-nohead", "orjson", "direct", "direct-nohead",
+              "direct-2t")
+SMALL_CONTENDERS = ("batch-nohead", "direct", "direct-2t", "orjson")
 
 
 # --- the contenders: bytes in, a dict of torch tensors out ----------------------------------------
@@ -104,6 +122,38 @@ def run_loop(raws: list[bytes]) -> dict[str, Any]:
     return _stacked(torch, rows)
 
 
+def run_direct(raws: list[bytes], threads: int, top_k: int | None) -> dict[str, Any]:
+    import tokenwire
+
+    return tokenwire.parse_batch(raws, top_k=top_k, threads=threads).to_torch()
+
+
+def run_orjson_packed(raws: list[bytes]) -> dict[str, Any]:
+    """Packed responses to padded ids, logprobs, mask and lengths without tokenwire (nothing
+    validated): each row assigned into blocks made once."""
+    import orjson
+    import pybase64
+    import torch
+
+    ids, logprobs = [], []
+    for raw in raws:
+        document = orjson.loads(raw)
+        for choice in document["choices"]:
+            ids.append(np.array(choice["token_ids"], dtype=np.int64))
+            data = pybase64.b64decode(choice["completion_logprobs"]["data"], validate=True)
+            logprobs.append(np.frombuffer(data, dtype="<f4"))
+    lengths = np.array([len(a) for a in ids], dtype=np.int64)
+    width = int(lengths.max())
+    out_ids = np.zeros((len(ids), width), dtype=np.int64)
+    out_lps = np.zeros((len(ids), width), dtype=np.float32)
+    for b, (i, lp) in enumerate(zip(ids, logprobs)):
+        out_ids[b, : len(i)] = i
+        out_lps[b, : len(lp)] = lp
+    mask = np.arange(width) < lengths[:, None]
+    return {name: torch.from_numpy(a) for name, a in (("completion_ids", out_ids), ("completion_logprobs", out_lps),
+                                                      ("mask", mask), ("lengths", lengths))}
+
+
 def run_orjson(raws: list[bytes]) -> dict[str, Any]:
     """The non-head tensors without tokenwire: JSON, base64 and numpy (nothing validated)."""
     import orjson
@@ -136,8 +186,18 @@ def run_orjson(raws: list[bytes]) -> dict[str, Any]:
     return _stacked(torch, rows)
 
 
-def contender(name: str) -> Any:
+def contender(name: str, small: bool = False) -> Any:
+    if small:
+        return {
+            "batch-nohead": lambda raws: run_batch(raws, 1, None),
+            "direct": lambda raws: run_direct(raws, 1, None),
+            "direct-2t": lambda raws: run_direct(raws, 2, None),
+            "orjson": run_orjson_packed,
+        }[name]
     return {
+        "direct": lambda raws: run_direct(raws, 1, TOP_K),
+        "direct-nohead": lambda raws: run_direct(raws, 1, None),
+        "direct-2t": lambda raws: run_direct(raws, 2, None),
         "batch": lambda raws: run_batch(raws, 1, TOP_K),
         "batch-2t": lambda raws: run_batch(raws, 2, TOP_K),
         "batch-nohead": lambda raws: run_batch(raws, 1, None),
@@ -152,7 +212,7 @@ def child(name: str, path: str, rounds: int) -> dict[str, Any]:
 
     with open(path, "rb") as f:
         raws = pickle.load(f)
-    run = contender(name)
+    run = contender(name, SMALL in os.path.basename(path))
     times, shapes = [], {}
     for r in range(rounds + 1):
         gc.collect()
@@ -161,7 +221,7 @@ def child(name: str, path: str, rounds: int) -> dict[str, Any]:
         spent = time.perf_counter() - start
         if r:
             times.append(spent)
-        shapes = {k: list(v.shape) for k, v in tensors.items()}
+        shapes = {k: list(v.shape) for k, v in tensors.items() if v is not None}
         del tensors
     return {"contender": name, "median_s": statistics.median(times), "times": times, "shapes": shapes}
 
@@ -218,14 +278,14 @@ def _spawn(args: list[str]) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _responses(count: int, cache: str) -> str:
+def _responses(count: int, cache: str, workload: str = WORKLOAD) -> str:
     from tokenwire import samples
 
-    path = os.path.join(cache, f"{WORKLOAD}-{count}.pickle")
+    path = os.path.join(cache, f"{workload}-{count}.pickle")
     if not os.path.exists(path):
         os.makedirs(cache, exist_ok=True)
         start = time.perf_counter()
-        raws = samples.WORKLOADS[WORKLOAD].responses(count)
+        raws = samples.WORKLOADS[workload].responses(count)
         with open(path + ".tmp", "wb") as f:
             pickle.dump(raws, f, protocol=5)
         os.replace(path + ".tmp", path)
@@ -234,29 +294,72 @@ def _responses(count: int, cache: str) -> str:
     return path
 
 
+def floor(path: str, rounds: int) -> dict[str, Any]:
+    """memcpy's bandwidth between mapped buffers, and the least bytes the batch of ``path``
+    touches: its bodies read, the tensors of ``parse_batch`` (without heads) written."""
+    import ctypes
+
+    import tokenwire
+
+    size = 256 << 20
+    source = np.ones(size, dtype=np.uint8)
+    target = np.ones(size, dtype=np.uint8)
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        ctypes.memmove(target.ctypes.data, source.ctypes.data, size)
+        times.append(time.perf_counter() - start)
+    copy_rate = size / statistics.median(times)  # bytes copied per second (each read once and written once)
+    with open(path, "rb") as f:
+        raws = pickle.load(f)
+    read = sum(map(len, raws))
+    batch = tokenwire.parse_batch(raws, threads=1)
+    arrays = {k: v.nbytes for k, v in batch.to_torch().items() if v is not None}
+    written = sum(arrays.values())
+    seconds = (read + written) / (2 * copy_rate)
+    return {"memcpy_gb_per_s": copy_rate / 1e9, "read": read, "written": written, "arrays": arrays,
+            "floor_s": seconds}
+
+
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", "--responses", type=int, default=256)
+    parser.add_argument("-n", "--responses", type=int, help="default: 256 (512 with --small)")
     parser.add_argument("-r", "--rounds", type=int, default=3, help="timed rounds per process (after one warm-up)")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per contender")
     parser.add_argument("-c", "--contender", action="append", choices=CONTENDERS)
     parser.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tokenwire-batch-bench"))
     parser.add_argument("--bandwidth", action="store_true")
+    parser.add_argument("--small", action="store_true", help=f"{SMALL}: 512 responses to ids, logprobs and mask")
+    parser.add_argument("--floor", action="store_true", help="memcpy's bandwidth and the workload's floor")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         name, path, rounds = args.child
-        result = bandwidth(path, int(rounds)) if name == "bandwidth" else child(name, path, int(rounds))
+        result = (bandwidth(path, int(rounds)) if name == "bandwidth" else floor(path, int(rounds)) if name == "floor"
+                  else child(name, path, int(rounds)))
         print(json.dumps(result))
         return 0
-    path = _responses(args.responses, args.cache)
-    results: dict[str, Any] = {"responses": args.responses, "workload": WORKLOAD, "runs": []}
-    if args.bandwidth:
+    workload = SMALL if args.small else WORKLOAD
+    args.responses = args.responses or (512 if args.small else 256)
+    path = _responses(args.responses, args.cache, workload)
+    results: dict[str, Any] = {"responses": args.responses, "workload": workload, "runs": []}
+    if args.floor:
+        for repeat in range(args.repeats):
+            before = _load()
+            row = _spawn(["--child", "floor", path, "9"])
+            row["load"] = [before, _load()]
+            results["runs"].append(row)
+            print(f"[{repeat + 1}] memcpy {row['memcpy_gb_per_s']:.2f} GB/s, read {row['read'] / 1e6:.1f} MB, "
+                  f"written {row['written'] / 1e6:.1f} MB: floor {row['floor_s'] * 1e3:.2f} ms  "
+                  f"(load {before} -> {_load()})", file=sys.stderr)
+        results["floor_s"] = statistics.median(r["floor_s"] for r in results["runs"])
+        print(f"floor {results['floor_s'] * 1e3:.2f} ms")
+    elif args.bandwidth:
         for repeat in range(args.repeats):
             before = _load()
             row = _spawn(["--child", "bandwidth", path, str(max(args.rounds, 3))])
@@ -266,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{k} {v:.2f} GB/s" for k, v in row["gb_per_s"].items()) + f"  (load {before} -> {_load()})",
                 file=sys.stderr)
     else:
-        chosen = args.contender or list(CONTENDERS)
+        chosen = args.contender or list(SMALL_CONTENDERS if args.small else CONTENDERS)
         for repeat in range(args.repeats):
             order = chosen if repeat % 2 == 0 else chosen[::-1]
             for name in order:
@@ -282,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
         results["medians_s"] = medians
         for name, seconds in medians.items():
             print(f"{name:13} {seconds * 1e3:9.1f} ms")
-        pairs = (("loop", "batch"), ("loop", "batch-out"), ("orjson", "batch-nohead"), ("orjson", "batch"),
-                 ("batch", "batch-2t"))
+        pairs = (("loop", "batch"), ("loop", "batch-out"), ("loop", "direct"), ("orjson", "batch-nohead"),
+                 ("orjson", "direct-nohead"), ("orjson", "direct"), ("orjson", "direct-2t"), ("orjson", "batch"),
+                 ("batch", "batch-2t"), ("batch-nohead", "direct-nohead"), ("batch-nohead", "direct"))
         for slow, fast in pairs:
             if slow in medians and fast in medians:
                 print(f"{slow} / {fast}: {medians[slow] / medians[fast]:.2f}x")

@@ -684,7 +684,7 @@ def test_kernels_agree_on_what_does_not_fit(batch_impl):
     assert odd.tobytes() == b"abcxyz"
 
 
-@pytest.mark.parametrize("name", ["parse_many", "aparse_many", "collate", "Batch"])
+@pytest.mark.parametrize("name", ["parse_many", "aparse_many", "collate", "parse_batch", "Batch"])
 def test_docstring_examples_run(batch_impl, name):
     """The examples help() shows hold on both implementations."""
     import doctest

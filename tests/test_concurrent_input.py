@@ -17,6 +17,7 @@ import textwrap
 import pytest
 
 import tokenwire
+from tokenwire import samples
 
 from .openai_strategies import evidence, sglang, vllm_chat, vllm_completions
 
@@ -32,6 +33,12 @@ def _ev(n: int):
     return evidence(list(range(3, 3 + n)), [-0.5 - 0.01 * t for t in range(n)])
 
 
+def _generate_packed(n: int) -> dict:
+    return {"choices": [{"token_ids": list(range(1, n + 1)),
+                         "completion_logprobs": {"data": samples.b64(b"\0" * 4 * n), "dtype": "float32"}}],
+            "prompt_token_ids": [1, 2, 3]}
+
+
 CASES = {
     # builder of a document for n tokens, the key of the walked array, a short element,
     # the parser and its keyword arguments
@@ -45,7 +52,16 @@ CASES = {
                      "parse_chat_completions_response", {}),
     "sglang_triples": (lambda n: sglang([_ev(n)], False), "output_token_logprobs", '[-1,1,"a"]',
                        "parse_sglang_generate_response", {}),
+    # the same buffer in three slots of parse_batch, its rows written from each slot's scan
+    "batch_packed": (_generate_packed, "token_ids", "7", "parse_batch", {}),
 }
+
+
+def _parser(name: str):
+    """The parser of a case: parse_batch takes the body three times (two threads), errors collected."""
+    if name == "parse_batch":
+        return lambda raw, **kwargs: tokenwire.parse_batch([raw] * 3, errors="collect", threads=2, **kwargs)
+    return getattr(tokenwire, name)
 
 
 def _pair(build, key: str, element: str) -> tuple[bytes, bytes]:
@@ -71,6 +87,8 @@ CHILD = textwrap.dedent("""
     few, many, parser, kwargs = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3], eval(sys.argv[4])
     readonly = sys.argv[5] == "readonly"
     parse = getattr(tokenwire, parser)
+    if parser == "parse_batch":
+        parse = lambda raw, **kwargs: tokenwire.parse_batch([raw] * 3, errors="collect", threads=2, **kwargs)
     buf = bytearray(many)
     stop = False
     def writer():
@@ -100,7 +118,7 @@ def test_rewritten_bytearray_never_crashes(name, view):
     """Also through a read-only view: read-only says nothing of what the owner does."""
     build, key, element, parser, kwargs = CASES[name]
     few, many = _pair(build, key, element)
-    getattr(tokenwire, parser)(few, **kwargs)  # a valid response
+    _parser(parser)(few, **kwargs)  # a valid response
     result = subprocess.run(
         [sys.executable, "-c", CHILD, few.decode(), many.decode(), parser, repr(kwargs), view],
         capture_output=True, text=True, timeout=300,

@@ -7,7 +7,7 @@ pure-Python reference is (no compiled core, a non-CPython interpreter, or
 
 from __future__ import annotations
 
-from .batch._batch import aparse_many, collate, parse_many
+from .batch._batch import aparse_many, collate, parse_batch, parse_many
 from ._docs import document
 from .base._errors import MalformedResponseError
 from .read._heads import select_heads
@@ -93,6 +93,7 @@ __all__ = [
     "parse_completions_stream",
     "parse_generate_response",
     "parse_generate_stream",
+    "parse_batch",
     "parse_many",
     "parse_sglang_generate_response",
     "parse_sglang_generate_stream",

@@ -344,6 +344,16 @@ def collate(
 ) -> Batch:
     """Every choice of ``items`` in one row of padded arrays (a :class:`Batch`);
     ``batch.to_torch()`` gives the tensors (:class:`BatchTensors`)."""
+def parse_batch(
+    raws: Iterable[bytes | bytearray | memoryview | str | Any], *, format: _Format = ..., threads: int | None = ...,
+    errors: Literal["raise", "collect"] = ..., width: int | None = ..., pad_id: int = ..., head_width: int | None = ...,
+    prompt_width: int | None = ..., routing_width: int | None = ..., routing: str = ..., routing_fill: int = ...,
+    out: Batch | None = ..., **parser_options: Any,
+) -> Batch:
+    """Many bodies straight into one :class:`Batch`: ``collate(parse_many(raws, ...), ...)``'s
+    arrays, verdicts and messages, the plain generate bodies' ids, logprobs and prompt ids
+    written from the scan into their rows without a result object; with ``errors="collect"``
+    the malformed bodies' positions in ``skipped`` and their errors in ``errors``."""
 def validate(
     *, completion_ids: Any, completion_logprobs: Any = ..., completion_top_ids: Any = ...,
     completion_top_logprobs: Any = ..., top_k: int | None = ..., sampling_mask: Any = ..., routed_experts: Any = ...,

@@ -57,4 +57,5 @@ include "_core_extract.pxi"  # the evidence of each choice, from the scan's reco
 include "_core_plain.pxi"  # generate responses without a head, straight from the scan
 include "_core_parsers.pxi"  # the four response parsers
 include "_core_batch.pxi"  # the batch path's kernels: rows copied into padded blocks
+include "_core_direct.pxi"  # parse_batch: the plain path's choices written into the batch's rows
 include "_core_stream.pxi"  # streamed responses: SSE events read in C (StreamScan)

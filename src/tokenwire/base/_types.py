@@ -438,6 +438,9 @@ class Batch:
         response: int64 ``(B,)``: the position in ``collate``'s input the row comes from
             (errors ``parse_many(errors="collect")`` left in the input counted).
         skipped: int64: the positions of the errors ``collate`` skipped in its input.
+        errors: the errors ``collate`` skipped (``skipped``'s items, in order), each a
+            :class:`MalformedResponseError` with its ``body_index``; ``parse_batch``'s
+            malformed bodies with ``errors="collect"``.
         loss_mask: bool ``(B, T)``: the tokens the model sampled, from ``tokenwire.rollout_batch``
             (a multi-turn rollout's tool and environment tokens are False); None from ``collate``,
             where every completion token is the model's (``mask``).
@@ -486,6 +489,7 @@ class Batch:
     format: str | None = None
     top_k: int | None = None
     pad_id: int = 0
+    errors: list[Any] = field(default_factory=list)
 
     def __len__(self) -> int:
         return int(self.completion_ids.shape[0])

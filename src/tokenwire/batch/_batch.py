@@ -26,7 +26,7 @@ from ..base._args import check_input, check_start, check_top_k, int_arg
 from ..base._errors import MalformedResponseError
 from ..base._types import Batch, GenerateChoice, GenerateResponse, Ragged
 
-__all__ = ["aparse_many", "collate", "parse_many"]
+__all__ = ["aparse_many", "collate", "parse_batch", "parse_many"]
 
 ERRORS = ("raise", "collect")
 
@@ -709,4 +709,160 @@ def collate(items: Sequence[Any] | Iterable[Any], *, width: int | None = None, p
         format=format,
         top_k=top_k,
         pad_id=pad_id,
+        errors=[items[i] for i in skipped],
+    )
+
+
+# --- parse_batch: bodies straight into a Batch -------------------------------------------------
+
+# The generate parser's options and the values with which its plain path still takes a body
+# (parse_generate_response: no head, no mask asked for, no prompt length of the caller's; the
+# options checked by the parser itself left at their defaults). Any other value: the bodies are
+# parsed and collated.
+_DIRECT_OPTIONS = {"top_k": (None,), "require_logprobs": (True, False), "require_sampling_mask": (False,),
+                   "prompt_logprob_start": (None,), "teacher_logits": (False,), "payload_root": (None,),
+                   "num_experts": (None,), "prompt_tokens": (None,)}
+
+
+def _direct_options(options: dict[str, Any]) -> bool:
+    return all(any(value is allowed for allowed in _DIRECT_OPTIONS.get(name, ())) for name, value in options.items())
+
+
+def parse_batch(raws: Iterable[Any], *, format: str = "generate", threads: int | None = None,
+                errors: str = "raise", width: int | None = None, pad_id: int = 0, head_width: int | None = None,
+                prompt_width: int | None = None, routing_width: int | None = None, routing: str = "rows",
+                routing_fill: int = ROUTING_FILL, out: Batch | None = None, **parser_options: Any) -> Batch:
+    """Many response bodies straight into one :class:`Batch`: what
+    ``collate(parse_many(raws, ...), ...)`` returns (the same arrays, verdicts and messages),
+    without a result object per response where none is needed.
+
+    A generate body whose choices hold only token ids and packed logprobs or compact rows
+    (with no ``top_k``, mask or caller's prompt length asked for: the parsers' plain path) is
+    scanned once and its ids, logprobs and prompt ids are written from the scan into their rows
+    of the batch's arrays, checked by the same rules and C kernels as
+    ``parse_generate_response``; any other body (another format, heads, masks, routing, a body
+    the plain path doubts, a malformed one) is parsed by its format's parser, and a batch
+    holding such a response is collated from the parsed responses.
+
+    Args:
+        raws, format, threads, errors, parser_options: as :func:`parse_many` (``threads``
+            parse the bodies; the calling thread writes the rows).
+        width, pad_id, head_width, prompt_width, routing_width, routing, routing_fill, out:
+            as :func:`collate`.
+
+    Returns:
+        Batch: as :func:`collate` of :func:`parse_many`'s list; with ``errors="collect"``,
+        ``skipped`` holds the positions of the malformed bodies and ``errors`` their
+        :class:`MalformedResponseError` (each with its ``body_index``).
+
+    Raises:
+        ValueError, TypeError: as :func:`parse_many` and :func:`collate`, before any body is
+            parsed (a width too narrow: once the bodies are read).
+        MalformedResponseError: with ``errors="raise"``, the first malformed body in input
+            order (every body is read first).
+
+    Example:
+        >>> body = b'{"choices":[{"token_ids":[5,6],"completion_logprobs":{"data":"AAAAvwAAgL8=","dtype":"float32"}}]}'
+        >>> batch = tokenwire.parse_batch([body, b'{}'], errors="collect", width=3)
+        >>> batch.completion_ids.tolist(), batch.completion_logprobs.tolist(), batch.skipped.tolist()
+        ([[5, 6, 0]], [[-0.5, -1.0, 0.0]], [1])
+    """
+    bodies, parse, count, collect = _prepared(raws, format, threads, errors, parser_options)
+    settings = dict(width=width, pad_id=pad_id, head_width=head_width, prompt_width=prompt_width,
+                    routing_width=routing_width, routing=routing, routing_fill=routing_fill, out=out, threads=threads)
+    # collate's checks of its own arguments, before any body is read
+    pad_id = int_arg(pad_id, "pad_id", -(2**63))
+    if out is not None and not isinstance(out, Batch):
+        raise TypeError(f"out must be a Batch, not {type(out).__name__}")
+    int_arg(routing_fill, "routing_fill", -(2**31), 2**31 - 1)
+    if routing not in _ROUTING_LAYOUTS:
+        raise ValueError(f"routing must be one of {', '.join(map(repr, _ROUTING_LAYOUTS))}, not {routing!r}")
+    if threads is not None:
+        int_arg(threads, "threads", 1)
+    for name, value in (("width", width), ("head_width", head_width), ("prompt_width", prompt_width),
+                        ("routing_width", routing_width)):
+        if value is not None:
+            int_arg(value, name, 0)
+    direct = getattr(_select.impl, "_direct_generate", None)
+    if direct is None or format != "generate" or not _direct_options(parser_options):
+        return collate(_run(bodies, parse, count, collect), **settings)
+
+    if count == 1 or len(bodies) < 2:
+        items = _select.impl._direct_read(bodies, lambda i, body: _settled(i, body, parse))
+    else:
+        items = _run(bodies, lambda body: direct(body) or parse(body), count, True)
+    # malformed bodies are in place, raised below in input order
+    return _direct_batch(bodies, items, parse, collect, settings, pad_id, out)
+
+
+def _settled(i: int, body: Any, parse: Any) -> Any:
+    """Body ``i`` parsed by the rules: its response, or its error (marked)."""
+    try:
+        return parse(body)
+    except MalformedResponseError as exc:
+        return _mark(exc, i)
+
+
+def _collated(items: list[Any], bodies: list[Any], parse: Any, collect: bool, settings: dict[str, Any]) -> Batch:
+    """The batch of ``items`` made by collate, each body read by the plain path made a response."""
+    items = [item if isinstance(item, (GenerateResponse, MalformedResponseError)) else item.response()
+             for item in items]
+    _raise_first(items, collect)
+    return collate(items, **settings)
+
+
+def _raise_first(items: list[Any], collect: bool) -> None:
+    if not collect:
+        for item in items:
+            if isinstance(item, MalformedResponseError):
+                raise item
+
+
+def _direct_batch(bodies: list[Any], items: list[Any], parse: Any, collect: bool, settings: dict[str, Any],
+                  pad_id: int, out: Batch | None) -> Batch:
+    """The batch of ``items`` (each a body read by the plain path, a response or an error):
+    padded from the plain path's arrays when no body needed the rules' response, else
+    collated."""
+    if any(isinstance(item, GenerateResponse) for item in items):
+        return _collated(items, bodies, parse, collect, settings)
+    _raise_first(items, collect)
+    placed = [(i, d) for i, d in enumerate(items) if not isinstance(d, MalformedResponseError)]
+    if not placed:  # no body, or every body malformed
+        return collate(items, **settings)
+    threads = settings["threads"]
+    blocks = _Blocks(_select.kernels, out, available_cores() if threads is None else threads)
+    ids = [a for _, d in placed for a in d.ids]
+    counts = [len(a) for a in ids]
+    longest = max(counts)
+    tokens = _width("width", settings["width"], longest, "tokens", lambda: f"choice {counts.index(longest)}")
+    lengths = np.array(counts, dtype=np.int64)
+    rows = len(ids)
+    fields: dict[str, Any] = {
+        "completion_ids": blocks.padded("completion_ids", ids, tokens, np.int64, pad_id),
+        "lengths": lengths,
+        "mask": np.less(np.arange(tokens), lengths[:, None], out=blocks.empty("mask", (rows, tokens), np.bool_)),
+        "completion_logprobs": blocks.padded("completion_logprobs", [a for _, d in placed for a in d.logprobs],
+                                             tokens, np.float32, 0.0),
+        "logprobs_present": np.ones(rows, dtype=np.bool_),
+    }
+    prompts = [d.prompt for _, d in placed for _ in d.ids]
+    if any(p is not None for p in prompts):
+        vectors = [_NO_INT if p is None else p for p in prompts]
+        plengths = np.array([len(v) for v in vectors], dtype=np.int64)
+        plongest = int(plengths.max())
+        pwidth = _width("prompt_width", settings["prompt_width"], plongest, "prompt ids",
+                        lambda: f"choice {int(np.argmax(plengths))}'s prompt")
+        fields.update(prompt_token_ids=blocks.padded("prompt_token_ids", vectors, pwidth, np.int64, pad_id),
+                      prompt_lengths=plengths, prompt_present=_flags(prompts))
+    skipped = [i for i, item in enumerate(items) if isinstance(item, MalformedResponseError)]
+    return Batch(
+        **fields,
+        skipped=np.array(skipped, dtype=np.int64),
+        response=np.array([i for i, d in placed for _ in d.ids], dtype=np.int64),
+        choice=np.array([c for _, d in placed for c in range(len(d.ids))], dtype=np.int64),
+        finish_reason=[f for _, d in placed for f in d.finish_reasons],
+        format="generate",
+        top_k=None,
+        pad_id=pad_id,
+        errors=[items[i] for i in skipped],
     )
