@@ -21,19 +21,17 @@ each in its own process, and prints a table.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import gc
 import os
 import sys
-import time
+from typing import Any
 
 import numpy as np
 import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import faults, serve  # noqa: E402
+from _framework_bench import serve, time_rounds  # noqa: E402
 
 PROMPT_LEN = 512
 LAYERS, TOPK = 48, 8
@@ -61,8 +59,6 @@ def body(seed: int, tokens: int, workload: str) -> bytes:
 def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[float, int]]:
     from unittest.mock import MagicMock
 
-    import aiohttp
-
     import nemo_gym.openai_utils as openai_utils
     from nemo_gym.server_utils import ServerClient
     from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig
@@ -81,35 +77,22 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
                              uses_interleaved_reasoning=False)
     model = VLLMModel(config=config, server_client=MagicMock(spec=ServerClient, global_config_dict={}))
 
-    async def go() -> list[tuple[float, int]]:
-        times = []
-        async with aiohttp.ClientSession() as session:
-            for n in range(rounds):
-                async with session.post(f"{url}/{n}", json={}) as resp:
-                    await resp.read()  # the body arrives before the clock starts
-                    gc.collect()
-                    before = faults()
-                    start = time.perf_counter()
-                    if mode == "native":  # tokenwire's reader, the lists NeMo-Gym's bundle holds
-                        parsed = tokenwire.parse_chat_completions_response(await resp.read())
-                        choice = parsed.choices[0]
-                        ids, lps = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
-                        times.append((time.perf_counter() - start, faults() - before))
-                        del parsed, choice, ids, lps
-                        continue
-                    doc = await openai_utils.get_response_json(resp)
-                    choice = doc["choices"][0]
-                    ids, lps = model._extract_choice_logprobs(choice)
-                    bundle = {"prompt_token_ids": doc["prompt_token_ids"], "generation_token_ids": ids,
-                              "generation_log_probs": lps}
-                    if "routed_experts" in choice["message"]:
-                        bundle["routed_experts"] = choice["message"]["routed_experts"]
-                    VLLMModel._validate_token_bundle(bundle, "vLLM token transport")
-                    times.append((time.perf_counter() - start, faults() - before))
-                    del doc, choice, ids, lps, bundle
-        return times
+    async def parse(resp: Any) -> object:
+        if mode == "native":  # tokenwire's reader, the lists NeMo-Gym's bundle holds
+            parsed = tokenwire.parse_chat_completions_response(await resp.read())
+            choice = parsed.choices[0]
+            return parsed, choice, choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
+        doc = await openai_utils.get_response_json(resp)
+        choice = doc["choices"][0]
+        ids, lps = model._extract_choice_logprobs(choice)
+        bundle = {"prompt_token_ids": doc["prompt_token_ids"], "generation_token_ids": ids,
+                  "generation_log_probs": lps}
+        if "routed_experts" in choice["message"]:
+            bundle["routed_experts"] = choice["message"]["routed_experts"]
+        VLLMModel._validate_token_bundle(bundle, "vLLM token transport")
+        return doc, bundle
 
-    times = asyncio.run(go())
+    times = time_rounds(url, rounds, parse)
     httpd.server_close()
     return times
 
