@@ -1,18 +1,22 @@
 """What the framework parse benchmarks (nemo_gym_parse.py, areal_parse.py) share: a server on
 127.0.0.1 answering ``POST /<n>`` with the n-th body (a bounded loop, one request per body),
-the minor page faults of a timed span (:func:`faults`), and the ``--all`` table of fresh
-processes per (workload, tokens, mode)."""
+the timed rounds over aiohttp (:func:`time_rounds`) with the minor page faults of each timed
+span (:func:`faults`), and the ``--all`` table of fresh processes per (workload, tokens, mode)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import gc
 import json
 import resource
 import statistics
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -41,6 +45,31 @@ def serve(bodies: list[bytes]) -> tuple[ThreadingHTTPServer, str]:
     thread = threading.Thread(target=lambda: [httpd.handle_request() for _ in bodies], daemon=True)
     thread.start()
     return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def time_rounds(url: str, rounds: int, parse: Callable[[Any], Awaitable[object]],
+                clock: Callable[[], float] = time.perf_counter) -> list[tuple[float, int]]:
+    """(seconds, minor faults) of ``await parse(resp)`` for each of ``rounds`` responses of the
+    server at ``url`` (``POST <url>/<n>``), the body read before the clock starts and a
+    collection run before it. What ``parse`` returns is held until the clock stops, so that
+    freeing it is not timed. ``clock``: the wall clock, or a thread's CPU time."""
+    import aiohttp
+
+    async def go() -> list[tuple[float, int]]:
+        times = []
+        async with aiohttp.ClientSession() as session:
+            for n in range(rounds):
+                async with session.post(f"{url}/{n}", json={}) as resp:
+                    await resp.read()  # the body arrives before the clock starts
+                    gc.collect()
+                    before = faults()
+                    start = clock()
+                    out = await parse(resp)
+                    times.append((clock() - start, faults() - before))
+                    del out
+        return times
+
+    return asyncio.run(go())
 
 
 def table(script: str, framework: str, sizes: dict[str, Iterable[int]], rounds: int) -> None:

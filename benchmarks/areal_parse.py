@@ -19,19 +19,16 @@ response in ms; ``--all`` runs every combination, each in its own process, and p
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import json
 import os
 import sys
-import time
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import faults, serve  # noqa: E402
+from _framework_bench import serve, time_rounds  # noqa: E402
 
 PROMPT_LEN = 512
 
@@ -76,8 +73,6 @@ class _Preread:
 
 
 def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[float, int]]:
-    import aiohttp
-
     from areal.engine.sglang_remote import SGLangBackend
     from areal.engine.vllm_remote import VLLMBackend
     from areal.infra import remote_inf_engine
@@ -95,29 +90,18 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
 
     httpd, url = serve(bodies)
 
-    async def go() -> list[tuple[float, int]]:
-        times = []
-        async with aiohttp.ClientSession() as session:
-            for n in range(rounds):
-                async with session.post(f"{url}/{n}", json={}) as resp:
-                    await resp.read()  # the body arrives before the clock starts
-                    gc.collect()
-                    before = faults()
-                    start = time.perf_counter()
-                    if mode == "native":
-                        parsed = reader(await resp.read())
-                        choice = parsed.choices[0]
-                        out = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
-                    else:  # one round of agenerate: its request call (as it looks it up), then the parse
-                        result = await remote_inf_engine.arequest_with_retry(
-                            session=_Preread(resp), addr=url.removeprefix("http://"), endpoint=endpoint,
-                            payload={}, method="POST", max_retries=1, timeout=30)
-                        out = backend.parse_generation_response(result)
-                    times.append((time.perf_counter() - start, faults() - before))
-                    del out
-        return times
+    async def parse(resp: Any) -> object:
+        if mode == "native":
+            parsed = reader(await resp.read())
+            choice = parsed.choices[0]
+            return parsed, choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
+        # one round of agenerate: its request call (as it looks it up), then the parse
+        result = await remote_inf_engine.arequest_with_retry(
+            session=_Preread(resp), addr=url.removeprefix("http://"), endpoint=endpoint,
+            payload={}, method="POST", max_retries=1, timeout=30)
+        return backend.parse_generation_response(result)
 
-    times = asyncio.run(go())
+    times = time_rounds(url, rounds, parse)
     httpd.server_close()
     return times
 

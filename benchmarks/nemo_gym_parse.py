@@ -24,19 +24,18 @@ table.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import gc
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import faults, serve  # noqa: E402
+from _framework_bench import serve, time_rounds  # noqa: E402
 
 PROMPT_LEN = 512
 LAYERS, TOPK = 48, 8
@@ -64,7 +63,6 @@ def body(seed: int, tokens: int, workload: str) -> bytes:
 def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[float, int]]:
     from unittest.mock import MagicMock
 
-    import aiohttp
     from starlette.requests import Request
 
     import nemo_gym.openai_utils as openai_utils
@@ -94,29 +92,20 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
     openai_utils.NeMoGymAsyncOpenAI._request = answer
     params = openai_utils.NeMoGymChatCompletionCreateParamsNonStreaming(messages=[{"role": "user", "content": "hi"}])
 
-    async def go() -> list[tuple[float, int]]:
-        times = []
-        async with aiohttp.ClientSession() as session:
-            for n in range(rounds):
-                async with session.post(f"{url}/{n}", json={}) as resp:
-                    await resp.read()  # the body arrives before the clock starts
-                    request = Request({"type": "http", "method": "POST", "path": "/v1/chat/completions",
-                                       "headers": [], "query_string": b"", "session": {"session_id": "s"}})
-                    gc.collect()
-                    before = faults()
-                    start = clock()
-                    if mode == "native":  # tokenwire's reader, the lists NeMo-Gym's bundle holds
-                        parsed = tokenwire.parse_chat_completions_response(await resp.read())
-                        choice = parsed.choices[0]
-                        result = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
-                    else:
-                        fetched.append(resp)
-                        result = await model.chat_completions(request, params)
-                    times.append((clock() - start, faults() - before))
-                    del result
-        return times
+    # the handler's request objects made before the clock starts, one per round
+    requests = [Request({"type": "http", "method": "POST", "path": "/v1/chat/completions",
+                         "headers": [], "query_string": b"", "session": {"session_id": "s"}})
+                for _ in range(rounds)]
 
-    times = asyncio.run(go())
+    async def parse(resp: Any) -> object:
+        if mode == "native":  # tokenwire's reader, the lists NeMo-Gym's bundle holds
+            parsed = tokenwire.parse_chat_completions_response(await resp.read())
+            choice = parsed.choices[0]
+            return parsed, choice, choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
+        fetched.append(resp)
+        return await model.chat_completions(requests.pop(), params)
+
+    times = time_rounds(url, rounds, parse, clock)
     httpd.server_close()
     return times
 

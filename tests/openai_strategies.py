@@ -560,3 +560,16 @@ def with_sampling_mask(ev: Evidence, others: list[list[int]], sampling: list[flo
         ev.mask.append(row)
     ev.sampling = list(sampling)
     return ev
+
+
+def fault_at(draw: Any, target: dict[str, Any], key: str, value: Any) -> None:
+    """A fault at ``target[key]``: when it is a non-empty list (and a draw says so), one element
+    replaced by ``value`` or dropped; otherwise the value itself replaced by ``value``."""
+    if isinstance(target.get(key), list) and target[key] and draw(st.booleans()):
+        at = draw(st.integers(0, len(target[key]) - 1))
+        if draw(st.booleans()):
+            target[key][at] = value
+        else:
+            del target[key][at]
+    else:
+        target[key] = value

@@ -28,9 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite_junit import run_live_suite  # noqa: E402
 
 VERSION = "1.0.4"
-PLUGIN = "tokenwire.compat.areal_plugin"
-SUMMARY = "tokenwire: AReaL stayed patched for the whole session"
-SWITCH = "TOKENWIRE_AREAL_PATCH"
 PRELOAD = ["areal"]
 # AReaL's tests of the code the drop-in replaces: the inference service's bridge, which drives
 # the vLLM and SGLang backends' parse_generation_response through agenerate. The other files
@@ -53,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
               "--source (AReaL at v1.0.4)", file=sys.stderr)
         return 2
     return run_live_suite("AReaL", VERSION, args.python, lambda work: Path(args.source), SUITE, LIVE,
-                          "live backends against 127.0.0.1 (tests/areal_live.py)", plugin=PLUGIN, switch=SWITCH,
-                          summary=SUMMARY, verbose=args.verbose, preload=PRELOAD)
+                          "live backends against 127.0.0.1 (tests/areal_live.py)", drop_in="areal",
+                          verbose=args.verbose, preload=PRELOAD)
 
 if __name__ == "__main__":
     sys.exit(main())

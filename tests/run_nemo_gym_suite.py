@@ -28,9 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite_junit import run_live_suite  # noqa: E402
 
 VERSION = "0.7.0"
-PLUGIN = "tokenwire.compat.nemo_gym_plugin"
-SUMMARY = "tokenwire: NeMo-Gym stayed patched for the whole session"
-SWITCH = "TOKENWIRE_NEMO_GYM_PATCH"
 # NeMo-Gym's tests of the code the drop-in replaces or feeds: the vLLM model server (which
 # reads the token ids, logprobs and routing), the HTTP helpers and OpenAI client
 # (get_response_json), and the routing envelope's codec.
@@ -72,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     return run_live_suite("NeMo-Gym", VERSION, args.python, lambda work: sdist_root(args.sdist, work, args.python),
-                          SUITE, LIVE, "live client against 127.0.0.1 (tests/nemo_gym_live.py)", plugin=PLUGIN,
-                          switch=SWITCH, summary=SUMMARY, verbose=args.verbose)
+                          SUITE, LIVE, "live client against 127.0.0.1 (tests/nemo_gym_live.py)", drop_in="nemo_gym",
+                          verbose=args.verbose)
 
 if __name__ == "__main__":
     sys.exit(main())

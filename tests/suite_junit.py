@@ -204,11 +204,14 @@ def report_live(title: str, live_title: str, before: Run, after: Run, live: Run,
 
 
 def run_live_suite(framework: str, version: str, python: str, root: Callable[[Path], Path], suite: Sequence[str],
-                   live: Path, live_title: str, *, plugin: str, switch: str, summary: str, verbose: bool,
-                   preload: Iterable[str] = ()) -> int:
+                   live: Path, live_title: str, *, drop_in: str, verbose: bool, preload: Iterable[str] = ()) -> int:
     """The NeMo-Gym and AReaL scripts' run in a temporary folder ``work``: ``suite`` from
-    ``root(work)`` unpatched and with ``plugin``, then the live test (:func:`copy_live`); the
-    exit status of :func:`report_live`, or 2 when the suite cannot run."""
+    ``root(work)`` unpatched and with the plugin of ``tokenwire.compat.<drop_in>`` (its switch
+    ``TOKENWIRE_<DROP_IN>_PATCH`` set in both runs, its summary line looked for), then the live
+    test (:func:`copy_live`); the exit status of :func:`report_live`, or 2 when the suite
+    cannot run."""
+    plugin, switch = f"tokenwire.compat.{drop_in}_plugin", f"TOKENWIRE_{drop_in.upper()}_PATCH"
+    summary = f"tokenwire: {framework} stayed patched for the whole session"
     with tempfile.TemporaryDirectory(prefix="tokenwire-suite-") as tmp:
         work = Path(tmp)
         common = dict(switch=switch, preload=tuple(preload))

@@ -28,6 +28,7 @@ from tokenwire import MalformedResponseError
 from tokenwire.rules import openai as openai_rules
 
 from .conftest import PYTHON, _core
+from .openai_strategies import fault_at
 from .test_extract import assert_openai_peers
 
 IDS = [791, 4320, 374, 3116, 151645]  # the last one the EOS the engine stopped on
@@ -773,16 +774,10 @@ def changed_documents(draw):
             doc["choices"][0][draw(st.sampled_from(["token_ids", "logprobs"]))] = value
         elif not isinstance(data, dict):
             continue
-        elif isinstance(data.get(key), list) and data[key] and draw(st.booleans()):
-            at = draw(st.integers(0, len(data[key]) - 1))
-            if draw(st.booleans()):
-                data[key][at] = value
-            else:
-                del data[key][at]
         elif isinstance(data.get(key), dict) and draw(st.booleans()):
             data[key][draw(st.sampled_from(["data", "shape", "start", "dtype"]))] = value
         else:
-            data[key] = value
+            fault_at(draw, data, key, value)
     return doc
 
 

@@ -29,6 +29,7 @@ from tokenwire.base import _json
 from tokenwire.rules import openai as openai_rules
 
 from .conftest import _core
+from .openai_strategies import fault_at
 from .test_extract import assert_openai_peers
 
 INF = math.inf
@@ -381,15 +382,7 @@ def _outcome(parser: Any, raw: bytes, **kw: Any) -> Any:
 def _change(draw: Any, target: Any, keys: list[str]) -> None:
     """One fault somewhere in ``target`` (an object): a value replaced, or an element replaced or dropped."""
     key = draw(st.sampled_from(keys))
-    value = copy.deepcopy(draw(st.sampled_from(_ODD)))
-    if isinstance(target.get(key), list) and target[key] and draw(st.booleans()):
-        at = draw(st.integers(0, len(target[key]) - 1))
-        if draw(st.booleans()):
-            target[key][at] = value
-        else:
-            del target[key][at]
-    else:
-        target[key] = value
+    fault_at(draw, target, key, copy.deepcopy(draw(st.sampled_from(_ODD))))
 
 
 @st.composite

@@ -6,39 +6,33 @@
    (XCR0, read with xgetbv), so no separate check is needed here.  The
    feature bits are computed once by the runtime; __builtin_cpu_init makes
    the query valid even from code that runs before constructors. */
+#ifdef TW_X86_SIMD
 static int tw_cpu_avx2(void)
 {
-#ifdef TW_X86_SIMD
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
            __builtin_cpu_supports("popcnt");
-#else
-    return 0;
-#endif
 }
 
 static int tw_cpu_avx512(void)
 {
-#ifdef TW_X86_SIMD
     return tw_cpu_avx2() && __builtin_cpu_supports("avx512f") &&
            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("avx512vbmi");
-#else
-    return 0;
-#endif
 }
+#else
+static int tw_cpu_avx2(void) { return 0; }
+static int tw_cpu_avx512(void) { return 0; }
+#endif
 
 /* Advanced SIMD is mandatory in AArch64: present whenever the build has the kernels. */
-static int tw_cpu_neon(void)
-{
 #ifdef TW_NEON_SIMD
-    return 1;
+static int tw_cpu_neon(void) { return 1; }
 #else
-    return 0;
+static int tw_cpu_neon(void) { return 0; }
 #endif
-}
 
 int tw_path_available(int path)
 {

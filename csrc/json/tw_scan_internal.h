@@ -255,6 +255,14 @@ typedef struct {
 
 static const char TWS_MSG_END[] = "unexpected end of data";
 
+/* A string's or a number's refusal: *e set to where and why; NULL. */
+static inline const uint8_t *tws_refuse(tws_err *e, const uint8_t *pos, const char *msg)
+{
+    e->pos = pos;
+    e->msg = msg;
+    return NULL;
+}
+
 #define TWS_STR_ESCAPE TW_STR_ESCAPE
 #define TWS_STR_NONASCII TW_STR_NONASCII
 
@@ -270,48 +278,29 @@ static inline const uint8_t *tws_escape(const uint8_t *p, const uint8_t *end, tw
     case 'u':
         break;
     default:
-        e->pos = p;
-        e->msg = "invalid escape in string";
-        return NULL;
+        return tws_refuse(e, p, "invalid escape in string");
     }
     if (end - p < 6)
         goto truncated;
     cp = tw_hex4(p + 2);
-    if (cp < 0) {
-        e->pos = p;
-        e->msg = "invalid \\u escape in string";
-        return NULL;
-    }
-    if (cp >= 0xDC00 && cp <= 0xDFFF) {
-        e->pos = p;
-        e->msg = "lone low surrogate in string";
-        return NULL;
-    }
+    if (cp < 0)
+        return tws_refuse(e, p, "invalid \\u escape in string");
+    if (cp >= 0xDC00 && cp <= 0xDFFF)
+        return tws_refuse(e, p, "lone low surrogate in string");
     if (cp < 0xD800 || cp > 0xDBFF)
         return p + 6;
-    if ((end - p >= 7 && p[6] != '\\') || (end - p >= 8 && p[7] != 'u')) {
-        e->pos = p;
-        e->msg = "lone high surrogate in string";
-        return NULL;
-    }
+    if ((end - p >= 7 && p[6] != '\\') || (end - p >= 8 && p[7] != 'u'))
+        return tws_refuse(e, p, "lone high surrogate in string");
     if (end - p < 12)
         goto truncated;
     lo = tw_hex4(p + 8);
-    if (lo < 0) {
-        e->pos = p + 6;
-        e->msg = "invalid \\u escape in string";
-        return NULL;
-    }
-    if (lo < 0xDC00 || lo > 0xDFFF) {
-        e->pos = p;
-        e->msg = "lone high surrogate in string";
-        return NULL;
-    }
+    if (lo < 0)
+        return tws_refuse(e, p + 6, "invalid \\u escape in string");
+    if (lo < 0xDC00 || lo > 0xDFFF)
+        return tws_refuse(e, p, "lone high surrogate in string");
     return p + 12;
 truncated:
-    e->pos = end;
-    e->msg = TWS_MSG_END;
-    return NULL;
+    return tws_refuse(e, end, TWS_MSG_END);
 }
 
 /* p: first content byte after the opening quote.  Returns the closing
@@ -323,11 +312,8 @@ static inline const uint8_t *tws_string(const uint8_t *p, const uint8_t *end, in
     for (;;) {
         uint8_t c;
         p = tws_skip(p, end, simd);
-        if (TW_UNLIKELY(p >= end)) {
-            e->pos = end;
-            e->msg = TWS_MSG_END;
-            return NULL;
-        }
+        if (TW_UNLIKELY(p >= end))
+            return tws_refuse(e, end, TWS_MSG_END);
         c = *p;
         if (TW_LIKELY(c == '"')) {
             *flags = f;
@@ -339,18 +325,13 @@ static inline const uint8_t *tws_string(const uint8_t *p, const uint8_t *end, in
             if (!p)
                 return NULL;
         } else if (c < 0x20) {
-            e->pos = p;
-            e->msg = "control character in string";
-            return NULL;
+            return tws_refuse(e, p, "control character in string");
         } else {
             f |= TWS_STR_NONASCII;
             do {
                 size_t n = tws_utf8(p, end);
-                if (!n) {
-                    e->pos = p;
-                    e->msg = "invalid UTF-8 in string";
-                    return NULL;
-                }
+                if (!n)
+                    return tws_refuse(e, p, "invalid UTF-8 in string");
                 p += n;
             } while (p < end && *p >= 0x80);
         }
@@ -435,27 +416,19 @@ static inline const uint8_t *tws_number(const uint8_t *p, const uint8_t *end, in
         goto truncated;
     if (*p == '0') {
         p++;
-        if (p < end && tw_is_digit(*p)) {
-            e->pos = p - 1;
-            e->msg = "number with leading zero";
-            return NULL;
-        }
+        if (p < end && tw_is_digit(*p))
+            return tws_refuse(e, p - 1, "number with leading zero");
     } else if ((unsigned)(*p - '1') < 9u) {
         p = tw_digits(p + 1, end, simd);
     } else {
-        e->pos = p;
-        e->msg = "invalid number: no digit after sign";
-        return NULL;
+        return tws_refuse(e, p, "invalid number: no digit after sign");
     }
     idigits = (size_t)(p - s) - (*s == '-');
     if (p < end && *p == '.') {
         if (++p == end)
             goto truncated;
-        if (!tw_is_digit(*p)) {
-            e->pos = p;
-            e->msg = "invalid number: no digit after decimal point";
-            return NULL;
-        }
+        if (!tw_is_digit(*p))
+            return tws_refuse(e, p, "invalid number: no digit after decimal point");
         p = tw_digits(p + 1, end, simd);
         integer = 0;
     }
@@ -464,27 +437,19 @@ static inline const uint8_t *tws_number(const uint8_t *p, const uint8_t *end, in
             goto truncated;
         if ((*p == '+' || *p == '-') && ++p == end)
             goto truncated;
-        if (!tw_is_digit(*p)) {
-            e->pos = p;
-            e->msg = "invalid number: no digit in exponent";
-            return NULL;
-        }
+        if (!tw_is_digit(*p))
+            return tws_refuse(e, p, "invalid number: no digit in exponent");
         while (p < end && tw_is_digit(*p))
             p++;
         integer = 0;
         exponent = 1;
     }
-    if ((exponent || idigits > 308) && tws_number_is_inf(s, p)) {
-        e->pos = s;
-        e->msg = "number is infinity when parsed as double";
-        return NULL;
-    }
+    if ((exponent || idigits > 308) && tws_number_is_inf(s, p))
+        return tws_refuse(e, s, "number is infinity when parsed as double");
     *is_int = integer;
     return p;
 truncated:
-    e->pos = end;
-    e->msg = TWS_MSG_END;
-    return NULL;
+    return tws_refuse(e, end, TWS_MSG_END);
 }
 
 /* Decode the escapes of a validated string body [s, e) into d.  Returns the

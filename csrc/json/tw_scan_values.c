@@ -6,6 +6,18 @@
  */
 #include "json/tw_scan_internal.h"
 
+/* The bytes between the brackets of array v, its leading whitespace skipped, as [*p, *e);
+   0 (leaving them unset) when v is no array with room for an element. */
+static inline int tws_array_inside(const char *buf, const tw_value *v, const uint8_t **p,
+                                   const uint8_t **e)
+{
+    if (!v->present || v->type != TW_T_ARRAY || v->end - v->start < 2)
+        return 0;
+    *e = (const uint8_t *)buf + v->end - 1;
+    *p = tws_skip_ws((const uint8_t *)buf + v->start + 1, *e);
+    return 1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The document                                                              */
 /* ------------------------------------------------------------------------ */
@@ -269,15 +281,12 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
 {
     const uint8_t *p, *e;
     size_t i = 0;
-    if (!v->present || v->type != TW_T_ARRAY || v->end - v->start < 2) {
+    if (!tws_array_inside(buf, v, &p, &e)) {
         *err_index = 0;
         return -1;
     }
     if (max > (uint64_t)INT64_MAX)
         max = (uint64_t)INT64_MAX;
-    p = (const uint8_t *)buf + v->start + 1;
-    e = (const uint8_t *)buf + v->end - 1;
-    p = tws_skip_ws(p, e);
 #ifdef TW_SIMD16
     /* Compact runs ("123,45,6789,") a block of 64 bytes at a time (tws_uint_block), while
        the blocks give elements; then the general walk. */
@@ -335,11 +344,8 @@ int tw_array_element(const char *buf, const tw_value *v, size_t index,
 {
     const uint8_t *b = (const uint8_t *)buf, *p, *e;
     size_t i = 0;
-    if (!v->present || v->type != TW_T_ARRAY || v->end - v->start < 2 || index >= v->count)
+    if (index >= v->count || !tws_array_inside(buf, v, &p, &e))
         return -1;
-    p = b + v->start + 1;
-    e = b + v->end - 1;
-    p = tws_skip_ws(p, e);
     for (;;) {
         const uint8_t *q = tws_skip_value(p, e);
         if (i == index) {
@@ -361,11 +367,8 @@ int tw_count_nested(const char *buf, const tw_value *v, size_t *total)
     const uint8_t *p, *e;
     size_t t = 0;
     *total = 0;
-    if (!v->present || v->type != TW_T_ARRAY || v->end - v->start < 2)
+    if (!tws_array_inside(buf, v, &p, &e))
         return -1;
-    p = (const uint8_t *)buf + v->start + 1;
-    e = (const uint8_t *)buf + v->end - 1;
-    p = tws_skip_ws(p, e);
     while (p < e) {
         if (*p == '[') {
             p = tws_skip_ws(p + 1, e);
@@ -412,16 +415,13 @@ int tw_parse_nested_uint(const char *buf, const tw_value *v, uint64_t max,
 {
     const uint8_t *p, *e;
     size_t r = 0, k = 0;
-    if (!v->present || v->type != TW_T_ARRAY || v->end - v->start < 2) {
+    if (!tws_array_inside(buf, v, &p, &e)) {
         *err_row = 0;
         return -1;
     }
     if (max > (uint64_t)INT32_MAX)
         max = (uint64_t)INT32_MAX;
-    p = (const uint8_t *)buf + v->start + 1;
-    e = (const uint8_t *)buf + v->end - 1;
     offsets[0] = 0;
-    p = tws_skip_ws(p, e);
     while (p < e && r < v->count) {
         if (*p != '[') {
             *err_row = r;

@@ -46,6 +46,7 @@ static long g_inject = -1; /* g_fail_after during run()'s parse */
 #undef tw_mem_realloc
 
 #include "tw_flood.h"
+#include "tw_strip_copy.h"
 
 static uint64_t dbits(double x)
 {

@@ -32,6 +32,8 @@
 #undef tw_mem_realloc
 #undef tw_mem_alloc
 
+#include "tw_strip_copy.h"
+
 /* A copy of s[0:n] at the end of an exactly-sized block. */
 static char *tail_copy(const char *s, size_t n)
 {
@@ -190,18 +192,6 @@ static int text_is(const char *buf, const tw_value *v, const char *want)
 {
     size_t n = strlen(want);
     return v->present && v->end - v->start == n && memcmp(buf + v->start, want, n) == 0;
-}
-
-static char *strip_copy(const char *buf, size_t len, const tw_doc *d, size_t *out_len)
-{
-    size_t n = tw_stripped_size(d, len);
-    char *out = (char *)malloc(n + 1);
-    if (!out)
-        exit(2);
-    tw_strip(buf, len, d, out);
-    out[n] = 0;
-    *out_len = n;
-    return out;
 }
 
 static const char DOC[] =
@@ -437,12 +427,28 @@ static void test_fuzz(size_t rounds)
 /* Benchmark                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* n random token ids below 151936, comma-separated, at s + k; the new end. */
+static size_t put_ids(char *s, size_t k, int n)
+{
+    for (int i = 0; i < n; i++)
+        k += (size_t)sprintf(s + k, "%s%u", i ? "," : "", (unsigned)(rnd() % 151936));
+    return k;
+}
+
+/* n random base64 characters at s + k; the new end. */
+static size_t put_base64(char *s, size_t k, size_t n)
+{
+    static const char B64[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t i = 0; i < n; i++)
+        s[k++] = B64[rnd() & 63];
+    return k;
+}
+
 /* A moe_16k-like document: 8192 token ids, packed logprobs, ~8 MB of
    base64 routing data, 8192 prompt ids. */
 static char *make_moe_doc(size_t *len)
 {
-    static const char B64[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     size_t cap = 9u << 20, k = 0, routed = 16383u * 48 * 8 / 3 * 4;
     char *s = (char *)malloc(cap);
     if (!s)
@@ -450,20 +456,16 @@ static char *make_moe_doc(size_t *len)
     k += (size_t)sprintf(s + k, "{\"request_id\":\"gen-0\",\"choices\":[{\"index\":0,\"text\":\"\","
                                 "\"logprobs\":null,\"finish_reason\":\"stop\",\"stop_reason\":null,"
                                 "\"token_ids\":[");
-    for (int i = 0; i < 8192; i++)
-        k += (size_t)sprintf(s + k, "%s%u", i ? "," : "", (unsigned)(rnd() % 151936));
+    k = put_ids(s, k, 8192);
     k += (size_t)sprintf(s + k, "],\"completion_logprobs\":{\"data\":\"");
-    for (int i = 0; i < 8192 / 3 * 4 * 4; i++)
-        s[k++] = B64[rnd() & 63];
+    k = put_base64(s, k, 8192 / 3 * 4 * 4);
     k += (size_t)sprintf(s + k, "\",\"shape\":[8192],\"dtype\":\"float32\"},"
                                 "\"routed_experts\":{\"data\":\"");
-    for (size_t i = 0; i < routed; i++)
-        s[k++] = B64[rnd() & 63];
+    k = put_base64(s, k, routed);
     k += (size_t)sprintf(s + k, "\",\"shape\":[16383,48,8],\"start\":0,\"dtype\":\"uint8\"}}],"
                                 "\"usage\":{\"prompt_tokens\":8192,\"completion_tokens\":8192,"
                                 "\"total_tokens\":16384},\"prompt_token_ids\":[");
-    for (int i = 0; i < 8192; i++)
-        k += (size_t)sprintf(s + k, "%s%u", i ? "," : "", (unsigned)(rnd() % 151936));
+    k = put_ids(s, k, 8192);
     k += (size_t)sprintf(s + k, "],\"kv_transfer_params\":null}");
     *len = k;
     return s;

@@ -79,8 +79,15 @@ class Format:
 
 # --- the generate format -------------------------------------------------------------------------
 
-_NATIVE_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprob count \((\d+)\)")
-_SAMPLED_COUNT = re.compile(r"completion token count \((\d+)\) does not match logprobs.sampled count \((\d+)\)")
+# Messages that give both sides of a length mismatch: the token count (``tokens``), the other
+# side's (``count``) and the field counted (``field``, or the second entry where the message
+# does not name it); for :func:`_length_mismatch`.
+_GENERATE_COUNTS: list[tuple[re.Pattern[str], str | None]] = [
+    (re.compile(r"completion token count \((?P<tokens>\d+)\) does not match logprob count \((?P<count>\d+)\)"),
+     "logprobs.content"),
+    (re.compile(r"completion token count \((?P<tokens>\d+)\) does not match logprobs.sampled count "
+                r"\((?P<count>\d+)\)"), "logprobs.sampled"),
+]
 _PACKED_COUNT = re.compile(r"(\d+) values for (\d+) completion tokens")
 
 # Reason prefixes -> class, checked in order; the reasons are the reference's messages.
@@ -166,6 +173,15 @@ def _compact_row_has_id(choice: dict[str, Any], token: int) -> bool | None:
     return ids[token] in row.tolist()
 
 
+def _length_mismatch(counts: list[tuple[re.Pattern[str], str | None]], reason: str, where: str) -> Defect | None:
+    """The length mismatch of the first of ``counts`` that matches ``reason`` (None: none does)."""
+    for pattern, field in counts:
+        if (match := pattern.search(reason)) is not None:
+            return Defect("length_mismatch", where, reason, field or match["field"],
+                          int(match["count"]) - int(match["tokens"]))
+    return None
+
+
 def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
     """Sort a generate rejection into a class, reading sizes from the message where it gives
     them and from the parsed record otherwise."""
@@ -179,10 +195,8 @@ def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
             return None
         return Defect("length_mismatch", where, reason, compared, count - expected)
 
-    if (match := _NATIVE_COUNT.search(reason)) is not None:
-        return Defect("length_mismatch", where, reason, "logprobs.content", int(match[2]) - int(match[1]))
-    if (match := _SAMPLED_COUNT.search(reason)) is not None:
-        return Defect("length_mismatch", where, reason, "logprobs.sampled", int(match[2]) - int(match[1]))
+    if (counted := _length_mismatch(_GENERATE_COUNTS, reason, where)) is not None:
+        return counted
     if (match := _PACKED_COUNT.search(reason)) is not None:
         if exc.token is None:
             return Defect("length_mismatch", where, reason, KEY.completion_logprobs, int(match[1]) - int(match[2]))
@@ -218,12 +232,16 @@ def _classify_generate(exc: MalformedResponseError, document: Any) -> Defect:
 # --- OpenAI-compatible and SGLang formats --------------------------------------------------------
 
 
-# "completion has 6 token ids but 7 logprobs (+1): ids from token_ids, logprobs from logprobs.tokens"
-_OPENAI_COUNT = re.compile(r"completion has (\d+) token ids but (\d+) logprobs .*logprobs from ([\w.]+)")
-# "usage.completion_tokens is 7 but the completion has 6 token ids (+1)"
-_USAGE_COUNT = re.compile(r"^([\w.]+) is (\d+) but the completion has (\d+) token ids")
-# "token id sources disagree in length: token_ids has 6 ids, logprobs.tokens has 7 (+1)"
-_SOURCES_COUNT = re.compile(r"disagree in length: [\w.]+ has (\d+) ids, ([\w.]+) has (\d+)")
+# As _GENERATE_COUNTS; these messages name the field counted.
+_OPENAI_COUNTS: list[tuple[re.Pattern[str], str | None]] = [
+    # "completion has 6 token ids but 7 logprobs (+1): ids from token_ids, logprobs from logprobs.tokens"
+    (re.compile(r"completion has (?P<tokens>\d+) token ids but (?P<count>\d+) logprobs .*logprobs from "
+                r"(?P<field>[\w.]+)"), None),
+    # "usage.completion_tokens is 7 but the completion has 6 token ids (+1)"
+    (re.compile(r"^(?P<field>[\w.]+) is (?P<count>\d+) but the completion has (?P<tokens>\d+) token ids"), None),
+    # "token id sources disagree in length: token_ids has 6 ids, logprobs.tokens has 7 (+1)"
+    (re.compile(r"disagree in length: [\w.]+ has (?P<tokens>\d+) ids, (?P<field>[\w.]+) has (?P<count>\d+)"), None),
+]
 
 # Reason fragments -> class, checked in order; the reasons are tokenwire.rules.openai's messages.
 _OPENAI_BY_REASON: list[tuple[str, str]] = [
@@ -252,12 +270,8 @@ def _classify_openai(exc: MalformedResponseError, document: Any) -> Defect:
     message, which names both sides."""
     reason = exc.reason
     where = location(exc.choice, exc.field, exc.token)
-    if (match := _OPENAI_COUNT.search(reason)) is not None:
-        return Defect("length_mismatch", where, reason, match[3], int(match[2]) - int(match[1]))
-    if (match := _USAGE_COUNT.search(reason)) is not None:
-        return Defect("length_mismatch", where, reason, match[1], int(match[2]) - int(match[3]))
-    if (match := _SOURCES_COUNT.search(reason)) is not None:
-        return Defect("length_mismatch", where, reason, match[2], int(match[3]) - int(match[1]))
+    if (counted := _length_mismatch(_OPENAI_COUNTS, reason, where)) is not None:
+        return counted
     for fragment, cls in _OPENAI_BY_REASON:
         if fragment in reason:
             return Defect(cls, where, reason)

@@ -349,10 +349,11 @@ def _missing_ids(c: Evidence, logprobs: Logprobs | None, ids_advice: str, dynamo
 class _Routing:
     """What the routing rules of a response's choices know before the choices are read."""
 
-    num_experts: int | None  # the model's count of experts, when the caller gave it
+    # The caller's routing arguments: the model's count of experts (when given), and the shape
+    # and start of SGLang's bare rows (SGLang, Dynamo's SGLang worker).
+    bare: _SGLangRouting
     split: bool  # the response sends the prompt's routing apart (prompt_routed_experts)
     prompt: int | None  # the prompt's token count, when the response says it
-    bare: _SGLangRouting | None = None  # the caller's shape and start of SGLang's bare rows (SGLang, Dynamo's SGLang worker)
     sglext: Any = None  # SGLang's sglext object, when sent (its routing is the first choice's)
     top: Evidence | None = None  # the top level's evidence (which read sglext's routing)
     check_usage: bool = True  # meta_info.prompt_tokens counts SGLang's routing rows
@@ -388,7 +389,7 @@ def _choice_routing(c: Evidence, choice: dict[str, Any], n: int, prompt: int | N
     (:func:`~tokenwire.rules.arrays.routed_rows`)."""
     field = "routed_experts"
     rows, counted = routed_rows(n, prompt, routing.split)
-    return _routing(c, choice[field], c.routed_experts, field, routing.num_experts, rows, counted)
+    return _routing(c, choice[field], c.routed_experts, field, routing.bare.num_experts, rows, counted)
 
 
 def _parse_openai_choice(
@@ -457,14 +458,14 @@ def _parse_openai_choice(
     count = routing.prompt if prompt is None else len(prompt)
     if choice.get(KEY.routed_experts) is not None:
         routed = _choice_routing(c, choice, len(ids), count, routing)
-    bare = routing.bare or _SGLangRouting()
-    engine_routed = engine_routing(dynamo, len(ids), count, routing.num_experts, bare.shape, bare.start)
+    bare = routing.bare
+    engine_routed = engine_routing(dynamo, len(ids), count, bare.num_experts, bare.shape, bare.start)
     if engine_routed is not None:
         if routed is not None:
             c.fail("routed_experts is sent on the choice and in nvext: one form only", "routed_experts")
         routed = engine_routed
     if routing.sglext is not None and c.index == 0:
-        sglang_routed = sglext_routing(routing.top, routing.sglext, len(ids), count, routing.bare)
+        sglang_routed = sglext_routing(routing.top, routing.sglext, len(ids), count, bare)
         if sglang_routed is not None:
             if routed is not None:
                 c.fail(f"routed_experts is sent on the choice and in {_SGLEXT_ROUTED}: one form only",
@@ -570,8 +571,8 @@ def _parse_openai_document(
     dynamo = dynamo_of(document, top, len(choices))
     if dynamo is not None:
         prompt = engine_prompt(dynamo, prompt)
-    routing = _Routing(num_experts, split, _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)),
-                       bare if bare is not None else _SGLangRouting(num_experts), sglext, top, check_usage)
+    routing = _Routing(bare if bare is not None else _SGLangRouting(num_experts), split,
+                       _prompt_tokens(document, prompt, endpoint, check_usage, len(choices)), sglext, top, check_usage)
     parsed = [
         _parse_openai_choice(read(i, choice), choice, k, require_logprobs, endpoint, routing, dynamo)
         for i, choice in enumerate(choices)
@@ -588,7 +589,7 @@ def _parse_openai_document(
     if split:
         field = "prompt_routed_experts"
         count = routing.prompt if prompt is None else len(prompt)
-        prompt_routing = _routing(top, document[field], top.prompt_routed_experts, field, num_experts,
+        prompt_routing = _routing(top, document[field], top.prompt_routed_experts, field, routing.bare.num_experts,
                                   None if count is None else (count,), f"one per prompt token ({count})")
     response = response_of(document, parsed, prompt, "id", ("prompt_routed_experts",),
                            prompt_routed_experts=prompt_routing, format=endpoint.format, top_k=k)
@@ -599,7 +600,9 @@ def _parse_openai_document(
 
 
 def _document_parser(endpoint: Any, name: str, doc: str) -> Any:
-    """The public parser of one endpoint's parsed documents (``name``, documented by ``doc``)."""
+    """The public parser of one endpoint's parsed documents (``name``, documented by ``doc``).
+    ``routing`` holds the caller's routing arguments (:func:`sglang_routing`); without it,
+    ``num_experts`` alone."""
 
     def parse(document: Any, k: int | None, require_logprobs: bool = True, check_usage: bool = True,
               evidence: Any = None, num_experts: int | None = None,
@@ -631,8 +634,7 @@ def _response_parser(parse_document: Any, name: str, doc: str) -> Any:
               routed_experts_start_len: int = 0) -> GenerateResponse:
         k = check_top_k(top_k)
         routing = sglang_routing(num_experts, routed_experts_shape, routed_experts_start_len)
-        return parse_document(load_openai_document(raw, k), k, require_logprobs, check_usage,
-                              num_experts=routing.num_experts, routing=routing)
+        return parse_document(load_openai_document(raw, k), k, require_logprobs, check_usage, routing=routing)
 
     parse.__name__ = parse.__qualname__ = name
     parse.__doc__ = doc
