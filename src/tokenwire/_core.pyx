@@ -56,6 +56,7 @@ include "_core_kernels.pxi"  # the per-token loops as free functions (the kernel
 include "_core_extract.pxi"  # the evidence of each choice, from the scan's records
 include "_core_plain.pxi"  # generate responses without a head, straight from the scan
 include "_core_parsers.pxi"  # the four response parsers
+include "_core_facade.pxi"  # the facade's parsers for a bytes body read by this core
 include "_core_batch.pxi"  # the batch path's kernels: rows copied into padded blocks
 include "_core_direct.pxi"  # parse_batch: the plain path's choices written into the batch's rows
 include "_core_stream.pxi"  # streamed responses: SSE events read in C (StreamScan)

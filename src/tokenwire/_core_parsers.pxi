@@ -13,6 +13,15 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_s
                             prompt_logprob_start=None, teacher_logits=False, payload_root=None,
                             num_experts=None, prompt_tokens=None):
     """Parse and validate a ``/inference/v1/generate`` response (see the package docs)."""
+    return _parse_generate(raw, top_k, require_logprobs, require_sampling_mask, prompt_logprob_start,
+                           teacher_logits, payload_root, num_experts, prompt_tokens)
+
+
+cdef object _parse_generate(object raw, object top_k, object require_logprobs, object require_sampling_mask,
+                            object prompt_logprob_start, object teacher_logits, object payload_root,
+                            object num_experts, object prompt_tokens):
+    """parse_generate_response, for a caller in this module (the facade's parser) without its
+    keyword arguments."""
     # Each check is a Python call: the defaults (None) skip it, being valid as they are.
     k = None if top_k is None else check_top_k(top_k)
     start = None if prompt_logprob_start is None else check_start(prompt_logprob_start)

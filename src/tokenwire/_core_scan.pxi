@@ -185,8 +185,11 @@ cdef class _Scan:
         self.doc.openai = openai
         self.doc.sglang = sglang
         self.doc.blank_fields = blank  # values read in C: the JSON reader need not build them
-        with nogil:
+        if n < _NOGIL_MIN:  # a small body: releasing the GIL would cost more than the scan saves
             rc = tw_scan(self.buf, n, &self.doc)
+        else:
+            with nogil:
+                rc = tw_scan(self.buf, n, &self.doc)
         if rc == TW_ERR_NOMEM:
             raise MemoryError("tokenwire: out of memory while scanning the response")
         if rc != TW_OK:
@@ -196,8 +199,11 @@ cdef class _Scan:
             raise MalformedResponseError(f"invalid JSON: {message} at byte {self.doc.err_pos}")
         stripped = PyBytes_FromStringAndSize(NULL, tw_stripped_size(&self.doc, n))
         dst = PyBytes_AS_STRING(stripped)
-        with nogil:
+        if n < _NOGIL_MIN:
             tw_strip(self.buf, n, &self.doc, dst)
+        else:
+            with nogil:
+                tw_strip(self.buf, n, &self.doc, dst)
         try:
             return _json.loads(stripped)
         except _json.JSONDecodeError as exc:

@@ -75,6 +75,18 @@ def _facade(fmt: str) -> Callable[..., Any]:
     name = PARSER_OF[fmt]
     objects = fmt != "sglang"  # an SGLang item has no OpenAI ``object``
 
+    def other_format(raw: Any, exc: MalformedResponseError) -> MalformedResponseError | None:
+        """The error for a body ``fmt``'s parser refused (``exc``) that another parser reads."""
+        found = known_format(raw)
+        return None if found is None or found[0] == fmt else wrong_format(fmt, found[0], found[1], exc)
+
+    def object_error(obj: str) -> MalformedResponseError | None:
+        """The error for a parsed body whose OpenAI ``object`` another parser reads."""
+        other = _OBJECT_FORMAT.get(obj)
+        if other is not None and other != fmt:
+            return wrong_format(fmt, other, f"an {FORMATS[other].description} response (object {obj!r})")
+        return None
+
     @functools.wraps(getattr(_select.impl, name))
     def parser(raw: Any, **options: Any) -> Any:
         if type(raw) is not bytes and not isinstance(raw, _BODY_TYPES):
@@ -82,20 +94,26 @@ def _facade(fmt: str) -> Callable[..., Any]:
         try:
             response = getattr(_select.impl, name)(raw, **options)  # the implementation in use (tests swap it)
         except MalformedResponseError as exc:
-            found = known_format(raw)
-            if found is None or found[0] == fmt:
+            other = other_format(raw, exc)
+            if other is None:
                 raise
-            raise wrong_format(fmt, found[0], found[1], exc) from exc
+            raise other from exc
         if objects:
             payload = getattr(response, "payload", None)
             obj = payload.get("object") if isinstance(payload, dict) else None
             if isinstance(obj, str):
-                other = _OBJECT_FORMAT.get(obj)
-                if other is not None and other != fmt:
-                    raise wrong_format(fmt, other, f"an {FORMATS[other].description} response (object {obj!r})")
+                error = object_error(obj)
+                if error is not None:
+                    raise error
         return response
 
-    return parser
+    # The compiled core's twin of this parser (when the core was chosen): the same steps for
+    # a bytes body while the core is the implementation in use, this parser for anything else.
+    compiled = getattr(_select.impl, "_facade_parser", None)
+    if compiled is None:
+        return parser
+    return functools.wraps(getattr(_select.impl, name))(
+        compiled(fmt, _select, parser, getattr(_select.impl, name), other_format, object_error))
 
 
 parse_generate_response = _facade("generate")
