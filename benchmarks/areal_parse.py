@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import serve, time_rounds  # noqa: E402
+from _framework_bench import Preread, serve, time_rounds  # noqa: E402
 
 PROMPT_LEN = 512
 
@@ -51,25 +51,6 @@ def body(seed: int, tokens: int, workload: str) -> bytes:
                              "output_token_logprobs": [[lp, i, None] for i, lp in zip(ids, lps)]}}
     return json.dumps(doc).encode()
 
-
-class _Preread:
-    """An aiohttp session whose ``post`` gives back a response already read (so the timed
-    span holds no transfer): what AReaL's ``arequest_with_retry`` enters and reads."""
-
-    def __init__(self, response: Any) -> None:
-        self.response = response
-
-    def post(self, *args: Any, **kwargs: Any) -> Any:
-        response = self.response
-
-        class Request:
-            async def __aenter__(self) -> Any:
-                return response
-
-            async def __aexit__(self, *exc: Any) -> None:
-                return None
-
-        return Request()
 
 
 def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[float, int]]:
@@ -97,7 +78,7 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
             return parsed, choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
         # one round of agenerate: its request call (as it looks it up), then the parse
         result = await remote_inf_engine.arequest_with_retry(
-            session=_Preread(resp), addr=url.removeprefix("http://"), endpoint=endpoint,
+            session=Preread(resp), addr=url.removeprefix("http://"), endpoint=endpoint,
             payload={}, method="POST", max_retries=1, timeout=30)
         return backend.parse_generation_response(result)
 

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import faults, serve  # noqa: E402
+from _framework_bench import Preread, faults, serve  # noqa: E402
 
 PROMPT = list(range(100, 612))
 LAYERS, TOPK = 24, 8  # the packed workload's routing rows: 192 expert ids per token
@@ -62,27 +62,6 @@ def body(seed: int, tokens: int, workload: str) -> bytes:
         {"index": 0, "logprobs": {"content": records}, "finish_reason": "length", "token_ids": ids}],
         "prompt_logprobs": None, "kv_transfer_params": None})
 
-
-class _Preread:
-    """An aiohttp session whose ``post`` gives back a response already read (so the timed
-    span holds no transfer): what SkyRL's ``_post`` enters and reads."""
-
-    closed = False
-
-    def __init__(self, response: Any) -> None:
-        self.response = response
-
-    def post(self, *args: Any, **kwargs: Any) -> Any:
-        response = self.response
-
-        class Request:
-            async def __aenter__(self) -> Any:
-                return response
-
-            async def __aexit__(self, *exc: Any) -> None:
-                return None
-
-        return Request()
 
 
 def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[float, int]]:
@@ -112,7 +91,7 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
             for n in range(rounds):
                 async with session.post(f"{url}/{n}", json={}) as resp:
                     raw = await resp.read()  # the body arrives before the clock starts
-                    preread = _Preread(resp)
+                    preread = Preread(resp)
 
                     async def session_of() -> Any:
                         return preread

@@ -78,18 +78,8 @@ from ..base._wire import VLLM_LOGPROB_SENTINEL
 from . import _patching
 from .renderers import _numbers, _token_ids
 
-__all__ = [
-    "AReaLResponseError",
-    "SUPPORTED_VERSIONS",
-    "areal_version",
-    "check_sglang",
-    "check_vllm",
-    "is_patched",
-    "patch",
-    "patched",
-    "routing_width",
-    "unpatch",
-]
+__all__ = ["AReaLResponseError", "SUPPORTED_VERSIONS", "areal_version", "check_sglang", "check_vllm", "is_patched",
+           "patch", "patched", "routing_width", "unpatch"]
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("1.0.4",)
 # (module, class, kind) of every backend whose parse_generation_response is replaced.

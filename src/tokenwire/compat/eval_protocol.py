@@ -51,15 +51,8 @@ from ..rules.openai import parse_completions_document
 from . import _patching
 from .openai import body_of
 
-__all__ = [
-    "CLIENT_CLASS",
-    "CLIENT_MODULE",
-    "MalformedFireworksResponseError",
-    "create_completion_from_prompt_ids",
-    "eval_protocol_version",
-    "original",
-    *_patching.API,
-]
+__all__ = ["CLIENT_CLASS", "CLIENT_MODULE", "MalformedFireworksResponseError", "create_completion_from_prompt_ids",
+           "eval_protocol_version", "original", *_patching.API]
 
 CLIENT_MODULE = "eval_protocol.integrations.fireworks_v1_completions_client"
 CLIENT_CLASS = "FireworksV1CompletionsClient"

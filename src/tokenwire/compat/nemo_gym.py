@@ -63,15 +63,8 @@ from . import _patching
 from ._renderers_generate import ReadRecords
 from .renderers import _numbers, _token_ids
 
-__all__ = [
-    "NeMoGymResponseError",
-    "check_response",
-    "check_routed_experts",
-    "check_token_bundle",
-    "get_response_json",
-    "nemo_gym_version",
-    *_patching.API,
-]
+__all__ = ["NeMoGymResponseError", "check_response", "check_routed_experts", "check_token_bundle",
+           "get_response_json", "nemo_gym_version", *_patching.API]
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.7.0",)
 _SERVER_UTILS = "nemo_gym.server_utils"

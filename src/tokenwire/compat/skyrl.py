@@ -78,18 +78,8 @@ from ..read import _select
 from . import _patching
 from .renderers import _numbers
 
-__all__ = [
-    "ClampedLogprobs",
-    "SUPPORTED_VERSIONS",
-    "SkyRLResponseError",
-    "check_response",
-    "is_patched",
-    "patch",
-    "patched",
-    "refuse_clamped",
-    "skyrl_version",
-    "unpatch",
-]
+__all__ = ["ClampedLogprobs", "SUPPORTED_VERSIONS", "SkyRLResponseError", "check_response", "is_patched", "patch",
+           "patched", "refuse_clamped", "skyrl_version", "unpatch"]
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.4.0",)
 CLIENT_MODULE = "skyrl.backends.skyrl_train.inference_servers.remote_inference_client"

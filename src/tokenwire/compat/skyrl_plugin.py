@@ -1,12 +1,7 @@
-"""pytest plugin: a test session with tokenwire's SkyRL drop-in patched in.
-
-    python -m pytest -p tokenwire.compat.skyrl_plugin tests/
-
-The patch (:func:`tokenwire.compat.skyrl.patch`) is applied while pytest loads its initial
-conftest files and removed when the session ends. Disable it with
-``--tokenwire-no-skyrl-patch`` or ``TOKENWIRE_SKYRL_PATCH=0``. The terminal summary says
-whether the patch stayed in place for the whole session and which tests reached it.
-"""
+"""pytest plugin: a test session with SkyRL's client patched by :mod:`tokenwire.compat.skyrl`
+(``python -m pytest -p tokenwire.compat.skyrl_plugin tests/``), from the initial conftest
+files to the session's end; ``--tokenwire-no-skyrl-patch`` or ``TOKENWIRE_SKYRL_PATCH=0`` turns
+it off. The summary says whether it stayed in place and which tests reached it."""
 
 from __future__ import annotations
 

@@ -50,13 +50,7 @@ from ..read import _select
 from ..base._errors import MalformedResponseError
 from . import _patching, distribution_version
 
-__all__ = [
-    "MalformedResponseError",
-    "TokenwireChoices",
-    "parse_logprobs",
-    "trl_version",
-    *_patching.API,
-]
+__all__ = ["MalformedResponseError", "TokenwireChoices", "parse_logprobs", "trl_version", *_patching.API]
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("1.16.0",)
 _MODULE = "trl.generation.vllm_client"

@@ -47,13 +47,7 @@ from ..rules import arrays as _arrays
 from ..rules import generate as _rules
 from . import renderers as _renderers
 
-__all__ = [
-    "check_generate_result",
-    "original",
-    "response_from_generate",
-    "verifiers_version",
-    *_patching.API,
-]
+__all__ = ["check_generate_result", "original", "response_from_generate", "verifiers_version", *_patching.API]
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.4.0",)
 _MODULE = "verifiers.v1.clients.train"

@@ -166,6 +166,26 @@ class _Packed:
 _TOP_K = "logprobs.top_k"
 
 
+
+def _chunk_block(event: int, index: int, block: Any, count: int, state: Any) -> None:
+    """A chunk's packed top-k block, required once an earlier chunk of the choice had one."""
+    if block is None:
+        raise _refuse(event, f"missing, where event {state.packed.event}'s chunk had one", choice=index, field=_TOP_K)
+    _packed_block(event, index, block, count, state)
+
+
+def _record_lists(event: int, index: int, form: Any, records: Any, block: Any, count: int,
+                  mismatch: Any) -> None:
+    """Each of a chunk's record lists an array of ``count`` records (``mismatch(len)`` says
+    otherwise); beside a packed block, ``top_logprobs`` may be the packed form's ``[]``."""
+    for path, value in zip(form.records, records):
+        if type(value) is not list:
+            raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index, field=".".join(path))
+        if block is not None and path[-1] == KEY.top_logprobs and not value:
+            continue  # the packed form's: top_logprobs [] beside the block
+        if len(value) != count:
+            raise _refuse(event, mismatch(len(value)), choice=index, field=".".join(path))
+
 def _packed_block(event: int, index: int, block: Any, n: int, state: Any) -> None:
     """One chunk's packed top-k block (vLLM's ``return_top_k_logprobs`` on ``/v1/completions``:
     ``{num_positions, k, token_ids, logprobs}``, ``n x k`` int32 ids and float32 values in
@@ -429,19 +449,9 @@ class StreamReader:
                               field=KEY.token_ids)
         if idless:  # the ids are the engine's (Dynamo's nvext) or the tokens': the records as sent, counted whole
             if block is not None or state.packed is not None:
-                if block is None:
-                    raise _refuse(event, f"missing, where event {state.packed.event}'s chunk had one", choice=index,
-                                  field=_TOP_K)
-                _packed_block(event, index, block, len(records[0]), state)
-            for path, value in zip(form.records, records):
-                if type(value) is not list:
-                    raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index,
-                                  field=".".join(path))
-                if block is not None and path[-1] == KEY.top_logprobs and not value:
-                    continue  # the packed form's: top_logprobs [] beside the block
-                if len(value) != len(records[0]):
-                    raise _refuse(event, f"{len(value)} records beside {len(records[0])} in "
-                                  f"{'.'.join(form.records[0])}", choice=index, field=".".join(path))
+                _chunk_block(event, index, block, len(records[0]), state)
+            _record_lists(event, index, form, records, block, len(records[0]),
+                          lambda got: f"{got} records beside {len(records[0])} in {'.'.join(form.records[0])}")
             if records[0]:
                 state.starts.append(len(state.records[0]))
                 state.events.append(event)
@@ -451,19 +461,9 @@ class StreamReader:
             has = False  # nothing more of this chunk's records below
         elif has:
             if block is not None or (state.packed is not None and n):
-                if block is None:
-                    raise _refuse(event, f"missing, where event {state.packed.event}'s chunk had one", choice=index,
-                                  field=_TOP_K)
-                _packed_block(event, index, block, n, state)
-            for path, value in zip(form.records, records):
-                if type(value) is not list:
-                    raise _refuse(event, f"must be an array, not {type(value).__name__}", choice=index,
-                                  field=".".join(path))
-                if block is not None and path[-1] == KEY.top_logprobs and not value:
-                    continue  # the packed form's: top_logprobs [] beside the block
-                if len(value) != n:
-                    raise _refuse(event, f"{len(value)} record{'s' * (len(value) != 1)} for the chunk's {n} token "
-                                  f"id{'s' * (n != 1)}", choice=index, field=".".join(path))
+                _chunk_block(event, index, block, n, state)
+            _record_lists(event, index, form, records, block, n,
+                          lambda got: f"{got} record{'s' * (got != 1)} for the chunk's {n} token id{'s' * (n != 1)}")
         if n:
             if state.has_records is None:
                 state.has_records = has
