@@ -20,6 +20,9 @@ from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+SIZES = (2048, 8192, 16384, 32768)  # the completion lengths of the framework benchmarks' tables
+
+
 def faults() -> int:
     """The process's minor page faults so far (``getrusage``'s ``ru_minflt``)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -69,13 +72,16 @@ class Preread:
         return Request()
 
 
-def time_rounds(url: str, rounds: int, parse: Callable[[Any], Awaitable[object]],
+def time_rounds(server: tuple[ThreadingHTTPServer, str], rounds: int, parse: Callable[[Any], Awaitable[object]],
                 clock: Callable[[], float] = time.perf_counter) -> list[tuple[float, int]]:
     """(seconds, minor faults) of ``await parse(resp)`` for each of ``rounds`` responses of the
-    server at ``url`` (``POST <url>/<n>``), the body read before the clock starts and a
-    collection run before it. What ``parse`` returns is held until the clock stops, so that
-    freeing it is not timed. ``clock``: the wall clock, or a thread's CPU time."""
+    ``server`` that :func:`serve` made (``POST <url>/<n>``; closed at the end), the body read
+    before the clock starts and a collection run before it. What ``parse`` returns is held
+    until the clock stops, so that freeing it is not timed. ``clock``: the wall clock, or a
+    thread's CPU time."""
     import aiohttp
+
+    httpd, url = server
 
     async def go() -> list[tuple[float, int]]:
         times = []
@@ -91,7 +97,10 @@ def time_rounds(url: str, rounds: int, parse: Callable[[Any], Awaitable[object]]
                     del out
         return times
 
-    return asyncio.run(go())
+    try:
+        return asyncio.run(go())
+    finally:
+        httpd.server_close()
 
 
 def table(script: str, framework: str, sizes: dict[str, Iterable[int]], rounds: int) -> None:

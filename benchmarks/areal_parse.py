@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import Preread, serve, time_rounds  # noqa: E402
+from _framework_bench import SIZES, Preread, serve, time_rounds  # noqa: E402
 
 PROMPT_LEN = 512
 
@@ -67,9 +67,8 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
     backend = VLLMBackend() if workload == "vllm" else SGLangBackend()
     endpoint = "/v1/completions" if workload == "vllm" else "/generate"
     reader = tokenwire.parse_completions_response if workload == "vllm" else tokenwire.parse_sglang_generate_response
-    bodies = [body(seed, tokens, workload) for seed in range(rounds)]
-
-    httpd, url = serve(bodies)
+    server = serve([body(seed, tokens, workload) for seed in range(rounds)])
+    url = server[1]
 
     async def parse(resp: Any) -> object:
         if mode == "native":
@@ -82,14 +81,11 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
             payload={}, method="POST", max_retries=1, timeout=30)
         return backend.parse_generation_response(result)
 
-    times = time_rounds(url, rounds, parse)
-    httpd.server_close()
-    return times
+    return time_rounds(server, rounds, parse)
 
 
 def main() -> int:
-    sizes = (2048, 8192, 16384, 32768)
-    return run_main(__doc__, __file__, "AReaL", measure, {"vllm": sizes, "sglang": sizes})
+    return run_main(__doc__, __file__, "AReaL", measure, {"vllm": SIZES, "sglang": SIZES})
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import serve, time_rounds  # noqa: E402
+from _framework_bench import SIZES, serve, time_rounds  # noqa: E402
 
 PROMPT_LEN = 512
 LAYERS, TOPK = 48, 8
@@ -77,7 +77,7 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
     bodies = [body(seed, tokens, workload) for seed in range(rounds)]
     clock = time.thread_time if os.environ.get("NEMO_GYM_BENCH_CLOCK") == "cpu" else time.perf_counter
 
-    httpd, url = serve(bodies)
+    server = serve(bodies)
     server_utils.get_global_config_dict = lambda *a, **k: {}  # no Hydra configuration from argv
     config = VLLMModelConfig(host="127.0.0.1", port=8080, entrypoint="", name="vllm_model",
                              base_url="http://127.0.0.1:1/v1", api_key="k", model="m",
@@ -105,14 +105,12 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
         fetched.append(resp)
         return await model.chat_completions(requests.pop(), params)
 
-    times = time_rounds(url, rounds, parse, clock)
-    httpd.server_close()
-    return times
+    return time_rounds(server, rounds, parse, clock)
 
 
 def main() -> int:
     return run_main(__doc__, __file__, "NeMo-Gym", measure,
-                    {"dense": (2048, 8192, 16384, 32768), "moe": (2048, 8192)})
+                    {"dense": SIZES, "moe": SIZES[:2]})
 
 
 if __name__ == "__main__":

@@ -24,11 +24,8 @@ own process, and prints a table.
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import os
 import sys
-import time
 import typing
 from typing import Any
 
@@ -36,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import Preread, faults, serve  # noqa: E402
+from _framework_bench import SIZES, Preread, serve, time_rounds  # noqa: E402
 
 PROMPT = list(range(100, 612))
 LAYERS, TOPK = 24, 8  # the packed workload's routing rows: 192 expert ids per token
@@ -65,8 +62,6 @@ def body(seed: int, tokens: int, workload: str) -> bytes:
 
 
 def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[float, int]]:
-    import aiohttp
-
     if sys.version_info < (3, 12):  # SkyRL asks for 3.12; pydantic needs this TypedDict before
         import typing_extensions
 
@@ -79,50 +74,37 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
         compat.patch()
     import tokenwire
 
-    bodies = [body(seed, tokens, workload) for seed in range(rounds)]
-    httpd, url = serve(bodies)
+    server = serve([body(seed, tokens, workload) for seed in range(rounds)])
+    url = server[1]
     client = RemoteInferenceClient(proxy_url=url, server_urls=[url], data_parallel_size=1,
                                    enable_return_routed_experts=workload == "packed")
     generate_client = client._get_generate_client()
 
-    async def go() -> list[tuple[float, int]]:
-        times = []
-        async with aiohttp.ClientSession() as session:
-            for n in range(rounds):
-                async with session.post(f"{url}/{n}", json={}) as resp:
-                    raw = await resp.read()  # the body arrives before the clock starts
-                    preread = Preread(resp)
+    async def parse(resp: Any) -> object:
+        raw = await resp.read()  # read before the clock started: the bytes held
+        preread = Preread(resp)
 
-                    async def session_of() -> Any:
-                        return preread
+        async def session_of() -> Any:
+            return preread
 
-                    generate_client._get_session = session_of
-                    gc.collect()
-                    before = faults()
-                    start = time.perf_counter()
-                    if mode == "native" and workload == "packed":  # the routing's base64 alone
-                        start_at = raw.index(b'"data":"') + 8
-                        out = [tokenwire.b64decode(memoryview(raw)[start_at:raw.index(b'"', start_at)])] * tokens,
-                    elif mode == "native":
-                        choice = tokenwire.parse_generate_response(raw).choices[0]
-                        out = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
-                    else:
-                        out = await client._generate_single(prompt_token_ids=PROMPT,
-                                                            sampling_params={"logprobs": 0},
-                                                            session_id=None, model="m")
-                    times.append((time.perf_counter() - start, faults() - before))
-                    assert len(out[0] if mode == "native" else out["response_logprobs"]) == tokens
-                    del out
-        return times
+        generate_client._get_session = session_of
+        if mode == "native" and workload == "packed":  # the routing's base64 alone
+            start_at = raw.index(b'"data":"') + 8
+            out = [tokenwire.b64decode(memoryview(raw)[start_at:raw.index(b'"', start_at)])] * tokens,
+        elif mode == "native":
+            choice = tokenwire.parse_generate_response(raw).choices[0]
+            out = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
+        else:
+            out = await client._generate_single(prompt_token_ids=PROMPT, sampling_params={"logprobs": 0},
+                                                session_id=None, model="m")
+        assert len(out[0] if mode == "native" else out["response_logprobs"]) == tokens
+        return out
 
-    times = asyncio.run(go())
-    httpd.server_close()
-    return times
+    return time_rounds(server, rounds, parse)
 
 
 def main() -> int:
-    sizes = (2048, 8192, 16384, 32768)
-    return run_main(__doc__, __file__, "SkyRL", measure, {"vllm": sizes, "packed": sizes})
+    return run_main(__doc__, __file__, "SkyRL", measure, {"vllm": SIZES, "packed": SIZES})
 
 
 if __name__ == "__main__":
