@@ -1,7 +1,8 @@
-"""What the framework parse benchmarks (nemo_gym_parse.py, areal_parse.py) share: a server on
-127.0.0.1 answering ``POST /<n>`` with the n-th body (a bounded loop, one request per body),
-the timed rounds over aiohttp (:func:`time_rounds`) with the minor page faults of each timed
-span (:func:`faults`), and the ``--all`` table of fresh processes per (workload, tokens, mode)."""
+"""What the framework parse benchmarks (areal_parse.py, nemo_gym_parse.py, skyrl_parse.py)
+share: a server on 127.0.0.1 answering ``POST /<n>`` with the n-th body (a bounded loop, one
+request per body), the timed rounds over aiohttp (:func:`time_rounds`) with the minor page
+faults of each timed span (:func:`faults`), and the ``--all`` table of fresh processes per
+(workload, tokens, mode)."""
 
 from __future__ import annotations
 

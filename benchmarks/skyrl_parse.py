@@ -90,8 +90,8 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
         generate_client._get_session = session_of
         if mode == "native" and workload == "packed":  # the routing's base64 alone
             start_at = raw.index(b'"data":"') + 8
-            out = [tokenwire.b64decode(memoryview(raw)[start_at:raw.index(b'"', start_at)])] * tokens,
-        elif mode == "native":
+            return tokenwire.b64decode(memoryview(raw)[start_at:raw.index(b'"', start_at)])
+        if mode == "native":
             choice = tokenwire.parse_generate_response(raw).choices[0]
             out = choice.completion_ids.tolist(), choice.completion_logprobs.tolist()
         else:

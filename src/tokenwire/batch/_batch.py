@@ -792,7 +792,7 @@ def parse_batch(raws: Iterable[Any], *, format: str = "generate", threads: int |
     else:
         items = _run(bodies, lambda body: direct(body) or parse(body), count, True)
     # malformed bodies are in place, raised below in input order
-    return _direct_batch(bodies, items, parse, collect, settings, pad_id, out)
+    return _direct_batch(items, collect, settings, pad_id, out)
 
 
 def _settled(i: int, body: Any, parse: Any) -> Any:
@@ -803,7 +803,7 @@ def _settled(i: int, body: Any, parse: Any) -> Any:
         return _mark(exc, i)
 
 
-def _collated(items: list[Any], bodies: list[Any], parse: Any, collect: bool, settings: dict[str, Any]) -> Batch:
+def _collated(items: list[Any], collect: bool, settings: dict[str, Any]) -> Batch:
     """The batch of ``items`` made by collate, each body read by the plain path made a response."""
     items = [item if isinstance(item, (GenerateResponse, MalformedResponseError)) else item.response()
              for item in items]
@@ -818,13 +818,13 @@ def _raise_first(items: list[Any], collect: bool) -> None:
                 raise item
 
 
-def _direct_batch(bodies: list[Any], items: list[Any], parse: Any, collect: bool, settings: dict[str, Any],
-                  pad_id: int, out: Batch | None) -> Batch:
+def _direct_batch(items: list[Any], collect: bool, settings: dict[str, Any], pad_id: int,
+                  out: Batch | None) -> Batch:
     """The batch of ``items`` (each a body read by the plain path, a response or an error):
     padded from the plain path's arrays when no body needed the rules' response, else
     collated."""
     if any(isinstance(item, GenerateResponse) for item in items):
-        return _collated(items, bodies, parse, collect, settings)
+        return _collated(items, collect, settings)
     _raise_first(items, collect)
     placed = [(i, d) for i, d in enumerate(items) if not isinstance(d, MalformedResponseError)]
     if not placed:  # no body, or every body malformed

@@ -75,7 +75,7 @@ from ..base import _json
 from ..base._table import KEY
 from ..base._wire import VLLM_LOGPROB_SENTINEL
 from ..read import _select
-from . import _patching
+from . import _patching, distribution_version
 from .renderers import _numbers
 
 __all__ = ["ClampedLogprobs", "SUPPORTED_VERSIONS", "SkyRLResponseError", "check_response", "is_patched", "patch",
@@ -114,9 +114,7 @@ def _refuse(reason: str, **where: Any) -> SkyRLResponseError:
 
 def skyrl_version() -> str | None:
     """The installed SkyRL release (None when it is not installed)."""
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        return importlib.metadata.version("skyrl")
-    return None
+    return distribution_version("skyrl")
 
 
 # --- the checks ----------------------------------------------------------------------------------
@@ -241,15 +239,14 @@ def _records_only(span: bytes) -> bool:
     return bool(skeleton) and skeleton == (_SKELETON * ((len(skeleton) + 1) // len(_SKELETON)))[:-1]
 
 
-def _tokenless(raw: bytes) -> tuple[bytes, dict[str, Any] | None] | None:
+def _tokenless(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | None:
     """SkyRL's body with its token-less records written as the ``sampled`` list they spell, and
     its routing envelope replaced by ``null`` (handed back apart, its ``data`` a view of ``raw``,
     as SkyRL's splice leaves it); None unless the records are exactly ``{"logprob":<value>}``
     joined by commas (the reader then reads each value as JSON) and the body has no sample
     support. The envelope's base64 is neither copied nor searched: it holds no quote, so no key
-    searched for lies in it."""
+    searched for lies in it. ``at``: where the envelope's key is (``raw.find(_ENVELOPE)``)."""
     mv = memoryview(raw)
-    at = raw.find(_ENVELOPE)
     data = at + len(_ENVELOPE)
     quote = raw.find(b'"', data) if at >= 0 else len(raw)
     close = raw.find(b"}", quote) if at >= 0 else len(raw)
@@ -294,8 +291,9 @@ def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
     if type(raw) is not bytes:
         return None
     envelope = None
-    if raw.find(_ENVELOPE) >= 0 or not (_NAMED in raw or _NUMBERED in raw):
-        rewritten = _tokenless(raw)
+    at = raw.find(_ENVELOPE)
+    if at >= 0 or not (_NAMED in raw or _NUMBERED in raw):
+        rewritten = _tokenless(raw, at)
         if rewritten is None:
             return None
         raw, envelope = rewritten

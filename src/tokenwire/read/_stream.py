@@ -209,12 +209,12 @@ def _packed_block(event: int, index: int, block: Any, n: int, state: Any) -> Non
     for key, itemsize in ((KEY.token_ids, 4), ("logprobs", 4)):
         value = block.get(key)
         try:
-            if not isinstance(value, str):
-                raise MalformedResponseError("not a string")
-            raw = _select.kernels.b64decode(value)
+            raw = _select.kernels.b64decode(value) if isinstance(value, str) else None
         except MalformedResponseError:
+            raw = None
+        if raw is None:
             raise _refuse(event, f"must be base64 of {n * k} {'int32' if key == KEY.token_ids else 'float32'} values",
-                          choice=index, field=f"{_TOP_K}.{key}") from None
+                          choice=index, field=f"{_TOP_K}.{key}")
         if len(raw) != n * k * itemsize:
             raise _refuse(event, f"holds {len(raw)} bytes, not the {n * k * itemsize} of {n} x {k} values",
                           choice=index, field=f"{_TOP_K}.{key}")

@@ -519,7 +519,8 @@ def parse_compact_logprobs(
         c.fail("Invalid compact logprob buffer length", field + ".data")
     row_ids = raw[: count * 4].view("<u4")
     row_values = raw[count * 4 :].view("<f4")
-    # Every value is checked first: finite and at most 1e-6 (first_bad "compact").
+    # A bad value (not finite, or above 1e-6: first_bad "compact") is the first error on both
+    # branches below; without a head it is looked for in a pass of its own.
     if k is None:
         _compact_values(c, field, offsets, row_values, c.kernels.first_bad("compact", row_values))
         # Without a head the rows' own errors come first (renderers never looks at the mask
