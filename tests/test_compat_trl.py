@@ -4,7 +4,8 @@ on valid responses, a refusal for each planted defect.
 
 TRL (and torch) are not tokenwire dependencies: these tests run where TRL is installed
 (``python tests/run_compat_suite.py trl`` runs them in the venv that has it), and skip
-elsewhere."""
+elsewhere. Where the installed TRL is another release (1.9.0, whose client speaks to TRL's own
+``/generate/`` server), only the refusal to patch it runs."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from trl.generation import vllm_client  # noqa: E402
 from tokenwire.compat import trl as compat  # noqa: E402
 
 MODEL = "test-model"
+FOLLOWED = pytest.mark.skipif(compat.trl_version() not in compat.SUPPORTED_VERSIONS,
+                              reason=f"TRL {compat.trl_version()} is not a release the drop-in follows")
 
 
 def client(url: str) -> Any:
@@ -128,6 +131,7 @@ CASES = [  # (prompts, n, lengths per choice, logprobs)
 ]
 
 
+@FOLLOWED
 @pytest.mark.parametrize("prompts,n,lengths,top", CASES)
 def test_generate_gives_the_same_result(server, prompts, n, lengths, top):
     document = completions_body(prompts, n, lengths, seed=len(lengths) * 7 + n, top=top or 0)
@@ -145,6 +149,7 @@ def test_generate_gives_the_same_result(server, prompts, n, lengths, top):
     assert _same(patched[1], unpatched[1])
 
 
+@FOLLOWED
 @pytest.mark.parametrize("n,length,top", [(1, 1, 0), (2, 300, 0), (1, 64, 4), (3, 20, None)])
 def test_chat_gives_the_same_result(server, n, length, top):
     conversations = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "bye"}]]
@@ -215,6 +220,7 @@ def outcome(url: str, call: str, raw: bytes, server: Any) -> tuple[str, Any]:
     return run(url, "chat", messages=[[{"role": "user", "content": "hi"}]], n=1, logprobs=0)
 
 
+@FOLLOWED
 @pytest.mark.parametrize("call", ["generate", "chat"])
 @pytest.mark.parametrize("defect", DEFECTS)
 def test_each_defect_is_refused_patched(server, call, defect):
@@ -243,6 +249,7 @@ def defect_table(patched: bool) -> list[tuple[str, str, str]]:
     return rows
 
 
+@FOLLOWED
 def test_patch_and_unpatch_restore():
     post, parse = vllm_client.VLLMClient.__dict__["_post"], vllm_client.parse_logprobs
     with compat.patched() as module:
@@ -255,6 +262,7 @@ def test_patch_and_unpatch_restore():
     compat.unpatch()
 
 
+@FOLLOWED
 def test_other_requests_keep_trls_path(server):
     """get_sequence_logprobs (prompt logprobs, no return_tokens_as_token_ids) is TRL's own."""
     document = {"choices": [{"index": 0, "text": "", "prompt_logprobs": [None, {"5": {"logprob": -0.5, "rank": 1}}]}]}
@@ -264,6 +272,18 @@ def test_other_requests_keep_trls_path(server):
     with compat.patched():
         patched = run(server.url, "get_sequence_logprobs", sequences=[[4, 5]], prompt_lengths=[1], top_logprobs=1)
     assert unpatched[0] == "ok" and _same(patched[1], unpatched[1])
+
+
+def test_a_release_not_followed_is_refused(monkeypatch):
+    """Another TRL release (the installed one, or 1.9.0 said to be installed): RuntimeError
+    naming the followed release, and TRL's module left as it was."""
+    if compat.trl_version() in compat.SUPPORTED_VERSIONS:
+        monkeypatch.setattr(compat, "trl_version", lambda: "1.9.0")
+    before = dict(vars(vllm_client)), dict(vllm_client.VLLMClient.__dict__)
+    with pytest.raises(RuntimeError, match=r"does not support TRL .*it follows TRL 1\.16\.0"):
+        compat.patch()
+    assert not compat.is_patched()
+    assert (dict(vars(vllm_client)), dict(vllm_client.VLLMClient.__dict__)) == before
 
 
 if __name__ == "__main__":
