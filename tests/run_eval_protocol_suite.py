@@ -92,9 +92,10 @@ DESELECTED = {
         "test starts tests/test_event_bus_helper.py: from the suite's root (eval-protocol's CI runs "
         "from there) the helper is not found and the listener prints nothing",
 }
-# Files run in a pytest process of their own: they pass alone and together, and fail after
-# other modules of the suite in one interpreter (their in-process pytest.main discovery of a
-# project written to a temporary directory then finds no test).
+# Files run in a pytest process of their own: they pass alone and together, and fail in a session
+# that has collected the rest of tests/, even with no other test run (-k selecting them): their
+# in-process pytest.main discovery of a project written to a temporary directory then finds no
+# test, or no data set. Which module's import does it was not pinned down.
 ISOLATED = ["tests/test_ep_upload_e2e.py", "tests/test_cli_create_rft.py"]
 
 
