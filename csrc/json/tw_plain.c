@@ -1,75 +1,50 @@
 /* tw_plain: see tw_plain.h. */
-#include "tw_plain.h"
+#include "json/tw_plain.h"
+
+#include "base/tw_cpu.h"
+#include "json/tw_json.h"
 
 #include <string.h>
 
 typedef struct {
     const char *s;
     size_t n, p;
+    int simd; /* tw_json.h's searches: 0 on TW_PATH_SCALAR */
 } tw_rd;
 
 enum { TW_PLAIN_MAX_KEYS = 48 };
 
 static inline void tw_pl_ws(tw_rd *r) {
-    while (r->p < r->n) {
-        char c = r->s[r->p];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return;
-        r->p++;
-    }
+    r->p = (size_t)(twj_ws((const uint8_t *)r->s + r->p, (const uint8_t *)r->s + r->n) - (const uint8_t *)r->s);
 }
 
 /* At a '"': past the string; its content is s[*start:*end]; *esc when it holds a '\'. */
 static inline int tw_pl_str(tw_rd *r, size_t *start, size_t *end, int *esc) {
-    size_t p = r->p + 1;
+    const uint8_t *b = (const uint8_t *)r->s, *e = b + r->n, *p = b + r->p + 1;
     *esc = 0;
-    *start = p;
-    while (p < r->n) {
-        char c = r->s[p];
-        if (c == '"') {
-            *end = p;
-            r->p = p + 1;
+    *start = r->p + 1;
+    for (;;) {
+        p = twj_find_qb(p, e, r->simd);
+        if (p >= e) return 0;
+        if (*p == '"') {
+            *end = (size_t)(p - b);
+            r->p = *end + 1;
             return 1;
         }
-        if (c == '\\') {
-            *esc = 1;
-            p += 2;
-            continue;
-        }
-        p++;
+        *esc = 1;
+        p += 2; /* the escaped byte is never a quote to stop at */
     }
-    return 0;
 }
 
 static inline int tw_pl_scalar_end(char c) {
     return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-/* Past one value of any kind (the document is valid JSON: only the bounds are checked). */
-static int tw_pl_skip(tw_rd *r) {
-    size_t depth = 0, a, b;
-    int e;
-    for (;;) {
-        tw_pl_ws(r);
-        if (r->p >= r->n) return 0;
-        char c = r->s[r->p];
-        if (c == '"') {
-            if (!tw_pl_str(r, &a, &b, &e)) return 0;
-        } else if (c == '{' || c == '[') {
-            depth++;
-            r->p++;
-        } else if (c == '}' || c == ']') {
-            if (depth == 0) return 0;
-            depth--;
-            r->p++;
-        } else if (c == ',' || c == ':') {
-            if (depth == 0) return 0;
-            r->p++;
-        } else {
-            r->p++;
-            while (r->p < r->n && !tw_pl_scalar_end(r->s[r->p])) r->p++;
-        }
-        if (depth == 0) return 1;
-    }
+/* Past one value of any kind. */
+static inline int tw_pl_skip(tw_rd *r) {
+    const uint8_t *b = (const uint8_t *)r->s;
+    r->p = (size_t)(twj_skip_value(b + r->p, b + r->n, r->simd) - b);
+    return r->p <= r->n;
 }
 
 /* r before an object's '{' (*first) or after a member: the next key (no escape), r at its
@@ -111,11 +86,12 @@ static inline int tw_pl_eq(const tw_rd *r, size_t ks, size_t ke, const char *key
 /* The key s[ks:ke] is the string literal key. */
 #define tw_pl_is(r, ks, ke, key) tw_pl_eq((r), (ks), (ke), (key), sizeof(key) - 1)
 
-/* The position of the key in the NUL-separated list (count entries), or -1. */
+/* The position of the key in the list (count keys, each its length in a byte, then its
+   bytes), or -1. */
 static int tw_pl_find(const tw_rd *r, size_t ks, size_t ke, const char *list, size_t count) {
     for (size_t i = 0; i < count; i++) {
-        size_t len = strlen(list);
-        if (tw_pl_eq(r, ks, ke, list, len)) return (int)i;
+        size_t len = (uint8_t)list[0];
+        if (tw_pl_eq(r, ks, ke, list + 1, len)) return (int)i;
         list += len + 1;
     }
     return -1;
@@ -209,7 +185,7 @@ static int tw_pl_member(tw_rd *r, tw_plain_choice *c, uint8_t *kind, const char 
     return format == NULL ? tw_pl_packed(r, c) : tw_pl_compact(r, c, format);
 }
 
-/* A key of the NUL-separated list (count entries) at r: its value skipped, *others set when it
+/* A key of the list (count keys, as tw_pl_find reads them) at r: its value skipped, *others set when it
    is not null. -1: another key; 0: not read (the key given twice); 1: read. */
 static int tw_pl_absent(tw_rd *r, size_t ks, size_t ke, const char *list, size_t count, uint64_t *seen,
                         uint8_t *others) {
@@ -252,8 +228,8 @@ static int tw_pl_choice(tw_rd *r, const tw_plain_keys *keys, tw_plain_choice *c)
 }
 
 int tw_plain_walk(const char *s, size_t n, const tw_plain_keys *keys, tw_plain_doc *doc,
-                  tw_plain_choice *out, size_t cap) {
-    tw_rd rd = {s, n, 0};
+                  tw_plain_choice *out, size_t cap, int path) {
+    tw_rd rd = {s, n, 0, tw_path_resolve(path) != TW_PATH_SCALAR};
     tw_rd *r = &rd;
     int first = 1, got, ok, at;
     size_t ks, ke;

@@ -12,7 +12,8 @@
  * more choices than the caller has room for, a root that is not an object...) it returns 0
  * and the caller reads the document with its JSON parser as before.
  *
- * Plain C11, no Python API; never reads outside s[0:n], whatever the bytes.
+ * Plain C11, no Python API. The copy is valid JSON (the scan validated every byte and blanking
+ * keeps it so): it is skipped by tw_json.h, which assumes that, on the given code path.
  */
 #ifndef TW_PLAIN_H
 #define TW_PLAIN_H
@@ -37,7 +38,7 @@ typedef struct {
 } tw_plain_choice;
 
 typedef struct {
-    /* keys as consecutive NUL-terminated strings, count of them */
+    /* the keys of each list one after the other, each its length (a byte) then its bytes */
     const char *root_absent;
     size_t nroot_absent;
     const char *choice_absent;
@@ -52,9 +53,10 @@ typedef struct {
     size_t count;
 } tw_plain_doc;
 
-/* Read the stripped document s[0:n] into *doc and out[0:doc->count] (room for cap choices).
-   Returns 1 when read, 0 when the caller must read the document otherwise. */
+/* Read the stripped document s[0:n] into *doc and out[0:doc->count] (room for cap choices),
+   skipping on the code path `path` (TW_PATH_*). Returns 1 when read, 0 when the caller must
+   read the document otherwise. */
 int tw_plain_walk(const char *s, size_t n, const tw_plain_keys *keys, tw_plain_doc *doc,
-                  tw_plain_choice *out, size_t cap);
+                  tw_plain_choice *out, size_t cap, int path);
 
 #endif

@@ -44,10 +44,21 @@ cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
 
 
-# The keys the walk of the stripped copy reads (tw_plain_walk): NUL-terminated, one after the
-# other, kept alive here for the C struct that points into them.
-cdef bytes _WALK_ROOT_ABSENT = b"".join(key.encode() + b"\0" for key in _PLAIN_ROOT_ABSENT)
-cdef bytes _WALK_CHOICE_ABSENT = b"".join(key.encode() + b"\0" for key in _PLAIN_ABSENT)
+def _walk_keys(keys):
+    """``keys`` as tw_plain_walk reads a list of them: each its length (a byte), then its bytes."""
+    out = b""
+    for key in keys:
+        data = key.encode()
+        if len(data) > 255:
+            raise ImportError(f"the key {key!r} is too long for tw_plain_walk")
+        out += bytes([len(data)]) + data
+    return out
+
+
+# The keys the walk of the stripped copy reads (tw_plain_walk), kept alive here for the C
+# struct that points into them.
+cdef bytes _WALK_ROOT_ABSENT = _walk_keys(_PLAIN_ROOT_ABSENT)
+cdef bytes _WALK_CHOICE_ABSENT = _walk_keys(_PLAIN_ABSENT)
 cdef bytes _WALK_COMPACT_FORMAT = COMPACT_FORMAT.encode()
 cdef tw_plain_keys _WALK_KEYS
 _WALK_KEYS.root_absent = _WALK_ROOT_ABSENT
@@ -125,7 +136,8 @@ cdef object _direct_read_stripped(_Scan scan, bytes stripped):
         if walked == NULL:
             raise MemoryError()
     try:
-        read = tw_plain_walk(text, <size_t>PyBytes_GET_SIZE(stripped), &_WALK_KEYS, &doc, walked, cap)
+        read = tw_plain_walk(text, <size_t>PyBytes_GET_SIZE(stripped), &_WALK_KEYS, &doc, walked, cap,
+                             scan.path)
         if not read:
             try:
                 document = scan.loads(stripped)

@@ -113,7 +113,7 @@ cdef extern from "json/tw_plain.h" nogil:
         uint8_t others, prompt, choices
         size_t count
     int tw_plain_walk(const char *s, size_t n, const tw_plain_keys *keys, tw_plain_doc *doc,
-                      tw_plain_choice *out, size_t cap)
+                      tw_plain_choice *out, size_t cap, int path)
 
 
 cdef extern from "rules/tw_heads.h" nogil:
