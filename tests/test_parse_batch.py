@@ -304,3 +304,31 @@ def test_the_walked_members_are_the_json_readers(batch_impl, raws):
             if direct is not None:  # taken: the rules' response agrees on what the batch keeps
                 assert not isinstance(response, BaseException), response
                 assert [c.finish_reason for c in response.choices] == direct.finish_reasons
+
+
+def test_a_bytearray_rewritten_meanwhile_does_not_crash():
+    """Another thread rewriting the bodies' bytearrays while they are read: each body is read
+    from one snapshot, so the batch is made or a body refused, never a crash."""
+    import threading
+
+    raws = samples.WORKLOADS["packed_128"].responses(4) + samples.WORKLOADS["compact_sampled_8k"].responses(1)
+    bodies = [bytearray(r) for r in raws]
+    other = [r.translate(bytes.maketrans(b"0123456789,", b"9876543210 ")) for r in raws]
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        flip = 0
+        while not stop.is_set():
+            flip ^= 1
+            for body, a, b in zip(bodies, raws, other):
+                body[:] = a if flip else b
+
+    worker = threading.Thread(target=rewrite, daemon=True)
+    worker.start()
+    try:
+        for threads in (1, 2, 1, 2):
+            got = _outcome(lambda: tokenwire.parse_batch(bodies, threads=threads, errors="collect"))
+            assert isinstance(got, (tokenwire.Batch, MalformedResponseError, ValueError)), got
+    finally:
+        stop.set()
+        worker.join()
