@@ -238,3 +238,97 @@ def test_no_reference_or_memory_left_behind():
         tracemalloc.stop()
     assert after - before < 64 * 1024
     assert [sys.getrefcount(r) for r in raws] == counts
+
+
+# The members the plain path reads of a body, as a server may write them (tw_plain_walk reads
+# them from the stripped copy, or hands the copy to the JSON reader): each choice's
+# finish_reason, the packed dtype and shape, the compact format and num_top_logprobs, the keys
+# that send a body to the rules, repeated and escaped keys.
+_FINISHES = ['"stop"', '"length"', '"ab\\u00e9"', '"\u00e9t\u00e9"', "null", "1", '{"a":1}', "[]", '""']
+_SHAPES = [None, "[{n}]", "[{n}.0]", "[ {n} ]", "null", "[]", "[{n},1]", '"{n}"', "[-1]", "[1e2]",
+           "[123456789012345678901]", "[{m}]"]
+_DTYPES = ['"float32"', '"float\\u00332"', '"float16"', "null", "4", '"float32","dtype":"float32"']
+_EXTRA = ["", ',"logprobs":null', ',"logprobs":{}', ',"routed_experts":null', ',"payload":1', ',"x":{"y":[1,{"z":"}"}]}',
+          ',"finish_reason":"stop"', ',"completion_logprobs":null', ',"\\u0066inish_reason":"x"', ',"weight_versions":[]']
+_ROOT_EXTRA = ["", ',"prompt_token_id_logprobs":null', ',"prompt_token_id_logprobs":[1]', ',"prompt_token_ids":null',
+               ',"usage":{"a":[1,2,{"b":null}]}', ',"choices":[]', ',"request_id":"r\\"1"']
+
+
+@st.composite
+def walked_bodies(draw) -> bytes:
+    """A plain packed (or compact) body with its small members written in any of the forms above
+    (each member in its usual form half of the time)."""
+
+    def usual_or(usual: Any, forms: list[Any]) -> Any:
+        return usual if draw(st.booleans()) else draw(st.sampled_from(forms))
+
+    n = draw(st.integers(0, 4))
+    ids = draw(st.lists(st.integers(0, 200000), min_size=n, max_size=n))
+    values = np.array(draw(st.lists(st.sampled_from([-0.5, -1.25, 0.0, -3.0]), min_size=n, max_size=n)), dtype="<f4")
+    import base64
+
+    choices = []
+    for _ in range(draw(st.integers(1, 2))):
+        if draw(st.booleans()):
+            shape = usual_or(None, _SHAPES)
+            member = '"completion_logprobs":{"data":"%s","dtype":%s%s}' % (
+                base64.b64encode(values.tobytes()).decode(), usual_or(_DTYPES[0], _DTYPES),
+                "" if shape is None else ',"shape":' + shape.format(n=n, m=n + 1))
+        else:
+            rows = np.array(ids, dtype="<u4").tobytes() + values.tobytes()
+            top = usual_or("-1", ["-1", "0", "-2", "1.0", "20", '"1"', "null"])
+            fmt = usual_or('"u32-f32-le-v1"', ['"u32-f32-le-v2"', "null", '"u32-f32-le-\\u00761"'])
+            member = ('"compact_logprobs":{"format":%s,"num_top_logprobs":%s,"offsets":[%s],"data":"%s"}' % (
+                fmt, top, ",".join(map(str, range(n + 1))), base64.b64encode(rows).decode()))
+        finish = usual_or('"stop"', [None, *_FINISHES])
+        parts = [f'"token_ids":[{",".join(map(str, ids))}]', member]
+        if finish is not None:
+            parts.append(f'"finish_reason":{finish}')
+        parts = draw(st.permutations(parts))
+        choices.append("{" + ",".join(parts) + usual_or("", _EXTRA) + "}")
+    body = '{"choices":[%s],"prompt_token_ids":[1,2]%s}' % (",".join(choices), usual_or("", _ROOT_EXTRA))
+    return body.encode()
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None)
+@given(raws=st.lists(walked_bodies(), min_size=1, max_size=3))
+def test_the_walked_members_are_the_json_readers(batch_impl, raws):
+    """However the small members are written, parse_batch is collate(parse_many): the walk of
+    the stripped copy reads what the JSON reader would, or hands the copy to it."""
+    got, want = _both(raws, errors="collect", threads=1)
+    assert_same_batch(got, want)
+    if _core is not None and batch_impl is _core:
+        for raw in raws:
+            direct = _core._direct_generate(raw)
+            response = _outcome(lambda: tokenwire.parse_generate_response(raw))
+            if direct is not None:  # taken: the rules' response agrees on what the batch keeps
+                assert not isinstance(response, BaseException), response
+                assert [c.finish_reason for c in response.choices] == direct.finish_reasons
+
+
+def test_a_bytearray_rewritten_meanwhile_does_not_crash():
+    """Another thread rewriting the bodies' bytearrays while they are read: each body is read
+    from one snapshot, so the batch is made or a body refused, never a crash."""
+    import threading
+
+    raws = samples.WORKLOADS["packed_128"].responses(4) + samples.WORKLOADS["compact_sampled_8k"].responses(1)
+    bodies = [bytearray(r) for r in raws]
+    other = [r.translate(bytes.maketrans(b"0123456789,", b"9876543210 ")) for r in raws]
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        flip = 0
+        while not stop.is_set():
+            flip ^= 1
+            for body, a, b in zip(bodies, raws, other):
+                body[:] = a if flip else b
+
+    worker = threading.Thread(target=rewrite, daemon=True)
+    worker.start()
+    try:
+        for threads in (1, 2, 1, 2):
+            got = _outcome(lambda: tokenwire.parse_batch(bodies, threads=threads, errors="collect"))
+            assert isinstance(got, (tokenwire.Batch, MalformedResponseError, ValueError)), got
+    finally:
+        stop.set()
+        worker.join()

@@ -41,6 +41,9 @@ ALLOWED: dict[tuple[str, str], str] = {
        for key in ("completion_logprobs", "sampling_mask", "routed_experts")},
     **{("_core_plain.pxi", key): "a result dataclass field the plain path sets"
        for key in ("completion_logprobs", "prompt_token_ids")},
+    **{("_core_direct.pxi", key): "a key tw_plain_walk (csrc/json/tw_plain.c) spells itself, checked at import "
+       "against the table's KEY.<key>"
+       for key in ("compact_logprobs", "completion_logprobs", "prompt_token_ids")},
     **{(name, key): "a Batch attribute (the padded array of a result attribute)"
        for name in ("batch/_batch.py", "base/_types.py")
        for key in ("completion_logprobs", "sampling_mask", "routed_experts", "prompt_token_ids")},

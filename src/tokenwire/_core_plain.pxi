@@ -139,8 +139,8 @@ cdef object _plain_choice(_Scan scan, size_t index, dict choice, int form):
     if form == _PLAIN_COMPACT:
         logprobs, consumed = _plain_compact(scan, f, ids, len(ids)), _PLAIN_COMPACT_CONSUMED
     else:
-        packed = <dict>choice[_KEY_COMPLETION_LOGPROBS]
-        logprobs, consumed = _plain_packed(scan, f, packed, ids, <size_t>form), _PLAIN_CONSUMED
+        shape = _packed_shape(<dict>choice[_KEY_COMPLETION_LOGPROBS])
+        logprobs, consumed = _plain_packed(scan, f, shape, ids, <size_t>form), _PLAIN_CONSUMED
     if logprobs is None:
         return None
     raw = choice.copy()
@@ -155,15 +155,29 @@ cdef object _plain_choice(_Scan scan, size_t index, dict choice, int form):
     return tw_instance_of(_GenerateChoice, d, ())
 
 
-cdef object _plain_packed(_Scan scan, const tw_value *f, dict packed, object ids, size_t itemsize):
-    """The packed logprobs (``itemsize`` bytes each) of a choice with token ids ``ids`` when
-    every rule of rules/generate.py's parse_packed_logprobs passes, else None."""
+DEF _NO_SHAPE = -1  # _packed_shape: the packed logprobs have no shape
+DEF _BAD_SHAPE = -2  # ... a shape that is not a list of one integer (or one no length equals)
+
+
+cdef int64_t _packed_shape(dict packed) except -3:
+    """The one length of the packed logprobs' shape, _NO_SHAPE or _BAD_SHAPE."""
+    shape = packed.get("shape", _MISSING)
+    if shape is _MISSING:
+        return _NO_SHAPE
+    if type(shape) is list and len(<list>shape) == 1 and type((<list>shape)[0]) is int:
+        if 0 <= (<list>shape)[0] < 2**62:
+            return (<list>shape)[0]
+    return _BAD_SHAPE
+
+
+cdef object _plain_packed(_Scan scan, const tw_value *f, int64_t shape, object ids, size_t itemsize):
+    """The packed logprobs (``itemsize`` bytes each) of a choice with token ids ``ids`` and
+    the packed ``shape`` (_packed_shape's answer) when every rule of rules/generate.py's
+    parse_packed_logprobs passes, else None."""
     cdef size_t size = 0, n = len(ids)
     cdef uint8_t *data
     cdef ptrdiff_t bad = -1
-    shape = packed.get("shape", _MISSING)
-    if shape is not _MISSING and not (type(shape) is list and len(<list>shape) == 1
-                                      and type((<list>shape)[0]) is int and (<list>shape)[0] == n):
+    if shape != _NO_SHAPE and shape != <int64_t>n:
         return None
     data = _plain_blob(scan, &f[TW_F_CL_DATA], &size)
     if data == NULL:

@@ -145,6 +145,19 @@ cdef class _Scan:
         ``blank``: the choice fields also blanked (read from the raw bytes instead), as
         ``tw_doc.blank_fields`` bits (``_blank_mask``);
         ``openai``/``sglang``: an OpenAI-compatible / SGLang document (see tw_scan.h)."""
+        return self.loads(self.stripped(raw, blank, openai, sglang))
+
+    cdef object loads(self, bytes stripped):
+        """The stripped copy ``stripped`` (validated by the scan) as ``_json.loads`` reads it."""
+        try:
+            return _json.loads(stripped)
+        except _json.JSONDecodeError as exc:
+            raise invalid_json(exc, stripped) from None
+
+    cdef bytes stripped(self, object raw, uint64_t blank=_GENERATE_BLANK, bint openai=False,
+                        bint sglang=False):
+        """Scan ``raw`` (``document``'s arguments) and return its copy with the big values
+        blanked: valid JSON (the scan checked every byte of it)."""
         cdef const unsigned char[::1] view
         cdef size_t n
         cdef int rc
@@ -204,10 +217,7 @@ cdef class _Scan:
         else:
             with nogil:
                 tw_strip(self.buf, n, &self.doc, dst)
-        try:
-            return _json.loads(stripped)
-        except _json.JSONDecodeError as exc:
-            raise invalid_json(exc, stripped) from None
+        return stripped
 
     cdef object blob(self, const tw_value *v):
         """The bytes of the base64 string ``v`` as a uint8 array, or None when they are not

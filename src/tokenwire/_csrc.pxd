@@ -93,6 +93,29 @@ cdef extern from "json/tw_scan.h" nogil:
     int tw_array_element(const char *buf, const tw_value *v, size_t index, size_t *start, size_t *end)
 
 
+cdef extern from "json/tw_plain.h" nogil:
+    enum:
+        TW_PV_ABSENT
+        TW_PV_NULL
+        TW_PV_OBJECT
+        TW_PV_STRING
+    ctypedef struct tw_plain_choice:
+        uint8_t others, packed, compact, dtype, shape, format, num_top, finish
+        int64_t shape_n, num_top_n
+        size_t finish_start, finish_end
+    ctypedef struct tw_plain_keys:
+        const char *root_absent
+        size_t nroot_absent
+        const char *choice_absent
+        size_t nchoice_absent
+        const char *compact_format
+    ctypedef struct tw_plain_doc:
+        uint8_t others, prompt, choices
+        size_t count
+    int tw_plain_walk(const char *s, size_t n, const tw_plain_keys *keys, tw_plain_doc *doc,
+                      tw_plain_choice *out, size_t cap, int path)
+
+
 cdef extern from "rules/tw_heads.h" nogil:
     enum:
         TW_HEAD_NOMEM

@@ -66,9 +66,11 @@ def _prepared(raws: Iterable[Any], format: Any, threads: Any, errors: Any,
     check_start(options.get("prompt_logprob_start"))
     if isinstance(raws, (bytes, bytearray, memoryview, str)):
         raise TypeError("raws must be a sequence of response bodies, not one body")
-    bodies = [_facade.body_of(body, f"raws[{i}]") for i, body in enumerate(raws)]  # a response's .content
+    # a response's .content; bytes (the common case) are a body as they are
+    bodies = [body if type(body) is bytes else _facade.body_of(body, f"raws[{i}]") for i, body in enumerate(raws)]
     for body in bodies:
-        check_input(body)
+        if type(body) is not bytes:
+            check_input(body)
     return bodies, functools.partial(parser, **options), count, errors == "collect"
 
 
@@ -826,12 +828,28 @@ def _direct_batch(items: list[Any], collect: bool, settings: dict[str, Any], pad
     if any(isinstance(item, GenerateResponse) for item in items):
         return _collated(items, collect, settings)
     _raise_first(items, collect)
-    placed = [(i, d) for i, d in enumerate(items) if not isinstance(d, MalformedResponseError)]
-    if not placed:  # no body, or every body malformed
+    ids: list[np.ndarray] = []
+    logprobs: list[np.ndarray] = []
+    prompts: list[np.ndarray | None] = []
+    finish: list[Any] = []
+    response: list[int] = []
+    choice: list[int] = []
+    skipped: list[int] = []
+    for i, item in enumerate(items):  # one pass: each body's choices become rows
+        if isinstance(item, MalformedResponseError):
+            skipped.append(i)
+            continue
+        n = len(item.ids)
+        ids += item.ids
+        logprobs += item.logprobs
+        finish += item.finish_reasons
+        prompts += [item.prompt] * n
+        response += [i] * n
+        choice += range(n)
+    if not ids:  # no body, or every body malformed
         return collate(items, **settings)
     threads = settings["threads"]
     blocks = _Blocks(_select.kernels, out, available_cores() if threads is None else threads)
-    ids = [a for _, d in placed for a in d.ids]
     counts = [len(a) for a in ids]
     longest = max(counts)
     tokens = _width("width", settings["width"], longest, "tokens", lambda: f"choice {counts.index(longest)}")
@@ -841,11 +859,9 @@ def _direct_batch(items: list[Any], collect: bool, settings: dict[str, Any], pad
         "completion_ids": blocks.padded("completion_ids", ids, tokens, np.int64, pad_id),
         "lengths": lengths,
         "mask": np.less(np.arange(tokens), lengths[:, None], out=blocks.empty("mask", (rows, tokens), np.bool_)),
-        "completion_logprobs": blocks.padded("completion_logprobs", [a for _, d in placed for a in d.logprobs],
-                                             tokens, np.float32, 0.0),
+        "completion_logprobs": blocks.padded("completion_logprobs", logprobs, tokens, np.float32, 0.0),
         "logprobs_present": np.ones(rows, dtype=np.bool_),
     }
-    prompts = [d.prompt for _, d in placed for _ in d.ids]
     if any(p is not None for p in prompts):
         vectors = [_NO_INT if p is None else p for p in prompts]
         plengths = np.array([len(v) for v in vectors], dtype=np.int64)
@@ -854,13 +870,12 @@ def _direct_batch(items: list[Any], collect: bool, settings: dict[str, Any], pad
                         lambda: f"choice {int(np.argmax(plengths))}'s prompt")
         fields.update(prompt_token_ids=blocks.padded("prompt_token_ids", vectors, pwidth, np.int64, pad_id),
                       prompt_lengths=plengths, prompt_present=_flags(prompts))
-    skipped = [i for i, item in enumerate(items) if isinstance(item, MalformedResponseError)]
     return Batch(
         **fields,
         skipped=np.array(skipped, dtype=np.int64),
-        response=np.array([i for i, d in placed for _ in d.ids], dtype=np.int64),
-        choice=np.array([c for _, d in placed for c in range(len(d.ids))], dtype=np.int64),
-        finish_reason=[f for _, d in placed for f in d.finish_reasons],
+        response=np.array(response, dtype=np.int64),
+        choice=np.array(choice, dtype=np.int64),
+        finish_reason=finish,
         format="generate",
         top_k=None,
         pad_id=pad_id,
