@@ -162,7 +162,7 @@ def test_rows_and_candidates_in_one_pass(impl, arrays):
 
 
 @st.composite
-def compact_head_arrays(draw):
+def compact_head_arrays(draw, support=None):
     """Rows as samplers write them (the sampled token, then the ranked head: ties, also at
     the k-th place and in the engine's order, filtered tails at the sentinel, the sampled id
     again among them), some
@@ -173,7 +173,7 @@ def compact_head_arrays(draw):
     num_top = draw(st.sampled_from([-1, 0, 1, 3, 20, 21, 40, 2**40, 2**40, 2**40]))
     k = draw(st.sampled_from([0, 1, 3, 19, 20, 20, 20, 2**40]))
     row_ids, row_values, offsets, sampled, soff, sup = [], [], [0], [], [0], []
-    with_support = draw(st.integers(0, 2)) == 0
+    with_support = draw(st.integers(0, 2)) == 0 if support is None else support
     for _ in range(n):
         if k <= 30 and draw(st.integers(0, 3)) > 0:  # enough candidates for a head of k: k + 2, and the sampled one
             length = k + 3 + draw(st.integers(0, 3))
@@ -301,6 +301,26 @@ def test_values_checked_in_the_rows_pass(impl, arrays, data):
     else:
         assert got[0] == -1
         assert _heads_outcome(_Rest(got[1:]), arrays) == _heads_outcome(impl, arrays)
+
+
+@settings(max_examples=300)
+@given(compact_head_arrays(support=True), st.data())
+def test_values_and_supports_checked_in_the_rows_pass(impl, arrays, data):
+    """checked_supports_compact_heads (the values and support rules in the rows' pass) equals
+    first_bad("compact"), first_bad_support (an empty row absent), then compact_heads: kept
+    sets that break their rule (an id twice, no sampled id, a negative id) at any token,
+    beside rows and heads that fail before or after them, and values off their rule."""
+    values = arrays[2].copy()
+    if len(values) and data.draw(st.integers(0, 3)) == 0:
+        values[data.draw(st.integers(0, len(values) - 1))] = data.draw(st.sampled_from(_OFF_VALUES))
+    arrays = arrays[:2] + (values,) + arrays[3:]
+    got = impl.checked_supports_compact_heads(*arrays)
+    want = PYTHON.checked_supports_compact_heads(*arrays)
+    assert got[:2] == want[:2]
+    if got[0] >= 0 or got[1] >= 0:
+        assert got[2:] == (None,) * 5
+    else:
+        assert _heads_outcome(_Rest(got[2:]), arrays) == _heads_outcome(PYTHON, arrays)
 
 
 class _Rest:

@@ -126,9 +126,10 @@ TW_TARGET_AVX512 static int compact_row_avx512(const uint32_t *ids, const float 
 
 #ifdef TW_X86_SIMD
 /* One row of up to 32 entries for both kernels: its candidates (compact_row_avx512) and its
-   row rule in *r, with the sampled value in *out when it holds. 0 (nothing decided) when the
-   row holds a NaN or repeats whose bits differ (a zero of either sign): the kernels then run
-   on it one after the other. Repeats with identical bits and no NaN agree, so what is left
+   row rule in *r, with the sampled value in *out when it holds. 0 (nothing decided) when a
+   value breaks the values rule (a NaN among them) or repeats' bits differ (a zero of either
+   sign): the kernels then run on it one after the other. Repeats with identical bits and no
+   NaN agree, so what is left
    of the row rule is the sampled id. */
 TW_TARGET_AVX512 static int fused_row_avx512(const uint32_t *ids, const float *vals, size_t len,
                                              uint64_t take, int64_t sid, float *out, int64_t *oid,

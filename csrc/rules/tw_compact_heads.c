@@ -57,8 +57,8 @@ TW_TARGET_AVX512 static inline int above_one(__m512 v0, __m512 v1, uint32_t take
  * keep_support keeps them), written to oid/olp. It decides only what is plain: FAST_OK when
  * the row is valid and so is its head up to the sum rules (no value above 1, not empty, no
  * FEWER), which heads_in_registers then checks a batch at a time; FAST_ROW when the sampled id
- * breaks the row rule. Anything else (a NaN, a repeat whose zero's sign differs, a support
- * id not ranked, ...) is FAST_NO, and the token goes to the two kernels, which decide and
+ * breaks the row rule. Anything else (a value off the values rule, a repeat whose zero's sign
+ * differs, a support id not ranked, a support that breaks its own rule, ...) is FAST_NO, and the token goes to the two kernels, which decide and
  * report it as for every token. The sampled id's candidate carries the sampled value itself
  * (repeats here have identical bits), so DISAGREE never holds here.
  */
@@ -71,14 +71,8 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
     uint32_t keep;
     if (len == 0 || len > 32 || !tw_row_keep_avx512(ids, vals, len, take, &L, &keep) ||
         !tw_row_rule_avx512(&L, vals, sid, out_sampled, row_kind))
-        return FAST_NO;
-    /* the values rule (tw_compact_values_bad) on the values loaded: a row that breaks it is
-       not plain (compact_block then checks its block's values) */
-    const __m512 top = _mm512_set1_ps(1e-6f), ninf = _mm512_set1_ps(-INFINITY);
-    __m512 va = _mm512_castsi512_ps(L.va), vb = _mm512_castsi512_ps(L.vb);
-    if (_mm512_mask_cmp_ps_mask(L.ma, va, top, _CMP_NLE_UQ) | _mm512_mask_cmp_ps_mask(L.ma, va, ninf, _CMP_EQ_OQ) |
-        _mm512_mask_cmp_ps_mask(L.mb, vb, top, _CMP_NLE_UQ) | _mm512_mask_cmp_ps_mask(L.mb, vb, ninf, _CMP_EQ_OQ))
-        return FAST_NO;
+        return FAST_NO; /* tw_row_rule_avx512 also checks the values rule: a row that breaks it
+                           is not plain (compact_block then checks its block's values) */
     if (*row_kind != TW_ROW_OK) return FAST_ROW;
 
     /* the m candidates as lanes 0-31 of (c0, c1) and (v0, v1) */
@@ -153,8 +147,11 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
 
     unsigned r;
     if (sup && slen) {
-        /* keep_support: every support id among the live ranked ones; those are the head */
+        /* keep_support: every support id among the live ranked ones; those are the head. The
+           support rule with it (as compact_head_avx2): as many marks as ids, the sampled id
+           among them; anything else, the kernels decide. */
         uint32_t marks = 0;
+        if (sid > INT32_MAX) return FAST_NO; /* not an id a support (int32) holds */
         if (slen <= 16) {
             /* without a branch an id: the candidates against the 16 rotations of the ids'
                vector (its unused lanes repeat the first id). All ids were found when as many
@@ -164,6 +161,7 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
                over). */
             __m512i s = _mm512_mask_loadu_epi32(_mm512_set1_epi32(sup[0]), (__mmask16)((1u << slen) - 1), sup);
             if (_mm512_movepi32_mask(s)) return FAST_NO; /* a negative id */
+            if (!_mm512_cmpeq_epi32_mask(s, _mm512_set1_epi32((int)sid))) return FAST_NO; /* no sampled id */
             __m512i miss0 = _mm512_set1_epi32(-1), miss1 = miss0;
 #define TW_ROTATION(j)                                                          \
     do {                                                                        \
@@ -181,14 +179,17 @@ TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float
                      (uint32_t)_mm512_testn_epi32_mask(miss1, miss1) << 16) & lm;
             if ((size_t)_mm_popcnt_u32(marks) != slen) return FAST_NO;
         } else {
+            int has_sampled = 0;
             for (size_t j = 0; j < slen; j++) {
                 if (sup[j] < 0) return FAST_NO;
+                has_sampled |= (int64_t)sup[j] == sid;
                 __m512i want = _mm512_set1_epi32(sup[j]);
                 uint32_t h = ((uint32_t)_mm512_cmpeq_epi32_mask(r0, want) |
                               (uint32_t)_mm512_cmpeq_epi32_mask(r1, want) << 16) & lm;
                 if (!h) return FAST_NO;
                 marks |= h;
             }
+            if (!has_sampled || (size_t)_mm_popcnt_u32(marks) != slen) return FAST_NO;
         }
         r = (unsigned)_mm_popcnt_u32(marks);
         if (above_one(rv0, rv1, marks)) return FAST_NO; /* decided exactly */
@@ -232,17 +233,17 @@ TW_TARGET_AVX2 static inline uint32_t better8(__m256 v, __m256i c, __m256 pv, __
     return (uint32_t)_mm256_movemask_ps(b);
 }
 
-/* Lanes 8k-1 .. 8k+6 of the 32 in x (lane -1: lane 7 of x[0]), and lanes 8k+1 .. 8k+8 (lane
-   32: lane 0 of x[3]), from registers. */
+/* Lanes 8k-1 .. 8k+6 of the 8 nv lanes in x (lane -1: lane 7 of x[0]), and lanes 8k+1 .. 8k+8
+   (lane 8 nv: lane 0 of x[nv-1]), from registers. */
 TW_TARGET_AVX2 static inline __m256i lanes_before(const __m256i *x, size_t k) {
     const __m256i up = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
     return _mm256_blend_epi32(_mm256_permutevar8x32_epi32(x[k], up),
                               _mm256_permutevar8x32_epi32(x[k ? k - 1 : 0], up), 0x01);
 }
-TW_TARGET_AVX2 static inline __m256i lanes_after(const __m256i *x, size_t k) {
+TW_TARGET_AVX2 static inline __m256i lanes_after(const __m256i *x, size_t k, size_t nv) {
     const __m256i down = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
     return _mm256_blend_epi32(_mm256_permutevar8x32_epi32(x[k], down),
-                              _mm256_permutevar8x32_epi32(x[k < 3 ? k + 1 : 3], down), 0x80);
+                              _mm256_permutevar8x32_epi32(x[k + 1 < nv ? k + 1 : nv - 1], down), 0x80);
 }
 
 /* cnt lanes of ids (widened to int64) and of value bits into oid/olp, nothing past them
@@ -264,16 +265,16 @@ TW_TARGET_AVX2 static inline void store_head8(int64_t *oid, float *olp, __m256i 
     _mm256_maskstore_epi64((long long *)(void *)(oid + 4), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1)), hi);
 }
 
-/* The lanes of the four vectors of x equal to / above y, a bit each. */
-TW_TARGET_AVX2 static inline uint32_t lanes_eq_ps(const __m256i *x, float y) {
+/* The lanes of the nv vectors of x equal to / above y, a bit each. */
+TW_TARGET_AVX2 static inline uint32_t lanes_eq_ps(const __m256i *x, float y, size_t nv) {
     uint32_t bits = 0;
-    TW_UNROLL4 for (size_t k = 0; k < 4; k++)
+    TW_UNROLL4 for (size_t k = 0; k < nv; k++)
         bits |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_castsi256_ps(x[k]), _mm256_set1_ps(y), _CMP_EQ_OQ)) << (8 * k);
     return bits;
 }
-TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, float y) {
+TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, float y, size_t nv) {
     uint32_t bits = 0;
-    TW_UNROLL4 for (size_t k = 0; k < 4; k++)
+    TW_UNROLL4 for (size_t k = 0; k < nv; k++)
         bits |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_castsi256_ps(x[k]), _mm256_set1_ps(y), _CMP_GT_OQ)) << (8 * k);
     return bits;
 }
@@ -284,25 +285,19 @@ TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, float y) 
  * are moved into place in registers when the row repeats at most one earlier id (the usual
  * compact row: the sampled token, then the engine's ranked candidates, one of them the
  * sampled token again), else one at a time; the ranked order from the head's shape as there,
- * or sorted; a support's ids are found one id a compare.
+ * or sorted; a support's ids are found one id a compare. nv (2, 3 or 4: a constant in each
+ * copy compact_head_avx2 picks) vectors of eight lanes hold the row: a row of 23 entries
+ * (a top-22 row and its sampled token) is worked on in three, not four.
  */
-TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *vals, size_t len,
-                                            uint64_t take, int64_t sid, int64_t k,
-                                            const int32_t *sup, size_t slen, float *out_sampled,
-                                            int64_t *oid, float *olp, size_t *count,
-                                            int *row_kind) {
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
+compact_head_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t take, int64_t sid, int64_t k,
+                    const int32_t *sup, size_t slen, float *out_sampled, int64_t *oid, float *olp,
+                    size_t *count, int *row_kind, const size_t nv) {
     __m256i a[4], bits[4], c[4], v[4], rc[4], rv[4];
     uint32_t keep;
-    if (len == 0 || len > 32 || !tw_row_keep_avx2(ids, vals, len, take, sid, out_sampled, row_kind, a, bits, &keep))
-        return FAST_NO;
-    /* the values rule on the values loaded (zero past the row), as compact_head_avx512 */
-    const __m256 top = _mm256_set1_ps(1e-6f), ninf = _mm256_set1_ps(-INFINITY);
-    __m256 off = _mm256_setzero_ps();
-    TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
-        __m256 x = _mm256_castsi256_ps(bits[u]);
-        off = _mm256_or_ps(off, _mm256_or_ps(_mm256_cmp_ps(x, top, _CMP_NLE_UQ), _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ)));
-    }
-    if (_mm256_movemask_ps(off)) return FAST_NO;
+    /* tw_row_keep_avx2 also checks the values rule (a row that breaks it is not plain:
+       compact_block then checks its block's values) */
+    if (!tw_row_keep_avx2(ids, vals, len, take, sid, out_sampled, row_kind, a, bits, &keep)) return FAST_NO;
     if (*row_kind != TW_ROW_OK) return FAST_ROW;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     unsigned m = (unsigned)_mm_popcnt_u32(keep);
@@ -313,16 +308,16 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
     uint32_t holes = ~keep & ((UINT32_C(2) << (31 - (tw_clz64(keep) - 32))) - 1);
     if (holes == 0 || (holes & (holes - 1)) == 0) {
         __m256i j = _mm256_set1_epi32(holes ? (int)tw_ctz32(holes) : 32);
-        TW_UNROLL4 for (size_t q = 0; q < 4; q++) { /* lanes from the hole on take the lane after them */
+        TW_UNROLL4 for (size_t q = 0; q < nv; q++) { /* lanes from the hole on take the lane after them */
             __m256i from_next = _mm256_cmpgt_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * q + 1))), j);
-            c[q] = _mm256_blendv_epi8(a[q], lanes_after(a, q), from_next);
-            v[q] = _mm256_blendv_epi8(bits[q], lanes_after(bits, q), from_next);
+            c[q] = _mm256_blendv_epi8(a[q], lanes_after(a, q, nv), from_next);
+            v[q] = _mm256_blendv_epi8(bits[q], lanes_after(bits, q, nv), from_next);
         }
     } else {
         uint32_t ci[32], vi[32], ri[32], rvi[32];
         memset(ci, 0, sizeof ci);
         memset(vi, 0, sizeof vi);
-        TW_UNROLL4 for (size_t q = 0; q < 4; q++) {
+        TW_UNROLL4 for (size_t q = 0; q < nv; q++) {
             _mm256_storeu_si256((__m256i *)(void *)(ri + 8 * q), a[q]);
             _mm256_storeu_si256((__m256i *)(void *)(rvi + 8 * q), bits[q]);
         }
@@ -331,21 +326,21 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
             ci[n] = ri[tw_ctz32(left)];
             vi[n] = rvi[tw_ctz32(left)];
         }
-        TW_UNROLL4 for (size_t q = 0; q < 4; q++) {
+        TW_UNROLL4 for (size_t q = 0; q < nv; q++) {
             c[q] = _mm256_loadu_si256((const __m256i *)(const void *)(ci + 8 * q));
             v[q] = _mm256_loadu_si256((const __m256i *)(const void *)(vi + 8 * q));
         }
     }
 
     /* live: the candidates before a tail at the sentinel */
-    uint32_t z = lanes_eq_ps(v, (float)HEAD_SENTINEL) & all;
+    uint32_t z = lanes_eq_ps(v, (float)HEAD_SENTINEL, nv) & all;
     unsigned live = z ? tw_ctz32(z) : m;
     uint32_t lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
     int shaped = live > 0 && (z == 0 || z >> live == all >> live); /* sentinels only as a tail */
 
     /* the shape (head_shape): each candidate against the one before it, then the run */
     uint32_t up = 0;
-    TW_UNROLL4 for (size_t q = 0; q < 4; q++)
+    TW_UNROLL4 for (size_t q = 0; q < nv; q++)
         up |= better8(_mm256_castsi256_ps(v[q]), c[q], _mm256_castsi256_ps(lanes_before(v, q)),
                       lanes_before(c, q)) << (8 * q);
     up &= lm & ~UINT32_C(1);
@@ -357,7 +352,7 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
             __m256 f = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256()));
             __m256i fi = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
             uint32_t run = 0;
-            TW_UNROLL4 for (size_t u = 0; u < 4; u++)
+            TW_UNROLL4 for (size_t u = 0; u < nv; u++)
                 run |= better8(_mm256_castsi256_ps(v[u]), c[u], f, fi) << (8 * u);
             run &= lm;
             q = 1 + tw_ctz32(~(run >> 2));
@@ -366,18 +361,18 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
         __m256i qv = _mm256_set1_epi32((int)q);
         __m256i c0 = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
         __m256i v0 = _mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256());
-        TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
+        TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
             __m256i at_lane = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * u)));
             __m256i before = _mm256_cmpgt_epi32(qv, at_lane), is_q = _mm256_cmpeq_epi32(qv, at_lane);
-            rc[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(c[u], lanes_after(c, u), before), c0, is_q);
-            rv[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(v[u], lanes_after(v, u), before), v0, is_q);
+            rc[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(c[u], lanes_after(c, u, nv), before), c0, is_q);
+            rv[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(v[u], lanes_after(v, u, nv), before), v0, is_q);
         }
     } else {
         /* no shape: the candidates not at the sentinel, wherever they are, sorted (what
            select_one ranks with tw_rank_top then) */
         uint32_t cs[32], keep_live = all & ~z;
         float vs[32];
-        TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
+        TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
             _mm256_storeu_si256((__m256i *)(void *)(cs + 8 * u), c[u]);
             _mm256_storeu_si256((__m256i *)(void *)(vs + 8 * u), v[u]);
         }
@@ -390,32 +385,38 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
         }
         if (live == 0) return FAST_NO;
         tw_sort_head(id, at, live);
-        TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
+        TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
             rc[u] = _mm256_loadu_si256((const __m256i *)(const void *)(id + 8 * u));
             rv[u] = _mm256_loadu_si256((const __m256i *)(const void *)(at + 8 * u));
         }
         lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
     }
-    TW_UNROLL4 for (size_t u = 0; u < 4; u++) {
+    TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
         _mm256_storeu_si256((__m256i *)(void *)(id + 8 * u), rc[u]);
         _mm256_storeu_si256((__m256i *)(void *)(at + 8 * u), rv[u]);
     }
 
     unsigned r;
     if (sup && slen) {
-        /* keep_support: every support id among the live ranked ones; those are the head */
+        /* keep_support: every support id among the live ranked ones; those are the head. The
+           support rule with it: the ranked candidates are distinct (tw_row_keep_avx2 kept one
+           lane an id; the ranking only reorders them), so as many marks as ids say the ids are
+           distinct; and the sampled id among them. Anything else: the kernels decide. */
         uint32_t marks = 0;
+        int has_sampled = 0;
         for (size_t j = 0; j < slen; j++) {
             if (sup[j] < 0) return FAST_NO;
+            has_sampled |= (int64_t)sup[j] == sid;
             __m256i want = _mm256_set1_epi32(sup[j]);
             uint32_t h = 0;
-            TW_UNROLL4 for (size_t u = 0; u < 4; u++)
+            TW_UNROLL4 for (size_t u = 0; u < nv; u++)
                 h |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(rc[u], want))) << (8 * u);
             h &= lm;
             if (!h) return FAST_NO;
             marks |= h;
         }
-        if (lanes_above_ps(rv, 1.0f) & marks) return FAST_NO; /* decided exactly */
+        if (!has_sampled || (size_t)_mm_popcnt_u32(marks) != slen) return FAST_NO;
+        if (lanes_above_ps(rv, 1.0f, nv) & marks) return FAST_NO; /* decided exactly */
         r = 0;
         for (; marks; marks &= marks - 1, r++) {
             unsigned i = tw_ctz32(marks);
@@ -426,15 +427,29 @@ TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *va
         /* kept(): the first k, or those above a tie across the k-th place */
         r = k < 1 ? 0 : (uint64_t)k < live ? (unsigned)k : live;
         if (r > 0 && r < live && at[r - 1] == at[r])
-            r = tw_ctz32(lanes_eq_ps(rv, at[r]) & lm); /* ranked: the values equal to the boundary are one run */
+            r = tw_ctz32(lanes_eq_ps(rv, at[r], nv) & lm); /* ranked: the values equal to the boundary are one run */
         if (r == 0 || too_few(m, k)) return FAST_NO;
         uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
-        if (lanes_above_ps(rv, 1.0f) & head) return FAST_NO; /* decided exactly */
-        TW_UNROLL4 for (unsigned u = 0; u < 4; u++) /* the ranked lanes in place: r of them */
+        if (lanes_above_ps(rv, 1.0f, nv) & head) return FAST_NO; /* decided exactly */
+        TW_UNROLL4 for (unsigned u = 0; u < nv; u++) /* the ranked lanes in place: r of them */
             if (8 * u < r) store_head8(oid + 8 * u, olp + 8 * u, rc[u], rv[u], r - 8 * u);
     }
     *count = r;
     return FAST_OK;
+}
+
+/* compact_head_avx2_n with as few vectors as hold the row (up to 32 entries). */
+TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *vals, size_t len,
+                                            uint64_t take, int64_t sid, int64_t k,
+                                            const int32_t *sup, size_t slen, float *out_sampled,
+                                            int64_t *oid, float *olp, size_t *count,
+                                            int *row_kind) {
+    if (len == 0 || len > 32) return FAST_NO;
+    if (len <= 16)
+        return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, count, row_kind, 2);
+    if (len <= 24)
+        return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, count, row_kind, 3);
+    return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, count, row_kind, 4);
 }
 #endif
 
@@ -451,9 +466,10 @@ typedef struct {
     int64_t *out_off, *out_ids;
     float *out_lps;
     int path;
-    /* tw_compact_heads_checked: the values rule a block at a time, and its first failure */
-    int check_values;
-    ptrdiff_t value_bad;
+    /* tw_compact_heads_checked's outputs, NULL for a rule not checked: the first value that
+       breaks the values rule, the first token whose support breaks the support rule (both -1
+       while none is found; a block's are checked just before the kernels read it) */
+    ptrdiff_t *value_bad, *support_bad;
     /* scratch for the tokens the two kernels decide */
     int64_t *cand_ids;
     double *cand_lps, *lps;
@@ -483,13 +499,25 @@ static ptrdiff_t compact_block(compact_call *c, size_t from, size_t to, int64_t 
     int64_t coff[TOKEN_BLOCK + 1], off[TOKEN_BLOCK + 1];
     double slps[TOKEN_BLOCK];
     size_t n = to - from;
-    if (c->check_values) {
-        /* the block's values, while they are about to be read anyway: every earlier row's
-           were checked (here, or in registers), so a failure is the first one */
+    /* the block's values and supports, while they are about to be read anyway: every earlier
+       row's were checked (here, or in registers), so a failure is the first one */
+    if (c->value_bad) {
         ptrdiff_t v = tw_compact_values_bad(c->row_vals + c->roff[from], (size_t)(c->roff[to] - c->roff[from]));
         if (v >= 0) {
-            c->value_bad = c->roff[from] + v;
+            *c->value_bad = c->roff[from] + v;
             return (ptrdiff_t)from;
+        }
+    }
+    if (c->support_bad) {
+        int nomem = 0;
+        ptrdiff_t s = tw_support_rows(c->sup, c->soff + from, n, c->sampled + from, 1, &nomem, c->path);
+        if (nomem) {
+            *row_kind = TW_ROW_NOMEM;
+            return (ptrdiff_t)from + s;
+        }
+        if (s >= 0) {
+            *c->support_bad = (ptrdiff_t)from + s;
+            return (ptrdiff_t)from + s;
         }
     }
     if (!block_scratch(c, (size_t)(c->roff[to] - c->roff[from]))) {
@@ -592,10 +620,12 @@ static ptrdiff_t compact_heads(size_t n, const int64_t *roff, const uint32_t *ro
                                const float *row_vals, const int64_t *sampled, int64_t num_top,
                                int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
                                int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
-                               int *head_code, int path, ptrdiff_t *value_bad) {
+                               int *head_code, int path, ptrdiff_t *value_bad, ptrdiff_t *support_bad) {
+    if (value_bad) *value_bad = -1;
+    if (support_bad) *support_bad = -1;
     compact_call c = {roff,        row_ids, row_vals, sampled, num_top, k,    soff,
                       sup,         out_sampled, out_off, out_ids, out_lps, tw_path_resolve(path),
-                      value_bad != NULL, -1, NULL, NULL, NULL, 0};
+                      value_bad, soff ? support_bad : NULL, NULL, NULL, NULL, 0};
     ptrdiff_t failed = -1;
     int64_t o = 0;
     *row_kind = TW_ROW_OK;
@@ -613,14 +643,22 @@ static ptrdiff_t compact_heads(size_t n, const int64_t *roff, const uint32_t *ro
     tw_mem_free(c.cand_ids);
     tw_mem_free(c.cand_lps);
     tw_mem_free(c.lps);
-    if (value_bad) {
-        /* A row or head that failed stopped the pass: the values after it were not all
-           checked, and the values rule comes before every other. */
-        if (failed >= 0 && c.value_bad < 0 && n) {
-            ptrdiff_t v = tw_compact_values_bad(row_vals + roff[0], (size_t)(roff[n] - roff[0]));
-            c.value_bad = v >= 0 ? roff[0] + v : -1;
+    /* A token that failed stopped the pass: the values and supports from its row on were not
+       all checked (those of the rows before it were), and their rules come before the rows'
+       and heads'. */
+    if (failed >= 0 && (size_t)failed < n && (!value_bad || *value_bad < 0)) {
+        if (value_bad) {
+            ptrdiff_t v = tw_compact_values_bad(row_vals + roff[failed], (size_t)(roff[n] - roff[failed]));
+            if (v >= 0) *value_bad = roff[failed] + v;
         }
-        *value_bad = c.value_bad;
+        if (c.support_bad && *c.support_bad < 0 && (!value_bad || *value_bad < 0)) {
+            int nomem = 0;
+            ptrdiff_t s = tw_support_rows(sup, soff + failed, n - (size_t)failed, sampled + failed, 1, &nomem, c.path);
+            if (nomem)
+                *row_kind = TW_ROW_NOMEM;
+            else if (s >= 0)
+                *c.support_bad = failed + s;
+        }
     }
     return failed;
 }
@@ -631,14 +669,15 @@ ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_id
                            int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
                            int *head_code, int path) {
     return compact_heads(n, roff, row_ids, row_vals, sampled, num_top, k, soff, sup, out_sampled, out_off,
-                         out_ids, out_lps, row_kind, head_code, path, NULL);
+                         out_ids, out_lps, row_kind, head_code, path, NULL, NULL);
 }
 
 ptrdiff_t tw_compact_heads_checked(size_t n, const int64_t *roff, const uint32_t *row_ids,
                                    const float *row_vals, const int64_t *sampled, int64_t num_top,
                                    int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
                                    int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
-                                   int *head_code, int path, ptrdiff_t *value_bad) {
+                                   int *head_code, int path, ptrdiff_t *value_bad,
+                                   ptrdiff_t *support_bad) {
     return compact_heads(n, roff, row_ids, row_vals, sampled, num_top, k, soff, sup, out_sampled, out_off,
-                         out_ids, out_lps, row_kind, head_code, path, value_bad);
+                         out_ids, out_lps, row_kind, head_code, path, value_bad, support_bad);
 }

@@ -124,18 +124,25 @@ ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_id
 
 /*
  * tw_compact_heads with the values rule of compact rows (tw_compact_values_bad, tw_validate.h:
- * every value finite and at most 1e-6) in the same pass: the rows the registers take are
- * checked there, the others a block at a time just before the kernels read them, so the
- * values are not read in a pass of their own. *value_bad: -1 when every value of
- * row_vals[roff[0] .. roff[n]) keeps the rule, else the index (into row_vals) of the first
- * that does not; that rule comes before every other, so the return value and the other
- * outputs are then to be ignored. Otherwise as tw_compact_heads.
+ * every value finite and at most 1e-6) and the support rule of the kept sets
+ * (tw_support_rows with absent_ok: a non-empty row holds the sampled id and no id twice) in
+ * the same pass: the rows the registers take are checked there, the others a block at a time
+ * just before the kernels read them, so neither the values nor the supports are read in a
+ * pass of their own. Either check is made only when its output is given (not NULL):
+ * *value_bad: -1 when every value of row_vals[roff[0] .. roff[n]) keeps the rule, else the
+ * index (into row_vals) of the first that does not; *support_bad (with soff; -1 without):
+ * -1 when every support row of the n tokens keeps its rule, else the first token whose row
+ * does not (*row_kind is TW_ROW_NOMEM, with *support_bad -1, when tw_support_rows had no
+ * scratch memory). The values rule comes before every other, the support rule before the
+ * rows' and heads': the return value and the other outputs are to be ignored when either
+ * fails. Otherwise as tw_compact_heads.
  */
 ptrdiff_t tw_compact_heads_checked(size_t n, const int64_t *roff, const uint32_t *row_ids,
                                    const float *row_vals, const int64_t *sampled, int64_t num_top,
                                    int64_t k, const int64_t *soff, const int32_t *sup, float *out_sampled,
                                    int64_t *out_off, int64_t *out_ids, float *out_lps, int *row_kind,
-                                   int *head_code, int path, ptrdiff_t *value_bad);
+                                   int *head_code, int path, ptrdiff_t *value_bad,
+                                   ptrdiff_t *support_bad);
 
 /* math.fsum(math.exp(v) for v in p): exp() from the C library, summed exactly and rounded
    once to nearest-even. NaN if any exp is NaN, else +inf if any is +inf or the sum

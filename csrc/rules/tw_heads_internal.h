@@ -204,12 +204,12 @@ TW_TARGET_AVX512 TW_INTERNAL int tw_row_keep_avx512(const uint32_t *ids, const f
                                                     uint64_t take, tw_row_lanes *L, uint32_t *keep_out);
 
 /* The row rule on a row tw_row_keep_avx512 took, in *r (the sampled value in *out when it
-   holds); 0 when the row holds a NaN. */
+   holds); 0 when a value breaks the values rule (tw_compact_values_bad; NaN among them). */
 TW_TARGET_AVX512 TW_INTERNAL int tw_row_rule_avx512(const tw_row_lanes *L, const float *vals, int64_t sid,
                                                     float *out, int *r);
 
-/* Both with AVX2, the row into a and bits (four vectors each); 0 when the row holds a NaN or a
-   repeated id that does not carry identical bits everywhere. */
+/* Both with AVX2, the row into a and bits (four vectors each); 0 when a value breaks the values
+   rule (NaN among them) or a repeated id does not carry identical bits everywhere. */
 TW_TARGET_AVX2 TW_INTERNAL int tw_row_keep_avx2(const uint32_t *ids, const float *vals, size_t len,
                                                 uint64_t take, int64_t sid, float *out, int *r,
                                                 __m256i *a, __m256i *bits, uint32_t *keep_out);

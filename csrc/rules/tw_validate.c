@@ -340,9 +340,11 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
  * tw_compact_heads.c, on the AVX-512 and AVX2 paths, rows of up to 32 entries; declared in
  * tw_heads_internal.h). Where they decide a row they decide as tw_compact_rows, but they are
  * not its kernels:
- *   - they decide a row only when it holds no NaN and every repeated id carries bit-identical
- *     values; for any other row they return 0 and the caller runs the scalar code on it
- *     (tw_compact_rows for the rule, compact_row_small for the candidates).
+ *   - they decide a row only when its values keep the values rule (tw_compact_values_bad: no
+ *     NaN, no infinity, none above 1e-6; checked here, beside the other rules of the rows the
+ *     registers hold, so the head kernels read them once) and every repeated id carries
+ *     bit-identical values; for any other row they return 0 and the caller runs the scalar
+ *     code on it (tw_compact_rows for the rule, compact_row_small for the candidates).
  *     tw_compact_rows' kernels compare repeats with != (a NaN disagrees with itself, -0.0
  *     agrees with 0.0) and report REPEAT_DISAGREE; on the rows the kernels below take, != and
  *     bit identity agree, so no repeat disagrees there and they never report it. What is left
@@ -423,13 +425,16 @@ TW_TARGET_AVX512 int tw_row_keep_avx512(const uint32_t *ids, const float *vals, 
 }
 
 /* The row rule on a row tw_row_keep_avx512 took (its repeats carry identical bits): 0 when a
-   value is NaN (left to the scalar code), else 1 with *r TW_ROW_OK and the sampled value in
+   value breaks the values rule (NaN among them; left to the scalar code), else 1 with *r TW_ROW_OK and the sampled value in
    *out when the sampled id is in the row and its last value (a zero's sign) is not the
    sentinel, TW_ROW_MISSING_SAMPLED otherwise. */
 TW_TARGET_AVX512 int tw_row_rule_avx512(const tw_row_lanes *L, const float *vals, int64_t sid, float *out,
                                         int *r) {
+    /* !(x <= 1e-6) holds for NaN and anything above; -inf is the other value off the rule */
+    const __m512 top = _mm512_set1_ps(1e-6f), ninf = _mm512_set1_ps(-INFINITY);
     __m512 va = _mm512_castsi512_ps(L->va), vb = _mm512_castsi512_ps(L->vb);
-    if (_mm512_mask_cmp_ps_mask(L->ma, va, va, _CMP_UNORD_Q) | _mm512_mask_cmp_ps_mask(L->mb, vb, vb, _CMP_UNORD_Q))
+    if (_mm512_mask_cmp_ps_mask(L->ma, va, top, _CMP_NLE_UQ) | _mm512_mask_cmp_ps_mask(L->ma, va, ninf, _CMP_EQ_OQ) |
+        _mm512_mask_cmp_ps_mask(L->mb, vb, top, _CMP_NLE_UQ) | _mm512_mask_cmp_ps_mask(L->mb, vb, ninf, _CMP_EQ_OQ))
         return 0;
     uint32_t hit = 0;
     if (sampled_in_range(sid)) {
@@ -443,25 +448,29 @@ TW_TARGET_AVX512 int tw_row_rule_avx512(const tw_row_lanes *L, const float *vals
 
 /* tw_row_keep_avx512 and tw_row_rule_avx512 with AVX2, for rows of up to 32 entries: the lanes
    repeating an earlier lane found in registers, eight lanes a compare. 0 (nothing decided)
-   when the row holds a NaN or repeats whose bits differ (a zero of either sign); else 1, the
-   row loaded into a and bits (four vectors each, zero past the row), *keep the lanes of the
-   first `take` distinct ids, and the row rule in *r with the sampled value in *out when it
-   holds. */
-TW_TARGET_AVX2 int tw_row_keep_avx2(const uint32_t *ids, const float *vals, size_t len, uint64_t take,
-                                    int64_t sid, float *out, int *r, __m256i *a, __m256i *bits,
-                                    uint32_t *keep_out) {
-    size_t nvec = (len + 7) / 8;
-    uint32_t all = tw_load32_avx2(ids, len, a), nan = 0, rep, hit = 0, keep;
+   when a value breaks the values rule (NaN among them) or repeats' bits differ (a zero of
+   either sign); else 1, the row loaded into a and bits (four vectors each, zero past the
+   row), *keep the lanes of the first `take` distinct ids, and the row rule in *r with the
+   sampled value in *out when it holds. nvec (1 to 4, a constant in each copy
+   tw_row_keep_avx2 picks): the vectors that hold the row. */
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
+row_keep_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t take, int64_t sid, float *out,
+                int *r, __m256i *a, __m256i *bits, uint32_t *keep_out, const size_t nvec) {
+    uint32_t all = tw_load32_avx2(ids, len, a), rep, hit = 0, keep;
     tw_load32_avx2(vals, len, bits);
     for (size_t k = nvec; k < 4; k++) a[k] = bits[k] = _mm256_setzero_si256();
-    TW_UNROLL4 for (size_t k = 0; k < 4; k++) {
-        __m256 v = _mm256_castsi256_ps(bits[k]);
-        nan |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) << (8 * k);
+    /* the values rule: !(x <= 1e-6) holds for NaN and anything above; -inf is the other value
+       off the rule (lanes past the row are 0.0, on it) */
+    const __m256 top = _mm256_set1_ps(1e-6f), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 off = _mm256_setzero_ps();
+    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) {
+        __m256 x = _mm256_castsi256_ps(bits[k]);
+        off = _mm256_or_ps(off, _mm256_or_ps(_mm256_cmp_ps(x, top, _CMP_NLE_UQ), _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ)));
     }
-    if (nan) return 0;
+    if (_mm256_movemask_ps(off)) return 0;
     /* lanes past the row (id 0) come after the row's, so they mark none of the row's; they
        are dropped from rep, so nothing past the row is read below */
-    rep = tw_repeats_avx2(a, nvec) & all;
+    rep = tw_repeats_avx2_n(a, nvec) & all;
     /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
     for (uint32_t left = rep; left; left &= left - 1) {
         unsigned j = tw_ctz32(left);
@@ -469,7 +478,7 @@ TW_TARGET_AVX2 int tw_row_keep_avx2(const uint32_t *ids, const float *vals, size
         uint32_t differ = 0;
         memcpy(&same, vals + j, sizeof same);
         __m256i want = _mm256_set1_epi32((int)ids[j]), want_bits = _mm256_set1_epi32(same);
-        TW_UNROLL4 for (size_t k = 0; k < 4; k++)
+        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
             differ |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(
                           _mm256_andnot_si256(_mm256_cmpeq_epi32(bits[k], want_bits), _mm256_cmpeq_epi32(a[k], want))))
                       << (8 * k);
@@ -477,7 +486,7 @@ TW_TARGET_AVX2 int tw_row_keep_avx2(const uint32_t *ids, const float *vals, size
     }
     if (sampled_in_range(sid)) {
         __m256i want = _mm256_set1_epi32((int)(uint32_t)sid);
-        TW_UNROLL4 for (size_t k = 0; k < 4; k++)
+        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
             hit |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], want))) << (8 * k);
         hit &= all; /* lanes past the row load as id 0 */
     }
@@ -487,6 +496,23 @@ TW_TARGET_AVX2 int tw_row_keep_avx2(const uint32_t *ids, const float *vals, size
     while ((uint64_t)_mm_popcnt_u32(keep) > take) keep &= ~(UINT32_C(1) << (63 - tw_clz64(keep)));
     *keep_out = keep;
     return 1;
+}
+
+TW_TARGET_AVX2 int tw_row_keep_avx2(const uint32_t *ids, const float *vals, size_t len, uint64_t take,
+                                    int64_t sid, float *out, int *r, __m256i *a, __m256i *bits,
+                                    uint32_t *keep_out) {
+    switch ((len + 7) / 8) {
+    case 0:
+        return row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 0);
+    case 1:
+        return row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 1);
+    case 2:
+        return row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 2);
+    case 3:
+        return row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 3);
+    default:
+        return row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 4);
+    }
 }
 #endif
 

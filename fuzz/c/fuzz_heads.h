@@ -233,7 +233,7 @@ static void fz_heads(const uint8_t *data, size_t size, int path, fz_log *l)
         int vkind = -1, vcode = -1;
         ptrdiff_t vbad = -2, vwant = -1;
         ptrdiff_t tv = tw_compact_heads_checked(n, r.roff, r.row_ids, r.row_vals, r.sampled, r.num_top, r.k, soff, sup,
-                                                h_sampled, hoff, hids, hlps, &vkind, &vcode, path, &vbad);
+                                                h_sampled, hoff, hids, hlps, &vkind, &vcode, path, &vbad, NULL);
         if (n && (vwant = tw_compact_values_bad(r.row_vals + r.roff[0], (size_t)(r.roff[n] - r.roff[0]))) >= 0)
             vwant += r.roff[0];
         fz_u64(l, (uint64_t)vbad);
@@ -243,6 +243,27 @@ static void fz_heads(const uint8_t *data, size_t size, int path, fz_log *l)
             FZ_CHECK(tv == tc && vkind == row_kind && vcode == head_code,
                      "tw_compact_heads_checked: token %td (row %d, head %d); tw_compact_heads %td (%d, %d)", tv, vkind,
                      vcode, tc, row_kind, head_code);
+    }
+
+    /* The support rule in the same pass too: after the values rule, its first failure is
+       tw_support_rows' (an empty row absent); without one, the verdict is tw_compact_heads'. */
+    if (soff) {
+        int skind = -1, scode = -1, snomem = 0;
+        ptrdiff_t vbad = -2, sbad = -2, vwant = -1, swant;
+        ptrdiff_t ts = tw_compact_heads_checked(n, r.roff, r.row_ids, r.row_vals, r.sampled, r.num_top, r.k, soff, sup,
+                                                h_sampled, hoff, hids, hlps, &skind, &scode, path, &vbad, &sbad);
+        if (n && (vwant = tw_compact_values_bad(r.row_vals + r.roff[0], (size_t)(r.roff[n] - r.roff[0]))) >= 0)
+            vwant += r.roff[0];
+        swant = n ? tw_support_rows(sup, soff, n, r.sampled, 1, &snomem, path) : -1;
+        fz_u64(l, (uint64_t)sbad);
+        FZ_CHECK(vbad == vwant, "tw_compact_heads_checked (supports): value %td, tw_compact_values_bad %td", vbad, vwant);
+        if (vbad < 0 && !snomem && skind != TW_ROW_NOMEM)
+            FZ_CHECK(sbad == swant, "tw_compact_heads_checked: support %td, tw_support_rows %td", sbad, swant);
+        if (vbad < 0 && sbad < 0 && skind != TW_ROW_NOMEM && scode != TW_HEAD_NOMEM && row_kind != TW_ROW_NOMEM &&
+            head_code != TW_HEAD_NOMEM)
+            FZ_CHECK(ts == tc && skind == row_kind && scode == head_code,
+                     "tw_compact_heads_checked (supports): token %td (row %d, head %d); tw_compact_heads %td (%d, %d)",
+                     ts, skind, scode, tc, row_kind, head_code);
     }
 
     /* Supports on their own. */

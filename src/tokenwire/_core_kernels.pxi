@@ -217,18 +217,30 @@ cdef _KeptSets _kept_sets(supports):
 
 def compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports):
     """``compact_rows_candidates`` then ``heads`` in one call (kernels/python.py)."""
-    return _compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports, False)[1:]
+    return _compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports, False, False)[2:]
 
 
 def checked_compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports):
     """``first_bad("compact", row_values)`` and ``compact_heads`` in one pass (kernels/python.py)."""
-    return _compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports, True)
+    got = _compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports, True, False)
+    return (got[0], *got[2:])
 
 
-cdef tuple _compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports, bint check_values):
+def checked_supports_compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports):
+    """``first_bad("compact", row_values)``, ``first_bad_support`` of the supports (an empty row
+    absent) and ``compact_heads`` in one pass (kernels/python.py)."""
+    return _compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports, True, supports is not None)
+
+
+cdef tuple _compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports, bint check_values,
+                          bint check_supports):
+    """(first bad value, first bad support, sampled values, heads' ids, heads' values, bad row,
+    bad head); a rule not checked reports -1."""
     cdef size_t n = len(ids)
     cdef int row_kind = 0, head_code = 0
-    cdef ptrdiff_t bad = -1, value_bad = -1
+    cdef ptrdiff_t bad = -1, value_bad = -1, support_bad = -1
+    cdef ptrdiff_t *value_out = &value_bad if check_values else NULL
+    cdef ptrdiff_t *support_out = &support_bad if check_supports else NULL
     cdef const int64_t[::1] roff = offsets
     cdef const uint32_t[::1] rids = row_ids if len(row_ids) else np.zeros(1, np.uint32)
     cdef const float[::1] rvals = row_values if len(row_values) else np.zeros(1, np.float32)
@@ -244,24 +256,21 @@ cdef tuple _compact_heads(ids, row_ids, row_values, offsets, num_top, k, support
     if n:
         sampled_ids = _i64(ids)
         with nogil:
-            if check_values:
-                bad = tw_compact_heads_checked(n, &roff[0], &rids[0], &rvals[0], sampled_ids, top, kk, kept.soff,
-                                               kept.sup, &out[0], &off_view[0], &oid_view[0], &olp_view[0],
-                                               &row_kind, &head_code, simd, &value_bad)
-            else:
-                bad = tw_compact_heads(n, &roff[0], &rids[0], &rvals[0], sampled_ids, top, kk, kept.soff, kept.sup,
-                                       &out[0], &off_view[0], &oid_view[0], &olp_view[0], &row_kind,
-                                       &head_code, simd)
+            bad = tw_compact_heads_checked(n, &roff[0], &rids[0], &rvals[0], sampled_ids, top, kk, kept.soff,
+                                           kept.sup, &out[0], &off_view[0], &oid_view[0], &olp_view[0],
+                                           &row_kind, &head_code, simd, value_out, support_out)
     if value_bad >= 0:
-        return value_bad, None, None, None, None, None
+        return value_bad, -1, None, None, None, None, None
+    if support_bad >= 0:
+        return -1, support_bad, None, None, None, None, None
     if bad >= 0:
         if row_kind != TW_ROW_OK:
-            return -1, None, None, None, _row_failure(bad, row_kind), None
+            return -1, -1, None, None, None, _row_failure(bad, row_kind), None
         if head_code == TW_HEAD_NOMEM:
             raise MemoryError()
-        return -1, None, None, None, None, (bad, _HEAD_REASONS[head_code])
+        return -1, -1, None, None, None, None, (bad, _HEAD_REASONS[head_code])
     end = int(out_off[n])
-    return -1, sampled, Ragged(out_off, out_ids[:end]), Ragged(out_off.copy(), out_lps[:end]), None, None
+    return -1, -1, sampled, Ragged(out_off, out_ids[:end]), Ragged(out_off.copy(), out_lps[:end]), None, None
 
 
 def compact_candidates(row_ids, row_values, offsets, num_top):

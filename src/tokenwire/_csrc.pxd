@@ -139,7 +139,7 @@ cdef extern from "rules/tw_heads.h" nogil:
                                        int64_t k, const int64_t *soff, const int32_t *sup,
                                        float *out_sampled, int64_t *out_off, int64_t *out_ids,
                                        float *out_lps, int *row_kind, int *head_code, int path,
-                                       ptrdiff_t *value_bad)
+                                       ptrdiff_t *value_bad, ptrdiff_t *support_bad)
     int tw_compact_candidates(size_t n, const int64_t *roff, const uint32_t *row_ids,
                               const float *row_vals, int64_t num_top, int64_t *coff,
                               int64_t *cand_ids, double *cand_lps, int simd)

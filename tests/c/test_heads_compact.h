@@ -374,11 +374,26 @@ static void test_compact_heads(long count) {
             ptrdiff_t vwant = total ? tw_compact_values_bad(bvals, total) : -1, vgot = -2;
             int ckind = -1, ccode = -1;
             ptrdiff_t cgot = tw_compact_heads_checked(n, roff, ids, bvals, sampled, num_top, k, so, sup, gs, goff,
-                                                      gids, glps, &ckind, &ccode, g_paths[p], &vgot);
+                                                      gids, glps, &ckind, &ccode, g_paths[p], &vgot, NULL);
             int same = memcmp(bvals, vals, total * sizeof(float)) == 0;
             CHECK(vgot == vwant && (vwant >= 0 || !same || (cgot == got && ckind == gkind && (got < 0 || gkind != TW_ROW_OK || ccode == gcode))),
                   "checked compact heads, path %d, case %ld: value %td (want %td), failed %td (%d, %d), unchecked %td (%d, %d)",
                   g_paths[p], c, vgot, vwant, cgot, ckind, ccode, got, gkind, gcode);
+            if (so) {
+                /* and the support rule in the same pass: after the values rule, the first
+                   support tw_support_rows finds (an empty row absent), else as above */
+                ptrdiff_t sgot = -2, svgot = -2;
+                int skind = -1, scode = -1, snomem = 0;
+                ptrdiff_t sret = tw_compact_heads_checked(n, roff, ids, bvals, sampled, num_top, k, so, sup, gs, goff,
+                                                          gids, glps, &skind, &scode, g_paths[p], &svgot, &sgot);
+                ptrdiff_t swant = n ? tw_support_rows(sup, so, n, sampled, 1, &snomem, g_paths[p]) : -1;
+                CHECK(svgot == vwant && (vwant >= 0 || sgot == swant) &&
+                          (vwant >= 0 || swant >= 0 || !same ||
+                           (sret == got && skind == gkind && (got < 0 || gkind != TW_ROW_OK || scode == gcode))),
+                      "supports checked compact heads, path %d, case %ld: value %td (want %td), support %td (want %td), "
+                      "failed %td (%d, %d), unchecked %td (%d, %d)",
+                      g_paths[p], c, svgot, vwant, sgot, swant, sret, skind, scode, got, gkind, gcode);
+            }
         }
         /* Allocation failure: a token the kernels take needs scratch space. */
         if (c % 40 == 0 && n) {

@@ -268,6 +268,24 @@ def checked_compact_heads(ids: np.ndarray, row_ids: np.ndarray, row_values: np.n
     return (-1, *compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports))
 
 
+def checked_supports_compact_heads(
+        ids: np.ndarray, row_ids: np.ndarray, row_values: np.ndarray, offsets: np.ndarray, num_top: int, k: int,
+        supports: Ragged | None) -> tuple[int, int, np.ndarray | None, Ragged | None, Ragged | None,
+                                          tuple[int, str] | None, tuple[int, str] | None]:
+    """``first_bad("compact", row_values)``, then (no value breaking that rule) the first
+    support of the kept sets that breaks its rule (:func:`first_bad_support` over every token,
+    an empty row absent), then (none: -1) :func:`compact_heads`; the compiled core checks
+    the values and the supports in the same pass as the rows. With a bad value or support,
+    its index (the other -1) and Nones."""
+    bad = first_bad("compact", row_values)
+    if bad >= 0:
+        return bad, -1, None, None, None, None, None
+    support_bad = -1 if supports is None else first_bad_support(ids, supports, len(ids), absent_ok=True)
+    if support_bad >= 0:
+        return -1, support_bad, None, None, None, None, None
+    return (-1, -1, *compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports))
+
+
 def heads(
     ids: np.ndarray,
     candidates: Candidates,

@@ -319,11 +319,23 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence,
                         handle: Ragged | None = None) -> Ragged | None:
     """The kept supports of a choice; ``handle``, the mask already read by handle
     (:func:`read_payload`), stands for the inline forms, which cannot be beside it."""
+    rows, unchecked = sampling_mask_unchecked(choice, ids, c, handle)
+    if unchecked is not None:
+        _check_supports(c, ids, cast(Ragged, rows), unchecked)
+    return rows
+
+
+def sampling_mask_unchecked(choice: dict[str, Any], ids: np.ndarray, c: Evidence,
+                            handle: Ragged | None = None) -> tuple[Ragged | None, str | None]:
+    """:func:`parse_sampling_mask` but for the support rule (``first_bad_support``), left to
+    the caller when the second item (the mask's field, to fail at) is not None: the rows are
+    read and their form checked, no more (compact heads check the supports in the rows'
+    pass: ``checked_supports_compact_heads``)."""
     if handle is not None:
-        return handle
+        return handle, None
     field = _mask_field(choice)
     if field is None:
-        return None
+        return None, None
     mask = choice[field]
     # kept_tokens (prime-rl's sampling replay): the same CSR with bare base64 strings.
     bare = field == KEY.kept_tokens
@@ -360,7 +372,9 @@ def parse_sampling_mask(choice: dict[str, Any], ids: np.ndarray, c: Evidence,
         c.fail("kept_tokens must be an object {ids, counts} of base64 int32 strings", field)
     else:
         c.fail("Sampling mask token count mismatch", field)
-    return _check_supports(c, ids, rows, field, bad_row)
+    if bad_row is not None:  # a malformed list row: the supports before it now, then that row
+        return _check_supports(c, ids, rows, field, bad_row), None
+    return rows, field
 
 
 def _check_supports(c: Evidence, ids: np.ndarray, rows: Ragged, field: str, bad_row: int | None = None) -> Ragged:
@@ -370,12 +384,16 @@ def _check_supports(c: Evidence, ids: np.ndarray, rows: Ragged, field: str, bad_
     # An empty row (a zero count) is a token without a recorded support, in every form: prime-rl
     # sends vLLM's packed mask with zero counts for positions without replay (and by handle, a
     # row of padding only).
-    bad = c.kernels.first_bad_support(ids, rows, limit, absent_ok=True)
-    if bad >= 0:
-        c.fail(explained(c, "Invalid recorded sampling support", _support_fault(ids, rows, bad)), field, bad)
+    _fail_support(c, ids, rows, field, c.kernels.first_bad_support(ids, rows, limit, absent_ok=True))
     if bad_row is not None:
         c.fail("Invalid recorded sampling support", field, bad_row)
     return rows
+
+
+def _fail_support(c: Evidence, ids: np.ndarray, rows: Ragged, field: str, bad: int) -> None:
+    """Fail at token ``bad``, whose support row breaks the support rule, unless it is -1."""
+    if bad >= 0:
+        c.fail(explained(c, "Invalid recorded sampling support", _support_fault(ids, rows, bad)), field, bad)
 
 
 def mask_logprob_values(c: Evidence, rows: Any, mask: Ragged, field: str, marker: float | None = None) -> np.ndarray:
@@ -529,19 +547,28 @@ def parse_compact_logprobs(
         if bad is not None:
             c.fail(bad[1], field, bad[0])
         return sampled, None, None, parse_sampling_mask(choice, ids, c, handle)
-    # With a head the values are checked in the rows' pass (checked_compact_heads), after the
-    # support: a support that fails defers to a bad value, whose rule comes first.
+    # With a head the values are checked in the rows' pass (checked_compact_heads), and so is
+    # the support rule of an inline mask (checked_supports_compact_heads): the values' rule
+    # first, then the supports', then the rows' and heads'. A mask whose form fails defers to
+    # a bad value, whose rule comes first.
     try:
-        supports = parse_sampling_mask(choice, ids, c, handle)
+        supports, unchecked = sampling_mask_unchecked(choice, ids, c, handle)
     except Exception:
         _compact_values(c, field, offsets, row_values, c.kernels.first_bad("compact", row_values))
         raise
     # Rows are checked in order, a row's own rules before its head: a head error in an
     # earlier row comes first, then the row error.
-    value_bad, sampled, top_ids, top_logprobs, bad, head_bad = c.kernels.checked_compact_heads(
-        ids, row_ids, row_values, offsets, num_top, k, supports
-    )
+    support_bad = -1
+    if unchecked is None:
+        value_bad, sampled, top_ids, top_logprobs, bad, head_bad = c.kernels.checked_compact_heads(
+            ids, row_ids, row_values, offsets, num_top, k, supports
+        )
+    else:
+        value_bad, support_bad, sampled, top_ids, top_logprobs, bad, head_bad = (
+            c.kernels.checked_supports_compact_heads(ids, row_ids, row_values, offsets, num_top, k, supports))
     _compact_values(c, field, offsets, row_values, value_bad)
+    if unchecked is not None:
+        _fail_support(c, ids, cast(Ragged, supports), unchecked, support_bad)
     if head_bad is not None:
         t = head_bad[0]
         _fail_head(c, choice, field, head_bad, supports, k, row_ids[offsets[t]:offsets[t + 1]])
