@@ -76,7 +76,7 @@ from ..base._table import KEY
 from ..base._wire import VLLM_LOGPROB_SENTINEL
 from ..read import _select
 from . import _patching, distribution_version
-from .renderers import _numbers
+from ._checks import check_ids, check_logprobs
 
 __all__ = ["ClampedLogprobs", "SUPPORTED_VERSIONS", "SkyRLResponseError", "check_response", "is_patched", "patch",
            "patched", "refuse_clamped", "skyrl_version", "unpatch"]
@@ -89,7 +89,6 @@ CLAMPED_LOGPROB = VLLM_LOGPROB_SENTINEL
 refuse_clamped: bool = False
 # How often each replacement ran (the pytest plugin reports which tests reached them).
 calls: Counter[str] = Counter()
-_ID_LIMIT = 2**32
 _log = logging.getLogger(__name__)
 
 
@@ -120,35 +119,13 @@ def skyrl_version() -> str | None:
 # --- the checks ----------------------------------------------------------------------------------
 
 
-def _check_ids(ids: Any) -> int:
-    """How many ids ``ids`` holds; refused unless a list of ints in ``[0, 2**32)``."""
-    if not isinstance(ids, list):
-        raise _refuse("must be a list of token ids", field="token_ids")
-    wrong = [type(i) is not int or not 0 <= i < _ID_LIMIT for i in ids] if ids else []
-    if any(wrong):
-        t = wrong.index(True)
-        raise _refuse(f"token id {ids[t]!r} is not an int in [0, 2**32)", field="token_ids", token=t)
-    return len(ids)
-
-
 def _check_logprobs(values: list[Any], n: int) -> np.ndarray | None:
     """Refuse unless ``values`` are ``n`` finite numbers; the mask of SkyRL's clamped ones
     (None when there is none)."""
     field = "logprobs.content"
     if len(values) != n:
         raise _refuse(f"{n} token ids against {len(values)} logprobs", field=field)
-    array = _numbers(values)
-    if array is None:
-        numbers = [type(value) in (int, float) for value in values]
-        if all(numbers):
-            raise _refuse("a logprob is beyond float range", field=field)
-        t = numbers.index(False)
-        what = "missing (null)" if values[t] is None else f"{values[t]!r}, not a number"
-        raise _refuse(f"the sampled token's logprob is {what}", field=field, token=t)
-    finite = np.isfinite(array)
-    if not finite.all():
-        t = int(np.argmin(finite))
-        raise _refuse(f"the sampled token's logprob is {values[t]!r}, not finite", field=field, token=t)
+    array = check_logprobs(values, field, SkyRLResponseError, sentinel=False)
     clamped = array == CLAMPED_LOGPROB
     if not clamped.any():
         return None
@@ -164,7 +141,8 @@ def check_response(document: Any, result: Any, *, prompt_tokens: int | None = No
     read from (None: the drop-in read the body itself and checked its logprobs) and the
     request (the prompt's length, ``routed_experts_prompt_start``); give ``result``, its
     ``response_logprobs`` a :class:`ClampedLogprobs` when some are SkyRL's clamp."""
-    n = len(result.response_ids) if document is None else _check_ids(result.response_ids)
+    n = len(result.response_ids) if document is None else check_ids(result.response_ids, KEY.token_ids,
+                                                                              SkyRLResponseError)
     if document is not None:
         values = result.response_logprobs
         if values is None:
@@ -185,7 +163,7 @@ def check_response(document: Any, result: Any, *, prompt_tokens: int | None = No
                              flagged.clamped_tokens[:8])
                 result = dataclasses.replace(result, response_logprobs=flagged)
     if result.routed_experts is not None and prompt_tokens is not None:
-        rows = prompt_tokens - (routing_start or 0) + n - 1
+        rows = _select.kernels.routed_row_count(n, prompt_tokens, routing_start or 0)
         got = result.routed_experts.shape[0]
         if got != rows:
             raise _refuse(f"routed_experts holds {got} rows, not {rows} (one per token from "
