@@ -200,6 +200,7 @@ _CONTENT, _SAMPLED = f'"{KEY.logprobs}":{{"{KEY.content}":['.encode(), f'"{KEY.l
 _RECORD, _BETWEEN = b'{"logprob":', b'},{"logprob":'
 _ENVELOPE = f'"{KEY.routed_experts}":{{"{KEY.data}":"'.encode()
 _SUPPORT_NULL = b'"rollout_sample_support":null'
+_ROUTED_KEYS = frozenset((KEY.data, "shape", "dtype"))  # SkyRL's envelope
 
 
 # The bytes of a record's spelling: deleting them from the records leaves the values and commas.
@@ -222,26 +223,34 @@ def _tokenless(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | Non
     its routing envelope replaced by ``null`` (handed back apart, its ``data`` a view of ``raw``,
     as SkyRL's splice leaves it); None unless the records are exactly ``{"logprob":<value>}``
     joined by commas (the reader then reads each value as JSON) and the body has no sample
-    support. The envelope's base64 is neither copied nor searched: it holds no quote, so no key
-    searched for lies in it. ``at``: where the envelope's key is (``raw.find(_ENVELOPE)``)."""
+    support. The envelope's base64 is neither copied nor searched but for its closing quote: it
+    holds no quote, so no key searched for lies in it. ``at``: where the envelope's key is
+    (``raw.find(_ENVELOPE)``)."""
     mv = memoryview(raw)
     data = at + len(_ENVELOPE)
     quote = raw.find(b'"', data) if at >= 0 else len(raw)
     close = raw.find(b"}", quote) if at >= 0 else len(raw)
-    cut = (data, quote) if at >= 0 else (len(raw), len(raw))
-
-    def count(key: bytes) -> int:
-        return raw.count(key, 0, cut[0]) + raw.count(key, cut[1])
-
     start = raw.find(_CONTENT) + len(_CONTENT)
     end = raw.find(b"]", start)
     if (start < len(_CONTENT) or end < 0 or raw[end:end + 2] != b"]}" or quote < 0 or close < 0
-            or count(_CONTENT) != 1 or count(_ENVELOPE) != (at >= 0)
-            or count(b'"rollout_sample_support":') != count(_SUPPORT_NULL)
             or (at >= 0 and not (end < at or start > close))):
         return None
     span = raw[start:end]
     if not _records_only(span):
+        return None
+    # The records and the base64 hold none of the keys counted (each has a letter neither
+    # spells, nor can one straddle their edges): only the bytes around them are searched.
+    holes = sorted(((start, end), (data, quote))) if at >= 0 else [(start, end)]
+
+    def count(key: bytes) -> int:
+        total = begin = 0
+        for hole_start, hole_end in holes:
+            total += raw.count(key, begin, hole_start)
+            begin = hole_end
+        return total + raw.count(key, begin)
+
+    if (count(_CONTENT) != 1 or count(_ENVELOPE) != (at >= 0)
+            or count(b'"rollout_sample_support":') != count(_SUPPORT_NULL)):
         return None
     values = span.translate(None, _SPELLING)
     records = (_SAMPLED, values)
@@ -326,6 +335,25 @@ def _load_packed_body(raw: bytes, **kwargs: Any) -> Any:
     return _from_bytes(raw, lambda body: _saved["load_packed_body"](body, **kwargs))
 
 
+def _decode_routed_experts(payload: Any) -> Any:
+    """SkyRL's ``decode_packed_routed_experts`` as the patched client module calls it: a
+    ``{data, shape, dtype}`` envelope of ``uint8`` ids (SkyRL's own dtype for ids below 256, so
+    SkyRL's range and dtype checks pass whatever they hold) decoded by tokenwire's ``b64decode``
+    into the same array, writable and C-contiguous; any other envelope, or one that decode
+    refuses, by SkyRL's own, which raises its errors."""
+    if type(payload) is dict and payload.keys() == _ROUTED_KEYS and payload["dtype"] == "uint8":
+        shape = payload["shape"]
+        if type(shape) is list and len(shape) == 3 and all(type(d) is int and d >= 0 for d in shape):
+            try:
+                decoded = _select.kernels.b64decode(payload[KEY.data])
+            except (MalformedResponseError, TypeError):
+                decoded = None
+            if decoded is not None and len(decoded) == shape[0] * shape[1] * shape[2]:
+                calls["routing decoded by tokenwire"] += 1
+                return decoded.reshape(shape)
+    return _saved["decode_packed_routed_experts"](payload)
+
+
 # --- the replacements ----------------------------------------------------------------------------
 
 _patch_lock = threading.RLock()
@@ -374,10 +402,12 @@ def patch() -> None:
         _saved["_generate_single"] = module.RemoteInferenceClient._generate_single
         _saved["orjson"] = module.orjson
         _saved["load_packed_body"] = module.load_packed_body
+        _saved["decode_packed_routed_experts"] = module.decode_packed_routed_experts
         module.RemoteGenerateClient.generate = functools.wraps(_saved["generate"])(_generate)
         module.RemoteInferenceClient._generate_single = functools.wraps(_saved["_generate_single"])(_generate_single)
         module.orjson = _Loads(_saved["orjson"])
         module.load_packed_body = _load_packed_body
+        module.decode_packed_routed_experts = _decode_routed_experts
 
 
 def unpatch() -> None:
@@ -391,7 +421,10 @@ def unpatch() -> None:
         module.orjson = _saved.pop("orjson")
         if module.load_packed_body is _load_packed_body:
             module.load_packed_body = _saved["load_packed_body"]
+        if module.decode_packed_routed_experts is _decode_routed_experts:
+            module.decode_packed_routed_experts = _saved["decode_packed_routed_experts"]
         _saved.pop("load_packed_body")
+        _saved.pop("decode_packed_routed_experts")
 
 
 def is_patched() -> bool:
