@@ -47,8 +47,9 @@ per record. That covers vLLM's records (``"token_id:N"`` names matching ``token_
 own token-less records in exactly the form its server's orjson writes them
 (``{"logprob":<value>}`` joined by commas, read by the reader as the ``sampled`` list they
 spell), with its routing envelope (the ``data`` a view of the body, as SkyRL's splice leaves it,
-decoded by SkyRL's ``decode_packed_routed_experts``); one choice, finite logprobs, none the
-clamp. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the choice's
+decoded by ``decode_packed_routed_experts`` as the client module looks it up: a uint8 envelope
+by tokenwire's ``b64decode`` into SkyRL's array, any other by SkyRL's own); one choice, finite
+logprobs, none the clamp. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the choice's
 ``token_ids``, ``finish_reason`` and routing envelope only. Every other body (a clamped
 logprob, another spelling of the records, a sample support, other endpoints, a direct call of
 ``RemoteGenerateClient.generate``, whose ``raw_response`` is the whole document) is read by
