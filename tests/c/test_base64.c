@@ -114,15 +114,17 @@ static int guard_ok(const uint8_t *p, size_t n)
 }
 
 /* tw_b64_check_signed on one path against the reference decoding (ref bytes
-   in g_refout, or -1): the same size, and a negative integer of each width
-   found exactly where the decoding holds one. */
+   in g_refout, or -1): the same size, and a negative integer found exactly
+   where the decoding holds one.  One width per call, in turn (1, 2, 4, 8),
+   so that the check costs the suite about one more decode. */
 static void check_signed(const uint8_t *s, size_t len, int path, ptrdiff_t ref,
                          const char *what)
 {
     static const size_t widths[] = {1, 2, 4, 8};
-    size_t w, i;
-    for (w = 0; w < 4; w++) {
-        size_t width = widths[w];
+    static unsigned turn;
+    size_t i;
+    {
+        size_t width = widths[turn++ % 4];
         int negative = -1, want = 0;
         ptrdiff_t r = tw_b64_check_signed((const char *)s, len, width, path, &negative);
         for (i = width - 1; ref > 0 && i < (size_t)ref; i += width)
