@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import os
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -35,7 +34,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import SIZES, serve, time_rounds  # noqa: E402
+from _framework_bench import SIZES, clock, serve, time_rounds  # noqa: E402
 
 PROMPT_LEN = 512
 LAYERS, TOPK = 48, 8
@@ -75,7 +74,6 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
         compat.patch()
     import tokenwire
     bodies = [body(seed, tokens, workload) for seed in range(rounds)]
-    clock = time.thread_time if os.environ.get("NEMO_GYM_BENCH_CLOCK") == "cpu" else time.perf_counter
 
     server = serve(bodies)
     server_utils.get_global_config_dict = lambda *a, **k: {}  # no Hydra configuration from argv
@@ -105,7 +103,7 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
         fetched.append(resp)
         return await model.chat_completions(requests.pop(), params)
 
-    return time_rounds(server, rounds, parse, clock)
+    return time_rounds(server, rounds, parse, clock("NEMO_GYM_BENCH_CLOCK"))
 
 
 def main() -> int:

@@ -18,7 +18,8 @@ that response already read: SkyRL's ``_post`` (its ``orjson.loads`` of the bytes
 tokenwire's own reader of the same bytes (ids and logprobs as lists); on ``packed``, which
 that reader does not read (SkyRL's token-less records), tokenwire's decode of the routing's
 base64 alone. Prints the
-median, minimum and maximum per response in ms; ``--all`` runs every combination, each in its
+median, minimum and maximum per response in ms (wall clock; ``SKYRL_BENCH_CLOCK=cpu``: the
+thread's CPU time); ``--all`` runs every combination, each in its
 own process, and prints a table.
 """
 
@@ -33,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _framework_bench import main as run_main  # noqa: E402
-from _framework_bench import SIZES, Preread, serve, time_rounds  # noqa: E402
+from _framework_bench import SIZES, Preread, clock, serve, time_rounds  # noqa: E402
 
 PROMPT = list(range(100, 612))
 LAYERS, TOPK = 24, 8  # the packed workload's routing rows: 192 expert ids per token
@@ -100,7 +101,7 @@ def measure(tokens: int, mode: str, workload: str, rounds: int) -> list[tuple[fl
         assert len(out[0] if mode == "native" else out["response_logprobs"]) == tokens
         return out
 
-    return time_rounds(server, rounds, parse)
+    return time_rounds(server, rounds, parse, clock("SKYRL_BENCH_CLOCK"))
 
 
 def main() -> int:

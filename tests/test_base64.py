@@ -236,3 +236,67 @@ def test_encode_of_a_buffer_resized_meanwhile(impl):
         assert len(base64.b64decode(text, validate=True)) in (len(data), len(data) - 2, len(data) + 2)
 
     _race(data, flip, call, 400)
+
+
+def signed_check(data: bytes, itemsize: int) -> tuple[int, bool]:
+    """What ``b64check_signed`` must give: the stdlib's canonical decoding, its size, and
+    whether a complete little-endian signed integer of ``itemsize`` bytes in it is negative."""
+    decoded = stdlib(data)
+    if decoded is None:
+        return -1, False
+    values = np.frombuffer(decoded, f"<i{itemsize}", len(decoded) // itemsize)
+    return len(decoded), bool((values < 0).any())
+
+
+@given(st.binary(max_size=14000), st.sampled_from([1, 2, 4, 8]), st.booleans(), st.integers(0, 40))
+def test_check_signed_is_the_decoding_checked(codec, raw, itemsize, signed, prefix):
+    # Sizes across the 4096-character blocks the core decodes one at a time; ids below zero or
+    # not; a header before the base64 read from start.
+    if not signed:
+        raw = bytes(b & 0x7F for b in raw)
+    text = base64.b64encode(raw)
+    head = b"x:" * (prefix // 2)
+    assert codec.b64check_signed(head + text, itemsize, len(head)) == signed_check(text, itemsize)
+    assert codec.b64check_signed((head + text).decode(), itemsize, len(head)) == signed_check(text, itemsize)
+
+
+def test_check_signed_finds_one_negative_anywhere(codec):
+    # One sign bit set at each place of a 3-block decoding (each block's first, last and
+    # inner integers, the tail) and nothing else: found for its width, not for wider ones
+    # unless it is their sign byte.
+    size = 3 * 3072 + 6
+    for at in (0, 1, 3071, 3072, 3073, 6143, 6145, 9215, 9216, size - 1):
+        raw = bytearray(size)
+        raw[at] = 0x80
+        text = base64.b64encode(bytes(raw))
+        for itemsize in (1, 2, 4, 8):
+            assert codec.b64check_signed(text, itemsize) == signed_check(text, itemsize), (at, itemsize)
+
+
+def test_check_signed_refuses_what_decode_refuses(codec):
+    rng = random.Random(7)
+    for n in (0, 3, 3072, 3075, 9000):
+        text = bytearray(base64.b64encode(bytes(rng.randrange(128) for _ in range(n))))
+        cases = [bytes(text)]
+        for pos in {0, len(text) // 2, len(text) - 1} if text else ():
+            for bad in (b"=", b"-", b"\\", b"\x00", b"\xff"):
+                cases.append(bytes(text[:pos] + bad + text[pos + 1:]))
+        cases += [bytes(text) + b"=", bytes(text[:-1]) if text else b"A"]
+        for case in cases:
+            assert codec.b64check_signed(case, 2) == signed_check(case, 2), (n, case[:8])
+    assert codec.b64check_signed("é" + "AAAA", 2, 1) == (3, False)  # the characters before start are not read
+    assert codec.b64check_signed("AAAé", 2) == (-1, False)
+
+
+def test_check_signed_arguments(impl):
+    for itemsize in (0, 3, 16, True, 2.0, None):
+        with pytest.raises(ValueError, match="itemsize must be 1, 2, 4 or 8"):
+            impl.b64check_signed(b"AAAA", itemsize)
+    for start in (-1, 5):
+        with pytest.raises(ValueError, match="outside the 4"):
+            impl.b64check_signed(b"AAAA", 2, start)
+    with pytest.raises(TypeError, match="start must be an int"):
+        impl.b64check_signed(b"AAAA", 2, 1.0)
+    with pytest.raises(TypeError):
+        impl.b64check_signed(12, 2)
+    assert impl.b64check_signed(memoryview(b"xxAAAA")[2:], 1) == (3, False)

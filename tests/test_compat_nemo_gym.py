@@ -434,3 +434,63 @@ def test_token_path_only_where_the_server_drops_the_records(monkeypatch):
     assert not compat._drops_records(handled)
     monkeypatch.setenv("NEMO_GYM_VLLM_TRANSPORT_LOG", "/tmp/log")
     assert not compat._drops_records(Model())
+
+
+@pytest.mark.parametrize("case", ["valid", "int8", "rows", "negative", "bytes", "base64", "escape", "twice",
+                                  "header elsewhere"])
+def test_token_path_routing_made_from_the_bytes(reader, case):
+    """The message's routing envelope is made into its string once, from the bytes, and checked
+    without its decoding kept (the reader neither copies nor builds it); the bundle check then
+    counts its rows only. The document is orjson's either way; a body whose routing is not an
+    envelope the check accepts, or where the string would not be orjson's, is read as before,
+    and each defect is refused with the same message as from orjson's document."""
+    body = token_path_body()
+    values = routes(7 - (case == "rows"))
+    if case == "negative":
+        values[5][1][0] = -3
+    routing = envelope(values, "int8" if case == "int8" else "int16")
+    if case == "bytes":
+        routing = routing.replace(":7x2x2:", ":7x2x3:")
+    elif case == "base64":
+        routing = routing[:-4] + "A=A="
+    message = body["choices"][0]["message"]
+    message["routed_experts"] = routing
+    if case == "twice":
+        message["tool_calls"] = [{"routed_experts": routing}]
+    elif case == "header elsewhere":
+        message["content"] = routing[:routing.rindex(":") + 1]
+    raw = orjson.dumps(body)
+    if case == "escape":  # orjson reads the same string; the bytes are not that string
+        raw = raw.replace(b'"nrlre1:int16:', b'"nrlre1:int\\u00316:')
+    want = orjson.loads(raw)
+    theirs = want["choices"][0]["message"]["routed_experts"]
+    compat._checked_routing.set(None)
+    doc = compat.token_path_document(raw)
+    try:
+        assert (doc is None) == (case == "header elsewhere")
+        if doc is None:
+            return
+        ours = doc["choices"][0]["message"]["routed_experts"]
+        handed = compat._checked_routing.get()
+        assert (handed is ours) == (case in ("valid", "int8", "rows")) and (handed is None or handed is ours)
+        doc["choices"][0]["logprobs"] = want["choices"][0]["logprobs"]
+        assert doc == want
+        ids = want["choices"][0]["token_ids"]
+        lps = [r["logprob"] for r in want["choices"][0]["logprobs"]["content"]]
+        for prompt in ([1, 2, 3], [1, 2]):  # rows one per prompt and generation token, or one short
+            try:  # orjson's string: another object, read whole
+                compat.check_token_bundle(prompt, ids, lps, "".join(theirs))
+                expected = None
+            except compat.NeMoGymResponseError as exc:
+                expected = str(exc)
+            compat._checked_routing.set(handed)
+            try:
+                compat.check_token_bundle(prompt, ids, lps, ours)
+                got = None
+            except compat.NeMoGymResponseError as exc:
+                got = str(exc)
+            assert got == expected
+            assert (expected is None) == (case in ("valid", "int8", "escape", "twice") and len(prompt) == 3
+                                          or case == "rows" and len(prompt) == 2)
+    finally:
+        compat._checked_routing.set(None)

@@ -224,3 +224,62 @@ def test_patch_is_undone():
         assert compat.is_patched() and ric.RemoteGenerateClient.generate is not generate
     assert not compat.is_patched() and ric.RemoteGenerateClient.generate is generate
     assert ric.orjson is orjson
+    assert ric.decode_packed_routed_experts is decode
+
+
+decode = ric.decode_packed_routed_experts
+
+
+def decoded(payload: Any) -> Any:
+    """The client module's decode_packed_routed_experts (SkyRL's, or the drop-in's once patched)."""
+    try:
+        return ric.decode_packed_routed_experts(payload)
+    except Exception as exc:  # noqa: BLE001 - SkyRL's own error, compared below
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("case", ["uint8", "uint8 empty", "int16", "int32", "short", "long", "bad base64",
+                                  "escaped", "shape of two", "shape of bools", "numpy shape", "extra key",
+                                  "not canonical padding"])
+def test_routing_decoded_as_skyrl_decodes_it(case):
+    """The patched client module's decode_packed_routed_experts gives SkyRL's array (dtype,
+    shape, values, writable, C-contiguous) for every envelope, tokenwire decoding the uint8
+    ones, and SkyRL's own error for every other."""
+    rng = np.random.default_rng(3)
+    high = {"int16": 2**15, "int32": 2**31}.get(case, 256)
+    routes = rng.integers(0, min(high, 300) if case != "uint8" else 256, (0 if "empty" in case else 9, 4, 2))
+    payload = pack_routed_experts(routes.astype(np.int64))
+    if case == "int32":
+        payload = pack_routed_experts(np.full((3, 2, 2), 2**20, np.int64))
+    data = payload["data"]
+    if case == "short":
+        payload["data"] = data[:-4]
+    elif case == "long":
+        payload["data"] = data + "AAAA"
+    elif case == "bad base64":
+        payload["data"] = data[:4] + "-" + data[5:]
+    elif case == "escaped":
+        payload["data"] = memoryview(data.replace(data[4:8], "\\u0041", 1).encode())
+    elif case == "shape of two":
+        payload["shape"] = payload["shape"][:2]
+    elif case == "shape of bools":
+        payload["shape"] = [True, 9 * 4, 2] if payload["shape"][0] else payload["shape"]
+    elif case == "numpy shape":
+        payload["shape"] = [np.int64(d) for d in payload["shape"]]
+    elif case == "extra key":
+        payload["sidecar"] = 1
+    elif case == "not canonical padding":
+        payload["data"] = data + "="
+    if case in ("uint8", "uint8 empty", "escaped", "short"):
+        assert payload["dtype"] == "uint8"
+    theirs = decoded(dict(payload))
+    with compat.patched():
+        before = compat.calls["routing decoded by tokenwire"]
+        ours = decoded(dict(payload))
+        by_tokenwire = compat.calls["routing decoded by tokenwire"] - before
+    assert by_tokenwire == (case in ("uint8", "uint8 empty"))
+    if isinstance(theirs, tuple):
+        assert ours == theirs
+        return
+    assert type(ours) is np.ndarray and ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    assert ours.flags.writeable and ours.flags.c_contiguous and np.array_equal(ours, theirs)

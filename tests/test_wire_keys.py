@@ -66,8 +66,7 @@ ALLOWED: dict[tuple[str, str], str] = {
        for key in ("prompt_token_ids", "token_ids", "top_logprobs")},
     **{("compat/areal.py", key): "the field a refusal names (its error location)"
        for key in ("output_ids", "token_ids")},
-    **{("compat/skyrl.py", key): "SkyRL's generate() keyword (the request's prompt) and the field a refusal names"
-       for key in ("prompt_token_ids", "token_ids")},
+    ("compat/skyrl.py", "prompt_token_ids"): "SkyRL's generate() keyword (the request's prompt)",
     **{("compat/verifiers.py", key): "renderers' result keys as verifiers reads them, and the fields refusals name"
        for key in ("completion_logprobs", "routed_experts", "sampling_mask")},
     ("compat/renderers.py", "top_logprobs"): "a member of a logprobs.content record",

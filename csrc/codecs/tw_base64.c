@@ -694,6 +694,54 @@ size_t tw_b64_decode_prefix(const char *src, size_t avail, uint8_t *dst,
     return done;
 }
 
+/* The sign bits of the complete little-endian integers of itemsize bytes in
+   b[0:n]: a mask with 0x80 at each integer's last byte, ORed over 8-byte
+   words (the same mask for every word, as 8 is a multiple of itemsize). */
+static uint64_t tw_sign_bits(const uint8_t *b, size_t n, size_t itemsize)
+{
+    uint8_t bytes[8];
+    uint64_t mask, word, acc = 0;
+    size_t i, k;
+    for (k = 0; k < 8; k++) bytes[k] = k % itemsize == itemsize - 1 ? 0x80 : 0;
+    memcpy(&mask, bytes, 8);
+    for (i = 0; i + 8 <= n; i += 8) {
+        memcpy(&word, b + i, 8);
+        acc |= word & mask;
+    }
+    for (i += itemsize - 1; i < n; i += itemsize) acc |= b[i] & 0x80;
+    return acc;
+}
+
+ptrdiff_t tw_b64_check_signed(const char *src, size_t len, size_t itemsize,
+                              int path, int *negative)
+{
+    /* 4096 characters decode to 3072 bytes: a multiple of every itemsize,
+       so each block holds whole integers. */
+    enum { TW_CHECK_BLOCK = 4096 };
+    uint8_t block[TW_CHECK_BLOCK / 4 * 3];
+    const uint8_t *s = (const uint8_t *)src;
+    size_t done = 0;
+    uint64_t acc = 0;
+    ptrdiff_t got;
+
+    *negative = 0;
+    if (itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8)
+        return -1;
+    if (tw_b64_decoded_size(src, len) < 0) return -1;
+    /* Every block but the last holds no '=' (tw_dec_body refuses one); the
+       last, which may end in padding, goes through tw_b64_decode. */
+    while (len - done > TW_CHECK_BLOCK) {
+        if (tw_dec_body(s + done, TW_CHECK_BLOCK, block, path)) return -1;
+        acc |= tw_sign_bits(block, sizeof block, itemsize);
+        done += TW_CHECK_BLOCK;
+    }
+    got = tw_b64_decode(src + done, len - done, block, sizeof block, path, NULL);
+    if (got < 0) return -1;
+    acc |= tw_sign_bits(block, (size_t)got - (size_t)got % itemsize, itemsize);
+    *negative = acc != 0;
+    return (ptrdiff_t)(done / 4 * 3) + got;
+}
+
 size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
 {
     size_t i = 0, whole = len - len % 3, out = tw_b64_encoded_size(len);

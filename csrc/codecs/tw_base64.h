@@ -85,6 +85,18 @@ ptrdiff_t tw_b64_decode(const char *src, size_t len, uint8_t *dst,
 size_t tw_b64_decode_prefix(const char *src, size_t avail, uint8_t *dst,
                             int path);
 
+/*
+ * Check src[0:len] as tw_b64_decode would decode it, without keeping the
+ * decoding: the characters are decoded a block at a time into a buffer on
+ * the stack (cache-sized), so a long string costs one read and no
+ * allocation.  Returns the size the decoding has (>= 0), or -1 when
+ * tw_b64_decode would refuse src (the same canonical rules).  *negative is
+ * set to 1 when some complete little-endian signed integer of itemsize
+ * bytes (1, 2, 4 or 8; a trailing incomplete one is not read) of the
+ * decoding is below zero, else 0; itemsize outside those: -1.
+ */
+ptrdiff_t tw_b64_check_signed(const char *src, size_t len, size_t itemsize,
+                              int path, int *negative);
 /* Encoded length for n input bytes: 4*ceil(n/3). */
 size_t tw_b64_encoded_size(size_t n);
 

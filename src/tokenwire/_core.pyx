@@ -23,8 +23,8 @@ from libc.string cimport memcpy
 
 from ._csrc cimport *
 
-from .base._args import (check_input, check_num_experts, check_payload_root, check_prompt_tokens, check_start,
-                         check_top_k, output_bytes)
+from .base._args import (check_input, check_itemsize, check_num_experts, check_offset, check_payload_root,
+                         check_prompt_tokens, check_start, check_top_k, output_bytes)
 from .base._errors import MalformedResponseError, invalid_json, truncated
 from .base import _json, _table
 from .base._types import Ragged

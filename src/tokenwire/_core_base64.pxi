@@ -72,6 +72,40 @@ def b64decode(data, out=None):
             PyBuffer_Release(&buf)
 
 
+def b64check_signed(data, itemsize, start=0):
+    """The reference's ``b64check_signed`` in C (tw_b64_check_signed): ``(size, negative)`` of
+    the base64 ``data[start:]``, decoded a cache-sized block at a time and never kept."""
+    cdef Py_buffer buf
+    cdef const char *src
+    cdef Py_ssize_t size = 0, first
+    cdef ptrdiff_t got
+    cdef int negative = 0
+    cdef size_t width
+    cdef int path = _path
+    if not (type(data) is bytes or isinstance(data, str)):
+        check_input(data)
+    width = check_itemsize(itemsize)
+    first = check_offset(data, start)
+    if isinstance(data, str) and not (<str>data).isascii():
+        data = data[first:]  # the characters before start are not read
+        first = 0
+        if not (<str>data).isascii():
+            return -1, False
+    cdef bint borrowed = _acquire(data, &buf, &src, &size)
+    try:
+        if first > size:  # a buffer rewritten shorter since check_start measured it
+            raise ValueError(f"start {first} is past the {size} bytes of data")
+        if size - first >= _NOGIL_MIN:
+            with nogil:
+                got = tw_b64_check_signed(src + first, <size_t>(size - first), width, path, &negative)
+        else:
+            got = tw_b64_check_signed(src + first, <size_t>(size - first), width, path, &negative)
+        return got, got >= 0 and negative != 0
+    finally:
+        if borrowed:
+            PyBuffer_Release(&buf)
+
+
 def b64encode(data):
     """Standard base64 with padding, as bytes (str or any contiguous buffer in)."""
     cdef Py_buffer buf

@@ -37,6 +37,8 @@ cdef extern from "codecs/tw_base64.h" nogil:
                             size_t *err_pos)
     size_t tw_b64_encoded_size(size_t n)
     size_t tw_b64_encode(const uint8_t *src, size_t len, char *dst, int path)
+    ptrdiff_t tw_b64_check_signed(const char *src, size_t len, size_t itemsize, int path,
+                                  int *negative)
 
 
 cdef extern from "json/tw_scan.h" nogil:

@@ -23,6 +23,7 @@ The contract, which ``tests/test_peers.py`` checks in both directions:
 
 from .extract.python import extract_generate, extract_openai
 from .kernels.python import (
+    b64check_signed,
     b64decode,
     b64encode,
     blob,
@@ -73,6 +74,7 @@ CONTRACT = (
     "rows_to_lists",
     "b64decode",
     "b64encode",
+    "b64check_signed",
     # The batch path's copies of many choices' rows into padded blocks (tokenwire.collate).
     "pad_rows",
     "ragged_lengths",

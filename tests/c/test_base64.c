@@ -113,6 +113,29 @@ static int guard_ok(const uint8_t *p, size_t n)
     return 1;
 }
 
+/* tw_b64_check_signed on one path against the reference decoding (ref bytes
+   in g_refout, or -1): the same size, and a negative integer found exactly
+   where the decoding holds one.  One width per call, in turn (1, 2, 4, 8),
+   so that the check costs the suite about one more decode. */
+static void check_signed(const uint8_t *s, size_t len, int path, ptrdiff_t ref,
+                         const char *what)
+{
+    static const size_t widths[] = {1, 2, 4, 8};
+    static unsigned turn;
+    size_t i;
+    {
+        size_t width = widths[turn++ % 4];
+        int negative = -1, want = 0;
+        ptrdiff_t r = tw_b64_check_signed((const char *)s, len, width, path, &negative);
+        for (i = width - 1; ref > 0 && i < (size_t)ref; i += width)
+            want |= g_refout[i] >= 0x80;
+        CHECK(r == ref, "%s: path %s len %zu width %zu: check_signed %td != %td", what,
+              tw_path_name(path), len, width, r, ref);
+        CHECK(negative == (ref >= 0 && want), "%s: path %s len %zu width %zu: negative %d",
+              what, tw_path_name(path), len, width, negative);
+    }
+}
+
 /* Decode s on every path and compare with the reference. */
 static void check_decode(const uint8_t *s0, size_t len, const char *what)
 {
@@ -143,6 +166,7 @@ static void check_decode(const uint8_t *s0, size_t len, const char *what)
         if (ref < 0 && cap < 0)
             CHECK(guard_ok(out, capz + GUARD), "%s: wrote on -1 size", what);
         free(out);
+        check_signed(s, len, path, ref, what);
     }
     if (ref < 0 && len % 4 != 0) CHECK(ref_err <= len, "ref err");
     if (ref < 0 && len % 4 == 0) CHECK(ref_err < len, "%s: ref err_pos == len on len%%4==0", what);

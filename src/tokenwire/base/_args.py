@@ -87,6 +87,24 @@ def output_bytes(out: Any) -> np.ndarray:
     return np.frombuffer(view.cast("B"), dtype=np.uint8)
 
 
+def check_itemsize(itemsize: Any) -> int:
+    """The byte width of a signed little-endian integer: 1, 2, 4 or 8."""
+    if type(itemsize) is not int or itemsize not in (1, 2, 4, 8):
+        raise ValueError(f"itemsize must be 1, 2, 4 or 8, not {itemsize!r}")
+    return itemsize
+
+
+def check_offset(data: Any, start: Any) -> int:
+    """Where to start reading ``data`` (a str or a buffer ``check_input`` let through): an int
+    from 0 to its length (characters of a str, bytes of a buffer)."""
+    if type(start) is not int:
+        raise TypeError(f"start must be an int, not {type(start).__name__}")
+    length = len(data) if isinstance(data, str) else memoryview(data).nbytes
+    if not 0 <= start <= length:
+        raise ValueError(f"start {start} is outside the {length} characters or bytes of data")
+    return start
+
+
 def check_start(start: Any) -> int | None:
     """``prompt_logprob_start``: None or a non-negative int (the request's own value)."""
     if start is None:

@@ -74,9 +74,9 @@ import tokenwire
 from ..base._errors import MalformedResponseError
 from ..read import _select
 from ..base._table import KEY
-from ..base._wire import VLLM_LOGPROB_SENTINEL
 from . import _patching
-from .renderers import _numbers, _token_ids
+from ._checks import check_ids, check_logprobs
+from .renderers import _token_ids
 
 __all__ = ["AReaLResponseError", "SUPPORTED_VERSIONS", "areal_version", "check_sglang", "check_vllm", "is_patched",
            "patch", "patched", "routing_width", "unpatch"]
@@ -94,7 +94,6 @@ BACKENDS: tuple[tuple[str, str, str], ...] = (
 routing_width: int | None = None
 # How often each replacement ran (the pytest plugin reports which tests reached them).
 calls: Counter[str] = Counter()
-_ID_LIMIT = 2**32
 
 
 class AReaLResponseError(MalformedResponseError):
@@ -117,34 +116,6 @@ def areal_version() -> str | None:
 # --- the checks ----------------------------------------------------------------------------------
 
 
-def _check_logprobs(values: Any, field: str) -> None:
-    """Refuse unless ``values`` is a list of finite numbers, none the sentinel -9999."""
-    if not isinstance(values, list):
-        raise _refuse("must be a list of numbers", field=field)
-    array = _numbers(values)
-    if array is None:
-        for t, value in enumerate(values):
-            if type(value) not in (int, float):
-                what = "missing (null)" if value is None else f"{value!r}, not a number"
-                raise _refuse(f"the sampled token's logprob is {what}", field=field, token=t)
-        raise _refuse("a logprob is beyond float range", field=field)
-    bad = ~np.isfinite(array) | (array == VLLM_LOGPROB_SENTINEL)
-    if bad.any():
-        t = int(np.argmax(bad))
-        value = float(array[t])
-        what = "the sentinel -9999 (missing or clamped)" if value == VLLM_LOGPROB_SENTINEL else f"{value!r}, not finite"
-        raise _refuse(f"the sampled token's logprob is {what}", field=field, token=t)
-
-
-def _check_ids(ids: list[Any], field: str) -> None:
-    if not set(map(type, ids)) <= {int}:
-        t = next(t for t, i in enumerate(ids) if type(i) is not int)
-        raise _refuse(f"token id {ids[t]!r} is not an int", field=field, token=t)
-    if ids and (min(ids) < 0 or max(ids) >= _ID_LIMIT):
-        t = next(t for t, i in enumerate(ids) if not 0 <= i < _ID_LIMIT)
-        raise _refuse(f"token id {ids[t]} is outside [0, 2**32)", field=field, token=t)
-
-
 def _check_count(count: int, other: Any, what: str, field: str) -> None:
     if other is not None and (type(other) is not int or other != count):
         raise _refuse(f"{count} sampled tokens against {what} {other!r}", field=field)
@@ -155,11 +126,11 @@ def check_vllm(response: dict[str, Any], output_tokens: list[int], output_logpro
     do not pair one to one, or disagree with the choice's ``token_ids`` or the usage."""
     choice = response["choices"][0]
     field = "logprobs.token_logprobs" if "tokens" in choice["logprobs"] else "logprobs.content"
-    _check_logprobs(output_logprobs, field)
+    check_logprobs(output_logprobs, field, AReaLResponseError, sentinel=True)
     n = len(output_tokens)
     if len(output_logprobs) != n:
         raise _refuse(f"{n} token ids against {len(output_logprobs)} logprobs", field=field)
-    _check_ids(output_tokens, field)
+    check_ids(output_tokens, field, AReaLResponseError)
     token_ids = choice.get(KEY.token_ids)
     if token_ids is not None:
         if not isinstance(token_ids, list) or len(token_ids) != n:
@@ -180,8 +151,8 @@ def check_sglang(meta_info: dict[str, Any], output_tokens: list[Any], output_log
     hold a logprob that is not finite (or the sentinel), or whose routing (``routed_experts``,
     as AReaL reshaped it, None when there is none) is not one row per token but the last."""
     field = "meta_info.output_token_logprobs"
-    _check_logprobs(output_logprobs, field)
-    _check_ids(output_tokens, field)
+    check_logprobs(output_logprobs, field, AReaLResponseError, sentinel=True)
+    check_ids(output_tokens, field, AReaLResponseError)
     n = len(output_tokens)
     _check_count(n, meta_info.get("completion_tokens"), "meta_info.completion_tokens", field)
     raw = meta_info.get(KEY.routed_experts)

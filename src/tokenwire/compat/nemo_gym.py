@@ -51,8 +51,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-import tokenwire
-
 from ..read import _select
 from ..base import _table
 from ..base._errors import MalformedResponseError
@@ -126,30 +124,51 @@ def check_routed_experts(routed: Any, rows: int | None, *, choice: int | None = 
     ``nrlre1`` envelope (canonical base64 of ``S*L*K`` values of its dtype) or ``[rows][layers]
     [topk]`` lists of ints, holds no negative expert id, and has ``rows`` rows (one per prompt
     and generation token) when ``rows`` is given."""
+    array = _check_routing(routed, rows, choice, field)
+    if array is None:  # an envelope, checked without its decoding kept
+        dtype, shape, _, start = _envelope(routed, choice, field)
+        array = _select.kernels.b64decode(routed[start:]).view(dtype).reshape(shape)
+    return array
+
+
+def _envelope(routed: str, choice: int | None, field: str) -> tuple[np.dtype, tuple[int, ...], str, int]:
+    """The dtype and shape an ``nrlre1:<dtype>:<SxLxK>:<base64>`` envelope names (and the
+    shape's text), and where its base64 starts; refused unless it is one. The base64 is not
+    copied (``str.split`` would)."""
+    first = routed.find(":")
+    second = routed.find(":", first + 1) if first >= 0 else -1
+    third = routed.find(":", second + 1) if second >= 0 else -1
+    if third < 0 or not routed.startswith(_MAGIC + ":"):
+        raise _refuse(f"routed_experts is not an {_MAGIC}:<dtype>:<SxLxK>:<base64> envelope",
+                      choice=choice, field=field)
+    dtype_name, shape_text = routed[first + 1:second], routed[second + 1:third]
+    dtype = _ENVELOPE_DTYPES.get(dtype_name)
+    if dtype is None:
+        raise _refuse(f"routed_experts dtype {dtype_name!r} is not int8, int16 or int32",
+                      choice=choice, field=field)
+    dims = shape_text.split("x")
+    if len(dims) != 3 or not all(d.isascii() and d.isdigit() for d in dims):
+        raise _refuse(f"routed_experts shape {shape_text!r} is not SxLxK", choice=choice, field=field)
+    shape = tuple(int(d) for d in dims)
+    if min(shape) <= 0:
+        raise _refuse(f"routed_experts shape {shape_text!r} has an empty dimension", choice=choice, field=field)
+    return dtype, shape, shape_text, third + 1
+
+
+def _check_routing(routed: Any, rows: int | None, choice: int | None, field: str) -> np.ndarray | None:
+    """:func:`check_routed_experts`' checks; the array of nested lists, None for an envelope,
+    whose base64 is checked a cache-sized block at a time and never decoded whole (the
+    kernels' ``b64check_signed``): on the way to training NeMo-Gym carries the string."""
     if isinstance(routed, str):
-        parts = routed.split(":", 3)
-        if len(parts) != 4 or parts[0] != _MAGIC:
-            raise _refuse(f"routed_experts is not an {_MAGIC}:<dtype>:<SxLxK>:<base64> envelope",
-                          choice=choice, field=field)
-        _, dtype_name, shape_text, encoded = parts
-        dtype = _ENVELOPE_DTYPES.get(dtype_name)
-        if dtype is None:
-            raise _refuse(f"routed_experts dtype {dtype_name!r} is not int8, int16 or int32",
-                          choice=choice, field=field)
-        dims = shape_text.split("x")
-        if len(dims) != 3 or not all(d.isascii() and d.isdigit() for d in dims):
-            raise _refuse(f"routed_experts shape {shape_text!r} is not SxLxK", choice=choice, field=field)
-        shape = tuple(int(d) for d in dims)
-        if min(shape) <= 0:
-            raise _refuse(f"routed_experts shape {shape_text!r} has an empty dimension", choice=choice, field=field)
-        try:
-            raw = tokenwire.b64decode(encoded)
-        except MalformedResponseError:
-            raise _refuse("routed_experts base64 is not canonical", choice=choice, field=field) from None
-        if len(raw) != math.prod(shape) * dtype.itemsize:
-            raise _refuse(f"routed_experts holds {len(raw)} bytes, not {math.prod(shape) * dtype.itemsize} "
-                          f"for {dtype_name}[{shape_text}]", choice=choice, field=field)
-        array = raw.view(dtype).reshape(shape)
+        dtype, shape, shape_text, start = _envelope(routed, choice, field)
+        size, negative = _select.kernels.b64check_signed(routed, dtype.itemsize, start)
+        if size < 0:
+            raise _refuse("routed_experts base64 is not canonical", choice=choice, field=field)
+        if size != math.prod(shape) * dtype.itemsize:
+            raise _refuse(f"routed_experts holds {size} bytes, not {math.prod(shape) * dtype.itemsize} "
+                          f"for {dtype.name}[{shape_text}]", choice=choice, field=field)
+        array = None
+        count = shape[0]
     else:
         try:
             array = np.array(routed, dtype=np.int64)
@@ -158,15 +177,23 @@ def check_routed_experts(routed: Any, rows: int | None, *, choice: int | None = 
         if (array is None or array.ndim != 3 or array.size == 0 or not isinstance(routed, list)
                 or not _all_ints(routed)):
             raise _refuse("routed_experts must be [rows][layers][topk] lists of ints", choice=choice, field=field)
-    if rows is not None and array.shape[0] != rows:
-        raise _refuse(f"routed_experts has {array.shape[0]} rows, not {rows}: one per prompt and "
-                      "generation token", choice=choice, field=field)
-    negative = array < 0
-    if negative.any():
-        row = int(np.argmax(negative.reshape(len(array), -1).any(axis=1)))
+        count = array.shape[0]
+        negative = bool((array < 0).any())
+    _check_rows(count, rows, choice, field)
+    if negative:
+        if array is None:  # the refusal names the row: the envelope decoded now
+            array = _select.kernels.b64decode(routed[start:]).view(dtype).reshape(shape)
+        below = (array < 0).reshape(len(array), -1).any(axis=1)
+        row = int(np.argmax(below))
         raise _refuse(f"routed_experts holds a negative expert id ({int(array[row].min())})",
                       choice=choice, field=field, token=row)
     return array
+
+
+def _check_rows(count: int, rows: int | None, choice: int | None, field: str) -> None:
+    if rows is not None and count != rows:
+        raise _refuse(f"routed_experts has {count} rows, not {rows}: one per prompt and "
+                      "generation token", choice=choice, field=field)
 
 
 def _all_ints(rows: list[Any]) -> bool:
@@ -182,7 +209,7 @@ def check_token_bundle(prompt_token_ids: Any, generation_token_ids: Any, generat
     generation token (see :func:`check_routed_experts`)."""
     count = len(generation_token_ids) if isinstance(generation_token_ids, list) else None
     if generation_log_probs is not None and generation_log_probs is _checked_logprobs.get():
-        _checked_logprobs.set(None)  # made from the reader's checked array: not scanned again
+        _checked_logprobs.set(None)  # checked when extracted: not scanned again
         values = generation_log_probs
     else:
         values = _logprob_values(generation_log_probs, f"{where}.generation_log_probs", choice)
@@ -193,7 +220,12 @@ def check_token_bundle(prompt_token_ids: Any, generation_token_ids: Any, generat
         rows = None
         if count is not None and isinstance(prompt_token_ids, list):
             rows = len(prompt_token_ids) + count
-        check_routed_experts(routed_experts, rows, choice=choice, field=f"{where}.routed_experts")
+        if routed_experts is _checked_routing.get():  # checked but for its rows when read
+            _checked_routing.set(None)
+            _, shape, _, _ = _envelope(routed_experts, choice, f"{where}.routed_experts")
+            _check_rows(shape[0], rows, choice, f"{where}.routed_experts")
+        else:
+            _check_routing(routed_experts, rows, choice, f"{where}.routed_experts")
 
 
 def _carries_tokens(choice: Any) -> bool:
@@ -240,8 +272,8 @@ def check_response(raw: Any, body: Any) -> None:
 _last_read: ContextVar[tuple[tuple[list[Any], np.ndarray, np.ndarray], ...]] = ContextVar(
     "tokenwire_nemo_gym_last_read", default=())
 _TOKEN_ID_RECORD = b'"token":"token_id:'
-# The logprobs list _extract_choice_logprobs made last in this task from a ReadRecords (every
-# value finite and not the sentinel: the reader checked them), for the bundle check after it.
+# The logprobs list _extract_choice_logprobs returned last in this task (every value finite and
+# not the sentinel: checked on each of its branches), for the bundle check after it.
 _checked_logprobs: ContextVar[list[float] | None] = ContextVar("tokenwire_nemo_gym_checked_logprobs",
                                                                default=None)
 
@@ -323,6 +355,7 @@ def token_path_document(raw: Any) -> dict[str, Any] | None:
     the reader takes from the bytes but ``token_ids`` and ``prompt_token_ids``."""
     if type(raw) is not bytes:
         return None
+    raw, routing = _routing_apart(raw)
     kernels = _select.kernels  # the implementation in use (a test may point it at the other)
     try:
         document, top, read = kernels.extract_openai(raw)
@@ -337,6 +370,11 @@ def token_path_document(raw: Any) -> dict[str, Any] | None:
     message, logprobs = choice.get("message"), choice.get(KEY.logprobs)
     if type(message) is not dict or any(key in message for key in _BUNDLE_FIELDS):
         return None
+    if routing is not None:  # the header left in the bytes must be the message's routing, alone
+        header, text = routing
+        if message.get(KEY.routed_experts) != header or _strings_equal(document, header) != 1:
+            return None
+        message[KEY.routed_experts] = text
     if type(logprobs) is not dict or list(logprobs) != ["content"] or type(logprobs["content"]) is not list:
         return None
     token_ids, prompt = choice.get(KEY.token_ids), document.get(KEY.prompt_token_ids)
@@ -347,7 +385,7 @@ def token_path_document(raw: Any) -> dict[str, Any] | None:
             document, None, True, True, lambda index, value: top if index is None else read[index])
     except MalformedResponseError:
         return None  # the caller's check_response refuses it, as without this path
-    if not _named_by_token(read[0].logprobs_content, logprobs["content"], raw):
+    if not _named_by_token(read[0].logprobs_content, logprobs["content"], raw):  # the bytes read
         return None
     first = parsed.choices[0]
     ids = first.completion_ids.tolist()
@@ -356,7 +394,55 @@ def token_path_document(raw: Any) -> dict[str, Any] | None:
     if prompt is not None:
         document[KEY.prompt_token_ids] = parsed.prompt_token_ids.tolist()
     choice[KEY.logprobs] = {"content": ReadRecords(ids, first.completion_logprobs)}
+    if routing is not None:
+        _checked_routing.set(routing[1])
     return document
+
+
+# A message's routing envelope as orjson writes it: a string value, opened right after its key.
+_ROUTING_VALUE = f'"{KEY.routed_experts}":"'.encode()
+# The routing token_path_document put in the document it made (checked but for its row count,
+# which the bundle check after it compares), for that check, in the same task.
+_checked_routing: ContextVar[str | None] = ContextVar("tokenwire_nemo_gym_checked_routing", default=None)
+
+
+def _routing_apart(raw: bytes) -> tuple[bytes, tuple[str, str] | None]:
+    """``raw`` with its routing envelope's base64 left out, the envelope's header kept in its
+    place (``"nrlre1:<dtype>:<SxLxK>:"``), and (that header, the envelope as a ``str``, made
+    from the bytes once and checked but for its rows), so that the reader neither copies nor
+    builds the megabytes NeMo-Gym only carries; ``(raw, None)`` unless the body holds one
+    ``"routed_experts":"`` and its string is an envelope :func:`check_routed_experts` accepts
+    (no quote, escape or other character outside its alphabet: the string ``orjson.loads``
+    reads). The caller checks that the header is the message's routing and no other string."""
+    at = raw.find(_ROUTING_VALUE)
+    if at < 0:
+        return raw, None
+    start = at + len(_ROUTING_VALUE)
+    end = raw.find(b'"', start)
+    if end < 0 or raw.find(_ROUTING_VALUE, end) >= 0:  # none in between: it holds no quote
+        return raw, None
+    view = memoryview(raw)
+    try:
+        text = str(view[start:end], "ascii")
+        _check_routing(text, None, None, KEY.routed_experts)
+    except (UnicodeDecodeError, NeMoGymResponseError):
+        return raw, None  # read as before: the bundle check refuses it in its place
+    header = text[:_envelope(text, None, KEY.routed_experts)[3]]
+    return b"".join((view[:start], header.encode(), view[end:])), (header, text)
+
+
+def _strings_equal(document: Any, text: str) -> int:
+    """How many strings in ``document`` (its values, at any depth) are ``text``."""
+    found, stack = 0, [document]
+    while stack:
+        value = stack.pop()
+        if type(value) is str:
+            found += value == text
+        elif type(value) is dict:
+            stack.extend(value.values())
+        elif type(value) is list:
+            stack.extend(value)
+    return found
 
 
 def _named_by_token(read: Any, content: list[Any], raw: bytes) -> bool:
@@ -395,13 +481,11 @@ def _extract_choice_logprobs(self: Any, choice_dict: dict[str, Any]) -> tuple[li
     content = logprobs_block.get("content") if isinstance(logprobs_block, dict) else None
     if type(content) is ReadRecords:  # token_path_document's: read and checked from the bytes
         calls["_extract_choice_logprobs from the bytes"] += 1
-        values = content.logprobs.tolist()
-        _checked_logprobs.set(values)
-        return list(content.ids), values
+        return list(content.ids), _checked(content.logprobs.tolist())
     for records, ids, values in _last_read.get():
         if records is content and len(ids) == len(content):
             calls["_extract_choice_logprobs from the reader's arrays"] += 1
-            return ids.tolist(), values.astype(np.float64, copy=False).tolist()
+            return ids.tolist(), _checked(values.astype(np.float64, copy=False).tolist())
     fast = None
     if isinstance(content, list) and content:
         try:
@@ -417,10 +501,18 @@ def _extract_choice_logprobs(self: Any, choice_dict: dict[str, Any]) -> tuple[li
     if fast is None:
         token_ids, logprobs = _saved_attr(_VLLM_APP, "VLLMModel._extract_choice_logprobs")(self, choice_dict)
         _logprob_values(logprobs, "logprobs.content", None)
-        return token_ids, logprobs
+        return token_ids, _checked(logprobs)
     ids, numbers = fast
     _logprob_values(numbers, "logprobs.content", None)
-    return ids.tolist(), numbers.tolist()
+    return ids.tolist(), _checked(numbers.tolist())
+
+
+def _checked(values: list[float]) -> list[float]:
+    """``values``, the logprobs list ``_extract_choice_logprobs`` returns, handed to the bundle
+    check that follows (``_checked_logprobs``): every one was found finite and not the
+    sentinel, by tokenwire's reader or by :func:`_logprob_values`."""
+    _checked_logprobs.set(values)
+    return values
 
 
 def _validate_token_bundle(cls: Any, bundle: dict[str, Any], source: str) -> dict[str, Any]:

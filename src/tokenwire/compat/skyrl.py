@@ -47,8 +47,9 @@ per record. That covers vLLM's records (``"token_id:N"`` names matching ``token_
 own token-less records in exactly the form its server's orjson writes them
 (``{"logprob":<value>}`` joined by commas, read by the reader as the ``sampled`` list they
 spell), with its routing envelope (the ``data`` a view of the body, as SkyRL's splice leaves it,
-decoded by SkyRL's ``decode_packed_routed_experts``); one choice, finite logprobs, none the
-clamp. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the choice's
+decoded by ``decode_packed_routed_experts`` as the client module looks it up: a uint8 envelope
+by tokenwire's ``b64decode`` into SkyRL's array, any other by SkyRL's own); one choice, finite
+logprobs, none the clamp. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the choice's
 ``token_ids``, ``finish_reason`` and routing envelope only. Every other body (a clamped
 logprob, another spelling of the records, a sample support, other endpoints, a direct call of
 ``RemoteGenerateClient.generate``, whose ``raw_response`` is the whole document) is read by
@@ -76,7 +77,7 @@ from ..base._table import KEY
 from ..base._wire import VLLM_LOGPROB_SENTINEL
 from ..read import _select
 from . import _patching, distribution_version
-from .renderers import _numbers
+from ._checks import check_ids, check_logprobs
 
 __all__ = ["ClampedLogprobs", "SUPPORTED_VERSIONS", "SkyRLResponseError", "check_response", "is_patched", "patch",
            "patched", "refuse_clamped", "skyrl_version", "unpatch"]
@@ -89,7 +90,6 @@ CLAMPED_LOGPROB = VLLM_LOGPROB_SENTINEL
 refuse_clamped: bool = False
 # How often each replacement ran (the pytest plugin reports which tests reached them).
 calls: Counter[str] = Counter()
-_ID_LIMIT = 2**32
 _log = logging.getLogger(__name__)
 
 
@@ -120,35 +120,13 @@ def skyrl_version() -> str | None:
 # --- the checks ----------------------------------------------------------------------------------
 
 
-def _check_ids(ids: Any) -> int:
-    """How many ids ``ids`` holds; refused unless a list of ints in ``[0, 2**32)``."""
-    if not isinstance(ids, list):
-        raise _refuse("must be a list of token ids", field="token_ids")
-    wrong = [type(i) is not int or not 0 <= i < _ID_LIMIT for i in ids] if ids else []
-    if any(wrong):
-        t = wrong.index(True)
-        raise _refuse(f"token id {ids[t]!r} is not an int in [0, 2**32)", field="token_ids", token=t)
-    return len(ids)
-
-
 def _check_logprobs(values: list[Any], n: int) -> np.ndarray | None:
     """Refuse unless ``values`` are ``n`` finite numbers; the mask of SkyRL's clamped ones
     (None when there is none)."""
     field = "logprobs.content"
     if len(values) != n:
         raise _refuse(f"{n} token ids against {len(values)} logprobs", field=field)
-    array = _numbers(values)
-    if array is None:
-        numbers = [type(value) in (int, float) for value in values]
-        if all(numbers):
-            raise _refuse("a logprob is beyond float range", field=field)
-        t = numbers.index(False)
-        what = "missing (null)" if values[t] is None else f"{values[t]!r}, not a number"
-        raise _refuse(f"the sampled token's logprob is {what}", field=field, token=t)
-    finite = np.isfinite(array)
-    if not finite.all():
-        t = int(np.argmin(finite))
-        raise _refuse(f"the sampled token's logprob is {values[t]!r}, not finite", field=field, token=t)
+    array = check_logprobs(values, field, SkyRLResponseError, sentinel=False)
     clamped = array == CLAMPED_LOGPROB
     if not clamped.any():
         return None
@@ -164,7 +142,8 @@ def check_response(document: Any, result: Any, *, prompt_tokens: int | None = No
     read from (None: the drop-in read the body itself and checked its logprobs) and the
     request (the prompt's length, ``routed_experts_prompt_start``); give ``result``, its
     ``response_logprobs`` a :class:`ClampedLogprobs` when some are SkyRL's clamp."""
-    n = len(result.response_ids) if document is None else _check_ids(result.response_ids)
+    n = len(result.response_ids) if document is None else check_ids(result.response_ids, KEY.token_ids,
+                                                                              SkyRLResponseError)
     if document is not None:
         values = result.response_logprobs
         if values is None:
@@ -185,7 +164,7 @@ def check_response(document: Any, result: Any, *, prompt_tokens: int | None = No
                              flagged.clamped_tokens[:8])
                 result = dataclasses.replace(result, response_logprobs=flagged)
     if result.routed_experts is not None and prompt_tokens is not None:
-        rows = prompt_tokens - (routing_start or 0) + n - 1
+        rows = _select.kernels.routed_row_count(n, prompt_tokens, routing_start or 0)
         got = result.routed_experts.shape[0]
         if got != rows:
             raise _refuse(f"routed_experts holds {got} rows, not {rows} (one per token from "
@@ -222,6 +201,7 @@ _CONTENT, _SAMPLED = f'"{KEY.logprobs}":{{"{KEY.content}":['.encode(), f'"{KEY.l
 _RECORD, _BETWEEN = b'{"logprob":', b'},{"logprob":'
 _ENVELOPE = f'"{KEY.routed_experts}":{{"{KEY.data}":"'.encode()
 _SUPPORT_NULL = b'"rollout_sample_support":null'
+_ROUTED_KEYS = frozenset((KEY.data, "shape", "dtype"))  # SkyRL's envelope
 
 
 # The bytes of a record's spelling: deleting them from the records leaves the values and commas.
@@ -244,26 +224,34 @@ def _tokenless(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | Non
     its routing envelope replaced by ``null`` (handed back apart, its ``data`` a view of ``raw``,
     as SkyRL's splice leaves it); None unless the records are exactly ``{"logprob":<value>}``
     joined by commas (the reader then reads each value as JSON) and the body has no sample
-    support. The envelope's base64 is neither copied nor searched: it holds no quote, so no key
-    searched for lies in it. ``at``: where the envelope's key is (``raw.find(_ENVELOPE)``)."""
+    support. The envelope's base64 is neither copied nor searched but for its closing quote: it
+    holds no quote, so no key searched for lies in it. ``at``: where the envelope's key is
+    (``raw.find(_ENVELOPE)``)."""
     mv = memoryview(raw)
     data = at + len(_ENVELOPE)
     quote = raw.find(b'"', data) if at >= 0 else len(raw)
     close = raw.find(b"}", quote) if at >= 0 else len(raw)
-    cut = (data, quote) if at >= 0 else (len(raw), len(raw))
-
-    def count(key: bytes) -> int:
-        return raw.count(key, 0, cut[0]) + raw.count(key, cut[1])
-
     start = raw.find(_CONTENT) + len(_CONTENT)
     end = raw.find(b"]", start)
     if (start < len(_CONTENT) or end < 0 or raw[end:end + 2] != b"]}" or quote < 0 or close < 0
-            or count(_CONTENT) != 1 or count(_ENVELOPE) != (at >= 0)
-            or count(b'"rollout_sample_support":') != count(_SUPPORT_NULL)
             or (at >= 0 and not (end < at or start > close))):
         return None
     span = raw[start:end]
     if not _records_only(span):
+        return None
+    # The records and the base64 hold none of the keys counted (each has a letter neither
+    # spells, nor can one straddle their edges): only the bytes around them are searched.
+    holes = sorted(((start, end), (data, quote))) if at >= 0 else [(start, end)]
+
+    def count(key: bytes) -> int:
+        total = begin = 0
+        for hole_start, hole_end in holes:
+            total += raw.count(key, begin, hole_start)
+            begin = hole_end
+        return total + raw.count(key, begin)
+
+    if (count(_CONTENT) != 1 or count(_ENVELOPE) != (at >= 0)
+            or count(b'"rollout_sample_support":') != count(_SUPPORT_NULL)):
         return None
     values = span.translate(None, _SPELLING)
     records = (_SAMPLED, values)
@@ -348,6 +336,25 @@ def _load_packed_body(raw: bytes, **kwargs: Any) -> Any:
     return _from_bytes(raw, lambda body: _saved["load_packed_body"](body, **kwargs))
 
 
+def _decode_routed_experts(payload: Any) -> Any:
+    """SkyRL's ``decode_packed_routed_experts`` as the patched client module calls it: a
+    ``{data, shape, dtype}`` envelope of ``uint8`` ids (SkyRL's own dtype for ids below 256, so
+    SkyRL's range and dtype checks pass whatever they hold) decoded by tokenwire's ``b64decode``
+    into the same array, writable and C-contiguous; any other envelope, or one that decode
+    refuses, by SkyRL's own, which raises its errors."""
+    if type(payload) is dict and payload.keys() == _ROUTED_KEYS and payload["dtype"] == "uint8":
+        shape = payload["shape"]
+        if type(shape) is list and len(shape) == 3 and all(type(d) is int and d >= 0 for d in shape):
+            try:
+                decoded = _select.kernels.b64decode(payload[KEY.data])
+            except (MalformedResponseError, TypeError):
+                decoded = None
+            if decoded is not None and len(decoded) == shape[0] * shape[1] * shape[2]:
+                calls["routing decoded by tokenwire"] += 1
+                return decoded.reshape(shape)
+    return _saved["decode_packed_routed_experts"](payload)
+
+
 # --- the replacements ----------------------------------------------------------------------------
 
 _patch_lock = threading.RLock()
@@ -396,10 +403,12 @@ def patch() -> None:
         _saved["_generate_single"] = module.RemoteInferenceClient._generate_single
         _saved["orjson"] = module.orjson
         _saved["load_packed_body"] = module.load_packed_body
+        _saved["decode_packed_routed_experts"] = module.decode_packed_routed_experts
         module.RemoteGenerateClient.generate = functools.wraps(_saved["generate"])(_generate)
         module.RemoteInferenceClient._generate_single = functools.wraps(_saved["_generate_single"])(_generate_single)
         module.orjson = _Loads(_saved["orjson"])
         module.load_packed_body = _load_packed_body
+        module.decode_packed_routed_experts = _decode_routed_experts
 
 
 def unpatch() -> None:
@@ -413,7 +422,10 @@ def unpatch() -> None:
         module.orjson = _saved.pop("orjson")
         if module.load_packed_body is _load_packed_body:
             module.load_packed_body = _saved["load_packed_body"]
+        if module.decode_packed_routed_experts is _decode_routed_experts:
+            module.decode_packed_routed_experts = _saved["decode_packed_routed_experts"]
         _saved.pop("load_packed_body")
+        _saved.pop("decode_packed_routed_experts")
 
 
 def is_patched() -> bool:

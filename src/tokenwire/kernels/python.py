@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base._args import check_input, output_bytes
+from ..base._args import check_input, check_itemsize, check_offset, output_bytes
 from ..base._errors import MalformedResponseError
 from ..base._types import Ragged
 from ..base._wire import MAX_MASK_ID, MAX_TOKEN_ID, VLLM_LOGPROB_SENTINEL
@@ -84,6 +84,24 @@ def _b64(data: Any) -> bytes | None:
     if data is None or _CANONICAL_B64.fullmatch(data) is None:
         return None
     return base64.b64decode(data, validate=True)
+
+
+def b64check_signed(data: Any, itemsize: int, start: int = 0) -> tuple[int, bool]:
+    """``(size, negative)`` of the base64 ``data[start:]`` (str or bytes-like; ``start`` in
+    characters of a str, bytes of a buffer): the size its decoding has, or -1 when it is not
+    canonical (as :func:`b64decode` refuses it; ``negative`` is then False), and whether some
+    complete little-endian signed integer of ``itemsize`` bytes (1, 2, 4 or 8) of the decoding
+    is below zero (a trailing incomplete one is not read). The compiled core never keeps the
+    decoding: a check of an envelope whose bytes the caller does not need costs one read."""
+    check_input(data)
+    check_itemsize(itemsize)
+    check_offset(data, start)
+    text = _text(data)
+    decoded = _b64(text[start:] if text is not None else None)
+    if decoded is None:
+        return -1, False
+    values = np.frombuffer(decoded, f"<i{itemsize}", len(decoded) // itemsize)
+    return len(decoded), bool((values < 0).any())
 
 
 def b64decode(data: Any, out: Any = None) -> np.ndarray:
