@@ -34,6 +34,8 @@ def load_table():
 # The contexts the scanner's loop knows by name: where a choice or an item starts.
 SCOPE_CONTEXT = {"root": "TOP", "choice": "CHOICE", "item": "SGL_ITEM"}
 SCOPE_PREFIX = {"root": "ROOT_", "choice": "", "item": "SGL_"}
+# tw_scan.c's contexts before the generated ones (TWS_C_*), in its enum's order.
+FIXED_CONTEXTS = ("NONE", "TOP", "CHOICES", "CHOICE", "SGL_ITEMS", "SGL_ITEM")
 
 
 def context_name(scope: str, prefix: tuple[str, ...]) -> str:
@@ -75,6 +77,12 @@ def rules(t):
                 out.append((context_name(scope, prefix), key, target(t, at[0]) if at else "TWS_T_NONE",
                             context_name(scope, here) if deeper else "NONE", array, bits(cleared, "TWS_FB"),
                             bits(cleared_root, "TWS_BIT")))
+    # tws_match finds a key by binary search: the rules in the order of (context in the enum,
+    # key length, key bytes), each (context, key) once.
+    order = {name: i for i, name in enumerate((*FIXED_CONTEXTS, *(name for name, _ in contexts(t))))}
+    out.sort(key=lambda r: (order[r[0]], len(r[1].encode()), r[1].encode()))
+    keys = [(r[0], r[1]) for r in out]
+    assert len(set(keys)) == len(keys), "a key twice in one context"
     return out
 
 

@@ -24,10 +24,8 @@ def _facade_parser(str fmt, object select, object python_parser, object core_par
         if type(raw) is not bytes or select.impl is not core:
             return python_parser(raw, **options)
         try:
-            if generate and not options:
-                response = _parse_generate(raw, None, True, False, None, False, None, None, None)
-            elif generate and len(options) == 1 and "top_k" in options:
-                response = _parse_generate(raw, options["top_k"], True, False, None, False, None, None, None)
+            if generate:
+                response = _generate_call(raw, options)
             else:
                 response = core_parser(raw, **options)
         except MalformedResponseError as exc:
@@ -37,12 +35,7 @@ def _facade_parser(str fmt, object select, object python_parser, object core_par
             raise other from exc
         if objects:
             payload = getattr(response, "payload", None)
-            if type(payload) is dict:
-                obj = (<dict>payload).get("object")
-            elif isinstance(payload, dict):
-                obj = payload.get("object")
-            else:
-                obj = None
+            obj = payload.get("object") if isinstance(payload, dict) else None
             if isinstance(obj, str):
                 error = object_error(obj)
                 if error is not None:

@@ -17,6 +17,26 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_s
                            teacher_logits, payload_root, num_experts, prompt_tokens)
 
 
+# parse_generate_response's keyword defaults after top_k, in its signature's order (which is
+# _parse_generate's): read from the signature, so that they are stated once.
+cdef tuple _GENERATE_DEFAULTS = tuple(parse_generate_response.__kwdefaults__.values())[1:]
+cdef object _TOP_K_DEFAULT = parse_generate_response.__kwdefaults__["top_k"]
+
+
+cdef object _generate_call(object raw, dict options):
+    """parse_generate_response(raw, **options), without a keyword dictionary when ``options``
+    is empty or ``top_k`` alone (the facade's common calls)."""
+    cdef tuple d = _GENERATE_DEFAULTS
+    cdef Py_ssize_t n = len(options)
+    if n == 0:
+        top_k = _TOP_K_DEFAULT
+    elif n == 1 and "top_k" in options:
+        top_k = options["top_k"]
+    else:
+        return parse_generate_response(raw, **options)
+    return _parse_generate(raw, top_k, d[0], d[1], d[2], d[3], d[4], d[5], d[6])
+
+
 cdef object _parse_generate(object raw, object top_k, object require_logprobs, object require_sampling_mask,
                             object prompt_logprob_start, object teacher_logits, object payload_root,
                             object num_experts, object prompt_tokens):
