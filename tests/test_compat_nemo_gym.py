@@ -146,7 +146,8 @@ def test_routing_envelope_rows(rows, layers, topk, dtype, cut, data):
 
 @pytest.mark.parametrize("routed", ["nrlre2:int16:1x1x1:AAA=", "nrlre1:int64:1x1x1:AAAAAAAAAAA=",
                                     "nrlre1:int16:1x1:AAA=", "nrlre1:int16:0x1x1:", "nrlre1:int16:1x1x2:AAA=",
-                                    "nrlre1:int16:1x1x1:AA A", [[1, 2]], [[[1.0]]], [[[True]]], [], 5])
+                                    "nrlre1:int16:1x1x1:AA A", "nrlre1:int16:1x1x" + "9" * 5000 + ":AAA=",
+                                    [[1, 2]], [[[1.0]]], [[[True]]], [], 5])
 def test_routing_envelope_malformed(routed):
     with pytest.raises(compat.NeMoGymResponseError):
         compat.check_routed_experts(routed, None)
@@ -437,13 +438,15 @@ def test_token_path_only_where_the_server_drops_the_records(monkeypatch):
 
 
 @pytest.mark.parametrize("case", ["valid", "int8", "rows", "negative", "bytes", "base64", "escape", "twice",
-                                  "header elsewhere"])
+                                  "header elsewhere", "repeated"])
 def test_token_path_routing_made_from_the_bytes(reader, case):
     """The message's routing envelope is made into its string once, from the bytes, and checked
     without its decoding kept (the reader neither copies nor builds it); the bundle check then
     counts its rows only. The document is orjson's either way; a body whose routing is not an
     envelope the check accepts, or where the string would not be orjson's, is read as before,
-    and each defect is refused with the same message as from orjson's document."""
+    and each defect is refused with the same message as from orjson's document. A copy of the
+    key in another spelling after it (the one the reader keeps), holding the envelope's header,
+    sends the body the old way."""
     body = token_path_body()
     values = routes(7 - (case == "rows"))
     if case == "negative":
@@ -462,17 +465,20 @@ def test_token_path_routing_made_from_the_bytes(reader, case):
     raw = orjson.dumps(body)
     if case == "escape":  # orjson reads the same string; the bytes are not that string
         raw = raw.replace(b'"nrlre1:int16:', b'"nrlre1:int\\u00316:')
+    elif case == "repeated":
+        header = routing[:routing.rindex(":") + 1].encode()
+        raw = raw.replace(routing.encode() + b'"', routing.encode() + b'","routed_experts" :"' + header + b'"', 1)
     want = orjson.loads(raw)
     theirs = want["choices"][0]["message"]["routed_experts"]
     compat._checked_routing.set(None)
     doc = compat.token_path_document(raw)
     try:
-        assert (doc is None) == (case == "header elsewhere")
+        assert (doc is None) == (case == "repeated")
         if doc is None:
             return
         ours = doc["choices"][0]["message"]["routed_experts"]
         handed = compat._checked_routing.get()
-        assert (handed is ours) == (case in ("valid", "int8", "rows")) and (handed is None or handed is ours)
+        assert (handed is ours) == (case in ("valid", "int8", "rows", "header elsewhere")) and (handed is None or handed is ours)
         doc["choices"][0]["logprobs"] = want["choices"][0]["logprobs"]
         assert doc == want
         ids = want["choices"][0]["token_ids"]
@@ -490,7 +496,8 @@ def test_token_path_routing_made_from_the_bytes(reader, case):
             except compat.NeMoGymResponseError as exc:
                 got = str(exc)
             assert got == expected
-            assert (expected is None) == (case in ("valid", "int8", "escape", "twice") and len(prompt) == 3
+            assert (expected is None) == (case in ("valid", "int8", "escape", "twice", "header elsewhere")
+                                          and len(prompt) == 3
                                           or case == "rows" and len(prompt) == 2)
     finally:
         compat._checked_routing.set(None)

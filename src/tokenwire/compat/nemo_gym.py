@@ -41,6 +41,7 @@ import importlib
 import importlib.metadata
 import math
 import os
+import secrets
 import sys
 import threading
 from collections import Counter
@@ -147,7 +148,7 @@ def _envelope(routed: str, choice: int | None, field: str) -> tuple[np.dtype, tu
         raise _refuse(f"routed_experts dtype {dtype_name!r} is not int8, int16 or int32",
                       choice=choice, field=field)
     dims = shape_text.split("x")
-    if len(dims) != 3 or not all(d.isascii() and d.isdigit() for d in dims):
+    if len(dims) != 3 or not all(d.isascii() and d.isdigit() and len(d) <= 18 for d in dims):
         raise _refuse(f"routed_experts shape {shape_text!r} is not SxLxK", choice=choice, field=field)
     shape = tuple(int(d) for d in dims)
     if min(shape) <= 0:
@@ -370,9 +371,9 @@ def token_path_document(raw: Any) -> dict[str, Any] | None:
     message, logprobs = choice.get("message"), choice.get(KEY.logprobs)
     if type(message) is not dict or any(key in message for key in _BUNDLE_FIELDS):
         return None
-    if routing is not None:  # the header left in the bytes must be the message's routing, alone
-        header, text = routing
-        if message.get(KEY.routed_experts) != header or _strings_equal(document, header) != 1:
+    if routing is not None:  # the stand-in left in the bytes must be the message's routing, alone
+        stand_in, text = routing
+        if message.get(KEY.routed_experts) != stand_in or _strings_equal(document, stand_in) != 1:
             return None
         message[KEY.routed_experts] = text
     if type(logprobs) is not dict or list(logprobs) != ["content"] or type(logprobs["content"]) is not list:
@@ -407,13 +408,13 @@ _checked_routing: ContextVar[str | None] = ContextVar("tokenwire_nemo_gym_checke
 
 
 def _routing_apart(raw: bytes) -> tuple[bytes, tuple[str, str] | None]:
-    """``raw`` with its routing envelope's base64 left out, the envelope's header kept in its
-    place (``"nrlre1:<dtype>:<SxLxK>:"``), and (that header, the envelope as a ``str``, made
-    from the bytes once and checked but for its rows), so that the reader neither copies nor
+    """``raw`` with its routing envelope's base64 left out, a stand-in in its place (the
+    envelope's header and a value drawn for the call, ``"nrlre1:<dtype>:<SxLxK>:~<hex>"``), and
+    (that stand-in, the envelope as a ``str``, made from the bytes once and checked but for its rows), so that the reader neither copies nor
     builds the megabytes NeMo-Gym only carries; ``(raw, None)`` unless the body holds one
     ``"routed_experts":"`` and its string is an envelope :func:`check_routed_experts` accepts
     (no quote, escape or other character outside its alphabet: the string ``orjson.loads``
-    reads). The caller checks that the header is the message's routing and no other string."""
+    reads). The caller checks that the stand-in is the message's routing and no other string."""
     at = raw.find(_ROUTING_VALUE)
     if at < 0:
         return raw, None
@@ -427,8 +428,10 @@ def _routing_apart(raw: bytes) -> tuple[bytes, tuple[str, str] | None]:
         _check_routing(text, None, None, KEY.routed_experts)
     except (UnicodeDecodeError, NeMoGymResponseError):
         return raw, None  # read as before: the bundle check refuses it in its place
-    header = text[:_envelope(text, None, KEY.routed_experts)[3]]
-    return b"".join((view[:start], header.encode(), view[end:])), (header, text)
+    # The header and a value drawn for this call: only the copy of the key left here can read
+    # as it (a key repeated in another spelling, which the reader would keep, cannot).
+    stand_in = f"{text[:_envelope(text, None, KEY.routed_experts)[3]]}~{secrets.token_hex(8)}"
+    return b"".join((view[:start], stand_in.encode(), view[end:])), (stand_in, text)
 
 
 def _strings_equal(document: Any, text: str) -> int:
