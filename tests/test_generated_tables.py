@@ -38,3 +38,19 @@ def test_wire_table_matches_the_compiled_scanner():
     from tokenwire.base import _table
 
     assert core._NFIELDS == len(_table.CHOICE_FIELDS)
+
+
+def test_the_scanners_fixed_contexts_are_the_generators():
+    """The key rules are sorted by context for the scanner's binary search, so the contexts
+    tw_scan.c names before the generated ones must be gen_fields.py's FIXED_CONTEXTS, in order:
+    a context out of place would lose its keys without a word."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("_gen_fields", CSRC / "gen_fields.py")
+    assert spec and spec.loader
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    source = (CSRC / "json" / "tw_scan.c").read_text()
+    body = source[source.index("TWS_C_NONE = 0"):source.index('#include "json/tw_fields.def"')]
+    assert tuple(re.findall(r"\bTWS_C_(\w+)\b", body)) == gen.FIXED_CONTEXTS

@@ -345,6 +345,29 @@ int main(int argc, char **argv)
     printf("random differential (%ld cases): %llu checks, %llu failures\n",
            random_cases, g_checks, g_failures);
 
+    /* 4. Past tw_b64_check_signed's 4096-character block: encodings that end just
+          before, at and after the block's end, and span two blocks, with bytes below
+          0x80 but one high byte or one bad character in the first or second block. */
+    {
+        static const size_t sizes[] = {3069, 3070, 3071, 3072, 3073, 3075, 3500, 4096};
+        size_t si;
+        int variant, turn;
+        for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            n = sizes[si];
+            for (variant = 0; variant < 5; variant++) {
+                for (pos = 0; pos < n; pos++) data[pos] = (uint8_t)(rnd() & 0x7F);
+                if (variant == 1) data[rndn(n < 3072 ? n : 3072)] |= 0x80;
+                if (variant == 2) data[n > 3072 ? 3072 + rndn(n - 3072) : n - 1] |= 0x80;
+                L = ref_encode(data, n, enc);
+                memcpy(buf, enc, L);
+                if (variant == 3) buf[rndn(L < 4096 ? L : 4096)] = '*';
+                if (variant == 4) buf[L > 4096 ? 4096 + rndn(L - 4096) : L - 1] = '*';
+                for (turn = 0; turn < 4; turn++) check_decode(buf, L, "two blocks");
+            }
+        }
+    }
+    printf("across the check's blocks: %llu checks, %llu failures\n", g_checks, g_failures);
+
     free(g_in);
     free(g_refout);
     if (g_failures) {

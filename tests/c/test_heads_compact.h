@@ -308,7 +308,7 @@ static void test_compact_heads(long count) {
                 size_t w = 0, kind = rndn(6);
                 for (size_t i = 0; i < len; i++) {
                     int live = vals[total + i] != (float)HEAD_SENTINEL;
-                    if (live && (kind == 1 || kind == 2 || kind == 4 || (kind == 3 && w < 2)))
+                    if (live && (kind == 1 || kind == 2 || kind == 4 || kind == 5 || (kind == 3 && w < 2)))
                         sup[stotal + w++] = (int32_t)ids[total + i];
                 }
                 if (kind == 4) { /* and one not ranked: not there, negative, or filtered (at the sentinel) */
