@@ -56,6 +56,8 @@ PLUGIN = "tokenwire.compat.eval_protocol_plugin"
 PATCHED_MARK = "tokenwire: eval-protocol's client stayed patched for the whole session"
 FOLLOWED = re.compile(re.escape(PATCHED_MARK) + r" \(eval-protocol (\S+); (\d+) calls")
 CALLERS = re.compile(r"tokenwire: tests that ran the patched method: (\d+)((?:\n  .*)*)")
+# Between the outputs of a run's pytest processes: each must report the patch on its own.
+PROCESS_BREAK = "\n--- the next pytest process of this run ---\n"
 HERE = Path(__file__).resolve().parent
 # The repository's pytest.ini (not in the sdist): pytest-asyncio in auto mode, which the
 # module-level async tests of test_event_bus.py need.
@@ -182,7 +184,7 @@ def run_pytest(root: Path, junit: Path, targets: list[str], *, patched: bool, py
             for i, group in enumerate(groups)]
     return Run({k: v for run in runs for k, v in run.outcomes.items()},
                {k: v for run in runs for k, v in run.skips.items()},
-               "\n".join(run.output for run in runs), max(run.returncode for run in runs))
+               PROCESS_BREAK.join(run.output for run in runs), max(run.returncode for run in runs))
 
 
 def check_extras(python: str, install: bool) -> None:
@@ -210,16 +212,19 @@ def compare(unpatched: Run, patched: Run, version: str) -> Comparison:
     for label, run in (("unpatched", unpatched), ("patched", patched)):
         if run.count("failed") or run.count("error"):
             problems.append(f"the {label} run is not green: {run.summary()}")
-    followed = FOLLOWED.search(patched.output)
-    if PATCHED_MARK not in patched.output or followed is None:
-        problems.append("the patched run does not report the patch in place for the whole session")
-    elif followed.group(1) != version:
-        problems.append(f"the drop-in followed eval-protocol {followed.group(1)}, not {version}")
-    else:
-        result.calls = int(followed.group(2))
-    callers = CALLERS.search(patched.output)
-    if callers:
-        result.callers = [line.strip() for line in callers.group(2).splitlines() if line.strip()]
+    result.calls, result.callers = 0, []
+    for number, output in enumerate(patched.output.split(PROCESS_BREAK), 1):
+        followed = FOLLOWED.search(output)
+        if followed is None:
+            problems.append(f"the patched run's pytest process {number} does not report the patch in place "
+                            f"for the whole session")
+        elif followed.group(1) != version:
+            problems.append(f"the drop-in followed eval-protocol {followed.group(1)}, not {version}")
+        else:
+            result.calls += int(followed.group(2))
+        callers = CALLERS.search(output)
+        if callers:
+            result.callers += [line.strip() for line in callers.group(2).splitlines() if line.strip()]
     return result
 
 
