@@ -239,8 +239,10 @@ def _tokenless(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | Non
     span = raw[start:end]
     if not _records_only(span):
         return None
-    # The records and the base64 hold none of the keys counted (each has a letter neither
-    # spells, nor can one straddle their edges): only the bytes around them are searched.
+    # Neither stretch can hold a counted key: the records are found to hold only record bytes
+    # (no key's letters), and every key counted opens with a quote, which the base64 stretch
+    # (up to its closing quote) lacks; a key across either edge leaves a document that does
+    # not parse. Only the bytes around them are searched.
     holes = sorted(((start, end), (data, quote))) if at >= 0 else [(start, end)]
 
     def count(key: bytes) -> int:
