@@ -660,6 +660,10 @@ static ptrdiff_t compact_heads(size_t n, const int64_t *roff, const uint32_t *ro
                 *c.support_bad = failed + s;
         }
     }
+    /* With a value broken the supports are not decided (the register and block passes stop
+       checking them at different rows): support_bad says nothing then, on every path. */
+    if (value_bad && *value_bad >= 0 && c.support_bad)
+        *c.support_bad = -1;
     return failed;
 }
 

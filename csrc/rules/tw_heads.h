@@ -130,9 +130,9 @@ ptrdiff_t tw_compact_heads(size_t n, const int64_t *roff, const uint32_t *row_id
  * just before the kernels read them, so neither the values nor the supports are read in a
  * pass of their own. Either check is made only when its output is given (not NULL):
  * *value_bad: -1 when every value of row_vals[roff[0] .. roff[n]) keeps the rule, else the
- * index (into row_vals) of the first that does not; *support_bad (with soff; -1 without):
- * -1 when every support row of the n tokens keeps its rule, else the first token whose row
- * does not (*row_kind is TW_ROW_NOMEM when tw_support_rows had no scratch memory; the check
+ * index (into row_vals) of the first that does not; *support_bad (with soff; -1 without, and
+ * -1 whenever a value breaks its rule): -1 when every support row of the n tokens keeps its
+ * rule, else the first token whose row does not (*row_kind is TW_ROW_NOMEM when tw_support_rows had no scratch memory; the check
  * after the loop may still set *support_bad then, which the caller reads first). The values rule comes before every other, the support rule before the
  * rows' and heads': the return value and the other outputs are to be ignored when either
  * fails. Otherwise as tw_compact_heads.
