@@ -132,13 +132,20 @@ static inline int tw_pl_int(tw_rd *r, int64_t *value) {
     return 1;
 }
 
+/* A member's value read as a string without escapes, the member's first in its object (bit
+   of seen); 0 for anything else (the walk then leaves the copy to the JSON reader). */
+static int tw_pl_plain_str_once(tw_rd *r, uint64_t *seen, unsigned bit, size_t *a, size_t *b) {
+    int esc;
+    return tw_pl_once(seen, bit) && r->s[r->p] == '"' && tw_pl_str(r, a, b, &esc) && !esc;
+}
+
 static int tw_pl_packed(tw_rd *r, tw_plain_choice *c) {
-    int first = 1, got, esc;
+    int first = 1, got;
     size_t ks, ke, a, b;
     uint64_t seen = 0;
     while ((got = tw_pl_key(r, &first, &ks, &ke)) == 1) {
         if (tw_pl_is(r, ks, ke, "dtype")) {
-            if (!tw_pl_once(&seen, 0) || r->s[r->p] != '"' || !tw_pl_str(r, &a, &b, &esc) || esc) return 0;
+            if (!tw_pl_plain_str_once(r, &seen, 0, &a, &b)) return 0;
             c->dtype = tw_pl_is(r, a, b, "float32") ? 4 : tw_pl_is(r, a, b, "float64") ? 8 : 0;
         } else if (tw_pl_is(r, ks, ke, "shape")) {
             if (!tw_pl_once(&seen, 1) || r->s[r->p] != '[') return 0;
@@ -157,12 +164,12 @@ static int tw_pl_packed(tw_rd *r, tw_plain_choice *c) {
 }
 
 static int tw_pl_compact(tw_rd *r, tw_plain_choice *c, const char *format) {
-    int first = 1, got, esc;
+    int first = 1, got;
     size_t ks, ke, a, b;
     uint64_t seen = 0;
     while ((got = tw_pl_key(r, &first, &ks, &ke)) == 1) {
         if (tw_pl_is(r, ks, ke, "format")) {
-            if (!tw_pl_once(&seen, 0) || r->s[r->p] != '"' || !tw_pl_str(r, &a, &b, &esc) || esc) return 0;
+            if (!tw_pl_plain_str_once(r, &seen, 0, &a, &b)) return 0;
             c->format = (uint8_t)tw_pl_eq(r, a, b, format, strlen(format));
         } else if (tw_pl_is(r, ks, ke, "num_top_logprobs")) {
             if (!tw_pl_once(&seen, 1) || !tw_pl_int(r, &c->num_top_n)) return 0;
