@@ -76,6 +76,33 @@ def test_empty_content_for_a_completion_is_refused():
     assert compat.check_response(document, r) is r
 
 
+@pytest.mark.parametrize("logprobs", [values(4), values(2), [-0.1, None, -0.2], [-0.1, "x", -0.2],
+                                      [-0.1, float("nan"), -0.2], [-0.1, -9999.0, -0.2], []])
+def test_logprobs_not_asked_for_are_handed_on(logprobs):
+    """The request did not ask for logprobs (SkyRL's generate then drops them): whatever the
+    server sent is handed on as SkyRL read it, unchecked and unmarked; asked for, refused."""
+    document, r = result([1, 2, 3], logprobs)
+    out = compat.check_response(document, r, logprobs_asked=False)
+    assert out is r and type(out.response_logprobs) is type(r.response_logprobs)
+    with pytest.raises(compat.SkyRLResponseError):
+        compat.refuse_clamped = True
+        try:
+            compat.check_response(document, r)
+        finally:
+            compat.refuse_clamped = False
+
+
+@pytest.mark.parametrize("defect", ["id", "routing", "support"])
+def test_ids_routing_and_support_are_checked_when_logprobs_are_not_asked_for(defect):
+    ids = [1, 2**32, 3] if defect == "id" else [1, 2, 3]
+    routes = np.zeros((4, 2, 2), np.uint8) if defect == "routing" else None  # 5 rows for 3 prompt tokens
+    support = np.zeros((2, 4), np.int32) if defect == "support" else None
+    document, r = result(ids, values(1), routes=routes, support=support)
+    with pytest.raises(compat.SkyRLResponseError, match={"id": "not an int", "routing": "holds 4 rows, not 5",
+                                                         "support": "2 rows for 3"}[defect]):
+        compat.check_response(document, r, prompt_tokens=3, logprobs_asked=False)
+
+
 @pytest.mark.parametrize("start", [None, 0, 2])
 def test_routing_rows_are_counted(start):
     n, prompt = 6, 5

@@ -20,13 +20,22 @@ With :func:`patch`, ``RemoteGenerateClient.generate`` returns what SkyRL's retur
 :class:`SkyRLResponseError` (a ``tokenwire.MalformedResponseError`` naming choice, field and
 token, and so a ``ValueError``, the type SkyRL raises for a packed envelope it cannot decode):
 
-- logprobs and ids of different counts (``logprobs.content`` against ``token_ids``), or a
-  ``content`` list that is empty for a non-empty completion;
-- a logprob that is not a finite number (``null``, a string, ``NaN`` or an infinity);
+- when the request asked for logprobs (``sampling_params["logprobs"]`` not None, SkyRL's own
+  test): logprobs and ids of different counts (``logprobs.content`` against ``token_ids``),
+  or a ``content`` list that is empty for a non-empty completion; a logprob that is not a
+  finite number (``null``, a string, ``NaN`` or an infinity);
 - an id that is not an int in ``[0, 2**32)``;
 - routing whose rows are not one per token from ``routed_experts_prompt_start`` (0 when not
   given) to the last but one (``prompt - start + completion - 1``, the count SkyRL's
   ``RoutedExpertTrace`` expects), and a sample support whose rows are not one per token.
+
+Logprobs the request did not ask for are no evidence anyone asked for: a real vLLM sends
+``logprobs: null`` then, and SkyRL's ``RemoteInferenceClient.generate``, the one caller of
+``_generate_single``, drops ``response_logprobs`` when ``sampling_params["logprobs"]`` is None
+(its ``get_logprobs``), so they never reach the generator. The drop-in hands them on unchecked,
+exactly as SkyRL read them (a direct caller of ``RemoteGenerateClient.generate`` that asked for
+none gets what the server sent, as from SkyRL); ids, routing and sample support are checked
+all the same.
 
 SkyRL's clamp stays SkyRL's contract, made visible: a response holding ``-9999.0`` logprobs
 gives its ``response_logprobs`` as a :class:`ClampedLogprobs`, the same list of the same
@@ -49,9 +58,10 @@ own token-less records in exactly the form its server's orjson writes them
 spell), with its routing envelope (the ``data`` a view of the body, as SkyRL's splice leaves it,
 decoded by ``decode_packed_routed_experts`` as the client module looks it up: a uint8 envelope
 by tokenwire's ``b64decode`` into SkyRL's array, any other by SkyRL's own); one choice, finite
-logprobs, none the clamp. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the choice's
-``token_ids``, ``finish_reason`` and routing envelope only. Every other body (a clamped
-logprob, another spelling of the records, a sample support, other endpoints, a direct call of
+logprobs, none the clamp, a request that asked for logprobs. That result's ``raw_response``
+(which ``_generate_single`` drops) then holds the choice's ``token_ids``, ``finish_reason`` and
+routing envelope only. Every other body (a clamped logprob, another spelling of the records, a
+sample support, a request without logprobs, other endpoints, a direct call of
 ``RemoteGenerateClient.generate``, whose ``raw_response`` is the whole document) is read by
 SkyRL's own code and checked after it.
 """
@@ -137,14 +147,17 @@ def _check_logprobs(values: list[Any], n: int) -> np.ndarray | None:
 
 
 def check_response(document: Any, result: Any, *, prompt_tokens: int | None = None,
-                   routing_start: int | None = None) -> Any:
+                   routing_start: int | None = None, logprobs_asked: bool = True) -> Any:
     """Check SkyRL's ``RemoteGenerateResult`` ``result`` against the body ``document`` it was
     read from (None: the drop-in read the body itself and checked its logprobs) and the
-    request (the prompt's length, ``routed_experts_prompt_start``); give ``result``, its
-    ``response_logprobs`` a :class:`ClampedLogprobs` when some are SkyRL's clamp."""
+    request (the prompt's length, ``routed_experts_prompt_start``, whether its
+    ``sampling_params`` asked for logprobs); give ``result``, its ``response_logprobs`` a
+    :class:`ClampedLogprobs` when some are SkyRL's clamp. Logprobs the request did not ask for
+    are not checked and handed on as SkyRL read them (its ``RemoteInferenceClient.generate``
+    drops them); ids, routing and sample support are checked always."""
     n = len(result.response_ids) if document is None else check_ids(result.response_ids, KEY.token_ids,
                                                                               SkyRLResponseError)
-    if document is not None:
+    if document is not None and logprobs_asked:
         values = result.response_logprobs
         if values is None:
             choice = document[KEY.choices][0]
@@ -365,7 +378,12 @@ _saved: dict[str, Any] = {}
 
 async def _generate(self: Any, **kwargs: Any) -> Any:
     calls["RemoteGenerateClient.generate"] += 1
-    reading = _Reading(from_bytes=_raw_dropped.get() and not kwargs.get("return_sample_support"))
+    # SkyRL's own test of a request for logprobs (RemoteInferenceClient.generate's get_logprobs)
+    sampling = kwargs.get("sampling_params")
+    asked = hasattr(sampling, "get") and sampling.get("logprobs") is not None
+    if not asked:
+        calls["logprobs not asked for"] += 1
+    reading = _Reading(from_bytes=asked and _raw_dropped.get() and not kwargs.get("return_sample_support"))
     token = _reading.set(reading)
     try:
         result = await _saved["generate"](self, **kwargs)
@@ -373,7 +391,7 @@ async def _generate(self: Any, **kwargs: Any) -> Any:
         _reading.reset(token)
     prompt = kwargs.get("prompt_token_ids")
     common = dict(prompt_tokens=len(prompt) if isinstance(prompt, list) else None,
-                  routing_start=kwargs.get("routed_experts_prompt_start"))
+                  routing_start=kwargs.get("routed_experts_prompt_start"), logprobs_asked=asked)
     if reading.values is not None and result.raw_response is reading.document:
         calls["generate from the reader's arrays"] += 1
         result = dataclasses.replace(result, response_logprobs=reading.values.tolist())
