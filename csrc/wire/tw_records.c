@@ -726,12 +726,15 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
         top.k0 = top.k = kfree;
         top.code = TW_REC_MISSING_TOP;
         p = twf_object(&x, p, &o, &top);
-        /* An entry certain to fail (no id, a logprob that is not a number) ends
-           the reading: stored entries then take at least 26 bytes of text each
-           ({"token_id":0,"logprob":0}), so a document of empty objects cannot
-           make the scan hold 40 bytes for each 3 of its own; an entry named by a
-           shorter "id" alone is left to the reading after the scan too. */
-        if (!p || twr_obj_id(&o) < 0 || !o.lp_ok || (o.has_iid && !o.has_tid))
+        /* An entry without a number as logprob ends the reading: stored entries
+           then take at least 13 bytes of text each ({"logprob":0}), so a
+           document of empty objects cannot make the scan hold 40 bytes for each
+           3 of its own.  An entry naming no id is stored with id -1: the records
+           of a response read by position (output_mode "text", SkyRL's token-less
+           records) are read during the scan, and tw_rec_take refuses it where
+           ids are compared, as tw_rec_parse does.  An entry named by a shorter
+           "id" alone is left to the reading after the scan. */
+        if (!p || !o.lp_ok || (o.has_iid && !o.has_tid))
             break;
         en = &d->entries[n++];
         en->id = twr_obj_id(&o);
