@@ -53,17 +53,18 @@ the ids, logprobs, stop reason and side channels) the body is read from its byte
 tokenwire's reader accepts it: ``orjson.loads`` and ``load_packed_body`` as ``_post`` looks them
 up hand the bytes to the compiled reader, and SkyRL's document is made from its arrays, no dict
 per record. That covers vLLM's records (``"token_id:N"`` names matching ``token_ids``) and SkyRL's
-own token-less records in exactly the form its server's orjson writes them
-(``{"logprob":<value>}`` joined by commas, read by the reader as the ``sampled`` list they
-spell), with its routing envelope (the ``data`` a view of the body, as SkyRL's splice leaves it,
-decoded by ``decode_packed_routed_experts`` as the client module looks it up: a uint8 envelope
-by tokenwire's ``b64decode`` into SkyRL's array, any other by SkyRL's own); one choice, finite
-logprobs, none the clamp, a request that asked for logprobs. That result's ``raw_response``
-(which ``_generate_single`` drops) then holds the choice's ``token_ids``, ``finish_reason`` and
-routing envelope only. Every other body (a clamped logprob, another spelling of the records, a
-sample support, a request without logprobs, other endpoints, a direct call of
-``RemoteGenerateClient.generate``, whose ``raw_response`` is the whole document) is read by
-SkyRL's own code and checked after it.
+own token-less records (``{"logprob": x}``, which SkyRL reads by position and never by a token:
+the reader reads them as it reads records by position, its ``output_mode: "text"``, each still
+an object whose ``logprob`` is a finite number, one per id; on a body with routing every record
+is read so), with its routing envelope (the ``data`` a view of the body, as SkyRL's splice
+leaves it, decoded by ``decode_packed_routed_experts`` as the client module looks it up: a uint8
+envelope by tokenwire's ``b64decode`` into SkyRL's array, any other by SkyRL's own); one
+choice, finite logprobs, none the clamp, a request that asked for logprobs, no other packed
+envelope. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the
+choice's ``token_ids``, ``finish_reason`` and routing envelope only. Every other body (a clamped
+logprob, records the reader refuses, a sample support, a request without logprobs, other
+endpoints, a direct call of ``RemoteGenerateClient.generate``, whose ``raw_response`` is the
+whole document) is read by SkyRL's own code and checked after it.
 """
 
 from __future__ import annotations
@@ -209,69 +210,39 @@ _reading: ContextVar[_Reading | None] = ContextVar("tokenwire_skyrl_reading", de
 _raw_dropped: ContextVar[bool] = ContextVar("tokenwire_skyrl_raw_dropped", default=False)
 
 
-# SkyRL's own records as its server's orjson writes them, and what they become for the reader.
-_CONTENT, _SAMPLED = f'"{KEY.logprobs}":{{"{KEY.content}":['.encode(), f'"{KEY.logprobs}":{{"{KEY.sampled}":['.encode()
-_RECORD, _BETWEEN = b'{"logprob":', b'},{"logprob":'
+# SkyRL's routing envelope as its server's orjson writes it; the anchor its splice finds every
+# packed envelope by (generate_wire's _PACKED_DATA_ANCHOR); what stands in the envelope's place
+# for the reader (an envelope of no rows, which the reader reports only at the choice's own
+# "routed_experts"); what the reader is told of SkyRL's token-less records: they stand for
+# token_ids by position (the reader's output_mode "text", whose records carry no id it reads;
+# the body's own output_mode, later, wins).
 _ENVELOPE = f'"{KEY.routed_experts}":{{"{KEY.data}":"'.encode()
-_SUPPORT_NULL = b'"rollout_sample_support":null'
+_ANCHOR = f':{{"{KEY.data}":"'.encode()
+_STAND_IN = f'"{KEY.routed_experts}":{{"{KEY.data}":"","shape":[0,1,1],"dtype":"uint8"}}'.encode()
+_BY_POSITION = b'{"output_mode":"text",'
 _ROUTED_KEYS = frozenset((KEY.data, "shape", "dtype"))  # SkyRL's envelope
 
 
-# The bytes of a record's spelling: deleting them from the records leaves the values and commas.
-_SPELLING = b'{}":logprb'
-# What a JSON number is written with: deleting them from the records leaves their skeleton.
-_NUMBER = b"0123456789+-.eE"
-_SKELETON = b'{"logprob":},'
-
-
-def _records_only(span: bytes) -> bool:
-    """Whether ``span`` is exactly ``{"logprob":V},{"logprob":V},...`` with each ``V`` written
-    with the bytes of JSON numbers only (none of them in :data:`_SPELLING`): the span without
-    those bytes is the records' skeleton, compared whole."""
-    skeleton = span.translate(None, _NUMBER)
-    return bool(skeleton) and skeleton == (_SKELETON * ((len(skeleton) + 1) // len(_SKELETON)))[:-1]
-
-
-def _tokenless(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | None:
-    """SkyRL's body with its token-less records written as the ``sampled`` list they spell, and
-    its routing envelope replaced by ``null`` (handed back apart, its ``data`` a view of ``raw``,
-    as SkyRL's splice leaves it); None unless the records are exactly ``{"logprob":<value>}``
-    joined by commas (the reader then reads each value as JSON) and the body has no sample
-    support. The envelope's base64 is neither copied nor searched but for its closing quote: it
-    holds no quote, so no key searched for lies in it. ``at``: where the envelope's key is
+def _for_reader(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | None:
+    """SkyRL's body as tokenwire's reader is to read it: its records by position (SkyRL
+    never reads a record's token; every record must still be an object whose ``logprob`` is a
+    finite number, one per id), and its routing envelope replaced by :data:`_STAND_IN`
+    (handed back apart, its ``data`` a view of ``raw``, as SkyRL's splice leaves it); None for
+    a body holding another packed envelope (SkyRL's splice finds each by :data:`_ANCHOR`).
+    The envelope's base64 is neither copied nor searched but for its closing quote, and holds
+    no anchor (base64 has no quote). ``at``: where the envelope's key is
     (``raw.find(_ENVELOPE)``)."""
-    mv = memoryview(raw)
     data = at + len(_ENVELOPE)
     quote = raw.find(b'"', data) if at >= 0 else len(raw)
     close = raw.find(b"}", quote) if at >= 0 else len(raw)
-    start = raw.find(_CONTENT) + len(_CONTENT)
-    end = raw.find(b"]", start)
-    if (start < len(_CONTENT) or end < 0 or raw[end:end + 2] != b"]}" or quote < 0 or close < 0
-            or (at >= 0 and not (end < at or start > close))):
+    if quote < 0 or close < 0 or raw[:1] != b"{":
         return None
-    span = raw[start:end]
-    if not _records_only(span):
+    anchors = raw.count(_ANCHOR, 0, data) + raw.count(_ANCHOR, quote) if at >= 0 else raw.count(_ANCHOR)
+    if anchors != (at >= 0):
         return None
-    # Neither stretch can hold a counted key: the records are found to hold only record bytes
-    # (no key's letters), and every key counted opens with a quote, which the base64 stretch
-    # (up to its closing quote) lacks; a key across either edge leaves a document that does
-    # not parse. Only the bytes around them are searched.
-    holes = sorted(((start, end), (data, quote))) if at >= 0 else [(start, end)]
-
-    def count(key: bytes) -> int:
-        total = begin = 0
-        for hole_start, hole_end in holes:
-            total += raw.count(key, begin, hole_start)
-            begin = hole_end
-        return total + raw.count(key, begin)
-
-    if (count(_CONTENT) != 1 or count(_ENVELOPE) != (at >= 0)
-            or count(b'"rollout_sample_support":') != count(_SUPPORT_NULL)):
-        return None
-    values = span.translate(None, _SPELLING)
-    records = (_SAMPLED, values)
+    mv = memoryview(raw)
     if at < 0:
-        return b"".join((mv[:start - len(_CONTENT)], *records, mv[end:])), None
+        return b"".join((_BY_POSITION, mv[1:])), None
     try:
         envelope = _json.loads(b'{"data":"' + raw[quote:close + 1])
     except ValueError:
@@ -279,27 +250,23 @@ def _tokenless(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | Non
     if not isinstance(envelope, dict):
         return None
     envelope[KEY.data] = mv[data:quote]
-    null = f'"{KEY.routed_experts}":null'.encode()
-    if end < at:
-        pieces = (mv[:start - len(_CONTENT)], *records, mv[end:at], null, mv[close + 1:])
-    else:
-        pieces = (mv[:at], null, mv[close + 1:start - len(_CONTENT)], *records, mv[end:])
-    return b"".join(pieces), envelope
+    return b"".join((_BY_POSITION, mv[1:at], _STAND_IN, mv[close + 1:])), envelope
 
 
 def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
     """The document SkyRL's ``generate`` reads the same ids, stop reason and routing envelope
     from, and the logprobs, for a body tokenwire's reader accepts as SkyRL reads it (vLLM's
-    records, or SkyRL's own as :func:`_tokenless` writes them); else None."""
+    records, or SkyRL's own, and its routing envelope, as :func:`_for_reader` hands them to
+    the reader); else None."""
     if type(raw) is not bytes:
         return None
     envelope = None
     at = raw.find(_ENVELOPE)
     if at >= 0 or not (_NAMED in raw or _NUMBERED in raw):
-        rewritten = _tokenless(raw, at)
-        if rewritten is None:
+        prepared = _for_reader(raw, at)
+        if prepared is None:
             return None
-        raw, envelope = rewritten
+        raw, envelope = prepared
     try:
         choices = _select.kernels.parse_generate_response(raw).choices
     except MalformedResponseError:
@@ -309,6 +276,10 @@ def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
     choice = choices[0]
     ids, values = choice.completion_ids, choice.completion_logprobs
     if values is None or values.dtype != np.float64 or len(ids) == 0 or choice.finish_reason is None:
+        return None
+    # the envelope was the choice's own (the stand-in read there), or there was none
+    routed = choice.routed_experts
+    if (routed is None) != (envelope is None) or (routed is not None and routed.array.shape != (0, 1, 1)):
         return None
     document = {KEY.choices: [{KEY.token_ids: ids.tolist(), "finish_reason": choice.finish_reason,
                                KEY.logprobs: None}]}
