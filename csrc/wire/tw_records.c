@@ -354,8 +354,9 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
  * array that is not an object; a key with an escape; a repeated key among
  * those tw_rec_object reads; a token string with an escape; an object anywhere
  * but as an entry or a candidate; an array in an array other than an
- * entry's "top_logprobs"; an entry certain to fail (no id, a logprob that is
- * not a number); running out of memory.
+ * entry's "top_logprobs"; an entry certain to fail (a logprob that is not a
+ * number: an entry naming no id is kept, with id -1, for records read by
+ * position); running out of memory.
  */
 
 /* JSON whitespace (space, tab, LF, CR) from p. */
