@@ -97,27 +97,29 @@ class Server:
         return 200, self.bodies.pop(0) if self.bodies else b'{"error": "no body"}'
 
 
-async def _call(url: str, raw: bytes, server: Server, *, routed: bool, direct: bool) -> Any:
+async def _call(url: str, raw: bytes, server: Server, *, routed: bool, direct: bool, asked: bool) -> Any:
     server.bodies = [raw] * 2  # a retry reads the same body
     client = ric.RemoteInferenceClient(proxy_url=url, server_urls=[url], data_parallel_size=1,
                                        enable_return_routed_experts=routed)
+    sampling_params = {"logprobs": 0} if asked else {"max_tokens": N}
     try:
         if direct:
             return await client._get_generate_client().generate(
-                prompt_token_ids=PROMPT, sampling_params={"logprobs": 0}, session_id=None, model="m",
+                prompt_token_ids=PROMPT, sampling_params=sampling_params, session_id=None, model="m",
                 return_routed_experts=routed)
-        return await client._generate_single(prompt_token_ids=PROMPT, sampling_params={"logprobs": 0},
+        return await client._generate_single(prompt_token_ids=PROMPT, sampling_params=sampling_params,
                                              session_id=None, model="m")
     finally:
         await client._get_generate_client().aclose()
 
 
-def run(raw: bytes, *, routed: bool = False, direct: bool = False) -> Any:
-    """SkyRL's call on ``raw`` served locally: its result, or the exception it raised."""
+def run(raw: bytes, *, routed: bool = False, direct: bool = False, asked: bool = True) -> Any:
+    """SkyRL's call on ``raw`` served locally (``asked``: the request asks for logprobs): its
+    result, or the exception it raised."""
     server = Server()
     with bounded_server(server.answer) as host:
         try:
-            return asyncio.run(_call(f"http://{host}", raw, server, routed=routed, direct=direct))
+            return asyncio.run(_call(f"http://{host}", raw, server, routed=routed, direct=direct, asked=asked))
         except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
             return exc
 
@@ -145,19 +147,26 @@ def _same(a: Any, b: Any) -> None:
         assert type(a) is type(b) and a == b
 
 
+def read_alike(raw: bytes, **how: Any) -> Any:
+    """SkyRL's result on ``raw``, unpatched and patched (the drop-in's calls counted from
+    zero): the two must be equal; gives the patched one."""
+    before = run(raw, **how)
+    assert not isinstance(before, BaseException), before
+    compat.calls.clear()
+    with compat.patched():
+        after = run(raw, **how)
+    assert not isinstance(after, BaseException), after
+    _same(before, after)
+    return after
+
+
 @pytest.mark.parametrize(("kind", "direct"), [("vllm", False), ("vllm", True), ("tokenless", False),
                                               ("tokenless", True), ("packed", False), ("packed", True)])
 def test_valid_responses_read_alike(kind, direct):
     routed = kind == "packed"
     for seed in range(3):
         raw = body(kind, seed=seed)
-        before = run(raw, routed=routed, direct=direct)
-        assert not isinstance(before, BaseException), before
-        compat.calls.clear()
-        with compat.patched():
-            after = run(raw, routed=routed, direct=direct)
-        assert not isinstance(after, BaseException), after
-        _same(before, after)
+        after = read_alike(raw, routed=routed, direct=direct)
         assert type(after["response_logprobs"] if not direct else after.response_logprobs) is list
         # the trainer's path is read from the bytes (vLLM's records, SkyRL's own, its routing envelope)
         assert compat.calls["generate from the reader's arrays"] == (not direct)
@@ -216,6 +225,29 @@ def test_planted_defects(name):
     finally:
         compat.refuse_clamped = False
     assert isinstance(refused, compat.SkyRLResponseError), refused
+
+
+@pytest.mark.parametrize("name", [name for name in DEFECTS if DEFECTS[name][0] != "packed" and "nan" not in name])
+def test_logprobs_not_asked_for_are_handed_on(name):
+    """A request without ``logprobs`` (SkyRL's generate then drops ``response_logprobs``): the
+    logprobs the server sent all the same are handed on exactly as SkyRL reads them, on the
+    trainer's path and to a direct caller; asked for, each is refused or marked
+    (test_planted_defects)."""
+    raw = body(DEFECTS[name][0], name.split(" ")[0])
+    for direct in (False, True):
+        read_alike(raw, direct=direct, asked=False)
+        assert compat.calls["logprobs not asked for"] == 1
+
+
+def test_routing_is_checked_when_logprobs_are_not_asked_for():
+    raw = body("packed", "routing_short")
+    before = run(raw, routed=True, asked=False)
+    assert not isinstance(before, BaseException), before
+    with compat.patched():
+        after = run(raw, routed=True, asked=False)
+        direct = run(raw, routed=True, direct=True, asked=False)
+    assert isinstance(after, compat.SkyRLResponseError) and "routed_experts holds 66 rows, not 67" in str(after)
+    assert isinstance(direct, compat.SkyRLResponseError)  # the direct caller gives no prompt start: 0
 
 
 def test_patch_is_undone():

@@ -76,6 +76,33 @@ def test_empty_content_for_a_completion_is_refused():
     assert compat.check_response(document, r) is r
 
 
+@pytest.mark.parametrize("logprobs", [values(4), values(2), [-0.1, None, -0.2], [-0.1, "x", -0.2],
+                                      [-0.1, float("nan"), -0.2], [-0.1, -9999.0, -0.2], []])
+def test_logprobs_not_asked_for_are_handed_on(logprobs):
+    """The request did not ask for logprobs (SkyRL's generate then drops them): whatever the
+    server sent is handed on as SkyRL read it, unchecked and unmarked; asked for, refused."""
+    document, r = result([1, 2, 3], logprobs)
+    out = compat.check_response(document, r, logprobs_asked=False)
+    assert out is r and type(out.response_logprobs) is type(r.response_logprobs)
+    with pytest.raises(compat.SkyRLResponseError):
+        compat.refuse_clamped = True
+        try:
+            compat.check_response(document, r)
+        finally:
+            compat.refuse_clamped = False
+
+
+@pytest.mark.parametrize("defect", ["id", "routing", "support"])
+def test_ids_routing_and_support_are_checked_when_logprobs_are_not_asked_for(defect):
+    ids = [1, 2**32, 3] if defect == "id" else [1, 2, 3]
+    routes = np.zeros((4, 2, 2), np.uint8) if defect == "routing" else None  # 5 rows for 3 prompt tokens
+    support = np.zeros((2, 4), np.int32) if defect == "support" else None
+    document, r = result(ids, values(1), routes=routes, support=support)
+    with pytest.raises(compat.SkyRLResponseError, match={"id": "not an int", "routing": "holds 4 rows, not 5",
+                                                         "support": "2 rows for 3"}[defect]):
+        compat.check_response(document, r, prompt_tokens=3, logprobs_asked=False)
+
+
 @pytest.mark.parametrize("start", [None, 0, 2])
 def test_routing_rows_are_counted(start):
     n, prompt = 6, 5
@@ -136,7 +163,8 @@ def test_the_bytes_read_as_skyrl_reads_them(n):
 
 
 @pytest.mark.parametrize(("defect", "records"), [("sentinel", "named"), ("null", "named"), ("n_plus_1", "named"),
-                                                 (None, "tokenless"), (None, "empty")])
+                                                 ("sentinel", "tokenless"), ("null", "tokenless"),
+                                                 ("n_plus_1", "tokenless"), (None, "empty")])
 def test_other_bodies_are_left_to_skyrl(defect, records, kernels):
     raw = vllm_body(4, defect=defect, records=records) if records != "empty" else vllm_body(0)
     assert compat._read_document(raw) is None
@@ -168,7 +196,6 @@ def test_skyrl_records_read_as_skyrl_reads_them(logprobs, routes):
 
 
 @pytest.mark.parametrize(("old", "new"), [
-    (b'{"logprob":-0.02}', b'{"logprob":-0.02,"x":1}'),  # another member
     (b'{"logprob":-0.02}', b'{"logprob":-0.02,2}'),  # a bare value inside a record
     (b'{"logprob":-0.02}', b'{"logprob":null}'),  # missing
     (b'{"logprob":-0.02}', b'{"logprob":-9999.0}'),  # SkyRL's clamp: left to SkyRL's read, then marked
@@ -176,12 +203,50 @@ def test_skyrl_records_read_as_skyrl_reads_them(logprobs, routes):
     (b'{"logprob":-0.02}', b'{"logprob":"-0.02"}'),
     (b'},{"logprob":-0.02}', b'}{"logprob":-0.02}'),  # records not comma-separated
     (b'{"logprob":-0.02}', b'{"logprob":-0.02},{"logprob":-0.5}'),  # N+1
-    (b'"content":[', b'"content":[ '),  # another spelling: SkyRL's read
+    (b'{"logprob":-0.02}', b'{}'),  # no logprob
+    (b'{"logprob":-0.02}', b'-0.02'),  # not a record
+    (b'{"choices"', b'{"output_mode":"tokens","choices"'),  # says its output mode: SkyRL's read
+    (b'"finish_reason"', b'"rollout_sample_support":{"data":"AAAA"},"finish_reason"'),  # a sample support
 ])
-def test_other_skyrl_bodies_are_left_to_skyrl(old, new, kernels):
-    raw = skyrl_body(values(3))
+@pytest.mark.parametrize("routes", [False, True])
+def test_other_skyrl_bodies_are_left_to_skyrl(old, new, routes, kernels):
+    raw = skyrl_body(values(3), routes=routes)
     assert old in raw
     assert compat._read_document(raw.replace(old, new, 1)) is None
+
+
+def test_a_named_record_is_read_by_name_without_routing_and_by_position_with_it(kernels):
+    """SkyRL never reads a record's token: its packed body's records are read by position
+    whatever they hold; without routing a body naming ids is vLLM's, each name checked."""
+    raw = skyrl_body(values(3)).replace(b'{"logprob":-0.02}', b'{"logprob":-0.02,"token":"token_id:99"}')
+    assert compat._read_document(raw) is None
+    raw = skyrl_body(values(3), routes=True).replace(b'{"logprob":-0.02}', b'{"logprob":-0.02,"token":"token_id:99"}')
+    assert compat._read_document(raw)[1].tolist() == values(3)
+
+
+def test_a_routing_envelope_not_the_choices_own_is_left_to_skyrl(kernels):
+    """SkyRL's generate reads choices[0].routed_experts: an envelope elsewhere (here in a
+    record) is not the choice's routing, and SkyRL's own read refuses the body."""
+    raw = skyrl_body(values(3), routes=True)
+    envelope = raw[raw.index(b'"routed_experts":'):raw.index(b',"rollout_sample_support"')]
+    moved = raw.replace(b"," + envelope, b"").replace(b'{"logprob":-0.02}', b'{"logprob":-0.02,' + envelope + b"}")
+    assert json.loads(moved)["choices"][0].get("routed_experts") is None
+    assert compat._read_document(moved) is None
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (b'{"logprob":-0.02}', b'{"logprob":-0.02,"x":1}'),  # another member: SkyRL reads the logprob alone
+    (b'{"logprob":-0.02}', b'{"token":"Hello","logprob":-0.02}'),  # decoded text, no id: by position
+    (b'{"logprob":-0.02}', b'{ "logprob" : -0.02 }'),  # another spelling
+    (b'"content":[', b'"content":[ '),
+])
+@pytest.mark.parametrize("routes", [False, True])
+def test_skyrl_records_read_by_position_whatever_their_spelling(old, new, routes, kernels):
+    raw = skyrl_body(values(3), routes=routes).replace(old, new, 1)
+    document, read = compat._read_document(raw)
+    theirs = json.loads(raw)["choices"][0]
+    assert read.tolist() == [r["logprob"] for r in theirs["logprobs"]["content"]]
+    assert document["choices"][0]["token_ids"] == theirs["token_ids"]
 
 
 @pytest.mark.parametrize("make", [lambda: vllm_body(50), lambda: skyrl_body(values(50)),

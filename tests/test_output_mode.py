@@ -11,8 +11,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tokenwire import MalformedResponseError, samples
+from tokenwire import _pycore
+
+try:
+    from tokenwire import _core
+except ImportError:  # the reference alone
+    _core = None
+
+IMPLEMENTATIONS = [_pycore] + ([] if _core is None else [_core])
 
 IDS = [9707, 1879, 0, 151645]
 TEXT = ["Hello", " world", "!", ""]
@@ -166,3 +176,67 @@ def test_the_renderers_drop_in_keeps_renderers_message():
     with pytest.raises(compat.MalformedGenerateResponseError) as info:
         compat._parse_completion_logprobs(choice, IDS)
     assert str(info.value) == "Engine response choice.logprobs.content[0].token must be 'token_id:9707'."
+
+
+# SkyRL 0.4.0's server writes its records with no token at all: {"logprob": x}, read by position.
+def tokenless(values: list[Any]) -> bytes:
+    """A text-mode response whose records carry no token, compact as orjson writes them."""
+    return response([{"logprob": v} for v in values]).replace(b", ", b",").replace(b": ", b":")
+
+
+@given(st.lists(st.floats(-1e6, 0.0).filter(lambda v: v != -9999.0), min_size=len(IDS), max_size=len(IDS)))
+def test_records_without_a_token_are_read_by_position(values):
+    raw = tokenless(values)
+    for kernels in IMPLEMENTATIONS:
+        choice = kernels.parse_generate_response(raw).choices[0]
+        assert choice.completion_ids.tolist() == IDS and choice.completion_logprobs.tolist() == values
+
+
+@given(st.lists(st.one_of(st.floats(-50, 0), st.just(-9999.0), st.none(), st.just("x"), st.just({})),
+                min_size=0, max_size=len(IDS) + 1), st.sampled_from(["text", "tokens", None]))
+def test_records_without_a_token_differential(values, mode):
+    """The compiled core and the reference agree on token-less records, in text mode or not:
+    the same logprobs, or the same refusal (choice, field, token, reason)."""
+    content = [v if isinstance(v, dict) else {"logprob": v} for v in values]
+    raw = response(content, mode)
+    outcomes = []
+    for kernels in IMPLEMENTATIONS:
+        try:
+            outcomes.append(kernels.parse_generate_response(raw).choices[0].completion_logprobs.tolist())
+        except MalformedResponseError as exc:
+            outcomes.append((exc.choice, exc.field, exc.token, exc.reason))
+    assert all(outcome == outcomes[0] for outcome in outcomes), outcomes
+
+
+@pytest.mark.parametrize("fault, reason, token", [
+    ("null", "must be a number", 1),
+    ("sentinel", "does not contain sampling evidence", 1),
+    ("empty", "must be a number", 1),  # a record without its logprob
+    ("count", r"completion token count \(4\) does not match logprob count \(5\)", None),
+    ("not_object", "must be an object", 1),
+])
+def test_records_without_a_token_keep_every_rule(impl, fault, reason, token):
+    content: list[Any] = [{"logprob": v} for v in LOGPROBS]
+    if fault == "null":
+        content[1]["logprob"] = None
+    elif fault == "sentinel":
+        content[1]["logprob"] = -9999.0
+    elif fault == "empty":
+        content[1] = {}
+    elif fault == "count":
+        content.append({"logprob": -0.5})
+    else:
+        content[1] = -0.5
+    with pytest.raises(MalformedResponseError, match=reason) as info:
+        impl.parse_generate_response(response(content))
+    assert (info.value.field, info.value.token) == ("logprobs.content", token)
+
+
+@pytest.mark.parametrize("mode", [None, "tokens"])
+def test_records_without_a_token_outside_text_mode_are_refused(impl, mode):
+    with pytest.raises(MalformedResponseError) as info:
+        impl.parse_generate_response(tokenless(LOGPROBS).replace(b'"output_mode":"text",', b"")
+                                     if mode is None else response([{"logprob": v} for v in LOGPROBS], mode))
+    err = info.value
+    assert (err.field, err.token) == ("logprobs.content", 0)
+    assert err.reason == "Engine response choice.logprobs.content[0].token must be 'token_id:9707'."

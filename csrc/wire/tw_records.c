@@ -354,8 +354,9 @@ int tw_rec_parse(const char *buf, const tw_value *content, size_t n,
  * array that is not an object; a key with an escape; a repeated key among
  * those tw_rec_object reads; a token string with an escape; an object anywhere
  * but as an entry or a candidate; an array in an array other than an
- * entry's "top_logprobs"; an entry certain to fail (no id, a logprob that is
- * not a number); running out of memory.
+ * entry's "top_logprobs"; an entry certain to fail (a logprob that is not a
+ * number: an entry naming no id is kept, with id -1, for records read by
+ * position); running out of memory.
  */
 
 /* JSON whitespace (space, tab, LF, CR) from p. */
@@ -726,12 +727,15 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
         top.k0 = top.k = kfree;
         top.code = TW_REC_MISSING_TOP;
         p = twf_object(&x, p, &o, &top);
-        /* An entry certain to fail (no id, a logprob that is not a number) ends
-           the reading: stored entries then take at least 26 bytes of text each
-           ({"token_id":0,"logprob":0}), so a document of empty objects cannot
-           make the scan hold 40 bytes for each 3 of its own; an entry named by a
-           shorter "id" alone is left to the reading after the scan too. */
-        if (!p || twr_obj_id(&o) < 0 || !o.lp_ok || (o.has_iid && !o.has_tid))
+        /* An entry without a number as logprob ends the reading: stored entries
+           then take at least 13 bytes of text each ({"logprob":0}), so a
+           document of empty objects cannot make the scan hold 40 bytes for each
+           3 of its own.  An entry naming no id is stored with id -1: the records
+           of a response read by position (output_mode "text", SkyRL's token-less
+           records) are read during the scan, and tw_rec_take refuses it where
+           ids are compared, as tw_rec_parse does.  An entry named by a shorter
+           "id" alone is left to the reading after the scan. */
+        if (!p || !o.lp_ok || (o.has_iid && !o.has_tid))
             break;
         en = &d->entries[n++];
         en->id = twr_obj_id(&o);

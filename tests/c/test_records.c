@@ -442,12 +442,14 @@ static void expect(const char *content, const int64_t *ids, size_t nids, ptrdiff
 /* Fuzz: mutations of a valid document, parsed when tw_scan accepts them     */
 /* ------------------------------------------------------------------------ */
 
-/* Entries certain to fail are not stored: arrays of small objects that cannot pass leave the
-   reader's entries at their first block (and the array to the scan), whatever their count. */
+/* Entries certain to fail (no number as logprob) are not stored: arrays of small objects that
+   cannot pass leave the reader's entries at their first block (and the array to the scan),
+   whatever their count.  An entry naming no id but with a logprob is stored (records read by
+   position): each takes at least 13 bytes of text ({"logprob":0}). */
 static void test_reader_bounded(void)
 {
-    static const char *const ENTRY[] = {"{}", "{\"token_id\":1}", "{\"logprob\":-1}",
-                                        "{\"token\":\"a\",\"logprob\":-1}"};
+    static const char *const ENTRY[] = {"{}", "{\"token_id\":1}", "{\"token\":\"a\"}",
+                                        "{\"token_id\":1,\"logprob\":null}"};
     static const char pre[] = "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":[";
     for (size_t i = 0; i < sizeof ENTRY / sizeof ENTRY[0]; i++) {
         size_t count = 200000, w = strlen(ENTRY[i]), len = 0;
@@ -473,6 +475,44 @@ static void test_reader_bounded(void)
               d.entries_cap, count, ENTRY[i]);
         tw_doc_free(&d);
         free(doc);
+    }
+}
+
+/* The records of a response read by position (no id named: SkyRL's {"logprob": x}, decoded
+   text) are read during the scan; tw_rec_take gives what tw_rec_parse gives for them with the
+   ids compared (the first entry refused) and without (every logprob read). */
+static void test_reader_positional(void)
+{
+    static const char *const DOCS[] = {
+        "{\"choices\":[{\"token_ids\":[5,6],\"logprobs\":{\"content\":[{\"logprob\":-1},{\"logprob\":-0.5}]}}]}",
+        "{\"choices\":[{\"token_ids\":[5,6],\"logprobs\":{\"content\":[{\"token\":\"a\",\"logprob\":-1},"
+        "{\"token\":\"b\",\"logprob\":-0.5}]}}]}"};
+    static const int64_t ids[] = {5, 6};
+    for (size_t i = 0; i < sizeof DOCS / sizeof DOCS[0]; i++) {
+        tw_doc d;
+        tw_rec_result r1, r2;
+        double s1[2], s2[2];
+        const tw_value *v;
+        tw_doc_init(&d);
+        d.path = g_path;
+        tw_rec_read_during_scan(&d);
+        CHECK(tw_scan(DOCS[i], strlen(DOCS[i]), &d) == TW_OK, "by position: scan failed (%zu)", i);
+        v = &d.choice[0].f[TW_F_LOGPROBS_CONTENT];
+        CHECK(v->read && d.nentries == 2, "by position: %zu entries read during the scan (%zu)", d.nentries, i);
+        for (int named = 0; named < 2; named++) {
+            const int64_t *with = named ? ids : NULL;
+            int rc1 = tw_rec_take(&d, v, 2, with, 0, s1, NULL, NULL, NULL, &r1);
+            tw_value plain = *v;
+            plain.read = 0;
+            int rc2 = tw_rec_parse(DOCS[i], &plain, 2, with, 0, s2, NULL, NULL, NULL, &r2, g_path);
+            CHECK(rc1 == rc2 && r1.sampled_err == r2.sampled_err && r1.sampled_code == r2.sampled_code,
+                  "by position: take %d (%td, %d) against parse %d (%td, %d) (%zu, named %d)", rc1,
+                  r1.sampled_err, r1.sampled_code, rc2, r2.sampled_err, r2.sampled_code, i, named);
+            CHECK(named ? r1.sampled_err == 0 && r1.sampled_code == TW_REC_TOKEN_MISMATCH
+                        : r1.sampled_err < 0 && s1[0] == -1.0 && s1[1] == -0.5,
+                  "by position: verdict (%zu, named %d)", i, named);
+        }
+        tw_doc_free(&d);
     }
 }
 
@@ -771,6 +811,7 @@ int main(int argc, char **argv)
         test_nomem();
         test_blank_field();
         test_reader_bounded();
+        test_reader_positional();
         test_flat_arrays();
         test_fuzz(fuzz);
         test_fuzz_shaped(fuzz);

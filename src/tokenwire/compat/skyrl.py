@@ -20,13 +20,22 @@ With :func:`patch`, ``RemoteGenerateClient.generate`` returns what SkyRL's retur
 :class:`SkyRLResponseError` (a ``tokenwire.MalformedResponseError`` naming choice, field and
 token, and so a ``ValueError``, the type SkyRL raises for a packed envelope it cannot decode):
 
-- logprobs and ids of different counts (``logprobs.content`` against ``token_ids``), or a
-  ``content`` list that is empty for a non-empty completion;
-- a logprob that is not a finite number (``null``, a string, ``NaN`` or an infinity);
+- when the request asked for logprobs (``sampling_params["logprobs"]`` not None, SkyRL's own
+  test): logprobs and ids of different counts (``logprobs.content`` against ``token_ids``),
+  or a ``content`` list that is empty for a non-empty completion; a logprob that is not a
+  finite number (``null``, a string, ``NaN`` or an infinity);
 - an id that is not an int in ``[0, 2**32)``;
 - routing whose rows are not one per token from ``routed_experts_prompt_start`` (0 when not
   given) to the last but one (``prompt - start + completion - 1``, the count SkyRL's
   ``RoutedExpertTrace`` expects), and a sample support whose rows are not one per token.
+
+Logprobs the request did not ask for are no evidence anyone asked for: a real vLLM sends
+``logprobs: null`` then, and SkyRL's ``RemoteInferenceClient.generate``, the one caller of
+``_generate_single``, drops ``response_logprobs`` when ``sampling_params["logprobs"]`` is None
+(its ``get_logprobs``), so they never reach the generator. The drop-in hands them on unchecked,
+exactly as SkyRL read them (a direct caller of ``RemoteGenerateClient.generate`` that asked for
+none gets what the server sent, as from SkyRL); ids, routing and sample support are checked
+all the same.
 
 SkyRL's clamp stays SkyRL's contract, made visible: a response holding ``-9999.0`` logprobs
 gives its ``response_logprobs`` as a :class:`ClampedLogprobs`, the same list of the same
@@ -44,16 +53,18 @@ the ids, logprobs, stop reason and side channels) the body is read from its byte
 tokenwire's reader accepts it: ``orjson.loads`` and ``load_packed_body`` as ``_post`` looks them
 up hand the bytes to the compiled reader, and SkyRL's document is made from its arrays, no dict
 per record. That covers vLLM's records (``"token_id:N"`` names matching ``token_ids``) and SkyRL's
-own token-less records in exactly the form its server's orjson writes them
-(``{"logprob":<value>}`` joined by commas, read by the reader as the ``sampled`` list they
-spell), with its routing envelope (the ``data`` a view of the body, as SkyRL's splice leaves it,
-decoded by ``decode_packed_routed_experts`` as the client module looks it up: a uint8 envelope
-by tokenwire's ``b64decode`` into SkyRL's array, any other by SkyRL's own); one choice, finite
-logprobs, none the clamp. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the choice's
-``token_ids``, ``finish_reason`` and routing envelope only. Every other body (a clamped
-logprob, another spelling of the records, a sample support, other endpoints, a direct call of
-``RemoteGenerateClient.generate``, whose ``raw_response`` is the whole document) is read by
-SkyRL's own code and checked after it.
+own token-less records (``{"logprob": x}``, which SkyRL reads by position and never by a token:
+the reader reads them as it reads records by position, its ``output_mode: "text"``, each still
+an object whose ``logprob`` is a finite number, one per id; on a body with routing every record
+is read so), with its routing envelope (the ``data`` a view of the body, as SkyRL's splice
+leaves it, decoded by ``decode_packed_routed_experts`` as the client module looks it up: a uint8
+envelope by tokenwire's ``b64decode`` into SkyRL's array, any other by SkyRL's own); one
+choice, finite logprobs, none the clamp, a request that asked for logprobs, no other packed
+envelope. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the
+choice's ``token_ids``, ``finish_reason`` and routing envelope only. Every other body (a clamped
+logprob, records the reader refuses, a sample support, a request without logprobs, other
+endpoints, a direct call of ``RemoteGenerateClient.generate``, whose ``raw_response`` is the
+whole document) is read by SkyRL's own code and checked after it.
 """
 
 from __future__ import annotations
@@ -137,14 +148,17 @@ def _check_logprobs(values: list[Any], n: int) -> np.ndarray | None:
 
 
 def check_response(document: Any, result: Any, *, prompt_tokens: int | None = None,
-                   routing_start: int | None = None) -> Any:
+                   routing_start: int | None = None, logprobs_asked: bool = True) -> Any:
     """Check SkyRL's ``RemoteGenerateResult`` ``result`` against the body ``document`` it was
     read from (None: the drop-in read the body itself and checked its logprobs) and the
-    request (the prompt's length, ``routed_experts_prompt_start``); give ``result``, its
-    ``response_logprobs`` a :class:`ClampedLogprobs` when some are SkyRL's clamp."""
+    request (the prompt's length, ``routed_experts_prompt_start``, whether its
+    ``sampling_params`` asked for logprobs); give ``result``, its ``response_logprobs`` a
+    :class:`ClampedLogprobs` when some are SkyRL's clamp. Logprobs the request did not ask for
+    are not checked and handed on as SkyRL read them (its ``RemoteInferenceClient.generate``
+    drops them); ids, routing and sample support are checked always."""
     n = len(result.response_ids) if document is None else check_ids(result.response_ids, KEY.token_ids,
                                                                               SkyRLResponseError)
-    if document is not None:
+    if document is not None and logprobs_asked:
         values = result.response_logprobs
         if values is None:
             choice = document[KEY.choices][0]
@@ -196,69 +210,39 @@ _reading: ContextVar[_Reading | None] = ContextVar("tokenwire_skyrl_reading", de
 _raw_dropped: ContextVar[bool] = ContextVar("tokenwire_skyrl_raw_dropped", default=False)
 
 
-# SkyRL's own records as its server's orjson writes them, and what they become for the reader.
-_CONTENT, _SAMPLED = f'"{KEY.logprobs}":{{"{KEY.content}":['.encode(), f'"{KEY.logprobs}":{{"{KEY.sampled}":['.encode()
-_RECORD, _BETWEEN = b'{"logprob":', b'},{"logprob":'
+# SkyRL's routing envelope as its server's orjson writes it; the anchor its splice finds every
+# packed envelope by (generate_wire's _PACKED_DATA_ANCHOR); what stands in the envelope's place
+# for the reader (an envelope of no rows, which the reader reports only at the choice's own
+# "routed_experts"); what the reader is told of SkyRL's token-less records: they stand for
+# token_ids by position (the reader's output_mode "text", whose records carry no id it reads;
+# the body's own output_mode, later, wins).
 _ENVELOPE = f'"{KEY.routed_experts}":{{"{KEY.data}":"'.encode()
-_SUPPORT_NULL = b'"rollout_sample_support":null'
+_ANCHOR = f':{{"{KEY.data}":"'.encode()
+_STAND_IN = f'"{KEY.routed_experts}":{{"{KEY.data}":"","shape":[0,1,1],"dtype":"uint8"}}'.encode()
+_BY_POSITION = b'{"output_mode":"text",'
 _ROUTED_KEYS = frozenset((KEY.data, "shape", "dtype"))  # SkyRL's envelope
 
 
-# The bytes of a record's spelling: deleting them from the records leaves the values and commas.
-_SPELLING = b'{}":logprb'
-# What a JSON number is written with: deleting them from the records leaves their skeleton.
-_NUMBER = b"0123456789+-.eE"
-_SKELETON = b'{"logprob":},'
-
-
-def _records_only(span: bytes) -> bool:
-    """Whether ``span`` is exactly ``{"logprob":V},{"logprob":V},...`` with each ``V`` written
-    with the bytes of JSON numbers only (none of them in :data:`_SPELLING`): the span without
-    those bytes is the records' skeleton, compared whole."""
-    skeleton = span.translate(None, _NUMBER)
-    return bool(skeleton) and skeleton == (_SKELETON * ((len(skeleton) + 1) // len(_SKELETON)))[:-1]
-
-
-def _tokenless(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | None:
-    """SkyRL's body with its token-less records written as the ``sampled`` list they spell, and
-    its routing envelope replaced by ``null`` (handed back apart, its ``data`` a view of ``raw``,
-    as SkyRL's splice leaves it); None unless the records are exactly ``{"logprob":<value>}``
-    joined by commas (the reader then reads each value as JSON) and the body has no sample
-    support. The envelope's base64 is neither copied nor searched but for its closing quote: it
-    holds no quote, so no key searched for lies in it. ``at``: where the envelope's key is
+def _for_reader(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | None:
+    """SkyRL's body as tokenwire's reader is to read it: its records by position (SkyRL
+    never reads a record's token; every record must still be an object whose ``logprob`` is a
+    finite number, one per id), and its routing envelope replaced by :data:`_STAND_IN`
+    (handed back apart, its ``data`` a view of ``raw``, as SkyRL's splice leaves it); None for
+    a body holding another packed envelope (SkyRL's splice finds each by :data:`_ANCHOR`).
+    The envelope's base64 is neither copied nor searched but for its closing quote, and holds
+    no anchor (base64 has no quote). ``at``: where the envelope's key is
     (``raw.find(_ENVELOPE)``)."""
-    mv = memoryview(raw)
     data = at + len(_ENVELOPE)
     quote = raw.find(b'"', data) if at >= 0 else len(raw)
     close = raw.find(b"}", quote) if at >= 0 else len(raw)
-    start = raw.find(_CONTENT) + len(_CONTENT)
-    end = raw.find(b"]", start)
-    if (start < len(_CONTENT) or end < 0 or raw[end:end + 2] != b"]}" or quote < 0 or close < 0
-            or (at >= 0 and not (end < at or start > close))):
+    if quote < 0 or close < 0 or raw[:1] != b"{":
         return None
-    span = raw[start:end]
-    if not _records_only(span):
+    anchors = raw.count(_ANCHOR, 0, data) + raw.count(_ANCHOR, quote) if at >= 0 else raw.count(_ANCHOR)
+    if anchors != (at >= 0):
         return None
-    # Neither stretch can hold a counted key: the records are found to hold only record bytes
-    # (no key's letters), and every key counted opens with a quote, which the base64 stretch
-    # (up to its closing quote) lacks; a key across either edge leaves a document that does
-    # not parse. Only the bytes around them are searched.
-    holes = sorted(((start, end), (data, quote))) if at >= 0 else [(start, end)]
-
-    def count(key: bytes) -> int:
-        total = begin = 0
-        for hole_start, hole_end in holes:
-            total += raw.count(key, begin, hole_start)
-            begin = hole_end
-        return total + raw.count(key, begin)
-
-    if (count(_CONTENT) != 1 or count(_ENVELOPE) != (at >= 0)
-            or count(b'"rollout_sample_support":') != count(_SUPPORT_NULL)):
-        return None
-    values = span.translate(None, _SPELLING)
-    records = (_SAMPLED, values)
+    mv = memoryview(raw)
     if at < 0:
-        return b"".join((mv[:start - len(_CONTENT)], *records, mv[end:])), None
+        return b"".join((_BY_POSITION, mv[1:])), None
     try:
         envelope = _json.loads(b'{"data":"' + raw[quote:close + 1])
     except ValueError:
@@ -266,27 +250,23 @@ def _tokenless(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | Non
     if not isinstance(envelope, dict):
         return None
     envelope[KEY.data] = mv[data:quote]
-    null = f'"{KEY.routed_experts}":null'.encode()
-    if end < at:
-        pieces = (mv[:start - len(_CONTENT)], *records, mv[end:at], null, mv[close + 1:])
-    else:
-        pieces = (mv[:at], null, mv[close + 1:start - len(_CONTENT)], *records, mv[end:])
-    return b"".join(pieces), envelope
+    return b"".join((_BY_POSITION, mv[1:at], _STAND_IN, mv[close + 1:])), envelope
 
 
 def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
     """The document SkyRL's ``generate`` reads the same ids, stop reason and routing envelope
     from, and the logprobs, for a body tokenwire's reader accepts as SkyRL reads it (vLLM's
-    records, or SkyRL's own as :func:`_tokenless` writes them); else None."""
+    records, or SkyRL's own, and its routing envelope, as :func:`_for_reader` hands them to
+    the reader); else None."""
     if type(raw) is not bytes:
         return None
     envelope = None
     at = raw.find(_ENVELOPE)
     if at >= 0 or not (_NAMED in raw or _NUMBERED in raw):
-        rewritten = _tokenless(raw, at)
-        if rewritten is None:
+        prepared = _for_reader(raw, at)
+        if prepared is None:
             return None
-        raw, envelope = rewritten
+        raw, envelope = prepared
     try:
         choices = _select.kernels.parse_generate_response(raw).choices
     except MalformedResponseError:
@@ -296,6 +276,10 @@ def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
     choice = choices[0]
     ids, values = choice.completion_ids, choice.completion_logprobs
     if values is None or values.dtype != np.float64 or len(ids) == 0 or choice.finish_reason is None:
+        return None
+    # the envelope was the choice's own (the stand-in read there), or there was none
+    routed = choice.routed_experts
+    if (routed is None) != (envelope is None) or (routed is not None and routed.array.shape != (0, 1, 1)):
         return None
     document = {KEY.choices: [{KEY.token_ids: ids.tolist(), "finish_reason": choice.finish_reason,
                                KEY.logprobs: None}]}
@@ -365,7 +349,12 @@ _saved: dict[str, Any] = {}
 
 async def _generate(self: Any, **kwargs: Any) -> Any:
     calls["RemoteGenerateClient.generate"] += 1
-    reading = _Reading(from_bytes=_raw_dropped.get() and not kwargs.get("return_sample_support"))
+    # SkyRL's own test of a request for logprobs (RemoteInferenceClient.generate's get_logprobs)
+    sampling = kwargs.get("sampling_params")
+    asked = hasattr(sampling, "get") and sampling.get("logprobs") is not None
+    if not asked:
+        calls["logprobs not asked for"] += 1
+    reading = _Reading(from_bytes=asked and _raw_dropped.get() and not kwargs.get("return_sample_support"))
     token = _reading.set(reading)
     try:
         result = await _saved["generate"](self, **kwargs)
@@ -373,7 +362,7 @@ async def _generate(self: Any, **kwargs: Any) -> Any:
         _reading.reset(token)
     prompt = kwargs.get("prompt_token_ids")
     common = dict(prompt_tokens=len(prompt) if isinstance(prompt, list) else None,
-                  routing_start=kwargs.get("routed_experts_prompt_start"))
+                  routing_start=kwargs.get("routed_experts_prompt_start"), logprobs_asked=asked)
     if reading.values is not None and result.raw_response is reading.document:
         calls["generate from the reader's arrays"] += 1
         result = dataclasses.replace(result, response_logprobs=reading.values.tolist())
