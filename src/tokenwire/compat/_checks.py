@@ -25,19 +25,24 @@ def check_ids(ids: Any, field: str, error: type[MalformedResponseError]) -> int:
     return len(ids)
 
 
-def check_logprobs(values: Any, field: str, error: type[MalformedResponseError], *, sentinel: bool) -> np.ndarray:
-    """``values`` as float64, refused unless a list of finite numbers (and, with ``sentinel``,
-    none vLLM's -9999 for a missing or clamped logprob)."""
-    if not isinstance(values, list):
-        raise error("must be a list of numbers", choice=0, field=field)
-    array = _numbers(values)
+def check_logprobs(values: Any, field: str, error: type[MalformedResponseError], *, sentinel: bool,
+                   choice: int | None = 0) -> np.ndarray:
+    """``values`` (a list, or a float array a reader already made) as float64, refused unless
+    each is a finite number (and, with ``sentinel``, none vLLM's -9999 for a missing or
+    clamped logprob)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        array = values.astype(np.float64, copy=False)
+    elif not isinstance(values, list):
+        raise error("must be a list of numbers", choice=choice, field=field)
+    else:
+        array = _numbers(values)
     if array is None:
         numbers = [type(value) in (int, float) for value in values]
         if all(numbers):  # ints beyond float range
-            raise error("a logprob is beyond float range", choice=0, field=field)
+            raise error("a logprob is beyond float range", choice=choice, field=field)
         t = numbers.index(False)
         what = "missing (null)" if values[t] is None else f"{values[t]!r}, not a number"
-        raise error(f"the sampled token's logprob is {what}", choice=0, field=field, token=t)
+        raise error(f"the sampled token's logprob is {what}", choice=choice, field=field, token=t)
     bad = ~np.isfinite(array)
     if sentinel:
         bad |= array == VLLM_LOGPROB_SENTINEL
@@ -45,5 +50,5 @@ def check_logprobs(values: Any, field: str, error: type[MalformedResponseError],
         t = int(np.argmax(bad))
         value = float(array[t])
         what = "the sentinel -9999 (missing or clamped)" if value == VLLM_LOGPROB_SENTINEL else f"{value!r}, not finite"
-        raise error(f"the sampled token's logprob is {what}", choice=0, field=field, token=t)
+        raise error(f"the sampled token's logprob is {what}", choice=choice, field=field, token=t)
     return array

@@ -56,10 +56,10 @@ from ..read import _select
 from ..base import _table
 from ..base._errors import MalformedResponseError
 from ..base._table import KEY
-from ..base._wire import VLLM_LOGPROB_SENTINEL
 from ..rules.openai import parse_chat_completions_document
 from . import _patching
 from ._renderers_generate import ReadRecords
+from ._checks import check_logprobs
 from .renderers import _numbers, _token_ids
 
 __all__ = ["NeMoGymResponseError", "check_response", "check_routed_experts", "check_token_bundle",
@@ -94,29 +94,6 @@ def nemo_gym_version() -> str | None:
 
 
 # --- the checks ----------------------------------------------------------------------------------
-
-
-def _logprob_values(values: Any, field: str, choice: int | None) -> np.ndarray:
-    """``values`` as float64, refused unless each is a finite number other than the sentinel."""
-    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
-        array = values.astype(np.float64, copy=False)
-    else:
-        if not isinstance(values, list):
-            raise _refuse("must be a list of numbers", choice=choice, field=field)
-        array = _numbers(values)
-        if array is None:
-            for t, value in enumerate(values):
-                if type(value) not in (int, float):
-                    raise _refuse(f"logprob {value!r} is not a number", choice=choice, field=field, token=t)
-            # ints beyond float range
-            raise _refuse("a logprob is beyond float range", choice=choice, field=field)
-    bad = ~np.isfinite(array) | (array == VLLM_LOGPROB_SENTINEL)
-    if bad.any():
-        t = int(np.argmax(bad))
-        value = float(array[t])
-        what = "the sentinel -9999 (missing or clamped)" if value == VLLM_LOGPROB_SENTINEL else f"{value!r}, not finite"
-        raise _refuse(f"the sampled token's logprob is {what}", choice=choice, field=field, token=t)
-    return array
 
 
 def check_routed_experts(routed: Any, rows: int | None, *, choice: int | None = None,
@@ -213,7 +190,8 @@ def check_token_bundle(prompt_token_ids: Any, generation_token_ids: Any, generat
         _checked_logprobs.set(None)  # checked when extracted: not scanned again
         values = generation_log_probs
     else:
-        values = _logprob_values(generation_log_probs, f"{where}.generation_log_probs", choice)
+        values = check_logprobs(generation_log_probs, f"{where}.generation_log_probs", NeMoGymResponseError,
+                                sentinel=True, choice=choice)
     if count is not None and len(values) != count:
         raise _refuse(f"{len(values)} logprobs for {count} generation token ids",
                       choice=choice, field=f"{where}.generation_log_probs")
@@ -503,17 +481,17 @@ def _extract_choice_logprobs(self: Any, choice_dict: dict[str, Any]) -> tuple[li
                 fast = ids, numbers
     if fast is None:
         token_ids, logprobs = _saved_attr(_VLLM_APP, "VLLMModel._extract_choice_logprobs")(self, choice_dict)
-        _logprob_values(logprobs, "logprobs.content", None)
+        check_logprobs(logprobs, "logprobs.content", NeMoGymResponseError, sentinel=True, choice=None)
         return token_ids, _checked(logprobs)
     ids, numbers = fast
-    _logprob_values(numbers, "logprobs.content", None)
+    check_logprobs(numbers, "logprobs.content", NeMoGymResponseError, sentinel=True, choice=None)
     return ids.tolist(), _checked(numbers.tolist())
 
 
 def _checked(values: list[float]) -> list[float]:
     """``values``, the logprobs list ``_extract_choice_logprobs`` returns, handed to the bundle
     check that follows (``_checked_logprobs``): every one was found finite and not the
-    sentinel, by tokenwire's reader or by :func:`_logprob_values`."""
+    sentinel, by tokenwire's reader or by ``_checks.check_logprobs``."""
     _checked_logprobs.set(values)
     return values
 
