@@ -79,10 +79,11 @@ cdef bint _PLAIN_HOST = sys.byteorder == "little"
 
 cdef object _plain_ints(_Scan scan, const tw_value *v):
     """The ids recorded at ``v`` as an int64 array, or None unless every one is a token id."""
+    cdef size_t bad = 0
     if not v.present or v.type != TW_T_ARRAY:
         return None
-    got = scan.ints(v, _MAX_TOKEN_ID)
-    return got[0] if got[2] is None else None
+    got = scan.int_array(v, _MAX_TOKEN_ID, &bad)
+    return got if bad == <size_t>-1 else None
 
 
 cdef uint8_t *_plain_blob(_Scan scan, const tw_value *v, size_t *size) except? NULL:
