@@ -35,7 +35,10 @@ def _facade_parser(str fmt, object select, object python_parser, object core_par
             raise other from exc
         if objects:
             payload = getattr(response, "payload", None)
-            obj = payload.get("object") if isinstance(payload, dict) else None
+            if type(payload) is dict:  # the common case, without a method call
+                obj = (<dict>payload).get("object")
+            else:
+                obj = payload.get("object") if isinstance(payload, dict) else None
             if isinstance(obj, str):
                 error = object_error(obj)
                 if error is not None:

@@ -17,6 +17,48 @@ def parse_generate_response(raw, *, top_k=None, require_logprobs=True, require_s
                            teacher_logits, payload_root, num_experts, prompt_tokens)
 
 
+from cpython.ref cimport Py_DECREF, Py_INCREF
+
+
+cdef extern from *:
+    """
+    /* One spare _Scan, kept between calls by the small plain path: its tw_doc's arrays
+       (records, blank spans, ids, nesting stack) are then allocated once, not per call.
+       Taken and given back by an atomic exchange, so that two threads never share it. */
+    static PyObject *tw_spare_scan = NULL;
+    #if defined(_MSC_VER)
+    #include <intrin.h>
+    #define TW_SPARE_SWAP(v) ((PyObject *)_InterlockedExchangePointer((void *volatile *)&tw_spare_scan, (v)))
+    #else
+    #define TW_SPARE_SWAP(v) __atomic_exchange_n(&tw_spare_scan, (v), __ATOMIC_ACQ_REL)
+    #endif
+    /* The spare (a new reference), or NULL when there is none. */
+    static PyObject *tw_spare_take(void) { return TW_SPARE_SWAP(NULL); }
+    /* Keep obj (its reference stolen) as the spare; one already kept is released. */
+    static void tw_spare_give(PyObject *obj) { Py_XDECREF(TW_SPARE_SWAP(obj)); }
+    """
+    PyObject *tw_spare_take() noexcept
+    void tw_spare_give(PyObject *obj) noexcept
+
+
+cdef inline _Scan _small_scan():
+    """The spare _Scan (see tw_spare_scan), or a new one."""
+    cdef PyObject *spare = tw_spare_take()
+    if spare == NULL:
+        return _Scan()
+    scan = <_Scan>spare
+    Py_DECREF(scan)  # the cast took a reference of its own: the spare's is given up
+    return scan
+
+
+cdef inline void _small_scan_done(_Scan scan) noexcept:
+    """Keep ``scan``, done with (nothing made from it refers to it), as the spare."""
+    scan.source = None  # no body kept alive by the spare
+    scan.keep = None
+    Py_INCREF(scan)
+    tw_spare_give(<PyObject *>scan)
+
+
 # parse_generate_response's keyword defaults after top_k, in its signature's order (which is
 # _parse_generate's): read from the signature, so that they are stated once.
 cdef tuple _GENERATE_DEFAULTS = tuple(parse_generate_response.__kwdefaults__.values())[1:]
@@ -48,7 +90,7 @@ cdef object _parse_generate(object raw, object top_k, object require_logprobs, o
     root = None if payload_root is None else check_payload_root(payload_root)
     experts = None if num_experts is None else check_num_experts(num_experts)
     prompt_count = None if prompt_tokens is None else check_prompt_tokens(prompt_tokens)
-    scan = _Scan()
+    scan = _small_scan()
     document = scan.document(raw)  # the scan and the JSON of its remainder make no numpy array
     # The plain path takes no mask, and no prompt length of the caller's (the rules compare it
     # with the one the response states).
@@ -56,6 +98,7 @@ cdef object _parse_generate(object raw, object top_k, object require_logprobs, o
     if plain and scan.size < _SMALL_BODY:
         response = _plain_generate(scan, document)
         if response is not None:
+            _small_scan_done(scan)
             return response
         plain = False  # handed over: the rules decide
     previous = PyDataMem_SetHandler(_NP_HANDLER)

@@ -79,10 +79,11 @@ cdef bint _PLAIN_HOST = sys.byteorder == "little"
 
 cdef object _plain_ints(_Scan scan, const tw_value *v):
     """The ids recorded at ``v`` as an int64 array, or None unless every one is a token id."""
+    cdef size_t bad = 0
     if not v.present or v.type != TW_T_ARRAY:
         return None
-    got = scan.ints(v, _MAX_TOKEN_ID)
-    return got[0] if got[2] is None else None
+    got = scan.int_array(v, _MAX_TOKEN_ID, &bad)
+    return got if bad == <size_t>-1 else None
 
 
 cdef uint8_t *_plain_blob(_Scan scan, const tw_value *v, size_t *size) except? NULL:
@@ -129,29 +130,36 @@ cdef int _plain_form(_Scan scan, size_t index, dict choice) except -2:
     return 4 if name == "float32" else 8 if name == "float64" else 0
 
 
-cdef object _plain_choice(_Scan scan, size_t index, dict choice, int form):
-    """The GenerateChoice of choice ``index`` (of the plain ``form``, _plain_form's answer)
-    when it is valid, else None."""
+cdef dict _plain_choice(_Scan scan, size_t index, dict choice, int form):
+    """The attributes of choice ``index``'s GenerateChoice (of the plain ``form``,
+    _plain_form's answer) when it is valid, else None; its ``raw`` is set by
+    _plain_finish."""
     cdef const tw_value *f = scan.doc.choice[index].f
     ids = _plain_ints(scan, &f[TW_F_TOKEN_IDS])
     if ids is None:
         return None
     if form == _PLAIN_COMPACT:
-        logprobs, consumed = _plain_compact(scan, f, ids, len(ids)), _PLAIN_COMPACT_CONSUMED
+        logprobs = _plain_compact(scan, f, ids, len(ids))
     else:
         shape = _packed_shape(<dict>choice[_KEY_COMPLETION_LOGPROBS])
-        logprobs, consumed = _plain_packed(scan, f, shape, ids, <size_t>form), _PLAIN_CONSUMED
+        logprobs = _plain_packed(scan, f, shape, ids, <size_t>form)
     if logprobs is None:
         return None
-    raw = choice.copy()
-    for key in consumed:
-        raw.pop(key, None)
     d = _PLAIN_CHOICE.copy()
     d["index"] = index
     d["completion_ids"] = ids
     d["completion_logprobs"] = logprobs
     d["finish_reason"] = choice.get("finish_reason")
-    d["raw"] = raw
+    return d
+
+
+cdef object _plain_finish(dict d, dict choice, int form):
+    """The GenerateChoice of the attributes ``d`` (_plain_choice's) of ``choice``, which
+    becomes its ``raw``: the document's own dict, its consumed fields taken out (the document
+    is this parse's alone, and no longer handed to the rules once every choice is taken)."""
+    for key in (_PLAIN_COMPACT_CONSUMED if form == _PLAIN_COMPACT else _PLAIN_CONSUMED):
+        choice.pop(key, None)
+    d["raw"] = choice
     return tw_instance_of(_GenerateChoice, d, ())
 
 
@@ -270,15 +278,18 @@ cdef object _plain_generate(_Scan scan, object document):
         if got is None:
             return None
         parsed.append(got)
-    payload = (<dict>document).copy()
-    payload.pop(_KEY_CHOICES, None)
-    payload.pop(_KEY_PROMPT_TOKEN_IDS, None)
+    # Every choice is taken: from here on the document's dicts become the results' raw
+    # fields and payload in place (no copies; nothing below fails but for memory).
+    for i in range(count):
+        parsed[i] = _plain_finish(<dict>parsed[i], <dict>(<list>choices)[i], forms[i])
     d = _PLAIN_RESPONSE.copy()  # no teacher scores, no head
     d["choices"] = parsed
     d["request_id"] = (<dict>document).get("request_id")
     d["usage"] = (<dict>document).get("usage")
     d["prompt_token_ids"] = prompt
-    d["payload"] = payload
+    (<dict>document).pop(_KEY_CHOICES, None)
+    (<dict>document).pop(_KEY_PROMPT_TOKEN_IDS, None)
+    d["payload"] = document
     d["format"] = "generate"
     return tw_instance_of(_GenerateResponse, d, ())
 

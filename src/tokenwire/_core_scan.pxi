@@ -386,11 +386,20 @@ cdef class _Scan:
 
     cdef object ints(self, const tw_value *v, uint64_t high):
         cdef size_t err = 0
+        if v.type != TW_T_ARRAY:
+            return None
+        out = self.int_array(v, high, &err)
+        if err != <size_t>-1:
+            return out, v.count, err
+        return out, v.count, None
+
+    cdef object int_array(self, const tw_value *v, uint64_t high, size_t *bad):
+        """The integers of the array ``v`` (in [0, ``high``]) as an int64 array, with *bad
+        (size_t)-1; else those before the first that is not, its index in *bad."""
+        cdef size_t err = 0
         cdef int rc = 0
         cdef int64_t *data
         cdef cnp.npy_intp dims[1]
-        if v.type != TW_T_ARRAY:
-            return None
         dims[0] = <cnp.npy_intp>v.count
         out = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
         data = <int64_t *>cnp.PyArray_DATA(out)
@@ -403,8 +412,10 @@ cdef class _Scan:
             with nogil:
                 rc = tw_parse_uint_array(self.buf, v, high, data, &err, self.path)
         if rc < 0:
-            return out[:err], v.count, err
-        return out, v.count, None
+            bad[0] = err
+            return out[:err]
+        bad[0] = <size_t>-1
+        return out
 
     cdef object nested(self, const tw_value *v):
         cdef size_t total = 0, bad = 0, rows = v.count
