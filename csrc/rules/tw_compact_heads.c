@@ -65,8 +65,9 @@ TW_TARGET_AVX512 static inline int above_one(__m512 v0, __m512 v1, uint32_t take
 TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float *vals, size_t len,
                                                 uint64_t take, int64_t sid, int64_t k,
                                                 const int32_t *sup, size_t slen, float *out_sampled,
-                                                int64_t *oid, float *olp, size_t *count,
+                                                int64_t *oid, float *olp, size_t room, size_t *count,
                                                 int *row_kind) {
+    (void)room; /* its stores are masked by mask registers, not vpmaskmov */
     tw_row_lanes L;
     uint32_t keep;
     if (len == 0 || len > 32 || !tw_row_keep_avx512(ids, vals, len, take, &L, &keep) ||
@@ -246,13 +247,16 @@ TW_TARGET_AVX2 static inline __m256i lanes_after(const __m256i *x, size_t k, siz
                               _mm256_permutevar8x32_epi32(x[k + 1 < nv ? k + 1 : nv - 1], down), 0x80);
 }
 
-/* cnt lanes of ids (widened to int64) and of value bits into oid/olp, nothing past them
-   written (the output may end there): whole vectors stored as they are, the last one masked. */
+/* cnt lanes of ids (widened to int64) and of value bits into oid/olp, which hold `room` (>= cnt)
+   entries from there on: a whole vector where it fits (lanes past cnt are written too: the
+   output is scratch past the heads, tw_heads.h), else masked, nothing past the cnt lanes
+   written (the output may end there). Masked stores (vpmaskmov) are slow on AMD cores: whole
+   vectors took about 5% off tw_compact_heads' time on one (tests/c's test_heads --bench). */
 TW_TARGET_AVX2 static inline void store_head8(int64_t *oid, float *olp, __m256i ids, __m256i vals,
-                                              unsigned cnt) {
+                                              unsigned cnt, size_t room) {
     __m256i lo = _mm256_cvtepu32_epi64(_mm256_castsi256_si128(ids));
     __m256i hi = _mm256_cvtepu32_epi64(_mm256_extracti128_si256(ids, 1));
-    if (cnt >= 8) {
+    if (cnt >= 8 || room >= 8) {
         _mm256_storeu_si256((__m256i *)(void *)olp, vals);
         _mm256_storeu_si256((__m256i *)(void *)oid, lo);
         _mm256_storeu_si256((__m256i *)(void *)(oid + 4), hi);
@@ -291,7 +295,7 @@ TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, float y, 
  */
 TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
 compact_head_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t take, int64_t sid, int64_t k,
-                    const int32_t *sup, size_t slen, float *out_sampled, int64_t *oid, float *olp,
+                    const int32_t *sup, size_t slen, float *out_sampled, int64_t *oid, float *olp, size_t room,
                     size_t *count, int *row_kind, const size_t nv) {
     __m256i a[4], bits[4], c[4], v[4], rc[4], rv[4];
     uint32_t keep;
@@ -432,7 +436,7 @@ compact_head_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t
         uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
         if (lanes_above_ps(rv, 1.0f, nv) & head) return FAST_NO; /* decided exactly */
         TW_UNROLL4 for (unsigned u = 0; u < nv; u++) /* the ranked lanes in place: r of them */
-            if (8 * u < r) store_head8(oid + 8 * u, olp + 8 * u, rc[u], rv[u], r - 8 * u);
+            if (8 * u < r) store_head8(oid + 8 * u, olp + 8 * u, rc[u], rv[u], r - 8 * u, room - 8 * u);
     }
     *count = r;
     return FAST_OK;
@@ -442,14 +446,14 @@ compact_head_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t
 TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *vals, size_t len,
                                             uint64_t take, int64_t sid, int64_t k,
                                             const int32_t *sup, size_t slen, float *out_sampled,
-                                            int64_t *oid, float *olp, size_t *count,
+                                            int64_t *oid, float *olp, size_t room, size_t *count,
                                             int *row_kind) {
     if (len == 0 || len > 32) return FAST_NO;
     if (len <= 16)
-        return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, count, row_kind, 2);
+        return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, room, count, row_kind, 2);
     if (len <= 24)
-        return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, count, row_kind, 3);
-    return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, count, row_kind, 4);
+        return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, room, count, row_kind, 3);
+    return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, room, count, row_kind, 4);
 }
 #endif
 
@@ -582,10 +586,12 @@ static ptrdiff_t batch_sums(const compact_call *c, size_t from, size_t to, int *
    their sums checked together, and each token those leave to the two kernels. */
 static ptrdiff_t heads_in_registers(compact_call *c, size_t n, int *row_kind, int *head_code) {
     int (*head)(const uint32_t *, const float *, size_t, uint64_t, int64_t, int64_t, const int32_t *, size_t,
-                float *, int64_t *, float *, size_t *, int *) =
+                float *, int64_t *, float *, size_t, size_t *, int *) =
         c->path == TW_PATH_AVX512 ? compact_head_avx512 : compact_head_avx2;
     uint64_t take = c->num_top < 1 ? 1 : (uint64_t)c->num_top;
-    int64_t o = 0;
+    /* the output's entries (tw_heads.h): a head never has more than its row, so o + the row's
+       length stays within them */
+    int64_t o = 0, cap = c->roff[n] - c->roff[0];
     for (size_t t = 0; t < n;) {
         size_t from = t;
         int fast = FAST_OK;
@@ -594,7 +600,7 @@ static ptrdiff_t heads_in_registers(compact_call *c, size_t n, int *row_kind, in
             int has_sup = row_has_support(c->soff, t);
             fast = head(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take, c->sampled[t], c->k,
                         has_sup ? c->sup + c->soff[t] : NULL, has_sup ? (size_t)(c->soff[t + 1] - c->soff[t]) : 0,
-                        c->out_sampled + t, c->out_ids + o, c->out_lps + o, &r, row_kind);
+                        c->out_sampled + t, c->out_ids + o, c->out_lps + o, (size_t)(cap - o), &r, row_kind);
             if (fast != FAST_OK) break;
             o += (int64_t)r;
             c->out_off[t + 1] = o;
