@@ -4,6 +4,7 @@ against a local server: tests/test_compat_skyrl.py, run by tests/run_skyrl_suite
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -315,3 +316,24 @@ def test_an_envelope_of_no_rows_in_the_body_is_no_stand_in(kernels):
     assert json.loads(elsewhere)["choices"][0]["routed_experts"]["shape"] == [0, 1, 1]
     assert compat._read_document(elsewhere) is None
     assert compat._read_document(raw) is not None
+
+
+@pytest.mark.parametrize("routes", [False, True])
+def test_the_transport_keys_are_found_by_their_m(routes, kernels):
+    """Another transport's key is found by the "m" each holds 3 bytes in: other words with an
+    "m" (a usage block, a prompt's text) leave the body read from its bytes, a body with more
+    "m" bytes than are looked at is SkyRL's read, and the routing's base64 is not searched."""
+    raw = skyrl_body(values(3), routes=routes)
+    usage = raw.replace(b'{"choices"', b'{"usage":{"completion_tokens":3},"prompt":"' + b"m" * 50 + b'","choices"', 1)
+    assert compat._read_document(usage)[1].tolist() == values(3)
+    many = raw.replace(b'{"choices"', b'{"prompt":"' + b"m " * (compat._M_LIMIT + 1) + b'","choices"', 1)
+    assert compat._read_document(many) is None
+    for key in (b'"sampled"', b'"completion_logprobs"', b'"compact_logprobs"'):
+        named = raw.replace(b'{"choices"', b'{"prompt":' + key + b',"choices"', 1)  # a string, SkyRL's read all the same
+        assert compat._read_document(named) is None
+    if routes:  # a routing whose base64 is 8000 "m" (more than are looked at): not searched
+        data = base64.b64encode(b"\x9a\x69\xa6" * 2000)
+        assert data == b"m" * 8000
+        routed = raw.replace(b'"AAECAwQFBgc=","shape":[2,2,2]', b'"' + data + b'","shape":[1000,2,3]', 1)
+        document, read = compat._read_document(routed)
+        assert bytes(document["choices"][0]["routed_experts"]["data"]) == data and read.tolist() == values(3)
