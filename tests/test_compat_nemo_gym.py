@@ -189,6 +189,18 @@ def test_extract_refuses_what_it_would_pass(value):
     assert info.value.token == 1
 
 
+@pytest.mark.parametrize(("value", "what"), [("x", "'x', not a number"), (None, "missing (null)"),
+                                             ([-0.5], "[-0.5], not a number")])
+def test_bundle_names_a_logprob_that_is_not_a_number(value, what):
+    """A message's token bundle whose logprob is not a number (NeMo-Gym's own record loop
+    refuses one with its RuntimeError; a bundle a caller built reaches the check) is refused in
+    the words SkyRL's and AReaL's drop-ins use (compat._checks.check_logprobs)."""
+    with pytest.raises(compat.NeMoGymResponseError) as info:
+        compat.check_token_bundle([1, 2], [5, 6], [-0.5, value])
+    assert str(info.value).endswith(f"the sampled token's logprob is {what}"), str(info.value)
+    assert (info.value.token, info.value.field) == (1, "message.generation_log_probs")
+
+
 def test_bundle_arrays_and_lists_agree():
     lps = [-0.1, -0.2, -0.3]
     compat.check_token_bundle([1], [5, 6, 7], lps, routes(4))

@@ -315,3 +315,46 @@ def test_routing_decoded_as_skyrl_decodes_it(case):
         return
     assert type(ours) is np.ndarray and ours.dtype == theirs.dtype and ours.shape == theirs.shape
     assert ours.flags.writeable and ours.flags.c_contiguous and np.array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("kind", ["vllm", "packed"])
+@pytest.mark.parametrize("block", [{"sampled": _logprobs(0)}, {"content": None, "sampled": _logprobs(0)}],
+                         ids=["sampled", "content null"])
+def test_logprobs_skyrl_does_not_read_are_none_as_skyrl_reads_them(kind, block):
+    """vLLM's ``logprobs.sampled`` (alone, or beside a null ``content``): SkyRL reads no
+    logprobs (``response_logprobs`` None). Asked for, the drop-in refuses the body (the trainer
+    would get None for the logprobs it asked for), never hands on the list SkyRL did not read;
+    not asked for, it hands on SkyRL's None."""
+    document = orjson.loads(body(kind))
+    document["choices"][0]["logprobs"] = block
+    raw = orjson.dumps(document)
+    routed = kind == "packed"
+    before = run(raw, routed=routed)
+    assert not isinstance(before, BaseException) and before["response_logprobs"] is None, before
+    with compat.patched():
+        after = run(raw, routed=routed)
+        direct = run(raw, routed=routed, direct=True)
+    assert isinstance(after, compat.SkyRLResponseError) and f"{N} token ids against 0 logprobs" in str(after), after
+    assert isinstance(direct, compat.SkyRLResponseError), direct
+    assert read_alike(raw, routed=routed, asked=False)["response_logprobs"] is None
+
+
+@pytest.mark.parametrize("where", ["a second one in the choice", "the choice's own, the routing elsewhere"])
+def test_an_envelope_of_no_rows_in_the_body_is_refused_as_skyrl_refuses_it(where):
+    """An envelope of no rows the body holds itself is not taken for the one the drop-in puts
+    in the routing's place for the reader: SkyRL's own refusal, both ways."""
+    raw = body("packed")
+    if where == "a second one in the choice":
+        assert raw.endswith(b"}]}")
+        raw = raw[:-3] + b',"routed_experts": {"data": "","shape":[0,1,1],"dtype":"uint8"}}]}'
+    else:
+        choice = orjson.loads(raw)["choices"][0]
+        envelope = choice.pop("routed_experts")
+        choice["routed_experts"] = {"shape": [0, 1, 1], "dtype": "uint8", "data": ""}
+        raw = orjson.dumps({"routed_experts": envelope, "choices": [choice]})
+    before = run(raw, routed=True)
+    with compat.patched():
+        after = run(raw, routed=True)
+    print(f"\n{where}: {before!r} | {after!r}")
+    assert isinstance(before, ValueError) and not isinstance(before, MalformedResponseError), before
+    assert type(after) is type(before) and str(after) == str(before), after

@@ -4,6 +4,7 @@ against a local server: tests/test_compat_skyrl.py, run by tests/run_skyrl_suite
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -68,11 +69,18 @@ def test_each_misalignment_is_refused(ids, logprobs, where):
     assert isinstance(caught.value, MalformedResponseError) and isinstance(caught.value, ValueError)
 
 
-def test_empty_content_for_a_completion_is_refused():
-    document, r = result([1, 2], [])
-    with pytest.raises(compat.SkyRLResponseError, match="2 token ids against 0 logprobs"):
+@pytest.mark.parametrize("block", [{"content": []}, None, {}, {"content": None}, {"sampled": [-0.1, -0.2]},
+                                   {"content": None, "sampled": [-0.1, -0.2]}])
+def test_a_completion_without_logprobs_is_refused_when_they_were_asked_for(block):
+    """SkyRL reads each of these as no logprobs (``response_logprobs`` None): asked for, the
+    trainer would get None for them."""
+    document, r = result([1, 2], None)
+    document["choices"][0]["logprobs"] = block
+    with pytest.raises(compat.SkyRLResponseError, match="2 token ids against 0 logprobs") as caught:
         compat.check_response(document, r)
-    document, r = result([1, 2], None)  # logprobs not asked for: SkyRL's None, passed
+    assert caught.value.field == "logprobs.content"
+    assert compat.check_response(document, r, logprobs_asked=False) is r  # not asked for: SkyRL's None, passed
+    document, r = result([], None)  # no completion, no logprobs
     assert compat.check_response(document, r) is r
 
 
@@ -217,7 +225,8 @@ def test_other_skyrl_bodies_are_left_to_skyrl(old, new, routes, kernels):
 
 def test_a_named_record_is_read_by_name_without_routing_and_by_position_with_it(kernels):
     """SkyRL never reads a record's token: its packed body's records are read by position
-    whatever they hold; without routing a body naming ids is vLLM's, each name checked."""
+    whatever they hold; without routing a body naming ids is vLLM's, read by name, and one
+    whose name is not its id is left to SkyRL's read (which then hands on its logprob)."""
     raw = skyrl_body(values(3)).replace(b'{"logprob":-0.02}', b'{"logprob":-0.02,"token":"token_id:99"}')
     assert compat._read_document(raw) is None
     raw = skyrl_body(values(3), routes=True).replace(b'{"logprob":-0.02}', b'{"logprob":-0.02,"token":"token_id:99"}')
@@ -257,3 +266,74 @@ def test_each_implementation_reads_the_bytes_alike(make, kernels):
     theirs = json.loads(raw)["choices"][0]
     assert read.tolist() == [r["logprob"] for r in theirs["logprobs"]["content"]]
     assert document["choices"][0]["token_ids"] == theirs["token_ids"]
+
+
+def _content(logprobs: list[float]) -> bytes:
+    return json.dumps({"content": [{"logprob": v} for v in logprobs]}, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("block", [
+    b'{"sampled":[-0.01,-0.02,-0.03]}',  # vLLM's sampled list alone: SkyRL reads no logprobs
+    b'{"content":null,"sampled":[-0.01,-0.02,-0.03]}',
+    b'{"s\\u0061mpled":[-0.01,-0.02,-0.03]}',  # the same key spelled with an escape
+    b'{"content":[],"sampled":[-0.01,-0.02,-0.03]}',
+])
+@pytest.mark.parametrize("routes", [False, True])
+def test_logprobs_skyrl_does_not_read_are_left_to_skyrl(block, routes, kernels):
+    """SkyRL reads ``logprobs.content`` alone: logprobs the reader would take from another
+    transport are not SkyRL's, and the body is left to SkyRL's read (then refused when they
+    were asked for: test_a_completion_without_logprobs_is_refused_when_they_were_asked_for)."""
+    raw = skyrl_body(values(3), routes=routes)
+    assert _content(values(3)) in raw
+    raw = raw.replace(_content(values(3)), block, 1)
+    assert not json.loads(raw)["choices"][0]["logprobs"].get("content")
+    assert compat._read_document(raw) is None
+
+
+def test_packed_logprobs_beside_the_records_are_left_to_skyrl(kernels):
+    """The reader takes a choice's logprobs from ``completion_logprobs`` before ``logprobs``
+    (the two need only agree within its tolerance); SkyRL reads the records."""
+    import base64
+
+    packed = np.array(values(3)) * (1 + 1e-9)
+    envelope = {"data": base64.b64encode(packed.tobytes()).decode(), "dtype": "float64", "shape": [3]}
+    raw = skyrl_body(values(3)).replace(b'"finish_reason"', b'"completion_logprobs":' + json.dumps(envelope).encode()
+                                        + b',"finish_reason"', 1)
+    assert compat._read_document(raw) is None
+
+
+def test_an_envelope_of_no_rows_in_the_body_is_no_stand_in(kernels):
+    """The envelope the reader is given in place of the routing has a shape drawn for the
+    call: an envelope of no rows the body holds itself, a second one in the choice or the
+    choice's own beside one elsewhere, is not taken for it (SkyRL's read refuses both)."""
+    raw = skyrl_body(values(3), routes=True)
+    second = raw.replace(b'"rollout_sample_support":null}', b'"rollout_sample_support":null,'
+                         b'"routed_experts": {"data": "","shape":[0,1,1],"dtype":"uint8"}}', 1)
+    assert second != raw and compat._read_document(second) is None
+    envelope = raw[raw.index(b'"routed_experts":'):raw.index(b',"rollout_sample_support"')]
+    elsewhere = (b"{" + envelope + b"," + raw[1:]).replace(
+        b"," + envelope + b",", b',"routed_experts":{"shape":[0,1,1],"dtype":"uint8","data":""},', 1)
+    assert json.loads(elsewhere)["choices"][0]["routed_experts"]["shape"] == [0, 1, 1]
+    assert compat._read_document(elsewhere) is None
+    assert compat._read_document(raw) is not None
+
+
+@pytest.mark.parametrize("routes", [False, True])
+def test_the_transport_keys_are_found_by_their_m(routes, kernels):
+    """Another transport's key is found by the "m" each holds 3 bytes in: other words with an
+    "m" (a usage block, a prompt's text) leave the body read from its bytes, a body with more
+    "m" bytes than are looked at is SkyRL's read, and the routing's base64 is not searched."""
+    raw = skyrl_body(values(3), routes=routes)
+    usage = raw.replace(b'{"choices"', b'{"usage":{"completion_tokens":3},"prompt":"' + b"m" * 50 + b'","choices"', 1)
+    assert compat._read_document(usage)[1].tolist() == values(3)
+    many = raw.replace(b'{"choices"', b'{"prompt":"' + b"m " * (compat._M_LIMIT + 1) + b'","choices"', 1)
+    assert compat._read_document(many) is None
+    for key in (b'"sampled"', b'"completion_logprobs"', b'"compact_logprobs"'):
+        named = raw.replace(b'{"choices"', b'{"prompt":' + key + b',"choices"', 1)  # a string, SkyRL's read all the same
+        assert compat._read_document(named) is None
+    if routes:  # a routing whose base64 is 8000 "m" (more than are looked at): not searched
+        data = base64.b64encode(b"\x9a\x69\xa6" * 2000)
+        assert data == b"m" * 8000
+        routed = raw.replace(b'"AAECAwQFBgc=","shape":[2,2,2]', b'"' + data + b'","shape":[1000,2,3]', 1)
+        document, read = compat._read_document(routed)
+        assert bytes(document["choices"][0]["routed_experts"]["data"]) == data and read.tolist() == values(3)

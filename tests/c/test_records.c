@@ -478,6 +478,37 @@ static void test_reader_bounded(void)
     }
 }
 
+/* Entries the reader stores (here naming no id, as a response read by position has them, at
+   their shortest: {"logprob":0}, 13 bytes) hold at most sizeof(tw_entry) for each 13 bytes of
+   text, twice that with the capacity's doubling: entries_cap bounded by the text. */
+static void test_reader_bounded_stored(void)
+{
+    static const char pre[] = "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":[";
+    static const char entry[] = "{\"logprob\":0}";
+    size_t count = 200000, w = sizeof entry - 1, len = sizeof pre - 1;
+    char *doc = (char *)malloc(sizeof pre + count * (w + 1) + 8);
+    tw_doc d;
+    if (!doc)
+        exit(2);
+    memcpy(doc, pre, len);
+    for (size_t k = 0; k < count; k++) {
+        memcpy(doc + len, entry, w);
+        len += w;
+        doc[len++] = k + 1 < count ? ',' : ']';
+    }
+    memcpy(doc + len, "}}]}", 4);
+    len += 4;
+    tw_doc_init(&d);
+    d.path = g_path;
+    tw_rec_read_during_scan(&d);
+    CHECK(tw_scan(doc, len, &d) == TW_OK, "bounded reader, stored entries: scan failed");
+    CHECK(d.nentries == count && d.entries_cap <= 2 * (len / 13) + 256,
+          "bounded reader, stored entries: %zu of %zu stored, capacity %zu for %zu bytes of text", d.nentries,
+          count, d.entries_cap, len);
+    tw_doc_free(&d);
+    free(doc);
+}
+
 /* The records of a response read by position (no id named: SkyRL's {"logprob": x}, decoded
    text) are read during the scan; tw_rec_take gives what tw_rec_parse gives for them with the
    ids compared (the first entry refused) and without (every logprob read). */
@@ -811,6 +842,7 @@ int main(int argc, char **argv)
         test_nomem();
         test_blank_field();
         test_reader_bounded();
+        test_reader_bounded_stored();
         test_reader_positional();
         test_flat_arrays();
         test_fuzz(fuzz);

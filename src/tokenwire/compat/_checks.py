@@ -1,6 +1,8 @@
-"""The checks of a response's ids and logprobs that more than one drop-in makes as their
-framework read them (lists), each refusal raised as that drop-in's own error class (a
-``tokenwire.MalformedResponseError`` subclass) at choice 0."""
+"""The checks of a response's ids and logprobs that more than one drop-in makes: the ids as
+their framework read them (a list), the logprobs as it read them (a list) or as a reader made
+them (a float array); each refusal raised as that drop-in's own error class (a
+``tokenwire.MalformedResponseError`` subclass), the ids' at choice 0, the logprobs' at the
+``choice`` given (0 unless said; None names none)."""
 
 from __future__ import annotations
 

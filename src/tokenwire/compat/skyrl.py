@@ -22,8 +22,10 @@ token, and so a ``ValueError``, the type SkyRL raises for a packed envelope it c
 
 - when the request asked for logprobs (``sampling_params["logprobs"]`` not None, SkyRL's own
   test): logprobs and ids of different counts (``logprobs.content`` against ``token_ids``),
-  or a ``content`` list that is empty for a non-empty completion; a logprob that is not a
-  finite number (``null``, a string, ``NaN`` or an infinity);
+  or a non-empty completion without logprobs (``logprobs`` null, or its ``content`` absent,
+  null or empty: SkyRL reads ``response_logprobs`` None, and the trainer that asked for them
+  would get None); a logprob that is not a finite number (``null``, a string, ``NaN`` or an
+  infinity);
 - an id that is not an int in ``[0, 2**32)``;
 - routing whose rows are not one per token from ``routed_experts_prompt_start`` (0 when not
   given) to the last but one (``prompt - start + completion - 1``, the count SkyRL's
@@ -48,23 +50,29 @@ that is not JSON (a ``NaN`` literal) is still ``orjson.JSONDecodeError`` and ret
 after a stop string, with a placeholder ``0.0`` logprob that its loss mask then hides, is the
 generator's, after the client, and is not touched.
 
-On the path the trainer takes (``RemoteInferenceClient._generate_single``, which keeps only
-the ids, logprobs, stop reason and side channels) the body is read from its bytes when
-tokenwire's reader accepts it: ``orjson.loads`` and ``load_packed_body`` as ``_post`` looks them
-up hand the bytes to the compiled reader, and SkyRL's document is made from its arrays, no dict
-per record. That covers vLLM's records (``"token_id:N"`` names matching ``token_ids``) and SkyRL's
-own token-less records (``{"logprob": x}``, which SkyRL reads by position and never by a token:
-the reader reads them as it reads records by position, its ``output_mode: "text"``, each still
-an object whose ``logprob`` is a finite number, one per id; on a body with routing every record
-is read so), with its routing envelope (the ``data`` a view of the body, as SkyRL's splice
-leaves it, decoded by ``decode_packed_routed_experts`` as the client module looks it up: a uint8
-envelope by tokenwire's ``b64decode`` into SkyRL's array, any other by SkyRL's own); one
-choice, finite logprobs, none the clamp, a request that asked for logprobs, no other packed
-envelope. That result's ``raw_response`` (which ``_generate_single`` drops) then holds the
-choice's ``token_ids``, ``finish_reason`` and routing envelope only. Every other body (a clamped
-logprob, records the reader refuses, a sample support, a request without logprobs, other
-endpoints, a direct call of ``RemoteGenerateClient.generate``, whose ``raw_response`` is the
-whole document) is read by SkyRL's own code and checked after it.
+On the path the trainer takes (``RemoteInferenceClient._generate_single``, which keeps only the
+ids, logprobs, stop reason and side channels) the body is read from its bytes when tokenwire's
+reader accepts it: ``orjson.loads`` and ``load_packed_body`` as ``_post`` looks them up hand the
+bytes to the compiled reader, and SkyRL's document is made from its arrays, no dict per record.
+That covers vLLM's records without routing (read by their ``"token_id:N"`` names, each matching
+its id; a body whose names do not is left to SkyRL's read, which takes each ``logprob`` by
+position) and SkyRL's own token-less records (``{"logprob": x}``, which SkyRL reads by position
+and never by a token: the reader reads them as it reads records by position, its ``output_mode:
+"text"``, each still an object whose ``logprob`` is a finite number, one per id; on a body with
+routing every record is read so, vLLM's named records too, their names not compared), with its
+routing envelope (its place taken, for the reader, by an envelope of no rows shaped anew for
+each call, which the reader must report at the choice's own ``routed_experts``; the ``data`` a
+view of the body, as SkyRL's splice leaves it, decoded by ``decode_packed_routed_experts`` as
+the client module looks it up: a uint8 envelope by tokenwire's ``b64decode`` into SkyRL's array,
+any other by SkyRL's own); one choice, finite logprobs, none the clamp, a request that asked for
+logprobs, the logprobs in ``logprobs.content`` (SkyRL's one source: no key of another transport,
+``logprobs.sampled``, ``completion_logprobs`` or ``compact_logprobs``, in the body, and no
+escape, with which a key may be spelled), no other packed envelope. That result's
+``raw_response`` (which ``_generate_single`` drops) then holds the choice's ``token_ids``,
+``finish_reason`` and routing envelope only. Every other body (a clamped logprob, records the
+reader refuses, a sample support, a request without logprobs, other endpoints, a direct call of
+``RemoteGenerateClient.generate``, whose ``raw_response`` is the whole document) is read by
+SkyRL's own code and checked after it.
 """
 
 from __future__ import annotations
@@ -75,6 +83,7 @@ import functools
 import importlib
 import importlib.metadata
 import logging
+import secrets
 import threading
 from collections import Counter
 from contextvars import ContextVar
@@ -161,10 +170,9 @@ def check_response(document: Any, result: Any, *, prompt_tokens: int | None = No
     if document is not None and logprobs_asked:
         values = result.response_logprobs
         if values is None:
-            choice = document[KEY.choices][0]
-            block = choice.get(KEY.logprobs) if isinstance(choice, dict) else None
-            content = block.get(KEY.content) if isinstance(block, dict) else None
-            if isinstance(content, list) and n:  # SkyRL reads an empty content as no logprobs
+            # SkyRL reads a logprobs block that is null, or whose content is absent, null or
+            # empty, as no logprobs: the trainer that asked for them would get None for them
+            if n:
                 raise _refuse(f"{n} token ids against 0 logprobs", field="logprobs.content")
         else:
             clamped = _check_logprobs(values, n)
@@ -212,25 +220,56 @@ _raw_dropped: ContextVar[bool] = ContextVar("tokenwire_skyrl_raw_dropped", defau
 
 # SkyRL's routing envelope as its server's orjson writes it; the anchor its splice finds every
 # packed envelope by (generate_wire's _PACKED_DATA_ANCHOR); what stands in the envelope's place
-# for the reader (an envelope of no rows, which the reader reports only at the choice's own
+# for the reader (an envelope of no rows, shaped anew for each call so that no envelope the body
+# holds itself can pass for it, which the reader reports only at the choice's own
 # "routed_experts"); what the reader is told of SkyRL's token-less records: they stand for
 # token_ids by position (the reader's output_mode "text", whose records carry no id it reads;
-# the body's own output_mode, later, wins).
+# the body's own output_mode, later, wins); the keys of the logprob transports other than
+# logprobs.content, which SkyRL does not read (the reader would take its logprobs from them).
 _ENVELOPE = f'"{KEY.routed_experts}":{{"{KEY.data}":"'.encode()
 _ANCHOR = f':{{"{KEY.data}":"'.encode()
-_STAND_IN = f'"{KEY.routed_experts}":{{"{KEY.data}":"","shape":[0,1,1],"dtype":"uint8"}}'.encode()
+_STAND_IN = f'"{KEY.routed_experts}":{{"{KEY.data}":"","shape":[0,%d,%d],"dtype":"uint8"}}'.encode()
 _BY_POSITION = b'{"output_mode":"text",'
 _ROUTED_KEYS = frozenset((KEY.data, "shape", "dtype"))  # SkyRL's envelope
+_OTHER_TRANSPORTS = tuple(f'"{key}"'.encode() for key in (KEY.sampled, KEY.completion_logprobs, KEY.compact_logprobs))
 
 
-def _for_reader(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | None:
+# Each key of _OTHER_TRANSPORTS holds an "m" 3 bytes in ('"sam', '"com'): they are found by
+# it (memchr's search; no body's ids, numbers or records hold one), every other "m" looked at
+# but _M_LIMIT times before the body is left to SkyRL's read.
+_M_AT, _M_LIMIT = 3, 4096
+
+
+def _another_transport(raw: bytes, start: int, end: int) -> bool:
+    """Whether ``raw[start:end]`` may name a logprob transport SkyRL does not read (a key of
+    :data:`_OTHER_TRANSPORTS`), or holds an escape (with which a key may be spelled)."""
+    if raw.find(b"\\", start, end) >= 0:
+        return True
+    m = raw.find(b"m", start, end)
+    for _ in range(_M_LIMIT):
+        if m < 0:
+            return False
+        if m - _M_AT >= start and any(raw.startswith(key, m - _M_AT, end) for key in _OTHER_TRANSPORTS):
+            return True
+        m = raw.find(b"m", m + 1, end)
+    return True
+
+
+def _stand_in_shape() -> tuple[int, int, int]:
+    """The stand-in envelope's shape for one call: no rows, the other two dimensions drawn
+    at random (a body cannot hold an envelope of that shape but by chance, 1 in 2**40)."""
+    return 0, 2 + secrets.randbits(20), 2 + secrets.randbits(20)
+
+
+def _for_reader(raw: bytes, at: int, shape: tuple[int, int, int]) -> tuple[bytes, dict[str, Any] | None] | None:
     """SkyRL's body as tokenwire's reader is to read it: its records by position (SkyRL
     never reads a record's token; every record must still be an object whose ``logprob`` is a
-    finite number, one per id), and its routing envelope replaced by :data:`_STAND_IN`
-    (handed back apart, its ``data`` a view of ``raw``, as SkyRL's splice leaves it); None for
+    finite number, one per id), and its routing envelope replaced by :data:`_STAND_IN` of
+    ``shape`` (handed back apart, its ``data`` a view of ``raw``, as SkyRL's splice leaves it); None for
     a body holding another packed envelope (SkyRL's splice finds each by :data:`_ANCHOR`).
     The envelope's base64 is neither copied nor searched but for its closing quote, and holds
-    no anchor (base64 has no quote). ``at``: where the envelope's key is
+    no anchor (base64 has no quote); None for a body that may name another logprob transport
+    (:func:`_another_transport`, outside the base64). ``at``: where the envelope's key is
     (``raw.find(_ENVELOPE)``)."""
     data = at + len(_ENVELOPE)
     quote = raw.find(b'"', data) if at >= 0 else len(raw)
@@ -238,7 +277,7 @@ def _for_reader(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | No
     if quote < 0 or close < 0 or raw[:1] != b"{":
         return None
     anchors = raw.count(_ANCHOR, 0, data) + raw.count(_ANCHOR, quote) if at >= 0 else raw.count(_ANCHOR)
-    if anchors != (at >= 0):
+    if anchors != (at >= 0) or (at >= 0 and (_another_transport(raw, 0, data) or _another_transport(raw, quote, len(raw)))):
         return None
     mv = memoryview(raw)
     if at < 0:
@@ -250,20 +289,25 @@ def _for_reader(raw: bytes, at: int) -> tuple[bytes, dict[str, Any] | None] | No
     if not isinstance(envelope, dict):
         return None
     envelope[KEY.data] = mv[data:quote]
-    return b"".join((_BY_POSITION, mv[1:at], _STAND_IN, mv[close + 1:])), envelope
+    return b"".join((_BY_POSITION, mv[1:at], _STAND_IN % shape[1:], mv[close + 1:])), envelope
 
 
 def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
     """The document SkyRL's ``generate`` reads the same ids, stop reason and routing envelope
     from, and the logprobs, for a body tokenwire's reader accepts as SkyRL reads it (vLLM's
     records, or SkyRL's own, and its routing envelope, as :func:`_for_reader` hands them to
-    the reader); else None."""
+    the reader); else None. The reader's logprobs are SkyRL's only when it took them from
+    ``logprobs.content``, SkyRL's one source: a body naming another transport, or holding an
+    escape (a key may be spelled with one), is left to SkyRL's read."""
     if type(raw) is not bytes:
         return None
     envelope = None
+    shape = _stand_in_shape()
     at = raw.find(_ENVELOPE)
+    if at < 0 and _another_transport(raw, 0, len(raw)):
+        return None
     if at >= 0 or not (_NAMED in raw or _NUMBERED in raw):
-        prepared = _for_reader(raw, at)
+        prepared = _for_reader(raw, at, shape)
         if prepared is None:
             return None
         raw, envelope = prepared
@@ -277,9 +321,9 @@ def _read_document(raw: Any) -> tuple[dict[str, Any], np.ndarray] | None:
     ids, values = choice.completion_ids, choice.completion_logprobs
     if values is None or values.dtype != np.float64 or len(ids) == 0 or choice.finish_reason is None:
         return None
-    # the envelope was the choice's own (the stand-in read there), or there was none
+    # the envelope was the choice's own (the stand-in read there, not an envelope of the body's), or there was none
     routed = choice.routed_experts
-    if (routed is None) != (envelope is None) or (routed is not None and routed.array.shape != (0, 1, 1)):
+    if (routed is None) != (envelope is None) or (routed is not None and routed.array.shape != shape):
         return None
     document = {KEY.choices: [{KEY.token_ids: ids.tolist(), "finish_reason": choice.finish_reason,
                                KEY.logprobs: None}]}
