@@ -320,6 +320,9 @@ def test_the_bodies_the_loop_leaves_are_read_one_by_one():
     part = _core._DirectPart()
     part.read(bodies, 0, len(bodies))
     assert part.doubted == [1, 2, 5]
+    for start, stop in ((0, len(bodies) + 1), (-1, 2), (3, 2)):
+        with pytest.raises(ValueError):
+            _core._DirectPart().read(bodies, start, stop)
     made = []
     original = _core.parse_generate_response
 

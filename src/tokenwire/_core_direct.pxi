@@ -320,7 +320,9 @@ cdef class _DirectPart:
         cdef const char **bufs
         cdef size_t *sizes
         cdef int rc = 1, path = _path
-        if n <= 0:
+        if not 0 <= start <= stop <= len(bodies):
+            raise ValueError(f"bodies {start} to {stop} of a list of {len(bodies)}")
+        if n == 0:
             return
         bufs = <const char **>tw_mem_alloc(n * sizeof(char *))
         sizes = <size_t *>tw_mem_alloc(n * sizeof(size_t))
