@@ -32,7 +32,9 @@ of 9) and, for each workload, the bytes a contender must touch at the least (eve
 bytes read once, every output array written once) over that bandwidth, counting a copied byte
 as one read and one write: ``floor = (read + written) / (2 * memcpy bytes per second)``.
 
-Every round times the whole batch; the first round of a process warms it and is not counted;
+Every round times the whole batch (wall clock; ``BATCH_BENCH_CLOCK=cpu``: the process's CPU
+time, every thread's summed, which a shared machine's load inflates less: compare one-thread
+contenders with it); the first round of a process warms it and is not counted;
 a process's figure is the median of its rounds, a contender's the median of its processes.
 The responses are built once (about a second each) and kept in ``--cache``.
 """
@@ -210,15 +212,17 @@ def contender(name: str, small: bool = False) -> Any:
 def child(name: str, path: str, rounds: int) -> dict[str, Any]:
     import torch  # noqa: F401  (imported before the clock starts, as a trainer has it)
 
+    clock = time.process_time if os.environ.get("BATCH_BENCH_CLOCK") == "cpu" else time.perf_counter
+
     with open(path, "rb") as f:
         raws = pickle.load(f)
     run = contender(name, SMALL in os.path.basename(path))
     times, shapes = [], {}
     for r in range(rounds + 1):
         gc.collect()
-        start = time.perf_counter()
+        start = clock()
         tensors = run(raws)
-        spent = time.perf_counter() - start
+        spent = clock() - start
         if r:
             times.append(spent)
         shapes = {k: list(v.shape) for k, v in tensors.items() if v is not None}

@@ -308,6 +308,38 @@ def test_the_walked_members_are_the_json_readers(batch_impl, raws):
                     assert [c.finish_reason for c in response.choices] == direct.finish_reasons
 
 
+def test_the_bodies_the_loop_leaves_are_read_one_by_one():
+    """The core's loop without the GIL (_DirectPart) leaves a body it does not read (a
+    bytearray, a member the walk does not read) to _direct_generate: the batch is still
+    collate(parse_many)'s, its rows in body order, on any number of threads, no response made."""
+    if _core is None:
+        pytest.skip("no compiled core")
+    raws = samples.WORKLOADS["packed_128"].responses(4) + samples.WORKLOADS["compact_sampled_8k"].responses(1)
+    escaped = raws[1].replace(b'"finish_reason"', b'"finish_\\u0072eason"', 1)  # read by the JSON reader
+    bodies = [raws[0], escaped, bytearray(raws[2]), raws[3], raws[4], b"{}"]
+    part = _core._DirectPart()
+    part.read(bodies, 0, len(bodies))
+    assert part.doubted == [1, 2, 5]
+    for start, stop in ((0, len(bodies) + 1), (-1, 2), (3, 2)):
+        with pytest.raises(ValueError):
+            _core._DirectPart().read(bodies, start, stop)
+    made = []
+    original = _core.parse_generate_response
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        made.append(1)
+        return original(*args, **kwargs)
+
+    want = tokenwire.collate(tokenwire.parse_many([bytes(b) for b in bodies], threads=1, errors="collect"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_facade, "parse_generate_response", counting)
+        for threads in (1, 2, 4):
+            for forced in _paths(_core):
+                with forced:
+                    assert_same_batch(tokenwire.parse_batch(bodies, threads=threads, errors="collect"), want)
+    assert len(made) == 3 * len(_paths(_core))  # b"{}" alone, by the rules
+
+
 def test_a_bytearray_rewritten_meanwhile_does_not_crash():
     """Another thread rewriting the bodies' bytearrays while they are read: each body is read
     from one snapshot, so the batch is made or a body refused, never a crash."""

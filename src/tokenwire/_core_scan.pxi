@@ -57,10 +57,11 @@ _NATIVE_CODES = (None, "not_object", "token", "number", "finite", "evidence", "m
                  "sampled_not_number")
 
 
-cdef uint8_t *_decoded(const char *buf, const tw_value *v, int path, size_t *size) except? NULL:
+cdef uint8_t *_decoded_c(const char *buf, const tw_value *v, int path, size_t *size,
+                         bint *nomem) noexcept nogil:
     """Strictly decode a recorded JSON string holding base64 into memory from tw_mem that the
     caller owns (``*size`` bytes), or NULL when the value is not a string of canonical
-    base64. Long values are unescaped and decoded without the GIL."""
+    base64 (``*nomem`` set when memory ran out)."""
     cdef const char *src = buf + v.start
     cdef char *tmp = NULL
     cdef uint8_t *data = NULL
@@ -71,25 +72,36 @@ cdef uint8_t *_decoded(const char *buf, const tw_value *v, int path, size_t *siz
     if v.has_escape:  # "\/" and friends: unescape first, then decode
         tmp = <char *>tw_mem_alloc(length + 1)
         if tmp == NULL:
-            raise MemoryError()
-        with nogil:
-            length = tw_unescape(buf, v, tmp)
+            nomem[0] = True
+            return NULL
+        length = tw_unescape(buf, v, tmp)
         src = tmp
     need = tw_b64_decoded_size(src, length)
     if need >= 0:
         data = <uint8_t *>tw_mem_alloc(<size_t>need + 1)
-    if data != NULL and length < _NOGIL_MIN:
+        if data == NULL:
+            nomem[0] = True
+    if data != NULL:
         got = tw_b64_decode(src, length, data, <size_t>need, path, &err)
-    elif data != NULL:
-        with nogil:
-            got = tw_b64_decode(src, length, data, <size_t>need, path, &err)
     tw_mem_free(tmp)
-    if need >= 0 and data == NULL:
-        raise MemoryError()
     if got < 0:
         tw_mem_free(data)
         return NULL
     size[0] = <size_t>need
+    return data
+
+
+cdef uint8_t *_decoded(const char *buf, const tw_value *v, int path, size_t *size) except? NULL:
+    """_decoded_c, raising MemoryError; long values are unescaped and decoded without the GIL."""
+    cdef bint nomem = False
+    cdef uint8_t *data
+    if v.end - v.start < _NOGIL_MIN:
+        data = _decoded_c(buf, v, path, size, &nomem)
+    else:
+        with nogil:
+            data = _decoded_c(buf, v, path, size, &nomem)
+    if nomem:
+        raise MemoryError()
     return data
 
 

@@ -292,6 +292,31 @@ _REUSED = ("completion_ids", "mask", "completion_logprobs", "completion_top_ids"
            "routed_experts", "prompt_token_ids")
 
 
+def _ranges(rows: int, parts: int, call: Any, name: str) -> list[tuple[int, Any]]:
+    """``call(i, a, b)`` for each range ``i`` of ``parts`` contiguous ranges ``[a, b)`` of
+    ``rows``, each on a thread of its own (the calling thread takes the first): ``(a, its
+    result)`` per range, in order; the first failure is raised once every range is done."""
+    bounds = [rows * i // parts for i in range(parts + 1)]
+    results: list[Any] = [None] * parts
+    failures: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = call(i, bounds[i], bounds[i + 1])
+        except BaseException as exc:  # raised by the calling thread
+            failures.append(exc)
+
+    workers = [threading.Thread(target=run, args=(i,), name=f"{name}-{i}") for i in range(1, parts)]
+    for worker in workers:
+        worker.start()
+    run(0)
+    for worker in workers:
+        worker.join()
+    if failures:
+        raise failures[0]
+    return list(zip(bounds, results))
+
+
 class _Blocks:
     """Where collate's arrays come from, and the kernels that fill them: a new array each, or
     the array of that name of ``out`` (a Batch collate returned) when it has the shape and
@@ -316,25 +341,7 @@ class _Blocks:
         """``call(a, b)`` over ``rows`` cut into one range per thread (one range for a small
         array): ``(a, its result)`` per range, in order."""
         parts = max(1, min(self.threads, rows)) if nbytes >= _SPLIT_BYTES else 1
-        bounds = [rows * i // parts for i in range(parts + 1)]
-        results: list[Any] = [None] * parts
-        failures: list[BaseException] = []
-
-        def run(i: int) -> None:
-            try:
-                results[i] = call(bounds[i], bounds[i + 1])
-            except BaseException as exc:  # raised by the calling thread
-                failures.append(exc)
-
-        workers = [threading.Thread(target=run, args=(i,), name=f"tokenwire-collate-{i}") for i in range(1, parts)]
-        for worker in workers:
-            worker.start()
-        run(0)
-        for worker in workers:
-            worker.join()
-        if failures:
-            raise failures[0]
-        return list(zip(bounds, results))
+        return _ranges(rows, parts, lambda i, a, b: call(a, b), "tokenwire-collate")
 
     def fill(self, rows: list[np.ndarray], out: np.ndarray, fill: Any) -> np.ndarray:
         """``pad_rows`` into ``out``."""
@@ -789,12 +796,7 @@ def parse_batch(raws: Iterable[Any], *, format: str = "generate", threads: int |
     if direct is None or format != "generate" or not _direct_options(parser_options):
         return collate(_run(bodies, parse, count, collect), **settings)
 
-    if count == 1 or len(bodies) < 2:
-        items = _select.impl._direct_read(bodies, lambda i, body: _settled(i, body, parse))
-    else:
-        items = _run(bodies, lambda body: direct(body) or parse(body), count, True)
-    # malformed bodies are in place, raised below in input order
-    return _direct_batch(items, collect, settings, pad_id, out)
+    return _direct_batch(_select.impl, bodies, parse, count, collect, settings, pad_id, out)
 
 
 def _settled(i: int, body: Any, parse: Any) -> Any:
@@ -820,64 +822,76 @@ def _raise_first(items: list[Any], collect: bool) -> None:
                 raise item
 
 
-def _direct_batch(items: list[Any], collect: bool, settings: dict[str, Any], pad_id: int,
-                  out: Batch | None) -> Batch:
-    """The batch of ``items`` (each a body read by the plain path, a response or an error):
-    padded from the plain path's arrays when no body needed the rules' response, else
-    collated."""
-    if any(isinstance(item, GenerateResponse) for item in items):
+def _direct_parts(impl: Any, bodies: list[Any], threads: int) -> list[Any]:
+    """The bodies read by the core's loop without the GIL (``_DirectPart``), one contiguous
+    range of them per thread, in order."""
+    parts = [impl._DirectPart() for _ in range(max(1, min(threads, len(bodies))))]
+    _ranges(len(bodies), len(parts), lambda i, a, b: parts[i].read(bodies, a, b), "tokenwire-parse")
+    return parts
+
+
+def _direct_batch(impl: Any, bodies: list[Any], parse: Any, threads: int, collect: bool,
+                  settings: dict[str, Any], pad_id: int, out: Batch | None) -> Batch:
+    """The batch of ``bodies``: the plain ones written from the core's arenas into the padded
+    blocks; the others (doubted by the loop) read one by one, by the plain path (a _Direct) or
+    the rules (a response, or the error, left in place); collated when a body needed the
+    rules' response."""
+    parts = _direct_parts(impl, bodies, threads)
+    doubted = [i for part in parts for i in part.doubted]
+
+    def settle(i: int) -> Any:
+        return impl._direct_generate(bodies[i]) or _settled(i, bodies[i], parse)
+
+    settled = (_run(doubted, settle, threads, True) if threads > 1 and len(doubted) > 1
+               else [settle(i) for i in doubted])
+    late = dict(zip(doubted, settled))
+    if any(isinstance(item, GenerateResponse) for item in settled):
+        items = [None] * len(bodies)
+        for part in parts:
+            for i, d in part.directs().items():
+                items[i] = d
+        for i, item in late.items():
+            items[i] = item
         return _collated(items, collect, settings)
-    _raise_first(items, collect)
-    ids: list[np.ndarray] = []
-    logprobs: list[np.ndarray] = []
-    prompts: list[np.ndarray | None] = []
-    finish: list[Any] = []
-    response: list[int] = []
-    choice: list[int] = []
-    skipped: list[int] = []
-    for i, item in enumerate(items):  # one pass: each body's choices become rows
-        if isinstance(item, MalformedResponseError):
-            skipped.append(i)
-            continue
-        n = len(item.ids)
-        ids += item.ids
-        logprobs += item.logprobs
-        finish += item.finish_reasons
-        prompts += [item.prompt] * n
-        response += [i] * n
-        choice += range(n)
-    if not ids:  # no body, or every body malformed
-        return collate(items, **settings)
-    threads = settings["threads"]
-    blocks = _Blocks(_select.kernels, out, available_cores() if threads is None else threads)
-    counts = [len(a) for a in ids]
-    longest = max(counts)
-    tokens = _width("width", settings["width"], longest, "tokens", lambda: f"choice {counts.index(longest)}")
-    lengths = np.array(counts, dtype=np.int64)
-    rows = len(ids)
+    skipped = [i for i, item in late.items() if isinstance(item, MalformedResponseError)]
+    errors = [late[i] for i in skipped]
+    _raise_first(errors, collect)
+    rows = impl._DirectRows(parts, {i: item for i, item in late.items() if not isinstance(item, MalformedResponseError)})
+    if not rows.count:  # no body, or every body malformed
+        return collate(errors, **settings)
+    blocks = _Blocks(_select.kernels, out, threads)
+    counts = rows.lengths
+    longest = int(counts.max())
+    tokens = _width("width", settings["width"], longest, "tokens", lambda: f"choice {int(np.argmax(counts))}")
+    shape = (rows.count, tokens)
     fields: dict[str, Any] = {
-        "completion_ids": blocks.padded("completion_ids", ids, tokens, np.int64, pad_id),
-        "lengths": lengths,
-        "mask": np.less(np.arange(tokens), lengths[:, None], out=blocks.empty("mask", (rows, tokens), np.bool_)),
-        "completion_logprobs": blocks.padded("completion_logprobs", logprobs, tokens, np.float32, 0.0),
-        "logprobs_present": np.ones(rows, dtype=np.bool_),
+        "completion_ids": blocks.empty("completion_ids", shape, np.int64),
+        "lengths": counts,
+        "mask": blocks.empty("mask", shape, np.bool_),
+        "completion_logprobs": blocks.empty("completion_logprobs", shape, np.float32),
+        "logprobs_present": np.ones(rows.count, dtype=np.bool_),
     }
-    if any(p is not None for p in prompts):
-        vectors = [_NO_INT if p is None else p for p in prompts]
-        plengths = np.array([len(v) for v in vectors], dtype=np.int64)
-        plongest = int(plengths.max())
-        pwidth = _width("prompt_width", settings["prompt_width"], plongest, "prompt ids",
+    prompts = None
+    if rows.any_prompt:
+        plengths = rows.prompt_lengths
+        pwidth = _width("prompt_width", settings["prompt_width"], int(plengths.max()), "prompt ids",
                         lambda: f"choice {int(np.argmax(plengths))}'s prompt")
-        fields.update(prompt_token_ids=blocks.padded("prompt_token_ids", vectors, pwidth, np.int64, pad_id),
-                      prompt_lengths=plengths, prompt_present=_flags(prompts))
+        prompts = blocks.empty("prompt_token_ids", (rows.count, pwidth), np.int64)
+        fields.update(prompt_token_ids=prompts, prompt_lengths=plengths, prompt_present=rows.prompt_present)
+    nbytes = sum(fields[name].nbytes for name in ("completion_ids", "mask", "completion_logprobs"))
+    done = blocks.each(rows.count, nbytes, lambda a, b: rows.fill(a, b, fields["completion_ids"],
+                                                                   fields["completion_logprobs"], fields["mask"],
+                                                                   prompts, pad_id))
+    if not all(fits for _, fits in done):
+        raise ValueError("a row does not fit its padded block")  # the widths are checked first
     return Batch(
         **fields,
         skipped=np.array(skipped, dtype=np.int64),
-        response=np.array(response, dtype=np.int64),
-        choice=np.array(choice, dtype=np.int64),
-        finish_reason=finish,
+        response=rows.response,
+        choice=rows.choice,
+        finish_reason=rows.finish_reasons,
         format="generate",
         top_k=None,
         pad_id=pad_id,
-        errors=[items[i] for i in skipped],
+        errors=errors,
     )
