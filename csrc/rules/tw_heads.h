@@ -35,7 +35,8 @@ enum {
 };
 
 /* The `path` arguments: a TW_PATH_* (tw_cpu.h), resolved with tw_path_resolve. Every path
-   makes the same decisions and writes the same output. */
+   makes the same decisions and writes the same heads, offsets and sampled values; past the
+   last head a path may leave other bytes (the output's tail is scratch, see below). */
 
 /*
  * Token t's candidates are cand_ids/cand_lps[coff[t] .. coff[t+1]), in engine order, with

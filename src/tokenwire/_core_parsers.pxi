@@ -55,6 +55,8 @@ cdef inline void _small_scan_done(_Scan scan) noexcept:
     """Keep ``scan``, done with (nothing made from it refers to it), as the spare."""
     scan.source = None  # no body kept alive by the spare
     scan.keep = None
+    scan.buf = NULL  # nor a pointer into the body just freed
+    scan.size = 0
     Py_INCREF(scan)
     tw_spare_give(<PyObject *>scan)
 
