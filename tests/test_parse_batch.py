@@ -323,6 +323,8 @@ def test_the_bodies_the_loop_leaves_are_read_one_by_one():
     for start, stop in ((0, len(bodies) + 1), (-1, 2), (3, 2)):
         with pytest.raises(ValueError):
             _core._DirectPart().read(bodies, start, stop)
+    with pytest.raises(ValueError, match="once"):  # a second read could move arenas rows point into
+        part.read(bodies, 0, 1)
     made = []
     original = _core.parse_generate_response
 

@@ -292,6 +292,7 @@ cdef class _DirectPart:
     cdef int64_t *offs
     cdef size_t cap_offs
     cdef tw_doc doc  # one scan's records at a time, its memory kept for the next body
+    cdef bint used  # read once: rows made from a part point into its arenas
 
     def __cinit__(self):
         tw_doc_init(&self.doc)
@@ -320,17 +321,22 @@ cdef class _DirectPart:
         cdef const char **bufs
         cdef size_t *sizes
         cdef int rc = 1, path = _path
+        cdef tuple held
         if not 0 <= start <= stop <= len(bodies):
             raise ValueError(f"bodies {start} to {stop} of a list of {len(bodies)}")
+        if self.used:  # a second read could move the arenas rows already point into
+            raise ValueError("a _DirectPart reads one range of bodies, once")
+        self.used = True
         if n == 0:
             return
+        held = tuple(bodies[start:stop])  # alive while the loop runs without the GIL
         bufs = <const char **>tw_mem_alloc(n * sizeof(char *))
         sizes = <size_t *>tw_mem_alloc(n * sizeof(size_t))
         try:
             if bufs == NULL or sizes == NULL:
                 raise MemoryError()
             for i in range(n):
-                body = bodies[start + i]  # the caller's private list holds them meanwhile
+                body = held[i]
                 if type(body) is bytes and _PLAIN_HOST:
                     bufs[i] = PyBytes_AS_STRING(body)
                     sizes[i] = <size_t>PyBytes_GET_SIZE(body)

@@ -755,7 +755,8 @@ def parse_batch(raws: Iterable[Any], *, format: str = "generate", threads: int |
 
     Args:
         raws, format, threads, errors, parser_options: as :func:`parse_many` (``threads``
-            parse the bodies; the calling thread writes the rows).
+            split the bodies into as many ranges, each read without the GIL, and the rows
+            are written on as many threads).
         width, pad_id, head_width, prompt_width, routing_width, routing, routing_fill, out:
             as :func:`collate`.
 
