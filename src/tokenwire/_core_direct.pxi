@@ -462,7 +462,7 @@ cdef class _DirectPart:
             ok = size == count * <size_t>form
             if ok and count:
                 ok = _packed_bad(data, count, <size_t>form) < 0
-            if ok and form == 4:
+            if ok and form == 4 and count:  # no arena yet for a choice of no tokens
                 memcpy(self.lps + off, data, count * 4)
             elif ok:  # rounded to float32, as collate casts them
                 for k in range(count):
