@@ -442,6 +442,26 @@ static void expect(const char *content, const int64_t *ids, size_t nids, ptrdiff
 /* Fuzz: mutations of a valid document, parsed when tw_scan accepts them     */
 /* ------------------------------------------------------------------------ */
 
+/* A document of one choice whose logprobs.content holds count copies of entry; its length in
+   *len. Exits when out of memory. */
+static char *repeated_entries_doc(const char *entry, size_t count, size_t *len)
+{
+    static const char pre[] = "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":[";
+    size_t w = strlen(entry), n = sizeof pre - 1;
+    char *doc = (char *)malloc(sizeof pre + count * (w + 1) + 8);
+    if (!doc)
+        exit(2);
+    memcpy(doc, pre, n);
+    for (size_t k = 0; k < count; k++) {
+        memcpy(doc + n, entry, w);
+        n += w;
+        doc[n++] = k + 1 < count ? ',' : ']';
+    }
+    memcpy(doc + n, "}}]}", 4);
+    *len = n + 4;
+    return doc;
+}
+
 /* Entries certain to fail (no number as logprob) are not stored: arrays of small objects that
    cannot pass leave the reader's entries at their first block (and the array to the scan),
    whatever their count.  An entry naming no id but with a logprob is stored (records read by
@@ -450,22 +470,10 @@ static void test_reader_bounded(void)
 {
     static const char *const ENTRY[] = {"{}", "{\"token_id\":1}", "{\"token\":\"a\"}",
                                         "{\"token_id\":1,\"logprob\":null}"};
-    static const char pre[] = "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":[";
     for (size_t i = 0; i < sizeof ENTRY / sizeof ENTRY[0]; i++) {
-        size_t count = 200000, w = strlen(ENTRY[i]), len = 0;
-        char *doc = (char *)malloc(sizeof pre + count * (w + 1) + 8);
+        size_t count = 200000, len;
+        char *doc = repeated_entries_doc(ENTRY[i], count, &len);
         tw_doc d;
-        if (!doc)
-            exit(2);
-        memcpy(doc, pre, sizeof pre - 1);
-        len = sizeof pre - 1;
-        for (size_t k = 0; k < count; k++) {
-            memcpy(doc + len, ENTRY[i], w);
-            len += w;
-            doc[len++] = k + 1 < count ? ',' : ']';
-        }
-        memcpy(doc + len, "}}]}", 4);
-        len += 4;
         tw_doc_init(&d);
         d.path = g_path;
         tw_rec_read_during_scan(&d);
@@ -483,21 +491,9 @@ static void test_reader_bounded(void)
    text, twice that with the capacity's doubling: entries_cap bounded by the text. */
 static void test_reader_bounded_stored(void)
 {
-    static const char pre[] = "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":[";
-    static const char entry[] = "{\"logprob\":0}";
-    size_t count = 200000, w = sizeof entry - 1, len = sizeof pre - 1;
-    char *doc = (char *)malloc(sizeof pre + count * (w + 1) + 8);
+    size_t count = 200000, len;
+    char *doc = repeated_entries_doc("{\"logprob\":0}", count, &len);
     tw_doc d;
-    if (!doc)
-        exit(2);
-    memcpy(doc, pre, len);
-    for (size_t k = 0; k < count; k++) {
-        memcpy(doc + len, entry, w);
-        len += w;
-        doc[len++] = k + 1 < count ? ',' : ']';
-    }
-    memcpy(doc + len, "}}]}", 4);
-    len += 4;
     tw_doc_init(&d);
     d.path = g_path;
     tw_rec_read_during_scan(&d);
