@@ -87,7 +87,7 @@ def _mutate_sglang(draw, item):
         elif where == "length":
             entries[at] = entries[at][:2] if draw(st.booleans()) else [*entries[at], None, 1]
         else:
-            entries[at][where] = draw(st.sampled_from(_ODD_VALUES))
+            entries[at][where] = _fresh(draw, _ODD_VALUES)
     elif kind == "ids":
         item["output_ids"] = draw(st.sampled_from([None, [], "x", [1.5], [-1], [2**32], [True]]))
     elif kind == "meta":
@@ -98,6 +98,14 @@ def _mutate_sglang(draw, item):
         _mutate_sampling_mask(draw, meta)
     elif kind == "prompt_top" and isinstance(meta, dict):
         _mutate_prompt_top(draw, meta)
+
+
+
+
+def _fresh(draw, values):
+    """One of ``values``, copied: the lists and dicts among them are shared by every example, and
+    a mutation may write a drawn value into itself (``array[0] = array``)."""
+    return copy.deepcopy(draw(st.sampled_from(values)))
 
 
 _MASK_ROWS = [None, [], "x", [1.5], [-1], [2**31], [True], [7, 7], {"a": 1}]
@@ -113,13 +121,13 @@ def _mutate_sampling_mask(draw, meta):
         return
     t = draw(st.integers(0, len(masks) - 1))
     if fault == "row":
-        masks[t] = draw(st.sampled_from(_MASK_ROWS))
+        masks[t] = _fresh(draw, _MASK_ROWS)
     elif fault == "drop" and isinstance(masks[t], list) and masks[t]:
         del masks[t][draw(st.integers(0, len(masks[t]) - 1))]
     elif fault == "repeat" and isinstance(masks[t], list) and masks[t]:
         masks[t].append(masks[t][0])
     elif fault == "value" and isinstance(values, list) and values:
-        values[draw(st.integers(0, len(values) - 1))] = draw(st.sampled_from(_ODD_VALUES + [[-0.1], [0.0]]))
+        values[draw(st.integers(0, len(values) - 1))] = _fresh(draw, _ODD_VALUES + [[-0.1], [0.0]])
     elif fault == "values":
         meta["output_token_sampling_logprobs"] = draw(st.sampled_from([None, "x", [], {}, [[]], [-0.5]]))
     elif fault == "rows":  # sampling_logprobs_mode "support": a row of values per mask row
@@ -147,9 +155,9 @@ def _mutate_prompt_top(draw, meta):
     elif fault in ("value", "id") and isinstance(meta.get("input_top_logprobs_val_flat"), list):
         key = "input_top_logprobs_val_flat" if fault == "value" else "input_top_logprobs_idx_flat"
         if not isinstance(meta.get(key), list):  # an earlier fault left only the values
-            meta[key] = [draw(st.sampled_from(_ODD_VALUES + [2**32, 0.5]))]
+            meta[key] = [_fresh(draw, _ODD_VALUES + [2**32, 0.5])]
         elif meta[key]:
-            meta[key][draw(st.integers(0, len(meta[key]) - 1))] = draw(st.sampled_from(_ODD_VALUES + [2**32, 0.5]))
+            meta[key][draw(st.integers(0, len(meta[key]) - 1))] = _fresh(draw, _ODD_VALUES + [2**32, 0.5])
         else:
             meta[key].append(1)
     elif fault == "b64" and "input_top_logprobs_val_flat_b64" in meta:
@@ -184,9 +192,9 @@ def _mutate_triple_rows(draw, meta):
         elif fault == "long":
             row[at] = [*triple[:3], None, None][: draw(st.sampled_from([3, 4]))]
         elif fault == "logprob":
-            triple[0] = draw(st.sampled_from(_ODD_VALUES))
+            triple[0] = _fresh(draw, _ODD_VALUES)
         elif fault == "id":
-            triple[1] = draw(st.sampled_from(_ODD_VALUES + [2**32, -1, 7.0]))
+            triple[1] = _fresh(draw, _ODD_VALUES + [2**32, -1, 7.0])
         elif fault == "repeat":
             row.insert(draw(st.integers(0, len(row))), list(triple))
         else:
@@ -211,7 +219,7 @@ def _mutate_keyed_rows(draw, rows):
         elif fault == "odd-key":
             row[draw(st.sampled_from(["token_id:", "token_id:-1", "token_id:4294967296", "token_id:1a", ""]))] = -1.0
         elif fault == "logprob":
-            row[key] = draw(st.sampled_from(_ODD_VALUES))
+            row[key] = _fresh(draw, _ODD_VALUES)
         else:
             row[key] = draw(st.sampled_from([1e-5, 0.5, 2]))
 
@@ -234,7 +242,7 @@ def _mutate_candidates(draw, entry):
         elif not isinstance(row[at], dict):
             continue
         elif fault == "key":
-            row[at][draw(st.sampled_from(["logprob", "token", "token_id"]))] = draw(st.sampled_from(_ODD_VALUES))
+            row[at][draw(st.sampled_from(["logprob", "token", "token_id"]))] = _fresh(draw, _ODD_VALUES)
         elif fault == "drop":
             row[at].pop(draw(st.sampled_from(["logprob", "token", "token_id"])), None)
         elif fault == "repeat":
@@ -375,7 +383,7 @@ def mutated_openai(draw):
             elif isinstance(entry, dict) and draw(st.booleans()):
                 entry.pop(key, None)
             elif isinstance(entry, dict):
-                entry[key] = draw(st.sampled_from(_ODD_VALUES))
+                entry[key] = _fresh(draw, _ODD_VALUES)
         elif kind == "candidate" and isinstance(content, list) and content:
             _mutate_candidates(draw, content[draw(st.integers(0, len(content) - 1))])
         elif kind == "candidate" and isinstance(logprobs, dict) and isinstance(logprobs.get("top_logprobs"), list) \
@@ -387,7 +395,7 @@ def mutated_openai(draw):
             if kind == "replace_array" or not isinstance(array, list):
                 logprobs[name] = draw(st.sampled_from([None, "x", 3, {}, []]))
             elif array and kind == "value":
-                array[draw(st.integers(0, len(array) - 1))] = draw(st.sampled_from(_ODD_VALUES))
+                array[draw(st.integers(0, len(array) - 1))] = _fresh(draw, _ODD_VALUES)
             elif array:
                 del array[draw(st.integers(0, len(array) - 1))]
         elif kind == "logprobs":
