@@ -139,6 +139,10 @@ def _same(a: Any, b: Any) -> None:
             _same(a[key], b[key])
     elif isinstance(a, np.ndarray):
         assert isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    elif isinstance(a, list):  # SkyRL's lists: the same values of the same types, element by element
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
     elif hasattr(a, "__dataclass_fields__"):
         assert type(a) is type(b)
         for name in a.__dataclass_fields__:
