@@ -308,10 +308,8 @@ def _read_document(raw: Any, packed: bool) -> tuple[dict[str, Any], np.ndarray] 
     if type(raw) is not bytes:
         return None
     envelope = shape = None
-    if not packed and (_NAMED in raw or _NUMBERED in raw):
-        if _another_transport(raw, 0, len(raw)):
-            return None
-    else:
+    as_sent = not packed and (_NAMED in raw or _NUMBERED in raw)
+    if not as_sent:
         at = raw.find(_ENVELOPE)
         if at < 0 and _another_transport(raw, 0, len(raw)):
             return None
@@ -325,7 +323,10 @@ def _read_document(raw: Any, packed: bool) -> tuple[dict[str, Any], np.ndarray] 
         choices = _select.kernels.parse_generate_response(raw).choices
     except MalformedResponseError:
         choices = ()
-    if len(choices) != 1:
+    # a body read as it is is searched for another transport after the reader, which has just
+    # brought it into the cache (the search's answer is the same; a body it finds one in is
+    # rare, and left to SkyRL's read all the same)
+    if len(choices) != 1 or (as_sent and _another_transport(raw, 0, len(raw))):
         return None
     choice = choices[0]
     ids, values = choice.completion_ids, choice.completion_logprobs
