@@ -58,16 +58,17 @@ That covers vLLM's records without routing (read by their ``"token_id:N"`` names
 its id; a body whose names do not is left to SkyRL's read, which takes each ``logprob`` by
 position; on ``/inference/v1/generate``, where SkyRL reads no routing, such a body goes to the
 reader as it is, not searched for an envelope first, and one in whose choice the reader finds
-routing is left to SkyRL's read) and SkyRL's own token-less records (``{"logprob": x}``, which SkyRL reads by position
-and never by a token: the reader reads them as it reads records by position, its ``output_mode:
-"text"``, each still an object whose ``logprob`` is a finite number, one per id; on a body with
-routing every record is read so, vLLM's named records too, their names not compared), with its
-routing envelope (its place taken, for the reader, by an envelope of no rows shaped anew for
-each call, which the reader must report at the choice's own ``routed_experts``; the ``data`` a
-view of the body, as SkyRL's splice leaves it, decoded by ``decode_packed_routed_experts`` as
-the client module looks it up: a uint8 envelope by tokenwire's ``b64decode`` into SkyRL's array,
-any other by SkyRL's own); one choice, finite logprobs, none the clamp, a request that asked for
-logprobs, the logprobs in ``logprobs.content`` (SkyRL's one source: no key of another transport,
+routing is left to SkyRL's read) and SkyRL's own token-less records (``{"logprob": x}``, which
+SkyRL reads by position and never by a token: the reader reads them as it reads records by
+position, its ``output_mode: "text"``, each still an object whose ``logprob`` is a finite
+number, one per id; on a body with routing every record is read so, vLLM's named records too,
+their names not compared), with its routing envelope (its place taken, for the reader, by an
+envelope of no rows shaped anew for each call, which the reader must report at the choice's own
+``routed_experts``; the ``data`` a view of the body, as SkyRL's splice leaves it, decoded by
+``decode_packed_routed_experts`` as the client module looks it up: a uint8 envelope by
+tokenwire's ``b64decode`` into SkyRL's array, any other by SkyRL's own); one choice, finite
+logprobs, none the clamp, a request that asked for logprobs, the logprobs in
+``logprobs.content`` (SkyRL's one source: no key of another transport,
 ``logprobs.sampled``, ``completion_logprobs`` or ``compact_logprobs``, in the body, and no
 escape, with which a key may be spelled), no other packed envelope. That result's
 ``raw_response`` (which ``_generate_single`` drops) then holds the choice's ``token_ids``,
