@@ -139,6 +139,10 @@ def _same(a: Any, b: Any) -> None:
             _same(a[key], b[key])
     elif isinstance(a, np.ndarray):
         assert isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    elif isinstance(a, list):  # SkyRL's lists: the same values of the same types, element by element
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
     elif hasattr(a, "__dataclass_fields__"):
         assert type(a) is type(b)
         for name in a.__dataclass_fields__:
@@ -358,3 +362,17 @@ def test_an_envelope_of_no_rows_in_the_body_is_refused_as_skyrl_refuses_it(where
     print(f"\n{where}: {before!r} | {after!r}")
     assert isinstance(before, ValueError) and not isinstance(before, MalformedResponseError), before
     assert type(after) is type(before) and str(after) == str(before), after
+
+
+@pytest.mark.parametrize("routing", ["envelope", "envelope, rows short", "nested lists"])
+def test_vllm_records_with_routing_skyrl_does_not_read(routing):
+    """On ``/inference/v1/generate`` SkyRL reads no routing: vLLM's named records go to the
+    reader as they are (no search for an envelope), and a choice holding routing, of any form
+    and any row count, reads as SkyRL reads it."""
+    document = orjson.loads(body("vllm"))
+    rows = len(PROMPT) + N - 1 - (routing == "envelope, rows short")
+    routes = (np.arange(rows * LAYERS * TOPK) % 60).reshape(rows, LAYERS, TOPK)
+    document["choices"][0]["routed_experts"] = (routes.tolist() if routing == "nested lists"
+                                                else pack_routed_experts(routes))
+    after = read_alike(orjson.dumps(document))
+    assert len(after["response_ids"]) == N and after["routed_experts"] is None

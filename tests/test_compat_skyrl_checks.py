@@ -160,10 +160,36 @@ def vllm_body(n: int, *, defect: str | None = None, records: str = "named") -> b
                                     "logprobs": {"content": content}}]}).encode()
 
 
+def read_document(raw: Any) -> Any:
+    """The drop-in's reading of ``raw`` as SkyRL's ``load_packed_body`` hands it the body
+    (``/skyrl/v1/generate``); a body without routing anywhere is read the same as its
+    ``orjson.loads`` hands it over (``/inference/v1/generate``, where vLLM's named records go to
+    the reader as they are, the transport search after it)."""
+    packed = compat._read_document(raw, True)
+    if isinstance(raw, bytes) and b"routed_experts" not in raw:
+        plain = compat._read_document(raw, False)
+        assert (plain is None) == (packed is None)
+        if packed is not None:
+            assert plain[0] == packed[0] and np.array_equal(plain[1], packed[1])
+            assert all(type(i) is int for i in plain[0]["choices"][0]["token_ids"])
+    return packed
+
+
+@pytest.mark.parametrize("routing", [False, True])
+def test_named_records_on_the_plain_path_are_left_to_skyrl_with_routing(routing, kernels):
+    """On ``/inference/v1/generate`` SkyRL reads no routing: a choice holding some is left to
+    its read (no envelope stands in for it there), one without is read from the bytes."""
+    document = json.loads(vllm_body(3))
+    if routing:
+        document["choices"][0]["routed_experts"] = {"data": "AAECAwQFBgc=", "shape": [2, 2, 2], "dtype": "uint8"}
+    read = compat._read_document(json.dumps(document).encode(), False)
+    assert (read is None) == routing
+
+
 @given(st.integers(1, 300))
 def test_the_bytes_read_as_skyrl_reads_them(n):
     raw = vllm_body(n)
-    document, read = compat._read_document(raw)
+    document, read = read_document(raw)
     theirs = json.loads(raw)["choices"][0]
     assert document["choices"][0]["token_ids"] == theirs["token_ids"]
     assert document["choices"][0]["finish_reason"] == theirs["finish_reason"]
@@ -175,8 +201,8 @@ def test_the_bytes_read_as_skyrl_reads_them(n):
                                                  ("n_plus_1", "tokenless"), (None, "empty")])
 def test_other_bodies_are_left_to_skyrl(defect, records, kernels):
     raw = vllm_body(4, defect=defect, records=records) if records != "empty" else vllm_body(0)
-    assert compat._read_document(raw) is None
-    assert compat._read_document(raw.decode()) is None  # only bytes, as aiohttp reads them
+    assert read_document(raw) is None
+    assert read_document(raw.decode()) is None  # only bytes, as aiohttp reads them
 
 
 def skyrl_body(logprobs: list[Any], *, routes: bool = False) -> bytes:
@@ -193,7 +219,7 @@ def skyrl_body(logprobs: list[Any], *, routes: bool = False) -> bytes:
        st.booleans())
 def test_skyrl_records_read_as_skyrl_reads_them(logprobs, routes):
     raw = skyrl_body(logprobs, routes=routes)
-    document, read = compat._read_document(raw)
+    document, read = read_document(raw)
     theirs = json.loads(raw)["choices"][0]
     assert read.tolist() == [r["logprob"] for r in theirs["logprobs"]["content"]]
     assert document["choices"][0]["token_ids"] == theirs["token_ids"]
@@ -220,7 +246,7 @@ def test_skyrl_records_read_as_skyrl_reads_them(logprobs, routes):
 def test_other_skyrl_bodies_are_left_to_skyrl(old, new, routes, kernels):
     raw = skyrl_body(values(3), routes=routes)
     assert old in raw
-    assert compat._read_document(raw.replace(old, new, 1)) is None
+    assert read_document(raw.replace(old, new, 1)) is None
 
 
 def test_a_named_record_is_read_by_name_without_routing_and_by_position_with_it(kernels):
@@ -228,9 +254,9 @@ def test_a_named_record_is_read_by_name_without_routing_and_by_position_with_it(
     whatever they hold; without routing a body naming ids is vLLM's, read by name, and one
     whose name is not its id is left to SkyRL's read (which then hands on its logprob)."""
     raw = skyrl_body(values(3)).replace(b'{"logprob":-0.02}', b'{"logprob":-0.02,"token":"token_id:99"}')
-    assert compat._read_document(raw) is None
+    assert read_document(raw) is None
     raw = skyrl_body(values(3), routes=True).replace(b'{"logprob":-0.02}', b'{"logprob":-0.02,"token":"token_id:99"}')
-    assert compat._read_document(raw)[1].tolist() == values(3)
+    assert read_document(raw)[1].tolist() == values(3)
 
 
 def test_a_routing_envelope_not_the_choices_own_is_left_to_skyrl(kernels):
@@ -240,7 +266,7 @@ def test_a_routing_envelope_not_the_choices_own_is_left_to_skyrl(kernels):
     envelope = raw[raw.index(b'"routed_experts":'):raw.index(b',"rollout_sample_support"')]
     moved = raw.replace(b"," + envelope, b"").replace(b'{"logprob":-0.02}', b'{"logprob":-0.02,' + envelope + b"}")
     assert json.loads(moved)["choices"][0].get("routed_experts") is None
-    assert compat._read_document(moved) is None
+    assert read_document(moved) is None
 
 
 @pytest.mark.parametrize(("old", "new"), [
@@ -252,7 +278,7 @@ def test_a_routing_envelope_not_the_choices_own_is_left_to_skyrl(kernels):
 @pytest.mark.parametrize("routes", [False, True])
 def test_skyrl_records_read_by_position_whatever_their_spelling(old, new, routes, kernels):
     raw = skyrl_body(values(3), routes=routes).replace(old, new, 1)
-    document, read = compat._read_document(raw)
+    document, read = read_document(raw)
     theirs = json.loads(raw)["choices"][0]
     assert read.tolist() == [r["logprob"] for r in theirs["logprobs"]["content"]]
     assert document["choices"][0]["token_ids"] == theirs["token_ids"]
@@ -262,7 +288,7 @@ def test_skyrl_records_read_by_position_whatever_their_spelling(old, new, routes
                                   lambda: skyrl_body(values(50), routes=True)], ids=["vllm", "skyrl", "skyrl-routed"])
 def test_each_implementation_reads_the_bytes_alike(make, kernels):
     raw = make()
-    document, read = compat._read_document(raw)
+    document, read = read_document(raw)
     theirs = json.loads(raw)["choices"][0]
     assert read.tolist() == [r["logprob"] for r in theirs["logprobs"]["content"]]
     assert document["choices"][0]["token_ids"] == theirs["token_ids"]
@@ -287,7 +313,7 @@ def test_logprobs_skyrl_does_not_read_are_left_to_skyrl(block, routes, kernels):
     assert _content(values(3)) in raw
     raw = raw.replace(_content(values(3)), block, 1)
     assert not json.loads(raw)["choices"][0]["logprobs"].get("content")
-    assert compat._read_document(raw) is None
+    assert read_document(raw) is None
 
 
 def test_packed_logprobs_beside_the_records_are_left_to_skyrl(kernels):
@@ -299,7 +325,7 @@ def test_packed_logprobs_beside_the_records_are_left_to_skyrl(kernels):
     envelope = {"data": base64.b64encode(packed.tobytes()).decode(), "dtype": "float64", "shape": [3]}
     raw = skyrl_body(values(3)).replace(b'"finish_reason"', b'"completion_logprobs":' + json.dumps(envelope).encode()
                                         + b',"finish_reason"', 1)
-    assert compat._read_document(raw) is None
+    assert read_document(raw) is None
 
 
 def test_an_envelope_of_no_rows_in_the_body_is_no_stand_in(kernels):
@@ -309,13 +335,13 @@ def test_an_envelope_of_no_rows_in_the_body_is_no_stand_in(kernels):
     raw = skyrl_body(values(3), routes=True)
     second = raw.replace(b'"rollout_sample_support":null}', b'"rollout_sample_support":null,'
                          b'"routed_experts": {"data": "","shape":[0,1,1],"dtype":"uint8"}}', 1)
-    assert second != raw and compat._read_document(second) is None
+    assert second != raw and read_document(second) is None
     envelope = raw[raw.index(b'"routed_experts":'):raw.index(b',"rollout_sample_support"')]
     elsewhere = (b"{" + envelope + b"," + raw[1:]).replace(
         b"," + envelope + b",", b',"routed_experts":{"shape":[0,1,1],"dtype":"uint8","data":""},', 1)
     assert json.loads(elsewhere)["choices"][0]["routed_experts"]["shape"] == [0, 1, 1]
-    assert compat._read_document(elsewhere) is None
-    assert compat._read_document(raw) is not None
+    assert read_document(elsewhere) is None
+    assert read_document(raw) is not None
 
 
 @pytest.mark.parametrize("routes", [False, True])
@@ -325,15 +351,15 @@ def test_the_transport_keys_are_found_by_their_m(routes, kernels):
     "m" bytes than are looked at is SkyRL's read, and the routing's base64 is not searched."""
     raw = skyrl_body(values(3), routes=routes)
     usage = raw.replace(b'{"choices"', b'{"usage":{"completion_tokens":3},"prompt":"' + b"m" * 50 + b'","choices"', 1)
-    assert compat._read_document(usage)[1].tolist() == values(3)
+    assert read_document(usage)[1].tolist() == values(3)
     many = raw.replace(b'{"choices"', b'{"prompt":"' + b"m " * (compat._M_LIMIT + 1) + b'","choices"', 1)
-    assert compat._read_document(many) is None
+    assert read_document(many) is None
     for key in (b'"sampled"', b'"completion_logprobs"', b'"compact_logprobs"'):
         named = raw.replace(b'{"choices"', b'{"prompt":' + key + b',"choices"', 1)  # a string, SkyRL's read all the same
-        assert compat._read_document(named) is None
+        assert read_document(named) is None
     if routes:  # a routing whose base64 is 8000 "m" (more than are looked at): not searched
         data = base64.b64encode(b"\x9a\x69\xa6" * 2000)
         assert data == b"m" * 8000
         routed = raw.replace(b'"AAECAwQFBgc=","shape":[2,2,2]', b'"' + data + b'","shape":[1000,2,3]', 1)
-        document, read = compat._read_document(routed)
+        document, read = read_document(routed)
         assert bytes(document["choices"][0]["routed_experts"]["data"]) == data and read.tolist() == values(3)
