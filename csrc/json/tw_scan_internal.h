@@ -598,7 +598,8 @@ TW_TARGET_AVX2 static size_t tws_uint_block_avx2(const uint8_t *p, uint64_t max,
         do {
             const uint8_t *c = p + tw_ctz64(commas);
             size_t k = (size_t)(c - at); /* 1 to 8 */
-            out[n++] = tw_swar_digits8((tw_load_le64(at) ^ (TW_ONES * '0')) << (8 * (8 - k)));
+            /* the k digits at the top: a shift by 64 - 8k, which is 0 for k = 8 (mod 64) */
+            out[n++] = tw_swar_digits8((tw_load_le64(at) ^ (TW_ONES * '0')) << ((0 - 8 * k) & 63));
             at = c + 1;
             commas &= commas - 1;
         } while (commas);

@@ -271,6 +271,22 @@ row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, i
     }
 }
 
+/* tw_compact_rows' loop on the AVX2 path from row t, while the rows hold 2 to 32 entries (one
+   call for the rows, not one a row): the first row it leaves (a shorter or a longer one, or n),
+   or the first that breaks the rule, with its verdict in *r. */
+TW_TARGET_AVX2 static size_t
+rows_avx2(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t t, size_t n,
+          const int64_t *sampled, float *out, int *r) {
+    for (; t < n; t++) {
+        size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
+        int64_t s = sampled[t];
+        if (len <= 1 || len > 32) break;
+        *r = row_avx2(ids + start, vals + start, len, (uint32_t)s, sampled_in_range(s), out + t);
+        if (*r != TW_ROW_OK) break;
+    }
+    return t;
+}
+
 #endif
 
 /* Supports longer than this are checked for repeats by sorting a copy instead of pairwise. */
@@ -356,6 +372,16 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
     ptrdiff_t failed = -1;
     int r = TW_ROW_OK;
     for (size_t t = 0; t < n; t++) {
+#ifdef TW_X86_SIMD
+        if (vector == TW_PATH_AVX2) {
+            t = rows_avx2(ids, vals, offsets, t, n, sampled, out, &r);
+            if (r != TW_ROW_OK) {
+                failed = (ptrdiff_t)t;
+                break;
+            }
+            if (t == n) break;
+        }
+#endif
         size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
         int64_t s = sampled[t];
         int ok = sampled_in_range(s);
