@@ -96,17 +96,30 @@ _FIRST_BAD_CASES = {
 
 
 @given(st.sampled_from(sorted(_FIRST_BAD_CASES)), st.integers(0, 300), st.data())
-def test_first_bad_kernels_match_the_reference(case, n, data):
+def test_first_bad_kernels_match_the_reference(simd, case, n, data):
     """The validators' kernels find the first bad value (blocks of 64 checked without a
-    branch a value, then searched): at any position, one or several, or none."""
-    if _core is None:
-        pytest.skip("the compiled core is not built")
+    branch a value, then searched; the compact values 32 at a time on the AVX2 and AVX-512
+    paths): at any position, one or several, or none, on every path."""
     dtype, bad, good = _FIRST_BAD_CASES[case]
     values = np.resize(np.array(data.draw(st.lists(st.sampled_from(good), min_size=1, max_size=8)), dtype=dtype), n)
     for at in data.draw(st.lists(st.integers(0, n - 1), max_size=3)) if n else []:
         values[at] = data.draw(st.sampled_from(bad))
     rule = "packed" if case == "packed64" else case
     assert _core.first_bad(rule, values) == python_kernels.first_bad(rule, values)
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 130])
+def test_compact_values_bad_at_every_offset(simd, n):
+    """Each value that breaks the compact rule at each place of arrays around the vector
+    kernel's blocks of 32 (and a second, later one that must not win), on every path."""
+    for bad in _FIRST_BAD_CASES["compact"][1]:
+        for at in range(n):
+            values = np.full(n, -0.5, dtype=np.float32)
+            values[at] = bad
+            if at + 3 < n:
+                values[at + 3] = np.nan
+            assert _core.first_bad("compact", values) == at
+    assert _core.first_bad("compact", np.full(n, 1e-6, dtype=np.float32)) == -1
 
 
 @st.composite

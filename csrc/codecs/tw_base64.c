@@ -297,12 +297,15 @@ TW_TARGET_AVX2 static inline __m256i tw_avx2_dec32(__m256i v, __m256i *err)
     const __m256i pack = _mm256_setr_epi8(
         2, 1, 0, 6, 5, 4, 10, 9, 8, 14, 13, 12, -1, -1, -1, -1, 2, 1, 0, 6, 5,
         4, 10, 9, 8, 14, 13, 12, -1, -1, -1, -1);
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), nib);
-    __m256i lo = _mm256_and_si256(v, nib);
+    /* One constant, '/' (0x2F), both finds the slashes and masks the nibbles: a shuffle
+       index uses its low four bits (and bit 7, clear here), so the mask's bit 5 changes no
+       lookup; hi + slash (the roll index) keeps bit 7 clear, as '/' has high nibble 2. */
+    const __m256i m2f = _mm256_set1_epi8('/');
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), m2f);
+    __m256i lo = _mm256_and_si256(v, m2f);
     __m256i bad = _mm256_and_si256(_mm256_shuffle_epi8(lut_lo, lo),
                                    _mm256_shuffle_epi8(lut_hi, hi));
-    __m256i slash = _mm256_cmpeq_epi8(v, _mm256_set1_epi8('/'));
+    __m256i slash = _mm256_cmpeq_epi8(v, m2f);
     __m256i roll = _mm256_shuffle_epi8(lut_roll, _mm256_add_epi8(hi, slash));
     __m256i t = _mm256_add_epi8(v, roll);
     *err = _mm256_or_si256(*err, bad);
@@ -319,7 +322,20 @@ TW_TARGET_AVX2 static size_t tw_dec_avx2(const uint8_t *s, size_t n,
 {
     __m256i err = _mm256_setzero_si256();
     size_t i = 0;
-    /* Full 32-byte stores while 3i/4 + 32 <= 3n/4, i.e. i + 44 <= n. */
+    /* Full 32-byte stores while 3i/4 + 32 <= 3n/4, i.e. i + 44 <= n (i + 140 for the
+       last store of four, at 3i/4 + 72). */
+    for (; i + 140 <= n; i += 128, d += 96) {
+        TW_PREFETCH_AHEAD(s + i);
+        TW_PREFETCH_AHEAD(s + i + 64);
+        __m256i a = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i)), &err);
+        __m256i b = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i + 32)), &err);
+        _mm256_storeu_si256((__m256i *)d, a);
+        _mm256_storeu_si256((__m256i *)(d + 24), b);
+        a = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i + 64)), &err);
+        b = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i + 96)), &err);
+        _mm256_storeu_si256((__m256i *)(d + 48), a);
+        _mm256_storeu_si256((__m256i *)(d + 72), b);
+    }
     for (; i + 76 <= n; i += 64, d += 48) {
         TW_PREFETCH_AHEAD(s + i);
         __m256i a = tw_avx2_dec32(_mm256_loadu_si256((const __m256i *)(s + i)), &err);

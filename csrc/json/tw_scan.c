@@ -161,7 +161,7 @@ static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *e
         }
 #ifdef TW_SIMD16
         if (simd && p >= block_at && end - p >= 72) {
-            size_t got = tws_uint_block(p, UINT64_MAX, 32, d->uints + n, &p);
+            size_t got = TWS_UINT_BLOCK(p, UINT64_MAX, 32, d->uints + n, &p);
             n += got;
             if (got)
                 continue;

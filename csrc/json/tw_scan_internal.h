@@ -553,6 +553,69 @@ static inline size_t tws_uint_block(const uint8_t *p, uint64_t max, size_t room,
     *past = at;
     return n;
 }
+
+#ifdef TW_X86_SIMD
+/* tws_uint_block on the AVX2 and AVX-512 paths (the SIMD paths of an x86-64 build): the same
+   elements, the same *past. A block whose elements are all of 1 to 8 digits without a leading
+   zero (the ids and offsets of a response) is read from its masks: the digits, commas and
+   zeros of its 64 bytes in two vectors, the elements' bounds from the comma mask, and the
+   cases tws_uint_block stops at (an empty element, 9 digits or more, a leading zero, more
+   elements than `room`, a value above max) found for the whole block before any element is
+   converted; a block holding one of them goes to tws_uint_block, which stops where it
+   stops. */
+TW_TARGET_AVX2 static size_t tws_uint_block_avx2(const uint8_t *p, uint64_t max, size_t room, uint64_t *out,
+                                                 const uint8_t **past)
+{
+    const __m256i zero = _mm256_set1_epi8('0'), nine = _mm256_set1_epi8(9), comma = _mm256_set1_epi8(',');
+    __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+    __m256i t0 = _mm256_sub_epi8(v0, zero), t1 = _mm256_sub_epi8(v1, zero);
+    uint64_t digits = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(t0, nine), t0)) |
+                      (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(t1, nine), t1)) << 32;
+    uint64_t commas = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v0, comma)) |
+                      (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, comma)) << 32;
+    uint64_t zeros = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v0, zero)) |
+                     (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, zero)) << 32;
+    uint64_t other = ~(digits | commas), starts, body, run;
+    if (other)
+        commas &= (other & (0 - other)) - 1; /* only those before it */
+    if (!commas) {
+        *past = p;
+        return 0;
+    }
+    starts = (commas << 1) | 1;                        /* each element's first byte */
+    body = ~UINT64_C(0) >> tw_clz64(commas);         /* the bytes up to the last comma */
+    run = digits & (digits >> 1);                      /* 2 digits from here on */
+    run &= run >> 2;                                   /* 4 */
+    run &= run >> 4;                                   /* 8 */
+    run &= digits >> 8;                                /* 9 */
+    if ((commas & starts) | (run & body) | (zeros & starts & (digits >> 1) & body) ||
+        (uint64_t)_mm_popcnt_u64(commas) > room || max < UINT64_C(99999999))
+        return tws_uint_block(p, max, room, out, past);
+    {
+        const uint8_t *at = p;
+        size_t n = 0;
+        do {
+            const uint8_t *c = p + tw_ctz64(commas);
+            size_t k = (size_t)(c - at); /* 1 to 8 */
+            /* the k digits at the top: a shift by 64 - 8k, which is 0 for k = 8 (mod 64) */
+            out[n++] = tw_swar_digits8((tw_load_le64(at) ^ (TW_ONES * '0')) << ((0 - 8 * k) & 63));
+            at = c + 1;
+            commas &= commas - 1;
+        } while (commas);
+        *past = at;
+        return n;
+    }
+}
+#endif
+
+/* The block reader of the SIMD paths: tws_uint_block_avx2 on x86-64 (whose SIMD paths all
+   have AVX2), tws_uint_block on NEON. */
+#ifdef TW_X86_SIMD
+#define TWS_UINT_BLOCK tws_uint_block_avx2
+#else
+#define TWS_UINT_BLOCK tws_uint_block
+#endif
 #endif
 
 #endif /* TW_SCAN_INTERNAL_H */

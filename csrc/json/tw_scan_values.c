@@ -292,7 +292,7 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
        the blocks give elements; then the general walk. */
     if (tw_path_resolve(path) != TW_PATH_SCALAR) {
         while (e - p >= 72 && i < v->count) {
-            size_t got = tws_uint_block(p, max, v->count - i, (uint64_t *)(void *)(out + i), &p);
+            size_t got = TWS_UINT_BLOCK(p, max, v->count - i, (uint64_t *)(void *)(out + i), &p);
             if (!got)
                 break;
             i += got;

@@ -60,6 +60,37 @@ ptrdiff_t tw_compact_values_bad(const float *v, size_t n) {
     return -1;
 }
 
+#ifdef TW_X86_SIMD
+/* tw_compact_values_bad 32 values at a time: !(x <= 1e-6) is the unordered compare
+   _CMP_NLE_UQ (true for NaN), -inf the ordered _CMP_EQ_OQ. The first block of 32 holding a
+   violation, and the tail, go to the scalar code, which finds the first one. */
+TW_TARGET_AVX2 static ptrdiff_t compact_values_bad_avx2(const float *v, size_t n) {
+    const __m256 top = _mm256_set1_ps(1e-6f), ninf = _mm256_set1_ps(-INFINITY);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 bad = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            __m256 x = _mm256_loadu_ps(v + i + 8 * k);
+            bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(x, top, _CMP_NLE_UQ),
+                                                 _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ)));
+        }
+        if (!_mm256_testz_ps(bad, bad)) break;
+    }
+    ptrdiff_t r = tw_compact_values_bad(v + i, n - i);
+    return r < 0 ? r : r + (ptrdiff_t)i;
+}
+#endif
+
+ptrdiff_t tw_compact_values_bad_on(const float *v, size_t n, int path) {
+#ifdef TW_X86_SIMD
+    int p = tw_path_resolve(path);
+    if (p == TW_PATH_AVX2 || p == TW_PATH_AVX512) return compact_values_bad_avx2(v, n);
+#else
+    (void)path;
+#endif
+    return tw_compact_values_bad(v, n);
+}
+
 /* A per-call open-addressing table keyed by token id, slotted by the keyed hash (tw_hash.h:
    the ids a row lists cannot be chosen to share a probe cluster). Each row stamps the slots
    it fills, so the table is never cleared between rows. */
@@ -200,13 +231,16 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
    (tw_repeats_avx2), then each such entry's value against those of the earlier entries with
    its id (!=, as the table). Lanes past the row load as id 0, come after the row's and are
    masked off. */
-TW_TARGET_AVX2 static int
-row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
-         float *out) {
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
+row_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
+           float *out, const unsigned nvec) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i a[4];
-    uint32_t all = tw_load32_avx2(ids, len, a);
-    unsigned nvec = (unsigned)(len + 7) / 8;
-    for (uint32_t rep = tw_repeats_avx2(a, nvec) & all; rep; rep &= rep - 1) {
+    TW_UNROLL4 for (unsigned k = 0; k < nvec; k++) /* as tw_load32_avx2, nvec known */
+        a[k] = _mm256_maskload_epi32((const int *)ids + 8 * k,
+                                     _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane));
+    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1;
+    for (uint32_t rep = tw_repeats_avx2_n(a, nvec) & all; rep; rep &= rep - 1) {
         unsigned j = tw_ctz32(rep);
         for (unsigned i = 0; i < j; i++)
             if (ids[i] == ids[j] && vals[i] != vals[j]) return TW_ROW_REPEAT_DISAGREE;
@@ -215,9 +249,42 @@ row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, i
     /* the lanes holding the sampled id, from the loaded registers */
     __m256i s = _mm256_set1_epi32((int)sampled);
     uint32_t hit = 0;
-    for (unsigned v = 0; v < nvec; v++)
+    TW_UNROLL4 for (unsigned v = 0; v < nvec; v++)
         hit |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[v], s))) << (8 * v);
     return sampled_in_lanes(vals, hit & all, out);
+}
+
+/* One body a vector count, as tw_repeats_avx2: the loads and the loops over the vectors
+   unroll. */
+TW_TARGET_AVX2 static int
+row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
+         float *out) {
+    switch ((len + 7) / 8) {
+    case 1:
+        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 1);
+    case 2:
+        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 2);
+    case 3:
+        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 3);
+    default:
+        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 4);
+    }
+}
+
+/* tw_compact_rows' loop on the AVX2 path from row t, while the rows hold 2 to 32 entries (one
+   call for the rows, not one a row): the first row it leaves (a shorter or a longer one, or n),
+   or the first that breaks the rule, with its verdict in *r. */
+TW_TARGET_AVX2 static size_t
+rows_avx2(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t t, size_t n,
+          const int64_t *sampled, float *out, int *r) {
+    for (; t < n; t++) {
+        size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
+        int64_t s = sampled[t];
+        if (len <= 1 || len > 32) break;
+        *r = row_avx2(ids + start, vals + start, len, (uint32_t)s, sampled_in_range(s), out + t);
+        if (*r != TW_ROW_OK) break;
+    }
+    return t;
 }
 
 #endif
@@ -305,6 +372,16 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
     ptrdiff_t failed = -1;
     int r = TW_ROW_OK;
     for (size_t t = 0; t < n; t++) {
+#ifdef TW_X86_SIMD
+        if (vector == TW_PATH_AVX2) {
+            t = rows_avx2(ids, vals, offsets, t, n, sampled, out, &r);
+            if (r != TW_ROW_OK) {
+                failed = (ptrdiff_t)t;
+                break;
+            }
+            if (t == n) break;
+        }
+#endif
         size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
         int64_t s = sampled[t];
         int ok = sampled_in_range(s);

@@ -21,6 +21,9 @@ ptrdiff_t tw_packed_f64_bad(const double *v, size_t n);
 
 /* Compact values: first i with !isfinite(v[i]) || v[i] > 1e-6. */
 ptrdiff_t tw_compact_values_bad(const float *v, size_t n);
+/* The same on `path` (tw_cpu.h): the AVX2 and AVX-512 paths test 32 values at a time;
+   every path gives the same index. */
+ptrdiff_t tw_compact_values_bad_on(const float *v, size_t n, int path);
 
 enum { TW_ROW_OK = 0, TW_ROW_REPEAT_DISAGREE = 1, TW_ROW_MISSING_SAMPLED = 2, TW_ROW_NOMEM = 3 };
 

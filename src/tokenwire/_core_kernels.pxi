@@ -56,7 +56,7 @@ def first_bad(rule, values):
                 bad = tw_packed_f32_bad(&f32[0], n)
         else:
             with nogil:
-                bad = tw_compact_values_bad(&f32[0], n)
+                bad = tw_compact_values_bad_on(&f32[0], n, _path)
     return bad
 
 

@@ -206,7 +206,7 @@ cdef inline ptrdiff_t _plain_rows(const uint8_t *data, const int64_t *offs, size
     """The first bad row of compact rows whose ids and values are ``data`` (-1: none)."""
     cdef int kind = 0
     cdef const float *vals = <const float *>(data + count * 4)
-    if tw_compact_values_bad(vals, count) >= 0:
+    if tw_compact_values_bad_on(vals, count, _path) >= 0:
         return 0
     return tw_compact_rows(<const uint32_t *>data, vals, offs, n, sampled, out, &kind, _path)
 
