@@ -431,22 +431,36 @@ compact_head_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t
     if (sup && slen) {
         /* keep_support: every support id among the live ranked ones; those are the head. The
            support rule with it: the ranked candidates are distinct (tw_row_keep_avx2 kept one
-           lane an id; the ranking only reorders them), so as many marks as ids say the ids are
-           distinct; and the sampled id among them. Anything else: the kernels decide. */
-        uint32_t marks = 0;
-        int has_sampled = 0;
-        for (size_t j = 0; j < slen; j++) {
-            if (sup[j] < 0) return FAST_NO;
-            has_sampled |= (int64_t)sup[j] == sid;
-            __m256i want = _mm256_set1_epi32(sup[j]);
-            uint32_t h = 0;
-            TW_UNROLL4 for (size_t u = 0; u < nv; u++)
-                h |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(rc[u], want))) << (8 * u);
-            h &= lm;
-            if (!h) return FAST_NO;
-            marks |= h;
+           lane an id; the ranking only reorders them), so as many marks (live lanes holding a
+           support id) as ids say the ids are there and distinct; none negative; and the sampled
+           id among them. Anything else: the kernels decide. Eight support ids a vector, each
+           against every lane by its eight rotations; the lanes past the support repeat its first
+           id (which marks nothing more). */
+        if (slen > 32 || sid < 0 || sid > INT32_MAX) return FAST_NO; /* more ids than lanes; sid not among them */
+        __m256i hit[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                          _mm256_setzero_si256()};
+        __m256i neg = _mm256_setzero_si256(), has_sampled = _mm256_setzero_si256();
+        const __m256i first = _mm256_set1_epi32(sup[0]), want_sid = _mm256_set1_epi32((int)sid);
+        for (size_t j = 0; j < slen; j += 8) {
+            __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(slen - j)), lane);
+            __m256i ids8 = _mm256_blendv_epi8(first, _mm256_maskload_epi32((const int *)sup + j, in), in);
+            neg = _mm256_or_si256(neg, ids8);
+            has_sampled = _mm256_or_si256(has_sampled, _mm256_cmpeq_epi32(ids8, want_sid));
+            TW_UNROLL8 for (int q = 0; q < 8; q++) {
+                __m256i turned = q ? _mm256_permutevar8x32_epi32(
+                                         ids8, _mm256_and_si256(_mm256_add_epi32(lane, _mm256_set1_epi32(q)),
+                                                                _mm256_set1_epi32(7)))
+                                   : ids8;
+                TW_UNROLL4 for (size_t u = 0; u < nv; u++) hit[u] = _mm256_or_si256(hit[u], _mm256_cmpeq_epi32(rc[u], turned));
+            }
         }
-        if (!has_sampled || (size_t)_mm_popcnt_u32(marks) != slen) return FAST_NO;
+        uint32_t marks = 0;
+        TW_UNROLL4 for (size_t u = 0; u < nv; u++)
+            marks |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(hit[u])) << (8 * u);
+        marks &= lm;
+        if (_mm256_movemask_ps(_mm256_castsi256_ps(neg)) || _mm256_testz_si256(has_sampled, has_sampled) ||
+            (size_t)_mm_popcnt_u32(marks) != slen)
+            return FAST_NO;
         if (lanes_above_ps(rv, 1.0f, nv) & marks) return FAST_NO; /* decided exactly */
         hm = marks;
         r = 0;

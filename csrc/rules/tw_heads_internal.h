@@ -283,6 +283,36 @@ TW_TARGET_AVX2 TW_INTERNAL int tw_row_keep_avx2(const uint32_t *ids, const float
                                                 uint64_t take, int64_t sid, float *out, int *r,
                                                 __m256i *a, __m256i *bits, uint32_t *keep_out);
 
+/* 1 when lanes 1 .. len-1 of the nvec (1 to 4) vectors of ids in a hold distinct ids (0: they
+   may not). Lane 0 and the lanes past the row take distinct stand-ins (0xFFFFFFE0 + the lane:
+   an id equal to one of them only costs the caller its exact search), then every pair of lanes
+   is compared once or twice: each vector against its rotations by 1 to 4 lanes, and against
+   every rotation of each vector after it. Half the compares of tw_repeats_avx2_n, which must
+   also say which lane repeats. */
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int tw_distinct_after_first_avx2_n(const __m256i *a, size_t len,
+                                                                                const size_t nvec) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i x[4], rot[4][8], same = _mm256_setzero_si256();
+    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) {
+        __m256i at = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * k)));
+        __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(at, _mm256_set1_epi32((int)len - 1)),
+                                      _mm256_cmpeq_epi32(at, _mm256_setzero_si256()));
+        x[k] = _mm256_blendv_epi8(a[k], _mm256_add_epi32(at, _mm256_set1_epi32((int)0xFFFFFFE0u)), out);
+    }
+    TW_UNROLL8 for (int r = 1; r < 8; r++) {
+        __m256i idx = _mm256_and_si256(_mm256_sub_epi32(lane, _mm256_set1_epi32(r)), _mm256_set1_epi32(7));
+        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
+            if (r <= 4 || k + 1 < nvec) rot[k][r] = _mm256_permutevar8x32_epi32(x[k], idx);
+    }
+    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) {
+        rot[k][0] = x[k];
+        TW_UNROLL4 for (int r = 1; r <= 4; r++) same = _mm256_or_si256(same, _mm256_cmpeq_epi32(x[k], rot[k][r]));
+        TW_UNROLL4 for (size_t k2 = k + 1; k2 < nvec; k2++)
+            TW_UNROLL8 for (int r = 0; r < 8; r++) same = _mm256_or_si256(same, _mm256_cmpeq_epi32(x[k2], rot[k][r]));
+    }
+    return _mm256_testz_si256(same, same);
+}
+
 /* tw_row_keep_avx512 and tw_row_rule_avx512 with AVX2, for rows of up to 32 entries: the lanes
    repeating an earlier lane found in registers, eight lanes a compare. 0 (nothing decided)
    when a value breaks the values rule (NaN among them) or repeats' bits differ (a zero of
@@ -312,7 +342,15 @@ tw_row_keep_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t 
     if (_mm256_movemask_ps(off)) return 0;
     /* lanes past the row (id 0) come after the row's, so they mark none of the row's; they
        are dropped from rep, so nothing past the row is read below */
-    rep = tw_repeats_avx2_n(a, nvec) & all;
+    if (nvec && tw_distinct_after_first_avx2_n(a, len, nvec)) { /* then only lane 0's id can repeat */
+        __m256i first = _mm256_permutevar8x32_epi32(a[0], _mm256_setzero_si256());
+        rep = 0;
+        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
+            rep |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], first))) << (8 * k);
+        rep &= all & ~UINT32_C(1);
+    } else {
+        rep = tw_repeats_avx2_n(a, nvec) & all;
+    }
     /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
     for (uint32_t left = rep; left; left &= left - 1) {
         unsigned j = tw_ctz32(left);
