@@ -286,13 +286,15 @@ TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, float y, 
 
 /*
  * compact_head_avx512 with AVX2, for rows of up to 32 entries: the same decisions (FAST_OK,
- * FAST_ROW, or FAST_NO for anything not plain), from tw_row_keep_avx2's lanes. The candidates
- * are moved into place in registers when the row repeats at most one earlier id (the usual
- * compact row: the sampled token, then the engine's ranked candidates, one of them the
- * sampled token again), else one at a time; the ranked order from the head's shape as there,
- * or sorted; a support's ids are found one id a compare. nv (2, 3 or 4: a constant in each
- * copy compact_head_avx2 picks) vectors of eight lanes hold the row: a row of 23 entries
- * (a top-22 row and its sampled token) is worked on in three, not four.
+ * FAST_ROW, or FAST_NO for anything not plain), from tw_row_keep_avx2_n's lanes, and the
+ * head's sum rules with them (FAST_SUM when one fails; the AVX-512 path checks the sums of a
+ * batch afterwards, batch_sums). The usual compact row (the sampled token, then the engine's
+ * ranked candidates, one of them the sampled token again) is ranked as it stands; other rows'
+ * candidates are moved into place in registers when the row repeats at most one earlier id,
+ * else one at a time, then ranked from the head's shape as there, or sorted; a support's ids
+ * are matched eight at a time. nv (2, 3 or 4: a constant in each copy compact_head_avx2
+ * picks) vectors of eight lanes hold the row: a row of 23 entries (a top-22 row and its
+ * sampled token) is worked on in three, not four.
  */
 TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
 compact_head_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t take, int64_t sid, int64_t k,

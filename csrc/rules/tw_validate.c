@@ -333,7 +333,9 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
  *     repeats by other means: tw_row_keep_avx512 by conflict detection, over both vectors of
  *     a row at once when the second holds at most 8 lanes (row_avx512 compares each lane of
  *     the second vector with the first one id at a time, as tw_row_keep_avx512 does past 8
- *     lanes); tw_row_keep_avx2 compares the bits of every lane of a repeated id in registers
+ *     lanes); tw_row_keep_avx2 (tw_row_keep_avx2_n, tw_heads_internal.h, inlined into the AVX2
+ *     head kernel) first checks that lanes 1 .. len-1 hold distinct ids (then only lane 0's
+ *     id repeats), and compares the bits of every lane of a repeated id in registers
  *     (row_avx2 compares the values of earlier entries one by one).
  * ------------------------------------------------------------------------------------------ */
 
