@@ -141,13 +141,13 @@ def _break(arrays, data, support):
     return [sampled, row_ids, row_values] + arrays[3:], rule
 
 
-@settings(max_examples=100)
+@settings(max_examples=50)
 @given(usual_rows())
 def test_usual_rows_match_the_reference(impl, arrays):
     assert _heads_outcome(impl, arrays) == _heads_outcome(PYTHON, arrays)
 
 
-@settings(max_examples=50)
+@settings(max_examples=40)
 @given(usual_rows(support=True))
 def test_usual_rows_with_kept_sets_match_the_reference(impl, arrays):
     got, want = impl.checked_supports_compact_heads(*arrays), PYTHON.checked_supports_compact_heads(*arrays)
@@ -156,7 +156,7 @@ def test_usual_rows_with_kept_sets_match_the_reference(impl, arrays):
         assert _heads_outcome(_Rest(got[2:]), arrays) == _heads_outcome(PYTHON, arrays)
 
 
-@settings(max_examples=100)
+@settings(max_examples=60)
 @given(st.booleans(), st.data())
 def test_usual_rows_breaking_a_rule_fail_as_the_reference_says(impl, support, data):
     if impl is PYTHON:
