@@ -23,6 +23,7 @@
 #define FAST_NO 0  /* nothing decided: the token goes to the two kernels */
 #define FAST_OK 1  /* a valid row and head, written */
 #define FAST_ROW 2 /* the row breaks a row rule (*row_kind) */
+#define FAST_SUM 3 /* a valid row whose head, written, breaks a sum rule (*head_code; AVX2) */
 
 #ifdef TW_X86_SIMD
 /* cnt (<= 16) lanes of ids (as int64) and values into oid/olp. */
@@ -285,115 +286,142 @@ TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, float y, 
 
 /*
  * compact_head_avx512 with AVX2, for rows of up to 32 entries: the same decisions (FAST_OK,
- * FAST_ROW, or FAST_NO for anything not plain), from tw_row_keep_avx2's lanes. The candidates
- * are moved into place in registers when the row repeats at most one earlier id (the usual
- * compact row: the sampled token, then the engine's ranked candidates, one of them the
- * sampled token again), else one at a time; the ranked order from the head's shape as there,
- * or sorted; a support's ids are found one id a compare. nv (2, 3 or 4: a constant in each
- * copy compact_head_avx2 picks) vectors of eight lanes hold the row: a row of 23 entries
- * (a top-22 row and its sampled token) is worked on in three, not four.
+ * FAST_ROW, or FAST_NO for anything not plain), from tw_row_keep_avx2_n's lanes, and the
+ * head's sum rules with them (FAST_SUM when one fails; the AVX-512 path checks the sums of a
+ * batch afterwards, batch_sums). The usual compact row (the sampled token, then the engine's
+ * ranked candidates, one of them the sampled token again) is ranked as it stands; other rows'
+ * candidates are moved into place in registers when the row repeats at most one earlier id,
+ * else one at a time, then ranked from the head's shape as there, or sorted; a support's ids
+ * are matched eight at a time. nv (2, 3 or 4: a constant in each copy compact_head_avx2
+ * picks) vectors of eight lanes hold the row: a row of 23 entries (a top-22 row and its
+ * sampled token) is worked on in three, not four.
  */
 TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
 compact_head_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t take, int64_t sid, int64_t k,
                     const int32_t *sup, size_t slen, float *out_sampled, int64_t *oid, float *olp, size_t room,
-                    size_t *count, int *row_kind, const size_t nv) {
+                    size_t *count, int *row_kind, int *head_code, const size_t nv) {
     __m256i a[4], bits[4], c[4], v[4], rc[4], rv[4];
     uint32_t keep;
     /* tw_row_keep_avx2 also checks the values rule (a row that breaks it is not plain:
        compact_block then checks its block's values) */
-    if (!tw_row_keep_avx2(ids, vals, len, take, sid, out_sampled, row_kind, a, bits, &keep)) return FAST_NO;
+    if (!tw_row_keep_avx2_n(ids, vals, len, take, sid, out_sampled, row_kind, a, bits, &keep, nv)) return FAST_NO;
     if (*row_kind != TW_ROW_OK) return FAST_ROW;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    unsigned m = (unsigned)_mm_popcnt_u32(keep);
-    uint32_t all = m == 32 ? ~UINT32_C(0) : (UINT32_C(1) << m) - 1;
-
-    /* the m candidates as lanes 0 .. m-1 of c (ids) and v (value bits): lane 0 is always
-       kept, so the lanes not kept below the last kept one are the holes */
-    uint32_t holes = ~keep & ((UINT32_C(2) << (31 - (tw_clz64(keep) - 32))) - 1);
-    if (holes == 0 || (holes & (holes - 1)) == 0) {
-        __m256i j = _mm256_set1_epi32(holes ? (int)tw_ctz32(holes) : 32);
-        TW_UNROLL4 for (size_t q = 0; q < nv; q++) { /* lanes from the hole on take the lane after them */
-            __m256i from_next = _mm256_cmpgt_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * q + 1))), j);
-            c[q] = _mm256_blendv_epi8(a[q], lanes_after(a, q, nv), from_next);
-            v[q] = _mm256_blendv_epi8(bits[q], lanes_after(bits, q, nv), from_next);
-        }
-    } else {
-        uint32_t ci[32], vi[32], ri[32], rvi[32];
-        memset(ci, 0, sizeof ci);
-        memset(vi, 0, sizeof vi);
-        TW_UNROLL4 for (size_t q = 0; q < nv; q++) {
-            _mm256_storeu_si256((__m256i *)(void *)(ri + 8 * q), a[q]);
-            _mm256_storeu_si256((__m256i *)(void *)(rvi + 8 * q), bits[q]);
-        }
-        unsigned n = 0;
-        for (uint32_t left = keep; left; left &= left - 1, n++) {
-            ci[n] = ri[tw_ctz32(left)];
-            vi[n] = rvi[tw_ctz32(left)];
-        }
-        TW_UNROLL4 for (size_t q = 0; q < nv; q++) {
-            c[q] = _mm256_loadu_si256((const __m256i *)(const void *)(ci + 8 * q));
-            v[q] = _mm256_loadu_si256((const __m256i *)(const void *)(vi + 8 * q));
-        }
-    }
-
-    /* live: the candidates before a tail at the sentinel */
-    uint32_t z = lanes_eq_ps(v, (float)HEAD_SENTINEL, nv) & all;
-    unsigned live = z ? tw_ctz32(z) : m;
-    uint32_t lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
-    int shaped = live > 0 && (z == 0 || z >> live == all >> live); /* sentinels only as a tail */
-
-    /* the shape (head_shape): each candidate against the one before it, then the run */
-    uint32_t up = 0;
-    TW_UNROLL4 for (size_t q = 0; q < nv; q++)
-        up |= better8(_mm256_castsi256_ps(v[q]), c[q], _mm256_castsi256_ps(lanes_before(v, q)),
-                      lanes_before(c, q)) << (8 * q);
-    up &= lm & ~UINT32_C(1);
+    unsigned m = (unsigned)_mm_popcnt_u32(keep), live;
+    uint32_t all = m == 32 ? ~UINT32_C(0) : (UINT32_C(1) << m) - 1, lm;
     float at[32];
     uint32_t id[32];
-    if (shaped && (up == 0 || up == 2)) {
-        unsigned q = 0;
-        if (up) {
-            __m256 f = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256()));
-            __m256i fi = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
-            uint32_t run = 0;
-            TW_UNROLL4 for (size_t u = 0; u < nv; u++)
-                run |= better8(_mm256_castsi256_ps(v[u]), c[u], f, fi) << (8 * u);
-            run &= lm;
-            q = 1 + tw_ctz32(~(run >> 2));
+
+    /* The usual compact row first: the sampled id, then the engine's candidates in ranked
+       order, one of them (lane j) the sampled id again, every candidate kept. Lane j's bits
+       are lane 0's (tw_row_keep_avx2_n), so the candidates in ranked order are lanes
+       1 .. len-1 as they stand when those are ranked (each worse than the one before it, up
+       to a tail at the sentinel): lane 0 then ranks where lane j is (what head_shape and
+       shape_at below make of it, as its `up` is 0 or 2 then and its q is j - 1). */
+    uint32_t hole = (len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1) & ~keep;
+    int ranked = 0;
+    if (hole > 1 && (hole & (hole - 1)) == 0 && ids[tw_ctz32(hole)] == ids[0]) {
+        uint32_t z = 0, down = 0;
+        TW_UNROLL4 for (size_t u = 0; u < nv; u++) { /* S: lanes 1 .. of the row */
+            rc[u] = lanes_after(a, u, nv);
+            rv[u] = lanes_after(bits, u, nv);
+            /* lane i of S better than lane i of the row: row lane i+1 better than row lane i */
+            down |= better8(_mm256_castsi256_ps(rv[u]), rc[u], _mm256_castsi256_ps(bits[u]), a[u]) << (8 * u);
         }
-        /* the ranked order (shape_at): c[1 .. q], c[0], c[q+1 ..] */
-        __m256i qv = _mm256_set1_epi32((int)q);
-        __m256i c0 = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
-        __m256i v0 = _mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256());
-        TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
-            __m256i at_lane = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * u)));
-            __m256i before = _mm256_cmpgt_epi32(qv, at_lane), is_q = _mm256_cmpeq_epi32(qv, at_lane);
-            rc[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(c[u], lanes_after(c, u, nv), before), c0, is_q);
-            rv[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(v[u], lanes_after(v, u, nv), before), v0, is_q);
-        }
-    } else {
-        /* no shape: the candidates not at the sentinel, wherever they are, sorted (what
-           select_one ranks with tw_rank_top then) */
-        uint32_t cs[32], keep_live = all & ~z;
-        float vs[32];
-        TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
-            _mm256_storeu_si256((__m256i *)(void *)(cs + 8 * u), c[u]);
-            _mm256_storeu_si256((__m256i *)(void *)(vs + 8 * u), v[u]);
-        }
-        memset(id, 0, sizeof id);
-        memset(at, 0, sizeof at);
-        live = 0;
-        for (; keep_live; keep_live &= keep_live - 1, live++) {
-            id[live] = cs[tw_ctz32(keep_live)];
-            at[live] = vs[tw_ctz32(keep_live)];
-        }
-        if (live == 0) return FAST_NO;
-        tw_sort_head(id, at, live);
-        TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
-            rc[u] = _mm256_loadu_si256((const __m256i *)(const void *)(id + 8 * u));
-            rv[u] = _mm256_loadu_si256((const __m256i *)(const void *)(at + 8 * u));
-        }
+        z = lanes_eq_ps(rv, (float)HEAD_SENTINEL, nv) & all;
+        live = z ? tw_ctz32(z) : m;
         lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+        /* ranked: no lane of S better than the one before it among the live ones (bit i of
+           down, i >= 1), the sentinels only as a tail */
+        ranked = live > 0 && (z == 0 || z >> live == all >> live) && (down & lm & ~UINT32_C(1)) == 0;
+    }
+    if (!ranked) {
+        /* the m candidates as lanes 0 .. m-1 of c (ids) and v (value bits): lane 0 is always
+           kept, so the lanes not kept below the last kept one are the holes */
+        uint32_t holes = ~keep & ((UINT32_C(2) << (31 - (tw_clz64(keep) - 32))) - 1);
+        if (holes == 0 || (holes & (holes - 1)) == 0) {
+            __m256i j = _mm256_set1_epi32(holes ? (int)tw_ctz32(holes) : 32);
+            TW_UNROLL4 for (size_t q = 0; q < nv; q++) { /* lanes from the hole on take the lane after them */
+                __m256i from_next = _mm256_cmpgt_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * q + 1))), j);
+                c[q] = _mm256_blendv_epi8(a[q], lanes_after(a, q, nv), from_next);
+                v[q] = _mm256_blendv_epi8(bits[q], lanes_after(bits, q, nv), from_next);
+            }
+        } else {
+            uint32_t ci[32], vi[32], ri[32], rvi[32];
+            memset(ci, 0, sizeof ci);
+            memset(vi, 0, sizeof vi);
+            TW_UNROLL4 for (size_t q = 0; q < nv; q++) {
+                _mm256_storeu_si256((__m256i *)(void *)(ri + 8 * q), a[q]);
+                _mm256_storeu_si256((__m256i *)(void *)(rvi + 8 * q), bits[q]);
+            }
+            unsigned n = 0;
+            for (uint32_t left = keep; left; left &= left - 1, n++) {
+                ci[n] = ri[tw_ctz32(left)];
+                vi[n] = rvi[tw_ctz32(left)];
+            }
+            TW_UNROLL4 for (size_t q = 0; q < nv; q++) {
+                c[q] = _mm256_loadu_si256((const __m256i *)(const void *)(ci + 8 * q));
+                v[q] = _mm256_loadu_si256((const __m256i *)(const void *)(vi + 8 * q));
+            }
+        }
+
+        /* live: the candidates before a tail at the sentinel */
+        uint32_t z = lanes_eq_ps(v, (float)HEAD_SENTINEL, nv) & all;
+        live = z ? tw_ctz32(z) : m;
+        lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+        int shaped = live > 0 && (z == 0 || z >> live == all >> live); /* sentinels only as a tail */
+
+        /* the shape (head_shape): each candidate against the one before it, then the run */
+        uint32_t up = 0;
+        TW_UNROLL4 for (size_t q = 0; q < nv; q++)
+            up |= better8(_mm256_castsi256_ps(v[q]), c[q], _mm256_castsi256_ps(lanes_before(v, q)),
+                          lanes_before(c, q)) << (8 * q);
+        up &= lm & ~UINT32_C(1);
+        if (shaped && (up == 0 || up == 2)) {
+            unsigned q = 0;
+            if (up) {
+                __m256 f = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256()));
+                __m256i fi = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
+                uint32_t run = 0;
+                TW_UNROLL4 for (size_t u = 0; u < nv; u++)
+                    run |= better8(_mm256_castsi256_ps(v[u]), c[u], f, fi) << (8 * u);
+                run &= lm;
+                q = 1 + tw_ctz32(~(run >> 2));
+            }
+            /* the ranked order (shape_at): c[1 .. q], c[0], c[q+1 ..] */
+            __m256i qv = _mm256_set1_epi32((int)q);
+            __m256i c0 = _mm256_permutevar8x32_epi32(c[0], _mm256_setzero_si256());
+            __m256i v0 = _mm256_permutevar8x32_epi32(v[0], _mm256_setzero_si256());
+            TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
+                __m256i at_lane = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * u)));
+                __m256i before = _mm256_cmpgt_epi32(qv, at_lane), is_q = _mm256_cmpeq_epi32(qv, at_lane);
+                rc[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(c[u], lanes_after(c, u, nv), before), c0, is_q);
+                rv[u] = _mm256_blendv_epi8(_mm256_blendv_epi8(v[u], lanes_after(v, u, nv), before), v0, is_q);
+            }
+        } else {
+            /* no shape: the candidates not at the sentinel, wherever they are, sorted (what
+               select_one ranks with tw_rank_top then) */
+            uint32_t cs[32], keep_live = all & ~z;
+            float vs[32];
+            TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
+                _mm256_storeu_si256((__m256i *)(void *)(cs + 8 * u), c[u]);
+                _mm256_storeu_si256((__m256i *)(void *)(vs + 8 * u), v[u]);
+            }
+            memset(id, 0, sizeof id);
+            memset(at, 0, sizeof at);
+            live = 0;
+            for (; keep_live; keep_live &= keep_live - 1, live++) {
+                id[live] = cs[tw_ctz32(keep_live)];
+                at[live] = vs[tw_ctz32(keep_live)];
+            }
+            if (live == 0) return FAST_NO;
+            tw_sort_head(id, at, live);
+            TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
+                rc[u] = _mm256_loadu_si256((const __m256i *)(const void *)(id + 8 * u));
+                rv[u] = _mm256_loadu_si256((const __m256i *)(const void *)(at + 8 * u));
+            }
+            lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
+        }
     }
     TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
         _mm256_storeu_si256((__m256i *)(void *)(id + 8 * u), rc[u]);
@@ -401,26 +429,42 @@ compact_head_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t
     }
 
     unsigned r;
+    uint32_t hm; /* the head's lanes of rv */
     if (sup && slen) {
         /* keep_support: every support id among the live ranked ones; those are the head. The
            support rule with it: the ranked candidates are distinct (tw_row_keep_avx2 kept one
-           lane an id; the ranking only reorders them), so as many marks as ids say the ids are
-           distinct; and the sampled id among them. Anything else: the kernels decide. */
-        uint32_t marks = 0;
-        int has_sampled = 0;
-        for (size_t j = 0; j < slen; j++) {
-            if (sup[j] < 0) return FAST_NO;
-            has_sampled |= (int64_t)sup[j] == sid;
-            __m256i want = _mm256_set1_epi32(sup[j]);
-            uint32_t h = 0;
-            TW_UNROLL4 for (size_t u = 0; u < nv; u++)
-                h |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(rc[u], want))) << (8 * u);
-            h &= lm;
-            if (!h) return FAST_NO;
-            marks |= h;
+           lane an id; the ranking only reorders them), so as many marks (live lanes holding a
+           support id) as ids say the ids are there and distinct; none negative; and the sampled
+           id among them. Anything else: the kernels decide. Eight support ids a vector, each
+           against every lane by its eight rotations; the lanes past the support repeat its first
+           id (which marks nothing more). */
+        if (slen > 32 || sid < 0 || sid > INT32_MAX) return FAST_NO; /* more ids than lanes; sid not among them */
+        __m256i hit[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                          _mm256_setzero_si256()};
+        __m256i neg = _mm256_setzero_si256(), has_sampled = _mm256_setzero_si256();
+        const __m256i first = _mm256_set1_epi32(sup[0]), want_sid = _mm256_set1_epi32((int)sid);
+        for (size_t j = 0; j < slen; j += 8) {
+            __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(slen - j)), lane);
+            __m256i ids8 = _mm256_blendv_epi8(first, _mm256_maskload_epi32((const int *)sup + j, in), in);
+            neg = _mm256_or_si256(neg, ids8);
+            has_sampled = _mm256_or_si256(has_sampled, _mm256_cmpeq_epi32(ids8, want_sid));
+            TW_UNROLL8 for (int q = 0; q < 8; q++) {
+                __m256i turned = q ? _mm256_permutevar8x32_epi32(
+                                         ids8, _mm256_and_si256(_mm256_add_epi32(lane, _mm256_set1_epi32(q)),
+                                                                _mm256_set1_epi32(7)))
+                                   : ids8;
+                TW_UNROLL4 for (size_t u = 0; u < nv; u++) hit[u] = _mm256_or_si256(hit[u], _mm256_cmpeq_epi32(rc[u], turned));
+            }
         }
-        if (!has_sampled || (size_t)_mm_popcnt_u32(marks) != slen) return FAST_NO;
+        uint32_t marks = 0;
+        TW_UNROLL4 for (size_t u = 0; u < nv; u++)
+            marks |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(hit[u])) << (8 * u);
+        marks &= lm;
+        if (_mm256_movemask_ps(_mm256_castsi256_ps(neg)) || _mm256_testz_si256(has_sampled, has_sampled) ||
+            (size_t)_mm_popcnt_u32(marks) != slen)
+            return FAST_NO;
         if (lanes_above_ps(rv, 1.0f, nv) & marks) return FAST_NO; /* decided exactly */
+        hm = marks;
         r = 0;
         for (; marks; marks &= marks - 1, r++) {
             unsigned i = tw_ctz32(marks);
@@ -435,25 +479,50 @@ compact_head_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t
         if (r == 0 || too_few(m, k)) return FAST_NO;
         uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
         if (lanes_above_ps(rv, 1.0f, nv) & head) return FAST_NO; /* decided exactly */
+        hm = head;
         TW_UNROLL4 for (unsigned u = 0; u < nv; u++) /* the ranked lanes in place: r of them */
             if (8 * u < r) store_head8(oid + 8 * u, olp + 8 * u, rc[u], rv[u], r - 8 * u, room - 8 * u);
     }
     *count = r;
+    /* the sum rules (check_sums' rules and estimate): the head's lanes hm of rv, their fast
+       exps summed in single precision (sum_verdict_f32), the exact sum only near a threshold */
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __m256 acc = _mm256_setzero_ps();
+    TW_UNROLL4 for (size_t u = 0; u < nv; u++) {
+        __m256i in = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)(hm >> (8 * u))), bit), bit);
+        acc = _mm256_add_ps(acc, _mm256_and_ps(tw_exp8_f32_avx2(_mm256_castsi256_ps(rv[u])), _mm256_castsi256_ps(in)));
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    int has_sup = sup != NULL && slen > 0;
+    int verdict = sum_verdict_f32(r, has_sup, (double)_mm_cvtss_f32(h));
+    if (verdict == SUM_EXACT) {
+        double v[32];
+        for (unsigned i = 0; i < r; i++) v[i] = olp[i];
+        verdict = exact_verdict(v, r, has_sup);
+    }
+    if (verdict) {
+        *head_code = verdict;
+        return FAST_SUM;
+    }
     return FAST_OK;
 }
 
 /* compact_head_avx2_n with as few vectors as hold the row (up to 32 entries). */
-TW_TARGET_AVX2 static int compact_head_avx2(const uint32_t *ids, const float *vals, size_t len,
-                                            uint64_t take, int64_t sid, int64_t k,
-                                            const int32_t *sup, size_t slen, float *out_sampled,
-                                            int64_t *oid, float *olp, size_t room, size_t *count,
-                                            int *row_kind) {
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
+compact_head_avx2(const uint32_t *ids, const float *vals, size_t len, uint64_t take, int64_t sid, int64_t k,
+                  const int32_t *sup, size_t slen, float *out_sampled, int64_t *oid, float *olp, size_t room,
+                  size_t *count, int *row_kind, int *head_code) {
     if (len == 0 || len > 32) return FAST_NO;
     if (len <= 16)
-        return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, room, count, row_kind, 2);
+        return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, room, count,
+                                   row_kind, head_code, 2);
     if (len <= 24)
-        return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, room, count, row_kind, 3);
-    return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, room, count, row_kind, 4);
+        return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, room, count,
+                                   row_kind, head_code, 3);
+    return compact_head_avx2_n(ids, vals, len, take, sid, k, sup, slen, out_sampled, oid, olp, room, count,
+                               row_kind, head_code, 4);
 }
 #endif
 
@@ -555,16 +624,13 @@ static ptrdiff_t compact_block(compact_call *c, size_t from, size_t to, int64_t 
 /* Tokens whose sums heads_in_registers checks together. */
 #define SUM_BATCH 32
 
-/* The sum rules of the tokens [from, to) that compact_head_avx512 or compact_head_avx2
-   decided (the rules and estimate of check_sums, tw_heads.c; heads of at most 32 values,
-   none above 1): -1, or the first failing token. */
+/* The sum rules of the tokens [from, to) that compact_head_avx512 decided (the rules and
+   estimate of check_sums, tw_heads.c; heads of at most 32 values, none above 1): -1, or the
+   first failing token. */
 static ptrdiff_t batch_sums(const compact_call *c, size_t from, size_t to, int *head_code) {
     double e[SUM_BATCH * 32], v[32];
     int64_t base = c->out_off[from];
-    if (c->path == TW_PATH_AVX512)
-        tw_exps_f32_avx512(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
-    else
-        tw_exps_f32_avx2(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
+    tw_exps_f32_avx512(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
     for (size_t t = from; t < to; t++) {
         size_t r = (size_t)(c->out_off[t + 1] - c->out_off[t]);
         int has_sup = row_has_support(c->soff, t);
@@ -582,12 +648,42 @@ static ptrdiff_t batch_sums(const compact_call *c, size_t from, size_t to, int *
     return -1;
 }
 
-/* tw_compact_heads on the AVX-512 and AVX2 paths: batches of tokens decided in registers,
-   their sums checked together, and each token those leave to the two kernels. */
+/* tw_compact_heads on the AVX2 path: each token decided in registers, its sums with it
+   (compact_head_avx2), and each token those leave to the two kernels. */
+TW_TARGET_AVX2 static ptrdiff_t heads_avx2(compact_call *c, size_t n, int *row_kind, int *head_code) {
+    uint64_t take = c->num_top < 1 ? 1 : (uint64_t)c->num_top;
+    /* the output's entries (tw_heads.h): a head never has more than its row, so o + the row's
+       length stays within them */
+    int64_t o = 0, cap = c->roff[n] - c->roff[0];
+    for (size_t t = 0; t < n;) {
+        size_t len = (size_t)(c->roff[t + 1] - c->roff[t]), r = 0;
+        int has_sup = row_has_support(c->soff, t);
+        int fast = compact_head_avx2(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take, c->sampled[t],
+                                     c->k, has_sup ? c->sup + c->soff[t] : NULL,
+                                     has_sup ? (size_t)(c->soff[t + 1] - c->soff[t]) : 0, c->out_sampled + t,
+                                     c->out_ids + o, c->out_lps + o, (size_t)(cap - o), &r, row_kind, head_code);
+        if (fast == FAST_OK || fast == FAST_SUM) {
+            o += (int64_t)r;
+            c->out_off[t + 1] = o;
+            if (fast == FAST_SUM) return (ptrdiff_t)t;
+            t++;
+        } else if (fast == FAST_ROW) {
+            return (ptrdiff_t)t;
+        } else { /* with the rows after it too long for the registers */
+            size_t to = block_end(c->roff, t, n, 1);
+            ptrdiff_t bad = compact_block(c, t, to, &o, row_kind, head_code);
+            if (bad >= 0) return bad;
+            t = to;
+        }
+    }
+    return -1;
+}
+
+/* tw_compact_heads on the AVX-512 path: batches of tokens decided in registers, their sums
+   checked together, and each token those leave to the two kernels. */
 static ptrdiff_t heads_in_registers(compact_call *c, size_t n, int *row_kind, int *head_code) {
     int (*head)(const uint32_t *, const float *, size_t, uint64_t, int64_t, int64_t, const int32_t *, size_t,
-                float *, int64_t *, float *, size_t, size_t *, int *) =
-        c->path == TW_PATH_AVX512 ? compact_head_avx512 : compact_head_avx2;
+                float *, int64_t *, float *, size_t, size_t *, int *) = compact_head_avx512;
     uint64_t take = c->num_top < 1 ? 1 : (uint64_t)c->num_top;
     /* the output's entries (tw_heads.h): a head never has more than its row, so o + the row's
        length stays within them */
@@ -638,8 +734,10 @@ static ptrdiff_t compact_heads(size_t n, const int64_t *roff, const uint32_t *ro
     *head_code = TW_HEAD_OK;
     out_off[0] = 0;
 #ifdef TW_X86_SIMD
-    if (c.path == TW_PATH_AVX512 || c.path == TW_PATH_AVX2)
+    if (c.path == TW_PATH_AVX512)
         failed = heads_in_registers(&c, n, row_kind, head_code);
+    else if (c.path == TW_PATH_AVX2)
+        failed = heads_avx2(&c, n, row_kind, head_code);
     else
 #endif
         for (size_t from = 0, to; from < n && failed < 0; from = to) {

@@ -227,28 +227,6 @@ TW_TARGET_AVX512 void tw_exps_f32_avx512(const float *v, size_t n, double *e) {
     }
 }
 
-/* tw_exps_f32_avx512 with AVX2: eight values at a time, the last few through a copy. */
-TW_TARGET_AVX2 static inline void exps8_f32_avx2(const float *v, double *e) {
-    const __m256d lo = _mm256_set1_pd(FEXP_LO), one = _mm256_set1_pd(1.0);
-    __m256 x = _mm256_loadu_ps(v);
-    __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-    __m256d f0, f1;
-    fast_exp8_avx2(_mm256_min_pd(_mm256_max_pd(x0, lo), one), _mm256_min_pd(_mm256_max_pd(x1, lo), one), &f0, &f1);
-    _mm256_storeu_pd(e, _mm256_and_pd(f0, _mm256_cmp_pd(x0, lo, _CMP_GE_OQ)));
-    _mm256_storeu_pd(e + 4, _mm256_and_pd(f1, _mm256_cmp_pd(x1, lo, _CMP_GE_OQ)));
-}
-
-TW_TARGET_AVX2 void tw_exps_f32_avx2(const float *v, size_t n, double *e) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) exps8_f32_avx2(v + i, e + i);
-    if (i < n) {
-        float x8[8] = {0};
-        double e8[8];
-        for (size_t j = i; j < n; j++) x8[j - i] = v[j];
-        exps8_f32_avx2(x8, e8);
-        for (size_t j = i; j < n; j++) e[j] = e8[j - i];
-    }
-}
 #endif
 
 #ifdef TW_NEON_SIMD

@@ -25,6 +25,7 @@
 
 #include "base/tw_cpu.h"
 #include "rules/tw_heads.h"
+#include "rules/tw_validate.h"
 #include "base/tw_util.h"
 
 #ifdef TW_X86_SIMD
@@ -93,13 +94,12 @@ static inline int near_limit(double s, double limit, double delta) {
     return fabs(s - limit) <= delta + limit * 0x1p-50;
 }
 
-/* The rules from the estimate s of the token's sum of r values (rel: 2^-37 or 2^-16 by
-   the fast exp used), or SUM_EXACT when only the exact sum decides (s NaN: a value NaN or
-   above 1; or s near a threshold). */
+/* The rules from the estimate s of the token's sum of r values, which errs by at most delta,
+   or SUM_EXACT when only the exact sum decides (s NaN: a value NaN or above 1; or s near a
+   threshold). */
 enum { SUM_EXACT = -1 }; /* not a TW_HEAD_* code: those are 0 and up */
-static inline int sum_verdict(size_t r, int has_sup, double s, double rel) {
+static inline int sum_verdict_within(size_t r, int has_sup, double s, double delta) {
     if (s != s) return SUM_EXACT;
-    double delta = s * ((double)r * 0x1p-52 + rel) + (double)r * 0x1p-999;
     if (near_limit(s, MASS_LIMIT, delta)) return SUM_EXACT;
     if (has_sup) {
         if (near_limit(s, 1.0 - NORM_TOL, delta) || near_limit(s, 1.0 + NORM_TOL, delta))
@@ -108,6 +108,20 @@ static inline int sum_verdict(size_t r, int has_sup, double s, double rel) {
     }
     if (r == 0 || s > MASS_LIMIT) return TW_HEAD_MASS;
     return TW_HEAD_OK;
+}
+
+/* sum_verdict_within for s summed in double precision from the fast exps above (rel: 2^-37
+   or 2^-16 by the fast exp used). */
+static inline int sum_verdict(size_t r, int has_sup, double s, double rel) {
+    return sum_verdict_within(r, has_sup, s, s * ((double)r * 0x1p-52 + rel) + (double)r * 0x1p-999);
+}
+
+/* sum_verdict_within for s summed in single precision, in any order, from at most 32 values
+   of tw_exp8_f32_avx2 (below): |S - sum E| <= S (2^-19 + 2^-18 + 2^-40)(1 + 2^-17) + 32 2^-125
+   (the summation's at most 31 roundings of 2^-24, F's error, E's), which
+   delta = S 2^-16 + 2^-110 bounds with room, as above. */
+static inline int sum_verdict_f32(size_t r, int has_sup, double s) {
+    return sum_verdict_within(r, has_sup, s, s * 0x1p-16 + 0x1p-110);
 }
 
 static inline int too_few(size_t len, int64_t k) { return (int64_t)len - 2 < k; }
@@ -144,6 +158,27 @@ static inline size_t block_end(const int64_t *off, size_t from, size_t n, int lo
     return to;
 }
 
+/* The last of a compact row's rules, the sampled id's, for every kernel that decides it (here
+   and in the rows in registers below): the sampled id is an id (0 .. 2^32 - 1) and is in the
+   row, and the value of its last occurrence (the value a dict built from the row keeps: the
+   repeats agree, so only the sign of a zero can differ) is not the sentinel. That value is
+   the row's sampled value. */
+static inline int sampled_in_range(int64_t sampled) {
+    return sampled >= 0 && sampled <= (int64_t)UINT32_MAX;
+}
+
+/* The verdict from the value of the sampled id's last occurrence, written to *out when OK. */
+static inline int sampled_value(float last, float *out) {
+    if (last == (float)TW_SENTINEL) return TW_ROW_MISSING_SAMPLED;
+    *out = last;
+    return TW_ROW_OK;
+}
+
+/* The verdict from the lanes (of a row of up to 32 entries) that hold the sampled id. */
+static inline int sampled_in_lanes(const float *vals, uint32_t hit, float *out) {
+    return hit ? sampled_value(vals[63 - tw_clz64(hit)], out) : TW_ROW_MISSING_SAMPLED;
+}
+
 /* ------------------------------------------------------------------------------------------
  * The fast exps (tw_exp.c): e[i] = F(v[i]) for v[i] in [-700, 1], 0 below -700. Each returns
  * whether some v[i] is NaN or above 1 (the tokens with one are decided exactly); the _f32
@@ -155,10 +190,44 @@ TW_INTERNAL int tw_exps_scalar(const double *v, size_t n, double *e);
 TW_TARGET_AVX512 TW_INTERNAL int tw_exps_avx512(const double *v, size_t n, double *e);
 TW_TARGET_AVX2 TW_INTERNAL int tw_exps_avx2(const double *v, size_t n, double *e);
 TW_TARGET_AVX512 TW_INTERNAL void tw_exps_f32_avx512(const float *v, size_t n, double *e);
-TW_TARGET_AVX2 TW_INTERNAL void tw_exps_f32_avx2(const float *v, size_t n, double *e);
 #endif
 #ifdef TW_NEON_SIMD
 TW_INTERNAL int tw_exps_neon(const double *v, size_t n, double *e);
+#endif
+
+#ifdef TW_X86_SIMD
+/*
+ * F(x) for eight floats at once, in single precision throughout: the heads compact_head_avx2
+ * holds in registers, whose values keep the values rule (finite, at most 1e-6; x may be
+ * anything not NaN here: clamped to [-87, 1], and F = 0 below -87). As exp(x) = 2^k exp(r):
+ * k = round(x / ln 2) in [-126, 2] (x times 1/ln 2 in single precision errs by < 2^-17 in
+ * all, so |r| < 0.3466); r = x - k ln 2 by two fmas with ln 2 split in two floats (each fma
+ * rounds once, by at most 2^-26 at |r| < 0.5; the low part's own rounding, times |k|, is
+ * < 2^-40), so r errs by < 2^-24.9 and exp(r) by a factor < 1 + 2^-24.9; exp(r) by the
+ * degree-6 Taylor polynomial and Horner's scheme of tw_exp.c's vector code (< 2^-18.5 exp(r)
+ * with the coefficients' and Horner's roundings, as bounded there); 2^k from k's bits, the
+ * scaling exact (exp(-87) is above 2^-126: the results stay normal). Below -87, F = 0 errs
+ * by exp(-87) < 2^-125. In all |F(x) - exp(x)| < 2^-18 exp(x) + 2^-125, which
+ * tests/c/test_heads.c checks against exp() on every float in [-88, 1] it is given
+ * (--exp-sweep: all of them).
+ */
+TW_TARGET_AVX2 static inline __m256 tw_exp8_f32_avx2(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f), shift = _mm256_set1_ps(12582912.0f); /* 1.5 * 2^23 */
+    __m256 c = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(1.0f));
+    __m256 t = _mm256_fmadd_ps(c, _mm256_set1_ps(1.44269502162933349609375f), shift); /* k in its low bits */
+    __m256 k = _mm256_sub_ps(t, shift);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), c);         /* ln 2's first 16 bits */
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606765330187045e-06f), r);         /* the rest */
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 720.0f), r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* t's bits are 0x4B400000 + k: shifted by 23, (k + 127) << 23 is 2^k */
+    __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127)), 23));
+    return _mm256_and_ps(_mm256_mul_ps(p, scale), _mm256_cmp_ps(x, lo, _CMP_GE_OQ));
+}
 #endif
 
 /* The fast exps of a path. */
@@ -213,6 +282,101 @@ TW_TARGET_AVX512 TW_INTERNAL int tw_row_rule_avx512(const tw_row_lanes *L, const
 TW_TARGET_AVX2 TW_INTERNAL int tw_row_keep_avx2(const uint32_t *ids, const float *vals, size_t len,
                                                 uint64_t take, int64_t sid, float *out, int *r,
                                                 __m256i *a, __m256i *bits, uint32_t *keep_out);
+
+/* 1 when lanes 1 .. len-1 of the nvec (1 to 4) vectors of ids in a hold distinct ids (0: they
+   may not). Lane 0 and the lanes past the row take distinct stand-ins (0xFFFFFFE0 + the lane:
+   an id equal to one of them only costs the caller its exact search), then every pair of lanes
+   is compared once or twice: each vector against its rotations by 1 to 4 lanes, and against
+   every rotation of each vector after it. Half the compares of tw_repeats_avx2_n, which must
+   also say which lane repeats. */
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int tw_distinct_after_first_avx2_n(const __m256i *a, size_t len,
+                                                                                const size_t nvec) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i x[4], rot[4][8], same = _mm256_setzero_si256();
+    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) {
+        __m256i at = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * k)));
+        __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(at, _mm256_set1_epi32((int)len - 1)),
+                                      _mm256_cmpeq_epi32(at, _mm256_setzero_si256()));
+        x[k] = _mm256_blendv_epi8(a[k], _mm256_add_epi32(at, _mm256_set1_epi32((int)0xFFFFFFE0u)), out);
+    }
+    TW_UNROLL8 for (int r = 1; r < 8; r++) {
+        __m256i idx = _mm256_and_si256(_mm256_sub_epi32(lane, _mm256_set1_epi32(r)), _mm256_set1_epi32(7));
+        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
+            if (r <= 4 || k + 1 < nvec) rot[k][r] = _mm256_permutevar8x32_epi32(x[k], idx);
+    }
+    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) {
+        rot[k][0] = x[k];
+        TW_UNROLL4 for (int r = 1; r <= 4; r++) same = _mm256_or_si256(same, _mm256_cmpeq_epi32(x[k], rot[k][r]));
+        TW_UNROLL4 for (size_t k2 = k + 1; k2 < nvec; k2++)
+            TW_UNROLL8 for (int r = 0; r < 8; r++) same = _mm256_or_si256(same, _mm256_cmpeq_epi32(x[k2], rot[k][r]));
+    }
+    return _mm256_testz_si256(same, same);
+}
+
+/* tw_row_keep_avx512 and tw_row_rule_avx512 with AVX2, for rows of up to 32 entries: the lanes
+   repeating an earlier lane found in registers, eight lanes a compare. 0 (nothing decided)
+   when a value breaks the values rule (NaN among them) or repeats' bits differ (a zero of
+   either sign); else 1, the row loaded into a and bits (four vectors each, zero past the
+   row), *keep the lanes of the first `take` distinct ids, and the row rule in *r with the
+   sampled value in *out when it holds. nvec (0 to 4, a constant in each copy its callers
+   pick; at least the vectors that hold the row): the vectors loaded. */
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
+tw_row_keep_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t take, int64_t sid, float *out,
+                int *r, __m256i *a, __m256i *bits, uint32_t *keep_out, const size_t nvec) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1, rep, hit = 0, keep;
+    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) { /* masked loads: nothing past the row is read */
+        __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)len - (int)(8 * k)), lane);
+        a[k] = _mm256_maskload_epi32((const int *)(const void *)ids + 8 * k, in);
+        bits[k] = _mm256_maskload_epi32((const int *)(const void *)vals + 8 * k, in);
+    }
+    for (size_t k = nvec; k < 4; k++) a[k] = bits[k] = _mm256_setzero_si256();
+    /* the values rule: !(x <= 1e-6) holds for NaN and anything above; -inf is the other value
+       off the rule (lanes past the row are 0.0, on it) */
+    const __m256 top = _mm256_set1_ps(1e-6f), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 off = _mm256_setzero_ps();
+    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) {
+        __m256 x = _mm256_castsi256_ps(bits[k]);
+        off = _mm256_or_ps(off, _mm256_or_ps(_mm256_cmp_ps(x, top, _CMP_NLE_UQ), _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ)));
+    }
+    if (_mm256_movemask_ps(off)) return 0;
+    /* lanes past the row (id 0) come after the row's, so they mark none of the row's; they
+       are dropped from rep, so nothing past the row is read below */
+    if (nvec && tw_distinct_after_first_avx2_n(a, len, nvec)) { /* then only lane 0's id can repeat */
+        __m256i first = _mm256_permutevar8x32_epi32(a[0], _mm256_setzero_si256());
+        rep = 0;
+        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
+            rep |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], first))) << (8 * k);
+        rep &= all & ~UINT32_C(1);
+    } else {
+        rep = tw_repeats_avx2_n(a, nvec) & all;
+    }
+    /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
+    for (uint32_t left = rep; left; left &= left - 1) {
+        unsigned j = tw_ctz32(left);
+        int32_t same;
+        uint32_t differ = 0;
+        memcpy(&same, vals + j, sizeof same);
+        __m256i want = _mm256_set1_epi32((int)ids[j]), want_bits = _mm256_set1_epi32(same);
+        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
+            differ |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(
+                          _mm256_andnot_si256(_mm256_cmpeq_epi32(bits[k], want_bits), _mm256_cmpeq_epi32(a[k], want))))
+                      << (8 * k);
+        if (differ & all) return 0;
+    }
+    if (sampled_in_range(sid)) {
+        __m256i want = _mm256_set1_epi32((int)(uint32_t)sid);
+        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
+            hit |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], want))) << (8 * k);
+        hit &= all; /* lanes past the row load as id 0 */
+    }
+    *r = sampled_in_lanes(vals, hit, out);
+    /* the first `take`: the highest lanes dropped (a row holds at most a few more) */
+    keep = all & ~rep;
+    while ((uint64_t)_mm_popcnt_u32(keep) > take) keep &= ~(UINT32_C(1) << (63 - tw_clz64(keep)));
+    *keep_out = keep;
+    return 1;
+}
 #endif
 
 #endif

@@ -122,27 +122,6 @@ static inline size_t table_slot(const tw_table *t, uint32_t id) {
     return tw_hash_slot(id, t->bits);
 }
 
-/* The last of a compact row's rules, the sampled id's, for every kernel that decides it (here
-   and in the rows in registers below): the sampled id is an id (0 .. 2^32 - 1) and is in the
-   row, and the value of its last occurrence (the value a dict built from the row keeps: the
-   repeats agree, so only the sign of a zero can differ) is not the sentinel. That value is
-   the row's sampled value. */
-static inline int sampled_in_range(int64_t sampled) {
-    return sampled >= 0 && sampled <= (int64_t)UINT32_MAX;
-}
-
-/* The verdict from the value of the sampled id's last occurrence, written to *out when OK. */
-static inline int sampled_value(float last, float *out) {
-    if (last == (float)TW_SENTINEL) return TW_ROW_MISSING_SAMPLED;
-    *out = last;
-    return TW_ROW_OK;
-}
-
-/* The verdict from the lanes (of a row of up to 32 entries) that hold the sampled id. */
-static inline int sampled_in_lanes(const float *vals, uint32_t hit, float *out) {
-    return hit ? sampled_value(vals[63 - tw_clz64(hit)], out) : TW_ROW_MISSING_SAMPLED;
-}
-
 static int row_hash(tw_table *t, uint32_t stamp, const uint32_t *ids, const float *vals,
                     size_t len, uint32_t sampled, int sampled_ok, float *out) {
     size_t mask = ((size_t)1 << t->bits) - 1;
@@ -431,7 +410,9 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
  *     repeats by other means: tw_row_keep_avx512 by conflict detection, over both vectors of
  *     a row at once when the second holds at most 8 lanes (row_avx512 compares each lane of
  *     the second vector with the first one id at a time, as tw_row_keep_avx512 does past 8
- *     lanes); tw_row_keep_avx2 compares the bits of every lane of a repeated id in registers
+ *     lanes); tw_row_keep_avx2 (tw_row_keep_avx2_n, tw_heads_internal.h, inlined into the AVX2
+ *     head kernel) first checks that lanes 1 .. len-1 hold distinct ids (then only lane 0's
+ *     id repeats), and compares the bits of every lane of a repeated id in registers
  *     (row_avx2 compares the values of earlier entries one by one).
  * ------------------------------------------------------------------------------------------ */
 
@@ -523,72 +504,20 @@ TW_TARGET_AVX512 int tw_row_rule_avx512(const tw_row_lanes *L, const float *vals
     return 1;
 }
 
-/* tw_row_keep_avx512 and tw_row_rule_avx512 with AVX2, for rows of up to 32 entries: the lanes
-   repeating an earlier lane found in registers, eight lanes a compare. 0 (nothing decided)
-   when a value breaks the values rule (NaN among them) or repeats' bits differ (a zero of
-   either sign); else 1, the row loaded into a and bits (four vectors each, zero past the
-   row), *keep the lanes of the first `take` distinct ids, and the row rule in *r with the
-   sampled value in *out when it holds. nvec (1 to 4, a constant in each copy
-   tw_row_keep_avx2 picks): the vectors that hold the row. */
-TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
-row_keep_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t take, int64_t sid, float *out,
-                int *r, __m256i *a, __m256i *bits, uint32_t *keep_out, const size_t nvec) {
-    uint32_t all = tw_load32_avx2(ids, len, a), rep, hit = 0, keep;
-    tw_load32_avx2(vals, len, bits);
-    for (size_t k = nvec; k < 4; k++) a[k] = bits[k] = _mm256_setzero_si256();
-    /* the values rule: !(x <= 1e-6) holds for NaN and anything above; -inf is the other value
-       off the rule (lanes past the row are 0.0, on it) */
-    const __m256 top = _mm256_set1_ps(1e-6f), ninf = _mm256_set1_ps(-INFINITY);
-    __m256 off = _mm256_setzero_ps();
-    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) {
-        __m256 x = _mm256_castsi256_ps(bits[k]);
-        off = _mm256_or_ps(off, _mm256_or_ps(_mm256_cmp_ps(x, top, _CMP_NLE_UQ), _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ)));
-    }
-    if (_mm256_movemask_ps(off)) return 0;
-    /* lanes past the row (id 0) come after the row's, so they mark none of the row's; they
-       are dropped from rep, so nothing past the row is read below */
-    rep = tw_repeats_avx2_n(a, nvec) & all;
-    /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
-    for (uint32_t left = rep; left; left &= left - 1) {
-        unsigned j = tw_ctz32(left);
-        int32_t same;
-        uint32_t differ = 0;
-        memcpy(&same, vals + j, sizeof same);
-        __m256i want = _mm256_set1_epi32((int)ids[j]), want_bits = _mm256_set1_epi32(same);
-        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
-            differ |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(
-                          _mm256_andnot_si256(_mm256_cmpeq_epi32(bits[k], want_bits), _mm256_cmpeq_epi32(a[k], want))))
-                      << (8 * k);
-        if (differ & all) return 0;
-    }
-    if (sampled_in_range(sid)) {
-        __m256i want = _mm256_set1_epi32((int)(uint32_t)sid);
-        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
-            hit |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], want))) << (8 * k);
-        hit &= all; /* lanes past the row load as id 0 */
-    }
-    *r = sampled_in_lanes(vals, hit, out);
-    /* the first `take`: the highest lanes dropped (a row holds at most a few more) */
-    keep = all & ~rep;
-    while ((uint64_t)_mm_popcnt_u32(keep) > take) keep &= ~(UINT32_C(1) << (63 - tw_clz64(keep)));
-    *keep_out = keep;
-    return 1;
-}
-
 TW_TARGET_AVX2 int tw_row_keep_avx2(const uint32_t *ids, const float *vals, size_t len, uint64_t take,
                                     int64_t sid, float *out, int *r, __m256i *a, __m256i *bits,
                                     uint32_t *keep_out) {
     switch ((len + 7) / 8) {
     case 0:
-        return row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 0);
+        return tw_row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 0);
     case 1:
-        return row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 1);
+        return tw_row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 1);
     case 2:
-        return row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 2);
+        return tw_row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 2);
     case 3:
-        return row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 3);
+        return tw_row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 3);
     default:
-        return row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 4);
+        return tw_row_keep_avx2_n(ids, vals, len, take, sid, out, r, a, bits, keep_out, 4);
     }
 }
 #endif

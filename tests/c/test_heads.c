@@ -8,6 +8,8 @@
  *   ./test_heads --bench [FILE]         the compact 8k x 23, k = 20 workload: FILE as
  *                                       written by check_heads.py --dump-sample, else
  *                                       synthesized the same way
+ *   ./test_heads --exp-sweep            the AVX2 heads' single-precision exp against exp() on
+ *                                       every float in [-88, 1] (about 1.1e9; a minute)
  *
  * Every path is compared with a slow reference written from select_head's rules (qsort,
  * linear searches, the C library's exp on every candidate, tw_fsum_exp for the exact sum).
@@ -589,6 +591,10 @@ int main(int argc, char **argv) {
     paths_init();
     flood_seed();
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(argc > 2 ? argv[2] : NULL);
+    if (argc > 1 && strcmp(argv[1], "--exp-sweep") == 0) {
+        exp_f32_sweep(1);
+        return checks_done();
+    }
     long count = argc > 1 ? strtol(argv[1], NULL, 10) : 3000;
     paths_print(NULL);
     g_flood_wide = flood_ids64(FLOOD_WIDE);

@@ -528,6 +528,56 @@ static void test_nomem(void) {
  * Exact sums: half-way cases and a few fixed values.
  * ------------------------------------------------------------------------------------------ */
 
+#ifdef TW_X86_SIMD
+TW_TARGET_AVX2 static void exp8_f32_into(const float *x, float *e) {
+    _mm256_storeu_ps(e, tw_exp8_f32_avx2(_mm256_loadu_ps(x)));
+}
+#endif
+
+/* tw_exp8_f32_avx2 (the AVX2 heads' single-precision exp) against exp() on every `step`-th
+   float from 1 down to -88 (bit patterns: 1 .. 0, then -0 .. -88), and on every float near
+   -87 (where it stops) and 0: |F(x) - exp(x)| < 2^-18 exp(x) + 2^-125, as tw_heads_internal.h
+   bounds it. step 1: every float (test_heads --exp-sweep). */
+static void exp_f32_sweep(uint32_t step) {
+#ifdef TW_X86_SIMD
+    if (!tw_path_available(TW_PATH_AVX2)) return;
+    uint32_t one, m88, m87;
+    float f1 = 1.0f, f88 = -88.0f, f87 = -87.0f;
+    memcpy(&one, &f1, 4);
+    memcpy(&m88, &f88, 4);
+    memcpy(&m87, &f87, 4);
+    double worst = 0;
+    long bad = 0, seen = 0;
+    float xs[8];
+    int nx = 0;
+    /* the walk (bit patterns, from <= to): +0 .. 1 by `step`, -0 .. -88 by `step`, and every
+       float near +0, -87 and 1 */
+    const uint32_t walk[5][3] = {{0, one, step}, {0x80000000u, m88, step}, {0, 4096, 1},
+                                 {m87 - 4096, m87 + 4096, 1}, {one - 4096, one, 1}};
+    for (int part = 0; part < 5; part++) {
+        for (uint64_t b = walk[part][0]; b <= walk[part][1]; b += walk[part][2]) {
+            uint32_t bits = (uint32_t)b;
+            memcpy(&xs[nx++], &bits, 4);
+            if (nx < 8 && b + walk[part][2] <= walk[part][1]) continue;
+            float es[8];
+            exp8_f32_into(xs, es);
+            for (int i = 0; i < nx; i++) {
+                double e = exp((double)xs[i]), err = fabs((double)es[i] - e);
+                if (err > 0x1p-18 * e + 0x1p-125) bad++;
+                if (xs[i] >= -87.0f && err / e > worst) worst = err / e;
+                seen++;
+            }
+            nx = 0;
+        }
+    }
+    CHECK(bad == 0, "single-precision fast exp: %ld of %ld floats off the bound", bad, seen);
+    printf("  fast exp, single precision (AVX2): %ld floats, largest relative difference from exp() %.3g "
+           "(claimed < 2^-18 = %.3g)\n", seen, worst, 0x1p-18);
+#else
+    (void)step;
+#endif
+}
+
 static void test_fsum(void) {
     double a[] = {1.0, 0x1p-53};
     CHECK(tw_fsum_nonneg(a, 2) == 1.0, "tie to even, down");
@@ -580,4 +630,5 @@ static void test_fsum(void) {
         printf("  fast exp, path %d: largest relative difference from exp() %.3g (claimed < 2^-18 = %.3g)\n",
                g_paths[p], worst_v, 0x1p-18);
     }
+    exp_f32_sweep(1021);
 }
