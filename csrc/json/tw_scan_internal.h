@@ -562,7 +562,10 @@ static inline size_t tws_uint_block(const uint8_t *p, uint64_t max, size_t room,
    cases tws_uint_block stops at (an empty element, 9 digits or more, a leading zero, more
    elements than `room`, a value above max) found for the whole block before any element is
    converted; a block holding one of them goes to tws_uint_block, which stops where it
-   stops. */
+   stops. The elements are converted from a second read of the bytes: should another thread
+   rewrite them in between, a value may have more than 8 digits' worth, but tw_swar_digits8 of
+   any 8 bytes is below 2^32, so a max of 2^32 - 1 or more (every caller's, or 0, which goes to
+   tws_uint_block) still bounds it; a smaller max goes to tws_uint_block too. */
 TW_TARGET_AVX2 static size_t tws_uint_block_avx2(const uint8_t *p, uint64_t max, size_t room, uint64_t *out,
                                                  const uint8_t **past)
 {
@@ -590,7 +593,7 @@ TW_TARGET_AVX2 static size_t tws_uint_block_avx2(const uint8_t *p, uint64_t max,
     run &= run >> 4;                                   /* 8 */
     run &= digits >> 8;                                /* 9 */
     if ((commas & starts) | (run & body) | (zeros & starts & (digits >> 1) & body) ||
-        (uint64_t)_mm_popcnt_u64(commas) > room || max < UINT64_C(99999999))
+        (uint64_t)_mm_popcnt_u64(commas) > room || max < UINT64_C(0xFFFFFFFF))
         return tws_uint_block(p, max, room, out, past);
     {
         const uint8_t *at = p;
