@@ -1,7 +1,7 @@
 /*
- * Standalone tests for csrc/rules/tw_validate.c's row checks: tw_compact_rows and tw_support_rows
- * on every path this CPU has, each compared with TW_PATH_SCALAR (the portable hash table and
- * pairwise / sorted repeat checks) over random responses built to hit every verdict: ids
+ * Standalone tests for csrc/rules/tw_validate.c's row checks: tw_compact_rows, tw_support_rows
+ * and tw_compact_values_bad_on on every path this CPU has, each compared with TW_PATH_SCALAR (the
+ * portable hash table and pairwise / sorted repeat checks) over random responses built to hit every verdict: ids
  * from small alphabets (repeats everywhere), values from a small set (equal and unequal
  * repeats, both zeros, infinities, the sentinel; no NaN, which the callers reject first
  * with tw_compact_values_bad), rows around the vector limits (32 compact
@@ -298,6 +298,42 @@ static void test_at_or_above(long rounds)
     CHECK(tw_first_at_or_above(signed16, 3, 8, 1) == -1, "no other width");
 }
 
+/* tw_compact_values_bad_on on every path against the scalar loop: each bad kind at each
+   offset of arrays around the blocks of 32, then random arrays with a few bad values. */
+static void test_values_bad(long rounds)
+{
+    static float v[200];
+    const float bad[] = {NAN, INFINITY, -INFINITY, 2e-6f, nextafterf(1e-6f, 1.0f), 1.0f};
+    const float good[] = {-1.5f, -0.0f, 0.0f, 1e-6f, -9999.0f, -1e30f, 1e-40f, -1e-40f};
+    for (size_t n = 0; n <= 130; n++) {
+        for (size_t i = 0; i < n; i++) v[i] = good[i % (sizeof good / sizeof good[0])];
+        for (int p = 0; p < g_npaths; p++)
+            CHECK(tw_compact_values_bad_on(v, n, g_paths[p]) == -1, "values n %zu, path %s: a bad value found", n,
+                  tw_path_name(g_paths[p]));
+        for (size_t at = 0; at < n; at++)
+            for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+                float was = v[at];
+                v[at] = bad[b];
+                for (int p = 0; p < g_npaths; p++)
+                    CHECK(tw_compact_values_bad_on(v, n, g_paths[p]) == (ptrdiff_t)at,
+                          "values n %zu, bad %zu at %zu, path %s", n, b, at, tw_path_name(g_paths[p]));
+                v[at] = was;
+            }
+    }
+    for (long r = 0; r < rounds; r++) {
+        size_t n = rndn(sizeof v / sizeof v[0] + 1);
+        for (size_t i = 0; i < n; i++)
+            v[i] = rndn(40) ? good[rndn(sizeof good / sizeof good[0])] : bad[rndn(sizeof bad / sizeof bad[0])];
+        ptrdiff_t want = tw_compact_values_bad_on(v, n, TW_PATH_SCALAR);
+        for (int p = 0; p < g_npaths; p++) {
+            unsigned long long before = g_checks;
+            CHECK(tw_compact_values_bad_on(v, n, g_paths[p]) == want, "values round %ld path %s", r,
+                  tw_path_name(g_paths[p]));
+            g_path_checks[g_paths[p]] += g_checks - before;
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     long rounds = argc > 1 ? strtol(argv[1], NULL, 10) : 20000;
@@ -309,6 +345,7 @@ int main(int argc, char **argv)
     test_compact(rounds);
     test_support(rounds);
     test_at_or_above(rounds);
+    test_values_bad(rounds);
     printf("verdicts: compact %llu ok, %llu disagree, %llu missing; support %llu ok, %llu bad; %llu rows\n",
            g_verdicts[0], g_verdicts[1], g_verdicts[2], g_verdicts[3], g_verdicts[4], g_rows);
     for (int p = 0; p < g_npaths; p++)
