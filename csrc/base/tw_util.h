@@ -282,13 +282,20 @@ static inline const uint8_t *tw_digits(const uint8_t *p, const uint8_t *e, int s
 /* Up to 32 elements of 32 bits at p as vectors of 8 (lane i of a[k] is element 8k + i), the
    lanes past len zero (masked loads: nothing past them is read); returns the bits of the
    len lanes. */
-TW_TARGET_AVX2 static inline uint32_t tw_load32_avx2(const void *p, size_t len, __m256i *a)
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE uint32_t tw_load32_avx2_n(const void *p, size_t len, __m256i *a,
+                                                                      const unsigned nvec)
 {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (size_t k = 0; k < (len + 7) / 8; k++)
+    TW_UNROLL4 for (unsigned k = 0; k < nvec; k++)
         a[k] = _mm256_maskload_epi32((const int *)p + 8 * k,
                                      _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane));
     return len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1;
+}
+
+/* The same, the vector count (len + 7) / 8 worked out here. */
+TW_TARGET_AVX2 static inline uint32_t tw_load32_avx2(const void *p, size_t len, __m256i *a)
+{
+    return tw_load32_avx2_n(p, len, a, (unsigned)(len + 7) / 8);
 }
 
 /* The lanes of up to 4 vectors of 8 ids (lane i of a[k] is element 8k + i) that repeat an

@@ -213,12 +213,8 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
 TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
 row_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
            float *out, const unsigned nvec) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i a[4];
-    TW_UNROLL4 for (unsigned k = 0; k < nvec; k++) /* as tw_load32_avx2, nvec known */
-        a[k] = _mm256_maskload_epi32((const int *)ids + 8 * k,
-                                     _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane));
-    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1;
+    uint32_t all = tw_load32_avx2_n(ids, len, a, nvec);
     for (uint32_t rep = tw_repeats_avx2_n(a, nvec) & all; rep; rep &= rep - 1) {
         unsigned j = tw_ctz32(rep);
         for (unsigned i = 0; i < j; i++)
