@@ -20,14 +20,16 @@ def _facade_parser(str fmt, object select, object python_parser, object core_par
     cdef bint objects = fmt != "sglang"  # an SGLang item has no OpenAI ``object``
     cdef bint generate = fmt == "generate"
 
-    def parser(raw, **options):
+    # ``top_k``, the one option of the common calls, is taken as a keyword of its own: a call
+    # with it alone then fills no keyword dictionary (``options`` stays empty).
+    def parser(raw, *, top_k=_NO_TOP_K, **options):
         if type(raw) is not bytes or select.impl is not core:
-            return python_parser(raw, **options)
+            return python_parser(raw, **_with_top_k(options, top_k))
         try:
             if generate:
-                response = _generate_call(raw, options)
+                response = _generate_call(raw, top_k, options)
             else:
-                response = core_parser(raw, **options)
+                response = core_parser(raw, **_with_top_k(options, top_k))
         except MalformedResponseError as exc:
             other = other_format(raw, exc)
             if other is None:

@@ -67,17 +67,26 @@ cdef tuple _GENERATE_DEFAULTS = tuple(parse_generate_response.__kwdefaults__.val
 cdef object _TOP_K_DEFAULT = parse_generate_response.__kwdefaults__["top_k"]
 
 
-cdef object _generate_call(object raw, dict options):
-    """parse_generate_response(raw, **options), without a keyword dictionary when ``options``
-    is empty or ``top_k`` alone (the facade's common calls)."""
+# The facade's parser's ``top_k`` when the call names none.
+cdef object _NO_TOP_K = object()
+
+
+cdef dict _with_top_k(dict options, object top_k):
+    """The facade's call's keyword options: ``options`` with ``top_k`` unless it is _NO_TOP_K."""
+    if top_k is not _NO_TOP_K:
+        options["top_k"] = top_k
+    return options
+
+
+cdef object _generate_call(object raw, object top_k, dict options):
+    """parse_generate_response(raw, top_k=top_k, **options) (``top_k`` _NO_TOP_K: not
+    given), without a keyword dictionary when ``options`` is empty (the facade's common
+    calls: no option, or ``top_k`` alone)."""
     cdef tuple d = _GENERATE_DEFAULTS
-    cdef Py_ssize_t n = len(options)
-    if n == 0:
+    if options:
+        return parse_generate_response(raw, **_with_top_k(options, top_k))
+    if top_k is _NO_TOP_K:
         top_k = _TOP_K_DEFAULT
-    elif n == 1 and "top_k" in options:
-        top_k = options["top_k"]
-    else:
-        return parse_generate_response(raw, **options)
     return _parse_generate(raw, top_k, d[0], d[1], d[2], d[3], d[4], d[5], d[6])
 
 
