@@ -34,9 +34,9 @@ cdef extern from *:
        sets its fields) with the dict d, taken over, as its attributes: what cls(**d) makes,
        without running the dataclass's __init__ one attribute at a time. Made by the type's
        tp_alloc, as object.__new__ makes it but for the attribute storage: object.__new__
-       would set up the instance's own attribute values (Python 3.11 and 3.12: an array
-       taken from the allocator) that d then replaces, after turning them into a dict of
-       their own (three allocations and their frees a call, for nothing). */
+       also sets up the instance's own attribute values (Python 3.11 and 3.12: an array from
+       the allocator), which setting d first turns into a dict of their own and then drops
+       (an allocation, a dict and their frees an object, for nothing). */
     static PyObject *tw_instance_of(PyObject *cls, PyObject *d) {
         PyTypeObject *tp = (PyTypeObject *)cls;
         PyObject *obj = tp->tp_alloc(tp, 0);
