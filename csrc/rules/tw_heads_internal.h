@@ -181,15 +181,15 @@ static inline int sampled_in_lanes(const float *vals, uint32_t hit, float *out) 
 
 /* ------------------------------------------------------------------------------------------
  * The fast exps (tw_exp.c): e[i] = F(v[i]) for v[i] in [-700, 1], 0 below -700. Each returns
- * whether some v[i] is NaN or above 1 (the tokens with one are decided exactly); the _f32
- * ones take floats that are neither (the heads tw_compact_heads holds in registers).
+ * whether some v[i] is NaN or above 1 (the tokens with one are decided exactly);
+ * tw_exp8_f32_avx2 takes floats that are neither (the heads tw_compact_heads holds in
+ * registers).
  * ------------------------------------------------------------------------------------------ */
 
 TW_INTERNAL int tw_exps_scalar(const double *v, size_t n, double *e);
 #ifdef TW_X86_SIMD
 TW_TARGET_AVX512 TW_INTERNAL int tw_exps_avx512(const double *v, size_t n, double *e);
 TW_TARGET_AVX2 TW_INTERNAL int tw_exps_avx2(const double *v, size_t n, double *e);
-TW_TARGET_AVX512 TW_INTERNAL void tw_exps_f32_avx512(const float *v, size_t n, double *e);
 #endif
 #ifdef TW_NEON_SIMD
 TW_INTERNAL int tw_exps_neon(const double *v, size_t n, double *e);
