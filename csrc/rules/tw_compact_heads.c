@@ -19,212 +19,13 @@
  * (tw_heads.c).
  * ------------------------------------------------------------------------------------------ */
 
-/* What compact_head_avx512 made of a token. */
+/* What compact_head_avx2 made of a token. */
 #define FAST_NO 0  /* nothing decided: the token goes to the two kernels */
 #define FAST_OK 1  /* a valid row and head, written */
 #define FAST_ROW 2 /* the row breaks a row rule (*row_kind) */
-#define FAST_SUM 3 /* a valid row whose head, written, breaks a sum rule (*head_code; AVX2) */
+#define FAST_SUM 3 /* a valid row whose head, written, breaks a sum rule (*head_code) */
 
 #ifdef TW_X86_SIMD
-/* cnt (<= 16) lanes of ids (as int64) and values into oid/olp. */
-TW_TARGET_AVX512 static inline void store_head(int64_t *oid, float *olp, __m512i ids, __m512 vals,
-                                               unsigned cnt) {
-    __mmask16 m = (__mmask16)((1u << cnt) - 1);
-    _mm512_mask_storeu_epi64(oid, (__mmask8)m, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(ids)));
-    if (cnt > 8)
-        _mm512_mask_storeu_epi64(oid + 8, (__mmask8)(m >> 8),
-                                 _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(ids, 1)));
-    _mm512_mask_storeu_ps(olp, m, vals);
-}
-
-/* better() of 16 lanes (values v, ids c) over 16 others (pv, pc): a bit per lane. */
-TW_TARGET_AVX512 static inline __mmask16 better16(__m512 v, __m512i c, __m512 pv, __m512i pc) {
-    return _mm512_cmp_ps_mask(v, pv, _CMP_GT_OQ) |
-           (_mm512_cmp_ps_mask(v, pv, _CMP_EQ_OQ) & _mm512_cmplt_epu32_mask(c, pc));
-}
-
-/* Whether a lane `take` of (v0, v1) is above 1 (its token's sum is decided exactly). */
-TW_TARGET_AVX512 static inline int above_one(__m512 v0, __m512 v1, uint32_t take) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    return (_mm512_mask_cmp_ps_mask((__mmask16)take, v0, one, _CMP_GT_OQ) |
-            _mm512_mask_cmp_ps_mask((__mmask16)(take >> 16), v1, one, _CMP_GT_OQ)) != 0;
-}
-
-/*
- * One token of a compact row of up to 32 entries, in registers: the row rule
- * (tw_row_rule_avx512), the candidates (tw_row_keep_avx512), their ranked order (from their shape
- * as head_shape finds it, or sorted as select_one's tw_rank_top sorts candidates without one:
- * ties in another order, sentinels inside), the head kept (kept(), or the support's ids as
- * keep_support keeps them), written to oid/olp. It decides only what is plain: FAST_OK when
- * the row is valid and so is its head up to the sum rules (no value above 1, not empty, no
- * FEWER), which heads_in_registers then checks a batch at a time; FAST_ROW when the sampled id
- * breaks the row rule. Anything else (a value off the values rule, a repeat whose zero's sign
- * differs, a support id not ranked, a support that breaks its own rule, ...) is FAST_NO, and the token goes to the two kernels, which decide and
- * report it as for every token. The sampled id's candidate carries the sampled value itself
- * (repeats here have identical bits), so DISAGREE never holds here.
- */
-TW_TARGET_AVX512 static int compact_head_avx512(const uint32_t *ids, const float *vals, size_t len,
-                                                uint64_t take, int64_t sid, int64_t k,
-                                                const int32_t *sup, size_t slen, float *out_sampled,
-                                                int64_t *oid, float *olp, size_t room, size_t *count,
-                                                int *row_kind) {
-    (void)room; /* its stores are masked by mask registers, not vpmaskmov */
-    tw_row_lanes L;
-    uint32_t keep;
-    if (len == 0 || len > 32 || !tw_row_keep_avx512(ids, vals, len, take, &L, &keep) ||
-        !tw_row_rule_avx512(&L, vals, sid, out_sampled, row_kind))
-        return FAST_NO; /* tw_row_rule_avx512 also checks the values rule: a row that breaks it
-                           is not plain (compact_block then checks its block's values) */
-    if (*row_kind != TW_ROW_OK) return FAST_ROW;
-
-    /* the m candidates as lanes 0-31 of (c0, c1) and (v0, v1) */
-    __mmask16 ka = (__mmask16)(keep & 0xFFFF), kb = (__mmask16)(keep >> 16);
-    unsigned na = (unsigned)_mm_popcnt_u32(ka), m = na + (unsigned)_mm_popcnt_u32(kb);
-    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i sixteen = _mm512_set1_epi32(16);
-    __m512i ia = _mm512_maskz_compress_epi32(ka, L.a), ib = _mm512_maskz_compress_epi32(kb, L.b);
-    __m512i wa = _mm512_maskz_compress_epi32(ka, L.va), wb = _mm512_maskz_compress_epi32(kb, L.vb);
-    __m512i gap = _mm512_sub_epi32(_mm512_add_epi32(iota, sixteen), _mm512_set1_epi32((int)na));
-    __m512i idx0 = _mm512_mask_mov_epi32(gap, (__mmask16)((1u << na) - 1), iota);
-    __m512i c0 = _mm512_permutex2var_epi32(ia, idx0, ib), c1 = _mm512_permutexvar_epi32(gap, ib);
-    __m512 v0 = _mm512_castsi512_ps(_mm512_permutex2var_epi32(wa, idx0, wb));
-    __m512 v1 = _mm512_castsi512_ps(_mm512_permutexvar_epi32(gap, wb));
-    uint32_t all = m == 32 ? ~UINT32_C(0) : (UINT32_C(1) << m) - 1;
-
-    /* live: the candidates before a tail at the sentinel */
-    const __m512 sentinel = _mm512_set1_ps((float)HEAD_SENTINEL);
-    uint32_t z = ((uint32_t)_mm512_cmp_ps_mask(v0, sentinel, _CMP_EQ_OQ) |
-                  (uint32_t)_mm512_cmp_ps_mask(v1, sentinel, _CMP_EQ_OQ) << 16) & all;
-    unsigned live = z ? tw_ctz32(z) : m;
-    uint32_t lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
-    int shaped = live > 0 && (z == 0 || z >> live == all >> live); /* sentinels only as a tail */
-
-    /* the shape (head_shape): each candidate against the one before it, then the run */
-    __m512 pv0 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v0), _mm512_castps_si512(v0), 15));
-    __m512 pv1 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v1), _mm512_castps_si512(v0), 15));
-    __m512i pc0 = _mm512_alignr_epi32(c0, c0, 15), pc1 = _mm512_alignr_epi32(c1, c0, 15);
-    uint32_t up = ((uint32_t)better16(v0, c0, pv0, pc0) | (uint32_t)better16(v1, c1, pv1, pc1) << 16) & lm & ~UINT32_C(1);
-    unsigned q = 0;
-    __m512i r0, r1;
-    __m512 rv0, rv1;
-    if (shaped && (up == 0 || up == 2)) {
-        if (up) {
-            __m512 f = _mm512_set1_ps(_mm512_cvtss_f32(v0));
-            __m512i fi = _mm512_set1_epi32(_mm_cvtsi128_si32(_mm512_castsi512_si128(c0)));
-            uint32_t run = ((uint32_t)better16(v0, c0, f, fi) | (uint32_t)better16(v1, c1, f, fi) << 16) & lm;
-            q = 1 + tw_ctz32(~(run >> 2));
-        }
-        /* the ranked order (shape_at): r = c[1 .. q], c[0], c[q+1 ..] */
-        __m512i qv = _mm512_set1_epi32((int)q), one = _mm512_set1_epi32(1), hi16 = _mm512_add_epi32(iota, sixteen);
-        __m512i x0 = _mm512_mask_add_epi32(iota, _mm512_cmplt_epi32_mask(iota, qv), iota, one);
-        __m512i x1 = _mm512_mask_add_epi32(hi16, _mm512_cmplt_epi32_mask(hi16, qv), hi16, one);
-        x0 = _mm512_mask_mov_epi32(x0, _mm512_cmpeq_epi32_mask(iota, qv), _mm512_setzero_si512());
-        x1 = _mm512_mask_mov_epi32(x1, _mm512_cmpeq_epi32_mask(hi16, qv), _mm512_setzero_si512());
-        r0 = _mm512_permutex2var_epi32(c0, x0, c1);
-        r1 = _mm512_permutex2var_epi32(c0, x1, c1);
-        rv0 = _mm512_permutex2var_ps(v0, x0, v1);
-        rv1 = _mm512_permutex2var_ps(v0, x1, v1);
-    } else {
-        /* no shape: the candidates not at the sentinel, wherever they are, sorted (what
-           select_one ranks with tw_rank_top then) */
-        uint32_t keep_live = all & ~z, id[32];
-        float val[32];
-        __mmask16 k0 = (__mmask16)(keep_live & 0xFFFF), k1 = (__mmask16)(keep_live >> 16);
-        unsigned n0 = (unsigned)_mm_popcnt_u32(k0);
-        live = n0 + (unsigned)_mm_popcnt_u32(k1);
-        if (live == 0) return FAST_NO;
-        _mm512_storeu_si512(id, _mm512_maskz_compress_epi32(k0, c0));
-        _mm512_storeu_si512(id + 16, _mm512_setzero_si512());
-        _mm512_mask_storeu_epi32(id + n0, (__mmask16)((1u << (live - n0)) - 1), _mm512_maskz_compress_epi32(k1, c1));
-        _mm512_storeu_ps(val, _mm512_maskz_compress_ps(k0, v0));
-        _mm512_storeu_ps(val + 16, _mm512_setzero_ps());
-        _mm512_mask_storeu_ps(val + n0, (__mmask16)((1u << (live - n0)) - 1), _mm512_maskz_compress_ps(k1, v1));
-        tw_sort_head(id, val, live);
-        r0 = _mm512_loadu_si512(id);
-        r1 = _mm512_loadu_si512(id + 16);
-        rv0 = _mm512_loadu_ps(val);
-        rv1 = _mm512_loadu_ps(val + 16);
-        lm = live == 32 ? ~UINT32_C(0) : (UINT32_C(1) << live) - 1;
-    }
-
-    unsigned r;
-    if (sup && slen) {
-        /* keep_support: every support id among the live ranked ones; those are the head. The
-           support rule with it (as compact_head_avx2): as many marks as ids, the sampled id
-           among them; anything else, the kernels decide. */
-        uint32_t marks = 0;
-        if (sid > INT32_MAX) return FAST_NO; /* not an id a support (int32) holds */
-        if (slen <= 16) {
-            /* without a branch an id: the candidates against the 16 rotations of the ids'
-               vector (its unused lanes repeat the first id). All ids were found when as many
-               candidates are marked as there are ids: the candidates are distinct
-               (tw_row_keep_avx512 kept one lane an id, and the ranking only reorders them), so
-               that many marks take that many distinct ids (a repeated id hands the token
-               over). */
-            __m512i s = _mm512_mask_loadu_epi32(_mm512_set1_epi32(sup[0]), (__mmask16)((1u << slen) - 1), sup);
-            if (_mm512_movepi32_mask(s)) return FAST_NO; /* a negative id */
-            if (!_mm512_cmpeq_epi32_mask(s, _mm512_set1_epi32((int)sid))) return FAST_NO; /* no sampled id */
-            __m512i miss0 = _mm512_set1_epi32(-1), miss1 = miss0;
-#define TW_ROTATION(j)                                                          \
-    do {                                                                        \
-        __m512i sj = _mm512_alignr_epi32(s, s, j);                              \
-        miss0 = _mm512_min_epu32(miss0, _mm512_xor_si512(r0, sj));             \
-        miss1 = _mm512_min_epu32(miss1, _mm512_xor_si512(r1, sj));             \
-    } while (0)
-            TW_ROTATION(0); TW_ROTATION(1); TW_ROTATION(2); TW_ROTATION(3);
-            TW_ROTATION(4); TW_ROTATION(5); TW_ROTATION(6); TW_ROTATION(7);
-            TW_ROTATION(8); TW_ROTATION(9); TW_ROTATION(10); TW_ROTATION(11);
-            TW_ROTATION(12); TW_ROTATION(13); TW_ROTATION(14); TW_ROTATION(15);
-#undef TW_ROTATION
-            /* a lane whose smallest xor is zero equals some id */
-            marks = ((uint32_t)_mm512_testn_epi32_mask(miss0, miss0) |
-                     (uint32_t)_mm512_testn_epi32_mask(miss1, miss1) << 16) & lm;
-            if ((size_t)_mm_popcnt_u32(marks) != slen) return FAST_NO;
-        } else {
-            int has_sampled = 0;
-            for (size_t j = 0; j < slen; j++) {
-                if (sup[j] < 0) return FAST_NO;
-                has_sampled |= (int64_t)sup[j] == sid;
-                __m512i want = _mm512_set1_epi32(sup[j]);
-                uint32_t h = ((uint32_t)_mm512_cmpeq_epi32_mask(r0, want) |
-                              (uint32_t)_mm512_cmpeq_epi32_mask(r1, want) << 16) & lm;
-                if (!h) return FAST_NO;
-                marks |= h;
-            }
-            if (!has_sampled || (size_t)_mm_popcnt_u32(marks) != slen) return FAST_NO;
-        }
-        r = (unsigned)_mm_popcnt_u32(marks);
-        if (above_one(rv0, rv1, marks)) return FAST_NO; /* decided exactly */
-        __mmask16 m0 = (__mmask16)(marks & 0xFFFF), m1 = (__mmask16)(marks >> 16);
-        unsigned n0 = (unsigned)_mm_popcnt_u32(m0);
-        store_head(oid, olp, _mm512_maskz_compress_epi32(m0, r0), _mm512_maskz_compress_ps(m0, rv0), n0);
-        if (m1)
-            store_head(oid + n0, olp + n0, _mm512_maskz_compress_epi32(m1, r1),
-                       _mm512_maskz_compress_ps(m1, rv1), r - n0);
-    } else {
-        /* kept(): the first k, or those above a tie across the k-th place */
-        r = k < 1 ? 0 : (uint64_t)k < live ? (unsigned)k : live;
-        if (r > 0 && r < live) {
-            float at[32];
-            _mm512_storeu_ps(at, rv0);
-            _mm512_storeu_ps(at + 16, rv1);
-            if (at[r - 1] == at[r]) {
-                __m512 b = _mm512_set1_ps(at[r]);
-                uint32_t eq = ((uint32_t)_mm512_cmp_ps_mask(rv0, b, _CMP_EQ_OQ) |
-                               (uint32_t)_mm512_cmp_ps_mask(rv1, b, _CMP_EQ_OQ) << 16) & lm;
-                r = tw_ctz32(eq); /* ranked: the values equal to the boundary are one run */
-            }
-        }
-        if (r == 0 || too_few(m, k)) return FAST_NO;
-        uint32_t head = r == 32 ? ~UINT32_C(0) : (UINT32_C(1) << r) - 1;
-        if (above_one(rv0, rv1, head)) return FAST_NO; /* decided exactly */
-        store_head(oid, olp, r0, rv0, r < 16 ? r : 16);
-        if (r > 16) store_head(oid + 16, olp + 16, r1, rv1, r - 16);
-    }
-    *count = r;
-    return FAST_OK;
-}
-
 /* better() of eight lanes (values v, ids c) over eight others (pv, pc): a bit per lane, the
    ids compared unsigned (their top bits flipped, then a signed compare). */
 TW_TARGET_AVX2 static inline uint32_t better8(__m256 v, __m256i c, __m256 pv, __m256i pc) {
@@ -285,10 +86,18 @@ TW_TARGET_AVX2 static inline uint32_t lanes_above_ps(const __m256i *x, float y, 
 }
 
 /*
- * compact_head_avx512 with AVX2, for rows of up to 32 entries: the same decisions (FAST_OK,
- * FAST_ROW, or FAST_NO for anything not plain), from tw_row_keep_avx2_n's lanes, and the
- * head's sum rules with them (FAST_SUM when one fails; the AVX-512 path checks the sums of a
- * batch afterwards, batch_sums). The usual compact row (the sampled token, then the engine's
+ * One token of a compact row of up to 32 entries, in registers (AVX2; the AVX-512 path runs it
+ * too): the row rule and the candidates (tw_row_keep_avx2_n), their ranked order (from their
+ * shape as head_shape finds it, or sorted as select_one's tw_rank_top sorts candidates without
+ * one: ties in another order, sentinels inside), the head kept (kept(), or the support's ids
+ * as keep_support keeps them), written to oid/olp, and the head's sum rules. It decides only
+ * what is plain: FAST_OK when the row is valid and so is its head; FAST_SUM when the head
+ * breaks a sum rule; FAST_ROW when the sampled id breaks the row rule. Anything else (a value
+ * off the values rule, a repeat whose zero's sign differs, a support id not ranked, a support
+ * that breaks its own rule, a head value above 1, empty or FEWER, ...) is FAST_NO, and the
+ * token goes to the two kernels, which decide and report it as for every token. The sampled
+ * id's candidate carries the sampled value itself (repeats here have identical bits), so
+ * DISAGREE never holds here. The usual compact row (the sampled token, then the engine's
  * ranked candidates, one of them the sampled token again) is ranked as it stands; other rows'
  * candidates are moved into place in registers when the row repeats at most one earlier id,
  * else one at a time, then ranked from the head's shape as there, or sorted; a support's ids
@@ -621,34 +430,7 @@ static ptrdiff_t compact_block(compact_call *c, size_t from, size_t to, int64_t 
 }
 
 #ifdef TW_X86_SIMD
-/* Tokens whose sums heads_in_registers checks together. */
-#define SUM_BATCH 32
-
-/* The sum rules of the tokens [from, to) that compact_head_avx512 decided (the rules and
-   estimate of check_sums, tw_heads.c; heads of at most 32 values, none above 1): -1, or the
-   first failing token. */
-static ptrdiff_t batch_sums(const compact_call *c, size_t from, size_t to, int *head_code) {
-    double e[SUM_BATCH * 32], v[32];
-    int64_t base = c->out_off[from];
-    tw_exps_f32_avx512(c->out_lps + base, (size_t)(c->out_off[to] - base), e);
-    for (size_t t = from; t < to; t++) {
-        size_t r = (size_t)(c->out_off[t + 1] - c->out_off[t]);
-        int has_sup = row_has_support(c->soff, t);
-        int verdict = sum_verdict(r, has_sup, sum(e + (c->out_off[t] - base), r), 0x1p-16);
-        if (verdict == SUM_EXACT) {
-            const float *head = c->out_lps + c->out_off[t];
-            for (size_t i = 0; i < r; i++) v[i] = head[i];
-            verdict = exact_verdict(v, r, has_sup);
-        }
-        if (verdict) {
-            *head_code = verdict;
-            return (ptrdiff_t)t;
-        }
-    }
-    return -1;
-}
-
-/* tw_compact_heads on the AVX2 path: each token decided in registers, its sums with it
+/* tw_compact_heads on the AVX2 and AVX-512 paths: each token decided in registers, its sums with it
    (compact_head_avx2), and each token those leave to the two kernels. */
 TW_TARGET_AVX2 static ptrdiff_t heads_avx2(compact_call *c, size_t n, int *row_kind, int *head_code) {
     uint64_t take = c->num_top < 1 ? 1 : (uint64_t)c->num_top;
@@ -679,43 +461,6 @@ TW_TARGET_AVX2 static ptrdiff_t heads_avx2(compact_call *c, size_t n, int *row_k
     return -1;
 }
 
-/* tw_compact_heads on the AVX-512 path: batches of tokens decided in registers, their sums
-   checked together, and each token those leave to the two kernels. */
-static ptrdiff_t heads_in_registers(compact_call *c, size_t n, int *row_kind, int *head_code) {
-    int (*head)(const uint32_t *, const float *, size_t, uint64_t, int64_t, int64_t, const int32_t *, size_t,
-                float *, int64_t *, float *, size_t, size_t *, int *) = compact_head_avx512;
-    uint64_t take = c->num_top < 1 ? 1 : (uint64_t)c->num_top;
-    /* the output's entries (tw_heads.h): a head never has more than its row, so o + the row's
-       length stays within them */
-    int64_t o = 0, cap = c->roff[n] - c->roff[0];
-    for (size_t t = 0; t < n;) {
-        size_t from = t;
-        int fast = FAST_OK;
-        for (; t < n && t - from < SUM_BATCH; t++) {
-            size_t len = (size_t)(c->roff[t + 1] - c->roff[t]), r = 0;
-            int has_sup = row_has_support(c->soff, t);
-            fast = head(c->row_ids + c->roff[t], c->row_vals + c->roff[t], len, take, c->sampled[t], c->k,
-                        has_sup ? c->sup + c->soff[t] : NULL, has_sup ? (size_t)(c->soff[t + 1] - c->soff[t]) : 0,
-                        c->out_sampled + t, c->out_ids + o, c->out_lps + o, (size_t)(cap - o), &r, row_kind);
-            if (fast != FAST_OK) break;
-            o += (int64_t)r;
-            c->out_off[t + 1] = o;
-        }
-        ptrdiff_t bad = batch_sums(c, from, t, head_code); /* the earlier tokens first */
-        if (bad >= 0) {
-            *row_kind = TW_ROW_OK;
-            return bad;
-        }
-        if (fast == FAST_ROW) return (ptrdiff_t)t;
-        if (fast == FAST_NO) { /* with the rows after it too long for the registers */
-            size_t to = block_end(c->roff, t, n, 1);
-            bad = compact_block(c, t, to, &o, row_kind, head_code);
-            if (bad >= 0) return bad;
-            t = to;
-        }
-    }
-    return -1;
-}
 #endif
 
 static ptrdiff_t compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
@@ -734,9 +479,8 @@ static ptrdiff_t compact_heads(size_t n, const int64_t *roff, const uint32_t *ro
     *head_code = TW_HEAD_OK;
     out_off[0] = 0;
 #ifdef TW_X86_SIMD
-    if (c.path == TW_PATH_AVX512)
-        failed = heads_in_registers(&c, n, row_kind, head_code);
-    else if (c.path == TW_PATH_AVX2)
+    /* the AVX-512 path's rows too: what the registers leave goes to its kernels */
+    if (c.path == TW_PATH_AVX512 || c.path == TW_PATH_AVX2)
         failed = heads_avx2(&c, n, row_kind, head_code);
     else
 #endif

@@ -211,22 +211,6 @@ TW_TARGET_AVX2 int tw_exps_avx2(const double *v, size_t n, double *e) {
     return any;
 }
 
-/* e[i] = F(v[i]) as tw_exps_avx512 makes it, from floats (not NaN, at most 1). */
-TW_TARGET_AVX512 void tw_exps_f32_avx512(const float *v, size_t n, double *e) {
-    const __m512d lo = _mm512_set1_pd(FEXP_LO), one = _mm512_set1_pd(1.0);
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        __m512 x = _mm512_maskz_loadu_ps(m, v + i);
-        __m512d x0 = _mm512_cvtps_pd(_mm512_castps512_ps256(x)), x1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
-        __m512d f0, f1;
-        fast_exp16_avx512(_mm512_min_pd(_mm512_max_pd(x0, lo), one), _mm512_min_pd(_mm512_max_pd(x1, lo), one),
-                          &f0, &f1);
-        _mm512_mask_storeu_pd(e + i, (__mmask8)m, _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(x0, lo, _CMP_GE_OQ), f0));
-        _mm512_mask_storeu_pd(e + i + 8, (__mmask8)(m >> 8),
-                              _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(x1, lo, _CMP_GE_OQ), f1));
-    }
-}
-
 #endif
 
 #ifdef TW_NEON_SIMD

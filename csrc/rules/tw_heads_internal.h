@@ -181,15 +181,15 @@ static inline int sampled_in_lanes(const float *vals, uint32_t hit, float *out) 
 
 /* ------------------------------------------------------------------------------------------
  * The fast exps (tw_exp.c): e[i] = F(v[i]) for v[i] in [-700, 1], 0 below -700. Each returns
- * whether some v[i] is NaN or above 1 (the tokens with one are decided exactly); the _f32
- * ones take floats that are neither (the heads tw_compact_heads holds in registers).
+ * whether some v[i] is NaN or above 1 (the tokens with one are decided exactly);
+ * tw_exp8_f32_avx2 takes floats that are neither (the heads tw_compact_heads holds in
+ * registers).
  * ------------------------------------------------------------------------------------------ */
 
 TW_INTERNAL int tw_exps_scalar(const double *v, size_t n, double *e);
 #ifdef TW_X86_SIMD
 TW_TARGET_AVX512 TW_INTERNAL int tw_exps_avx512(const double *v, size_t n, double *e);
 TW_TARGET_AVX2 TW_INTERNAL int tw_exps_avx2(const double *v, size_t n, double *e);
-TW_TARGET_AVX512 TW_INTERNAL void tw_exps_f32_avx512(const float *v, size_t n, double *e);
 #endif
 #ifdef TW_NEON_SIMD
 TW_INTERNAL int tw_exps_neon(const double *v, size_t n, double *e);
@@ -283,33 +283,63 @@ TW_TARGET_AVX2 TW_INTERNAL int tw_row_keep_avx2(const uint32_t *ids, const float
                                                 uint64_t take, int64_t sid, float *out, int *r,
                                                 __m256i *a, __m256i *bits, uint32_t *keep_out);
 
+/* Lane i of the 16 words of x takes lane (i + r) mod 16 (xs: x with its halves swapped; r a
+   constant, 0 to 15). */
+#define TW_ROT16(x, xs, r) \
+    ((r) < 8 ? _mm256_alignr_epi8((xs), (x), 2 * ((r) & 7)) : _mm256_alignr_epi8((x), (xs), 2 * ((r) & 7)))
+
 /* 1 when lanes 1 .. len-1 of the nvec (1 to 4) vectors of ids in a hold distinct ids (0: they
-   may not). Lane 0 and the lanes past the row take distinct stand-ins (0xFFFFFFE0 + the lane:
-   an id equal to one of them only costs the caller its exact search), then every pair of lanes
-   is compared once or twice: each vector against its rotations by 1 to 4 lanes, and against
-   every rotation of each vector after it. Half the compares of tw_repeats_avx2_n, which must
-   also say which lane repeats. */
+   may not). Each lane stands for its id by the id's low 16 bits, lane 0 and the lanes past the
+   row by distinct stand-ins (0xFFE0 + the lane): keys that differ are ids that differ, and
+   equal keys (two ids 2^16 apart, or an id whose low bits are a stand-in's) only cost the
+   caller its exact search. Sixteen keys a vector, so every pair of 32 lanes is compared by
+   rotations of two vectors (vpalignr across the halves swapped once): a vector against its
+   rotations by 1 to 8, the other against its 16; with three vectors of ids the third's eight
+   keys sit in both halves of one, compared against their rotations by 0 to 7 within a half,
+   and by 1 to 4 among themselves. About half the instructions of comparing 32-bit lanes. */
 TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int tw_distinct_after_first_avx2_n(const __m256i *a, size_t len,
                                                                                 const size_t nvec) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i x[4], rot[4][8], same = _mm256_setzero_si256();
-    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) {
+    const __m256i last = _mm256_set1_epi32((int)len - 1);
+    __m256i x[4], same = _mm256_setzero_si256();
+    TW_UNROLL4 for (size_t k = 0; k < 4; k++) {
         __m256i at = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * k)));
-        __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(at, _mm256_set1_epi32((int)len - 1)),
-                                      _mm256_cmpeq_epi32(at, _mm256_setzero_si256()));
-        x[k] = _mm256_blendv_epi8(a[k], _mm256_add_epi32(at, _mm256_set1_epi32((int)0xFFFFFFE0u)), out);
+        __m256i stand = _mm256_add_epi32(at, _mm256_set1_epi32(0xFFE0));
+        x[k] = k < nvec ? _mm256_blendv_epi8(a[k], stand, _mm256_cmpgt_epi32(at, last)) : stand;
     }
-    TW_UNROLL8 for (int r = 1; r < 8; r++) {
-        __m256i idx = _mm256_and_si256(_mm256_sub_epi32(lane, _mm256_set1_epi32(r)), _mm256_set1_epi32(7));
-        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
-            if (r <= 4 || k + 1 < nvec) rot[k][r] = _mm256_permutevar8x32_epi32(x[k], idx);
+    x[0] = _mm256_blend_epi32(x[0], _mm256_set1_epi32(0xFFE0), 0x01); /* lane 0 */
+    /* keys: lane 8k + i of x[k] as word 2i (k even) or 2i + 1 (k odd) of the pair's vector
+       (the rotations' counts spelled out: vpalignr takes them as immediates) */
+#define TW_SAME(p, q) (same = _mm256_or_si256(same, _mm256_cmpeq_epi16((p), (q))))
+#define TW_SELF(v, vs) \
+    (TW_SAME(v, TW_ROT16(v, vs, 1)), TW_SAME(v, TW_ROT16(v, vs, 2)), TW_SAME(v, TW_ROT16(v, vs, 3)), \
+     TW_SAME(v, TW_ROT16(v, vs, 4)), TW_SAME(v, TW_ROT16(v, vs, 5)), TW_SAME(v, TW_ROT16(v, vs, 6)), \
+     TW_SAME(v, TW_ROT16(v, vs, 7)), TW_SAME(v, vs))
+    __m256i k0 = _mm256_blend_epi16(x[0], _mm256_slli_epi32(x[1], 16), 0xAA);
+    __m256i k0s = _mm256_permute4x64_epi64(k0, 0x4E);
+    TW_SELF(k0, k0s);
+    if (nvec == 3) {
+        /* x[2]'s eight keys in each half: its own words even, its halves swapped odd */
+        __m256i y = _mm256_blend_epi16(x[2], _mm256_slli_epi32(_mm256_permute4x64_epi64(x[2], 0x4E), 16), 0xAA);
+        __m256i y1 = _mm256_alignr_epi8(y, y, 2), y2 = _mm256_alignr_epi8(y, y, 4);
+        __m256i y3 = _mm256_alignr_epi8(y, y, 6), y4 = _mm256_alignr_epi8(y, y, 8);
+        TW_SAME(k0, y), TW_SAME(k0, y1), TW_SAME(k0, y2), TW_SAME(k0, y3), TW_SAME(k0, y4);
+        TW_SAME(k0, _mm256_alignr_epi8(y, y, 10)), TW_SAME(k0, _mm256_alignr_epi8(y, y, 12));
+        TW_SAME(k0, _mm256_alignr_epi8(y, y, 14));
+        TW_SAME(y, y1), TW_SAME(y, y2), TW_SAME(y, y3), TW_SAME(y, y4);
+    } else if (nvec == 4) {
+        __m256i k1 = _mm256_blend_epi16(x[2], _mm256_slli_epi32(x[3], 16), 0xAA);
+        __m256i k1s = _mm256_permute4x64_epi64(k1, 0x4E);
+        TW_SELF(k1, k1s);
+        TW_SAME(k0, k1), TW_SAME(k0, TW_ROT16(k1, k1s, 1)), TW_SAME(k0, TW_ROT16(k1, k1s, 2));
+        TW_SAME(k0, TW_ROT16(k1, k1s, 3)), TW_SAME(k0, TW_ROT16(k1, k1s, 4)), TW_SAME(k0, TW_ROT16(k1, k1s, 5));
+        TW_SAME(k0, TW_ROT16(k1, k1s, 6)), TW_SAME(k0, TW_ROT16(k1, k1s, 7)), TW_SAME(k0, k1s);
+        TW_SAME(k0, TW_ROT16(k1, k1s, 9)), TW_SAME(k0, TW_ROT16(k1, k1s, 10)), TW_SAME(k0, TW_ROT16(k1, k1s, 11));
+        TW_SAME(k0, TW_ROT16(k1, k1s, 12)), TW_SAME(k0, TW_ROT16(k1, k1s, 13));
+        TW_SAME(k0, TW_ROT16(k1, k1s, 14)), TW_SAME(k0, TW_ROT16(k1, k1s, 15));
     }
-    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) {
-        rot[k][0] = x[k];
-        TW_UNROLL4 for (int r = 1; r <= 4; r++) same = _mm256_or_si256(same, _mm256_cmpeq_epi32(x[k], rot[k][r]));
-        TW_UNROLL4 for (size_t k2 = k + 1; k2 < nvec; k2++)
-            TW_UNROLL8 for (int r = 0; r < 8; r++) same = _mm256_or_si256(same, _mm256_cmpeq_epi32(x[k2], rot[k][r]));
-    }
+#undef TW_SELF
+#undef TW_SAME
     return _mm256_testz_si256(same, same);
 }
 
@@ -323,13 +353,10 @@ TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int tw_distinct_after_first_avx2_n
 TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
 tw_row_keep_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t take, int64_t sid, float *out,
                 int *r, __m256i *a, __m256i *bits, uint32_t *keep_out, const size_t nvec) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    uint32_t all = len >= 32 ? ~UINT32_C(0) : (UINT32_C(1) << len) - 1, rep, hit = 0, keep;
-    TW_UNROLL4 for (size_t k = 0; k < nvec; k++) { /* masked loads: nothing past the row is read */
-        __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)len - (int)(8 * k)), lane);
-        a[k] = _mm256_maskload_epi32((const int *)(const void *)ids + 8 * k, in);
-        bits[k] = _mm256_maskload_epi32((const int *)(const void *)vals + 8 * k, in);
-    }
+    uint32_t all, rep, hit = 0, keep, first_lanes = 0; /* first_lanes: those holding lane 0's id, when known */
+    /* masked loads: nothing past the row is read */
+    all = tw_load32_avx2_n(ids, len, a, (unsigned)nvec);
+    tw_load32_avx2_n(vals, len, bits, (unsigned)nvec);
     for (size_t k = nvec; k < 4; k++) a[k] = bits[k] = _mm256_setzero_si256();
     /* the values rule: !(x <= 1e-6) holds for NaN and anything above; -inf is the other value
        off the rule (lanes past the row are 0.0, on it) */
@@ -348,23 +375,37 @@ tw_row_keep_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint64_t 
         TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
             rep |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], first))) << (8 * k);
         rep &= all & ~UINT32_C(1);
+        first_lanes = len ? rep | 1 : 0;
+        /* every lane repeating is lane 0's id, and its occurrences are lane 0 and those lanes:
+           each must carry lane 0's bits (else: the scalar code) */
+        if (rep) {
+            uint32_t first_bits;
+            memcpy(&first_bits, vals, sizeof first_bits);
+            for (uint32_t left = rep; left; left &= left - 1) {
+                uint32_t b;
+                memcpy(&b, vals + tw_ctz32(left), sizeof b);
+                if (b != first_bits) return 0;
+            }
+        }
     } else {
         rep = tw_repeats_avx2_n(a, nvec) & all;
+        /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
+        for (uint32_t left = rep; left; left &= left - 1) {
+            unsigned j = tw_ctz32(left);
+            int32_t same;
+            uint32_t differ = 0;
+            memcpy(&same, vals + j, sizeof same);
+            __m256i want = _mm256_set1_epi32((int)ids[j]), want_bits = _mm256_set1_epi32(same);
+            TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
+                differ |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(
+                              _mm256_andnot_si256(_mm256_cmpeq_epi32(bits[k], want_bits), _mm256_cmpeq_epi32(a[k], want))))
+                          << (8 * k);
+            if (differ & all) return 0;
+        }
     }
-    /* every occurrence of a repeated id must carry the same bits (else: the scalar code) */
-    for (uint32_t left = rep; left; left &= left - 1) {
-        unsigned j = tw_ctz32(left);
-        int32_t same;
-        uint32_t differ = 0;
-        memcpy(&same, vals + j, sizeof same);
-        __m256i want = _mm256_set1_epi32((int)ids[j]), want_bits = _mm256_set1_epi32(same);
-        TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
-            differ |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(
-                          _mm256_andnot_si256(_mm256_cmpeq_epi32(bits[k], want_bits), _mm256_cmpeq_epi32(a[k], want))))
-                      << (8 * k);
-        if (differ & all) return 0;
-    }
-    if (sampled_in_range(sid)) {
+    if (first_lanes && (uint32_t)sid == ids[0] && sampled_in_range(sid)) {
+        hit = first_lanes; /* the usual row: the sampled id first */
+    } else if (sampled_in_range(sid)) {
         __m256i want = _mm256_set1_epi32((int)(uint32_t)sid);
         TW_UNROLL4 for (size_t k = 0; k < nvec; k++)
             hit |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], want))) << (8 * k);

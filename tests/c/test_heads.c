@@ -587,6 +587,65 @@ static int bench(const char *path) {
     return 0;
 }
 
+#ifdef TW_X86_SIMD
+/* tw_distinct_after_first_avx2_n (tw_heads_internal.h) against its statement: 1 exactly when
+   the keys of lanes 0 .. P-1 are distinct, P = 16, 24 or 32 lanes by the vector count, a lane's
+   key the low 16 bits of its id, 0xFFE0 + the lane for lane 0 and the lanes past the row (so a
+   1 always means lanes 1 .. len-1 hold distinct ids). Ids drawn to collide: a few small ones,
+   ids 2^16 apart, ids whose low bits are a stand-in's, and random ones. */
+TW_TARGET_AVX2 static int distinct_avx2(const uint32_t *ids, size_t len, size_t nvec) {
+    __m256i a[4];
+    tw_load32_avx2_n(ids, len, a, (unsigned)nvec);
+    switch (nvec) {
+    case 1: return tw_distinct_after_first_avx2_n(a, len, 1);
+    case 2: return tw_distinct_after_first_avx2_n(a, len, 2);
+    case 3: return tw_distinct_after_first_avx2_n(a, len, 3);
+    default: return tw_distinct_after_first_avx2_n(a, len, 4);
+    }
+}
+
+static void test_distinct_keys(long count) {
+    if (!tw_path_available(TW_PATH_AVX2)) return;
+    for (long it = 0; it < count; it++) {
+        size_t len = rndn(33), kind = rndn(5);
+        uint32_t ids[32] = {0};
+        for (size_t i = 0; i < len; i++) {
+            switch (kind) {
+            case 0: ids[i] = (uint32_t)rndn(48); break;
+            case 1: ids[i] = (uint32_t)rndn(40) + ((uint32_t)rndn(4) << 16); break;
+            case 2: ids[i] = rndn(4) ? (uint32_t)(0xFFE0 + rndn(32)) + ((uint32_t)rndn(3) << 16) : (uint32_t)rnd(); break;
+            case 3: ids[i] = (uint32_t)rnd(); break;
+            default: ids[i] = (uint32_t)(rndn(200000) + (rndn(2) ? 0 : 0xFFFF0000u)); break;
+            }
+        }
+        /* now and then a row of distinct ids, or one repeat of lane 0 */
+        if (rndn(3) == 0)
+            for (size_t i = 0; i < len; i++) ids[i] = (uint32_t)(i * 7919u + (kind << 16));
+        if (len > 1 && rndn(2)) ids[1 + rndn(len - 1)] = ids[0];
+        uint32_t *row = malloc(len ? len * sizeof *row : 1); /* exact size: ASan sees a read past it */
+        if (len) memcpy(row, ids, len * sizeof *row);
+        for (size_t nvec = len ? (len + 7) / 8 : 1; nvec <= 4; nvec++) {
+            size_t lanes = nvec <= 2 ? 16 : 8 * nvec;
+            uint32_t key[32];
+            int want = 1;
+            for (size_t i = 0; i < lanes; i++) {
+                key[i] = i == 0 || i >= len ? 0xFFE0u + (uint32_t)i : ids[i] & 0xFFFFu;
+                for (size_t j = 0; j < i; j++) want &= key[j] != key[i];
+            }
+            int got = distinct_avx2(row, len, nvec);
+            CHECK(got == want, "distinct keys: len %zu nvec %zu kind %zu: got %d, want %d", len, nvec, kind, got, want);
+            if (got)
+                for (size_t i = 1; i < len; i++)
+                    for (size_t j = 1; j < i; j++)
+                        CHECK(ids[i] != ids[j], "distinct keys: len %zu nvec %zu: lanes %zu and %zu repeat", len, nvec, j, i);
+        }
+        free(row);
+    }
+}
+#else
+static void test_distinct_keys(long count) { (void)count; }
+#endif
+
 int main(int argc, char **argv) {
     paths_init();
     flood_seed();
@@ -602,6 +661,7 @@ int main(int argc, char **argv) {
     test_edges();
     test_thresholds(walk_limit);
     test_nomem();
+    test_distinct_keys(count * 20);
     test_compact(count / 2);
     test_compact_wide_ids();
     test_compact_empty_row();
