@@ -14,7 +14,9 @@
  * by tw_scan in place of its own pass over a logprobs.content array: it
  * checks every byte as the scan would and stores each entry's fields and
  * candidates in the tw_doc, from which tw_rec_take answers as tw_rec_parse
- * would; the document is then walked once instead of twice.
+ * would; the document is then walked once instead of twice.  A record in the exact
+ * layout vLLM writes when ids name the tokens and no alternatives are asked for is read there
+ * without the key-by-key walk (twf_vllm_record), any other the general way.
  *
  * The keys, ids and objects' fields the readers share are in
  * tw_records_internal.h; the OpenAI-compatible and SGLang readers in
@@ -700,6 +702,64 @@ static const uint8_t *twf_object(twr_ctx *x, const uint8_t *p, twr_obj *o, twr_t
     return twr_object_on(x, p, o, top, x->simd, 1);
 }
 
+/*
+ * The record vLLM writes for each token when its ids name the tokens and no alternatives are
+ * asked for, byte for byte as its server writes it (no whitespace):
+ *
+ *     {"token":"token_id:N","logprob":X,"bytes":null,"top_logprobs":[]}
+ *
+ * N one to seven digits, X a number.  twf_vllm_record reads such a record without the
+ * key-by-key walk: the fixed bytes compared eight at a time, the id read in place as twf_token
+ * reads it, the number with twf_number as twf_object reads it.  At the first byte that differs
+ * (whitespace, another key or order, a longer or escaped token string, a logprob that is not a
+ * number, candidates, the text ending) it returns NULL having kept nothing, and the record is
+ * read by twf_object from its '{': it decides nothing on its own, so every verdict is the
+ * general walk's.  What it takes, twf_object reads to the same entry: the id the token string
+ * names (no "token_id", no "id"), the logprob a number, no candidates (TW_REC_MISSING_TOP).
+ * p at the '{' with at least TWR_VLLM_MIN bytes before e; every byte it compares is below e.
+ */
+#define TWR_VLLM_MIN 96 /* head 19 + digits 8 + key 11 + tail 32, and room for a number */
+
+static inline const uint8_t *twf_vllm_record(const uint8_t *p, const uint8_t *e, int64_t *id,
+                                             double *lp, int simd)
+{
+    uint64_t x, nd;
+    unsigned n;
+    const uint8_t *q;
+    /* {"token":"token_id: (19 bytes: words at 0, 8 and 11) */
+    x = (tw_load_le64(p) ^ tw_load_le64((const uint8_t *)"{\"token\"")) |
+        (tw_load_le64(p + 8) ^ tw_load_le64((const uint8_t *)":\"token_")) |
+        (tw_load_le64(p + 11) ^ tw_load_le64((const uint8_t *)"oken_id:"));
+    if (x)
+        return NULL;
+    /* the id: 1 to 7 digits, then the closing quote */
+    nd = tw_nondigit8(tw_load_le64(p + 19));
+    if (!nd)
+        return NULL;
+    n = tw_ctz64(nd) >> 3;
+    if (!n || p[19 + n] != '"')
+        return NULL;
+    q = p + 20 + n;
+    /* ,"logprob": (11 bytes: words at 0 and 3), then a number */
+    x = (tw_load_le64(q) ^ tw_load_le64((const uint8_t *)",\"logpro")) |
+        (tw_load_le64(q + 3) ^ tw_load_le64((const uint8_t *)"ogprob\":"));
+    q += 11;
+    if (x || (*q != '-' && !tw_is_digit(*q)))
+        return NULL;
+    q = twf_number(q, e, lp, simd);
+    if (!q || e - q < 32)
+        return NULL;
+    /* ,"bytes":null,"top_logprobs":[]} (32 bytes) */
+    x = (tw_load_le64(q) ^ tw_load_le64((const uint8_t *)",\"bytes\"")) |
+        (tw_load_le64(q + 8) ^ tw_load_le64((const uint8_t *)":null,\"t")) |
+        (tw_load_le64(q + 16) ^ tw_load_le64((const uint8_t *)"op_logpr")) |
+        (tw_load_le64(q + 24) ^ tw_load_le64((const uint8_t *)"obs\":[]}"));
+    if (x)
+        return NULL;
+    *id = (int64_t)tw_short_digits(p + 19, n);
+    return q + 32;
+}
+
 const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t *end, int simd,
                                      size_t *count)
 {
@@ -720,10 +780,26 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
         int next;
         if (p >= end || *p != '{')
             break;
-        void *arr = d->entries;
-        if (tw_doc_grow(&arr, &d->entries_cap, n, sizeof(tw_entry), 256))
-            break;
-        d->entries = (tw_entry *)arr;
+        if (n >= d->entries_cap) {
+            void *arr = d->entries;
+            if (tw_doc_grow(&arr, &d->entries_cap, n, sizeof(tw_entry), 256))
+                break;
+            d->entries = (tw_entry *)arr;
+        }
+        if (end - p >= TWR_VLLM_MIN) {
+            int64_t vid;
+            double vlp;
+            const uint8_t *r2 = twf_vllm_record(p, end, &vid, &vlp, simd);
+            if (r2) {
+                en = &d->entries[n++];
+                en->id = vid;
+                en->lp = vlp;
+                en->k0 = en->k = kfree;
+                en->top_code = TW_REC_MISSING_TOP;
+                p = r2;
+                goto next_entry;
+            }
+        }
         top.k0 = top.k = kfree;
         top.code = TW_REC_MISSING_TOP;
         p = twf_object(&x, p, &o, &top);
@@ -744,6 +820,7 @@ const uint8_t *tw_rec_content_reader(tw_doc *d, const uint8_t *p, const uint8_t 
         en->k = top.k;
         en->top_code = (uint8_t)top.code;
         kfree = top.k;
+    next_entry:
         next = twf_next(&p, end, ']');
         if (next > 0)
             continue;

@@ -656,6 +656,76 @@ static void test_fuzz_shaped(size_t rounds)
     printf("fuzz (shaped): %zu contents, %llu read during the scan\n", rounds, g_taken - before);
 }
 
+/* vLLM's named records in the exact layout it writes ({"token":"token_id:N","logprob":X,
+   "bytes":null,"top_logprobs":[]}), which the content reader takes without its key-by-key
+   walk, with bytes of them edited: the scan with its content reader against the scan without,
+   and tw_rec_take against tw_rec_parse.  Then the text cut after every byte, each cut in a
+   buffer of its own length (under ASan, a read past it is an error), with and without the
+   reader. */
+static void make_vllm(sbuf *b, size_t n, int64_t *ids)
+{
+    static const char *const LPS[] = {"-0.5216978788375854", "-1.3540220142304382", "-12.75",
+                                      "-0.0001234", "-1.2e-05", "-9999.0", "-0", "0", "-2",
+                                      "-123456789.5", "-1.23456789012345678901", "null"};
+    static const char *const IDS[] = {"%lld", "%lld", "%lld", "%lld", "0%lld", "%lld0000000"};
+    char id[40];
+    sb_put(b, "[");
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = (int64_t)rndn(rndn(2) ? 150000 : 10);
+        snprintf(id, sizeof id, IDS[rndn(sizeof IDS / sizeof IDS[0])], (long long)ids[i]);
+        sb_put(b, "%s{\"token\":\"token_id:%s\",\"logprob\":%s,\"bytes\":null,\"top_logprobs\":[]}",
+               i ? "," : "", id, rndn(4) ? "-0.6931471805599453" : LPS[rndn(sizeof LPS / sizeof LPS[0])]);
+    }
+    sb_put(b, "]");
+}
+
+static void test_vllm_layout(size_t rounds)
+{
+    static const char ALPHA[] = "{}[]\",:\\ 0123456789.-eEtruefalsn_kopgbyid\x80\x01";
+    static const char pre[] = "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"content\":";
+    unsigned long long before = g_taken;
+    for (size_t r = 0; r < rounds; r++) {
+        sbuf b = {NULL, 0, 0};
+        int64_t ids[12];
+        size_t n = 1 + rndn(12), edits = rndn(3);
+        make_vllm(&b, n, ids);
+        for (size_t e = 0; e < edits; e++)
+            b.s[rndn(b.n)] = ALPHA[rndn(sizeof ALPHA - 1)];
+        if (rndn(4) == 0)
+            ids[rndn(n)] = 7; /* a token mismatch */
+        check_take(b.s, ids, n);
+        if (r < 40) { /* cut after every byte */
+            size_t len = strlen(pre) + b.n;
+            char *full = (char *)malloc(len);
+            if (!full)
+                exit(2);
+            memcpy(full, pre, strlen(pre));
+            memcpy(full + strlen(pre), b.s, b.n);
+            for (size_t cut = strlen(pre); cut <= len; cut++) {
+                char *doc = (char *)malloc(cut ? cut : 1);
+                tw_doc d0, d1;
+                int r0, r1;
+                if (!doc)
+                    exit(2);
+                memcpy(doc, full, cut);
+                tw_doc_init(&d0);
+                tw_doc_init(&d1);
+                d0.path = d1.path = g_path;
+                tw_rec_read_during_scan(&d1);
+                r0 = tw_scan(doc, cut, &d0);
+                r1 = tw_scan(doc, cut, &d1);
+                CHECK(r1 != TW_OK && same_scan(&d0, r0, &d1, r1), "vLLM layout cut at %zu of %zu", cut, len);
+                tw_doc_free(&d0);
+                tw_doc_free(&d1);
+                free(doc);
+            }
+            free(full);
+        }
+        free(b.s);
+    }
+    printf("vLLM layout: %zu contents, %llu read during the scan\n", rounds, g_taken - before);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Benchmark                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -843,6 +913,7 @@ int main(int argc, char **argv)
         test_flat_arrays();
         test_fuzz(fuzz);
         test_fuzz_shaped(fuzz);
+        test_vllm_layout(fuzz);
         printf("content read during the scan: %llu arrays, checked against tw_rec_parse\n", g_taken);
         g_taken = 0;
         printf("path %s: %llu checks\n", tw_path_name(g_path), g_checks - before);
