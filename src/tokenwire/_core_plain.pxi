@@ -41,7 +41,19 @@ cdef extern from *:
         PyTypeObject *tp = (PyTypeObject *)cls;
         PyObject *obj = tp->tp_alloc(tp, 0);
         if (obj == NULL) return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+        /* Python 3.13 keeps such an instance's attributes in values inline in the object,
+           which PyObject_GenericSetDict leaves in force (3.13.0: every attribute then reads
+           as if d were not there); the type's __dict__ setter replaces them. */
+        static PyObject *dict_name = NULL;
+        if (dict_name == NULL && (dict_name = PyUnicode_InternFromString("__dict__")) == NULL) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+        if (PyObject_SetAttr(obj, dict_name, d) < 0) {
+#else
         if (PyObject_GenericSetDict(obj, d, NULL) < 0) {
+#endif
             Py_DECREF(obj);
             return NULL;
         }
