@@ -284,8 +284,8 @@ static void test_compact_empty_row(void) {
 }
 
 /* tw_compact_heads against tw_compact_rows_candidates then tw_select_heads (sampled values
-   as found, heads' values narrowed to float) on every path: the AVX-512 path's heads decided
-   in registers and every token it hands to the two kernels, with and without kept sets. */
+   as found, heads' values narrowed to float) on every path: the heads the register kernel
+   decides and every token it hands to the two kernels, with and without kept sets. */
 static void test_compact_heads(long count) {
     for (long c = 0; c < count; c++) {
         size_t n = rndn(12), total = 0, stotal = 0;
@@ -427,8 +427,8 @@ static void test_compact_heads(long count) {
 }
 
 /* Compact rows whose head's exact sum walks across a threshold a float ulp of one value at
-   a time: tw_compact_heads decides each as the exact rule does, on every path (the AVX-512
-   path's estimate hands the tokens near a threshold to the exact sum). */
+   a time: tw_compact_heads decides each as the exact rule does, on every path (the register
+   kernel's single-precision estimate hands the tokens near a threshold to the exact sum). */
 static void walk_compact(double limit, int with_sup, int terms, const char *what) {
     double w[32], total = 0.0, d[32]; /* terms <= 30 */
     float v[32];
