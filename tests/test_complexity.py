@@ -1,20 +1,20 @@
 """Parse time grows linearly with adversarial inputs: many choices, many superseded duplicate
 keys, deep nesting, long escaped strings. Each input is parsed at size n and 4n; a linear
 parser takes about 4x as long, a quadratic one 16x. The bound (8x) is a ratio of two
-timings in one process, minimum of three runs each, so load on the machine shifts both;
-the sizes keep both inputs out of the CPU caches, and Python's cyclic collector is paused
-while timing (its full passes over many new lists are the interpreter's cost, not ours)."""
+CPU times in one process (tests/growth.py: Python's cyclic collector paused, whose full passes
+over many new lists are the interpreter's cost, not ours); the sizes keep both inputs out of
+the CPU caches."""
 
 from __future__ import annotations
 
-import gc
 import os
 import json
-import time
 
 import pytest
 
 import tokenwire
+
+from . import growth
 
 
 def _many_choices(n: int) -> bytes:
@@ -46,48 +46,30 @@ INPUTS = {"many_choices": (_many_choices, 5000), "duplicate_keys": (_duplicate_k
           "nesting": (_nesting, 200000), "escapes": (_escapes, 1000000)}
 
 
-def _seconds(parse, raw: bytes) -> float:
-    best = float("inf")
-    gc.disable()
-    try:
-        for _ in range(3):
-            start = time.perf_counter()
-            try:
-                parse(raw)
-            except tokenwire.MalformedResponseError:
-                pass
-            best = min(best, time.perf_counter() - start)
-    finally:
-        gc.enable()
-    return best
+def _parsing(parse, raw: bytes):
+    """A call that parses ``raw``, a refusal being as good as a result."""
+    def call() -> None:
+        try:
+            parse(raw)
+        except tokenwire.MalformedResponseError:
+            pass
+    return call
 
 
 @pytest.mark.parametrize("name", sorted(INPUTS))
 def test_parse_time_grows_linearly(impl, name):
     build, n = INPUTS[name]
-    small, large = build(n), build(4 * n)
-    _seconds(impl.parse_generate_response, small)  # warm
-    ratios = []
-    for _ in range(3):  # a load spike on a shared machine inflates one ratio, not three
-        ratios.append(_seconds(impl.parse_generate_response, large) / _seconds(impl.parse_generate_response, small))
-        if ratios[-1] < 8:
-            break
-    assert min(ratios) < 8, f"{name}: 4x the input took {min(ratios):.1f}x the time"
+    parse = impl.parse_generate_response
+    ratio = growth.ratio(_parsing(parse, build(n)), _parsing(parse, build(4 * n)))
+    assert ratio < growth.BOUND, f"{name}: 4x the input took {ratio:.1f}x the time"
 
 
 # --- by-handle payloads: the overlap check and the path work ---------------------------------------
 
 
 def _ratio(parse, build, n: int) -> float:
-    """The time of ``build(4 * n)`` over ``build(n)``'s, the lower of three tries."""
-    small, large = build(n), build(4 * n)
-    _seconds(parse, small)  # warm
-    ratios = []
-    for _ in range(3):
-        ratios.append(_seconds(parse, large) / _seconds(parse, small))
-        if ratios[-1] < 8:
-            break
-    return min(ratios)
+    """The time of ``build(4 * n)`` over ``build(n)``'s (tests/growth.py)."""
+    return growth.ratio(_parsing(parse, build(n)), _parsing(parse, build(4 * n)))
 
 
 def _payload_choices(root, n: int) -> bytes:
@@ -104,7 +86,7 @@ def _payload_choices(root, n: int) -> bytes:
 def test_payload_overlap_check_grows_n_log_n(impl, tmp_path):
     ratio = _ratio(lambda raw: impl.parse_generate_response(raw, payload_root=tmp_path),
                    lambda n: _payload_choices(tmp_path, n), 1000)
-    assert ratio < 8, f"4x the payload choices took {ratio:.1f}x the time"
+    assert ratio < growth.BOUND, f"4x the payload choices took {ratio:.1f}x the time"
 
 
 def test_payload_path_work_grows_linearly(impl, tmp_path):
@@ -131,7 +113,7 @@ def test_payload_path_work_grows_linearly(impl, tmp_path):
         ratio = _ratio(lambda raw: impl.parse_generate_response(raw, payload_root=tmp_path), build, depth)
     finally:
         _remove_chain(tmp_path)
-    assert ratio < 8, f"4x the name's length took {ratio:.1f}x the time"
+    assert ratio < growth.BOUND, f"4x the name's length took {ratio:.1f}x the time"
 
 
 def _remove_chain(root) -> None:

@@ -6,14 +6,11 @@ multiplier's inverse, the ids whose fixed 64-bit product has its top bits zero, 
 that share their low bits): a table with such a hash lines them up in one probe cluster and
 takes quadratic time, the keyed hashes of csrc/base/tw_hash.h do not.
 Each input is parsed at size n and 4n; a linear parse takes about 4x as long, a quadratic
-one 16x. The bound (8x) is a ratio of two timings in one process, minimum of three runs
-each, with Python's cyclic collector paused (as tests/test_complexity.py)."""
+one 16x. The bound (8x) is a ratio of two CPU times in one process (tests/growth.py)."""
 
 from __future__ import annotations
 
-import gc
 import importlib.util
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +18,8 @@ import pytest
 
 import tokenwire
 import tokenwire.read._select
+
+from .growth import BOUND, ratio as _ratio
 
 _spec = importlib.util.spec_from_file_location(
     "_collide", Path(__file__).resolve().parent.parent / "fuzz" / "_collide.py")
@@ -60,30 +59,6 @@ INPUTS = {
 }
 
 
-def _seconds(call) -> float:
-    best = float("inf")
-    gc.disable()
-    try:
-        for _ in range(3):
-            start = time.perf_counter()
-            call()
-            best = min(best, time.perf_counter() - start)
-    finally:
-        gc.enable()
-    return best
-
-
-def _ratio(small, large) -> float:
-    """Best of three ratios (a load spike on a shared machine inflates one, not three)."""
-    small()  # warm
-    ratios = []
-    for _ in range(3):
-        ratios.append(_seconds(large) / _seconds(small))
-        if ratios[-1] < 8:
-            break
-    return min(ratios)
-
-
 @pytest.mark.parametrize("name", sorted(INPUTS))
 def test_colliding_inputs_parse_in_linear_time(impl, name):
     parser, top_k, build = INPUTS[name]
@@ -91,7 +66,7 @@ def test_colliding_inputs_parse_in_linear_time(impl, name):
     small, large = build(N), build(4 * N)
     parse(small, top_k=top_k)  # valid: a flooded table is slow, not wrong
     ratio = _ratio(lambda: parse(small, top_k=top_k), lambda: parse(large, top_k=top_k))
-    assert ratio < 8, f"{name}: 4x the colliding input took {ratio:.1f}x the time"
+    assert ratio < BOUND, f"{name}: 4x the colliding input took {ratio:.1f}x the time"
 
 
 def test_select_heads_of_colliding_compact_rows_in_linear_time(impl, monkeypatch):
@@ -106,4 +81,4 @@ def test_select_heads_of_colliding_compact_rows_in_linear_time(impl, monkeypatch
 
     small, large = call(N), call(4 * N)
     ratio = _ratio(small, large)
-    assert ratio < 8, f"select_heads: 4x the colliding row took {ratio:.1f}x the time"
+    assert ratio < BOUND, f"select_heads: 4x the colliding row took {ratio:.1f}x the time"

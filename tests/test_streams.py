@@ -17,6 +17,9 @@ from tokenwire import MalformedResponseError
 from tokenwire.read import _select
 from tokenwire.read._stream import StreamReader
 
+from . import growth
+
+
 def dumps(value: Any) -> str:
     """Pydantic's model_dump_json: compact separators, fields in declaration order."""
     return json.dumps(value, separators=(",", ":"))
@@ -576,25 +579,10 @@ STREAM_INPUTS = {"one_long_event": (_one_long_event, 100000, 16), "keep_alives":
 
 @pytest.mark.parametrize("name", STREAM_INPUTS)
 def test_stream_reading_is_linear(name):
-    import gc
-    import time
     make, n, piece = STREAM_INPUTS[name]
-
-    def seconds(body: bytes) -> float:
-        best = float("inf")
-        gc.disable()
-        try:
-            for _ in range(3):
-                start = time.perf_counter()
-                _fed(body, piece)
-                best = min(best, time.perf_counter() - start)
-        finally:
-            gc.enable()
-        return best
-
     small, large = make(n), make(4 * n)
-    ratio = seconds(large) / seconds(small)
-    assert ratio < 8, f"{name}: 4x the input took {ratio:.1f}x as long"
+    ratio = growth.ratio(lambda: _fed(small, piece), lambda: _fed(large, piece))
+    assert ratio < growth.BOUND, f"{name}: 4x the input took {ratio:.1f}x as long"
 
 
 @pytest.mark.parametrize("sent", [{"error": {"message": "boom", "type": "InternalServerError", "code": 500}},
