@@ -222,3 +222,11 @@ def test_logprobs_the_scan_blanked_are_validated_alike(content, transport):
             _core.parse_generate_response(raw)
         assert str(got.value) == str(expected.value)
         assert (got.value.field, got.value.token) == (expected.value.field, expected.value.token) == ("logprobs.content", None)
+
+
+@pytest.mark.parametrize("token", [{}, {"token_id:": 1}, [], ["token_id:6"], 6, None, 6.5, True])
+def test_token_strings_with_a_token_not_a_string(token):
+    """Any JSON value among the tokens is read as no id, never an error of its own (an object's
+    ``[:9]`` raises KeyError from Python 3.12 on, where slices hash, TypeError before)."""
+    ids, count = python_extract.token_strings([token, "token_id:6", "token_id:7"])
+    assert (list(ids), count) == ([None, 6, 7], 2)

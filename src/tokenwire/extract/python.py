@@ -246,8 +246,8 @@ def token_strings(value: list[Any]) -> tuple[list[int | None] | np.ndarray, int]
     gives an int64 array with -1 there) and how many there are."""
     try:
         prefixes: set[Any] | None = {token[:9] for token in value}
-    except TypeError:  # a token that is not a string: read them one by one
-        prefixes = None
+    except (TypeError, KeyError):  # a token that is not a string: read them one by one (an
+        prefixes = None             # object's [:9] is a KeyError from Python 3.12 on: slices hash)
     if prefixes is not None and "token_id:" not in prefixes:  # text tokens only
         return [None] * len(value), 0
     if prefixes == {"token_id:"}:
