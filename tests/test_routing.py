@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import tokenwire
 from tokenwire import MalformedResponseError
 
-from .test_complexity import _seconds
+from . import growth
+from .test_complexity import _parsing
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -48,9 +49,8 @@ def test_a_shape_of_many_huge_dimensions_costs_linear_time(impl, form):
     the time (a product of n dimensions of 2**63 - 1 is an int of 63n bits)."""
     small, large = _huge_shape(6000, form), _huge_shape(24000, form)
     parse = impl.parse_generate_response
-    # A load spike on a shared machine inflates one ratio, not three.
-    ratio = min(_seconds(parse, large) / _seconds(parse, small) for _ in range(3))
-    assert ratio < 8, f"4x the dimensions took {ratio:.1f}x the time"
+    ratio = growth.ratio(_parsing(parse, small), _parsing(parse, large))
+    assert ratio < growth.BOUND, f"4x the dimensions took {ratio:.1f}x the time"
     with pytest.raises(MalformedResponseError) as err:
         impl.parse_generate_response(large)
     # A .npy header that long is refused by its length before it is parsed.
