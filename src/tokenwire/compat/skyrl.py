@@ -309,13 +309,14 @@ def _read_document(raw: Any, packed: bool) -> tuple[dict[str, Any], np.ndarray] 
     if type(raw) is not bytes:
         return None
     envelope = shape = None
-    named = _NAMED in raw or _NUMBERED in raw
-    as_sent = not packed and named
+    as_sent = not packed and (_NAMED in raw or _NUMBERED in raw)
     if not as_sent:
         at = raw.find(_ENVELOPE)
         if at < 0 and _another_transport(raw, 0, len(raw)):
             return None
-        if at >= 0 or not named:
+        # named records: none on /inference/v1/generate here (just searched for); on the packed
+        # body searched for only where there is no envelope
+        if at >= 0 or not packed or not (_NAMED in raw or _NUMBERED in raw):
             shape = _stand_in_shape() if at >= 0 else None
             prepared = _for_reader(raw, at, shape)
             if prepared is None:
