@@ -9,6 +9,7 @@ Environment switches, read at build time:
   TOKENWIRE_REQUIRE_EXTENSIONS=1  a failed compile is an error (set automatically under CIBUILDWHEEL=1)
   TOKENWIRE_SANITIZE=address,undefined  build with those sanitizers (gcc/clang)
   TOKENWIRE_DEBUG=1             -O0 -g, assertions kept, symbols kept (release builds are stripped)
+  TOKENWIRE_SYMBOLS=1           the release build with its symbol table kept (for perf and callgrind)
 """
 
 import os
@@ -29,6 +30,7 @@ NO_EXTENSIONS = _flag("TOKENWIRE_NO_EXTENSIONS")
 REQUIRE_EXTENSIONS = _flag("TOKENWIRE_REQUIRE_EXTENSIONS") or _flag("CIBUILDWHEEL")
 SANITIZE = os.environ.get("TOKENWIRE_SANITIZE", "").strip()
 DEBUG = _flag("TOKENWIRE_DEBUG")
+SYMBOLS = _flag("TOKENWIRE_SYMBOLS")
 
 
 # The release extension's code layout (gcc and clang, ELF and Mach-O; each flag kept only if the
@@ -122,7 +124,7 @@ def extensions():
         if SANITIZE:
             compile_args += [f"-fsanitize={SANITIZE}", "-fno-sanitize-recover=all"]
             link_args += [f"-fsanitize={SANITIZE}"]
-        elif not DEBUG:
+        elif not DEBUG and not SYMBOLS:
             # Python's own CFLAGS often carry -g: debug info would make the module ~6x larger.
             link_args += ["-Wl,-S,-x"] if sys.platform == "darwin" else ["-s"]
     if not DEBUG and not SANITIZE:
