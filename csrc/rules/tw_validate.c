@@ -206,19 +206,87 @@ row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
     return sampled_ok ? sampled_in_lanes(vals, hit, out) : TW_ROW_MISSING_SAMPLED;
 }
 
-/* The same rows with AVX2: the entries repeating an earlier one found in registers
-   (tw_repeats_avx2), then each such entry's value against those of the earlier entries with
-   its id (!=, as the table). Lanes past the row load as id 0, come after the row's and are
-   masked off. */
+/* An empty asm that takes and gives v in a register: the compiler keeps the ORs into v in
+   program order instead of reassociating the chain, which would make every rotation before
+   the first compare and spill them. */
+#if defined(__GNUC__)
+#define TW_KEEP_ORDER(v) __asm__("" : "+x"(v))
+#else
+#define TW_KEEP_ORDER(v) ((void)0)
+#endif
+
+/* tw_distinct_after_first_avx2_n's decision (tw_heads_internal.h: 1 when lanes 1 .. len-1
+   of the nvec vectors of ids in a hold distinct ids, 0 when they may not; lane 0 and the lanes
+   past the row take the same distinct stand-ins), its compares in another order: one rotation
+   at a time, against its own vector (rotations 1 to 4) and every vector after it, so that the
+   vectors, the rotation and the accumulator stay in registers (the rotations made first and
+   compared after are spilled to the stack in a row loop). */
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
+distinct_after_first_avx2_n(const __m256i *a, size_t len, const unsigned nvec) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i x[4], same = _mm256_setzero_si256();
+    TW_UNROLL4 for (unsigned k = 0; k < nvec; k++) {
+        __m256i at = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * k)));
+        __m256i out = _mm256_cmpgt_epi32(at, _mm256_set1_epi32((int)len - 1));
+        if (k == 0) out = _mm256_or_si256(out, _mm256_cmpeq_epi32(at, _mm256_setzero_si256()));
+        x[k] = _mm256_blendv_epi8(a[k], _mm256_add_epi32(at, _mm256_set1_epi32((int)0xFFFFFFE0u)), out);
+    }
+    TW_UNROLL4 for (unsigned k = 0; k < nvec; k++) {
+        TW_UNROLL4 for (unsigned k2 = k + 1; k2 < nvec; k2++) same = _mm256_or_si256(same, _mm256_cmpeq_epi32(x[k2], x[k]));
+        TW_UNROLL8 for (int r = 1; r < 8; r++) {
+            if (r > 4 && k + 1 >= nvec) break;
+            __m256i turned = _mm256_permutevar8x32_epi32(
+                x[k], _mm256_and_si256(_mm256_sub_epi32(lane, _mm256_set1_epi32(r)), _mm256_set1_epi32(7)));
+            if (r <= 4) same = _mm256_or_si256(same, _mm256_cmpeq_epi32(x[k], turned));
+            TW_UNROLL4 for (unsigned k2 = k + 1; k2 < nvec; k2++)
+                same = _mm256_or_si256(same, _mm256_cmpeq_epi32(x[k2], turned));
+            TW_KEEP_ORDER(same);
+        }
+    }
+    return _mm256_testz_si256(same, same);
+}
+
+/* A row verdict of the fused kernel only (tw_compact_rows_valid): a value off the values rule. */
+#define TW_ROW_VALUE_OFF 4
+
+/* The same rows with AVX2: the entries repeating an earlier one found in registers, then each
+   such entry's value against those of the earlier entries with its id (!=, as the table).
+   Lanes past the row load as id 0, come after the row's and are masked off. First whether
+   lanes 1 .. len-1 hold distinct ids (distinct_after_first_avx2_n, half the compares of
+   tw_repeats_avx2_n; a compact row is the sampled id, then the distinct candidates): then only
+   lane 0's id can repeat, and its repeats agree exactly when each one's value equals lane 0's
+   (!= is an equivalence on the values that are not NaN; a NaN on either side disagrees, as a
+   pair with it does in the table). Else every repeating lane is found (tw_repeats_avx2_n).
+   check_values (a constant): the values rule (tw_compact_values_bad) on the row's values too,
+   read in registers before the other rules (TW_ROW_VALUE_OFF). */
 TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE int
 row_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
-           float *out, const unsigned nvec) {
+           float *out, const unsigned nvec, const int check_values) {
     __m256i a[4];
-    uint32_t all = tw_load32_avx2_n(ids, len, a, nvec);
-    for (uint32_t rep = tw_repeats_avx2_n(a, nvec) & all; rep; rep &= rep - 1) {
-        unsigned j = tw_ctz32(rep);
-        for (unsigned i = 0; i < j; i++)
-            if (ids[i] == ids[j] && vals[i] != vals[j]) return TW_ROW_REPEAT_DISAGREE;
+    uint32_t all = tw_load32_avx2_n(ids, len, a, nvec), rep;
+    if (check_values) { /* lanes past the row load as 0.0, which keeps the rule */
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256 top = _mm256_set1_ps(1e-6f), ninf = _mm256_set1_ps(-INFINITY);
+        __m256 off = _mm256_setzero_ps();
+        TW_UNROLL4 for (unsigned k = 0; k < nvec; k++) {
+            __m256 x = _mm256_maskload_ps(vals + 8 * k, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(len - 8 * k)), lane));
+            off = _mm256_or_ps(off, _mm256_or_ps(_mm256_cmp_ps(x, top, _CMP_NLE_UQ), _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ)));
+        }
+        if (!_mm256_testz_ps(off, off)) return TW_ROW_VALUE_OFF;
+    }
+    if (distinct_after_first_avx2_n(a, len, nvec)) {
+        __m256i first = _mm256_permutevar8x32_epi32(a[0], _mm256_setzero_si256());
+        rep = 0;
+        TW_UNROLL4 for (unsigned k = 0; k < nvec; k++)
+            rep |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[k], first))) << (8 * k);
+        for (rep &= all & ~UINT32_C(1); rep; rep &= rep - 1)
+            if (vals[tw_ctz32(rep)] != vals[0]) return TW_ROW_REPEAT_DISAGREE;
+    } else {
+        for (rep = tw_repeats_avx2_n(a, nvec) & all; rep; rep &= rep - 1) {
+            unsigned j = tw_ctz32(rep);
+            for (unsigned i = 0; i < j; i++)
+                if (ids[i] == ids[j] && vals[i] != vals[j]) return TW_ROW_REPEAT_DISAGREE;
+        }
     }
     if (!sampled_ok) return TW_ROW_MISSING_SAMPLED;
     /* the lanes holding the sampled id, from the loaded registers */
@@ -231,35 +299,58 @@ row_avx2_n(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
 
 /* One body a vector count, as tw_repeats_avx2: the loads and the loops over the vectors
    unroll. */
+#define TW_ROW_AVX2_BODIES(check)                                                                  \
+    switch ((len + 7) / 8) {                                                                       \
+    case 1:                                                                                        \
+        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 1, check);                     \
+    case 2:                                                                                        \
+        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 2, check);                     \
+    case 3:                                                                                        \
+        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 3, check);                     \
+    default:                                                                                       \
+        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 4, check);                     \
+    }
+
 TW_TARGET_AVX2 static int
 row_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
          float *out) {
-    switch ((len + 7) / 8) {
-    case 1:
-        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 1);
-    case 2:
-        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 2);
-    case 3:
-        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 3);
-    default:
-        return row_avx2_n(ids, vals, len, sampled, sampled_ok, out, 4);
-    }
+    TW_ROW_AVX2_BODIES(0)
+}
+
+TW_TARGET_AVX2 static int
+row_valid_avx2(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled, int sampled_ok,
+               float *out) {
+    TW_ROW_AVX2_BODIES(1)
 }
 
 /* tw_compact_rows' loop on the AVX2 path from row t, while the rows hold 2 to 32 entries (one
    call for the rows, not one a row): the first row it leaves (a shorter or a longer one, or n),
-   or the first that breaks the rule, with its verdict in *r. */
-TW_TARGET_AVX2 static size_t
-rows_avx2(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t t, size_t n,
-          const int64_t *sampled, float *out, int *r) {
+   or the first that breaks the rule, with its verdict in *r. check_values: the values rule
+   too (row_valid_avx2). */
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE size_t
+rows_avx2_on(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t t, size_t n,
+             const int64_t *sampled, float *out, int *r, const int check_values) {
     for (; t < n; t++) {
         size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
         int64_t s = sampled[t];
         if (len <= 1 || len > 32) break;
-        *r = row_avx2(ids + start, vals + start, len, (uint32_t)s, sampled_in_range(s), out + t);
+        *r = (check_values ? row_valid_avx2 : row_avx2)(ids + start, vals + start, len, (uint32_t)s,
+                                                        sampled_in_range(s), out + t);
         if (*r != TW_ROW_OK) break;
     }
     return t;
+}
+
+TW_TARGET_AVX2 static size_t
+rows_avx2(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t t, size_t n,
+          const int64_t *sampled, float *out, int *r) {
+    return rows_avx2_on(ids, vals, offsets, t, n, sampled, out, r, 0);
+}
+
+TW_TARGET_AVX2 static size_t
+rows_valid_avx2(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t t, size_t n,
+                const int64_t *sampled, float *out, int *r) {
+    return rows_avx2_on(ids, vals, offsets, t, n, sampled, out, r, 1);
 }
 
 #endif
@@ -385,6 +476,25 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
     table_free(&table); /* all NULL when the table was not needed */
     *kind = r;
     return failed;
+}
+
+ptrdiff_t tw_compact_rows_valid(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n,
+                                const int64_t *sampled, float *out, int path) {
+    size_t t = 0;
+    int kind = TW_ROW_OK;
+#ifdef TW_X86_SIMD
+    if (tw_path_resolve(path) == TW_PATH_AVX2) {
+        t = rows_valid_avx2(ids, vals, offsets, 0, n, sampled, out, &kind);
+        if (kind != TW_ROW_OK) return (ptrdiff_t)t;
+        if (t == n) return -1;
+    }
+#endif
+    /* the rows from t on (every row on the other paths): the values rule over their values,
+       then the rows' rule */
+    size_t from = (size_t)offsets[t];
+    if (tw_compact_values_bad_on(vals + from, (size_t)offsets[n] - from, path) >= 0) return (ptrdiff_t)t;
+    ptrdiff_t bad = tw_compact_rows(ids, vals, offsets + t, n - t, sampled + t, out + t, &kind, path);
+    return bad < 0 ? -1 : (ptrdiff_t)t + bad;
 }
 
 /* ------------------------------------------------------------------------------------------

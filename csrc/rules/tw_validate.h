@@ -43,6 +43,19 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
                           size_t n, const int64_t *sampled, float *out, int *kind, int path);
 
 /*
+ * Whether compact rows keep every rule without a head: the values rule
+ * (tw_compact_values_bad) over values [offsets[0], offsets[n]) and tw_compact_rows' rules,
+ * with offsets[0] == 0 and rising (tw_offsets_not_rising: every value in exactly one row).
+ * -1 when they do, out[t] each row's sampled value as tw_compact_rows writes it; else the
+ * index of a row that breaks a rule (not necessarily the first: the caller asks the rules for
+ * the verdict; out then partly written). On the AVX2 path the rows of 2 to 32 entries are read
+ * once, the values rule in the registers that hold the row; the other paths (and the rows
+ * from the first shorter or longer one on) run tw_compact_values_bad_on then tw_compact_rows.
+ */
+ptrdiff_t tw_compact_rows_valid(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n,
+                                const int64_t *sampled, float *out, int path);
+
+/*
  * Recorded supports (sampling masks) in CSR form: each row non-empty, without
  * repeats, containing the sampled id; with absent_ok, an empty row is an absent support
  * (kept_tokens' zero count) and breaks no rule. Returns -1 or the first bad row

@@ -162,6 +162,16 @@ static void fz_heads(const uint8_t *data, size_t size, int path, fz_log *l)
     fz_u64(l, (uint64_t)bad_row);
     fz_u64(l, (uint64_t)kind);
     fz_f32s(l, out_sampled, good_rows);
+    /* every rule at once, the values rule too: whether they hold (a bad row's index is any
+       bad row's) and then the same sampled values on every path */
+    float *all_sampled = (float *)calloc(n + 1, sizeof(float));
+    if (!all_sampled)
+        abort();
+    ptrdiff_t valid = tw_compact_rows_valid(r.row_ids, r.row_vals, r.roff, n, r.sampled, all_sampled, path);
+    fz_u64(l, (uint64_t)(valid < 0));
+    if (valid < 0)
+        fz_f32s(l, all_sampled, n);
+    free(all_sampled);
 
     int crc = tw_compact_candidates(n, r.roff, r.row_ids, r.row_vals, r.num_top, coff, cand_ids, cand_lps, path);
     fz_u64(l, (uint64_t)crc);

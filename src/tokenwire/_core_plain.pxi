@@ -220,12 +220,10 @@ cdef object _plain_packed(_Scan scan, const tw_value *f, int64_t shape, object i
 
 cdef inline ptrdiff_t _plain_rows(const uint8_t *data, const int64_t *offs, size_t n, size_t count,
                                   const int64_t *sampled, float *out) noexcept nogil:
-    """The first bad row of compact rows whose ids and values are ``data`` (-1: none)."""
-    cdef int kind = 0
-    cdef const float *vals = <const float *>(data + count * 4)
-    if tw_compact_values_bad_on(vals, count, _path) >= 0:
-        return 0
-    return tw_compact_rows(<const uint32_t *>data, vals, offs, n, sampled, out, &kind, _path)
+    """-1 when the compact rows whose ids and values are ``data`` keep the values rule and the
+    rows' rules, else a bad row (the rules say which is the first, and why)."""
+    return tw_compact_rows_valid(<const uint32_t *>data, <const float *>(data + count * 4), offs, n, sampled, out,
+                                 _path)
 
 
 cdef object _plain_compact(_Scan scan, const tw_value *f, object ids, size_t n):

@@ -202,6 +202,7 @@ cdef extern from "rules/tw_validate.h" nogil:
     ptrdiff_t tw_compact_values_bad(const float *v, size_t n)
     ptrdiff_t tw_compact_values_bad_on(const float *v, size_t n, int path)
     ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n, const int64_t *sampled, float *out, int *kind, int simd)
+    ptrdiff_t tw_compact_rows_valid(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t n, const int64_t *sampled, float *out, int simd)
     ptrdiff_t tw_support_rows(const int32_t *values, const int64_t *offsets, size_t n, const int64_t *sampled, int absent_ok, int *nomem, int path)
     ptrdiff_t tw_i32_negative(const int32_t *v, size_t n)
     ptrdiff_t tw_first_at_or_above(const void *v, size_t n, size_t width, uint32_t limit)

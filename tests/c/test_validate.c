@@ -105,6 +105,30 @@ static void test_compact(long rounds)
                   tw_path_name(g_paths[p]));
             g_path_checks[g_paths[p]] += g_checks - before;
         }
+        /* tw_compact_rows_valid: every rule (the values rule too) on every path, then again
+           with one value of a row put off the values rule (NaN, above 1e-6, -inf) */
+        size_t count = (size_t)offs[n];
+        for (int poison = 0; poison < 2; poison++) {
+            size_t at = count ? rndn(count) : 0;
+            float keep = count ? vals[at] : 0.0f;
+            if (poison && count) {
+                static const float OFF[] = {NAN, 2e-6f, -INFINITY, 1.0f};
+                vals[at] = OFF[rndn(4)];
+            }
+            int valid = tw_compact_values_bad(vals, count) < 0 &&
+                        tw_compact_rows(ids, vals, offs, n, sampled, want, &kind0, TW_PATH_SCALAR) < 0;
+            for (int p = 0; p < g_npaths; p++) {
+                unsigned long long before = g_checks;
+                memset(out, 0x5A, sizeof out);
+                ptrdiff_t got = tw_compact_rows_valid(ids, vals, offs, n, sampled, out, g_paths[p]);
+                CHECK((got < 0) == valid && got < (ptrdiff_t)n, "valid round %ld poison %d path %s: %td, want %s", r,
+                      poison, tw_path_name(g_paths[p]), got, valid ? "valid" : "not");
+                CHECK(!valid || memcmp(out, want, n * sizeof *out) == 0,
+                      "valid round %ld path %s: sampled values differ", r, tw_path_name(g_paths[p]));
+                g_path_checks[g_paths[p]] += g_checks - before;
+            }
+            if (count) vals[at] = keep;
+        }
     }
 }
 
