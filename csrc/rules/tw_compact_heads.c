@@ -432,7 +432,8 @@ static ptrdiff_t compact_block(compact_call *c, size_t from, size_t to, int64_t 
 #ifdef TW_X86_SIMD
 /* tw_compact_heads on the AVX2 and AVX-512 paths: each token decided in registers, its sums with it
    (compact_head_avx2), and each token those leave to the two kernels. */
-TW_TARGET_AVX2 static ptrdiff_t heads_avx2(compact_call *c, size_t n, int *row_kind, int *head_code) {
+TW_TARGET_AVX2 static inline TW_ALWAYS_INLINE ptrdiff_t heads_on(compact_call *c, size_t n, int *row_kind,
+                                                                 int *head_code) {
     uint64_t take = c->num_top < 1 ? 1 : (uint64_t)c->num_top;
     /* the output's entries (tw_heads.h): a head never has more than its row, so o + the row's
        length stays within them */
@@ -461,6 +462,17 @@ TW_TARGET_AVX2 static ptrdiff_t heads_avx2(compact_call *c, size_t n, int *row_k
     return -1;
 }
 
+TW_TARGET_AVX2 static ptrdiff_t heads_avx2(compact_call *c, size_t n, int *row_kind, int *head_code) {
+    return heads_on(c, n, row_kind, head_code);
+}
+
+/* The same code compiled for the AVX-512 path: the intrinsics are AVX2's, but the compiler may
+   use the 32 vector registers (a row of 23 entries keeps about 20 live vectors: with 16 some
+   are spilled) and the EVEX forms. */
+TW_TARGET_AVX512 static ptrdiff_t heads_avx512(compact_call *c, size_t n, int *row_kind, int *head_code) {
+    return heads_on(c, n, row_kind, head_code);
+}
+
 #endif
 
 static ptrdiff_t compact_heads(size_t n, const int64_t *roff, const uint32_t *row_ids,
@@ -480,7 +492,9 @@ static ptrdiff_t compact_heads(size_t n, const int64_t *roff, const uint32_t *ro
     out_off[0] = 0;
 #ifdef TW_X86_SIMD
     /* the AVX-512 path's rows too: what the registers leave goes to its kernels */
-    if (c.path == TW_PATH_AVX512 || c.path == TW_PATH_AVX2)
+    if (c.path == TW_PATH_AVX512)
+        failed = heads_avx512(&c, n, row_kind, head_code);
+    else if (c.path == TW_PATH_AVX2)
         failed = heads_avx2(&c, n, row_kind, head_code);
     else
 #endif
