@@ -7,6 +7,41 @@
 _HEAD_REASONS = (None, *_kernels.HEAD_REASONS)
 
 
+# The kernels below trust their rows: every row t is [offsets[t], offsets[t + 1]) of arrays that
+# hold it. The rules hand them only rows they checked; a caller of these private functions may
+# not, so each checks its rows first (one pass over the offsets, before any kernel runs) and
+# raises ValueError for rows that would reach past their arrays.
+cdef int _rows_within(const int64_t[::1] offs, size_t n, Py_ssize_t size, str what) except -1:
+    """ValueError unless offs holds n + 1 offsets, none below 0, never falling, the last at most
+    ``size`` (the length of the arrays the rows index)."""
+    cdef size_t i
+    cdef bint ok = True
+    if <size_t>offs.shape[0] < n + 1:
+        raise ValueError(f"{what}: {n + 1} offsets needed, {offs.shape[0]} given")
+    with nogil:
+        if offs[0] < 0 or offs[n] > size:
+            ok = False
+        for i in range(n):
+            if offs[i + 1] < offs[i]:
+                ok = False
+                break
+    if not ok:
+        raise ValueError(f"{what}: the offsets must rise from 0 or more to at most {size}")
+    return 0
+
+
+cdef int _at_least(object values, size_t n, str what) except -1:
+    if <size_t>len(values) < n:
+        raise ValueError(f"{what}: {n} needed, {len(values)} given")
+    return 0
+
+
+cdef int _supports_within(object supports, size_t n) except -1:
+    if supports is not None:
+        _rows_within(supports.offsets, n, len(supports.values), "supports")
+    return 0
+
+
 def int_list(value, high):
     """The reference's ``int_list``, one pass in C over a list."""
     if type(value) is not list:
@@ -122,6 +157,8 @@ def first_bad_support(ids, rows, limit, absent_ok=False):
     cdef const int32_t[::1] vals = rows.values if len(rows.values) else np.zeros(1, dtype=np.int32)
     if count == 0:
         return -1
+    _at_least(ids, count, "ids")
+    _rows_within(offs, count, len(rows.values), "rows")
     sampled = _i64(ids)
     with nogil:
         bad = tw_support_rows(&vals[0], &offs[0], count, sampled, absent, &nomem, _path)
@@ -145,6 +182,7 @@ def compact_rows(ids, row_ids, row_values, offsets):
         return sampled, None
     rids = row_ids
     vals = row_values
+    _rows_within(offs, n, min(rids.shape[0], vals.shape[0]), "rows")
     out = sampled
     sampled_ids = _i64(ids)
     with nogil:
@@ -180,6 +218,7 @@ def compact_rows_candidates(ids, row_ids, row_values, offsets, num_top):
     cdef int64_t top = min(num_top, 2**62)
     cdef int simd = _path
     cdef const int64_t *sampled_ids
+    _rows_within(roff, n, min(len(row_ids), len(row_values)), "rows")
     sampled = np.zeros(n, dtype=np.float32)
     coff, cand_ids, cand_lps = _ragged_arrays(n, int(offsets[n]), np.float64)
     cdef float[::1] out = sampled
@@ -248,7 +287,10 @@ cdef tuple _compact_heads(ids, row_ids, row_values, offsets, num_top, k, support
     cdef int64_t kk = min(k, 2**62)
     cdef int simd = _path
     cdef const int64_t *sampled_ids
-    cdef _KeptSets kept = _kept_sets(supports)
+    cdef _KeptSets kept
+    _rows_within(roff, n, min(len(row_ids), len(row_values)), "rows")
+    _supports_within(supports, n)
+    kept = _kept_sets(supports)
     sampled = np.zeros(n, dtype=np.float32)
     out_off, out_ids, out_lps = _ragged_arrays(n, int(offsets[n]) - int(offsets[0]), np.float32)
     cdef float[::1] out = sampled, olp_view = out_lps
@@ -281,6 +323,7 @@ def compact_candidates(row_ids, row_values, offsets, num_top):
     cdef int64_t top = min(num_top, 2**62)
     cdef int rc
     cdef int simd = _path
+    _rows_within(roff, n, min(len(row_ids), len(row_values)), "rows")
     total = max(int(offsets[n]), 1)
     coff = np.zeros(n + 1, dtype=np.int64)
     cand_ids = np.empty(total, dtype=np.int64)
@@ -301,9 +344,16 @@ def heads(ids, candidates, sampled_lps, k, supports, limit):
     cdef const int64_t[::1] coff = candidates.offsets
     cdef const int64_t[::1] cids = candidates.ids if len(candidates.ids) else np.zeros(1, np.int64)
     cdef const double[::1] clps = candidates.logprobs if len(candidates.logprobs) else np.zeros(1)
-    cdef const int64_t *sampled_ids = _i64(ids) if len(ids) else NULL
-    cdef const double[::1] slps = sampled_lps if len(sampled_lps) else np.zeros(1)
-    cdef _KeptSets kept = _kept_sets(supports)
+    cdef const int64_t *sampled_ids
+    cdef const double[::1] slps
+    cdef _KeptSets kept
+    _at_least(ids, n, "ids")
+    _at_least(sampled_lps, n, "sampled values")
+    _rows_within(coff, n, min(len(candidates.ids), len(candidates.logprobs)), "candidates")
+    _supports_within(supports, n)
+    sampled_ids = _i64(ids) if len(ids) else NULL
+    slps = sampled_lps if len(sampled_lps) else np.zeros(1)
+    kept = _kept_sets(supports)
     cdef int code = 0
     cdef int simd = _path
     cdef ptrdiff_t bad
