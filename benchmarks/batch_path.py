@@ -301,28 +301,18 @@ def _responses(count: int, cache: str, workload: str = WORKLOAD) -> str:
 def floor(path: str, rounds: int) -> dict[str, Any]:
     """memcpy's bandwidth between mapped buffers, and the least bytes the batch of ``path``
     touches: its bodies read, the tensors of ``parse_batch`` (without heads) written."""
-    import ctypes
-
     import tokenwire
+    from tokenwire.cli.bench import floor_seconds, memcpy_rate
 
-    size = 256 << 20
-    source = np.ones(size, dtype=np.uint8)
-    target = np.ones(size, dtype=np.uint8)
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        ctypes.memmove(target.ctypes.data, source.ctypes.data, size)
-        times.append(time.perf_counter() - start)
-    copy_rate = size / statistics.median(times)  # bytes copied per second (each read once and written once)
+    copy_rate = memcpy_rate(256 << 20, rounds)  # bytes copied per second (each read once and written once)
     with open(path, "rb") as f:
         raws = pickle.load(f)
     read = sum(map(len, raws))
     batch = tokenwire.parse_batch(raws, threads=1)
     arrays = {k: v.nbytes for k, v in batch.to_torch().items() if v is not None}
     written = sum(arrays.values())
-    seconds = (read + written) / (2 * copy_rate)
     return {"memcpy_gb_per_s": copy_rate / 1e9, "read": read, "written": written, "arrays": arrays,
-            "floor_s": seconds}
+            "floor_s": floor_seconds(read, written, copy_rate)}
 
 
 def _load() -> str:

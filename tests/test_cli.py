@@ -504,6 +504,38 @@ def test_bench_reports_progress_on_long_runs(capsys, monkeypatch):
     assert capsys.readouterr().err == ""
 
 
+def test_bench_floor_counts_the_bytes_read_and_written():
+    """The plain loop's floor: a response's bytes read and its arrays written once, at memcpy's
+    rate (a copied byte is one read and one write), every array counted once."""
+    import tokenwire
+    from tokenwire.cli import bench
+
+    workload = samples.WORKLOADS["compact_top20_4k_mask"]
+    raw = workload.responses(1)[0]
+    response = workload.parse(tokenwire, raw)
+    choice = response.choices[0]
+    arrays = [choice.completion_ids, choice.completion_logprobs, choice.sampling_mask_present,
+              choice.completion_top_ids.values, choice.completion_top_ids.offsets,
+              choice.completion_top_logprobs.values, choice.completion_top_logprobs.offsets,
+              choice.sampling_mask.values, choice.sampling_mask.offsets, response.prompt_token_ids]
+    unique = {id(a): a.nbytes for a in arrays}
+    assert bench.written_bytes(response) == sum(unique.values())
+    assert bench.floor_seconds(3000, 1000, 2e9) == 1e-6
+    assert bench.memcpy_rate(1 << 20, 3) > 0
+
+
+def test_bench_table_prints_the_floor(capsys):
+    from tokenwire.cli import bench
+
+    row = {"workload": "w", "bytes": 2**20, "tokens": 8, "tokenwire_s": 4e-4, "orjson_loads_s": 8e-4,
+           "ratio_to_orjson_loads": 0.5, "tokenwire_faults_per_parse": 0.0, "warm_tokenwire_s": 3e-4,
+           "warm_ratio_to_orjson_loads": 0.4, "floor_s": 1e-4, "tokenwire_floors": 4.0,
+           "memcpy_bytes_per_s": 12.5e9}
+    bench.print_table([row])
+    out = capsys.readouterr().out
+    assert "floor us" in out and "100.0    4.0x" in out and "12.5 GB/s" in out
+
+
 
 def _openai_docs():
     """One clean response of each OpenAI-compatible and SGLang shape (from the parsers' own

@@ -6,7 +6,9 @@ Headline, per workload of :data:`tokenwire.samples.WORKLOADS`: every contender
 each parsed, used (its arrays read) and dropped, round after round, the contenders taking
 turns. Reported: the median time per parse, its ratio to ``orjson.loads`` of the same bytes
 (the median of the ratios of the turns), and minor page faults per parse once the loop is
-warm (``getrusage``: a count that does not jitter with load).
+warm (``getrusage``: a count that does not jitter with load). The floor: the least time any
+reader could take, the response's bytes read once and its result's arrays written once at this
+machine's ``memcpy`` bandwidth (:func:`memcpy_rate`), and tokenwire's time as a multiple of it.
 Beside it, the warm figure: one response parsed again and again in this process, the best
 case a benchmark of one sample shows.
 """
@@ -109,6 +111,51 @@ def _fresh_process(path: str, contender: str, workload: str, rounds: int) -> dic
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def memcpy_rate(size: int = 256 << 20, rounds: int = 9) -> float:
+    """Bytes per second ``memcpy`` copies between two mapped buffers of ``size`` bytes (the
+    median of ``rounds`` copies), each byte read once and written once."""
+    import ctypes
+
+    import numpy as np
+
+    source = np.ones(size, dtype=np.uint8)
+    target = np.ones(size, dtype=np.uint8)  # both mapped before the first copy is timed
+    times = []
+    for _ in range(max(rounds, 1)):
+        start = time.perf_counter()
+        ctypes.memmove(target.ctypes.data, source.ctypes.data, size)
+        times.append(time.perf_counter() - start)
+    return size / statistics.median(times)
+
+
+def floor_seconds(read: int, written: int, rate: float) -> float:
+    """The least time to read ``read`` bytes and write ``written`` at ``memcpy``'s ``rate``
+    (a copied byte is one read and one write)."""
+    return (read + written) / (2 * rate)
+
+
+def written_bytes(response: Any) -> int:
+    """The bytes of the arrays a parse made: each choice's and the response's (an array held
+    twice counted once)."""
+    import numpy as np
+
+    seen: set[int] = set()
+    total = 0
+
+    def add(value: Any) -> None:
+        nonlocal total
+        for part in (value, getattr(value, "values", None), getattr(value, "offsets", None),
+                     getattr(value, "array", None)):
+            if isinstance(part, np.ndarray) and id(part) not in seen:
+                seen.add(id(part))
+                total += part.nbytes
+
+    for holder in (response, *response.choices):
+        for value in vars(holder).values():
+            add(value)
+    return total
+
+
 def median_seconds(fn: Callable[[], Any], budget: float) -> float:
     """Median of repeated calls until ``budget`` seconds are spent (at least 3 calls)."""
     times: list[float] = []
@@ -140,6 +187,7 @@ def plain_loop(
 
     rows = []
     chosen = names or list(samples.WORKLOADS)
+    rate = memcpy_rate()
     with tempfile.TemporaryDirectory(prefix="tokenwire-bench-") as tmp:
         for i, name in enumerate(chosen):
             if progress:
@@ -158,6 +206,11 @@ def plain_loop(
             }
             first = workload.parse(tokenwire, raws[0])
             row["tokens"] = sum(len(c.completion_ids) for c in first.choices)
+            # the floor of each response, their median (as the time is the median of theirs)
+            written = [written_bytes(workload.parse(tokenwire, raw)) for raw in raws]
+            row["memcpy_bytes_per_s"] = rate
+            row["written_bytes"] = statistics.median(written)
+            row["floor_s"] = statistics.median(floor_seconds(len(raw), w, rate) for raw, w in zip(raws, written))
             # The contenders take turns, one fresh process each per repeat (the order swapped
             # every other repeat), and the ratio is the median of each repeat's own ratio: a
             # shared host that slows down for a while slows both sides of a pair.
@@ -177,6 +230,7 @@ def plain_loop(
             row["warm_tokenwire_s"] = median_seconds(lambda: workload.parse(tokenwire, raw), warm_budget)
             row["warm_orjson_loads_s"] = median_seconds(lambda: _json.loads(raw), warm_budget)
             row["warm_ratio_to_orjson_loads"] = row["warm_tokenwire_s"] / row["warm_orjson_loads_s"]
+            row["tokenwire_floors"] = row["tokenwire_s"] / row["floor_s"]
             rows.append(row)
     return rows
 
@@ -197,18 +251,21 @@ def print_table(rows: list[dict[str, Any]], out: Any = None) -> None:
     print("plain loop: a new process per contender, distinct responses, parse-use-drop "
           "(median ms per parse)", file=out)
     header = (f"{'workload':<22} {'size':>8} {'tokens':>6} {'tokenwire':>10} {'orjson':>9} "
-              f"{'ratio':>7} {'faults':>7}   {'warm':>8} {'ratio':>7}")
+              f"{'ratio':>7} {'faults':>7}   {'warm':>8} {'ratio':>7}   {'floor us':>8} {'x floor':>7}")
     print(header, file=out)
     print("-" * len(header), file=out)
     for r in rows:
         print(f"{r['workload']:<22} {r['bytes'] / 2**20:>6.2f}MB {r['tokens']:>6} "
               f"{_ms(r['tokenwire_s']):>10} {_ms(r['orjson_loads_s']):>9} "
               f"{r['ratio_to_orjson_loads']:>6.2f}x {r['tokenwire_faults_per_parse']:>7.1f}   "
-              f"{_ms(r['warm_tokenwire_s']):>8} {r['warm_ratio_to_orjson_loads']:>6.2f}x", file=out)
+              f"{_ms(r['warm_tokenwire_s']):>8} {r['warm_ratio_to_orjson_loads']:>6.2f}x   "
+              f"{r['floor_s'] * 1e6:>8.1f} {r['tokenwire_floors']:>6.1f}x", file=out)
     print("ratio: tokenwire's time over orjson.loads(raw) of the same bytes, run in turns (the median "
           "of the turns' ratios); faults: minor page "
           "faults per parse once warm;\nwarm: one response parsed repeatedly in one process "
-          "(the best case)", file=out)
+          "(the best case); floor: microseconds to read the response and write its arrays once at memcpy's "
+          f"{rows[0]['memcpy_bytes_per_s'] / 1e9 if rows else 0:.1f} GB/s, x floor: tokenwire's time over it",
+          file=out)
 
 
 def _child(argv: list[str]) -> None:
