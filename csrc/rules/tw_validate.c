@@ -181,7 +181,7 @@ dup_disagree(__m512i ids, __m512 vals, __mmask16 m) {
 }
 
 /* Rows of at most 32 entries, which is every row a top-k request up to k = 29 produces. */
-TW_TARGET_AVX512 static int
+TW_TARGET_AVX512 static inline TW_ALWAYS_INLINE int
 row_avx512(const uint32_t *ids, const float *vals, size_t len, uint32_t sampled,
            int sampled_ok, float *out) {
     __mmask16 ma = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
@@ -367,6 +367,20 @@ rows_avx2(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t
     return rows_avx2_on(ids, vals, offsets, t, n, sampled, out, r, 0);
 }
 
+/* rows_avx2's loop on the AVX-512 path (row_avx512 inlined: one call for the rows). */
+TW_TARGET_AVX512 static size_t
+rows_avx512(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t t, size_t n,
+            const int64_t *sampled, float *out, int *r) {
+    for (; t < n; t++) {
+        size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
+        int64_t s = sampled[t];
+        if (len <= 1 || len > 32) break;
+        *r = row_avx512(ids + start, vals + start, len, (uint32_t)s, sampled_in_range(s), out + t);
+        if (*r != TW_ROW_OK) break;
+    }
+    return t;
+}
+
 TW_TARGET_AVX2 static size_t
 rows_valid_avx2(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t t, size_t n,
                 const int64_t *sampled, float *out, int *r) {
@@ -459,8 +473,8 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
     int r = TW_ROW_OK;
     for (size_t t = 0; t < n; t++) {
 #ifdef TW_X86_SIMD
-        if (vector == TW_PATH_AVX2) {
-            t = rows_avx2(ids, vals, offsets, t, n, sampled, out, &r);
+        if (vector == TW_PATH_AVX2 || vector == TW_PATH_AVX512) {
+            t = (vector == TW_PATH_AVX512 ? rows_avx512 : rows_avx2)(ids, vals, offsets, t, n, sampled, out, &r);
             if (r != TW_ROW_OK) {
                 failed = (ptrdiff_t)t;
                 break;
@@ -475,9 +489,7 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
             r = row_sampled(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
         else
 #ifdef TW_X86_SIMD
-        if (vector == TW_PATH_AVX512 && len <= 32)
-            r = row_avx512(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
-        else if (vector == TW_PATH_AVX2 && len <= 32)
+        if (vector == TW_PATH_AVX2 && len <= 32)
             r = row_avx2(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
         else
 #endif
