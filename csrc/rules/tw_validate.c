@@ -165,6 +165,24 @@ static inline int row_sampled(const uint32_t *ids, const float *vals, size_t len
     return last == len ? TW_ROW_MISSING_SAMPLED : sampled_value(vals[last], out);
 }
 
+/* Rows of one entry from row t on (every row of a sampled-only response), as row_sampled
+   decides them, in one loop: the first row it leaves (a longer or an empty one, or n), or the
+   first that breaks the rule (*r MISSING_SAMPLED). */
+static size_t rows_single(const uint32_t *ids, const float *vals, const int64_t *offsets, size_t t, size_t n,
+                          const int64_t *sampled, float *out, int *r) {
+    for (; t < n; t++) {
+        size_t start = (size_t)offsets[t];
+        if ((size_t)offsets[t + 1] - start != 1) break;
+        int64_t s = sampled[t];
+        if (!sampled_in_range(s) || ids[start] != (uint32_t)s || vals[start] == (float)TW_SENTINEL) {
+            *r = TW_ROW_MISSING_SAMPLED;
+            break;
+        }
+        out[t] = vals[start];
+    }
+    return t;
+}
+
 #ifdef TW_X86_SIMD
 /* Repeated ids within one vector of 16 lanes (lanes outside m are zero and come last, so
    they are never an earlier lane of a valid one): vpconflictd marks every lane whose id
@@ -473,7 +491,19 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
     int r = TW_ROW_OK;
     for (size_t t = 0; t < n; t++) {
 #ifdef TW_X86_SIMD
-        if (vector == TW_PATH_AVX2 || vector == TW_PATH_AVX512) {
+        /* a run of rows of one entry (every row of a sampled-only response), then one of rows
+           of 2 to 32 entries on the vector paths, each in one call */
+        size_t at = (size_t)(offsets[t + 1] - offsets[t]);
+        if (at == 1) {
+            t = rows_single(ids, vals, offsets, t, n, sampled, out, &r);
+            if (r != TW_ROW_OK) {
+                failed = (ptrdiff_t)t;
+                break;
+            }
+            if (t == n) break;
+            at = (size_t)(offsets[t + 1] - offsets[t]);
+        }
+        if ((vector == TW_PATH_AVX2 || vector == TW_PATH_AVX512) && at >= 2 && at <= 32) {
             t = (vector == TW_PATH_AVX512 ? rows_avx512 : rows_avx2)(ids, vals, offsets, t, n, sampled, out, &r);
             if (r != TW_ROW_OK) {
                 failed = (ptrdiff_t)t;
