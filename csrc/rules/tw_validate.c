@@ -490,9 +490,8 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
     ptrdiff_t failed = -1;
     int r = TW_ROW_OK;
     for (size_t t = 0; t < n; t++) {
-#ifdef TW_X86_SIMD
         /* a run of rows of one entry (every row of a sampled-only response), then one of rows
-           of 2 to 32 entries on the vector paths, each in one call */
+           of 2 to 32 entries on the x86 vector paths, each in one call */
         size_t at = (size_t)(offsets[t + 1] - offsets[t]);
         if (at == 1) {
             t = rows_single(ids, vals, offsets, t, n, sampled, out, &r);
@@ -503,6 +502,7 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
             if (t == n) break;
             at = (size_t)(offsets[t + 1] - offsets[t]);
         }
+#ifdef TW_X86_SIMD
         if ((vector == TW_PATH_AVX2 || vector == TW_PATH_AVX512) && at >= 2 && at <= 32) {
             t = (vector == TW_PATH_AVX512 ? rows_avx512 : rows_avx2)(ids, vals, offsets, t, n, sampled, out, &r);
             if (r != TW_ROW_OK) {
