@@ -37,21 +37,19 @@ cdef extern from *:
        also sets up the instance's own attribute values (Python 3.11 and 3.12: an array from
        the allocator), which setting d first turns into a dict of their own and then drops
        (an allocation, a dict and their frees an object, for nothing). */
-    static PyObject *tw_instance_of(PyObject *cls, PyObject *d) {
+    static PyObject *tw_instance_of(PyObject *cls, PyObject *d, PyObject *dict_name) {
         PyTypeObject *tp = (PyTypeObject *)cls;
         PyObject *obj = tp->tp_alloc(tp, 0);
         if (obj == NULL) return NULL;
 #if PY_VERSION_HEX >= 0x030D0000
         /* Python 3.13 keeps such an instance's attributes in values inline in the object,
            which PyObject_GenericSetDict leaves in force (3.13.0: every attribute then reads
-           as if d were not there); the type's __dict__ setter replaces them. */
-        static PyObject *dict_name = NULL;
-        if (dict_name == NULL && (dict_name = PyUnicode_InternFromString("__dict__")) == NULL) {
-            Py_DECREF(obj);
-            return NULL;
-        }
+           as if d were not there); the type's __dict__ setter (dict_name: the string
+           "__dict__", made once when the module is imported, so that no two threads of a
+           free-threaded interpreter make it at once) replaces them. */
         if (PyObject_SetAttr(obj, dict_name, d) < 0) {
 #else
+        (void)dict_name;
         if (PyObject_GenericSetDict(obj, d, NULL) < 0) {
 #endif
             Py_DECREF(obj);
@@ -60,7 +58,11 @@ cdef extern from *:
         return obj;
     }
     """
-    object tw_instance_of(object cls, dict d)
+    object tw_instance_of(object cls, dict d, object dict_name)
+
+
+# tw_instance_of's attribute name on Python 3.13+ (made here, at import, by one thread).
+cdef object _DICT_NAME = sys.intern("__dict__")
 
 
 def _instance_template(cls, names):
@@ -177,7 +179,7 @@ cdef object _plain_finish(dict d, dict choice, int form):
     for key in (_PLAIN_COMPACT_CONSUMED if form == _PLAIN_COMPACT else _PLAIN_CONSUMED):
         choice.pop(key, None)
     d["raw"] = choice
-    return tw_instance_of(_GenerateChoice, d)
+    return tw_instance_of(_GenerateChoice, d, _DICT_NAME)
 
 
 DEF _NO_SHAPE = -1  # _packed_shape: the packed logprobs have no shape
@@ -306,7 +308,7 @@ cdef object _plain_generate(_Scan scan, object document):
     (<dict>document).pop(_KEY_PROMPT_TOKEN_IDS, None)
     d["payload"] = document
     d["format"] = "generate"
-    return tw_instance_of(_GenerateResponse, d)
+    return tw_instance_of(_GenerateResponse, d, _DICT_NAME)
 
 
 def _plain_generate_response(raw):
