@@ -413,8 +413,10 @@ def changed_documents(draw):
         if draw(st.booleans()):
             _change(draw, record, ["id", "logprob", "prob", "token_id", "top_logprobs"])
         else:
+            # a candidate still an object (an earlier change may have put another value in its place)
             tops = record.get("top_logprobs") or record.get("top_probs")
-            if isinstance(tops, list) and tops and isinstance(tops[0], dict):
+            tops = [top for top in tops if isinstance(top, dict)] if isinstance(tops, list) else []
+            if tops:
                 _change(draw, tops[draw(st.integers(0, len(tops) - 1))], ["id", "logprob", "prob"])
     return "chat", doc
 
