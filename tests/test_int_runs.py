@@ -1,7 +1,8 @@
 """Lists of integers written as JSON text (``prompt_token_ids``, ``token_ids``, compact
 ``offsets``), read by the scanner a block of 64 bytes at a time on the SIMD paths
-(``tws_uint_block_avx2`` on x86-64: every element of 1 to 8 digits read from the block's
-masks) and one element at a time on the scalar path: on every path the same ids, or the
+(``tws_uint_block_avx2`` on x86-64's AVX2 path, ``tws_uint_block_avx512`` on its AVX-512 one:
+every element of 1 to 8 digits read from the block's masks) and one element at a time on the
+scalar path: on every path the same ids, or the
 same refusal with the same message, as the reference. Lists long enough for several blocks,
 elements of 1 to 20 digits (9 or more go the serial way), and an odd element (a leading
 zero, a sign, a fraction, an exponent, whitespace, an empty element, a value past 2^64, a

@@ -30,7 +30,7 @@ enum {
     TW_PATH_AUTO = 0,   /* the best path available on this CPU */
     TW_PATH_SCALAR = 1, /* portable C (8-byte SWAR where it helps) */
     TW_PATH_AVX2 = 2,   /* x86-64 AVX2 + FMA + BMI1/BMI2 + POPCNT */
-    TW_PATH_AVX512 = 3, /* the AVX2 set + AVX-512 F/BW/VL/CD/DQ/VBMI */
+    TW_PATH_AVX512 = 3, /* the AVX2 set + AVX-512 F/BW/VL/CD/DQ/VBMI/VBMI2 */
     TW_PATH_NEON = 4    /* aarch64 Advanced SIMD (baseline on every aarch64 CPU) */
 };
 
@@ -62,7 +62,7 @@ const char *tw_path_name(int path);
 #define TW_TARGET_AVX2 __attribute__((target("avx2,fma,bmi,bmi2,popcnt")))
 #define TW_TARGET_AVX512                                                                \
     __attribute__((target("avx2,fma,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512cd," \
-                          "avx512dq,avx512vbmi")))
+                          "avx512dq,avx512vbmi,avx512vbmi2")))
 #endif
 #endif
 

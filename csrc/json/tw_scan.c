@@ -139,8 +139,9 @@ typedef struct {
    ("[12,0,345]", p at the first element), each at most 19 digits (below 2^64), appended to
    d->uints; returns the byte past ']' with their number in *count. NULL when the array is
    anything else (nothing is kept: the general scan reads it), with *nomem set when memory
-   ran out. On the SIMD paths a block of 64 bytes at a time while tws_uint_block takes
-   elements, else (and for an element it leaves) one element at a time. */
+   ran out. On the SIMD paths (`simd`: the resolved path, 0 on the scalar one) a block of 64
+   bytes at a time while tws_uint_block_on takes elements, else (and for an element it
+   leaves) one element at a time. */
 static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *end,
                                    size_t *count, int *nomem, int simd)
 {
@@ -161,7 +162,7 @@ static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *e
         }
 #ifdef TW_SIMD16
         if (simd && p >= block_at && end - p >= 72) {
-            size_t got = TWS_UINT_BLOCK(p, UINT64_MAX, 32, d->uints + n, &p);
+            size_t got = tws_uint_block_on(simd, p, UINT64_MAX, 32, d->uints + n, &p);
             n += got;
             if (got)
                 continue;
@@ -201,7 +202,7 @@ static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *e
 }
 
 /* A list of such arrays ("[[5,9],[],[7]]", p at the first row), the sampling_mask list
-   form: each row's length, then its elements, appended to d->uints; returns the byte past the
+   form (`simd` as tws_uint_run's): each row's length, then its elements, appended to d->uints; returns the byte past the
    outer ']' with the number of rows in *rows. NULL when the list is anything else (nothing is
    kept: the general scan reads it), with *nomem set when memory ran out. */
 static const uint8_t *tws_nested_run(tw_doc *d, const uint8_t *p, const uint8_t *end,
@@ -386,7 +387,8 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     const uint8_t *const b = (const uint8_t *)buf;
     const uint8_t *const end = b + len;
     const uint8_t *p = b, *q;
-    const int simd = tw_path_resolve(d->path) != TW_PATH_SCALAR;
+    const int rpath = tw_path_resolve(d->path);
+    const int simd = rpath != TW_PATH_SCALAR;
     /* The caller's blank_fields, as record-target bits. */
     const uint64_t extra = (d->blank_fields & ((UINT64_C(1) << TW_NFIELDS) - 1)) << TWS_T_F0;
     const uint64_t blank_str = (d->openai || d->sglang ? TWS_BLANK_STR_OPENAI : TWS_BLANK_STR) | extra;
@@ -489,10 +491,10 @@ value_nows:
             int nomem = 0, elements_int = 0;
             q = NULL;
             if (TWS_UINTS & TWS_BIT(ptgt)) {
-                q = tws_uint_run(d, p, end, &n, &nomem, simd);
+                q = tws_uint_run(d, p, end, &n, &nomem, simd ? rpath : 0);
                 elements_int = 1;
             } else if ((TWS_READ_MASK & TWS_BIT(ptgt)) && *p == '[' && (!maxd || maxd - depth >= 1)) {
-                q = tws_nested_run(d, p, end, &n, &nomem, simd);
+                q = tws_nested_run(d, p, end, &n, &nomem, simd ? rpath : 0);
             } else if ((TWS_READ_RECORDS & TWS_BIT(ptgt)) && d->content_reader && !d->openai &&
                        !d->sglang && (!maxd || maxd - depth >= 4)) {
                 at = d->nentries;

@@ -555,6 +555,30 @@ static inline size_t tws_uint_block(const uint8_t *p, uint64_t max, size_t room,
 }
 
 #ifdef TW_X86_SIMD
+/* The block readers' verdict on a block from its masks (a bit a byte: digits, commas,
+   '0's): 0 when no element ends in it at a comma (*commas then 0), 1 when every element up to
+   the last comma before any other byte has 1 to 8 digits without a leading zero and max
+   bounds every 8-digit value (*commas then holds those commas; the caller counts them
+   against its room), -1 when tws_uint_block must read it. */
+static inline int tws_block_plain(uint64_t digits, uint64_t *commas, uint64_t zeros, uint64_t max)
+{
+    uint64_t c = *commas, other = ~(digits | c), starts, body, run;
+    if (other)
+        c &= (other & (0 - other)) - 1; /* only those before it */
+    *commas = c;
+    if (!c)
+        return 0;
+    starts = (c << 1) | 1;                   /* each element's first byte */
+    body = ~UINT64_C(0) >> tw_clz64(c);      /* the bytes up to the last comma */
+    run = digits & (digits >> 1);            /* 2 digits from here on */
+    run &= run >> 2;                         /* 4 */
+    run &= run >> 4;                         /* 8 */
+    run &= digits >> 8;                      /* 9 */
+    if ((c & starts) | (run & body) | (zeros & starts & (digits >> 1) & body) || max < UINT64_C(0xFFFFFFFF))
+        return -1;
+    return 1;
+}
+
 /* tws_uint_block on the AVX2 and AVX-512 paths (the SIMD paths of an x86-64 build): the same
    elements, the same *past. A block whose elements are all of 1 to 8 digits without a leading
    zero (the ids and offsets of a response) is read from its masks: the digits, commas and
@@ -579,21 +603,12 @@ TW_TARGET_AVX2 static size_t tws_uint_block_avx2(const uint8_t *p, uint64_t max,
                       (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, comma)) << 32;
     uint64_t zeros = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v0, zero)) |
                      (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, zero)) << 32;
-    uint64_t other = ~(digits | commas), starts, body, run;
-    if (other)
-        commas &= (other & (0 - other)) - 1; /* only those before it */
-    if (!commas) {
+    int plain = tws_block_plain(digits, &commas, zeros, max);
+    if (plain == 0) {
         *past = p;
         return 0;
     }
-    starts = (commas << 1) | 1;                        /* each element's first byte */
-    body = ~UINT64_C(0) >> tw_clz64(commas);         /* the bytes up to the last comma */
-    run = digits & (digits >> 1);                      /* 2 digits from here on */
-    run &= run >> 2;                                   /* 4 */
-    run &= run >> 4;                                   /* 8 */
-    run &= digits >> 8;                                /* 9 */
-    if ((commas & starts) | (run & body) | (zeros & starts & (digits >> 1) & body) ||
-        (uint64_t)_mm_popcnt_u64(commas) > room || max < UINT64_C(0xFFFFFFFF))
+    if (plain < 0 || (size_t)_mm_popcnt_u64(commas) > room)
         return tws_uint_block(p, max, room, out, past);
     {
         const uint8_t *at = p;
@@ -610,14 +625,77 @@ TW_TARGET_AVX2 static size_t tws_uint_block_avx2(const uint8_t *p, uint64_t max,
         return n;
     }
 }
-#endif
 
-/* The block reader of the SIMD paths: tws_uint_block_avx2 on x86-64 (whose SIMD paths all
-   have AVX2), tws_uint_block on NEON. */
-#ifdef TW_X86_SIMD
-#define TWS_UINT_BLOCK tws_uint_block_avx2
+/* tws_uint_block_avx2 on the AVX-512 path: the same elements, the same *past, the same
+   hand-over to tws_uint_block. The masks come from one 512-bit read, and the elements are
+   converted from that same register eight at a time, with no second read of the bytes: each
+   comma's position and each element's first byte are packed into the low bytes of a vector
+   (vpcompressb of the byte positions), each of eight 64-bit lanes gathers the 8 bytes before
+   its element's comma (vpermb over the block), the bytes before the element's first are
+   zeroed, and the lane's 8 digits become its value by two multiply-adds (pairs, then
+   quadruples) and one 32 x 32 multiply. */
+TW_TARGET_AVX512 static size_t tws_uint_block_avx512(const uint8_t *p, uint64_t max, size_t room, uint64_t *out,
+                                                     const uint8_t **past)
+{
+    const __m512i v = _mm512_loadu_si512((const void *)p);
+    const __m512i t = _mm512_sub_epi8(v, _mm512_set1_epi8('0'));
+    uint64_t digits = _mm512_cmple_epu8_mask(t, _mm512_set1_epi8(9));
+    uint64_t commas = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(','));
+    uint64_t zeros = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('0'));
+    int plain = tws_block_plain(digits, &commas, zeros, max);
+    if (plain == 0) {
+        *past = p;
+        return 0;
+    }
+    if (plain < 0 || (size_t)_mm_popcnt_u64(commas) > room)
+        return tws_uint_block(p, max, room, out, past);
+    {
+        const uint64_t starts = (commas << 1) | 1;
+        const size_t n = (size_t)_mm_popcnt_u64(commas);
+        const __m512i iota = _mm512_set_epi64(
+            INT64_C(0x3f3e3d3c3b3a3938), INT64_C(0x3736353433323130), INT64_C(0x2f2e2d2c2b2a2928),
+            INT64_C(0x2726252423222120), INT64_C(0x1f1e1d1c1b1a1918), INT64_C(0x1716151413121110),
+            INT64_C(0x0f0e0d0c0b0a0908), INT64_C(0x0706050403020100));
+        /* each lane's byte k: its lane's number (the element), and k - 8 (the window) */
+        const __m512i lane = _mm512_srli_epi16(_mm512_and_si512(iota, _mm512_set1_epi8(0x38)), 3);
+        const __m512i back = _mm512_sub_epi8(_mm512_and_si512(iota, _mm512_set1_epi8(7)), _mm512_set1_epi8(8));
+        const __m512i ends = _mm512_maskz_compress_epi8(commas, iota);     /* element j's comma */
+        const __m512i firsts = _mm512_maskz_compress_epi8(starts, iota);   /* element j's first byte */
+        size_t j;
+        for (j = 0; j < n; j += 8) {
+            const __m512i which = _mm512_add_epi8(lane, _mm512_set1_epi8((char)j));
+            const __m512i at = _mm512_add_epi8(_mm512_permutexvar_epi8(which, ends), back);
+            const __mmask64 inside = _mm512_cmpge_epi8_mask(at, _mm512_permutexvar_epi8(which, firsts));
+            const __m512i d8 = _mm512_maskz_permutexvar_epi8(inside, at, t); /* high digit first */
+            const __m512i d2 = _mm512_maddubs_epi16(d8, _mm512_set1_epi16(0x010A));
+            const __m512i d4 = _mm512_madd_epi16(d2, _mm512_set1_epi32(0x00010064));
+            const __m512i x = _mm512_add_epi64(_mm512_mul_epu32(d4, _mm512_set1_epi64(10000)),
+                                               _mm512_srli_epi64(d4, 32));
+            const size_t left = n - j;
+            _mm512_mask_storeu_epi64((void *)(out + j), (__mmask8)(left >= 8 ? 0xFF : (1u << left) - 1), x);
+        }
+        *past = p + 64 - tw_clz64(commas);
+        return n;
+    }
+}
+
+/* The block reader of SIMD path `path` (resolved, not scalar): the AVX-512 one on its path,
+   else tws_uint_block_avx2 (every x86-64 SIMD path has AVX2). */
+static inline size_t tws_uint_block_on(int path, const uint8_t *p, uint64_t max, size_t room, uint64_t *out,
+                                       const uint8_t **past)
+{
+    if (path == TW_PATH_AVX512)
+        return tws_uint_block_avx512(p, max, room, out, past);
+    return tws_uint_block_avx2(p, max, room, out, past);
+}
 #else
-#define TWS_UINT_BLOCK tws_uint_block
+/* NEON: tws_uint_block. */
+static inline size_t tws_uint_block_on(int path, const uint8_t *p, uint64_t max, size_t room, uint64_t *out,
+                                       const uint8_t **past)
+{
+    (void)path;
+    return tws_uint_block(p, max, room, out, past);
+}
 #endif
 #endif
 

@@ -290,9 +290,10 @@ int tw_parse_uint_array(const char *buf, const tw_value *v, uint64_t max,
 #ifdef TW_SIMD16
     /* Compact runs ("123,45,6789,") a block of 64 bytes at a time (tws_uint_block), while
        the blocks give elements; then the general walk. */
-    if (tw_path_resolve(path) != TW_PATH_SCALAR) {
+    const int rpath = tw_path_resolve(path);
+    if (rpath != TW_PATH_SCALAR) {
         while (e - p >= 72 && i < v->count) {
-            size_t got = TWS_UINT_BLOCK(p, max, v->count - i, (uint64_t *)(void *)(out + i), &p);
+            size_t got = tws_uint_block_on(rpath, p, max, v->count - i, (uint64_t *)(void *)(out + i), &p);
             if (!got)
                 break;
             i += got;

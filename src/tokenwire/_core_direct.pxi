@@ -261,6 +261,22 @@ cdef inline bint _room(void **p, size_t *cap, size_t need, size_t item) noexcept
     return True
 
 
+cdef inline bint _room_ahead(void **p, size_t *cap, size_t need, size_t item, size_t done,
+                             size_t total) noexcept nogil:
+    """_room for an arena that grows with the bodies read: ``done`` of the part's ``total``
+    bytes are read (the body that needs the room among them), and a block that must grow is
+    made large enough for every body at the rate so far, and an eighth more (bodies of one
+    kind fill it without a copy; others grow it as _room does)."""
+    cdef double ahead
+    if need <= cap[0]:
+        return True
+    if done and total > done:
+        ahead = <double>need * (<double>total / <double>done) * 1.125
+        if ahead < <double>((<size_t>-1) // (4 * item)):
+            return _room(p, cap, <size_t>ahead, item)
+    return _room(p, cap, need, item)
+
+
 cdef inline int _uints_into(const tw_doc *doc, const char *buf, const tw_value *v, uint64_t high,
                             int64_t *out, int path) noexcept nogil:
     """_Scan.ints into ``out`` (room for v.count): below 0 when an element is not an id."""
@@ -291,6 +307,7 @@ cdef class _DirectPart:
     cdef size_t cap_walked
     cdef int64_t *offs
     cdef size_t cap_offs
+    cdef size_t done, total  # the bytes of the bodies read so far (the one being read among them), of them all
     cdef tw_doc doc  # one scan's records at a time, its memory kept for the next body
     cdef bint used  # read once: rows made from a part point into its arenas
 
@@ -340,10 +357,13 @@ cdef class _DirectPart:
                 if type(body) is bytes and _PLAIN_HOST:
                     bufs[i] = PyBytes_AS_STRING(body)
                     sizes[i] = <size_t>PyBytes_GET_SIZE(body)
+                    self.total += sizes[i]
                 else:  # read from a snapshot by _direct_generate
                     bufs[i] = NULL
             with nogil:
                 for i in range(n):
+                    if bufs[i] != NULL:
+                        self.done += sizes[i]
                     rc = self._take(bufs[i], sizes[i], start + i, path) if bufs[i] != NULL else 0
                     if rc == 0:
                         if not _room(<void **>&self.doubted_at, &self.cap_doubted, self.ndoubted + 1, sizeof(int64_t)):
@@ -402,7 +422,8 @@ cdef class _DirectPart:
             v = &doc.prompt_token_ids
             if not v.present or v.type != TW_T_ARRAY:
                 return 0
-            if not _room(<void **>&self.prompts, &self.cap_prompts, self.nprompts + v.count, sizeof(int64_t)):
+            if not _room_ahead(<void **>&self.prompts, &self.cap_prompts, self.nprompts + v.count, sizeof(int64_t),
+                               self.done, self.total):
                 return -1
             if _uints_into(doc, buf, v, _MAX_TOKEN_ID, self.prompts + self.nprompts, path) < 0:
                 return 0
@@ -428,8 +449,9 @@ cdef class _DirectPart:
         cdef bint ok, nomem = False
         cdef const char *p
         cdef _drow *row
-        if (not _room(<void **>&self.ids, &self.cap_ids, off + count, sizeof(int64_t))
-                or not _room(<void **>&self.lps, &self.cap_lps, off + count, sizeof(float))):
+        if (not _room_ahead(<void **>&self.ids, &self.cap_ids, off + count, sizeof(int64_t), self.done, self.total)
+                or not _room_ahead(<void **>&self.lps, &self.cap_lps, off + count, sizeof(float), self.done,
+                                   self.total)):
             return -1
         if _uints_into(doc, buf, v, _MAX_TOKEN_ID, self.ids + off, path) < 0:
             return 0
