@@ -266,14 +266,15 @@ cdef inline bint _room_ahead(void **p, size_t *cap, size_t need, size_t item, si
     """_room for an arena that grows with the bodies read: ``done`` of the part's ``total``
     bytes are read (the body that needs the room among them), and a block that must grow is
     made large enough for every body at the rate so far, and an eighth more (bodies of one
-    kind fill it without a copy; others grow it as _room does)."""
+    kind fill it without a copy; others grow it as _room does, and so does a block the
+    estimate cannot have)."""
     cdef double ahead
     if need <= cap[0]:
         return True
     if done and total > done:
         ahead = <double>need * (<double>total / <double>done) * 1.125
-        if ahead < <double>((<size_t>-1) // (4 * item)):
-            return _room(p, cap, <size_t>ahead, item)
+        if ahead < <double>((<size_t>-1) // (4 * item)) and _room(p, cap, <size_t>ahead, item):
+            return True
     return _room(p, cap, need, item)
 
 

@@ -555,6 +555,9 @@ int main(int argc, char **argv)
     test_helpers();
     test_nomem();
     test_uint_arrays();
+#ifdef TW_SIMD16
+    test_uint_blocks();
+#endif
     test_nested_arrays();
     test_openai();
     test_openai_routing();

@@ -230,6 +230,64 @@ static void test_uint_arrays(void)
     free(got);
 }
 
+#ifdef TW_SIMD16
+/* The block readers of the SIMD paths (tws_uint_block_on: AVX2's and AVX-512's on x86-64)
+   against tws_uint_block, one 64-byte block at a time: the same count, the same *past and
+   the same elements, with nothing written past them, for blocks of well-formed runs (1 to 8
+   digits, 32 one-digit elements, a comma at byte 63) and blocks holding what they hand over
+   (9 digits or more, a leading zero, an empty element, another byte), under every room from
+   0 to 33 and bounds about 2^32 and 2^64. */
+static void test_uint_blocks(void)
+{
+    static const uint64_t MAX[] = {0, 9, 99999999, UINT64_C(0xFFFFFFFE), UINT64_C(0xFFFFFFFF),
+                                   UINT64_C(0x100000000), UINT64_MAX - 1, UINT64_MAX};
+    static const char OTHER[] = " ]-.e\"x";
+    uint8_t block[72];
+    uint64_t want[40], got[40];
+    size_t rounds = 200000, fast = 0;
+    for (size_t r = 0; r < rounds; r++) {
+        size_t i = 0, widest = 1 + rndn(rndn(4) == 0 ? 12 : 8);
+        while (i < sizeof block) { /* elements of 1 to `widest` digits, each with its comma */
+            size_t k = 1 + rndn(widest);
+            for (size_t j = 0; j < k && i < sizeof block; j++)
+                block[i++] = (uint8_t)('0' + (j == 0 && k > 1 && rndn(8) ? 1 + rndn(9) : rndn(10)));
+            if (i < sizeof block)
+                block[i++] = ',';
+        }
+        if (rndn(3) == 0) { /* a fault somewhere */
+            size_t at = rndn(64), kind = rndn(4);
+            block[at] = kind == 0 ? ',' : kind == 1 ? '0' : kind == 2 ? (uint8_t)OTHER[rndn(sizeof OTHER - 1)]
+                                                                     : (uint8_t)rnd();
+        }
+        if (r % 97 == 0) /* 32 one-digit elements */
+            for (i = 0; i < 64; i++)
+                block[i] = i % 2 ? ',' : (uint8_t)('0' + rndn(10));
+        {
+            uint64_t max = rndn(2) ? UINT64_MAX : MAX[rndn(sizeof MAX / sizeof MAX[0])];
+            size_t room = rndn(4) ? 32 : rndn(34);
+            const uint8_t *past0, *past;
+            size_t n0, n;
+            for (i = 0; i < 40; i++)
+                want[i] = got[i] = UINT64_C(0x5A5A5A5A5A5A5A5A);
+            n0 = tws_uint_block(block, max, room, want, &past0);
+            fast += n0 > 0;
+            for (int pi = 0; pi < g_npaths; pi++) {
+                if (tw_path_resolve(g_paths[pi]) == TW_PATH_SCALAR)
+                    continue;
+                for (i = 0; i < 40; i++)
+                    got[i] = UINT64_C(0x5A5A5A5A5A5A5A5A);
+                n = tws_uint_block_on(tw_path_resolve(g_paths[pi]), block, max, room, got, &past);
+                CHECK(n == n0 && past == past0 && memcmp(got, want, sizeof got) == 0,
+                      "uint block %zu %s (room %zu, max %llu): %zu elements to %td, want %zu to %td", r,
+                      tw_path_name(g_paths[pi]), room, (unsigned long long)max, n, past - block, n0,
+                      past0 - block);
+            }
+        }
+    }
+    printf("uint blocks: %zu generated, %zu with elements taken\n", rounds, fast);
+}
+#endif
+
 /* OpenAI-compatible documents: the choice-record rule, what the scan
    blanks, the extra paths; tw_array_element. */
 static void test_openai(void)
