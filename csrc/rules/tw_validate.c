@@ -515,14 +515,10 @@ ptrdiff_t tw_compact_rows(const uint32_t *ids, const float *vals, const int64_t 
         size_t start = (size_t)offsets[t], len = (size_t)(offsets[t + 1] - offsets[t]);
         int64_t s = sampled[t];
         int ok = sampled_in_range(s);
+        /* here on the x86 vector paths only a row of none, one, or over 32 entries */
         if (len <= 1) /* nothing to repeat (a sampled-only row): the sampled id alone */
             r = row_sampled(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
         else
-#ifdef TW_X86_SIMD
-        if (vector == TW_PATH_AVX2 && len <= 32)
-            r = row_avx2(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
-        else
-#endif
 #ifdef TW_NEON_SIMD
         if (vector == TW_PATH_NEON && len <= 32)
             r = row_neon(ids + start, vals + start, len, (uint32_t)s, ok, out + t);
