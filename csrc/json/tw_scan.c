@@ -202,9 +202,10 @@ static const uint8_t *tws_uint_run(tw_doc *d, const uint8_t *p, const uint8_t *e
 }
 
 /* A list of such arrays ("[[5,9],[],[7]]", p at the first row), the sampling_mask list
-   form (`simd` as tws_uint_run's): each row's length, then its elements, appended to d->uints; returns the byte past the
-   outer ']' with the number of rows in *rows. NULL when the list is anything else (nothing is
-   kept: the general scan reads it), with *nomem set when memory ran out. */
+   form (`simd` as tws_uint_run's): each row's length, then its elements, appended to
+   d->uints; returns the byte past the outer ']' with the number of rows in *rows. NULL when
+   the list is anything else (nothing is kept: the general scan reads it), with *nomem set
+   when memory ran out. */
 static const uint8_t *tws_nested_run(tw_doc *d, const uint8_t *p, const uint8_t *end,
                                      size_t *rows, int *nomem, int simd)
 {
@@ -387,8 +388,10 @@ int tw_scan(const char *buf, size_t len, tw_doc *d)
     const uint8_t *const b = (const uint8_t *)buf;
     const uint8_t *const end = b + len;
     const uint8_t *p = b, *q;
+    /* the resolved SIMD path, 0 on the scalar one: a flag to the byte searches, the path to
+       the integer runs' block reader */
     const int rpath = tw_path_resolve(d->path);
-    const int simd = rpath != TW_PATH_SCALAR;
+    const int simd = rpath != TW_PATH_SCALAR ? rpath : 0;
     /* The caller's blank_fields, as record-target bits. */
     const uint64_t extra = (d->blank_fields & ((UINT64_C(1) << TW_NFIELDS) - 1)) << TWS_T_F0;
     const uint64_t blank_str = (d->openai || d->sglang ? TWS_BLANK_STR_OPENAI : TWS_BLANK_STR) | extra;
@@ -491,10 +494,10 @@ value_nows:
             int nomem = 0, elements_int = 0;
             q = NULL;
             if (TWS_UINTS & TWS_BIT(ptgt)) {
-                q = tws_uint_run(d, p, end, &n, &nomem, simd ? rpath : 0);
+                q = tws_uint_run(d, p, end, &n, &nomem, simd);
                 elements_int = 1;
             } else if ((TWS_READ_MASK & TWS_BIT(ptgt)) && *p == '[' && (!maxd || maxd - depth >= 1)) {
-                q = tws_nested_run(d, p, end, &n, &nomem, simd ? rpath : 0);
+                q = tws_nested_run(d, p, end, &n, &nomem, simd);
             } else if ((TWS_READ_RECORDS & TWS_BIT(ptgt)) && d->content_reader && !d->openai &&
                        !d->sglang && (!maxd || maxd - depth >= 4)) {
                 at = d->nentries;

@@ -643,15 +643,16 @@ TW_TARGET_AVX512 static size_t tws_uint_block_avx512(const uint8_t *p, uint64_t 
     uint64_t commas = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(','));
     uint64_t zeros = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('0'));
     int plain = tws_block_plain(digits, &commas, zeros, max);
+    size_t n;
     if (plain == 0) {
         *past = p;
         return 0;
     }
-    if (plain < 0 || (size_t)_mm_popcnt_u64(commas) > room)
+    n = (size_t)_mm_popcnt_u64(commas);
+    if (plain < 0 || n > room)
         return tws_uint_block(p, max, room, out, past);
     {
         const uint64_t starts = (commas << 1) | 1;
-        const size_t n = (size_t)_mm_popcnt_u64(commas);
         const __m512i iota = _mm512_set_epi64(
             INT64_C(0x3f3e3d3c3b3a3938), INT64_C(0x3736353433323130), INT64_C(0x2f2e2d2c2b2a2928),
             INT64_C(0x2726252423222120), INT64_C(0x1f1e1d1c1b1a1918), INT64_C(0x1716151413121110),
